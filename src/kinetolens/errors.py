@@ -1,0 +1,33 @@
+"""Errors and warnings that name the file and what is wrong with it.
+
+Every problem with an input file surfaces as a :class:`TraceError` whose
+message is one line, so the CLI can print it and exit with status 2 instead of
+showing a traceback.  Damage that still leaves a usable trace is reported as a
+counted :class:`TraceWarning` on the loaded trace instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class TraceError(Exception):
+    """A trace file that cannot be loaded.  ``str(err)`` is one line."""
+
+    def __init__(self, path: str | Path, problem: str) -> None:
+        self.path = str(path)
+        self.problem = " ".join(str(problem).split())
+        super().__init__(f"{self.path}: {self.problem}")
+
+
+@dataclass(frozen=True)
+class TraceWarning:
+    """Recoverable damage found while loading: what, and how many times."""
+
+    kind: str
+    count: int
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.detail} ({self.count}x)"

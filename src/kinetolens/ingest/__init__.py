@@ -1,0 +1,32 @@
+"""Trace files to columnar tables.  Every reader returns :class:`RawTables`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kinetolens.errors import TraceError
+from kinetolens.ingest.kineto import RawTables
+from kinetolens.ingest.kineto_file import read_kineto
+from kinetolens.ingest.opener import open_trace_bytes
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+__all__ = ["RawTables", "read_raw"]
+
+
+def read_raw(path: str | Path) -> RawTables:
+    """Decode any supported trace file into raw tables (format by content)."""
+    p = Path(path)
+    try:
+        with p.open("rb") as fh:
+            head = fh.read(16)
+    except FileNotFoundError:
+        raise TraceError(p, "no such file") from None
+    except IsADirectoryError:
+        raise TraceError(p, "is a directory, expected a trace file") from None
+    except OSError as exc:
+        raise TraceError(p, f"cannot read file ({exc.strerror})") from None
+    if head == SQLITE_MAGIC:
+        raise TraceError(p, "Nsight Systems SQLite exports are not supported by this version")
+    opened = open_trace_bytes(p)
+    return read_kineto(opened)

@@ -1,0 +1,100 @@
+"""msgspec schemas for Kineto (Chrome trace) events.
+
+The structs name only the fields kinetolens reads; msgspec skips the rest
+while scanning, which is what makes decoding fast.  Every field is optional
+because Kineto's writers changed over the years (``external id`` vs
+``External id``, ``Input dims`` vs ``Input Dims``, string thread ids in old
+traces).  ``gc=False`` keeps hundreds of thousands of short-lived structs out
+of the cyclic garbage collector.
+
+Shapes and call stacks stay ``msgspec.Raw`` (the JSON text): only ops that a
+report shows ever need them parsed, and nested tensor-list shapes do not fit a
+fixed column type anyway.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+Number = int | float
+#: Default for optional JSON-text fields (msgspec cannot put Raw in a union).
+ABSENT = msgspec.Raw(b"")
+
+
+class Args(msgspec.Struct, gc=False, omit_defaults=True):
+    # Links between events.
+    external_id: int | None = msgspec.field(default=None, name="External id")
+    external_id_legacy: int | None = msgspec.field(default=None, name="external id")
+    correlation: int | None = None
+    sequence_number: int | None = msgspec.field(default=None, name="Sequence number")
+    fwd_thread_id: int | None = msgspec.field(default=None, name="Fwd thread id")
+    record_function_id: int | None = msgspec.field(default=None, name="Record function id")
+    # Op inputs.
+    input_dims: msgspec.Raw = msgspec.field(default=ABSENT, name="Input Dims")
+    input_dims_legacy: msgspec.Raw = msgspec.field(default=ABSENT, name="Input dims")
+    input_type: msgspec.Raw = msgspec.field(default=ABSENT, name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=ABSENT, name="Concrete Inputs")
+    call_stack: str | None = msgspec.field(default=None, name="Call stack")
+    # Python tracer (with_stack / with_modules).
+    python_id: int | None = msgspec.field(default=None, name="Python id")
+    python_parent_id: int | None = msgspec.field(default=None, name="Python parent id")
+    python_module_id: int | None = msgspec.field(default=None, name="Python module id")
+    # Device activity.
+    device: int | None = None
+    stream: int | None = None
+    context: int | None = None
+    queued: int | None = None
+    grid: list[int] | str | None = None
+    block: list[int] | str | None = None
+    registers_per_thread: int | None = msgspec.field(default=None, name="registers per thread")
+    shared_memory: int | None = msgspec.field(default=None, name="shared memory")
+    blocks_per_sm: float | None = msgspec.field(default=None, name="blocks per SM")
+    warps_per_sm: float | None = msgspec.field(default=None, name="warps per SM")
+    occupancy: float | None = msgspec.field(default=None, name="est. achieved occupancy %")
+    theoretical_occupancy: float | None = msgspec.field(default=None, name="theoretical occupancy %")
+    bytes: int | None = None
+    cbid: int | None = None
+    # Memory events ([memory] instants).
+    addr: int | None = msgspec.field(default=None, name="Addr")
+    alloc_bytes: int | None = msgspec.field(default=None, name="Bytes")
+    total_allocated: int | None = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: int | None = msgspec.field(default=None, name="Total Reserved")
+    device_id: int | None = msgspec.field(default=None, name="Device Id")
+    device_type: int | None = msgspec.field(default=None, name="Device Type")
+    # Collectives (record_param_comms).
+    collective_name: str | None = msgspec.field(default=None, name="Collective name")
+    in_msg_nelems: int | None = msgspec.field(default=None, name="In msg nelems")
+    out_msg_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
+    group_size: int | None = msgspec.field(default=None, name="Group size")
+    comm_dtype: str | None = msgspec.field(default=None, name="dtype")
+    process_group_name: str | None = msgspec.field(default=None, name="Process Group Name")
+    # Metadata events (ph == "M").
+    meta_name: str | None = msgspec.field(default=None, name="name")
+    labels: str | None = None
+
+
+class Event(msgspec.Struct, gc=False):
+    """One Chrome-trace event with float or integer microsecond times."""
+
+    ph: str = ""
+    cat: str | None = None
+    name: str | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: Number | None = None
+    dur: Number | None = None
+    id: int | str | None = None
+    bp: str | None = None
+    args: Args | None = None
+
+
+class ExactTimeEvent(Event, gc=False):
+    """The same event with ``ts`` kept as its JSON text.
+
+    Epoch-scale microsecond timestamps with a fractional part
+    (``1712195495519689.047``) need 19 significant digits in nanoseconds,
+    more than float64 holds; such files are decoded with this struct and the
+    text is converted to integer nanoseconds exactly.
+    """
+
+    ts: msgspec.Raw = msgspec.Raw(b"null")  # type: ignore[assignment]

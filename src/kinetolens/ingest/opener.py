@@ -1,0 +1,123 @@
+"""Read a trace file into one contiguous buffer with bounded memory.
+
+``gzip.open(...).read()`` holds the output twice while it grows (about 2x the
+uncompressed size at peak).  We decompress in blocks straight into a
+``bytearray`` preallocated from the gzip trailer's size field, so the peak is
+the uncompressed size plus one block.  A gzip stream that ends early keeps
+what was decompressed and reports it, so a truncated file still loads.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kinetolens.errors import TraceError
+
+_BLOCK = 1 << 20
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass
+class OpenedFile:
+    """The file's bytes (decompressed) and what went wrong reading them."""
+
+    path: Path
+    data: bytes | bytearray | mmap.mmap | memoryview
+    compressed: bool
+    damage: list[str] = field(default_factory=list)
+
+
+def _gzip_size_hint(path: Path, file_size: int) -> int:
+    """Uncompressed size from the gzip trailer (mod 2**32); a hint only."""
+    if file_size < 18:
+        return 0
+    with path.open("rb") as fh:
+        fh.seek(-4, os.SEEK_END)
+        (isize,) = struct.unpack("<I", fh.read(4))
+    # ISIZE is modulo 4 GiB and can be garbage on truncated files; never
+    # trust a hint smaller than the compressed size or absurdly large.
+    if isize < file_size or isize > file_size * 2000:
+        return 0
+    return isize
+
+
+def _gunzip(path: Path, file_size: int) -> tuple[bytearray, list[str]]:
+    hint = _gzip_size_hint(path, file_size)
+    out = bytearray(hint) if hint else bytearray()
+    pos = 0
+    damage: list[str] = []
+    decomp = zlib.decompressobj(wbits=47)  # gzip or zlib header, auto-detected
+    with path.open("rb") as fh:
+        while True:
+            block = fh.read(_BLOCK)
+            if not block:
+                break
+            try:
+                chunk = decomp.decompress(block)
+            except zlib.error as exc:
+                if pos == 0:
+                    raise TraceError(path, f"corrupt gzip data ({exc})") from None
+                damage.append(f"corrupt gzip data after {pos} bytes ({exc})")
+                break
+            end = pos + len(chunk)
+            if end > len(out):
+                out.extend(b"\0" * (end - len(out)))
+            out[pos:end] = chunk
+            pos = end
+            while decomp.eof and decomp.unused_data:
+                # Concatenated gzip members are legal; keep going.
+                rest = decomp.unused_data
+                decomp = zlib.decompressobj(wbits=47)
+                chunk = decomp.decompress(rest)
+                end = pos + len(chunk)
+                if end > len(out):
+                    out.extend(b"\0" * (end - len(out)))
+                out[pos:end] = chunk
+                pos = end
+        if not decomp.eof and not damage:
+            tail = decomp.flush()
+            if tail:
+                end = pos + len(tail)
+                if end > len(out):
+                    out.extend(b"\0" * (end - len(out)))
+                out[pos:end] = tail
+                pos = end
+            damage.append(f"gzip stream ends early (truncated file): kept {pos} bytes")
+    if pos != len(out):
+        del out[pos:]
+    if pos == 0:
+        raise TraceError(path, "gzip file holds no data")
+    return out, damage
+
+
+def open_trace_bytes(path: str | Path) -> OpenedFile:
+    """Return the decompressed bytes of ``path`` (gzip detected by magic)."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+    except FileNotFoundError:
+        raise TraceError(p, "no such file") from None
+    except OSError as exc:
+        raise TraceError(p, f"cannot read file ({exc.strerror})") from None
+    if p.is_dir():
+        raise TraceError(p, "is a directory, expected a trace file")
+    if size == 0:
+        raise TraceError(p, "file is empty")
+    try:
+        with p.open("rb") as fh:
+            magic = fh.read(2)
+    except OSError as exc:
+        raise TraceError(p, f"cannot read file ({exc.strerror})") from None
+    if magic == GZIP_MAGIC:
+        data, damage = _gunzip(p, size)
+        return OpenedFile(p, data, True, damage)
+    with p.open("rb") as fh:
+        # A private read-only map: the kernel pages it in and can drop it
+        # again under pressure, and msgspec decodes from it without a copy.
+        data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    return OpenedFile(p, data, False, [])
