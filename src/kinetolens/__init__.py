@@ -1,0 +1,27 @@
+"""kinetolens: where the time of a PyTorch job goes, kernel by kernel.
+
+``kinetolens.load(path)`` returns a :class:`~kinetolens.model.Trace` whose
+tables are polars DataFrames.  Capture (``kinetolens.profile``) is the only
+part that imports torch, and only when used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+from kinetolens.errors import TraceError, TraceWarning  # noqa: E402
+from kinetolens.loader import load  # noqa: E402
+from kinetolens.model import Trace  # noqa: E402
+
+__all__ = ["Trace", "TraceError", "TraceWarning", "__version__", "load", "profile", "step"]
+
+
+def __getattr__(name: str) -> Any:
+    # Capture needs torch; import it only when someone asks for it.
+    if name in ("profile", "step"):
+        from kinetolens import capture
+
+        return getattr(capture, name)
+    raise AttributeError(f"module 'kinetolens' has no attribute {name!r}")

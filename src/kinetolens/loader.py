@@ -1,0 +1,36 @@
+"""``kinetolens.load``: a trace file to the attributed trace model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kinetolens.cache import default_cache_dir, read_cached, write_cached
+from kinetolens.errors import TraceError
+from kinetolens.ingest import read_raw
+from kinetolens.model import Trace, build_trace
+
+
+def load(path: str | Path, *, cache: bool | str | Path = True) -> Trace:
+    """Load a Kineto trace (``.json``/``.json.gz``) into a :class:`Trace`.
+
+    ``cache``: ``True`` uses the default cache directory
+    (``$KINETOLENS_CACHE_DIR`` or ``~/.cache/kinetolens``), a path uses that
+    directory, ``False`` neither reads nor writes a cache.
+    Raises :class:`TraceError` (one line, naming the file) on bad input.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise TraceError(p, "no such file")
+    if p.is_dir():
+        raise TraceError(p, "is a directory, expected a trace file")
+    cache_dir = None
+    if cache is not False:
+        cache_dir = default_cache_dir() if cache is True else Path(cache)
+        cached = read_cached(cache_dir, p)
+        if cached is not None:
+            return cached
+    raw = read_raw(p)
+    trace = build_trace(raw, str(p))
+    if cache_dir is not None:
+        write_cached(cache_dir, p, trace)
+    return trace

@@ -1,0 +1,43 @@
+"""Forward, backward and optimizer: classify ops, link backward to forward.
+
+A backward op is one run by the autograd engine: a node such as
+``MmBackward0`` or its ``autograd::engine::evaluate_function:`` wrapper, and
+every op nested inside it.  Its forward op is the op that recorded the same
+autograd sequence number on the forward pass; Kineto's ``fwdbwd`` flows give
+the pair directly where present.
+"""
+
+from __future__ import annotations
+
+import re
+
+FPROP = "fprop"
+BPROP = "bprop"
+OPTIMIZER = "optimizer"
+OTHER = "other"
+
+_BACKWARD_NODE = re.compile(r"(^autograd::engine::evaluate_function: )|(Backward\d*$)")
+OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#", "Optimizer.")
+OTHER_PREFIXES = ("ProfilerStep#", "enumerate(DataLoader)", "DataLoader")
+
+
+def is_backward_node(name: str) -> bool:
+    return _BACKWARD_NODE.search(name) is not None
+
+
+def own_direction(name: str, kind: str) -> str:
+    """Direction an op has by itself, before inheriting from its parents."""
+    if is_backward_node(name):
+        return BPROP
+    if name.startswith(OPTIMIZER_PREFIXES):
+        return OPTIMIZER
+    if kind == "annotation" and name.startswith(OTHER_PREFIXES):
+        return OTHER
+    return FPROP
+
+
+def inherit(parent_direction: str | None, own: str) -> str:
+    """Backward and optimizer ranges claim everything inside them."""
+    if parent_direction in (BPROP, OPTIMIZER):
+        return parent_direction
+    return own

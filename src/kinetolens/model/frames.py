@@ -1,0 +1,59 @@
+"""Which python_function frames are the user's code, and nn.Module names.
+
+Kept as data: a frame is internal when its file path contains one of
+``INTERNAL_PATH_PARTS``.  The innermost frame that is not internal is the
+source line we report for an op, as PyProf's program trace did.
+"""
+
+from __future__ import annotations
+
+import re
+
+MODULE_PREFIX = "nn.Module: "
+
+INTERNAL_PATH_PARTS = (
+    "torch/",
+    "site-packages/",
+    "dist-packages/",
+    "<built-in",
+    "<frozen",
+    "threading.py",
+    "runpy.py",
+    "contextlib.py",
+    "functools.py",
+    "typing.py",
+    "kinetolens/",
+    "lib/python3",
+)
+
+_FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.*)$")
+
+
+def is_module_frame(name: str) -> bool:
+    return name.startswith(MODULE_PREFIX)
+
+
+def module_name(name: str) -> str:
+    return name[len(MODULE_PREFIX) :]
+
+
+def user_frame(name: str) -> str | None:
+    """``file:line`` when ``name`` is a frame of user code, else None."""
+    match = _FRAME.match(name)
+    if match is None:
+        return None
+    file = match["file"]
+    if any(part in file for part in INTERNAL_PATH_PARTS):
+        return None
+    return f"{file}:{match['line']}"
+
+
+def source_from_call_stack(stack: str | None) -> str | None:
+    """Innermost user frame of a Kineto ``Call stack`` arg (``;``-separated)."""
+    if not stack:
+        return None
+    for frame in stack.split(";"):
+        found = user_frame(frame.strip())
+        if found:
+            return found
+    return None

@@ -1,0 +1,94 @@
+"""The trace model: polars tables with explicit links between them.
+
+``Trace`` is a plain container.  Analyses are pure functions of it (see
+``kinetolens.analysis``); nothing here reads files or renders output.
+
+Tables (times in integer nanoseconds, ``end = ts + dur``):
+
+* ``kernels``: one row per GPU activity (kernel, memcpy, memset) with its
+  launch (``launch_id``), op (``op_id``), top-level op, module, source line,
+  direction, forward op (backward kernels), ``sub`` index and step.
+* ``ops``: CPU ops and annotations with ``parent_id``/``top_op_id``/``depth``,
+  shapes and dtypes, ``module``, ``source``, ``direction``, ``fwd_op_id``.
+* ``runtime``: CUDA runtime/driver calls with the ``op_id`` they ran under.
+* ``python``: python_function ranges (with_stack / with_modules).
+* ``steps``: ProfilerStep ranges extended over the GPU work they launched.
+* ``memory``, ``flows``, ``device_events`` (GPU annotations, CUPTI ranges),
+  ``threads``, ``processes``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from kinetolens.errors import TraceWarning
+
+TABLES = (
+    "ops",
+    "runtime",
+    "kernels",
+    "python",
+    "memory",
+    "flows",
+    "steps",
+    "device_events",
+    "threads",
+    "processes",
+)
+
+
+@dataclass
+class Trace:
+    path: str
+    format: str
+    metadata: dict[str, Any]
+    ops: pl.DataFrame
+    runtime: pl.DataFrame
+    kernels: pl.DataFrame
+    python: pl.DataFrame
+    memory: pl.DataFrame
+    flows: pl.DataFrame
+    steps: pl.DataFrame
+    device_events: pl.DataFrame
+    threads: pl.DataFrame
+    processes: pl.DataFrame
+    warnings: list[TraceWarning] = field(default_factory=list)
+
+    @property
+    def events(self) -> pl.DataFrame:
+        """Every duration event in one table (kind, name, pid, tid, ts, dur)."""
+        cols = ["kind", "name", "pid", "tid", "ts", "dur"]
+        parts = [
+            self.ops.select(cols),
+            self.runtime.select(cols),
+            self.python.select(cols),
+            self.kernels.select(cols),
+            self.device_events.select(cols),
+        ]
+        return pl.concat([p.with_columns(pl.col("kind").cast(pl.String)) for p in parts]).sort("ts")
+
+    @property
+    def devices(self) -> list[dict[str, Any]]:
+        props = self.metadata.get("deviceProperties") or []
+        return [p for p in props if isinstance(p, dict)]
+
+    @property
+    def rank(self) -> int | None:
+        info = self.metadata.get("distributedInfo") or {}
+        rank = info.get("rank") if isinstance(info, dict) else None
+        return rank if isinstance(rank, int) else None
+
+    @property
+    def world_size(self) -> int | None:
+        info = self.metadata.get("distributedInfo") or {}
+        size = info.get("world_size") if isinstance(info, dict) else None
+        return size if isinstance(size, int) else None
+
+    def __repr__(self) -> str:
+        return (
+            f"Trace({self.path!r}, format={self.format}, ops={self.ops.height}, "
+            f"kernels={self.kernels.height}, steps={self.steps.height})"
+        )
