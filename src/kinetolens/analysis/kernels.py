@@ -1,0 +1,92 @@
+"""The per-kernel table (PyProf's report): one row per GPU activity."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from kinetolens.analysis.params import dtypes_expr, shapes_expr
+from kinetolens.model.trace import Trace
+
+#: Column name -> meaning, in default display order (``kinetolens kernels -h``).
+KERNEL_COLUMNS: dict[str, str] = {
+    "idx": "kernel index in start order",
+    "step": "profiler step (ProfilerStep#N) that launched it",
+    "dir": "fprop / bprop / optimizer / other",
+    "module": "nn.Module path (backward kernels: the forward op's module)",
+    "op": "innermost PyTorch op that launched it",
+    "top_op": "outermost PyTorch op on the launching thread",
+    "fwd_op": "for backward kernels, the forward op they differentiate",
+    "sub": "index of this kernel among its op call's kernels (dgrad=0, wgrad=1 ...)",
+    "kernel": "kernel name (memcpy/memset included)",
+    "kind": "kernel / memcpy / memset",
+    "params": "input shapes and dtypes (backward: the forward op's)",
+    "dur_us": "silicon time in microseconds",
+    "tc": "Tensor Cores used: yes / no / unknown",
+    "flops": "floating point operations the op needs, shared over its kernels",
+    "bytes": "minimum bytes moved",
+    "device": "GPU index",
+    "stream": "CUDA stream",
+    "grid": "grid dimensions",
+    "block": "block dimensions",
+    "regs": "registers per thread",
+    "smem": "shared memory per block (bytes)",
+    "occupancy": "estimated achieved occupancy (%)",
+    "blocks_per_sm": "blocks per SM",
+    "source": "user source line (file:line) that launched it",
+    "launch": "the runtime/driver call that launched it",
+    "start_us": "start time, microseconds from the first kernel",
+}
+
+DEFAULT_COLUMNS = ["idx", "step", "dir", "module", "op", "fwd_op", "sub", "kernel", "params", "dur_us", "tc", "device", "stream", "grid", "block", "source"]
+
+
+def _dims(prefix: str) -> pl.Expr:
+    parts = [pl.col(f"{prefix}_{a}").cast(pl.String) for a in "xyz"]
+    return pl.when(pl.col(f"{prefix}_x").is_not_null()).then(
+        pl.concat_str([pl.lit("("), parts[0], pl.lit(","), parts[1], pl.lit(","), parts[2], pl.lit(")")])
+    )
+
+
+def kernel_table(trace: Trace, step: int | None = None) -> pl.DataFrame:
+    """PyProf-style rows for every kernel (optionally one step only)."""
+    k = trace.kernels
+    if step is not None:
+        k = k.filter(pl.col("step") == step)
+    ops = trace.ops.select("op_id", "input_dims", "input_types")
+    # Backward kernels take the forward op's shapes, as PyProf did.
+    k = (
+        k.with_columns(param_op=pl.coalesce("fwd_op_id", "op_id"))
+        .join(ops, left_on="param_op", right_on="op_id", how="left")
+    )
+    first = trace.kernels["ts"].min() if trace.kernels.height else 0
+    shapes = shapes_expr()
+    dtypes = dtypes_expr()
+    table = k.select(
+        idx=pl.col("kernel_id"),
+        step=pl.col("step"),
+        dir=pl.col("direction").cast(pl.String),
+        module=pl.col("module"),
+        op=pl.col("op"),
+        top_op=pl.col("top_op"),
+        fwd_op=pl.col("fwd_op"),
+        sub=pl.col("sub"),
+        kernel=pl.col("name"),
+        kind=pl.col("kind").cast(pl.String),
+        params=pl.concat_str([shapes, dtypes], separator=" ", ignore_nulls=True),
+        dur_us=pl.col("dur") / 1000.0,
+        tc=pl.lit(None, pl.String),
+        flops=pl.lit(None, pl.Float64),
+        bytes=pl.lit(None, pl.Float64),
+        device=pl.col("device"),
+        stream=pl.col("stream"),
+        grid=_dims("grid"),
+        block=_dims("block"),
+        regs=pl.col("registers_per_thread"),
+        smem=pl.col("shared_memory"),
+        occupancy=pl.col("occupancy"),
+        blocks_per_sm=pl.col("blocks_per_sm"),
+        source=pl.col("source"),
+        launch=pl.col("launch"),
+        start_us=(pl.col("ts") - first) / 1000.0,
+    )
+    return table.sort("idx")

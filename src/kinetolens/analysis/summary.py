@@ -1,0 +1,101 @@
+"""What a trace is, and how well its kernels are attributed.
+
+The ``attribution`` block is the foundation's health check: the fraction of
+GPU kernel time that we could tie to an op, a module, a source line, and (for
+backward kernels) to the forward op they differentiate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from kinetolens import __version__
+from kinetolens.model.trace import Trace
+
+SCHEMA_VERSION = 1
+
+
+def _fraction(frame: pl.DataFrame, condition: pl.Expr) -> float | None:
+    total = frame["dur"].sum() if frame.height else 0
+    if not total:
+        return None
+    return float(frame.filter(condition)["dur"].sum()) / float(total)
+
+
+def attribution(trace: Trace) -> dict[str, Any]:
+    kernels = trace.kernels.filter(pl.col("kind") == "kernel")
+    backward = kernels.filter(pl.col("direction") == "bprop")
+    gpu = trace.kernels
+    return {
+        "kernel_time_us": float(kernels["dur"].sum()) / 1000.0 if kernels.height else 0.0,
+        "op": _fraction(kernels, pl.col("op_id").is_not_null()),
+        "module": _fraction(kernels, pl.col("module").is_not_null()),
+        "source": _fraction(kernels, pl.col("source").is_not_null()),
+        "launch": _fraction(kernels, pl.col("launch_id").is_not_null()),
+        # Kernels whose launch the file never recorded (launched before the
+        # profiling window, or CUPTI dropped the runtime record) cannot be
+        # attributed by any tool; this is the op fraction of the rest.
+        "op_of_recorded_launches": _fraction(
+            kernels.filter(pl.col("launch_id").is_not_null() | (pl.col("external_id").fill_null(0) != 0)),
+            pl.col("op_id").is_not_null(),
+        ),
+        "backward_time_us": float(backward["dur"].sum()) / 1000.0 if backward.height else 0.0,
+        "backward_with_forward_op": _fraction(backward, pl.col("fwd_op_id").is_not_null()),
+        "gpu_activity_with_op": _fraction(gpu, pl.col("op_id").is_not_null()),
+    }
+
+
+def summarize(trace: Trace) -> dict[str, Any]:
+    """Stable, documented JSON for ``kinetolens summary --json``."""
+    steps = trace.steps
+    kinds = trace.kernels.group_by("kind").len() if trace.kernels.height else None
+    counts = {str(k): int(v) for k, v in kinds.iter_rows()} if kinds is not None else {}
+    devices = [
+        {
+            "id": d.get("id"),
+            "name": d.get("name"),
+            "memory_bytes": d.get("totalGlobalMem"),
+            "sms": d.get("numSms"),
+            "compute_capability": (
+                f"{d['computeMajor']}.{d['computeMinor']}" if "computeMajor" in d and "computeMinor" in d else None
+            ),
+        }
+        for d in trace.devices
+    ]
+    used = sorted({int(x) for x in trace.kernels["device"].drop_nulls().unique().to_list()}) if trace.kernels.height else []
+    span_parts = [t for t in (trace.ops, trace.kernels, trace.runtime) if t.height]
+    span_us = 0.0
+    if span_parts:
+        start = min(int(t["ts"].min()) for t in span_parts)  # type: ignore[arg-type]
+        end = max(int((t["ts"] + t["dur"]).max()) for t in span_parts)  # type: ignore[arg-type]
+        span_us = (end - start) / 1000.0
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kinetolens_version": __version__,
+        "trace": trace.path,
+        "format": trace.format,
+        "rank": trace.rank,
+        "world_size": trace.world_size,
+        "devices": devices,
+        "devices_used": used,
+        "span_us": span_us,
+        "steps": {
+            "count": steps.height,
+            "ids": [int(s) for s in steps["step"].to_list()] if steps.height else [],
+            "mean_us": float(steps["dur"].mean()) / 1000.0 if steps.height else None,  # type: ignore[arg-type]
+        },
+        "events": {
+            "ops": int(trace.ops.filter(pl.col("kind") == "op").height),
+            "annotations": int(trace.ops.filter(pl.col("kind") == "annotation").height),
+            "runtime": trace.runtime.height,
+            "python": trace.python.height,
+            "kernels": counts.get("kernel", 0),
+            "memcpy": counts.get("memcpy", 0),
+            "memset": counts.get("memset", 0),
+            "memory": trace.memory.height,
+        },
+        "attribution": attribution(trace),
+        "warnings": [{"kind": w.kind, "count": w.count, "detail": w.detail} for w in trace.warnings],
+    }

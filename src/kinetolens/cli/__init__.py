@@ -1,0 +1,1 @@
+"""Command-line views.  They present analysis results and compute nothing."""

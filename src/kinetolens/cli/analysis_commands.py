@@ -1,0 +1,120 @@
+"""``kinetolens summary | kernels | ops``: the foundation reports."""
+
+from __future__ import annotations
+
+import click
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+
+from kinetolens.analysis.kernels import DEFAULT_COLUMNS, KERNEL_COLUMNS, kernel_table
+from kinetolens.analysis.ops import AGGREGATES, GROUPINGS, op_stats, order_and_filter
+from kinetolens.analysis.summary import summarize
+from kinetolens.cli.render import emit, emit_json
+from kinetolens.loader import load
+
+
+def _format(csv: bool, tsv: bool, json_: bool) -> str:
+    return "csv" if csv else "tsv" if tsv else "json" if json_ else "table"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+@click.command("summary")
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("--json", "json_", is_flag=True, help="Stable JSON (see docs/summary-json.md).")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
+def summary_command(trace: str, json_: bool, no_cache: bool) -> None:
+    """What TRACE is, and how well its kernels are attributed."""
+    t = load(trace, cache=not no_cache)
+    info = summarize(t)
+    if json_:
+        emit_json(info)
+        return
+    console = Console()
+    table = Table(title=f"kinetolens summary: {trace}", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    dev = ", ".join(f"{d['name']} (id {d['id']})" for d in info["devices"] if d["name"]) or "-"
+    table.add_row("format", info["format"])
+    table.add_row("devices", dev)
+    table.add_row("rank / world size", f"{info['rank'] if info['rank'] is not None else '-'} / {info['world_size'] or '-'}")
+    steps = info["steps"]
+    mean = f", mean {steps['mean_us'] / 1000:.3f} ms" if steps["mean_us"] else ""
+    table.add_row("steps", f"{steps['count']} {steps['ids'][:8]}{mean}")
+    ev = info["events"]
+    table.add_row("events", ", ".join(f"{k} {v:,}" for k, v in ev.items()))
+    a = info["attribution"]
+    table.add_row("kernel time", f"{a['kernel_time_us'] / 1000:.3f} ms")
+    table.add_row("  with an op", _pct(a["op"]))
+    table.add_row("  with a module", _pct(a["module"]))
+    table.add_row("  with a source line", _pct(a["source"]))
+    table.add_row("backward kernel time", f"{a['backward_time_us'] / 1000:.3f} ms")
+    table.add_row("  with its forward op", _pct(a["backward_with_forward_op"]))
+    for w in info["warnings"]:
+        table.add_row("warning", f"{w['kind']}: {w['detail']} ({w['count']}x)")
+    console.print(table)
+
+
+class _ColumnHelp(click.Command):
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        super().format_help(ctx, formatter)
+        with formatter.section("Columns (-c)"):
+            formatter.write_dl(list(KERNEL_COLUMNS.items()))
+
+
+@click.command("kernels", cls=_ColumnHelp)
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("-c", "--columns", default=",".join(DEFAULT_COLUMNS), show_default=True, help="Comma-separated columns.")
+@click.option("--csv", is_flag=True, help="CSV output.")
+@click.option("--tsv", is_flag=True, help="Tab-separated output.")
+@click.option("--json", "json_", is_flag=True, help="JSON records.")
+@click.option("-w", "--width", type=int, default=None, help="Terminal width for the table.")
+@click.option("--step", type=int, default=None, help="Only kernels of this profiler step.")
+@click.option("-n", "--limit", type=int, default=None, help="At most this many rows.")
+@click.option("--no-cache", is_flag=True)
+def kernels_command(
+    trace: str, columns: str, csv: bool, tsv: bool, json_: bool, width: int | None, step: int | None,
+    limit: int | None, no_cache: bool,
+) -> None:
+    """One row per GPU kernel: layer, op, shapes, direction, time (PyProf's report)."""
+    cols = [c.strip() for c in columns.split(",") if c.strip()]
+    unknown = [c for c in cols if c not in KERNEL_COLUMNS]
+    if unknown:
+        raise click.BadParameter(f"unknown column(s) {', '.join(unknown)}; see -h", param_hint="-c")
+    table = kernel_table(load(trace, cache=not no_cache), step=step).select(cols)
+    if limit is not None:
+        table = table.head(limit)
+    emit(table, _format(csv, tsv, json_), width=width)
+
+
+@click.command("ops")
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("-t", "--top", type=int, default=20, show_default=True, help="Show the top N rows.")
+@click.option("--aggregate-by", "by", type=click.Choice(list(GROUPINGS)), default="op", show_default=True)
+@click.option("--aggregate", type=click.Choice(list(AGGREGATES)), default="sum", show_default=True)
+@click.option("--order-by", default="device_total_us", show_default=True, help="Column; prefix + for ascending.")
+@click.option("--min-time", type=float, default=None, help="Only rows with at least this time (us).")
+@click.option("--max-time", type=float, default=None, help="Only rows with at most this time (us).")
+@click.option("--name", "name_regex", default=None, help="Only rows whose key matches this regex.")
+@click.option("--step", type=int, default=None, help="Only this profiler step.")
+@click.option("--csv", is_flag=True)
+@click.option("--json", "json_", is_flag=True)
+@click.option("--no-cache", is_flag=True)
+def ops_command(
+    trace: str, top: int, by: str, aggregate: str, order_by: str, min_time: float | None, max_time: float | None,
+    name_regex: str | None, step: int | None, csv: bool, json_: bool, no_cache: bool,
+) -> None:
+    """Top ops by device/host time (MegEngine profile_analyze options)."""
+    stats = op_stats(load(trace, cache=not no_cache), by=by, aggregate=aggregate, step=step)
+    try:
+        table = order_and_filter(
+            stats, order_by=order_by, top=top, min_time_us=min_time, max_time_us=max_time, name_regex=name_regex
+        )
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--order-by") from None
+    if not (csv or json_):
+        table = table.with_columns(pl.col(pl.Float64).round(3))
+    emit(table, _format(csv, False, json_), title=f"top {top} by {order_by} ({by}, {aggregate})")

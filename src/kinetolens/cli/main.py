@@ -1,0 +1,47 @@
+"""The ``kinetolens`` command.  Bad input ends with one line and exit 2."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from kinetolens import __version__
+from kinetolens.cli.analysis_commands import kernels_command, ops_command, summary_command
+from kinetolens.errors import TraceError
+
+EXIT_BAD_INPUT = 2
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="kinetolens")
+def cli() -> None:
+    """Where the time of a PyTorch job goes, kernel by kernel."""
+
+
+cli.add_command(summary_command, "summary")
+cli.add_command(kernels_command, "kernels")
+cli.add_command(ops_command, "ops")
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        cli.main(args=argv, prog_name="kinetolens", standalone_mode=False)
+    except TraceError as exc:
+        click.echo(f"kinetolens: error: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except click.exceptions.Abort:
+        click.echo("kinetolens: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(EXIT_BAD_INPUT)
+    except BrokenPipeError:
+        sys.exit(0)
+    except MemoryError:
+        click.echo("kinetolens: error: out of memory", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
