@@ -27,6 +27,9 @@ def _fraction(frame: pl.DataFrame, condition: pl.Expr) -> float | None:
 def attribution(trace: Trace) -> dict[str, Any]:
     kernels = trace.kernels.filter(pl.col("kind") == "kernel")
     backward = kernels.filter(pl.col("direction") == "bprop")
+    # AccumulateGrad (and the DDP gradient hooks that run inside it) adds
+    # gradients into leaf parameters: no forward op exists to link to.
+    differentiating = backward.filter(~pl.col("grad_fn").fill_null("").str.contains("AccumulateGrad"))
     gpu = trace.kernels
     return {
         "kernel_time_us": float(kernels["dur"].sum()) / 1000.0 if kernels.height else 0.0,
@@ -42,7 +45,7 @@ def attribution(trace: Trace) -> dict[str, Any]:
             pl.col("op_id").is_not_null(),
         ),
         "backward_time_us": float(backward["dur"].sum()) / 1000.0 if backward.height else 0.0,
-        "backward_with_forward_op": _fraction(backward, pl.col("fwd_op_id").is_not_null()),
+        "backward_with_forward_op": _fraction(differentiating, pl.col("fwd_op_id").is_not_null()),
         "gpu_activity_with_op": _fraction(gpu, pl.col("op_id").is_not_null()),
     }
 

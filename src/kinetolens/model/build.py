@@ -226,9 +226,11 @@ def _directions(ops: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
                 f = by_seq.get(s) if s is not None else None
             fwd_of_root[root] = f  # type: ignore[assignment]
         fwd_op[i] = f
+    grad_fn = [names[r] if r is not None else None for r in bwd_root]
     ops = ops.with_columns(
         pl.Series("direction", direction, dtype=pl.Categorical()),
         pl.Series("fwd_op_id", fwd_op, dtype=I64),
+        pl.Series("grad_fn", grad_fn, dtype=pl.String),
     )
     # Backward ops run on the autograd thread, outside any module range:
     # they take module and source from their forward op, as PyProf did.
@@ -328,6 +330,7 @@ def _link_kernels(device: pl.DataFrame, runtime: pl.DataFrame, ops: pl.DataFrame
         op_module=pl.col("module"),
         op_source=pl.col("source"),
         direction="direction",
+        grad_fn="grad_fn",
         fwd_op_id="fwd_op_id",
         fwd_op="fwd_op",
         op_step_placeholder=pl.lit(None, I64),
