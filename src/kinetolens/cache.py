@@ -10,6 +10,7 @@ with an entry (missing file, bad Parquet, bad JSON) means it is rebuilt.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -35,9 +36,24 @@ def default_cache_dir() -> Path:
     return Path(base) / "kinetolens"
 
 
+@functools.cache
+def _code_fingerprint() -> str:
+    """Hash of the code that shapes cached tables (ingest and model).
+
+    Part of the key so that a changed model never reads tables cached by an
+    older one, even between releases.
+    """
+    root = Path(__file__).parent
+    digest = hashlib.sha256(__version__.encode())
+    for sub in ("ingest", "model"):
+        for source in sorted((root / sub).glob("*.py")):
+            digest.update(source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def cache_key(path: Path) -> str:
     st = path.stat()
-    ident = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{__version__}"
+    ident = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{_code_fingerprint()}"
     return hashlib.sha256(ident.encode()).hexdigest()[:32]
 
 
