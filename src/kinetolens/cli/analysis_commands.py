@@ -23,7 +23,7 @@ def _pct(value: float | None) -> str:
 
 
 @click.command("summary")
-@click.argument("trace", type=click.Path(dir_okay=False))
+@click.argument("trace", type=str)
 @click.option("--json", "json_", is_flag=True, help="Stable JSON (see docs/summary-json.md).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
 def summary_command(trace: str, json_: bool, no_cache: bool) -> None:
@@ -66,7 +66,7 @@ class _ColumnHelp(click.Command):
 
 
 @click.command("kernels", cls=_ColumnHelp)
-@click.argument("trace", type=click.Path(dir_okay=False))
+@click.argument("trace", type=str)
 @click.option("-c", "--columns", default=",".join(DEFAULT_COLUMNS), show_default=True, help="Comma-separated columns.")
 @click.option("--csv", is_flag=True, help="CSV output.")
 @click.option("--tsv", is_flag=True, help="Tab-separated output.")
@@ -91,7 +91,7 @@ def kernels_command(
 
 
 @click.command("ops")
-@click.argument("trace", type=click.Path(dir_okay=False))
+@click.argument("trace", type=str)
 @click.option("-t", "--top", type=int, default=20, show_default=True, help="Show the top N rows.")
 @click.option("--aggregate-by", "by", type=click.Choice(list(GROUPINGS)), default="op", show_default=True)
 @click.option("--aggregate", type=click.Choice(list(AGGREGATES)), default="sum", show_default=True)

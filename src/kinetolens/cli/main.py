@@ -8,6 +8,7 @@ import click
 
 from kinetolens import __version__
 from kinetolens.cli.analysis_commands import kernels_command, ops_command, summary_command
+from kinetolens.cli.capture_commands import demo_command, run_command
 from kinetolens.errors import TraceError
 
 EXIT_BAD_INPUT = 2
@@ -22,6 +23,8 @@ def cli() -> None:
 cli.add_command(summary_command, "summary")
 cli.add_command(kernels_command, "kernels")
 cli.add_command(ops_command, "ops")
+cli.add_command(demo_command, "demo")
+cli.add_command(run_command, "run")
 
 
 def main(argv: list[str] | None = None) -> None:

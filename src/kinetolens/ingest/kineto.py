@@ -19,6 +19,7 @@ Output tables (all times are integer nanoseconds, exact):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Iterable
 
 import msgspec
@@ -34,6 +35,7 @@ INT64_MAX = (1 << 63) - 1
 # Beyond this many microseconds a float64 cannot carry nanosecond digits.
 FLOAT_EXACT_US = float(1 << 53) / 1000.0
 MAX_TS_US = INT64_MAX / 1000.0
+_INF = float("inf")
 
 
 class _Container(msgspec.Struct, gc=False):
@@ -162,7 +164,12 @@ def _us_to_ns(value: int | float | None) -> int | None:
         return None
     if isinstance(value, int):
         return value * 1000
-    return round(value * 1000.0)
+    scaled = value * 1000.0
+    if scaled in (_INF, -_INF):
+        # |value| near float64's limit: round(inf) would raise.  Keep it an
+        # exact (huge) int so the column check reports it as out of range.
+        return int(value) * 1000
+    return round(scaled)
 
 
 def _raw_us_to_ns(raw: msgspec.Raw) -> int | None:
@@ -172,7 +179,9 @@ def _raw_us_to_ns(raw: msgspec.Raw) -> int | None:
         return None
     whole, dot, frac = text.partition(b".")
     if b"e" in text or b"E" in text:
-        return round(float(text) * 1000.0)
+        # Decimal, not float: exact, and 1e400 stays a (huge) number rather
+        # than inf, so the column check reports it as out of range.
+        return round(Decimal(text.decode()) * 1000)
     sign = -1 if whole.startswith(b"-") else 1
     ns = int(whole) * 1000
     if dot:
@@ -206,9 +215,15 @@ def _xyz(values: list[int] | str | None, i: int) -> int | None:
 
 
 class _ChunkDecoder:
-    """Typed decoding of one chunk, with a per-event fallback for bad events."""
+    """Typed decoding of one chunk, with a per-event fallback for bad events.
 
-    def __init__(self, exact_time: bool) -> None:
+    An event of the wrong shape is skipped and counted; a number too large
+    for its type (``1e400``) is not: that is bad input, and skipping the
+    event would silently change the totals.
+    """
+
+    def __init__(self, path: str, exact_time: bool) -> None:
+        self.path = path
         self.exact_time = exact_time
         etype = ExactTimeEvent if exact_time else Event
         self._list = msgspec.json.Decoder(list[etype], strict=False)  # type: ignore[valid-type]
@@ -216,16 +231,20 @@ class _ChunkDecoder:
         self.bad_events = 0
         self.first_bad: str = ""
 
-    def decode(self, raws: list[msgspec.Raw]) -> list[Event]:
+    def decode(self, raws: list[msgspec.Raw], first_index: int = 0) -> list[Event]:
         try:
             return self._list.decode(b"[" + b",".join(raws) + b"]")
         except msgspec.DecodeError:
             pass
         events: list[Event] = []
-        for raw in raws:
+        for i, raw in enumerate(raws):
             try:
                 events.append(self._one.decode(raw))
             except msgspec.DecodeError as exc:
+                if "out of range" in str(exc):
+                    raise TraceError(
+                        self.path, f"number out of range in event {first_index + i} ({exc})"
+                    ) from None
                 self.bad_events += 1
                 if not self.first_bad:
                     self.first_bad = str(exc)
@@ -247,7 +266,7 @@ class _Columns:
         try:
             frame = pl.DataFrame(cols, schema=schema, strict=True)
         except (OverflowError, TypeError, pl.exceptions.PolarsError) as exc:
-            raise TraceError(self.path, f"a value in the {table} events does not fit its column ({_first_line(exc)})") from None
+            raise TraceError(self.path, _misfit(table, cols, schema, exc)) from None
         self.frames[table].append(frame)
 
     def concat(self, table: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
@@ -255,6 +274,29 @@ class _Columns:
         if not parts:
             return pl.DataFrame(schema=schema)
         return pl.concat(parts, how="vertical")
+
+
+def _misfit(table: str, cols: dict[str, list[Any]], schema: dict[str, pl.DataType], exc: Exception) -> str:
+    """Name the column and value that did not fit (error path only)."""
+    for name, values in cols.items():
+        if schema[name] == pl.Int64():
+            for v in values:
+                if isinstance(v, int) and not (-INT64_MAX - 1 <= v <= INT64_MAX):
+                    unit = " ns" if name in ("ts", "dur") else ""
+                    return f"value {v}{unit} of '{name}' in the {table} events is out of range (does not fit 64 bits)"
+    return f"a value in the {table} events does not fit its column ({_first_line(exc)})"
+
+
+def _check_end(path: str, table: str, frame: pl.DataFrame) -> None:
+    """``ts + dur`` must fit int64 too, or every end time computed later wraps."""
+    if frame.height == 0:
+        return
+    bad = frame.filter(pl.col("ts") > INT64_MAX - pl.col("dur"))
+    if bad.height:
+        ts, dur = bad["ts"][0], bad["dur"][0]
+        raise TraceError(
+            path, f"end time of an event in the {table} events (ts {ts} ns + dur {dur} ns) is out of range (does not fit 64 bits)"
+        )
 
 
 def _check_ids(path: str, name: str, values: Iterable[int | None]) -> None:
@@ -266,13 +308,13 @@ def _check_ids(path: str, name: str, values: Iterable[int | None]) -> None:
 def decode_events(
     path: str, raw_events: list[msgspec.Raw], exact_time: bool
 ) -> tuple[dict[str, pl.DataFrame], list[TraceWarning]]:
-    decoder = _ChunkDecoder(exact_time)
+    decoder = _ChunkDecoder(path, exact_time)
     out = _Columns(path)
     to_ns = _raw_us_to_ns if exact_time else _us_to_ns
     missing_dur = 0
     negative_dur = 0
     for start in range(0, len(raw_events), CHUNK_EVENTS):
-        chunk = decoder.decode(raw_events[start : start + CHUNK_EVENTS])
+        chunk = decoder.decode(raw_events[start : start + CHUNK_EVENTS], start)
         host: list[Event] = []
         host_kind: list[str] = []
         device: list[Event] = []
@@ -459,6 +501,8 @@ def decode_events(
         "processes": out.concat("processes", PROCESS_SCHEMA),
         "counters": out.concat("counters", COUNTER_SCHEMA),
     }
+    _check_end(path, "host", tables["host"])
+    _check_end(path, "device", tables["device"])
     return tables, warnings
 
 

@@ -7,6 +7,7 @@ and HTA both reject).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
@@ -36,12 +37,75 @@ def _first_char(data: Any) -> bytes:
     return b""
 
 
-def _describe_decode_error(exc: Exception) -> str:
-    text = str(exc)
+#: Leading bytes of file types people pass by mistake, so the error can say
+#: what the file is rather than only what it is not.
+_NOT_JSON_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x89PNG", "a PNG image"),
+    (b"\xff\xd8\xff", "a JPEG image"),
+    (b"\x7fELF", "an ELF executable or library"),
+    (b"PK\x03\x04", "a zip archive (a torch.save checkpoint?)"),
+    (b"%PDF", "a PDF document"),
+    (b"SQLite format 3\x00", "an SQLite database"),
+    (b"BZh", "bzip2-compressed data (only gzip is decompressed)"),
+    (b"\xfd7zXZ\x00", "xz-compressed data (only gzip is decompressed)"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed data (only gzip is decompressed)"),
+)
+_BYTE_AT = re.compile(r"\(byte (\d+)\)")
+_UTF8_SCAN = 1 << 20
+
+
+def _not_json(data: Any) -> str:
+    head = bytes(memoryview(data)[:16])
+    for magic, what in _NOT_JSON_MAGIC:
+        if head.startswith(magic):
+            return f"not a JSON trace: this is {what}"
+    return "not a JSON trace (does not start with '{' or '[')"
+
+
+def _first_invalid_utf8(data: Any) -> int | None:
+    """File offset of the first byte that is not valid UTF-8, if any.
+
+    msgspec's ``UnicodeDecodeError`` positions are relative to the string
+    being decoded, not the file; this scan (error path only, in bounded
+    slices) finds the offset worth reporting.
+    """
+    view = memoryview(data)
+    n = len(view)
+    off = 0
+    while off < n:
+        end = min(n, off + _UTF8_SCAN)
+        try:
+            bytes(view[off:end]).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if end < n and exc.reason == "unexpected end of data":
+                off += exc.start  # a multi-byte character split by the slice
+                continue
+            return off + exc.start
+        off = end
+    return None
+
+
+def _describe_decode_error(exc: Exception, data: Any = None, compressed: bool = False) -> str:
+    """One line for a msgspec/UTF-8 failure, with a file (or decompressed) offset."""
+    where = " of the decompressed data" if compressed else ""
     if isinstance(exc, UnicodeDecodeError):
-        return f"invalid UTF-8 at byte {exc.start}"
+        at = _first_invalid_utf8(data) if data is not None else None
+        if at is None:
+            return "invalid UTF-8 in a string"
+        return f"invalid UTF-8 at byte {at}{where}"
+    text = str(exc)
     if "truncated" in text:
         return "JSON ends early (truncated file)"
+    m = _BYTE_AT.search(text)
+    if m and data is not None:
+        # NaN/Infinity are what Python's json.dump writes for non-finite
+        # floats; they are not JSON and msgspec only says "invalid character".
+        at = int(m.group(1))
+        token = bytes(memoryview(data)[at : at + 9])
+        for bad in (b"NaN", b"Infinity", b"-Infinity"):
+            if token.startswith(bad):
+                return f"invalid JSON: {bad.decode()} is not a JSON number (byte {at}{where})"
+        text = text[: m.start()] + f"(byte {at}{where})" + text[m.end() :]
     return text.replace("JSON is malformed: ", "invalid JSON: ")
 
 
@@ -55,7 +119,7 @@ def _recover_truncated(path: str, data: Any, legacy: bool) -> tuple[Any, int]:
     raw = bytes(view)
     key = raw.find(b'"traceEvents"')
     if not legacy and key < 0:
-        raise TraceError(path, "JSON ends early and no 'traceEvents' array was found")
+        raise TraceError(path, "JSON ends early (truncated file) and no 'traceEvents' array was found")
     closing = b"]" if legacy else b"]}"
     pos = len(raw)
     for _ in range(_MAX_RECOVERY_TRIES):
@@ -77,12 +141,12 @@ def read_kineto(opened: OpenedFile) -> RawTables:
     warnings = [TraceWarning("damaged compression", 1, d) for d in opened.damage]
     first = _first_char(data)
     if first not in (b"{", b"["):
-        raise TraceError(path, "not a JSON trace (does not start with '{' or '[')")
+        raise TraceError(path, _not_json(data))
     legacy = first == b"["
     try:
         top = _EVENTS.decode(data) if legacy else _TOP.decode(data)
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        problem = _describe_decode_error(exc)
+        problem = _describe_decode_error(exc, data, opened.compressed)
         if "truncated" not in problem:
             raise TraceError(path, problem) from None
         data, dropped = _recover_truncated(path, data, legacy)
@@ -108,12 +172,20 @@ def read_kineto(opened: OpenedFile) -> RawTables:
                 metadata[key] = msgspec.json.decode(value)
             except msgspec.DecodeError:
                 metadata[key] = None
+            except UnicodeDecodeError as exc:
+                # Raw slices skip strings without checking their encoding.
+                raise TraceError(path, _describe_decode_error(exc, data, opened.compressed)) from None
         fmt = "kineto-json"
     if not raw_events:
         raise TraceError(path, "the trace has no events")
 
     exact_time = _needs_exact_time(path, raw_events)
-    tables, event_warnings = decode_events(path, raw_events, exact_time)
+    try:
+        tables, event_warnings = decode_events(path, raw_events, exact_time)
+    except UnicodeDecodeError as exc:
+        # An event string (a kernel name, say) that is not UTF-8: refuse the
+        # file rather than drop the event and change the totals.
+        raise TraceError(path, _describe_decode_error(exc, data, opened.compressed)) from None
     warnings.extend(event_warnings)
     del raw_events, top
     return RawTables(format=fmt, metadata=metadata, warnings=warnings, **tables)
@@ -128,8 +200,8 @@ def _needs_exact_time(path: str, raw_events: list[msgspec.Raw]) -> bool:
     sample = raw_events[::step][:512]
     try:
         probes = _PROBE.decode(b"[" + b",".join(sample) + b"]")
-    except msgspec.DecodeError:
-        return False
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return False  # the full decode reports what is wrong, and where
     for p in probes:
         ts = p.ts
         if isinstance(ts, float):

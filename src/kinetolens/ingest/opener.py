@@ -47,46 +47,62 @@ def _gzip_size_hint(path: Path, file_size: int) -> int:
 
 
 def _gunzip(path: Path, file_size: int) -> tuple[bytearray, list[str]]:
+    """Decompress every gzip member of ``path``; recover only a truncated tail.
+
+    A stream that simply *ends early* is recoverable: deflate output is a
+    deterministic function of its input, so every byte decompressed before
+    the cut is exactly what the writer wrote.  A stream with *corrupt bytes*
+    is not: deflate has no per-block checksum, so data decoded between the
+    damage and the point where zlib notices (often only the CRC32 check at
+    the very end) may be garbage that still parses as plausible numbers.
+    Any ``zlib.error`` is therefore fatal, whatever was decoded before it.
+    Bytes after the last complete member that are not another gzip member
+    are ignored with a warning (the data before them passed its CRC check).
+    """
     hint = _gzip_size_hint(path, file_size)
     out = bytearray(hint) if hint else bytearray()
     pos = 0
     damage: list[str] = []
     decomp = zlib.decompressobj(wbits=47)  # gzip or zlib header, auto-detected
+
+    def put(chunk: bytes) -> None:
+        nonlocal pos
+        end = pos + len(chunk)
+        if end > len(out):
+            out.extend(b"\0" * (end - len(out)))
+        out[pos:end] = chunk
+        pos = end
+
     with path.open("rb") as fh:
         while True:
             block = fh.read(_BLOCK)
             if not block:
                 break
-            try:
-                chunk = decomp.decompress(block)
-            except zlib.error as exc:
-                if pos == 0:
-                    raise TraceError(path, f"corrupt gzip data ({exc})") from None
-                damage.append(f"corrupt gzip data after {pos} bytes ({exc})")
+            while block:
+                if decomp.eof:
+                    # The previous member ended: another member, or junk.
+                    if len(block) < len(GZIP_MAGIC):
+                        block += fh.read(len(GZIP_MAGIC))
+                    if not block.startswith(GZIP_MAGIC):
+                        junk = len(block) + file_size - fh.tell()
+                        damage.append(f"ignored {junk} bytes of trailing garbage after the gzip data")
+                        block = b""
+                        break
+                    decomp = zlib.decompressobj(wbits=31)
+                try:
+                    put(decomp.decompress(block))
+                except zlib.error as exc:
+                    raise TraceError(path, f"corrupt gzip data after {pos} decompressed bytes ({exc})") from None
+                block = decomp.unused_data if decomp.eof else b""
+            if damage:
                 break
-            end = pos + len(chunk)
-            if end > len(out):
-                out.extend(b"\0" * (end - len(out)))
-            out[pos:end] = chunk
-            pos = end
-            while decomp.eof and decomp.unused_data:
-                # Concatenated gzip members are legal; keep going.
-                rest = decomp.unused_data
-                decomp = zlib.decompressobj(wbits=47)
-                chunk = decomp.decompress(rest)
-                end = pos + len(chunk)
-                if end > len(out):
-                    out.extend(b"\0" * (end - len(out)))
-                out[pos:end] = chunk
-                pos = end
-        if not decomp.eof and not damage:
-            tail = decomp.flush()
-            if tail:
-                end = pos + len(tail)
-                if end > len(out):
-                    out.extend(b"\0" * (end - len(out)))
-                out[pos:end] = tail
-                pos = end
+        if not decomp.eof:
+            try:
+                put(decomp.flush())
+            except zlib.error as exc:
+                raise TraceError(path, f"corrupt gzip data after {pos} decompressed bytes ({exc})") from None
+            if pos == 0:
+                raise TraceError(path, "gzip stream ends early (truncated file) before any data")
             damage.append(f"gzip stream ends early (truncated file): kept {pos} bytes")
     if pos != len(out):
         del out[pos:]

@@ -1,0 +1,12 @@
+"""Capture: the only part of kinetolens that touches torch, and only lazily.
+
+``profile`` and ``step`` are importable without torch; torch is imported when
+a profile starts.  ``kinetolens run`` (see :mod:`kinetolens.capture.launch`)
+profiles an unmodified script via :mod:`kinetolens.capture.runner`.
+"""
+
+from __future__ import annotations
+
+from kinetolens.capture.profile import Profile, profile, step
+
+__all__ = ["Profile", "profile", "step"]

@@ -1,0 +1,173 @@
+"""``kinetolens demo`` and ``kinetolens run``: the CLI's capture side.
+
+Plain click commands; the main group registers them (``cli.add_command``).
+Nothing here imports torch at import time, so ``kinetolens --help`` stays
+fast; ``run`` never imports it at all (the profiled child does).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import click
+
+DEFAULT_LOGDIR = "./kinetolens-runs"
+
+
+def _show_analysis(trace: Path) -> None:
+    """Print ``kinetolens summary`` and ``kinetolens ops -t 10`` for ``trace``,
+    going through the main group exactly as typed commands would."""
+    try:
+        from kinetolens.cli.main import cli
+    except ImportError as exc:
+        click.echo(f"(analysis commands unavailable: {exc})", err=True)
+        return
+    commands = getattr(cli, "commands", {})
+    for args in (["summary", str(trace)], ["ops", str(trace), "-t", "10"]):
+        if args[0] not in commands:
+            click.echo(f"(no '{args[0]}' command in this build; skipped)", err=True)
+            continue
+        click.echo()
+        cli.main(args=args, prog_name="kinetolens", standalone_mode=False)
+
+
+@click.command()
+@click.option(
+    "--logdir",
+    default=DEFAULT_LOGDIR,
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Root directory; the trace goes to LOGDIR/demo/.",
+)
+@click.option("--steps", default=3, show_default=True, type=click.IntRange(min=1), help="Profiled steps.")
+@click.option(
+    "--warmup", default=2, show_default=True, type=click.IntRange(min=0), help="Unrecorded steps before them."
+)
+@click.option(
+    "--device",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", "cpu", "cuda"]),
+    help="auto = CUDA when available.",
+)
+@click.option("--no-analysis", is_flag=True, help="Only write the trace; skip summary and ops.")
+def demo_command(logdir: Path, steps: int, warmup: int, device: str, no_analysis: bool) -> None:
+    """Profile a small CNN + transformer training job and analyze its trace.
+
+    Needs torch.  Shows what kinetolens does end to end in a few seconds.
+    """
+    try:
+        from kinetolens.capture.demo_model import run_demo
+
+        traces = run_demo(logdir, steps=steps, warmup=warmup, device=device)
+    except ImportError as exc:
+        raise click.ClickException(f"the demo needs torch ({exc})") from exc
+    if not traces:
+        raise click.ClickException("the demo wrote no trace")
+    trace = traces[-1]
+    click.echo(f"trace: {trace}")
+    if not no_analysis:
+        _show_analysis(trace)
+
+
+@click.command(
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option(
+    "--logdir",
+    default=DEFAULT_LOGDIR,
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Root directory; traces go to LOGDIR/RUN/.",
+)
+@click.option("--run", "run_name", default=None, help="Run name (default: the script or module name).")
+@click.option(
+    "--steps",
+    default=5,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Profiled steps per window (0 = until the process exits).",
+)
+@click.option("--warmup", default=2, show_default=True, type=click.IntRange(min=0), help="Unrecorded steps before.")
+@click.option("--skip", default=0, show_default=True, type=click.IntRange(min=0), help="Steps ignored at first.")
+@click.option("--repeat", default=1, show_default=True, type=click.IntRange(min=0), help="Windows (0 = no limit).")
+@click.option("--cpu-only", is_flag=True, help="Do not profile CUDA activity.")
+@click.option("--no-stack", is_flag=True, help="Do not record Python stacks (less overhead).")
+@click.option("--no-shapes", is_flag=True, help="Do not record input shapes.")
+@click.option("--no-memory", is_flag=True, help="Do not record allocator events.")
+@click.option("--no-modules", is_flag=True, help="Do not record nn.Module hierarchy.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def run_command(
+    logdir: Path,
+    run_name: str | None,
+    steps: int,
+    warmup: int,
+    skip: int,
+    repeat: int,
+    cpu_only: bool,
+    no_stack: bool,
+    no_shapes: bool,
+    no_memory: bool,
+    no_modules: bool,
+    command: Sequence[str],
+) -> None:
+    """Profile an unmodified script: kinetolens run [OPTIONS] -- python train.py ARGS
+
+    Also `-- python -m package.module` and `-- torchrun ... train.py`.  Each
+    process that trains writes one trace.  Steps are optimizer steps
+    (counting starts after the second), or kinetolens.step() calls for loops
+    without an optimizer.  The command's output and exit status pass
+    through unchanged.
+    """
+    from kinetolens.capture.launch import launch
+
+    config: dict[str, Any] = {
+        "logdir": str(logdir),
+        "run": run_name or default_run_name(command),
+        "steps": steps or None,
+        "warmup": warmup,
+        "skip": skip,
+        "repeat": repeat,
+        "profile_device": not cpu_only,
+        "with_stack": not no_stack,
+        "record_shapes": not no_shapes,
+        "profile_memory": not no_memory,
+        "with_modules": not no_modules,
+    }
+    result = launch(command, config)
+    if result.traces:
+        for trace in result.traces:
+            click.echo(f"kinetolens: wrote {trace}", err=True)
+    elif result.started:
+        click.echo(
+            f"kinetolens: no trace written to {result.run_dir}: no process got through "
+            f"skip + warmup = {skip + warmup} steps after profiling began (it begins after "
+            f"the second optimizer step, or at the first kinetolens.step() call)",
+            err=True,
+        )
+    # SystemExit, not ctx.exit(): the main entry point runs click with
+    # standalone_mode=False, which would swallow an Exit code.
+    sys.exit(result.exit_code)
+
+
+# ``python -m <launcher> ... train.py``: name the run after the script.
+_LAUNCHER_MODULES = {"torch.distributed.run", "torch.distributed.launch"}
+
+
+def default_run_name(command: Sequence[str]) -> str:
+    """``python train.py`` -> ``train``; ``python -m pkg.mod`` -> ``mod``;
+    ``torchrun ... train.py`` -> ``train``; otherwise the program's name."""
+    args = list(command)
+    for i, arg in enumerate(args):
+        module = None
+        if arg == "-m" and i + 1 < len(args):
+            module = args[i + 1]
+        elif arg.startswith("-m") and len(arg) > 2 and i > 0:
+            module = arg[2:]
+        if module is not None and module not in _LAUNCHER_MODULES:
+            return module.rsplit(".", 1)[-1] or "run"
+        if arg.endswith(".py"):
+            return Path(arg).stem or "run"
+    return Path(args[0]).name if args else "run"
