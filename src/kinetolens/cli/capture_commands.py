@@ -113,13 +113,17 @@ def run_command(
     no_modules: bool,
     command: Sequence[str],
 ) -> None:
-    """Profile an unmodified script: kinetolens run [OPTIONS] -- python train.py ARGS
+    """Profile an unmodified script; each training process writes one trace.
 
-    Also `-- python -m package.module` and `-- torchrun ... train.py`.  Each
-    process that trains writes one trace.  Steps are optimizer steps
-    (counting starts after the second), or kinetolens.step() calls for loops
-    without an optimizer.  The command's output and exit status pass
-    through unchanged.
+    \b
+      kinetolens run [OPTIONS] -- python train.py ARGS...
+      kinetolens run [OPTIONS] -- python -m package.module ARGS...
+      kinetolens run [OPTIONS] -- torchrun --nproc_per_node 8 train.py ARGS...
+
+    Steps are optimizer steps: profiling begins once the first optimizer to
+    step has stepped twice (start-up stays out of the trace).  Loops without
+    an optimizer can mark steps with kinetolens.step().  The command's
+    output and exit status pass through unchanged.
     """
     from kinetolens.capture.launch import launch
 
