@@ -242,8 +242,9 @@ class _ChunkDecoder:
                 events.append(self._one.decode(raw))
             except msgspec.DecodeError as exc:
                 if "out of range" in str(exc):
+                    where = str(exc).rpartition(" - at ")[2]
                     raise TraceError(
-                        self.path, f"number out of range in event {first_index + i} ({exc})"
+                        self.path, f"number out of range at {where} in traceEvents[{first_index + i}]"
                     ) from None
                 self.bad_events += 1
                 if not self.first_bad:
@@ -282,9 +283,21 @@ def _misfit(table: str, cols: dict[str, list[Any]], schema: dict[str, pl.DataTyp
         if schema[name] == pl.Int64():
             for v in values:
                 if isinstance(v, int) and not (-INT64_MAX - 1 <= v <= INT64_MAX):
-                    unit = " ns" if name in ("ts", "dur") else ""
-                    return f"value {v}{unit} of '{name}' in the {table} events is out of range (does not fit 64 bits)"
+                    if name in ("ts", "dur"):  # back to the file's microseconds
+                        shown = f"{_short(Decimal(v).scaleb(-3))} us"
+                    else:
+                        shown = str(v) if len(str(v)) <= 24 else _short(Decimal(v))
+                    return f"'{name}' value {shown} in the {table} events is out of range (does not fit 64 bits)"
     return f"a value in the {table} events does not fit its column ({_first_line(exc)})"
+
+
+def _short(value: Decimal) -> str:
+    """``1.7e+306`` rather than 307 digits (or ``1.70000e+306``)."""
+    text = f"{value:.6g}"
+    mantissa, e, exponent = text.partition("e")
+    if e and "." in mantissa:
+        mantissa = mantissa.rstrip("0").rstrip(".")
+    return mantissa + e + exponent
 
 
 def _check_end(path: str, table: str, frame: pl.DataFrame) -> None:

@@ -46,6 +46,12 @@ def _gzip_size_hint(path: Path, file_size: int) -> int:
     return isize
 
 
+def _corrupt(exc: zlib.error, pos: int) -> str:
+    reason = str(exc).rpartition("while decompressing data: ")[2] or str(exc)
+    after = f" after {pos} decompressed bytes" if pos else ""
+    return f"corrupt gzip data ({reason}){after}: the file is damaged, not just cut short"
+
+
 def _gunzip(path: Path, file_size: int) -> tuple[bytearray, list[str]]:
     """Decompress every gzip member of ``path``; recover only a truncated tail.
 
@@ -92,7 +98,7 @@ def _gunzip(path: Path, file_size: int) -> tuple[bytearray, list[str]]:
                 try:
                     put(decomp.decompress(block))
                 except zlib.error as exc:
-                    raise TraceError(path, f"corrupt gzip data after {pos} decompressed bytes ({exc})") from None
+                    raise TraceError(path, _corrupt(exc, pos)) from None
                 block = decomp.unused_data if decomp.eof else b""
             if damage:
                 break
@@ -100,7 +106,7 @@ def _gunzip(path: Path, file_size: int) -> tuple[bytearray, list[str]]:
             try:
                 put(decomp.flush())
             except zlib.error as exc:
-                raise TraceError(path, f"corrupt gzip data after {pos} decompressed bytes ({exc})") from None
+                raise TraceError(path, _corrupt(exc, pos)) from None
             if pos == 0:
                 raise TraceError(path, "gzip stream ends early (truncated file) before any data")
             damage.append(f"gzip stream ends early (truncated file): kept {pos} bytes")
