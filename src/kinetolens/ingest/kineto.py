@@ -35,7 +35,6 @@ INT64_MAX = (1 << 63) - 1
 # Beyond this many microseconds a float64 cannot carry nanosecond digits.
 FLOAT_EXACT_US = float(1 << 53) / 1000.0
 MAX_TS_US = INT64_MAX / 1000.0
-_INF = float("inf")
 
 
 class _Container(msgspec.Struct, gc=False):
@@ -164,12 +163,12 @@ def _us_to_ns(value: int | float | None) -> int | None:
         return None
     if isinstance(value, int):
         return value * 1000
-    scaled = value * 1000.0
-    if scaled in (_INF, -_INF):
-        # |value| near float64's limit: round(inf) would raise.  Keep it an
+    try:
+        return round(value * 1000.0)
+    except OverflowError:
+        # |value| near float64's limit makes value * 1000 inf.  Keep it an
         # exact (huge) int so the column check reports it as out of range.
         return int(value) * 1000
-    return round(scaled)
 
 
 def _raw_us_to_ns(raw: msgspec.Raw) -> int | None:
