@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import polars as pl
@@ -15,9 +16,10 @@ def test_epoch_timestamps_keep_nanoseconds() -> None:
     # ts is written as 1712195495519689.047 us: float64 would round it to
     # ...689.047 +- 0.125 us; we must keep every nanosecond digit.
     t = kinetolens.load(TRACES / "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", cache=False)
-    ts = t.ops["ts"].sort().to_list()
+    ts = t.ops["ts"].to_list()
     assert 1712195495519689047 in ts
-    assert all(v % 1000 != 0 for v in ts[:50]) or len({v % 1000 for v in ts}) > 100
+    # Sub-microsecond digits survive: float64 would leave only multiples of 125 ns.
+    assert any(v % 125 != 0 for v in ts)
 
 
 def test_legacy_bare_array_loads_with_old_categories() -> None:
@@ -61,8 +63,5 @@ def test_corrupt_cache_is_rebuilt_not_trusted(tmp_path) -> None:
     again = kinetolens.load(path, cache=cache)
     assert again.kernels.equals(first.kernels)
     # A changed file gets a new key: the stale entry is never read.
-    path.write_bytes(src.read_bytes() + b"")
-    import os
-
     os.utime(path, ns=(1, 1))
     assert cache_key(path) != entry.name

@@ -35,6 +35,13 @@ def step_time_ns(trace: Trace) -> int:
     return end - start
 
 
+def _with_step_share(table: pl.DataFrame, trace: Trace) -> pl.DataFrame:
+    """Device total time as a percentage of the wall time of all steps."""
+    total = step_time_ns(trace)
+    share = pl.col("device_total_us") * 1000.0 / total * 100.0 if total else pl.lit(None, pl.Float64)
+    return table.with_columns(step_share_pct=share)
+
+
 def _agg(col: str, how: str) -> pl.Expr:
     expr = pl.col(col)
     if how == "sum":
@@ -86,9 +93,7 @@ def op_stats(
         dtypes=pl.col("dtypes").drop_nulls().first(),
         direction=pl.col("direction").cast(pl.String).mode().first(),
     )
-    total = step_time_ns(trace)
-    share = pl.col("device_total_us") * 1000.0 / total * 100.0 if total else pl.lit(None, pl.Float64)
-    return grouped.with_columns(step_share_pct=share)
+    return _with_step_share(grouped, trace)
 
 
 def _kernel_stats(trace: Trace, aggregate: str, step: int | None) -> pl.DataFrame:
@@ -106,9 +111,7 @@ def _kernel_stats(trace: Trace, aggregate: str, step: int | None) -> pl.DataFram
         blocks_per_sm=pl.col("blocks_per_sm").mean(),
         occupancy=pl.col("occupancy").mean(),
     )
-    total = step_time_ns(trace)
-    share = pl.col("device_total_us") * 1000.0 / total * 100.0 if total else pl.lit(None, pl.Float64)
-    return grouped.with_columns(step_share_pct=share)
+    return _with_step_share(grouped, trace)
 
 
 def order_and_filter(

@@ -95,7 +95,11 @@ def kernels_command(
 @click.option("-t", "--top", type=int, default=20, show_default=True, help="Show the top N rows.")
 @click.option("--aggregate-by", "by", type=click.Choice(list(GROUPINGS)), default="op", show_default=True)
 @click.option("--aggregate", type=click.Choice(list(AGGREGATES)), default="sum", show_default=True)
-@click.option("--order-by", default="device_total_us", show_default=True, help="Column; prefix + for ascending.")
+@click.option(
+    "--order-by",
+    default=None,
+    help="Column; prefix + for ascending.  Default: device_total_us, or host_total_us for CPU-only traces.",
+)
 @click.option("--min-time", type=float, default=None, help="Only rows with at least this time (us).")
 @click.option("--max-time", type=float, default=None, help="Only rows with at most this time (us).")
 @click.option("--name", "name_regex", default=None, help="Only rows whose key matches this regex.")
@@ -104,11 +108,14 @@ def kernels_command(
 @click.option("--json", "json_", is_flag=True)
 @click.option("--no-cache", is_flag=True)
 def ops_command(
-    trace: str, top: int, by: str, aggregate: str, order_by: str, min_time: float | None, max_time: float | None,
+    trace: str, top: int, by: str, aggregate: str, order_by: str | None, min_time: float | None, max_time: float | None,
     name_regex: str | None, step: int | None, csv: bool, json_: bool, no_cache: bool,
 ) -> None:
     """Top ops by device/host time (MegEngine profile_analyze options)."""
-    stats = op_stats(load(trace, cache=not no_cache), by=by, aggregate=aggregate, step=step)
+    loaded = load(trace, cache=not no_cache)
+    if order_by is None:
+        order_by = "device_total_us" if loaded.kernels.height else "host_total_us"
+    stats = op_stats(loaded, by=by, aggregate=aggregate, step=step)
     try:
         table = order_and_filter(
             stats, order_by=order_by, top=top, min_time_us=min_time, max_time_us=max_time, name_regex=name_regex

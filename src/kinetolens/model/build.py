@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from kinetolens.errors import TraceWarning
 from kinetolens.ingest.categories import ANNOTATION, GPU_ACTIVITY, OP, PYTHON, RUNTIME, SYNC
 from kinetolens.ingest.kineto import RawTables
 from kinetolens.model import direction as dirn
@@ -67,8 +68,6 @@ def build_trace(raw: RawTables, path: str) -> Trace:
     ops, runtime, kernels = assign_steps(steps, ops, runtime, kernels)
 
     warnings = list(raw.warnings)
-    from kinetolens.errors import TraceWarning
-
     if overlaps:
         warnings.append(
             TraceWarning("ranges overlap without nesting", overlaps, "kept, attached to the range they start in")
@@ -333,8 +332,7 @@ def _link_kernels(device: pl.DataFrame, runtime: pl.DataFrame, ops: pl.DataFrame
         grad_fn="grad_fn",
         fwd_op_id="fwd_op_id",
         fwd_op="fwd_op",
-        op_step_placeholder=pl.lit(None, I64),
-    ).drop("op_step_placeholder")
+    )
     tops = ops.select(top_op_id="op_id", top_op="name")
     gpu = (
         gpu.join(op_cols, on="op_id", how="left")
