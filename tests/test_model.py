@@ -65,3 +65,72 @@ def test_corrupt_cache_is_rebuilt_not_trusted(tmp_path) -> None:
     # A changed file gets a new key: the stale entry is never read.
     os.utime(path, ns=(1, 1))
     assert cache_key(path) != entry.name
+
+
+RESNET = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+LEGACY = "kineto_legacy/resnet50_num_workers_0_2020-12/worker0.pt.trace.json.gz"
+
+
+def _backward_roots(ops: pl.DataFrame) -> list[int | None]:
+    parents = ops["parent_id"].to_list()
+    backward = (ops["direction"] == "bprop").to_list()
+    root: list[int | None] = [None] * ops.height
+    for i in range(ops.height):
+        if backward[i]:
+            p = parents[i]
+            root[i] = root[p] if p is not None and root[p] is not None else i
+    return root
+
+
+def test_creation_order_agrees_with_sequence_numbers() -> None:
+    # The order rule, run on traces that also carry sequence numbers, must
+    # pair every node with the same forward call the numbers name.
+    from kinetolens.model.autograd_order import pair_by_order
+
+    for rel in (RESNET, "hta/trace_diff/control/control.json.gz", "hta/nccl_parser_config/nccl_data.json.gz"):
+        ops = kinetolens.load(TRACES / rel).ops
+        pairs = pair_by_order(ops, ops["direction"].cast(pl.String).to_list(), _backward_roots(ops))
+        fwd = ops["fwd_op_id"].to_list()
+        top = ops["top_op_id"].to_list()
+        checked = [(r, f) for r, f in pairs.items() if fwd[r] is not None]
+        assert len(checked) > 400, rel
+        assert all(top[fwd[r]] == top[f] for r, f in checked), rel
+        assert sum(fwd[r] == f for r, f in checked) >= 0.98 * len(checked), rel
+
+
+def test_traces_without_sequence_numbers_link_by_creation_order() -> None:
+    t = kinetolens.load(TRACES / LEGACY)
+    assert t.ops["sequence_number"].null_count() == t.ops.height
+    conv = t.kernels.filter((pl.col("direction") == "bprop") & (pl.col("grad_fn") == "CudnnConvolutionBackward"))
+    assert conv.height > 0
+    assert set(conv["fwd_op"].unique().to_list()) == {"aten::cudnn_convolution"}
+    assert set(t.ops["fwd_link"].drop_nulls().unique().to_list()) == {"creation_order"}
+    linked = kinetolens.load(TRACES / RESNET).ops["fwd_link"].drop_nulls().unique().to_list()
+    assert "creation_order" not in linked
+
+
+def test_engine_work_between_nodes_belongs_to_the_node_before() -> None:
+    # PyTorch 1.8 records the engine's gradient sums as bare aten::add ops on
+    # the autograd thread; 2020 traces record only their launches.
+    t = kinetolens.load(TRACES / RESNET)
+    bwd_tid = t.ops.filter(pl.col("direction") == "bprop")["tid"].mode()[0]
+    bare = t.ops.filter((pl.col("tid") == bwd_tid) & pl.col("parent_id").is_null() & (pl.col("name") == "aten::add"))
+    assert bare.height == 96
+    assert set(bare["direction"].cast(pl.String).to_list()) == {"bprop"}
+    assert set(bare["grad_fn"].to_list()) == {"CudnnConvolutionBackward"}
+    legacy = kinetolens.load(TRACES / LEGACY)
+    gap = legacy.runtime.filter(pl.col("op_link") == "after_backward_node")
+    assert gap.height == 102
+    ops = legacy.ops.filter(pl.col("op_id").is_in(gap["op_id"].implode()))
+    assert set(ops["name"].to_list()) == {"CudnnConvolutionBackward", "AddmmBackward"}
+    # AccumulateGrad is engine work too, not forward.
+    acc = legacy.ops.filter(pl.col("name") == "torch::autograd::AccumulateGrad")
+    assert set(acc["direction"].cast(pl.String).to_list()) == {"bprop"}
+
+
+def test_external_id_copied_from_correlation_names_no_op() -> None:
+    t = kinetolens.load(TRACES / "hta/trace_diff/test/test.json.gz")
+    orphans = t.kernels.filter(pl.col("launch_id").is_null())
+    assert orphans.height == 614
+    assert (orphans["external_id"] == orphans["correlation"]).all()
+    assert orphans["op_id"].null_count() == orphans.height

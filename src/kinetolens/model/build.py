@@ -22,6 +22,7 @@ from kinetolens.errors import TraceWarning
 from kinetolens.ingest.categories import ANNOTATION, GPU_ACTIVITY, OP, PYTHON, RUNTIME, SYNC
 from kinetolens.ingest.kineto import RawTables
 from kinetolens.model import direction as dirn
+from kinetolens.model.autograd_order import pair_by_order
 from kinetolens.model.frames import (
     is_module_frame,
     module_name,
@@ -177,58 +178,14 @@ def _attach_python(
 
 def _directions(ops: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
     """Direction of every op; forward op, module and source for backward ops."""
+    direction, bwd_root = _backward_roots(ops)
+    fwd_op, fwd_link = _forward_ops(ops, flows, direction, bwd_root)
     names = ops["name"].to_list()
-    kinds = ops["kind"].cast(pl.String).to_list()
-    parents = ops["parent_id"].to_list()
-    seqs = ops["sequence_number"].to_list()
-    n = ops.height
-    direction: list[str] = [""] * n
-    bwd_root: list[int | None] = [None] * n
-    for i in range(n):
-        p = parents[i]
-        own = dirn.own_direction(names[i] or "", kinds[i])
-        direction[i] = dirn.inherit(direction[p] if p is not None else None, own)
-        if direction[i] == dirn.BPROP:
-            up = bwd_root[p] if p is not None else None
-            bwd_root[i] = up if up is not None else i
-
-    # Forward op of each backward root: flows first, then sequence numbers.
-    fwd_of_root = _fwdbwd_pairs(ops, flows)
-    depth = ops["depth"].to_list()
-    by_seq: dict[int, int] = {}
-    for i in range(n):
-        s = seqs[i]
-        if s is None or direction[i] != dirn.FPROP or kinds[i] != OP:
-            continue
-        best = by_seq.get(s)
-        # The op that created the autograd node is the deepest one carrying
-        # the sequence number (aten::convolution inside aten::conv2d).
-        if best is None or depth[i] >= depth[best]:
-            by_seq[s] = i
-    fwd_op: list[int | None] = [None] * n
-    for i in range(n):
-        root = bwd_root[i]
-        if root is None:
-            continue
-        f = fwd_of_root.get(root)
-        if f is None:
-            # Walk up from the root to the first range that has a sequence number.
-            j: int | None = root
-            while j is not None and f is None:
-                s = seqs[j]
-                if s is not None and (names[j] or "").find("Backward") >= 0:
-                    f = by_seq.get(s)
-                j = parents[j]
-            if f is None:
-                # The wrapper's child (e.g. MmBackward0) may carry it instead.
-                s = seqs[root]
-                f = by_seq.get(s) if s is not None else None
-            fwd_of_root[root] = f  # type: ignore[assignment]
-        fwd_op[i] = f
     grad_fn = [names[r] if r is not None else None for r in bwd_root]
     ops = ops.with_columns(
         pl.Series("direction", direction, dtype=pl.Categorical()),
         pl.Series("fwd_op_id", fwd_op, dtype=I64),
+        pl.Series("fwd_link", fwd_link, dtype=pl.String),
         pl.Series("grad_fn", grad_fn, dtype=pl.String),
     )
     # Backward ops run on the autograd thread, outside any module range:
@@ -248,6 +205,135 @@ def _directions(ops: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
         .drop("fwd_module", "fwd_source")
         .sort("op_id")
     )
+
+
+def _backward_roots(ops: pl.DataFrame) -> tuple[list[str], list[int | None]]:
+    """Direction of every op, and the backward node each backward op belongs to.
+
+    Ops the engine runs between two nodes outside any range (see
+    ``_engine_gap_owners``) belong to the node before them.
+    """
+    names = ops["name"].to_list()
+    kinds = ops["kind"].cast(pl.String).to_list()
+    parents = ops["parent_id"].to_list()
+    n = ops.height
+    own = [dirn.own_direction(names[i] or "", kinds[i]) for i in range(n)]
+    owner = _engine_gap_owners(ops, own)
+    direction: list[str] = [""] * n
+    bwd_root: list[int | None] = [None] * n
+    for i in range(n):
+        p = parents[i]
+        if p is None and i in owner:
+            direction[i] = dirn.BPROP
+            bwd_root[i] = bwd_root[owner[i]]
+            continue
+        direction[i] = dirn.inherit(direction[p] if p is not None else None, own[i])
+        if direction[i] == dirn.BPROP:
+            up = bwd_root[p] if p is not None else None
+            bwd_root[i] = up if up is not None else i
+    return direction, bwd_root
+
+
+def _engine_gap_owners(ops: pl.DataFrame, own: list[str]) -> dict[int, int]:
+    """Top-level ops the autograd engine ran between two nodes -> the node before.
+
+    After a node returns, the engine sums the gradients that two branches
+    send to one tensor (``aten::add``) and reduces broadcast gradients to
+    their input's shape (``aten::sum``); PyTorch 1.8-1.9 record these as bare
+    top-level ops on the autograd thread, outside every node.  They finish
+    the node before them (newer PyTorch puts them inside that node's
+    ``evaluate_function`` range).  Only threads without annotations qualify:
+    the engine's worker threads record none, while a thread that also runs
+    the training loop (where the gap between two backward passes holds the
+    optimizer and the next forward) has step and optimizer ranges.
+    """
+    tops = ops.filter(pl.col("parent_id").is_null()).select("op_id", "group", "kind")
+    annotated = set(tops.filter(pl.col("kind") == ANNOTATION)["group"].to_list())
+    owner: dict[int, int] = {}
+    last_node: dict[int, int] = {}
+    pending: dict[int, list[int]] = {}
+    for i, g in zip(tops["op_id"].to_list(), tops["group"].to_list()):
+        if g in annotated:
+            continue
+        if own[i] == dirn.BPROP:
+            node = last_node.get(g)
+            if node is not None:
+                for j in pending.get(g, []):
+                    owner[j] = node
+            last_node[g] = i
+            pending[g] = []
+        elif g in last_node and own[i] == dirn.FPROP:
+            pending[g].append(i)
+    return owner
+
+
+def _forward_ops(
+    ops: pl.DataFrame, flows: pl.DataFrame, direction: list[str], bwd_root: list[int | None]
+) -> tuple[list[int | None], list[str | None]]:
+    """Forward op of every backward op, and how it was found.
+
+    ``fwdbwd`` flows first, then autograd sequence numbers; a trace with no
+    sequence numbers at all falls back to creation order
+    (``kinetolens.model.autograd_order``).
+    """
+    n = ops.height
+    fwd_of_root: dict[int, int | None] = dict(_fwdbwd_pairs(ops, flows))
+    how: dict[int, str] = {r: "fwdbwd_flow" for r, f in fwd_of_root.items() if f is not None}
+    if ops["sequence_number"].null_count() < n:
+        by_seq = _sequence_pairs(ops, direction, bwd_root, fwd_of_root)
+        how.update({r: "sequence_number" for r in by_seq if r not in how})
+        fwd_of_root.update({r: f for r, f in by_seq.items() if fwd_of_root.get(r) is None})
+    else:
+        ordered = pair_by_order(ops, direction, bwd_root)
+        how.update({r: "creation_order" for r in ordered if r not in how})
+        fwd_of_root.update({r: f for r, f in ordered.items() if fwd_of_root.get(r) is None})
+    fwd_op: list[int | None] = [None] * n
+    link: list[str | None] = [None] * n
+    for i in range(n):
+        root = bwd_root[i]
+        if root is not None and fwd_of_root.get(root) is not None:
+            fwd_op[i] = fwd_of_root[root]
+            link[i] = how[root]
+    return fwd_op, link
+
+
+def _sequence_pairs(
+    ops: pl.DataFrame, direction: list[str], bwd_root: list[int | None], known: dict[int, int | None]
+) -> dict[int, int]:
+    """Backward root -> the forward op that recorded its sequence number."""
+    names = ops["name"].to_list()
+    kinds = ops["kind"].cast(pl.String).to_list()
+    parents = ops["parent_id"].to_list()
+    seqs = ops["sequence_number"].to_list()
+    by_seq: dict[int, int] = {}
+    for i in range(ops.height):
+        s = seqs[i]
+        # Ops record the counter's value on entry and a node creator then
+        # bumps it, so the ops carrying one number are the ones run after the
+        # previous node and, last of all, the creator of this node: the op
+        # that starts last (aten::convolution inside aten::conv2d, but
+        # aten::gather after the aten::to that prepared its index).
+        if s is not None and direction[i] == dirn.FPROP and kinds[i] == OP:
+            by_seq[s] = i
+    pairs: dict[int, int] = {}
+    for root in {r for r in bwd_root if r is not None}:
+        if known.get(root) is not None:
+            continue
+        f: int | None = None
+        # Walk up from the root to the first range that has a sequence number.
+        j: int | None = root
+        while j is not None and f is None:
+            s = seqs[j]
+            if s is not None and (names[j] or "").find("Backward") >= 0:
+                f = by_seq.get(s)
+            j = parents[j]
+        if f is None:
+            # The wrapper's child (e.g. MmBackward0) may carry it instead.
+            s = seqs[root]
+            f = by_seq.get(s) if s is not None else None
+        if f is not None:
+            pairs[root] = f
+    return pairs
 
 
 def _fwdbwd_pairs(ops: pl.DataFrame, flows: pl.DataFrame) -> dict[int, int | None]:
@@ -290,14 +376,68 @@ def _link_launches(runtime: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         & (pl.col("id_ts") <= pl.col("ts"))
         & (pl.col("ts") < pl.col("id_end"))
     )
-    return runtime.with_columns(
+    runtime = runtime.with_columns(
         op_id=pl.when(consistent).then(pl.col("id_op")).otherwise(pl.col("contained_op_id")),
         op_link=pl.when(consistent)
         .then(pl.lit("external_id"))
         .when(pl.col("contained_op_id").is_not_null())
         .then(pl.lit("containment"))
         .otherwise(pl.lit(None, pl.String)),
-    ).drop("id_op", "id_pid", "id_tid", "id_ts", "id_end").sort("launch_id")
+    ).drop("id_op", "id_pid", "id_tid", "id_ts", "id_end")
+    return _link_engine_gaps(runtime, ops).sort("launch_id")
+
+
+def _link_engine_gaps(runtime: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """Launches the autograd engine made between two backward nodes.
+
+    Before PyTorch wrapped each node in ``autograd::engine::evaluate_function:``
+    ranges (2020 traces), the engine's own work after a node - summing the
+    gradients two branches send to one tensor, reducing a broadcast gradient
+    to its input's shape - launched kernels under no op at all: External id 0,
+    outside every range.  That work finishes the node that just ran (newer
+    traces put it inside that node's ``evaluate_function`` range), so such a
+    launch belongs to the backward node before it, provided the next range on
+    the thread is a backward node too (the launch sits inside the backward
+    pass, not in user code after it).  Where such work was recorded as ops,
+    ``_engine_gap_owners`` gives those ops to the same node.
+    """
+    orphan = (
+        pl.col("op_id").is_null()
+        & (pl.col("external_id").fill_null(0) == 0)
+        & pl.col("kind").is_in([RUNTIME])
+    )
+    if runtime.filter(orphan).height == 0:
+        return runtime
+    roots = ops.filter(pl.col("parent_id").is_null())
+    # As for ops (``_engine_gap_owners``): only on threads without annotations.
+    annotated = roots.filter(pl.col("kind") == ANNOTATION)["group"].unique().implode()
+    top = (
+        roots.filter(~pl.col("group").is_in(annotated))
+        .select("group", "ts", "end", "op_id", bprop=pl.col("direction") == dirn.BPROP)
+        .sort("ts")
+    )
+    query = runtime.filter(orphan).select("launch_id", "group", "ts").sort("ts")
+    prev = query.join_asof(
+        top.rename({"ts": "prev_ts", "end": "prev_end", "op_id": "prev_op", "bprop": "prev_bprop"}),
+        left_on="ts", right_on="prev_ts", by="group", strategy="backward", check_sortedness=False,
+    )
+    both = prev.join_asof(
+        top.select("group", next_ts="ts", next_bprop="bprop"),
+        left_on="ts", right_on="next_ts", by="group", strategy="forward", check_sortedness=False,
+    )
+    gap = both.filter(
+        pl.col("prev_bprop") & pl.col("next_bprop") & (pl.col("prev_end") <= pl.col("ts"))
+    ).select("launch_id", gap_op="prev_op")
+    return (
+        runtime.join(gap, on="launch_id", how="left")
+        .with_columns(
+            op_id=pl.coalesce("op_id", "gap_op"),
+            op_link=pl.when(pl.col("gap_op").is_not_null())
+            .then(pl.lit("after_backward_node"))
+            .otherwise(pl.col("op_link")),
+        )
+        .drop("gap_op")
+    )
 
 
 def _link_kernels(device: pl.DataFrame, runtime: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
@@ -315,12 +455,15 @@ def _link_kernels(device: pl.DataFrame, runtime: pl.DataFrame, ops: pl.DataFrame
     ).unique(subset=["correlation"], keep="first")
     gpu = gpu.join(launches, on="correlation", how="left")
     # Old traces (and launches outside the profiled window) may lack the
-    # runtime event; their kernels still carry the op's External id.
+    # runtime event; their kernels still carry the op's External id.  Some
+    # exporters copy the correlation id into External id instead: that number
+    # names no op, and matching it against op ids would be a coincidence.
     ext = ops.filter(pl.col("external_id").is_not_null() & (pl.col("external_id") != 0)).select(
         "external_id", ext_op_id="op_id"
     ).unique(subset=["external_id"], keep="first")
+    by_ext = pl.col("launch_id").is_null() & (pl.col("external_id") != pl.col("correlation").fill_null(-1))
     gpu = gpu.join(ext, on="external_id", how="left").with_columns(
-        op_id=pl.coalesce("launch_op_id", pl.when(pl.col("launch_id").is_null()).then(pl.col("ext_op_id")))
+        op_id=pl.coalesce("launch_op_id", pl.when(by_ext).then(pl.col("ext_op_id")))
     ).drop("ext_op_id", "launch_op_id")
     op_cols = ops.select(
         "op_id",

@@ -1,8 +1,9 @@
 """Forward, backward and optimizer: classify ops, link backward to forward.
 
 A backward op is one run by the autograd engine: a node such as
-``MmBackward0`` or its ``autograd::engine::evaluate_function:`` wrapper, and
-every op nested inside it.  Its forward op is the op that recorded the same
+``MmBackward0`` or ``torch::autograd::AccumulateGrad``, or its
+``autograd::engine::evaluate_function:`` wrapper, and every op nested inside
+it.  Its forward op is the op that recorded the same
 autograd sequence number on the forward pass; Kineto's ``fwdbwd`` flows give
 the pair directly where present.
 """
@@ -16,7 +17,11 @@ BPROP = "bprop"
 OPTIMIZER = "optimizer"
 OTHER = "other"
 
-_BACKWARD_NODE = re.compile(r"(^autograd::engine::evaluate_function: )|(Backward\d*$)")
+# Autograd nodes: ``XBackward0`` nodes, the engine's per-node wrapper, and
+# the engine's own node classes (``torch::autograd::AccumulateGrad``,
+# ``CppNode<...>``, ``CopySlices``), which 2020 traces record bare, with no
+# wrapper around them.
+_BACKWARD_NODE = re.compile(r"(^autograd::engine::evaluate_function: )|(Backward\d*$)|(^torch::autograd::)")
 OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#", "Optimizer.")
 OTHER_PREFIXES = ("ProfilerStep#", "enumerate(DataLoader)", "DataLoader")
 
