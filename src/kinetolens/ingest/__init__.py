@@ -7,7 +7,8 @@ from pathlib import Path
 from kinetolens.errors import TraceError
 from kinetolens.ingest.kineto import RawTables
 from kinetolens.ingest.kineto_file import read_kineto
-from kinetolens.ingest.opener import open_trace_bytes
+from kinetolens.ingest.kineto_stream import stream_kineto
+from kinetolens.ingest.opener import StreamUnsupported, open_trace_bytes
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -28,5 +29,9 @@ def read_raw(path: str | Path) -> RawTables:
         raise TraceError(p, f"cannot read file ({exc.strerror})") from None
     if head == SQLITE_MAGIC:
         raise TraceError(p, "Nsight Systems SQLite exports are not supported by this version")
-    opened = open_trace_bytes(p)
-    return read_kineto(opened)
+    try:
+        return stream_kineto(p)
+    except StreamUnsupported:
+        # Damaged, unusual or invalid: the whole-file reader recovers what
+        # can be recovered and names exactly what is wrong.
+        return read_kineto(open_trace_bytes(p))

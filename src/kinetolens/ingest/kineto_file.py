@@ -8,24 +8,67 @@ and HTA both reject).
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Iterator
 
 import msgspec
 
 from kinetolens.errors import TraceError, TraceWarning
-from kinetolens.ingest.kineto import FLOAT_EXACT_US, MAX_TS_US, RawTables, decode_events
+from kinetolens.ingest.kineto import ChunkSource, RawTables, decode_events
+from kinetolens.ingest.kineto_schema import Event, ExactTimeEvent
 from kinetolens.ingest.opener import OpenedFile
 
+CHUNK_EVENTS = 8192
 _MAX_RECOVERY_TRIES = 64
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _EVENTS = msgspec.json.Decoder(list[msgspec.Raw])
 
 
-class _TsProbe(msgspec.Struct, gc=False):
-    ts: int | float | None = None
+class _ChunkDecoder:
+    """Typed decoding of one chunk, with a per-event fallback for bad events.
 
+    An event of the wrong shape is skipped and counted; a number too large
+    for its type (``1e400``) is not: that is bad input, and skipping the
+    event would silently change the totals.
+    """
 
-_PROBE = msgspec.json.Decoder(list[_TsProbe], strict=False)
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._list = {
+            exact: msgspec.json.Decoder(list[etype], strict=False)  # type: ignore[valid-type]
+            for exact, etype in ((False, Event), (True, ExactTimeEvent))
+        }
+        self._one = {
+            exact: msgspec.json.Decoder(etype, strict=False) for exact, etype in ((False, Event), (True, ExactTimeEvent))
+        }
+        self.bad_events = 0
+        self.first_bad = ""
+
+    def chunks(self, raws: list[msgspec.Raw]) -> Iterator[ChunkSource]:
+        for start in range(0, len(raws), CHUNK_EVENTS):
+            part = raws[start : start + CHUNK_EVENTS]
+            yield lambda exact, part=part, start=start: self.decode(part, start, exact)  # type: ignore[misc]
+
+    def decode(self, raws: list[msgspec.Raw], first_index: int, exact: bool) -> list[Event]:
+        try:
+            return self._list[exact].decode(b"[" + b",".join(raws) + b"]")
+        except msgspec.DecodeError:
+            pass
+        events: list[Event] = []
+        bad = 0
+        for i, raw in enumerate(raws):
+            try:
+                events.append(self._one[exact].decode(raw))
+            except msgspec.DecodeError as exc:
+                if "out of range" in str(exc):
+                    where = str(exc).rpartition(" - at ")[2]
+                    raise TraceError(
+                        self.path, f"number out of range at {where} in traceEvents[{first_index + i}]"
+                    ) from None
+                bad += 1
+                if not self.first_bad:
+                    self.first_bad = str(exc)
+        self.bad_events += bad
+        return events
 
 
 def _first_char(data: Any) -> bytes:
@@ -179,36 +222,16 @@ def read_kineto(opened: OpenedFile) -> RawTables:
     if not raw_events:
         raise TraceError(path, "the trace has no events")
 
-    exact_time = _needs_exact_time(path, raw_events)
+    decoder = _ChunkDecoder(path)
     try:
-        tables, event_warnings = decode_events(path, raw_events, exact_time)
+        tables = decode_events(path, decoder.chunks(raw_events))
     except UnicodeDecodeError as exc:
         # An event string (a kernel name, say) that is not UTF-8: refuse the
         # file rather than drop the event and change the totals.
         raise TraceError(path, _describe_decode_error(exc, data, opened.compressed)) from None
-    warnings.extend(event_warnings)
+    if decoder.bad_events:
+        if decoder.bad_events == len(raw_events):
+            raise TraceError(path, f"no event could be decoded ({decoder.first_bad})")
+        warnings.append(TraceWarning("malformed events skipped", decoder.bad_events, decoder.first_bad))
     del raw_events, top
     return RawTables(format=fmt, metadata=metadata, warnings=warnings, **tables)
-
-
-def _needs_exact_time(path: str, raw_events: list[msgspec.Raw]) -> bool:
-    """True when timestamps are float microseconds beyond float64's ns precision.
-
-    Probes a sample of events; Kineto writes one time base per file.
-    """
-    step = max(1, len(raw_events) // 256)
-    sample = raw_events[::step][:512]
-    try:
-        probes = _PROBE.decode(b"[" + b",".join(sample) + b"]")
-    except (msgspec.DecodeError, UnicodeDecodeError):
-        return False  # the full decode reports what is wrong, and where
-    for p in probes:
-        ts = p.ts
-        if isinstance(ts, float):
-            if ts != ts or abs(ts) == float("inf"):
-                raise TraceError(path, "a timestamp is NaN or infinite")
-            if abs(ts) > MAX_TS_US:
-                raise TraceError(path, f"timestamp {ts} us is out of range")
-            if abs(ts) >= FLOAT_EXACT_US:
-                return True
-    return False

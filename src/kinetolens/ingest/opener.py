@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import mmap
 import os
+import queue
 import struct
+import threading
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from kinetolens.errors import TraceError
 
@@ -143,3 +146,91 @@ def open_trace_bytes(path: str | Path) -> OpenedFile:
         # again under pressure, and msgspec decodes from it without a copy.
         data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     return OpenedFile(p, data, False, [])
+
+
+class StreamUnsupported(Exception):
+    """The streaming reader stepped aside; the whole-file reader takes over.
+
+    Raised for anything the fast path does not handle itself (damage, odd
+    layouts, errors that deserve a precise message): the whole-file reader
+    then reads the file again and reports or recovers exactly.
+    """
+
+
+_STREAM_OUT = 4 << 20
+_STREAM_IN = 1 << 18
+_QUEUE_DEPTH = 3
+
+
+def plain_blocks(path: Path) -> Iterator[bytes]:
+    """The file in blocks (read, not mapped, so the pages are not our RSS)."""
+    with path.open("rb") as fh:
+        while block := fh.read(_STREAM_OUT):
+            yield block
+
+
+def gzip_blocks(path: Path) -> Iterator[bytes]:
+    """Decompressed blocks of a gzip file, inflated on a background thread.
+
+    zlib releases the GIL while it inflates, so decompression overlaps the
+    decoding of the previous block; the queue bounds how far it runs ahead.
+    Any damage (corrupt data, a truncated stream, trailing garbage) raises
+    :class:`StreamUnsupported` so the whole-file reader can recover or
+    report it.
+    """
+    blocks: queue.Queue[bytes | BaseException | None] = queue.Queue(maxsize=_QUEUE_DEPTH)
+    stop = threading.Event()
+
+    def put(item: bytes | BaseException | None) -> None:
+        while not stop.is_set():
+            try:
+                blocks.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def inflate() -> None:
+        try:
+            with path.open("rb") as fh:
+                decomp = zlib.decompressobj(wbits=31)
+                data = fh.read(_STREAM_IN)
+                while data and not stop.is_set():
+                    out = decomp.decompress(data, _STREAM_OUT)
+                    if out:
+                        put(out)
+                    if decomp.eof:
+                        rest = decomp.unused_data + fh.read(_STREAM_IN)
+                        if not rest:
+                            break
+                        if not rest.startswith(GZIP_MAGIC):
+                            raise StreamUnsupported("data after the gzip stream")
+                        decomp = zlib.decompressobj(wbits=31)
+                        data = rest
+                    else:
+                        data = decomp.unconsumed_tail or fh.read(_STREAM_IN)
+                if not decomp.eof:
+                    raise StreamUnsupported("gzip stream ends early")
+            put(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            put(exc if isinstance(exc, StreamUnsupported) else StreamUnsupported(str(exc)))
+
+    worker = threading.Thread(target=inflate, name="kinetolens-gunzip", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = blocks.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        worker.join()
+
+
+def file_blocks(path: Path) -> Iterator[bytes]:
+    """Decompressed blocks of a trace file, gzip detected by its magic."""
+    with path.open("rb") as fh:
+        magic = fh.read(2)
+    return gzip_blocks(path) if magic == GZIP_MAGIC else plain_blocks(path)

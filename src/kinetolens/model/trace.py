@@ -9,8 +9,12 @@ Tables (times in integer nanoseconds, ``end = ts + dur``):
   launch (``launch_id``), op (``op_id``), top-level op, module, source line,
   direction, forward op (backward kernels), ``sub`` index and step.
 * ``ops``: CPU ops and annotations with ``parent_id``/``top_op_id``/``depth``,
-  shapes and dtypes, ``module``, ``source``, ``direction``, ``fwd_op_id``.
-* ``runtime``: CUDA runtime/driver calls with the ``op_id`` they ran under.
+  shapes and dtypes, ``module``, ``source``, ``direction``, ``fwd_op_id`` and
+  ``fwd_link`` (how it was found: ``fwdbwd_flow``, ``sequence_number`` or
+  ``creation_order``).
+* ``runtime``: CUDA runtime/driver calls with the ``op_id`` they ran under
+  and ``op_link`` (``external_id``, ``containment`` or
+  ``after_backward_node``).
 * ``python``: python_function ranges (with_stack / with_modules).
 * ``steps``: ProfilerStep ranges extended over the GPU work they launched.
 * ``memory``, ``flows``, ``device_events`` (GPU annotations, CUPTI ranges),

@@ -1,0 +1,174 @@
+"""Stream a Kineto trace: decode events while the rest of the file is read.
+
+The whole-file reader (:mod:`kinetolens.ingest.kineto_file`) needs the
+complete decompressed JSON in memory before it can split it, which alone is
+1x the JSON size.  This reader never holds more than a few megabytes of
+text: it cuts the ``traceEvents`` array into pieces at event boundaries and
+decodes each piece as soon as it arrives (gzip inflation runs on another
+thread meanwhile).
+
+Finding an event boundary without parsing means guessing: a ``}`` ``,``
+``{`` sequence may sit inside a string (a kernel name, say).  A guess is
+only accepted if the piece before it decodes as a JSON array of complete
+events; a cut inside a string leaves that string unterminated, and a cut
+inside a nested object leaves it unbalanced, so a wrong guess never
+decodes.  Anything unusual (damage, a layout this reader does not expect,
+a malformed event) raises :class:`StreamUnsupported`, and the whole-file
+reader, which recovers truncated files and names the byte of an error,
+reads the file instead.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+import msgspec
+
+from kinetolens.ingest.kineto import ChunkSource, RawTables, decode_events
+from kinetolens.ingest.kineto_schema import Event, ExactTimeEvent
+from kinetolens.ingest.opener import StreamUnsupported, file_blocks
+
+PIECE_BYTES = 4 << 20
+_TAIL_WINDOW = 1 << 16
+_MAX_CUT_TRIES = 8
+_MAX_HEAD_BYTES = 64 << 20
+
+_ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[\s*')
+_BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*\{")
+_ARRAY_END = re.compile(rb"\}\s*\]")
+
+_OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_EVENTS = {
+    False: msgspec.json.Decoder(list[Event], strict=False),
+    True: msgspec.json.Decoder(list[ExactTimeEvent], strict=False),
+}
+
+
+def _decode_piece(piece: bytes, exact: bool) -> list[Event]:
+    return _EVENTS[exact].decode(b"".join((b"[", piece, b"]")))
+
+
+def _try_piece(piece: bytes) -> list[Event] | None:
+    try:
+        return _decode_piece(piece, False)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return None
+
+
+def _object(text: bytes) -> dict[str, Any]:
+    """Decode top-level ``"key": value`` pairs (without their braces)."""
+    try:
+        pairs = _OBJECT.decode(b"".join((b"{", text, b"}")))
+        return {key: msgspec.json.decode(value) for key, value in pairs.items()}
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        raise StreamUnsupported("top-level object") from None
+
+
+def _head(text: bytes) -> dict[str, Any]:
+    """Metadata written before ``traceEvents``: ``{ "k": v, ... ,``."""
+    body = text.strip()
+    if not body.startswith(b"{"):
+        raise StreamUnsupported("not a JSON object")
+    body = body[1:].strip()
+    if not body:
+        return {}
+    if not body.endswith(b","):
+        raise StreamUnsupported("head")
+    return _object(body[:-1])
+
+
+def _tail(text: bytes) -> dict[str, Any]:
+    """Metadata written after the array: ``, "k": v ... }``."""
+    body = text.strip()
+    if not body.endswith(b"}"):
+        raise StreamUnsupported("tail")
+    body = body[:-1].strip()
+    if not body:
+        return {}
+    if not body.startswith(b","):
+        raise StreamUnsupported("tail")
+    return _object(body[1:])
+
+
+class _Pieces:
+    """Cuts the event array into validated pieces; collects the metadata."""
+
+    def __init__(self, blocks: Iterator[bytes]) -> None:
+        self.blocks = blocks
+        self.metadata: dict[str, Any] = {}
+        self.events = 0
+
+    def __iter__(self) -> Iterator[ChunkSource]:
+        buf = self._skip_head()
+        for block in self.blocks:
+            buf += block
+            if len(buf) >= PIECE_BYTES:
+                buf, source = self._cut(buf)
+                if source is not None:
+                    yield source
+        yield self._last(buf)
+
+    def _skip_head(self) -> bytes:
+        buf = b""
+        for block in self.blocks:
+            buf += block
+            if not buf.lstrip()[:1] in (b"", b"{"):
+                raise StreamUnsupported("not a JSON object")
+            m = _ARRAY_START.search(buf)
+            if m is not None:
+                self.metadata.update(_head(buf[: m.start()]))
+                rest = buf[m.end() :]
+                if rest.startswith(b"]"):
+                    raise StreamUnsupported("no events")
+                return rest
+            if len(buf) > _MAX_HEAD_BYTES:
+                break
+        raise StreamUnsupported("no traceEvents array")
+
+    def _source(self, piece: bytes, events: list[Event]) -> ChunkSource:
+        self.events += len(events)
+
+        def decode(exact: bool) -> list[Event]:
+            return events if not exact else _decode_piece(piece, True)
+
+        return decode
+
+    def _cut(self, buf: bytes) -> tuple[bytes, ChunkSource | None]:
+        """The longest validated piece of whole events, and what is left."""
+        start = max(0, len(buf) - _TAIL_WINDOW)
+        cuts = list(_BETWEEN_EVENTS.finditer(buf, start)) or list(_BETWEEN_EVENTS.finditer(buf))
+        for m in reversed(cuts[-_MAX_CUT_TRIES:]):
+            piece = buf[: m.start() + 1]
+            events = _try_piece(piece)
+            if events is not None:
+                return buf[m.end() - 1 :], self._source(piece, events)
+        if len(cuts) >= _MAX_CUT_TRIES:
+            raise StreamUnsupported("no event boundary decodes")
+        return buf, None  # one huge event so far: read on
+
+    def _last(self, buf: bytes) -> ChunkSource:
+        for m in reversed(list(_ARRAY_END.finditer(buf))[-_MAX_CUT_TRIES:]):
+            piece = buf[: m.start() + 1]
+            events = _try_piece(piece)
+            if events is not None:
+                self.metadata.update(_tail(buf[m.end() :]))
+                return self._source(piece, events)
+        raise StreamUnsupported("end of the event array")
+
+
+def stream_kineto(path: Path) -> RawTables:
+    """Read a well-formed Kineto JSON(.gz) file piece by piece.
+
+    Raises :class:`StreamUnsupported` for anything else; the caller then
+    uses the whole-file reader.
+    """
+    pieces = _Pieces(file_blocks(path))
+    try:
+        tables = decode_events(str(path), pieces)
+    finally:
+        close = getattr(pieces.blocks, "close", None)
+        if close is not None:
+            close()
+    return RawTables(format="kineto-json", metadata=pieces.metadata, warnings=[], **tables)
