@@ -25,21 +25,18 @@ import polars as pl
 
 from kinetolens.errors import TraceError, TraceWarning
 from kinetolens.ingest.kineto_columns import (
-    INT64_MAX,
-    ColumnError,
-    NeedsExactTime,
     Partition,
     counter_frame,
     device_frame,
     flow_frame,
     host_frame,
     memory_frame,
-    out_of_range_message,
     partition,
     process_frame,
     thread_frame,
 )
 from kinetolens.ingest.kineto_schema import Event
+from kinetolens.ingest.kineto_values import INT64_MAX, ColumnError, NeedsExactTime, out_of_range_message
 
 
 @dataclass

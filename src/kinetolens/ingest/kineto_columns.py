@@ -15,28 +15,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
-from operator import attrgetter, itemgetter
-from typing import Any, Callable, Sequence
+from operator import attrgetter
+from typing import Any, Sequence
 
-import msgspec
 import polars as pl
 
-from kinetolens.errors import TraceError
 from kinetolens.ingest.categories import classify
 from kinetolens.ingest.kineto_schema import Args, Event
-
-INT64_MAX = (1 << 63) - 1
-# Beyond this many microseconds a float64 cannot carry nanosecond digits.
-FLOAT_EXACT_US = float(1 << 53) / 1000.0
-MAX_TS_US = INT64_MAX / 1000.0
-_MAX_INT_US = INT64_MAX // 1000
+from kinetolens.ingest.kineto_values import (
+    INT64_MAX,
+    ColumnError,
+    as_int,
+    coalesce,
+    column,
+    ints,
+    raw_us_to_ns,
+    texts,
+    times,
+    triple,
+)
 
 NO_ARGS = Args()
 _classify = lru_cache(maxsize=256)(classify)
-
-
-class NeedsExactTime(Exception):
-    """A float timestamp too large for float64 nanoseconds: decode its text."""
 
 
 @dataclass
@@ -98,169 +98,26 @@ def _args(events: Sequence[Event]) -> list[Args]:
     return [e.args or NO_ARGS for e in events]
 
 
-def as_int(value: int | str | None) -> int | None:
-    """Thread and process ids: ints, numeric strings, or 'stream 7'."""
-    if value is None or isinstance(value, int):
-        return value
-    text = value.strip()
-    if text.isdigit():
-        return int(text)
-    head, _, tail = text.rpartition(" ")
-    if head and tail.isdigit():
-        return int(tail)
-    return None
-
-
-def _ints(values: list[Any], convert: Callable[[Any], int | None] | None = None) -> pl.Series:
-    """An Int64 column; values that are not plain ints go through ``convert``.
-
-    A value that still does not fit (an id beyond 64 bits) raises the
-    ``TypeError`` that the caller turns into a one-line error.
-    """
-    try:
-        return pl.Series(values, dtype=pl.Int64, strict=True)
-    except TypeError:
-        if convert is None:
-            raise
-        return pl.Series(list(map(convert, values)), dtype=pl.Int64, strict=True)
-
-
-def us_to_ns(value: int | float | None) -> int | None:
-    """Microseconds (int or float) to integer nanoseconds, per value."""
-    if value is None:
-        return None
-    if isinstance(value, int):
-        return value * 1000
-    # An infinite value raises OverflowError here, which the column check
-    # reports; a finite one near float64's limit becomes an exact huge int
-    # that fails the Int64 column the same way.
-    scaled = value * 1000.0
-    return round(scaled) if scaled != float("inf") and scaled != -float("inf") else int(value) * 1000
-
-
-def raw_us_to_ns(raw: msgspec.Raw) -> int | None:
-    """Exact decimal-text microseconds to integer nanoseconds."""
-    text = bytes(raw)
-    if text == b"null":
-        return None
-    whole, dot, frac = text.partition(b".")
-    if b"e" in text or b"E" in text:
-        # Decimal, not float: exact, and 1e400 stays a (huge) number rather
-        # than inf, so the column check reports it as out of range.
-        return round(Decimal(text.decode()) * 1000)
-    sign = -1 if whole.startswith(b"-") else 1
-    ns = int(whole) * 1000
-    if dot:
-        digits = frac[:3].ljust(3, b"0")
-        extra = frac[3:4]
-        part = int(digits) + (1 if extra and extra >= b"5" else 0)
-        ns += sign * part
-    return ns
-
-
-def _times(values: list[Any], is_ts: bool) -> pl.Series:
-    """Microsecond times to exact Int64 nanoseconds, vectorized when safe.
-
-    Integers are scaled exactly.  Floats below ``FLOAT_EXACT_US`` round to the
-    nearest nanosecond exactly as ``round(v * 1000.0)`` does (half to even).
-    Larger float *timestamps* cannot be converted from a float64 at all: the
-    caller re-decodes the chunk keeping their JSON text.
-    """
-    try:
-        ints = pl.Series(values, dtype=pl.Int64, strict=True)
-    except TypeError:
-        ints = None
-    if ints is not None:
-        lo, hi = ints.min(), ints.max()
-        if lo is None or (-_MAX_INT_US <= lo and hi <= _MAX_INT_US):  # type: ignore[operator]
-            return ints * 1000
-        return pl.Series(list(map(us_to_ns, values)), dtype=pl.Int64, strict=True)
-    floats = pl.Series(values, dtype=pl.Float64, strict=False)
-    top = floats.abs().max()
-    if top is not None and top < FLOAT_EXACT_US:  # type: ignore[operator]
-        return (floats * 1000.0).round(0, mode="half_to_even").cast(pl.Int64)
-    if is_ts and any(isinstance(v, float) and abs(v) >= FLOAT_EXACT_US for v in values):
-        raise NeedsExactTime
-    return pl.Series(list(map(us_to_ns, values)), dtype=pl.Int64, strict=True)
-
-
-def _texts(raws: list[msgspec.Raw]) -> pl.Series:
-    """JSON texts (shapes, dtypes) as strings, absent ones null.
-
-    One join in C and one split in polars instead of a Python call per
-    value: NUL cannot occur in JSON text, so it separates the values.
-    """
-    if not raws:
-        return pl.Series(dtype=pl.String)
-    texts = pl.Series([b"\x00".join(raws).decode()]).str.split("\x00").explode()
-    return texts.replace(["", "null"], None)
-
-
-_NO_DIM3 = [None, None, None]
-
-
-def _dim3(value: list[int] | str | None) -> list[int | None]:
-    """A launch grid/block, written as a list or as a string like '[1, 2, 3]'."""
-    if isinstance(value, str):
-        parts = value.replace("[", " ").replace("]", " ").replace(",", " ").split()
-        value = [int(p) for p in parts if p.isdigit()]
-    if not value:
-        return _NO_DIM3
-    return (list(value) + _NO_DIM3)[:3]
-
-
-def _triple(values: list[Any], prefix: str) -> dict[str, pl.Series]:
-    dims = [v if type(v) is list and len(v) == 3 else _dim3(v) for v in values]
-    return {
-        f"{prefix}_{axis}": pl.Series(list(map(itemgetter(i), dims)), dtype=pl.Int64, strict=True)
-        for i, axis in enumerate("xyz")
-    }
-
-
-def _coalesce(a: pl.Series, b: pl.Series) -> pl.Series:
-    if b.null_count() == len(b):
-        return a
-    return pl.select(pl.coalesce(pl.lit(a), pl.lit(b))).to_series()
-
-
-# -- tables -------------------------------------------------------------------
-
-
-class ColumnError(Exception):
-    """A column's values do not fit its type; carries what to report."""
-
-    def __init__(self, column: str, values: list[Any]) -> None:
-        self.column = column
-        self.values = values
-
-
-def _column(name: str, build: Callable[[], pl.Series], values: list[Any]) -> pl.Series:
-    try:
-        return build().alias(name)
-    except (TypeError, OverflowError, pl.exceptions.PolarsError):
-        raise ColumnError(name, values) from None
-
-
 def _common(events: list[Event], ts_exact: bool) -> dict[str, pl.Series]:
     pids, tids, tss = _get("pid", events), _get("tid", events), _get("ts", events)
     if ts_exact:
         ns = list(map(raw_us_to_ns, tss))
         in_us = [Decimal(n).scaleb(-3) for n in ns if n is not None and abs(n) > INT64_MAX]
-        ts = _column("ts", lambda: pl.Series(ns, dtype=pl.Int64, strict=True), in_us)
+        ts = column("ts", lambda: pl.Series(ns, dtype=pl.Int64, strict=True), in_us)
     else:
-        ts = _column("ts", lambda: _times(tss, True), tss)
+        ts = column("ts", lambda: times(tss, True), tss)
     return {
-        "pid": _column("pid", lambda: _ints(pids, as_int), pids),
-        "tid": _column("tid", lambda: _ints(tids, as_int), tids),
+        "pid": column("pid", lambda: ints(pids, as_int), pids),
+        "tid": column("tid", lambda: ints(tids, as_int), tids),
         "ts": ts,
     }
 
 
 def _int_args(args: list[Args], fields: dict[str, str]) -> dict[str, pl.Series]:
     out = {}
-    for column, field in fields.items():
+    for name, field in fields.items():
         values = _get(field, args)
-        out[column] = _column(column, lambda v=values: _ints(v), values)
+        out[name] = column(name, lambda v=values: ints(v), values)
     return out
 
 
@@ -272,10 +129,10 @@ def host_frame(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[st
         "cat": pl.Series(_get("cat", events), dtype=pl.String),
         "name": pl.Series(_get("name", events), dtype=pl.String),
         **_common(events, ts_exact),
-        "dur": _column("dur", lambda: _times(durs, False), durs),
+        "dur": column("dur", lambda: times(durs, False), durs),
     }
     ids = _int_args(a, {"external_id": "external_id", "external_id_legacy": "external_id_legacy"})
-    cols["external_id"] = _coalesce(ids["external_id"], ids["external_id_legacy"]).alias("external_id")
+    cols["external_id"] = coalesce(ids["external_id"], ids["external_id_legacy"]).alias("external_id")
     cols.update(
         _int_args(
             a,
@@ -287,10 +144,10 @@ def host_frame(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[st
             },
         )
     )
-    dims = _coalesce(_texts(_get("input_dims", a)), _texts(_get("input_dims_legacy", a)))
+    dims = coalesce(texts(_get("input_dims", a)), texts(_get("input_dims_legacy", a)))
     cols["input_dims"] = dims.alias("input_dims")
-    cols["input_types"] = _texts(_get("input_type", a)).alias("input_types")
-    cols["concrete_inputs"] = _texts(_get("concrete_inputs", a)).alias("concrete_inputs")
+    cols["input_types"] = texts(_get("input_type", a)).alias("input_types")
+    cols["concrete_inputs"] = texts(_get("concrete_inputs", a)).alias("concrete_inputs")
     cols["call_stack"] = pl.Series("call_stack", _get("call_stack", a), dtype=pl.String)
     cols.update(
         _int_args(
@@ -320,16 +177,16 @@ def device_frame(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[
         "cat": pl.Series(_get("cat", events), dtype=pl.String),
         "name": pl.Series(_get("name", events), dtype=pl.String),
         **_common(events, ts_exact),
-        "dur": _column("dur", lambda: _times(durs, False), durs),
+        "dur": column("dur", lambda: times(durs, False), durs),
     }
     cols.update(_int_args(a, {"device": "device", "stream": "stream", "context": "context", "correlation": "correlation"}))
     ids = _int_args(a, {"external_id": "external_id", "external_id_legacy": "external_id_legacy"})
-    cols["external_id"] = _coalesce(ids["external_id"], ids["external_id_legacy"]).alias("external_id")
+    cols["external_id"] = coalesce(ids["external_id"], ids["external_id_legacy"]).alias("external_id")
     cols.update(_int_args(a, {"queued": "queued"}))
     for axis in ("grid", "block"):
         values = _get(axis, a)
         try:
-            cols.update(_triple(values, axis))
+            cols.update(triple(values, axis))
         except (TypeError, ValueError, pl.exceptions.PolarsError):
             raise ColumnError(axis, values) from None
     cols.update(_int_args(a, {"registers_per_thread": "registers_per_thread", "shared_memory": "shared_memory"}))
@@ -337,7 +194,7 @@ def device_frame(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[
         cols[field] = pl.Series(field, _get(field, a), dtype=pl.Float64, strict=False)
     occ = pl.Series(_get("occupancy", a), dtype=pl.Float64, strict=False)
     theo = pl.Series(_get("theoretical_occupancy", a), dtype=pl.Float64, strict=False)
-    cols["occupancy"] = _coalesce(occ, theo).alias("occupancy")
+    cols["occupancy"] = coalesce(occ, theo).alias("occupancy")
     cols.update(_int_args(a, {"bytes": "bytes"}))
     return cols
 
@@ -375,7 +232,7 @@ def flow_frame(events: list[Event], ts_exact: bool) -> dict[str, pl.Series]:
     return {
         "ph": pl.Series("ph", _get("ph", events), dtype=pl.String),
         "cat": pl.Series("cat", _get("cat", events), dtype=pl.String),
-        "id": _column("id", lambda: _ints(ids, _flow_id), ids),
+        "id": column("id", lambda: ints(ids, _flow_id), ids),
         "pid": common["pid"],
         "tid": common["tid"],
         "ts": common["ts"],
@@ -386,8 +243,8 @@ def thread_frame(meta: list[Event]) -> dict[str, pl.Series]:
     threads = [e for e in meta if e.name == "thread_name" and e.args]
     pids, tids = _get("pid", threads), _get("tid", threads)
     return {
-        "pid": _column("pid", lambda: _ints(pids, as_int), pids),
-        "tid": _column("tid", lambda: _ints(tids, as_int), tids),
+        "pid": column("pid", lambda: ints(pids, as_int), pids),
+        "tid": column("tid", lambda: ints(tids, as_int), tids),
         "name": pl.Series("name", _get("meta_name", _args(threads)), dtype=pl.String),
     }
 
@@ -397,7 +254,7 @@ def process_frame(meta: list[Event]) -> dict[str, pl.Series]:
     pids = _get("pid", procs)
     a = _args(procs)
     return {
-        "pid": _column("pid", lambda: _ints(pids, as_int), pids),
+        "pid": column("pid", lambda: ints(pids, as_int), pids),
         "name": pl.Series("name", _get("meta_name", a), dtype=pl.String),
         "labels": pl.Series("labels", _get("labels", a), dtype=pl.String),
     }
@@ -413,36 +270,3 @@ def counter_frame(events: list[Event], ts_exact: bool) -> dict[str, pl.Series]:
     }
 
 
-def out_of_range_message(table: str, err: ColumnError) -> str:
-    """Name the column and the value that did not fit (error path only)."""
-    name = err.column
-    is_time = name in ("ts", "dur")
-    for v in err.values:
-        if isinstance(v, float) and (v != v or abs(v) == float("inf")):
-            return f"a '{name}' value in the {table} events is out of range (not a finite number)"
-        if isinstance(v, bool) or not isinstance(v, (int, float, Decimal)):
-            continue
-        exact = v if isinstance(v, Decimal) else Decimal(repr(v)) if isinstance(v, float) else Decimal(v)
-        limit = Decimal(MAX_TS_US) if is_time else Decimal(INT64_MAX)
-        if abs(exact) > limit:
-            shown = str(v) if isinstance(v, int) and len(str(v)) <= 24 else _short(exact)
-            unit = " us" if is_time else ""
-            return f"'{name}' value {shown}{unit} in the {table} events is out of range (does not fit 64 bits)"
-    return f"a value of '{name}' in the {table} events does not fit its column"
-
-
-def _short(value: Decimal) -> str:
-    """``1.7e+306`` rather than 307 digits (or ``1.70000e+306``)."""
-    text = f"{value:.6g}"
-    mantissa, e, exponent = text.partition("e")
-    if e and "." in mantissa:
-        mantissa = mantissa.rstrip("0").rstrip(".")
-    return mantissa + e + exponent
-
-
-def check_fits(path: str, table: str, build: Callable[[], dict[str, pl.Series]]) -> dict[str, pl.Series]:
-    """Run a frame builder, turning a misfit column into a one-line error."""
-    try:
-        return build()
-    except ColumnError as err:
-        raise TraceError(path, out_of_range_message(table, err)) from None
