@@ -7,6 +7,7 @@ from pathlib import Path
 from kinetolens.errors import TraceError
 from kinetolens.ingest.kineto import RawTables
 from kinetolens.ingest.kineto_file import read_kineto
+from kinetolens.ingest.nsys import read_nsys
 from kinetolens.ingest.kineto_stream import stream_kineto
 from kinetolens.ingest.opener import StreamUnsupported, open_trace_bytes
 
@@ -28,7 +29,7 @@ def read_raw(path: str | Path) -> RawTables:
     except OSError as exc:
         raise TraceError(p, f"cannot read file ({exc.strerror})") from None
     if head == SQLITE_MAGIC:
-        raise TraceError(p, "Nsight Systems SQLite exports are not supported by this version")
+        return read_nsys(p)
     try:
         return stream_kineto(p)
     except StreamUnsupported:
