@@ -213,11 +213,9 @@ def _backward_roots(ops: pl.DataFrame) -> tuple[list[str], list[int | None]]:
     Ops the engine runs between two nodes outside any range (see
     ``_engine_gap_owners``) belong to the node before them.
     """
-    names = ops["name"].to_list()
-    kinds = ops["kind"].cast(pl.String).to_list()
     parents = ops["parent_id"].to_list()
     n = ops.height
-    own = [dirn.own_direction(names[i] or "", kinds[i]) for i in range(n)]
+    own = ops.select(dirn.own_direction(pl.col("name"), pl.col("kind").cast(pl.String))).to_series().to_list()
     owner = _engine_gap_owners(ops, own)
     direction: list[str] = [""] * n
     bwd_root: list[int | None] = [None] * n

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+import polars as pl
+
 FPROP = "fprop"
 BPROP = "bprop"
 OPTIMIZER = "optimizer"
@@ -26,19 +28,21 @@ OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#", "Optimizer.")
 OTHER_PREFIXES = ("ProfilerStep#", "enumerate(DataLoader)", "DataLoader")
 
 
-def is_backward_node(name: str) -> bool:
-    return _BACKWARD_NODE.search(name) is not None
+def own_direction(name: pl.Expr, kind: pl.Expr) -> pl.Expr:
+    """Direction an op has by itself, before inheriting from its parents.
 
-
-def own_direction(name: str, kind: str) -> str:
-    """Direction an op has by itself, before inheriting from its parents."""
-    if is_backward_node(name):
-        return BPROP
-    if name.startswith(OPTIMIZER_PREFIXES):
-        return OPTIMIZER
-    if kind == "annotation" and name.startswith(OTHER_PREFIXES):
-        return OTHER
-    return FPROP
+    An expression over whole columns: this runs on every op of the trace.
+    """
+    other = pl.any_horizontal([name.str.starts_with(p) for p in OTHER_PREFIXES])
+    return (
+        pl.when(name.str.contains(_BACKWARD_NODE.pattern))
+        .then(pl.lit(BPROP))
+        .when(pl.any_horizontal([name.str.starts_with(p) for p in OPTIMIZER_PREFIXES]))
+        .then(pl.lit(OPTIMIZER))
+        .when((kind == "annotation") & other)
+        .then(pl.lit(OTHER))
+        .otherwise(pl.lit(FPROP))
+    )
 
 
 def inherit(parent_direction: str | None, own: str) -> str:
