@@ -299,6 +299,14 @@ def test_cli_kernels_json(path: Path) -> None:
     )
 
 
+def test_cli_table_shows_brackets_in_kernel_names() -> None:
+    # Terminal tables must print names verbatim: rich would read
+    # "[lambda(int) (instance 1)]" as markup and drop it.
+    proc = run_cli("kernels", CLOVERLEAF, "-c", "kernel", "-w", "300")
+    assert proc.returncode == 0, proc.stderr
+    assert "::[lambda(int) (instance 1)]>(clover::Range1d, T1)" in proc.stdout
+
+
 def test_cli_summary_json() -> None:
     proc = run_cli("summary", CLOVERLEAF, "--json")
     assert proc.returncode == 0, proc.stderr

@@ -9,18 +9,19 @@ import msgspec
 import polars as pl
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 FORMATS = ("table", "csv", "tsv", "json")
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
+def _cell(value: Any) -> Text:
+    """Cells are plain text: kernel names such as ``[lambda(int) (instance 1)]``
+    would otherwise be read as rich markup and vanish."""
+    if value is None or (isinstance(value, float) and value != value):
+        return Text("-")
     if isinstance(value, float):
-        if value != value:
-            return "-"
-        return f"{value:,.3f}" if abs(value) < 1000 else f"{value:,.1f}"
-    return str(value)
+        return Text(f"{value:,.3f}" if abs(value) < 1000 else f"{value:,.1f}")
+    return Text(str(value))
 
 
 def emit(frame: pl.DataFrame, fmt: str = "table", *, title: str | None = None, width: int | None = None) -> None:
