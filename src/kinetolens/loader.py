@@ -11,7 +11,10 @@ from kinetolens.model import Trace, build_trace
 
 
 def load(path: str | Path, *, cache: bool | str | Path = True) -> Trace:
-    """Load a Kineto trace (``.json``/``.json.gz``) into a :class:`Trace`.
+    """Load a trace file into a :class:`Trace`.
+
+    Kineto JSON (``.json``/``.json.gz``) and Nsight Systems SQLite exports are
+    read; the format is detected from the content, not the name.
 
     ``cache``: ``True`` uses the default cache directory
     (``$KINETOLENS_CACHE_DIR`` or ``~/.cache/kinetolens``), a path uses that
