@@ -13,7 +13,6 @@ import gzip
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -30,6 +29,7 @@ import kinetolens  # noqa: E402
 from kinetolens.capture import layout  # noqa: E402
 from kinetolens.capture import profile as kl_profile  # noqa: E402
 from kinetolens.capture import step as kl_step  # noqa: E402
+from tests.distributed.runs import DistributedRun, torchrun_2  # noqa: E402,F401
 
 HOST = socket.gethostname()
 TRACE_RE = r"^(?P<worker>.+)\.(?P<ms>\d{13})\.pt\.trace\.json\.gz$"
@@ -382,51 +382,27 @@ def test_run_without_steps_reports_and_passes_exit_code(tmp_path: Path) -> None:
     assert missing.returncode == 127 and "command not found" in missing.stderr
 
 
-DDP_SCRIPT = """
-    import torch, torch.distributed as dist
-    dist.init_process_group("gloo")
-    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 8))
-    opt = torch.optim.AdamW(model.parameters())
-    for _ in range(6):
-        model(torch.randn(4, 8)).sum().backward()
-        opt.step()
-        opt.zero_grad()
-    dist.destroy_process_group()
-"""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def test_run_under_torchrun_one_trace_per_rank(tmp_path: Path) -> None:
-    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
-        pytest.skip("torch.distributed with gloo is not available")
-    script = tmp_path / "ddp_train.py"
-    script.write_text(textwrap.dedent(DDP_SCRIPT))
-    logdir = tmp_path / "runs"
-    # The rendezvous port is picked before torchrun binds it, so another
-    # process can take it in between; that race (not kinetolens) gets one
-    # more try with a fresh port and a clean logdir.
-    for attempt in range(2):
-        shutil.rmtree(logdir, ignore_errors=True)
-        res = kl_cli(
-            "run", "--logdir", str(logdir), "--steps", "2", "--warmup", "1", "--no-stack", "--",
-            sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-            "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), str(script),
-            cwd=tmp_path,
-        )  # fmt: skip
-        if res.returncode == 0:
-            break
-    assert res.returncode == 0, res.stderr[-3000:]
-    traces = sorted((logdir / "ddp_train").glob("*.pt.trace.json.gz"))
+def test_run_under_torchrun_one_trace_per_rank(torchrun_2: DistributedRun) -> None:
+    """``kinetolens run -- torchrun --standalone``: each rank's process writes
+    its own trace (torchrun binds its own rendezvous port, so no port is
+    picked ahead of time and raced for; see tests/distributed/runs.py)."""
+    traces = torchrun_2.traces
     assert [re.match(TRACE_RE, t.name)["worker"] for t in traces] == [f"{HOST}_rank0", f"{HOST}_rank1"]
     for rank, trace in enumerate(traces):
         assert step_names(events(trace)) == ["ProfilerStep#1", "ProfilerStep#2"]
         meta = read_metadata(trace)
         assert (meta["rank"], meta["world_size"]) == (rank, 2)
+        assert f"kinetolens: wrote {trace}" in torchrun_2.output
+
+
+def test_run_names_inductor_cpu_kernels_unless_user_chose() -> None:
+    from kinetolens.capture.launch import child_environment
+
+    env = child_environment({"run": "x"}, base={"PATH": "/bin"})
+    assert env["TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE"] == "1"
+    assert env["PYTHONPATH"].split(os.pathsep)[0].endswith("_site")
+    kept = child_environment({"run": "x"}, base={"TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE": "0"})
+    assert kept["TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE"] == "0"
 
 
 # -- demo -----------------------------------------------------------------------

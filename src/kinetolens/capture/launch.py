@@ -24,6 +24,12 @@ from kinetolens.capture.runner import ENV_CONFIG
 
 SITE_DIR = Path(__file__).resolve().parent / "_site"
 
+# Defaults for the child's environment, each kept if the user set it.
+# Inductor's C++ (CPU) kernels are invisible to the profiler unless each is
+# wrapped in a profiler range at code generation, before any profile starts;
+# the range costs one disabled-profiler check per kernel call otherwise.
+CHILD_DEFAULTS = {"TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE": "1"}
+
 # Ctrl-C reaches the child directly (same process group): the launcher must
 # outlive it to report, and must not deliver a second SIGINT that would cut
 # the child's own cleanup (and trace flush) short.  Other termination
@@ -49,6 +55,8 @@ def _existing_traces(run_dir: Path) -> set[Path]:
 def child_environment(config: dict[str, Any], base: dict[str, str] | None = None) -> dict[str, str]:
     """``base`` (default: ours) plus what arms profiling in the child."""
     env = dict(os.environ if base is None else base)
+    for key, value in CHILD_DEFAULTS.items():
+        env.setdefault(key, value)
     site_dir = str(SITE_DIR)
     env[ENV_CONFIG] = json.dumps({**config, "site_dir": site_dir})
     old = env.get("PYTHONPATH")
