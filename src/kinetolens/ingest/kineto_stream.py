@@ -30,7 +30,7 @@ from kinetolens.ingest.kineto import ChunkSource, RawTables, decode_events
 from kinetolens.ingest.kineto_schema import Event, ExactTimeEvent
 from kinetolens.ingest.opener import StreamUnsupported, file_blocks
 
-PIECE_BYTES = 4 << 20
+PIECE_BYTES = 1 << 20
 _TAIL_WINDOW = 1 << 16
 _MAX_CUT_TRIES = 8
 _MAX_HEAD_BYTES = 64 << 20
