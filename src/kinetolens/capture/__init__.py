@@ -7,6 +7,7 @@ profiles an unmodified script via :mod:`kinetolens.capture.runner`.
 
 from __future__ import annotations
 
+from kinetolens.capture.counters import CaptureUnsupportedError
 from kinetolens.capture.profile import Profile, profile, step
 
-__all__ = ["Profile", "profile", "step"]
+__all__ = ["CaptureUnsupportedError", "Profile", "profile", "step"]

@@ -27,6 +27,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar, overload
 
+from kinetolens.capture import counters as hw_counters
 from kinetolens.capture import layout
 from kinetolens.capture.metadata import collect
 
@@ -91,6 +92,8 @@ class Profile:
         with_modules: bool = True,
         profile_memory: bool = True,
         with_flops: bool = False,
+        counters: Iterable[str] | str | None = None,
+        counters_per_kernel: bool = True,
         **torch_kwargs: Any,
     ) -> None:
         if steps is not None:
@@ -116,6 +119,17 @@ class Profile:
             "with_flops": with_flops,
         }
         self.torch_kwargs = torch_kwargs
+        #: CUPTI metric names to collect (presets expanded), or None.
+        self.counters: list[str] | None = None
+        self.counters_per_kernel = bool(counters_per_kernel)
+        if counters is not None:
+            self.counters = hw_counters.resolve(counters)
+            if "experimental_config" in torch_kwargs:
+                raise ValueError("kinetolens.profile: pass counters or experimental_config, not both")
+            if not profile_device:
+                raise hw_counters.CaptureUnsupportedError(
+                    "kinetolens.profile: hardware counters are device counters; profile_device=False turns them off"
+                )
         #: Every trace written by this profile, oldest first.
         self.trace_files: list[Path] = []
         #: Extra keys merged into each metadata file.
@@ -208,12 +222,18 @@ class Profile:
         self._run_dir = self.logdir.resolve() / (self.run or _default_run_name())
         self._session_traces = 0
         self._rank = layout.distributed_rank()
+        activities = self._make_activities()
+        extra = dict(self.torch_kwargs)
+        if self.counters is not None:
+            # Before the profiler starts: torch would record no counters, silently.
+            hw_counters.check_supported(self.counters, self._cuda)
+            extra["experimental_config"] = hw_counters.experimental_config(self.counters, self.counters_per_kernel)
         prof = torch.profiler.profile(
-            activities=self._make_activities(),
+            activities=activities,
             schedule=self._make_schedule(),
             on_trace_ready=self._on_trace_ready,
             **self.options,
-            **self.torch_kwargs,
+            **extra,
         )
         prof.__enter__()
         self._prof = prof
@@ -264,13 +284,18 @@ class Profile:
             trace_file=path.name,
             window=self._session_traces,
             schedule=self.schedule,
-            options={**self.options, "activities": self._activity_names},
+            options={**self.options, "activities": self._activity_names, **self._counter_options()},
             cuda=self._cuda,
             extra=self.extra_metadata,
         )
         layout.write_json(layout.metadata_path(path), meta)
         self._session_traces += 1
         self.trace_files.append(path)
+
+    def _counter_options(self) -> dict[str, Any]:
+        if self.counters is None:
+            return {}
+        return {"counters": list(self.counters), "counters_per_kernel": self.counters_per_kernel}
 
     # -- decorator ----------------------------------------------------------
 
@@ -328,6 +353,8 @@ def profile(
     with_modules: bool = ...,
     profile_memory: bool = ...,
     with_flops: bool = ...,
+    counters: Iterable[str] | str | None = ...,
+    counters_per_kernel: bool = ...,
     **torch_kwargs: Any,
 ) -> Profile: ...
 
@@ -353,6 +380,13 @@ def profile(fn: Callable[..., Any] | None = None, /, **kwargs: Any) -> Any:
         profile_device: False for CPU only.
         record_shapes, with_stack, with_modules, profile_memory, with_flops:
             passed to torch.profiler (all on except with_flops).
+        counters: CUPTI hardware counters: preset names ("roofline",
+            "tensor_cores", "memory"; see ``capture.counter_presets``) or
+            metric names.  Needs a CUDA build and device; raises
+            :class:`~kinetolens.capture.counters.CaptureUnsupportedError`
+            (a ValueError) where they cannot be collected.
+        counters_per_kernel: measure each kernel separately (slower:
+            kernels are serialized) rather than each step range.
         torch_kwargs: any other torch.profiler.profile keyword.
     """
     prof = Profile(**kwargs)

@@ -62,6 +62,7 @@ PROFILE_KEYS = (
     "with_modules",
     "profile_memory",
     "with_flops",
+    "counters",
 )
 
 _MISSING = object()

@@ -98,6 +98,12 @@ def demo_command(logdir: Path, steps: int, warmup: int, device: str, no_analysis
 @click.option("--no-shapes", is_flag=True, help="Do not record input shapes.")
 @click.option("--no-memory", is_flag=True, help="Do not record allocator events.")
 @click.option("--no-modules", is_flag=True, help="Do not record nn.Module hierarchy.")
+@click.option(
+    "--counters",
+    default=None,
+    metavar="NAMES",
+    help="CUPTI hardware counters, comma-separated: presets (roofline, tensor_cores, memory) or metric names.",
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run_command(
     logdir: Path,
@@ -111,6 +117,7 @@ def run_command(
     no_shapes: bool,
     no_memory: bool,
     no_modules: bool,
+    counters: str | None,
     command: Sequence[str],
 ) -> None:
     """Profile an unmodified script; each training process writes one trace.
@@ -125,8 +132,16 @@ def run_command(
     an optimizer can mark steps with kinetolens.step().  The command's
     output and exit status pass through unchanged.
     """
+    from kinetolens.capture.counters import resolve
     from kinetolens.capture.launch import launch
 
+    counter_names = None
+    if counters is not None:
+        counter_names = [c for c in counters.split(",") if c.strip()]
+        try:
+            resolve(counter_names)  # bad names fail here, not in every rank
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--counters") from exc
     config: dict[str, Any] = {
         "logdir": str(logdir),
         "run": run_name or default_run_name(command),
@@ -140,6 +155,8 @@ def run_command(
         "profile_memory": not no_memory,
         "with_modules": not no_modules,
     }
+    if counter_names is not None:
+        config["counters"] = counter_names
     result = launch(command, config)
     if result.traces:
         for trace in result.traces:

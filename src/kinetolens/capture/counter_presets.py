@@ -1,0 +1,48 @@
+"""Named sets of CUPTI hardware counters for ``kinetolens.profile(counters=...)``.
+
+Pure data.  Each preset answers one question about the kernels, so a user
+asks for the question rather than remembering metric names.  Metric names
+are those of the CUPTI range profiler (the Perfworks names Nsight Compute
+also uses) plus Kineto's two aggregates: ``kineto__cuda_core_flops`` (the
+sum of the ``smsp__sass_thread_inst_executed_op_{d,f,h}{add,fma,mul}``
+instruction counters) and ``kineto__tensor_core_insts``
+(``sm__inst_executed_pipe_tensor.sum``).
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Mapping
+
+PRESETS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        # Where each kernel sits on the roofline: work (CUDA-core floating
+        # point and tensor-core instructions) over DRAM traffic.
+        "roofline": (
+            "kineto__cuda_core_flops",
+            "kineto__tensor_core_insts",
+            "dram__bytes_read.sum",
+            "dram__bytes_write.sum",
+        ),
+        # Whether matmuls reach the tensor cores: tensor-core instructions
+        # against floating point work left on the CUDA cores.
+        "tensor_cores": (
+            "kineto__tensor_core_insts",
+            "kineto__cuda_core_flops",
+        ),
+        # Memory-bound kernels: DRAM and L2 traffic.
+        "memory": (
+            "dram__bytes_read.sum",
+            "dram__bytes_write.sum",
+            "lts__t_bytes.sum",
+        ),
+    }
+)
+
+DESCRIPTIONS: Mapping[str, str] = MappingProxyType(
+    {
+        "roofline": "FLOP and DRAM byte counters: arithmetic intensity per kernel",
+        "tensor_cores": "tensor-core instructions vs CUDA-core floating point work",
+        "memory": "DRAM and L2 bytes moved",
+    }
+)

@@ -1,0 +1,146 @@
+"""``kinetolens.profile(counters=[...])``: presets resolve to CUPTI metric
+names, and where counters cannot be collected the profile refuses to start
+with one line naming what is missing, instead of torch's silent empty
+result.  On a CUDA machine the counters really reach the trace."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import kinetolens  # noqa: E402
+from kinetolens.capture import CaptureUnsupportedError  # noqa: E402
+from kinetolens.capture import profile as kl_profile  # noqa: E402
+from kinetolens.capture.counter_presets import DESCRIPTIONS, PRESETS  # noqa: E402
+from kinetolens.capture.counters import resolve  # noqa: E402
+from kinetolens.capture.profile import _RUNNING  # noqa: E402
+
+CUPTI_OK = torch.cuda.is_available() and torch.version.cuda is not None and not getattr(torch.version, "hip", None)
+
+
+def test_presets_are_documented_metric_names() -> None:
+    assert {"roofline", "tensor_cores"} <= set(PRESETS)
+    assert set(DESCRIPTIONS) == set(PRESETS)
+    for name, metrics in PRESETS.items():
+        assert metrics and all("__" in m for m in metrics), name
+        assert len(set(metrics)) == len(metrics), name
+    roofline = set(PRESETS["roofline"])
+    assert {"dram__bytes_read.sum", "dram__bytes_write.sum"} <= roofline  # bytes
+    assert "kineto__cuda_core_flops" in roofline  # and floating point work
+
+
+def test_resolve_expands_presets_in_order_once() -> None:
+    assert resolve("tensor_cores") == list(PRESETS["tensor_cores"])
+    got = resolve(["tensor_cores", "roofline", "sm__cycles_elapsed.avg", "dram__bytes_read.sum"])
+    assert got == [
+        "kineto__tensor_core_insts",
+        "kineto__cuda_core_flops",
+        "dram__bytes_read.sum",
+        "dram__bytes_write.sum",
+        "sm__cycles_elapsed.avg",
+    ]
+
+
+@pytest.mark.parametrize("bad", [["rooflines"], [""], [], [3]])
+def test_resolve_rejects_bad_names(bad: list[object]) -> None:
+    with pytest.raises(ValueError, match="counter"):
+        resolve(bad)  # type: ignore[arg-type]
+
+
+def test_unknown_preset_lists_the_known_ones() -> None:
+    with pytest.raises(ValueError) as err:
+        kl_profile(counters=["flops"])
+    assert "roofline" in str(err.value) and "tensor_cores" in str(err.value)
+
+
+def test_counters_conflicting_options_rejected() -> None:
+    with pytest.raises(CaptureUnsupportedError, match="profile_device=False"):
+        kl_profile(counters=["roofline"], profile_device=False)
+    with pytest.raises(ValueError, match="not both"):
+        kl_profile(counters=["roofline"], experimental_config=object())
+
+
+@pytest.mark.skipif(CUPTI_OK, reason="this machine can collect CUPTI counters")
+def test_unsupported_build_or_device_refuses_clearly(tmp_path: Path) -> None:
+    prof = kl_profile(logdir=tmp_path, run="hw", counters=["roofline"])
+    with pytest.raises(CaptureUnsupportedError) as err:
+        with prof:
+            pytest.fail("the block must not run")
+    message = str(err.value)
+    assert isinstance(err.value, ValueError)
+    assert "\n" not in message
+    assert message.startswith("kinetolens.profile: cannot collect hardware counters (kineto__cuda_core_flops, ")
+    if not torch.backends.cuda.is_built():
+        assert message.endswith(f"this torch build ({torch.__version__}) has no CUDA support")
+    else:
+        assert message.endswith("no CUDA device is available")
+    # nothing was started: no profile running, no files, a new one can start
+    assert not prof.running and not _RUNNING
+    assert not list(tmp_path.rglob("*"))
+    with kl_profile(logdir=tmp_path, run="after", profile_memory=False, with_stack=False) as again:
+        torch.ones(2) + 1
+    assert len(again.trace_files) == 1
+
+
+@pytest.mark.skipif(CUPTI_OK, reason="this machine can collect CUPTI counters")
+def test_run_reports_unsupported_counters(tmp_path: Path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import torch, kinetolens
+            for _ in range(4):
+                torch.ones(4) * 2
+                kinetolens.step()
+            print("done")
+            """
+        )
+    )
+    res = subprocess.run(
+        [sys.executable, "-m", "kinetolens.cli.main", "run", "--logdir", str(tmp_path / "runs"),
+         "--counters", "roofline,tensor_cores", "--", sys.executable, str(script)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr  # the job itself is not disturbed
+    assert res.stdout == "done\n"
+    assert "kinetolens: could not start profiling: CaptureUnsupportedError: kinetolens.profile: " in res.stderr
+    assert "cannot collect hardware counters" in res.stderr
+    assert not list((tmp_path / "runs").rglob("*.gz"))
+
+
+def test_run_rejects_unknown_counter_before_starting(tmp_path: Path) -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "kinetolens.cli.main", "run", "--counters", "rooflin", "--",
+         sys.executable, "-c", "print('ran')"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    assert "ran" not in res.stdout
+    assert "unknown counter 'rooflin'" in res.stderr
+
+
+@pytest.mark.skipif(not CUPTI_OK, reason="CUPTI counters need a CUDA build and an NVIDIA device")
+def test_counters_reach_the_trace(tmp_path: Path) -> None:
+    a = torch.randn(256, 256, device="cuda")
+    with kl_profile(logdir=tmp_path, run="hw", counters=["roofline"], with_stack=False) as prof:
+        for _ in range(3):
+            a @ a
+        torch.cuda.synchronize()
+    (trace,) = prof.trace_files
+    import gzip
+    import json
+
+    with gzip.open(trace, "rt") as fh:
+        evs = json.load(fh)["traceEvents"]
+    ranges = [e for e in evs if e.get("cat") == "cuda_profiler_range"]
+    assert ranges, "no counter ranges in the trace"
+    assert any("dram__bytes_read.sum" in e.get("args", {}) for e in ranges)
+    meta = json.loads(trace.with_name(trace.name.replace(".pt.trace.json.gz", ".kinetolens.json")).read_text())
+    assert meta["options"]["counters"] == list(PRESETS["roofline"])
+    assert kinetolens.load(trace, cache=False) is not None
