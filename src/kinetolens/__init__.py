@@ -15,12 +15,12 @@ from kinetolens.errors import TraceError, TraceWarning  # noqa: E402
 from kinetolens.loader import load  # noqa: E402
 from kinetolens.model import Trace  # noqa: E402
 
-__all__ = ["Trace", "TraceError", "TraceWarning", "__version__", "load", "profile", "step"]
+__all__ = ["Trace", "TraceError", "TraceWarning", "__version__", "load", "nvtx", "profile", "step"]
 
 
 def __getattr__(name: str) -> Any:
     # Capture needs torch; import it only when someone asks for it.
-    if name in ("profile", "step"):
+    if name in ("profile", "step", "nvtx"):
         from kinetolens import capture
 
         return getattr(capture, name)
