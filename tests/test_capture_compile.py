@@ -152,10 +152,6 @@ def test_backward_kernels_link_to_forward_compiled_function(compiled_ops: Any) -
     assert set(bwd["fwd_op_id"].to_list()) == fwd_ids  # each step's to its own
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="model: frames of inductor's generated wrapper (<cache dir>/xx/<hash>.py) count as user code",
-)
 def test_inductor_kernels_attributed_to_script_lines(compiled_ops: Any) -> None:
     """A kernel of a compiled graph belongs to the line of user code that ran
     the graph, not to inductor's generated wrapper module."""

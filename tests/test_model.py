@@ -134,3 +134,15 @@ def test_external_id_copied_from_correlation_names_no_op() -> None:
     assert orphans.height == 614
     assert (orphans["external_id"] == orphans["correlation"]).all()
     assert orphans["op_id"].null_count() == orphans.height
+
+
+def test_inductor_generated_modules_are_not_user_code() -> None:
+    # Inductor's wrapper modules live in its cache dir, wherever
+    # $TORCHINDUCTOR_CACHE_DIR puts it; the user's own files stay user code.
+    from kinetolens.model.frames import user_frame
+
+    generated = "cwqky5" + "a1b2c3d4e5" * 5 + ".py"
+    assert user_frame(f"/tmp/torchinductor_root/wq/{generated}(85): call") is None
+    assert user_frame(f"/scratch/my_cache/wq/{generated}(85): call") is None
+    assert user_frame("/home/u/train.py(85): forward") == "/home/u/train.py:85"
+    assert user_frame("/home/u/ab/cache.py(3): f") == "/home/u/ab/cache.py:3"

@@ -24,7 +24,13 @@ INTERNAL_PATH_PARTS = (
     "typing.py",
     "kinetolens/",
     "lib/python3",
+    "torchinductor_",  # inductor's default cache dir: /tmp/torchinductor_<user>/
 )
+
+#: Inductor's generated wrapper modules, wherever $TORCHINDUCTOR_CACHE_DIR
+#: puts them: ``<dir>/<2 chars>/c<hash>.py``.  Their frames are the compiler's
+#: code, not the user's; the source line is the user frame that called them.
+_GENERATED = re.compile(r"/[a-z0-9]{2}/c[a-z0-9]{40,}\.py$")
 
 _FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.*)$")
 
@@ -43,7 +49,7 @@ def user_frame(name: str) -> str | None:
     if match is None:
         return None
     file = match["file"]
-    if any(part in file for part in INTERNAL_PATH_PARTS):
+    if any(part in file for part in INTERNAL_PATH_PARTS) or _GENERATED.search(file):
         return None
     return f"{file}:{match['line']}"
 
