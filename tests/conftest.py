@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
@@ -22,3 +23,18 @@ def trace_path(rel: str) -> Path:
     if not path.exists():
         pytest.fail(f"missing fixture {path}: ../shared must sit beside the checkout")
     return path
+
+
+def backward_roots(ops: pl.DataFrame) -> list[int | None]:
+    """The outermost backward op above every backward op (None elsewhere).
+
+    Written independently of the model's own rule, so tests can check it.
+    """
+    parents = ops["parent_id"].to_list()
+    backward = (ops["direction"] == "bprop").to_list()
+    root: list[int | None] = [None] * ops.height
+    for i in range(ops.height):
+        if backward[i]:
+            p = parents[i]
+            root[i] = root[p] if p is not None and root[p] is not None else i
+    return root

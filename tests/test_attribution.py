@@ -13,7 +13,7 @@ import pytest
 
 import kinetolens
 from kinetolens.analysis.summary import summarize
-from tests.conftest import TRACES
+from tests.conftest import TRACES, backward_roots
 
 ALL = sorted(
     p for p in TRACES.rglob("*") if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz"))
@@ -121,18 +121,6 @@ def test_kernels_attributed_to_ops(path) -> None:
         assert _share(kernels, pl.col("source").is_not_null()) >= 0.95
 
 
-def _root_of(ops: pl.DataFrame) -> list[int | None]:
-    """The outermost backward op above every backward op."""
-    parents = ops["parent_id"].to_list()
-    backward = (ops["direction"] == "bprop").to_list()
-    root: list[int | None] = [None] * ops.height
-    for i in range(ops.height):
-        if backward[i]:
-            p = parents[i]
-            root[i] = root[p] if p is not None and root[p] is not None else i
-    return root
-
-
 @pytest.mark.parametrize("path", KINETO, ids=lambda p: str(p.relative_to(TRACES)))
 def test_backward_kernels_have_forward_op(path) -> None:
     trace = kinetolens.load(path)
@@ -145,7 +133,7 @@ def test_backward_kernels_have_forward_op(path) -> None:
     # Each unlinked node's sequence number is carried by no forward op.
     ops = trace.ops
     forward_seqs = set(ops.filter(pl.col("direction") == "fprop")["sequence_number"].drop_nulls().to_list())
-    root = _root_of(ops)
+    root = backward_roots(ops)
     seqs = ops["sequence_number"].to_list()
     parents = ops["parent_id"].to_list()
     unlinked = _kernels(trace).filter(

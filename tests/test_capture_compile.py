@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 from typing import Any
 
 import pytest

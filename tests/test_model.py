@@ -9,7 +9,7 @@ import polars as pl
 
 import kinetolens
 from kinetolens.cache import cache_key
-from tests.conftest import TRACES
+from tests.conftest import TRACES, backward_roots
 
 
 def test_epoch_timestamps_keep_nanoseconds() -> None:
@@ -71,17 +71,6 @@ RESNET = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
 LEGACY = "kineto_legacy/resnet50_num_workers_0_2020-12/worker0.pt.trace.json.gz"
 
 
-def _backward_roots(ops: pl.DataFrame) -> list[int | None]:
-    parents = ops["parent_id"].to_list()
-    backward = (ops["direction"] == "bprop").to_list()
-    root: list[int | None] = [None] * ops.height
-    for i in range(ops.height):
-        if backward[i]:
-            p = parents[i]
-            root[i] = root[p] if p is not None and root[p] is not None else i
-    return root
-
-
 def test_creation_order_agrees_with_sequence_numbers() -> None:
     # The order rule, run on traces that also carry sequence numbers, must
     # pair every node with the same forward call the numbers name.
@@ -89,7 +78,7 @@ def test_creation_order_agrees_with_sequence_numbers() -> None:
 
     for rel in (RESNET, "hta/trace_diff/control/control.json.gz", "hta/nccl_parser_config/nccl_data.json.gz"):
         ops = kinetolens.load(TRACES / rel).ops
-        pairs = pair_by_order(ops, ops["direction"].cast(pl.String).to_list(), _backward_roots(ops))
+        pairs = pair_by_order(ops, ops["direction"].cast(pl.String).to_list(), backward_roots(ops))
         fwd = ops["fwd_op_id"].to_list()
         top = ops["top_op_id"].to_list()
         checked = [(r, f) for r, f in pairs.items() if fwd[r] is not None]

@@ -21,7 +21,7 @@ import gc
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 import torch.distributed as dist

@@ -121,16 +121,21 @@ def _int_args(args: list[Args], fields: dict[str, str]) -> dict[str, pl.Series]:
     return out
 
 
-def host_frame(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[str, pl.Series]:
-    a = _args(events)
+def _range_columns(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[str, pl.Series]:
+    """What every ``X`` range has, host or device: kind, name, where, when."""
     durs = _get("dur", events)
-    cols: dict[str, pl.Series] = {
+    return {
         "kind": pl.Series(kinds, dtype=pl.String),
         "cat": pl.Series(_get("cat", events), dtype=pl.String),
         "name": pl.Series(_get("name", events), dtype=pl.String),
         **_common(events, ts_exact),
         "dur": column("dur", lambda: times(durs, False), durs),
     }
+
+
+def host_frame(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[str, pl.Series]:
+    a = _args(events)
+    cols = _range_columns(events, kinds, ts_exact)
     ids = _int_args(a, {"external_id": "external_id", "external_id_legacy": "external_id_legacy"})
     cols["external_id"] = coalesce(ids["external_id"], ids["external_id_legacy"]).alias("external_id")
     cols.update(
@@ -171,14 +176,7 @@ def host_frame(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[st
 
 def device_frame(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[str, pl.Series]:
     a = _args(events)
-    durs = _get("dur", events)
-    cols: dict[str, pl.Series] = {
-        "kind": pl.Series(kinds, dtype=pl.String),
-        "cat": pl.Series(_get("cat", events), dtype=pl.String),
-        "name": pl.Series(_get("name", events), dtype=pl.String),
-        **_common(events, ts_exact),
-        "dur": column("dur", lambda: times(durs, False), durs),
-    }
+    cols = _range_columns(events, kinds, ts_exact)
     cols.update(_int_args(a, {"device": "device", "stream": "stream", "context": "context", "correlation": "correlation"}))
     ids = _int_args(a, {"external_id": "external_id", "external_id_legacy": "external_id_legacy"})
     cols["external_id"] = coalesce(ids["external_id"], ids["external_id_legacy"]).alias("external_id")
