@@ -36,9 +36,14 @@ def step_time_ns(trace: Trace) -> int:
 
 
 def _with_step_share(table: pl.DataFrame, trace: Trace) -> pl.DataFrame:
-    """Device total time as a percentage of the wall time of all steps."""
+    """Total time as a percentage of the wall time of all steps.
+
+    Device time where the trace has GPU work; host time in a CPU-only
+    trace, where device time is zero and the host is what the steps spend.
+    """
     total = step_time_ns(trace)
-    share = pl.col("device_total_us") * 1000.0 / total * 100.0 if total else pl.lit(None, pl.Float64)
+    basis = "device_total_us" if trace.kernels.height else "host_total_us"
+    share = pl.col(basis) * 1000.0 / total * 100.0 if total else pl.lit(None, pl.Float64)
     return table.with_columns(step_share_pct=share)
 
 

@@ -104,12 +104,13 @@ def kernels_command(
 @click.option("--max-time", type=float, default=None, help="Only rows with at most this time (us).")
 @click.option("--name", "name_regex", default=None, help="Only rows whose key matches this regex.")
 @click.option("--step", type=int, default=None, help="Only this profiler step.")
+@click.option("-c", "--columns", default=None, help="Comma-separated columns to show (default: all).")
 @click.option("--csv", is_flag=True)
 @click.option("--json", "json_", is_flag=True)
 @click.option("--no-cache", is_flag=True)
 def ops_command(
     trace: str, top: int, by: str, aggregate: str, order_by: str | None, min_time: float | None, max_time: float | None,
-    name_regex: str | None, step: int | None, csv: bool, json_: bool, no_cache: bool,
+    name_regex: str | None, step: int | None, columns: str | None, csv: bool, json_: bool, no_cache: bool,
 ) -> None:
     """Top ops by device/host time (MegEngine profile_analyze options)."""
     loaded = load(trace, cache=not no_cache)
@@ -122,6 +123,14 @@ def ops_command(
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--order-by") from None
+    if columns:
+        wanted = [c.strip() for c in columns.split(",") if c.strip()]
+        unknown = [c for c in wanted if c not in table.columns]
+        if unknown:
+            raise click.BadParameter(
+                f"unknown column(s) {', '.join(unknown)}; choose from {', '.join(table.columns)}", param_hint="-c"
+            )
+        table = table.select(wanted)
     if not (csv or json_):
         table = table.with_columns(pl.col(pl.Float64).round(3))
     emit(table, _format(csv, False, json_), title=f"top {top} by {order_by} ({by}, {aggregate})")

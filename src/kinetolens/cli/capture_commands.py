@@ -17,7 +17,7 @@ DEFAULT_LOGDIR = "./kinetolens-runs"
 
 
 def _show_analysis(trace: Path) -> None:
-    """Print ``kinetolens summary`` and ``kinetolens ops -t 10`` for ``trace``,
+    """Print ``kinetolens summary`` and ``kinetolens ops -t 10 -c ...`` for ``trace``,
     going through the main group exactly as typed commands would."""
     try:
         from kinetolens.cli.main import cli
@@ -25,7 +25,9 @@ def _show_analysis(trace: Path) -> None:
         click.echo(f"(analysis commands unavailable: {exc})", err=True)
         return
     commands = getattr(cli, "commands", {})
-    for args in (["summary", str(trace)], ["ops", str(trace), "-t", "10"]):
+    # The columns that fit an 80-column terminal; `kinetolens ops` shows all.
+    compact = "name,calls,host_self_us,host_total_us,device_total_us,step_share_pct"
+    for args in (["summary", str(trace)], ["ops", str(trace), "-t", "10", "-c", compact]):
         if args[0] not in commands:
             click.echo(f"(no '{args[0]}' command in this build; skipped)", err=True)
             continue
