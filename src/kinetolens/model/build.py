@@ -40,16 +40,26 @@ def _thread_key() -> pl.Expr:
     return pl.struct(pl.col("pid").fill_null(-1), pl.col("tid").fill_null(-1)).hash()
 
 
+#: What a runtime/driver call carries; the op arguments (shapes, stacks,
+#: collectives, sequence numbers) are never set on one, and a column of nulls
+#: still costs 8 bytes a row.
+RUNTIME_COLUMNS = ["kind", "cat", "name", "pid", "tid", "ts", "dur", "end", "group", "external_id", "correlation", "cbid"]
+#: Launch-only fields, never set on an op.
+LAUNCH_ONLY_COLUMNS = ["correlation", "cbid"]
+
+
 def build_trace(raw: RawTables, path: str) -> Trace:
     host = raw.host.with_columns(end=pl.col("ts") + pl.col("dur"), group=_thread_key())
     ops = (
         host.filter(pl.col("kind").is_in([OP, ANNOTATION]))
+        .drop(LAUNCH_ONLY_COLUMNS)
         .sort(["ts", "dur"], descending=[False, True], maintain_order=True)
         .with_row_index("op_id")
         .with_columns(pl.col("op_id").cast(I64))
     )
     runtime = (
         host.filter(pl.col("kind").is_in([RUNTIME, SYNC]))
+        .select(RUNTIME_COLUMNS)
         .sort("ts", maintain_order=True)
         .with_row_index("launch_id")
         .with_columns(pl.col("launch_id").cast(I64))
