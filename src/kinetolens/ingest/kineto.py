@@ -1,9 +1,10 @@
-"""Decode a Kineto (Chrome trace JSON) file into columnar polars tables.
+"""Decode Kineto (Chrome trace JSON) events into columnar polars tables.
 
-Memory is bounded: the file is split once into a list of ``msgspec.Raw``
-slices (one small object per event, pointing into the buffer), then decoded
-into typed structs a chunk at a time and turned into columns.  No per-event
-Python dict ever exists and at most one chunk of structs is alive.
+Readers hand this module chunks of events (the streaming reader one piece
+of the file at a time, the whole-file reader slices of its event list);
+each chunk is decoded into typed structs, routed to its table and turned
+into columns before the next one is decoded, so no per-event Python dict
+ever exists and at most a chunk of structs is alive.
 
 Output tables (all times are integer nanoseconds, exact):
 
