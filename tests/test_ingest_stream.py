@@ -82,3 +82,33 @@ def test_damaged_files_are_left_to_the_whole_file_reader(tmp_path: Path, cut: fl
     plain.write_bytes(text[: int(len(text) * cut)])
     with pytest.raises(StreamUnsupported):
         stream_kineto(plain)
+
+
+def test_exact_time_detected_late_in_a_chunk_keeps_each_event_once(tmp_path: Path) -> None:
+    # Host times are integers (no sign of epoch floats); a device event in
+    # the same chunk has an epoch-scale float time, which forces the chunk to
+    # be decoded again keeping the text.  Every event must land once.
+    events = [
+        b'{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1712195495519689, "dur": 5}',
+        b'{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 1712195495519690.047, "dur": 2.5,'
+        b' "args": {"correlation": 3, "stream": 7, "device": 0}}',
+    ]
+    path = tmp_path / "late_exact.json"
+    path.write_bytes(b'{"traceEvents": [' + b",\n".join(events) + b"]}")
+    for tables in (stream_kineto(path), _whole(path)):
+        assert tables.host["ts"].to_list() == [1712195495519689000]
+        assert tables.device["ts"].to_list() == [1712195495519690047]
+
+
+def test_malformed_event_in_a_re_decoded_chunk_is_counted_once(tmp_path: Path) -> None:
+    events = [
+        b'{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1712195495519689.047, "dur": 5}',
+        b'{"ph": "X", "cat": "cpu_op", "name": "bad", "pid": 1, "tid": 1, "ts": 1712195495519690.5, "dur": "x"}',
+    ]
+    path = tmp_path / "bad_exact.json"
+    path.write_bytes(b'{"traceEvents": [' + b",\n".join(events) + b"]}")
+    with pytest.raises(StreamUnsupported):
+        stream_kineto(path)
+    tables = _whole(path)
+    assert tables.host["ts"].to_list() == [1712195495519689047]
+    assert [(w.kind, w.count) for w in tables.warnings] == [("malformed events skipped", 1)]

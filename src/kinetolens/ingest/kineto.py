@@ -158,54 +158,50 @@ TABLES: dict[str, dict[str, pl.DataType]] = {
 ChunkSource = Callable[[bool], Sequence[Event]]
 
 
-class _Tables:
-    """Per-table frames, appended chunk by chunk, concatenated once."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.parts: dict[str, list[pl.DataFrame]] = {name: [] for name in TABLES}
-
-    def add(self, table: str, build: Callable[[], dict[str, pl.Series]]) -> None:
-        schema = TABLES[table]
-        try:
-            cols = build()
-        except ColumnError as err:
-            raise TraceError(self.path, out_of_range_message(table, err)) from None
-        if not cols or len(next(iter(cols.values()))) == 0:
-            return
-        frame = pl.DataFrame([cols[name].alias(name) for name in schema]).cast(schema)  # type: ignore[arg-type]
-        self.parts[table].append(frame)
-
-    def concat(self) -> dict[str, pl.DataFrame]:
-        out = {}
-        for name, schema in TABLES.items():
-            parts = self.parts[name]
-            # No rechunk: a copy of every table at its largest moment is
-            # exactly the peak this module exists to avoid.
-            out[name] = pl.concat(parts, how="vertical", rechunk=False) if parts else pl.DataFrame(schema=schema)
-            parts.clear()
-        out["threads"] = out["threads"].unique(maintain_order=True)
-        return out
+def _frame(path: str, table: str, build: Callable[[], dict[str, pl.Series]]) -> pl.DataFrame:
+    """One table's columns for one chunk, in schema order and types."""
+    schema = TABLES[table]
+    try:
+        cols = build()
+    except ColumnError as err:
+        raise TraceError(path, out_of_range_message(table, err)) from None
+    return pl.DataFrame([cols[name].alias(name) for name in schema]).cast(schema)  # type: ignore[arg-type]
 
 
-def _add_chunk(out: _Tables, events: Sequence[Event], exact: bool) -> Partition:
-    p = partition(events)
-    if p.negative_dur or p.missing_dur:
-        return p
+def _chunk_frames(path: str, p: Partition, exact: bool) -> dict[str, pl.DataFrame]:
+    """Every table's frame for one chunk.
+
+    All are built before any is kept: a table late in the chunk may ask for
+    the chunk to be decoded again (:class:`NeedsExactTime`), and frames kept
+    from the first try would then be counted twice.
+    """
+    builders: dict[str, Callable[[], dict[str, pl.Series]]] = {}
     if p.host:
-        out.add("host", lambda: host_frame(p.host, p.host_kind, exact))
+        builders["host"] = lambda: host_frame(p.host, p.host_kind, exact)
     if p.device:
-        out.add("device", lambda: device_frame(p.device, p.device_kind, exact))
+        builders["device"] = lambda: device_frame(p.device, p.device_kind, exact)
     if p.memory:
-        out.add("memory", lambda: memory_frame(p.memory, exact))
+        builders["memory"] = lambda: memory_frame(p.memory, exact)
     if p.flows:
-        out.add("flows", lambda: flow_frame(p.flows, exact))
+        builders["flows"] = lambda: flow_frame(p.flows, exact)
     if p.meta:
-        out.add("threads", lambda: thread_frame(p.meta))
-        out.add("processes", lambda: process_frame(p.meta))
+        builders["threads"] = lambda: thread_frame(p.meta)
+        builders["processes"] = lambda: process_frame(p.meta)
     if p.counters:
-        out.add("counters", lambda: counter_frame(p.counters, exact))
-    return p
+        builders["counters"] = lambda: counter_frame(p.counters, exact)
+    frames = {table: _frame(path, table, build) for table, build in builders.items()}
+    return {table: frame for table, frame in frames.items() if frame.height}
+
+
+def _concat(parts: dict[str, list[pl.DataFrame]]) -> dict[str, pl.DataFrame]:
+    out = {}
+    for name, schema in TABLES.items():
+        frames = parts[name]
+        # No rechunk: a copy of every table at its largest moment is
+        # exactly the peak this module exists to avoid.
+        out[name] = pl.concat(frames, how="vertical", rechunk=False) if frames else pl.DataFrame(schema=schema)
+    out["threads"] = out["threads"].unique(maintain_order=True)
+    return out
 
 
 def _check_end(path: str, table: str, frame: pl.DataFrame) -> None:
@@ -228,24 +224,27 @@ def decode_events(path: str, chunks: Iterable[ChunkSource]) -> dict[str, pl.Data
     decoded again keeping the timestamp text, and so are all later chunks,
     since a file has one time base.
     """
-    out = _Tables(path)
+    parts: dict[str, list[pl.DataFrame]] = {name: [] for name in TABLES}
     exact = False
     missing_dur = negative_dur = 0
     for chunk in chunks:
-        try:
-            p = _add_chunk(out, chunk(exact), exact)
-        except NeedsExactTime:
-            exact = True
-            p = _add_chunk(out, chunk(exact), exact)
+        p = partition(chunk(exact))
         missing_dur += p.missing_dur
         negative_dur += p.negative_dur
         if missing_dur or negative_dur:
             break
+        try:
+            frames = _chunk_frames(path, p, exact)
+        except NeedsExactTime:
+            exact = True
+            frames = _chunk_frames(path, partition(chunk(exact)), exact)
+        for table, frame in frames.items():
+            parts[table].append(frame)
     if negative_dur:
         raise TraceError(path, f"{negative_dur} event(s) have a negative duration ('dur' < 0)")
     if missing_dur:
         raise TraceError(path, f"{missing_dur} complete ('X') event(s) have no duration ('dur')")
-    tables = out.concat()
+    tables = _concat(parts)
     _check_end(path, "host", tables["host"])
     _check_end(path, "device", tables["device"])
     return tables

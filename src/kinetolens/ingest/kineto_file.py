@@ -40,8 +40,13 @@ class _ChunkDecoder:
         self._one = {
             exact: msgspec.json.Decoder(etype, strict=False) for exact, etype in ((False, Event), (True, ExactTimeEvent))
         }
-        self.bad_events = 0
+        self._bad_per_chunk: dict[int, int] = {}
         self.first_bad = ""
+
+    @property
+    def bad_events(self) -> int:
+        # Per chunk, so a chunk decoded twice (exact timestamps) counts once.
+        return sum(self._bad_per_chunk.values())
 
     def chunks(self, raws: list[msgspec.Raw]) -> Iterator[ChunkSource]:
         for start in range(0, len(raws), CHUNK_EVENTS):
@@ -67,7 +72,7 @@ class _ChunkDecoder:
                 bad += 1
                 if not self.first_bad:
                     self.first_bad = str(exc)
-        self.bad_events += bad
+        self._bad_per_chunk[first_index] = bad
         return events
 
 

@@ -98,7 +98,6 @@ class _Pieces:
     def __init__(self, blocks: Iterator[bytes]) -> None:
         self.blocks = blocks
         self.metadata: dict[str, Any] = {}
-        self.events = 0
 
     def __iter__(self) -> Iterator[ChunkSource]:
         buf = self._skip_head()
@@ -127,9 +126,8 @@ class _Pieces:
                 break
         raise StreamUnsupported("no traceEvents array")
 
-    def _source(self, piece: bytes, events: list[Event]) -> ChunkSource:
-        self.events += len(events)
-
+    @staticmethod
+    def _source(piece: bytes, events: list[Event]) -> ChunkSource:
         def decode(exact: bool) -> list[Event]:
             return events if not exact else _decode_piece(piece, True)
 
