@@ -55,6 +55,51 @@ def _corrupt(exc: zlib.error, pos: int) -> str:
     return f"corrupt gzip data ({reason}){after}: the file is damaged, not just cut short"
 
 
+class _Truncated(Exception):
+    """The gzip stream ended early; everything yielded before is intact."""
+
+
+class _TrailingGarbage(Exception):
+    """Bytes after the last gzip member that are not another member."""
+
+    def __init__(self, junk: int) -> None:
+        self.junk = junk
+
+
+def _inflate(path: Path, max_out: int = 0) -> Iterator[bytes]:
+    """Decompressed blocks of every gzip member of ``path``, in order.
+
+    The one decompression loop of kinetolens: the whole-file reader and the
+    streaming reader differ only in what they do with damage.  After the
+    last good block it raises ``_Truncated`` (the stream just ends),
+    ``_TrailingGarbage`` (junk after a complete member, whose CRC passed) or
+    ``zlib.error`` (corrupt data).  ``max_out`` caps each block (0: no cap).
+    """
+    decomp = zlib.decompressobj(wbits=47)  # gzip or zlib header, auto-detected
+    with path.open("rb") as fh:
+        data = fh.read(_BLOCK)
+        while data:
+            out = decomp.decompress(data, max_out)
+            if out:
+                yield out
+            if decomp.eof:
+                rest = decomp.unused_data + fh.read(_BLOCK)
+                if not rest:
+                    return
+                if len(rest) < len(GZIP_MAGIC):
+                    rest += fh.read(len(GZIP_MAGIC))
+                if not rest.startswith(GZIP_MAGIC):
+                    raise _TrailingGarbage(len(rest) + len(fh.read()))
+                decomp = zlib.decompressobj(wbits=31)
+                data = rest
+            else:
+                data = decomp.unconsumed_tail or fh.read(_BLOCK)
+    tail = decomp.flush()
+    if tail:
+        yield tail
+    raise _Truncated
+
+
 def _gunzip(path: Path, file_size: int) -> tuple[bytearray, list[str]]:
     """Decompress every gzip member of ``path``; recover only a truncated tail.
 
@@ -72,47 +117,21 @@ def _gunzip(path: Path, file_size: int) -> tuple[bytearray, list[str]]:
     out = bytearray(hint) if hint else bytearray()
     pos = 0
     damage: list[str] = []
-    decomp = zlib.decompressobj(wbits=47)  # gzip or zlib header, auto-detected
-
-    def put(chunk: bytes) -> None:
-        nonlocal pos
-        end = pos + len(chunk)
-        if end > len(out):
-            out.extend(b"\0" * (end - len(out)))
-        out[pos:end] = chunk
-        pos = end
-
-    with path.open("rb") as fh:
-        while True:
-            block = fh.read(_BLOCK)
-            if not block:
-                break
-            while block:
-                if decomp.eof:
-                    # The previous member ended: another member, or junk.
-                    if len(block) < len(GZIP_MAGIC):
-                        block += fh.read(len(GZIP_MAGIC))
-                    if not block.startswith(GZIP_MAGIC):
-                        junk = len(block) + file_size - fh.tell()
-                        damage.append(f"ignored {junk} bytes of trailing garbage after the gzip data")
-                        block = b""
-                        break
-                    decomp = zlib.decompressobj(wbits=31)
-                try:
-                    put(decomp.decompress(block))
-                except zlib.error as exc:
-                    raise TraceError(path, _corrupt(exc, pos)) from None
-                block = decomp.unused_data if decomp.eof else b""
-            if damage:
-                break
-        if not decomp.eof:
-            try:
-                put(decomp.flush())
-            except zlib.error as exc:
-                raise TraceError(path, _corrupt(exc, pos)) from None
-            if pos == 0:
-                raise TraceError(path, "gzip stream ends early (truncated file) before any data")
-            damage.append(f"gzip stream ends early (truncated file): kept {pos} bytes")
+    try:
+        for chunk in _inflate(path):
+            end = pos + len(chunk)
+            if end > len(out):
+                out.extend(b"\0" * (end - len(out)))
+            out[pos:end] = chunk
+            pos = end
+    except zlib.error as exc:
+        raise TraceError(path, _corrupt(exc, pos)) from None
+    except _TrailingGarbage as garbage:
+        damage.append(f"ignored {garbage.junk} bytes of trailing garbage after the gzip data")
+    except _Truncated:
+        if pos == 0:
+            raise TraceError(path, "gzip stream ends early (truncated file) before any data") from None
+        damage.append(f"gzip stream ends early (truncated file): kept {pos} bytes")
     if pos != len(out):
         del out[pos:]
     if pos == 0:
@@ -158,7 +177,6 @@ class StreamUnsupported(Exception):
 
 
 _STREAM_OUT = 4 << 20
-_STREAM_IN = 1 << 18
 _QUEUE_DEPTH = 3
 
 
@@ -191,28 +209,13 @@ def gzip_blocks(path: Path) -> Iterator[bytes]:
 
     def inflate() -> None:
         try:
-            with path.open("rb") as fh:
-                decomp = zlib.decompressobj(wbits=31)
-                data = fh.read(_STREAM_IN)
-                while data and not stop.is_set():
-                    out = decomp.decompress(data, _STREAM_OUT)
-                    if out:
-                        put(out)
-                    if decomp.eof:
-                        rest = decomp.unused_data + fh.read(_STREAM_IN)
-                        if not rest:
-                            break
-                        if not rest.startswith(GZIP_MAGIC):
-                            raise StreamUnsupported("data after the gzip stream")
-                        decomp = zlib.decompressobj(wbits=31)
-                        data = rest
-                    else:
-                        data = decomp.unconsumed_tail or fh.read(_STREAM_IN)
-                if not decomp.eof:
-                    raise StreamUnsupported("gzip stream ends early")
+            for block in _inflate(path, _STREAM_OUT):
+                if stop.is_set():
+                    return
+                put(block)
             put(None)
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
-            put(exc if isinstance(exc, StreamUnsupported) else StreamUnsupported(str(exc)))
+            put(StreamUnsupported(type(exc).__name__))
 
     worker = threading.Thread(target=inflate, name="kinetolens-gunzip", daemon=True)
     worker.start()
