@@ -35,14 +35,19 @@ def step_time_ns(trace: Trace) -> int:
     return end - start
 
 
-def _with_step_share(table: pl.DataFrame, trace: Trace) -> pl.DataFrame:
-    """Total time as a percentage of the wall time of all steps.
+def time_basis(trace: Trace) -> str:
+    """The total that ranks ops and makes their step share.
 
     Device time where the trace has GPU work; host time in a CPU-only
     trace, where device time is zero and the host is what the steps spend.
     """
+    return "device_total_us" if trace.kernels.height else "host_total_us"
+
+
+def _with_step_share(table: pl.DataFrame, trace: Trace) -> pl.DataFrame:
+    """Total time (see :func:`time_basis`) as a percentage of all steps' wall time."""
     total = step_time_ns(trace)
-    basis = "device_total_us" if trace.kernels.height else "host_total_us"
+    basis = time_basis(trace)
     share = pl.col(basis) * 1000.0 / total * 100.0 if total else pl.lit(None, pl.Float64)
     return table.with_columns(step_share_pct=share)
 

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kinetolens.analysis.kernels import DEFAULT_COLUMNS, KERNEL_COLUMNS, kernel_table
-from kinetolens.analysis.ops import AGGREGATES, GROUPINGS, op_stats, order_and_filter
+from kinetolens.analysis.ops import AGGREGATES, GROUPINGS, op_stats, order_and_filter, time_basis
 from kinetolens.analysis.summary import summarize
 from kinetolens.cli.render import emit, emit_json
 from kinetolens.loader import load
@@ -115,7 +115,7 @@ def ops_command(
     """Top ops by device/host time (MegEngine profile_analyze options)."""
     loaded = load(trace, cache=not no_cache)
     if order_by is None:
-        order_by = "device_total_us" if loaded.kernels.height else "host_total_us"
+        order_by = time_basis(loaded)
     stats = op_stats(loaded, by=by, aggregate=aggregate, step=step)
     try:
         table = order_and_filter(
