@@ -13,6 +13,8 @@ from typing import Any, Sequence
 
 import click
 
+from kinetolens.capture.counter_presets import DESCRIPTIONS
+
 DEFAULT_LOGDIR = "./kinetolens-runs"
 
 
@@ -104,7 +106,9 @@ def demo_command(logdir: Path, steps: int, warmup: int, device: str, no_analysis
     "--counters",
     default=None,
     metavar="NAMES",
-    help="CUPTI hardware counters, comma-separated: presets (roofline, tensor_cores, memory) or metric names.",
+    help="CUPTI hardware counters, comma-separated metric names or presets: "
+    + "; ".join(f"{name} ({what})" for name, what in DESCRIPTIONS.items())
+    + ".",
 )
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run_command(

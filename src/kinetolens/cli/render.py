@@ -11,8 +11,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-FORMATS = ("table", "csv", "tsv", "json")
-
 
 def _cell(value: Any) -> Text:
     """Cells are plain text: kernel names such as ``[lambda(int) (instance 1)]``
