@@ -34,6 +34,7 @@ PIECE_BYTES = 1 << 20
 _TAIL_WINDOW = 1 << 16
 _MAX_CUT_TRIES = 8
 _MAX_HEAD_BYTES = 64 << 20
+_MAX_BACKLOG_BYTES = 64 << 20
 
 _ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[\s*')
 _BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*\{")
@@ -134,7 +135,13 @@ class _Pieces:
         return decode
 
     def _cut(self, buf: bytes) -> tuple[bytes, ChunkSource | None]:
-        """The longest validated piece of whole events, and what is left."""
+        """The longest validated piece of whole events, and what is left.
+
+        When none of the last few guesses decodes (they all sit inside long
+        strings, or one event is larger than a piece), read on and guess
+        again with more text; only a backlog no event boundary resolves
+        means a malformed event, left to the whole-file reader.
+        """
         start = max(0, len(buf) - _TAIL_WINDOW)
         cuts = list(_BETWEEN_EVENTS.finditer(buf, start)) or list(_BETWEEN_EVENTS.finditer(buf))
         for m in reversed(cuts[-_MAX_CUT_TRIES:]):
@@ -142,9 +149,9 @@ class _Pieces:
             events = _try_piece(piece)
             if events is not None:
                 return buf[m.end() - 1 :], self._source(piece, events)
-        if len(cuts) >= _MAX_CUT_TRIES:
+        if len(buf) > _MAX_BACKLOG_BYTES:
             raise StreamUnsupported("no event boundary decodes")
-        return buf, None  # one huge event so far: read on
+        return buf, None
 
     def _last(self, buf: bytes) -> ChunkSource:
         for m in reversed(list(_ARRAY_END.finditer(buf))[-_MAX_CUT_TRIES:]):
@@ -162,7 +169,7 @@ def stream_kineto(path: Path) -> RawTables:
     Raises :class:`StreamUnsupported` for anything else; the caller then
     uses the whole-file reader.
     """
-    pieces = _Pieces(file_blocks(path))
+    pieces = _Pieces(file_blocks(path, PIECE_BYTES))
     try:
         tables = decode_events(str(path), pieces)
     finally:

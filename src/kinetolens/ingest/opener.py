@@ -176,18 +176,17 @@ class StreamUnsupported(Exception):
     """
 
 
-_STREAM_OUT = 4 << 20
 _QUEUE_DEPTH = 3
 
 
-def plain_blocks(path: Path) -> Iterator[bytes]:
+def plain_blocks(path: Path, size: int) -> Iterator[bytes]:
     """The file in blocks (read, not mapped, so the pages are not our RSS)."""
     with path.open("rb") as fh:
-        while block := fh.read(_STREAM_OUT):
+        while block := fh.read(size):
             yield block
 
 
-def gzip_blocks(path: Path) -> Iterator[bytes]:
+def gzip_blocks(path: Path, size: int) -> Iterator[bytes]:
     """Decompressed blocks of a gzip file, inflated on a background thread.
 
     zlib releases the GIL while it inflates, so decompression overlaps the
@@ -209,7 +208,7 @@ def gzip_blocks(path: Path) -> Iterator[bytes]:
 
     def inflate() -> None:
         try:
-            for block in _inflate(path, _STREAM_OUT):
+            for block in _inflate(path, size):
                 if stop.is_set():
                     return
                 put(block)
@@ -232,8 +231,8 @@ def gzip_blocks(path: Path) -> Iterator[bytes]:
         worker.join()
 
 
-def file_blocks(path: Path) -> Iterator[bytes]:
-    """Decompressed blocks of a trace file, gzip detected by its magic."""
+def file_blocks(path: Path, size: int) -> Iterator[bytes]:
+    """Decompressed blocks of at most ``size`` bytes, gzip detected by its magic."""
     with path.open("rb") as fh:
         magic = fh.read(2)
-    return gzip_blocks(path) if magic == GZIP_MAGIC else plain_blocks(path)
+    return gzip_blocks(path, size) if magic == GZIP_MAGIC else plain_blocks(path, size)
