@@ -38,12 +38,21 @@ def as_int(value: int | str | None) -> int | None:
     return None
 
 
+def nulls(n: int, dtype: pl.DataType) -> pl.Series:
+    """A column of ``n`` nulls, without building a list of them."""
+    return pl.Series([None], dtype=dtype).new_from_index(0, n)
+
+
 def ints(values: list[Any], convert: Callable[[Any], int | None] | None = None) -> pl.Series:
     """An Int64 column; values that are not plain ints go through ``convert``.
 
-    A value that still does not fit (an id beyond 64 bits) raises the
+    Most optional args are absent from most events; such a column is known
+    to be all null after one C-level count, with no conversion at all.  A
+    value that still does not fit (an id beyond 64 bits) raises the
     ``TypeError`` that the caller turns into a one-line error.
     """
+    if values.count(None) == len(values):
+        return nulls(len(values), pl.Int64)
     try:
         return pl.Series(values, dtype=pl.Int64, strict=True)
     except TypeError:
@@ -114,13 +123,18 @@ def times(values: list[Any], is_ts: bool) -> pl.Series:
 def texts(raws: list[msgspec.Raw]) -> pl.Series:
     """JSON texts (shapes, dtypes) as strings, absent ones null.
 
-    One join in C and one split in polars instead of a Python call per
-    value: NUL cannot occur in JSON text, so it separates the values.
+    One join and one split in C instead of a Python call per value: NUL
+    cannot occur in JSON text, so it separates the values.  A column that is
+    absent from every event (shapes in a trace taken without
+    ``record_shapes``) is seen from the joined length alone.
     """
-    if not raws:
-        return pl.Series(dtype=pl.String)
-    texts = pl.Series([b"\x00".join(raws).decode()]).str.split("\x00").explode()
-    return texts.replace(["", "null"], None)
+    n = len(raws)
+    joined = b"\x00".join(raws)
+    if len(joined) == max(n - 1, 0):
+        return nulls(n, pl.String)
+    parts = joined.decode().split("\x00")
+    column = pl.Series([text or None for text in parts], dtype=pl.String)
+    return column.replace("null", None) if "null" in parts else column
 
 
 _NO_DIM3 = [None, None, None]
