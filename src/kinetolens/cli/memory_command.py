@@ -1,0 +1,151 @@
+"""``kinetolens memory``: the allocator's peak per device, the ops that
+allocate, leaks, and the memory-flow picture (``--svg``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import polars as pl
+from rich.console import Console
+
+from kinetolens.analysis.memory import (
+    WINDOW_SUM,
+    memory_curve,
+    memory_events,
+    memory_peaks,
+    op_memory_stats,
+    resolve_device,
+)
+from kinetolens.analysis.memory_allocations import allocations, leaks, pairable
+from kinetolens.cli.render import emit, emit_json
+from kinetolens.errors import TraceError
+from kinetolens.loader import load
+from kinetolens.views.memory_flow_svg import human_bytes, render_memory_flow
+
+
+def _bytes_columns(frame: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
+    """Byte counts as ``12.3 MiB`` strings for the terminal."""
+    return frame.with_columns(
+        pl.col(c).map_elements(human_bytes, return_dtype=pl.String) for c in columns if c in frame.columns
+    )
+
+
+def _since(column: str, origin: int) -> pl.Expr:
+    return ((pl.col(column) - origin) / 1e6).round(3).alias(f"{column}_ms")
+
+
+@click.command("memory")
+@click.argument("trace", type=str)
+@click.option("--svg", "svg_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the memory-flow picture (time x address) to this SVG file.")
+@click.option("--json", "json_", is_flag=True, help="All tables as JSON (see docs/memory.md).")
+@click.option("--device", default=None, help="Only this device: index (1, -1 = CPU) or label (GPU1, CPU).")
+@click.option("-t", "--top", type=int, default=10, show_default=True, help="Rows of the op and leak tables.")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
+def memory_command(trace: str, svg_path: str | None, json_: bool, device: str | None, top: int, no_cache: bool) -> None:
+    """Memory per device: peak with its op and module, top allocating ops, leaks."""
+    loaded = load(trace, cache=not no_cache)
+    if loaded.memory.height == 0:
+        raise TraceError(trace, "has no [memory] events; record with torch.profiler.profile(profile_memory=True)")
+    events = memory_events(loaded)
+    if device is not None:
+        try:
+            label = resolve_device(events, device)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--device") from None
+        events = events.filter(pl.col("device") == label)
+    origin = int(events["ts"].min())  # type: ignore[arg-type]
+    peaks = memory_peaks(events)
+    stats = op_memory_stats(events, loaded.ops)
+    allocs = allocations(events)
+    leaked = leaks(allocs)
+
+    wrote = _write_svg(trace, svg_path, events, peaks, allocs) if svg_path is not None else None
+
+    if json_:
+        emit_json({
+            "trace": trace,
+            "origin_ns": origin,
+            "pairable": pairable(events),
+            "devices": peaks.to_dicts(),
+            "op_stats": stats.to_dicts(),
+            "leaks": leaked.to_dicts(),
+            "allocations": allocs.to_dicts(),
+            "curve": memory_curve(events).to_dicts(),
+        })
+    else:
+        _print_summary(trace, events, peaks, stats, allocs, leaked, origin, top)
+    if wrote:
+        click.echo(f"wrote {svg_path} ({wrote})", err=True)
+
+
+def _write_svg(trace: str, path: str, events: pl.DataFrame, peaks: pl.DataFrame, allocs: pl.DataFrame) -> str:
+    """One device per picture: the one chosen with --device, else the one with the highest peak."""
+    if not pairable(events):
+        raise TraceError(trace, "its memory events carry no addresses (PyTorch < 1.10), so there is no memory-flow picture")
+    label = str(peaks["device"][0])
+    mine = events.filter(pl.col("device") == label)
+    window = (int(mine["ts"].min()), int(mine["ts"].max()))  # type: ignore[arg-type]
+    peak = human_bytes(peaks["peak_allocated"][0])
+    svg = render_memory_flow(
+        allocs.filter(pl.col("device") == label),
+        window=window,
+        title=f"memory flow, {label} (peak allocated {peak}): {Path(trace).name}",
+    )
+    try:
+        Path(path).write_text(svg, encoding="utf-8")
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
+    return label
+
+
+def _print_summary(
+    trace: str,
+    events: pl.DataFrame,
+    peaks: pl.DataFrame,
+    stats: pl.DataFrame,
+    allocs: pl.DataFrame,
+    leaked: pl.DataFrame,
+    origin: int,
+    top: int,
+) -> None:
+    console = Console()
+    table = peaks.select(
+        "device",
+        pl.col("peak_allocated").alias("peak"),
+        _since("peak_ts", origin).alias("at_ms"),
+        pl.col("peak_op").alias("op"),
+        pl.col("peak_module").alias("module"),
+        pl.col("peak_reserved").alias("reserved"),
+        pl.col("final_allocated").alias("final"),
+        pl.col("allocations").alias("allocs"),
+        "frees",
+    )
+    emit(_bytes_columns(table, ["peak", "reserved", "final"]),
+         title=f"memory peaks (allocated bytes; at_ms from the first memory event): {trace}")
+    if (peaks["basis"] == WINDOW_SUM).any():
+        console.print("basis window_sum: the trace has no allocator totals; allocated bytes count from 0 at the "
+                      "first event of the window (memory held before it is not included).")
+    ops = stats.head(top).select(
+        "device",
+        "op",
+        "calls",
+        pl.col("self_alloc_count").alias("allocs"),
+        pl.col("self_alloc_bytes").alias("allocated"),
+        pl.col("self_increase_bytes").alias("increase"),
+        pl.col("alloc_bytes").alias("incl_allocated"),
+        pl.col("increase_bytes").alias("incl_increase"),
+    )
+    emit(_bytes_columns(ops, ["allocated", "increase", "incl_allocated", "incl_increase"]),
+         title=f"top {top} ops by bytes they allocate themselves (incl_: with nested ops)")
+    if not pairable(events):
+        console.print("leaks: the memory events carry no addresses (PyTorch < 1.10), so allocations cannot be "
+                      "paired with their frees.")
+        return
+    if leaked.height == 0:
+        console.print(f"leaks: none; all {allocs.height:,} allocations in the window were freed in it.")
+        return
+    emit(_bytes_columns(leaked.head(top), ["bytes", "largest"]),
+         title="not freed inside the window: alive_at_end (still held at the end) / "
+               "before_window (freed, allocated before profiling began)")
