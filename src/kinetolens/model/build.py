@@ -49,7 +49,14 @@ LAUNCH_ONLY_COLUMNS = ["correlation", "cbid"]
 
 
 def build_trace(raw: RawTables, path: str) -> Trace:
+    """Link the raw tables into the model.
+
+    Consumes ``raw.host``: its rows move into ops, runtime and python, and
+    the raw table is dropped as soon as they are split off, so that it does
+    not add to the peak.
+    """
     host = raw.host.with_columns(end=pl.col("ts") + pl.col("dur"), group=_thread_key())
+    raw.host = raw.host.clear()
     ops = (
         host.filter(pl.col("kind").is_in([OP, ANNOTATION]))
         .drop(LAUNCH_ONLY_COLUMNS)
@@ -69,6 +76,7 @@ def build_trace(raw: RawTables, path: str) -> Trace:
         .sort(["ts", "dur"], descending=[False, True], maintain_order=True)
         .with_row_index("py_row")
     )
+    del host
 
     ops, runtime, overlaps = _nest_ops(ops, runtime)
     ops, runtime = _attach_python(ops, runtime, python)
