@@ -2,7 +2,10 @@
 
 The ``attribution`` block is the foundation's health check: the fraction of
 GPU kernel time that we could tie to an op, a module, a source line, and (for
-backward kernels) to the forward op they differentiate.
+backward kernels) to the forward op they differentiate.  The ``steps`` block
+breaks each step's wall time down (:mod:`kinetolens.analysis.overview`) and
+the ``gpu`` block says how busy each GPU was
+(:mod:`kinetolens.analysis.gpu_metrics`).
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ from typing import Any
 import polars as pl
 
 from kinetolens import __version__
+from kinetolens.analysis.gpu_metrics import gpu_metrics
+from kinetolens.analysis.overview import COLUMNS, average_breakdown, step_breakdown
 from kinetolens.model.trace import Trace
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def _fraction(frame: pl.DataFrame, condition: pl.Expr) -> float | None:
@@ -50,9 +55,37 @@ def attribution(trace: Trace) -> dict[str, Any]:
     }
 
 
+def _us(ns: float) -> float:
+    return float(ns) / 1000.0
+
+
+def steps_block(trace: Trace) -> dict[str, Any]:
+    """Steps with their time breakdown in microseconds.
+
+    ``mean_us`` is the mean of the steps' disjoint wall-time windows, so it
+    equals ``average_us.total``.  Without ProfilerStep ranges ``count`` is 0
+    and ``breakdown_us`` holds one row (``step`` null) for the whole trace.
+    """
+    table = step_breakdown(trace)
+    real = table.filter(pl.col("step").is_not_null())
+    rows = [
+        {"step": row["step"], **{c: _us(row[c]) for c in COLUMNS}} for row in table.iter_rows(named=True)
+    ]
+    return {
+        "count": real.height,
+        "ids": [int(s) for s in real["step"].to_list()],
+        "mean_us": _us(real["total"].mean()) if real.height else None,  # type: ignore[arg-type]
+        "breakdown_us": rows,
+        "average_us": {c: v / 1000.0 for c, v in average_breakdown(table).items()} if table.height else None,
+    }
+
+
+def gpu_block(trace: Trace) -> list[dict[str, Any]]:
+    return gpu_metrics(trace).to_dicts()
+
+
 def summarize(trace: Trace) -> dict[str, Any]:
     """Stable, documented JSON for ``kinetolens summary --json``."""
-    steps = trace.steps
     kinds = trace.kernels.group_by("kind").len() if trace.kernels.height else None
     counts = {str(k): int(v) for k, v in kinds.iter_rows()} if kinds is not None else {}
     devices = [
@@ -84,11 +117,8 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "devices": devices,
         "devices_used": used,
         "span_us": span_us,
-        "steps": {
-            "count": steps.height,
-            "ids": [int(s) for s in steps["step"].to_list()] if steps.height else [],
-            "mean_us": float(steps["dur"].mean()) / 1000.0 if steps.height else None,  # type: ignore[arg-type]
-        },
+        "steps": steps_block(trace),
+        "gpu": gpu_block(trace),
         "events": {
             "ops": int(trace.ops.filter(pl.col("kind") == "op").height),
             "annotations": int(trace.ops.filter(pl.col("kind") == "annotation").height),

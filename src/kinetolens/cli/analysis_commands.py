@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 import polars as pl
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -55,6 +56,76 @@ def summary_command(trace: str, json_: bool, no_cache: bool) -> None:
     table.add_row("  with its forward op", _pct(a["backward_with_forward_op"]))
     for w in info["warnings"]:
         table.add_row("warning", f"{w['kind']}: {w['detail']} ({w['count']}x)")
+    console.print(table)
+    _print_breakdown(console, steps)
+    _print_gpus(console, info["gpu"], info["devices"])
+
+
+#: Step rows shown in the terminal; the average row covers all of them.
+MAX_STEP_ROWS = 12
+#: Short terminal headers for the breakdown categories (80 columns wide).
+BREAKDOWN_HEADERS = {
+    "kernel": "kernel",
+    "memcpy": "memcpy",
+    "memset": "memset",
+    "communication": "comm",
+    "runtime": "runtime",
+    "dataloader": "data",
+    "cpu_exec": "cpu",
+    "other": "other",
+}
+
+
+def _share(part: float, whole: float) -> str:
+    return f"{part / whole * 100:.1f}" if whole else "-"
+
+
+def _print_breakdown(console: Console, steps: dict) -> None:
+    """Each step's wall time (ms) and the share (%) of each category in it."""
+    rows, avg = steps["breakdown_us"], steps["average_us"]
+    if not rows or avg is None:
+        return
+    table = Table(
+        title="Step time breakdown (% of each step)", header_style="bold", box=box.SIMPLE_HEAD, collapse_padding=True, caption_justify="left"
+    )
+    table.add_column("step")
+    table.add_column("ms", justify="right")
+    for header in BREAKDOWN_HEADERS.values():
+        table.add_column(header, justify="right")
+
+    def add(label: str, row: dict, style: str | None = None) -> None:
+        cells = (_share(row[c], row["total"]) for c in BREAKDOWN_HEADERS)
+        table.add_row(label, f"{row['total'] / 1000:,.1f}", *cells, style=style)
+
+    for row in rows[:MAX_STEP_ROWS]:
+        add(str(row["step"]) if row["step"] is not None else "all", row)
+    if len(rows) > MAX_STEP_ROWS:
+        table.add_row(f"+{len(rows) - MAX_STEP_ROWS}", *([""] * (len(BREAKDOWN_HEADERS) + 1)))
+    if len(rows) > 1:
+        add("mean", avg, style="bold")
+    table.caption = "mean ms: " + ", ".join(f"{h} {avg[c] / 1000:,.3f}" for c, h in BREAKDOWN_HEADERS.items())
+    console.print(table)
+
+
+def _print_gpus(console: Console, gpus: list[dict], devices: list[dict]) -> None:
+    if not gpus:
+        return
+    names = {d["id"]: d["name"] for d in devices}
+    table = Table(title="GPUs during the steps", header_style="bold", box=box.SIMPLE_HEAD, collapse_padding=True, caption_justify="left")
+    for header in ("GPU", "name", "util", "SM eff", "occup.", "TC", "peak mem"):
+        table.add_column(header, justify="left" if header == "name" else "right")
+    for g in gpus:
+        peak = g["peak_allocated_bytes"]
+        table.add_row(
+            str(g["device"]),
+            names.get(g["device"]) or "-",
+            _pct(g["utilization"]),
+            _pct(g["sm_efficiency"]),
+            _pct(g["occupancy"]),
+            _pct(g["tensor_core_share"]),
+            "-" if peak is None else f"{peak / 2**20:,.1f} MiB",
+        )
+    table.caption = "util: time a kernel ran; SM eff, occup.: estimates; TC: kernel time on Tensor Cores"
     console.print(table)
 
 

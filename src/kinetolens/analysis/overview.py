@@ -1,0 +1,264 @@
+"""Step-time breakdown: where each step's wall time went.
+
+Every instant of a step is given to exactly one category, the first of
+Kernel > Memcpy > Memset > Communication > Runtime > DataLoader > CPU Exec
+that is busy then; instants where none is busy are Other.  So the parts of
+a step add up to its wall time, and time the GPU hides (a kernel running
+while the host launches the next) is counted once, as the higher category.
+These are torch-tb-profiler's Overview rules; kinetolens reads communication
+more widely (every ``nccl:``/``gloo:`` op, ``record_param_comms`` and NCCL
+kernels by name), see :func:`category_intervals`.
+
+Steps are ``trace.steps`` made disjoint: a step starts when its host range
+starts or when the previous step's GPU work ends, whichever is later, and
+ends when its own GPU work ends.  Without that, GPU work running a step
+behind the host (common: the host queues step N+1 while the GPU still runs
+step N) would be counted in two steps.  The first step also starts no
+earlier than the end of GPU work queued before the profiled steps that
+drains before the first step's own GPU work begins.  A trace without
+``ProfilerStep#N`` ranges gets one window (``step`` null): its host ops'
+span extended over the GPU work they launched.
+
+The breakdown is a sweep over sorted interval end points with one running
+count per category (polars cumulative sums), so it is O(n log n) in the
+number of events with no Python loop per event.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from kinetolens.model.trace import Trace
+
+#: Busy categories in priority order; ``other`` is every instant none covers.
+CATEGORIES: tuple[str, ...] = (
+    "kernel",
+    "memcpy",
+    "memset",
+    "communication",
+    "runtime",
+    "dataloader",
+    "cpu_exec",
+)
+OTHER = "other"
+COLUMNS: tuple[str, ...] = (*CATEGORIES, OTHER, "total")
+
+STEP_PREFIX = "ProfilerStep#"
+#: Host ranges that are collective communication (c10d's record functions).
+COMM_OP_PREFIXES = ("nccl:", "gloo:")
+COMM_OP_NAMES = ("record_param_comms",)
+#: Kernels NCCL (and RCCL) launch are named ``ncclKernel_*``/``ncclDevKernel_*``.
+COMM_KERNEL_PREFIX = "nccl"
+#: The DataLoader's ``__next__`` (and DataPipe iteration) record functions.
+DATALOADER_PREFIX = "enumerate(DataLoader)#"
+DATALOADER_SUFFIX = ".__next__"
+DATAPIPE_PREFIX = "enumerate(DataPipe)#"
+
+_GPU_ACTIVITY = ("kernel", "memcpy", "memset")
+_WINDOW_SCHEMA = {"step": pl.Int64, "start": pl.Int64, "end": pl.Int64}
+
+
+def _is_comm_op(name: pl.Expr) -> pl.Expr:
+    return name.str.starts_with(COMM_OP_PREFIXES[0]) | name.str.starts_with(COMM_OP_PREFIXES[1]) | name.is_in(
+        COMM_OP_NAMES
+    )
+
+
+def _is_dataloader(name: pl.Expr) -> pl.Expr:
+    return (name.str.starts_with(DATALOADER_PREFIX) & name.str.ends_with(DATALOADER_SUFFIX)) | name.str.starts_with(
+        DATAPIPE_PREFIX
+    )
+
+
+def is_comm_kernel(kernels: pl.DataFrame) -> pl.Expr:
+    """Kernels that are collectives: NCCL by name, or launched by a comm op."""
+    by_name = pl.col("name").str.to_lowercase().str.starts_with(COMM_KERNEL_PREFIX)
+    if "op" not in kernels.columns:
+        return by_name
+    return by_name | _is_comm_op(pl.col("op")).fill_null(False)
+
+
+def step_windows(trace: Trace) -> pl.DataFrame:
+    """Disjoint [start, end) wall-time windows, one per step (ns).
+
+    See the module docstring for why starts are pushed past the previous
+    step's GPU work.
+    """
+    steps = trace.steps
+    if steps.height == 0:
+        return _whole_trace_window(trace)
+    steps = steps.sort("ts")
+    first = steps.row(0, named=True)
+    start0 = max(int(first["ts"]), _queued_before_first_step(trace, int(first["step"])))
+    own_end = pl.max_horizontal("end", "cpu_end")
+    windows = steps.select(
+        "step",
+        ts=pl.when(pl.int_range(pl.len()) == 0).then(pl.lit(start0)).otherwise(pl.col("ts")),
+        own_end=own_end,
+    )
+    # A step ends no earlier than it starts, and starts where the previous
+    # one ended: both are a running maximum of the steps' own ends.
+    ends = pl.max_horizontal("own_end", "ts").cum_max()
+    return windows.select(
+        "step",
+        start=pl.max_horizontal("ts", ends.shift(1)).fill_null(pl.col("ts")),
+        end=ends,
+    ).cast(_WINDOW_SCHEMA)
+
+
+def _launched(kernels: pl.DataFrame) -> pl.DataFrame:
+    return kernels.filter(pl.col("kind").cast(pl.String).is_in(_GPU_ACTIVITY) & (pl.col("dur") >= 0))
+
+
+def _queued_before_first_step(trace: Trace, first_step: int) -> int:
+    """End of GPU work not launched by any step that drains before the first
+    step's own GPU work starts (the first step cannot have run then)."""
+    k = _launched(trace.kernels)
+    if k.height == 0 or "step" not in k.columns or "launch_ts" not in k.columns:
+        return -(2**62)
+    in_step = pl.col("launch_ts").is_not_null() & pl.col("step").is_not_null()
+    first_gpu = k.filter(in_step & (pl.col("step") == first_step))["ts"].min()
+    if first_gpu is None:
+        return -(2**62)
+    ends = k.filter(~in_step).select(end=pl.col("ts") + pl.col("dur")).filter(pl.col("end") < first_gpu)["end"]
+    best = ends.max()
+    return int(best) if best is not None else -(2**62)  # type: ignore[arg-type]
+
+
+def _whole_trace_window(trace: Trace) -> pl.DataFrame:
+    """No profiler steps: the host ops' span, extended over the GPU work they
+    launched (falling back to every host event, then to the GPU activity)."""
+    ops = trace.ops.filter(pl.col("kind").cast(pl.String) == "op")
+    host = [t for t in (ops,) if t.height] or [t for t in (trace.ops, trace.runtime) if t.height]
+    gpu = _launched(trace.kernels)
+    if host:
+        start = min(int(t["ts"].min()) for t in host)  # type: ignore[arg-type]
+        end = max(int((t["ts"] + t["dur"]).max()) for t in host)  # type: ignore[arg-type]
+        if gpu.height and "launch_ts" in gpu.columns:
+            inside = gpu.filter((pl.col("launch_ts") >= start) & (pl.col("launch_ts") < end))
+            if inside.height:
+                end = max(end, int((inside["ts"] + inside["dur"]).max()))  # type: ignore[arg-type]
+    elif gpu.height:
+        start = int(gpu["ts"].min())  # type: ignore[arg-type]
+        end = int((gpu["ts"] + gpu["dur"]).max())  # type: ignore[arg-type]
+    else:
+        return pl.DataFrame(schema=_WINDOW_SCHEMA)
+    return pl.DataFrame({"step": [None], "start": [start], "end": [end]}, schema=_WINDOW_SCHEMA)
+
+
+def category_intervals(trace: Trace) -> pl.DataFrame:
+    """Busy intervals (``cat`` = index into :data:`CATEGORIES`, start, end; ns).
+
+    * kernel / memcpy / memset: GPU activity on any device; NCCL kernels and
+      kernels launched by a communication op are communication instead.
+    * communication: also the host ranges of ``nccl:*``/``gloo:*`` ops and
+      ``record_param_comms``.
+    * runtime: CUDA (and other accelerator) runtime and driver calls.  GPU-side
+      ``cuda_sync`` waits are not host work and count nowhere.
+    * dataloader: ``enumerate(DataLoader)#...__next__`` / ``enumerate(DataPipe)#``
+      ops or annotations.
+    * cpu_exec: every other op and user annotation, except the
+      ``ProfilerStep#N`` ranges themselves (they are the steps).
+    """
+    idx = {name: i for i, name in enumerate(CATEGORIES)}
+    k = _launched(trace.kernels)
+    kind = pl.col("kind").cast(pl.String)
+    comm_kernel = is_comm_kernel(k)
+    gpu_cat = (
+        pl.when(kind == "memcpy")
+        .then(idx["memcpy"])
+        .when(kind == "memset")
+        .then(idx["memset"])
+        .when(comm_kernel)
+        .then(idx["communication"])
+        .otherwise(idx["kernel"])
+    )
+    gpu = k.select(cat=gpu_cat, start="ts", end=pl.col("ts") + pl.col("dur"))
+
+    rt = trace.runtime.filter(pl.col("kind").cast(pl.String) == "runtime")
+    runtime = rt.select(cat=pl.lit(idx["runtime"]), start="ts", end=pl.col("ts") + pl.col("dur"))
+
+    name = pl.col("name")
+    host_ops = trace.ops.filter(
+        pl.col("kind").cast(pl.String).is_in(("op", "annotation")) & ~name.str.starts_with(STEP_PREFIX)
+    )
+    host_cat = (
+        pl.when(_is_comm_op(name))
+        .then(idx["communication"])
+        .when(_is_dataloader(name))
+        .then(idx["dataloader"])
+        .otherwise(idx["cpu_exec"])
+    )
+    host = host_ops.select(cat=host_cat, start="ts", end=pl.col("ts") + pl.col("dur"))
+
+    parts = [p.cast({"cat": pl.Int8, "start": pl.Int64, "end": pl.Int64}) for p in (gpu, runtime, host)]
+    return pl.concat(parts).filter(pl.col("end") > pl.col("start"))
+
+
+def _segments(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """Elementary segments inside the windows, each with its winning category.
+
+    Columns: ``w`` (window index), ``cat`` (index, or len(CATEGORIES) for
+    other) and ``ns``.
+    """
+    other = len(CATEGORIES)
+    lo, hi = int(windows["start"].min()), int(windows["end"].max())  # type: ignore[arg-type]
+    busy = intervals.filter((pl.col("end") > lo) & (pl.col("start") < hi))
+    marks = pl.concat(
+        [
+            busy.select(t="start", cat="cat", d=pl.lit(1, pl.Int32)),
+            busy.select(t="end", cat="cat", d=pl.lit(-1, pl.Int32)),
+            windows.select(t="start", cat=pl.lit(-1, pl.Int8), d=pl.lit(0, pl.Int32)),
+            windows.select(t="end", cat=pl.lit(-1, pl.Int8), d=pl.lit(0, pl.Int32)),
+        ]
+    ).sort("t")
+    # Running count of open intervals per category, as of the last mark at t.
+    counts = [
+        pl.when(pl.col("cat") == i).then(pl.col("d")).otherwise(0).cum_sum().alias(f"c{i}")
+        for i in range(len(CATEGORIES))
+    ]
+    state = marks.with_columns(counts).unique(subset="t", keep="last", maintain_order=True)
+    winner = pl.lit(other, pl.Int8)
+    for i in reversed(range(len(CATEGORIES))):
+        winner = pl.when(pl.col(f"c{i}") > 0).then(pl.lit(i, pl.Int8)).otherwise(winner)
+    segs = state.select("t", ns=pl.col("t").shift(-1) - pl.col("t"), cat=winner).drop_nulls("ns")
+    keyed = windows.with_row_index("w").select(pl.col("w").cast(pl.Int64), "start", "end").sort("start")
+    segs = segs.join_asof(keyed, left_on="t", right_on="start", strategy="backward")
+    return segs.filter(pl.col("t") < pl.col("end")).select("w", "cat", "ns")
+
+
+def step_breakdown(trace: Trace) -> pl.DataFrame:
+    """One row per step: ``step`` and nanoseconds per category, plus ``total``.
+
+    ``kernel + memcpy + ... + other == total``, the step's wall time.
+    """
+    return breakdown(category_intervals(trace), step_windows(trace))
+
+
+def breakdown(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """The priority sweep of ``intervals`` (cat, start, end) over ``windows``
+    (step, start, end): one row per window, nanoseconds per category."""
+    schema = {"step": pl.Int64, **{c: pl.Int64 for c in COLUMNS}}
+    if windows.height == 0:
+        return pl.DataFrame(schema=schema)
+    segs = _segments(intervals, windows)
+    names = pl.DataFrame({"cat": list(range(len(CATEGORIES) + 1)), "name": [*CATEGORIES, OTHER]}).cast(
+        {"cat": pl.Int8}
+    )
+    per = segs.group_by("w", "cat").agg(pl.col("ns").sum()).join(names, on="cat")
+    rows = windows.with_row_index("w").with_columns(pl.col("w").cast(pl.Int64))
+    out = rows
+    if per.height:
+        out = rows.join(per.pivot(on="name", index="w", values="ns").cast({"w": pl.Int64}), on="w", how="left")
+    out = out.with_columns(
+        [(pl.col(c).fill_null(0) if c in out.columns else pl.lit(0, pl.Int64)).alias(c) for c in (*CATEGORIES, OTHER)]
+    )
+    return out.sort("w").select("step", *CATEGORIES, OTHER, total=pl.col("end") - pl.col("start")).cast(schema)
+
+
+def average_breakdown(breakdown: pl.DataFrame) -> dict[str, float]:
+    """Mean nanoseconds per category over the rows (steps) of a breakdown."""
+    if breakdown.height == 0:
+        return {c: 0.0 for c in COLUMNS}
+    means = breakdown.select([pl.col(c).cast(pl.Float64).mean() for c in COLUMNS]).row(0, named=True)
+    return {c: float(v) for c, v in means.items()}
