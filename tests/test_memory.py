@@ -14,9 +14,11 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
+import warnings
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,8 @@ import kinetolens
 from kinetolens.analysis.memory import (
     ALLOCATOR,
     WINDOW_SUM,
+    category_peak,
+    category_timeline,
     enclosing_ops,
     memory_curve,
     memory_events,
@@ -43,6 +47,12 @@ from kinetolens.analysis.memory_allocations import (
     leaks,
     pairable,
 )
+from kinetolens.errors import TraceError
+from kinetolens.ingest.memory_timeline import (
+    CATEGORIES,
+    is_memory_timeline,
+    read_memory_timeline,
+)
 from kinetolens.views.memory_flow_svg import render_memory_flow
 from tests.conftest import GOLDEN, trace_path
 
@@ -50,6 +60,7 @@ DF_INDEX = "hta/df_index_resolver/df_index_resolver.json.gz"
 RESNET = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
 QWEN = "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 NO_MEMORY = "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+TIMELINE = "hta/memory_analysis/memory_timeline.raw.gz"
 SVG = "{http://www.w3.org/2000/svg}"
 
 
@@ -311,6 +322,72 @@ def test_torch_svg_one_box_per_allocation(torch_run: dict[str, Any], tmp_path: P
     assert legend is not None and any("aten::empty" in (t.text or "") for t in legend.iter(f"{SVG}text"))
 
 
+# -- torch's raw memory timeline (export_memory_timeline("x.raw.json.gz")) ----
+
+
+def test_raw_timeline_peak_matches_plain_replay() -> None:
+    """The HTA sample: replay the rows in plain Python (pre-existing tensors
+    first, then time order) and take the highest total after each instant."""
+    path = trace_path(TIMELINE)
+    assert is_memory_timeline(path) and not is_memory_timeline(trace_path(DF_INDEX))
+    rows = json.loads(gzip.decompress(path.read_bytes()))
+    alive = dict.fromkeys(CATEGORIES, 0)
+    best, last_ts = 0, None
+    for ts, _action, nbytes, category in sorted(rows, key=lambda r: (r[0] >= 0, r[0])):
+        if ts != last_ts and last_ts is not None and last_ts >= 0:
+            best = max(best, sum(alive.values()))
+        alive[CATEGORIES[category]] += nbytes
+        last_ts = ts
+    best = max(best, sum(alive.values()))
+    timeline = category_timeline(read_memory_timeline(path))
+    peak = category_peak(timeline)
+    assert peak["total"] == best == 3_082_832_104
+    assert peak["activation"] == 2_592_465_920
+    assert timeline.row(-1, named=True) | {"ts": 0} == {"ts": 0, **alive, "total": sum(alive.values())}
+
+
+def test_raw_timeline_equals_torch_plot_points(tmp_path: Path) -> None:
+    """torch writes both the raw rows and its own plot points; at the plot's
+    microsecond steps our curve has the same peak and the same final bytes
+    per category."""
+    torch = pytest.importorskip("torch")
+
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    opt = torch.optim.Adam(model.parameters())
+    x = torch.randn(32, 64)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+        for _ in range(2):
+            model(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        prof.export_memory_timeline(str(tmp_path / "t.raw.json.gz"), device="cpu")
+        prof.export_memory_timeline(str(tmp_path / "t.json.gz"), device="cpu")
+    _times, sizes = json.loads(gzip.decompress((tmp_path / "t.json.gz").read_bytes()))
+    timeline = category_timeline(read_memory_timeline(tmp_path / "t.raw.json.gz"), resolution_ns=1000)
+    assert category_peak(timeline)["total"] == max(sum(s) for s in sizes)
+    final = timeline.row(-1, named=True)
+    # torch's plot rows: [unused, then one column per category in CATEGORIES order]
+    assert [final[c] for c in CATEGORIES] == sizes[-1][1:]
+    # Adam's state per parameter: exp_avg and exp_avg_sq like it, plus a float32 step.
+    params = list(model.parameters())
+    assert final["optimizer_state"] == 2 * sum(p.nbytes for p in params) + 4 * len(params)
+
+
+def test_raw_timeline_rejects_bad_rows(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.raw.json"
+    bad.write_text("[[1, 9, 4, 0]]")
+    with pytest.raises(TraceError, match="unknown action"):
+        read_memory_timeline(bad)
+    bad.write_text("[[1, 2, 4]]")
+    with pytest.raises(TraceError, match="not a raw memory timeline"):
+        read_memory_timeline(bad)
+
+
 # -- command line ----------------------------------------------------------------
 
 
@@ -324,6 +401,15 @@ def test_cli_json_tables() -> None:
     assert len(data["allocations"]) == gpu["allocations"] + next(d for d in data["devices"] if d["device"] == "CPU")["allocations"]
     proc = _cli("memory", str(trace_path(QWEN)), "--json", "--device", "cpu", "--no-cache")
     assert {d["device"] for d in json.loads(proc.stdout)["devices"]} == {"CPU"}
+
+
+def test_cli_raw_timeline() -> None:
+    proc = _cli("memory", str(trace_path(TIMELINE)), "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["format"] == "torch_memory_timeline_raw" and data["peak"]["total"] == 3_082_832_104
+    proc = _cli("memory", str(trace_path(TIMELINE)), "--svg", "/dev/null")
+    assert proc.returncode == 2 and "no addresses" in proc.stderr
 
 
 def test_cli_rejects_clearly(tmp_path: Path) -> None:

@@ -273,3 +273,39 @@ def resolve_device(events: pl.DataFrame, wanted: str) -> str:
             return str(hits["device"][0])
     choices = ", ".join(labels["device"].to_list()) or "none"
     raise ValueError(f"no device {wanted!r} among the memory events (devices: {choices})")
+
+
+def category_timeline(raw: pl.DataFrame, resolution_ns: int = 1) -> pl.DataFrame:
+    """Bytes alive per tensor category over time from torch's raw memory
+    timeline (:func:`kinetolens.ingest.memory_timeline.read_memory_timeline`):
+    one row per distinct time (``ts`` floored to ``resolution_ns``; the state
+    after that time's last event), a column per category and ``total``.
+
+    ``resolution_ns=1000`` reproduces the microsecond steps of torch's own
+    ``export_memory_timeline`` plot, which can hide a peak that lasts less
+    than a microsecond.
+    """
+    steps = (
+        raw.sort("ts", "seq")
+        .with_columns(
+            ts=(pl.col("ts") // resolution_ns) * resolution_ns,
+            alive=pl.col("bytes").cum_sum().over("category"),
+        )
+        .pivot(on="category", index=["seq", "ts"], values="alive")
+        .sort("seq")
+    )
+    categories = [c for c in steps.columns if c not in ("seq", "ts")]
+    return (
+        steps.with_columns(pl.col(categories).forward_fill().fill_null(0))
+        .group_by("ts", maintain_order=True)
+        .last()
+        .drop("seq")
+        .with_columns(total=pl.sum_horizontal(categories))
+    )
+
+
+def category_peak(timeline: pl.DataFrame) -> dict[str, int]:
+    """The row of :func:`category_timeline` with the most bytes alive (the
+    first such), as ``{"ts": ..., "total": ..., <category>: ...}``."""
+    row = timeline.sort("total", descending=True, maintain_order=True).row(0, named=True)
+    return {k: int(v) for k, v in row.items()}

@@ -11,6 +11,8 @@ from rich.console import Console
 
 from kinetolens.analysis.memory import (
     WINDOW_SUM,
+    category_peak,
+    category_timeline,
     memory_curve,
     memory_events,
     memory_peaks,
@@ -20,6 +22,7 @@ from kinetolens.analysis.memory import (
 from kinetolens.analysis.memory_allocations import allocations, leaks, pairable
 from kinetolens.cli.render import emit, emit_json
 from kinetolens.errors import TraceError
+from kinetolens.ingest.memory_timeline import is_memory_timeline, read_memory_timeline
 from kinetolens.loader import load
 from kinetolens.views.memory_flow_svg import human_bytes, render_memory_flow
 
@@ -44,7 +47,15 @@ def _since(column: str, origin: int) -> pl.Expr:
 @click.option("-t", "--top", type=int, default=10, show_default=True, help="Rows of the op and leak tables.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
 def memory_command(trace: str, svg_path: str | None, json_: bool, device: str | None, top: int, no_cache: bool) -> None:
-    """Memory per device: peak with its op and module, top allocating ops, leaks."""
+    """Memory per device: peak with its op and module, top allocating ops, leaks.
+
+    TRACE may also be torch's raw memory timeline
+    (``export_memory_timeline("x.raw.json.gz")``): then the peak by tensor
+    category is shown.
+    """
+    if is_memory_timeline(trace):
+        _timeline_report(trace, svg_path, json_)
+        return
     loaded = load(trace, cache=not no_cache)
     if loaded.memory.height == 0:
         raise TraceError(trace, "has no [memory] events; record with torch.profiler.profile(profile_memory=True)")
@@ -149,3 +160,26 @@ def _print_summary(
     emit(_bytes_columns(leaked.head(top), ["bytes", "largest"]),
          title="not freed inside the window: alive_at_end (still held at the end) / "
                "before_window (freed, allocated before profiling began)")
+
+
+def _timeline_report(trace: str, svg_path: str | None, json_: bool) -> None:
+    """torch's raw memory timeline has categories but no addresses or ops."""
+    if svg_path is not None:
+        raise TraceError(trace, "a raw memory timeline has no addresses, so there is no memory-flow picture")
+    timeline = category_timeline(read_memory_timeline(trace))
+    peak = category_peak(timeline)
+    if json_:
+        emit_json({"trace": trace, "format": "torch_memory_timeline_raw", "peak": peak, "timeline": timeline.to_dicts()})
+        return
+    origin = int(timeline["ts"][0])
+    rows = pl.DataFrame(
+        {"category": [k for k in peak if k not in ("ts", "total")] + ["total"]}
+    ).with_columns(
+        at_peak=pl.col("category").replace_strict(peak, return_dtype=pl.Int64),
+        at_end=pl.col("category").replace_strict(timeline.row(-1, named=True), return_dtype=pl.Int64),
+    ).sort("at_peak", descending=True)
+    emit(
+        _bytes_columns(rows, ["at_peak", "at_end"]),
+        title=f"torch memory timeline: peak {human_bytes(peak['total'])} at "
+        f"{(peak['ts'] - origin) / 1e6:,.3f} ms, by tensor category: {trace}",
+    )
