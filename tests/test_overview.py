@@ -328,3 +328,52 @@ def test_summary_terminal_shows_breakdown_and_gpus() -> None:
     assert "Tesla V100-SXM2-32GB" in out and "56.3%" in out  # GPU 1 utilization
     assert max(len(line) for line in out.splitlines()) <= 80
     assert "…" not in out  # no number cut short
+
+
+def test_empty_window_does_not_swallow_the_next_step() -> None:
+    """A step whose work hid under the previous step's has an empty window
+    that starts where the next one starts; the next step keeps its time."""
+    windows = pl.DataFrame({"step": [1, 2, 3], "start": [0, 100, 100], "end": [100, 100, 250]})
+    kernel, cpu = CATEGORIES.index("kernel"), CATEGORIES.index("cpu_exec")
+    intervals = pl.DataFrame({"cat": [kernel, cpu], "start": [50, 90], "end": [120, 200]}).cast({"cat": pl.Int8})
+    rows = {r["step"]: r for r in breakdown(intervals, windows).iter_rows(named=True)}
+    assert (rows[1]["kernel"], rows[1]["other"]) == (50, 50)
+    assert rows[2]["total"] == 0
+    assert (rows[3]["kernel"], rows[3]["cpu_exec"], rows[3]["other"], rows[3]["total"]) == (20, 80, 50, 150)
+
+
+def test_dataloader_annotation_of_a_real_torch_run(tmp_path: Path) -> None:
+    """Current PyTorch records ``enumerate(DataLoader)#...__next__`` as a
+    user annotation; its time is DataLoader, not CPU Exec."""
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class Slow(Dataset):
+        def __len__(self) -> int:
+            return 64
+
+        def __getitem__(self, i: int) -> torch.Tensor:
+            time.sleep(0.002)
+            return torch.randn(16)
+
+    model = torch.nn.Linear(16, 4)
+    loader = iter(DataLoader(Slow(), batch_size=4))
+    out = tmp_path / "trace.json"
+    sched = torch.profiler.schedule(wait=0, warmup=1, active=3)
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        schedule=sched,
+        on_trace_ready=lambda p: p.export_chrome_trace(str(out)),
+    ) as prof:
+        for _ in range(4):
+            model(next(loader)).sum().backward()
+            prof.step()
+    trace = kinetolens.load(out, cache=False)
+    loader_ops = trace.ops.filter(pl.col("name").str.starts_with("enumerate(DataLoader)#"))
+    assert loader_ops.height == 3 and set(loader_ops["kind"].cast(pl.String)) == {"annotation"}
+    table = step_breakdown(trace)
+    assert table.height == 3
+    # 4 samples x 2 ms of sleeping in each step's __next__.
+    assert (table["dataloader"] >= 8_000_000).all()
+    assert (table["dataloader"] <= loader_ops.sort("ts")["dur"]).all()
+    assert (table["kernel"] == 0).all() and (table["cpu_exec"] > 0).all()

@@ -15,7 +15,11 @@ ends when its own GPU work ends.  Without that, GPU work running a step
 behind the host (common: the host queues step N+1 while the GPU still runs
 step N) would be counted in two steps.  The first step also starts no
 earlier than the end of GPU work queued before the profiled steps that
-drains before the first step's own GPU work begins.  A trace without
+drains before the first step's own GPU work begins.  Every step is kept:
+torch-tb-profiler would drop a last step that launched under 80% of the
+previous step's GPU activities (guessing the profiler cut it short), but no
+reference trace triggers that, and a short last step is still real time.
+A trace without
 ``ProfilerStep#N`` ranges gets one window (``step`` null): its host ops'
 span extended over the GPU work they launched.
 
@@ -222,7 +226,14 @@ def _segments(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     for i in reversed(range(len(CATEGORIES))):
         winner = pl.when(pl.col(f"c{i}") > 0).then(pl.lit(i, pl.Int8)).otherwise(winner)
     segs = state.select("t", ns=pl.col("t").shift(-1) - pl.col("t"), cat=winner).drop_nulls("ns")
-    keyed = windows.with_row_index("w").select(pl.col("w").cast(pl.Int64), "start", "end").sort("start")
+    # Empty windows (a step whose work all hid under the previous one) hold no
+    # segment; dropping them keeps the as-of join on the window that does.
+    keyed = (
+        windows.with_row_index("w")
+        .select(pl.col("w").cast(pl.Int64), "start", "end")
+        .filter(pl.col("end") > pl.col("start"))
+        .sort("start")
+    )
     segs = segs.join_asof(keyed, left_on="t", right_on="start", strategy="backward")
     return segs.filter(pl.col("t") < pl.col("end")).select("w", "cat", "ns")
 
