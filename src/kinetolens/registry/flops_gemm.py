@@ -1,0 +1,147 @@
+"""Matrix products: 2*M*N*K FLOPs (one multiply and one add per term).
+
+A bias or ``beta*C`` added by addmm/baddbmm is read (bytes) but its M*N adds
+are not counted, as ``torch.utils.flop_counter`` does: the number is the
+matrix-unit work that Tensor Core peaks are quoted for.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from kinetolens.registry.dtypes import SCALAR_TYPE_CODES
+from kinetolens.registry.flops_base import (
+    OpArgs,
+    Tensor,
+    Work,
+    broadcast,
+    register,
+    size_of,
+    total,
+)
+
+
+def _gemm(a: Tensor, b: Tensor, batch: int, m: int, n: int, k: int, extra: list[Tensor], out_dtype: str | None,
+          label: str) -> Work:
+    out = size_of(batch * m * n, out_dtype)
+    moved = total(a.nbytes, b.nbytes, out, *(t.nbytes for t in extra))
+    shape = f"{batch}x" if batch != 1 else ""
+    return Work(2.0 * batch * m * n * k, moved, f"{label} 2*{shape}{m}*{n}*{k}")
+
+
+@register("mm", "gemm")
+def mm(op: OpArgs) -> Work | None:
+    a, b = op.tensor(0), op.tensor(1)
+    if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2:
+        return None
+    (m, k), (_, n) = a.shape, b.shape
+    return _gemm(a, b, 1, m, n, k, [], a.dtype, "mm")
+
+
+@register("addmm", "gemm")
+def addmm(op: OpArgs) -> Work | None:
+    bias, a, b = op.tensor(0), op.tensor(1), op.tensor(2)
+    if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2:
+        return None
+    (m, k), (_, n) = a.shape, b.shape
+    return _gemm(a, b, 1, m, n, k, [bias] if bias else [], a.dtype, "addmm")
+
+
+@register(["mv", "addmv"], "gemm")
+def mv(op: OpArgs) -> Work | None:
+    first = 1 if op.name.endswith("addmv") else 0
+    a, v = op.tensor(first), op.tensor(first + 1)
+    if a is None or v is None or len(a.shape) != 2:
+        return None
+    m, k = a.shape
+    extra = [t for t in [op.tensor(0)] if first and t is not None]
+    return _gemm(a, v, 1, m, 1, k, extra, a.dtype, op.name.split("::")[-1])
+
+
+@register("bmm", "gemm")
+def bmm(op: OpArgs) -> Work | None:
+    a, b = op.tensor(0), op.tensor(1)
+    if a is None or b is None or len(a.shape) != 3 or len(b.shape) != 3:
+        return None
+    (bs, m, k), (_, _, n) = a.shape, b.shape
+    return _gemm(a, b, bs, m, n, k, [], a.dtype, "bmm")
+
+
+@register("baddbmm", "gemm")
+def baddbmm(op: OpArgs) -> Work | None:
+    c, a, b = op.tensor(0), op.tensor(1), op.tensor(2)
+    if a is None or b is None or len(a.shape) != 3 or len(b.shape) != 3:
+        return None
+    (bs, m, k), (_, _, n) = a.shape, b.shape
+    return _gemm(a, b, bs, m, n, k, [c] if c else [], a.dtype, "baddbmm")
+
+
+@register("_scaled_mm", "gemm")
+def scaled_mm(op: OpArgs) -> Work | None:
+    """FP8 GEMM: (a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)."""
+    a, b = op.tensor(0), op.tensor(1)
+    if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2:
+        return None
+    code = op.value(6)
+    out_dtype = SCALAR_TYPE_CODES.get(code) if isinstance(code, int) else a.dtype
+    extra = [t for t in (op.tensor(2), op.tensor(3), op.tensor(4)) if t is not None]
+    (m, k), (_, n) = a.shape, b.shape
+    return _gemm(a, b, 1, m, n, k, extra, out_dtype, "_scaled_mm")
+
+
+@register("matmul", "gemm", composite=True)
+def matmul(op: OpArgs) -> Work | None:
+    """torch.matmul's broadcasting rules; the mm/bmm it calls count when recorded."""
+    a, b = op.tensor(0), op.tensor(1)
+    if a is None or b is None or not a.shape or not b.shape:
+        return None
+    sa, sb = list(a.shape), list(b.shape)
+    if len(sa) == 1:
+        sa = [1, *sa]
+    if len(sb) == 1:
+        sb = [*sb, 1]
+    batch = broadcast([tuple(sa[:-2]), tuple(sb[:-2])])
+    if batch is None:
+        return None
+    m, k, n = sa[-2], sa[-1], sb[-1]
+    return _gemm(a, b, math.prod(batch), m, n, k, [], a.dtype, "matmul")
+
+
+@register("linear", "gemm", composite=True)
+def linear(op: OpArgs) -> Work | None:
+    """x[..., K] @ W[N, K].T (+ bias)."""
+    x, w, bias = op.tensor(0), op.tensor(1), op.tensor(2)
+    if x is None or w is None or not x.shape or len(w.shape) != 2:
+        return None
+    n, k = w.shape
+    rows = math.prod(x.shape[:-1])
+    return _gemm(x, w, 1, rows, n, k, [bias] if bias else [], x.dtype, "linear")
+
+
+_LETTERS = re.compile(r"[A-Za-z]")
+
+
+@register("einsum", "gemm", composite=True)
+def einsum(op: OpArgs) -> Work | None:
+    """Two-operand einsum: 2 FLOPs per term of the product over every index."""
+    eq, operands = op.value(0), op.tensor_list(1)
+    if not isinstance(eq, str) or operands is None or len(operands) != 2 or "..." in eq:
+        return None
+    lhs, _, rhs = eq.replace(" ", "").partition("->")
+    terms = lhs.split(",")
+    if len(terms) != 2:
+        return None
+    sizes: dict[str, int] = {}
+    for term, t in zip(terms, operands):
+        letters = _LETTERS.findall(term)
+        if len(letters) != len(t.shape):
+            return None
+        sizes.update(zip(letters, t.shape))
+    out_letters = _LETTERS.findall(rhs) if "->" in eq else sorted(
+        c for c in sizes if (terms[0] + terms[1]).count(c) == 1
+    )
+    contracted = [c for c in sizes if c not in out_letters]
+    terms_total = math.prod(sizes.values())
+    flops = 2.0 * terms_total if contracted else float(terms_total)
+    return Work(flops, None, f"einsum {eq} 2*prod(sizes)")
