@@ -137,6 +137,17 @@ def embedding_backward(op: OpArgs) -> Work | None:
     return embedding_dense_backward(op)
 
 
+@register(["upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
+           "_upsample_nearest_exact2d", "_upsample_nearest_exact3d"], "memory")
+def upsample_nearest(op: OpArgs) -> Work | None:
+    """(self, output_size, scales...): a gather, no arithmetic; reads the input, writes the output."""
+    x, size = op.tensor(0), op.int_list(1)
+    if x is None or not size or len(x.shape) != len(size) + 2:
+        return None
+    out = size_of(x.shape[0] * x.shape[1] * math.prod(size), x.dtype)
+    return Work(0.0, total(x.nbytes, out), f"{_base(op.name)} read+write")
+
+
 @register("cat", "memory")
 def cat(op: OpArgs) -> Work | None:
     """(tensors, dim): tensor lists record no dtype, so only a known element size gives bytes."""
