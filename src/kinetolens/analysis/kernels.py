@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from kinetolens.analysis.params import dtypes_expr, shapes_expr
+from kinetolens.analysis.tensor_cores import kernel_tensor_cores
 from kinetolens.model.trace import Trace
 
 #: Column name -> meaning, in default display order (``kinetolens kernels -h``).
@@ -58,6 +59,7 @@ def kernel_table(trace: Trace, step: int | None = None) -> pl.DataFrame:
         k.with_columns(param_op=pl.coalesce("fwd_op_id", "op_id"))
         .join(ops, left_on="param_op", right_on="op_id", how="left")
     )
+    k = k.join(kernel_tensor_cores(trace).select("kernel_id", "tc"), on="kernel_id", how="left")
     first = trace.kernels["ts"].min() if trace.kernels.height else 0
     shapes = shapes_expr()
     dtypes = dtypes_expr()
@@ -74,7 +76,7 @@ def kernel_table(trace: Trace, step: int | None = None) -> pl.DataFrame:
         kind=pl.col("kind").cast(pl.String),
         params=pl.concat_str([shapes, dtypes], separator=" ", ignore_nulls=True),
         dur_us=pl.col("dur") / 1000.0,
-        tc=pl.lit(None, pl.String),
+        tc=pl.col("tc"),
         flops=pl.lit(None, pl.Float64),
         bytes=pl.lit(None, pl.Float64),
         device=pl.col("device"),

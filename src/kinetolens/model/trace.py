@@ -19,6 +19,9 @@ Tables (times in integer nanoseconds, ``end = ts + dur``):
 * ``steps``: ProfilerStep ranges extended over the GPU work they launched.
 * ``memory``, ``flows``, ``device_events`` (GPU annotations, CUPTI ranges),
   ``threads``, ``processes``.
+* ``kernel_counters``: CUPTI range-profiler counter values, one row per
+  ``cuda_profiler_range`` event and metric (empty for traces without them;
+  see ``kinetolens.ingest.kineto_counters``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any
 import polars as pl
 
 from kinetolens.errors import TraceWarning
+from kinetolens.ingest.kineto_counters import empty_counters
 
 TABLES = (
     "ops",
@@ -41,6 +45,7 @@ TABLES = (
     "device_events",
     "threads",
     "processes",
+    "kernel_counters",
 )
 
 
@@ -60,6 +65,7 @@ class Trace:
     threads: pl.DataFrame
     processes: pl.DataFrame
     warnings: list[TraceWarning] = field(default_factory=list)
+    kernel_counters: pl.DataFrame = field(default_factory=empty_counters)
 
     @property
     def events(self) -> pl.DataFrame:

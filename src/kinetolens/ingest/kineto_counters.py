@@ -1,0 +1,118 @@
+"""CUPTI range-profiler counter values (``cuda_profiler_range`` events).
+
+With ``profiler_metrics=[...]`` Kineto writes one ``cuda_profiler_range``
+event per kernel whose ``args`` are the counter values, keyed by metric
+name (``dram__bytes_read.sum``, ``smsp__sass_thread_inst_executed_op_ffma_pred_on.sum``
+...).  Metric names are open-ended, so the main decoder (which names only
+the args it reads, for speed) drops them.  Instead of widening that hot
+path for every trace, a trace that *has* profiler ranges is read a second
+time here, decoding only what these events need; traces without them never
+pay anything.
+
+Output, long format (one row per range and metric), ranges numbered in
+file order:
+
+``range_id, name, pid, tid, ts, dur, metric, value``  (times in ns).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import polars as pl
+
+from kinetolens.errors import TraceWarning
+from kinetolens.ingest.kineto_schema import ABSENT
+from kinetolens.ingest.kineto_values import raw_us_to_ns
+from kinetolens.ingest.opener import open_trace_bytes
+
+PROFILER_RANGE_CAT = "cuda_profiler_range"
+
+COUNTER_SCHEMA: dict[str, pl.DataType] = {
+    "range_id": pl.Int64(),
+    "name": pl.String(),
+    "pid": pl.Int64(),
+    "tid": pl.Int64(),
+    "ts": pl.Int64(),
+    "dur": pl.Int64(),
+    "metric": pl.String(),
+    "value": pl.Float64(),
+}
+
+
+class _Event(msgspec.Struct, gc=False):
+    cat: str | None = None
+    name: str | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: msgspec.Raw = ABSENT
+    dur: msgspec.Raw = ABSENT
+    args: msgspec.Raw = ABSENT
+
+
+class _Document(msgspec.Struct, gc=False):
+    traceEvents: list[_Event] = []
+
+
+def empty_counters() -> pl.DataFrame:
+    return pl.DataFrame(schema=COUNTER_SCHEMA)
+
+
+def _int(value: int | str | None) -> int | None:
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def _ns(raw: msgspec.Raw) -> int | None:
+    return raw_us_to_ns(raw) if bytes(raw) else None
+
+
+def _events(data: bytes | bytearray | memoryview) -> list[_Event]:
+    head = bytes(data[:64]).lstrip()
+    if head.startswith(b"["):  # legacy traces: a bare event list
+        return msgspec.json.decode(data, type=list[_Event])
+    return msgspec.json.decode(data, type=_Document).traceEvents
+
+
+def read_profiler_counters(path: str | Path) -> tuple[pl.DataFrame, list[TraceWarning]]:
+    """Counter values of every ``cuda_profiler_range`` event in ``path``.
+
+    A file damaged past what this second pass can decode gives an empty table
+    and a warning (the main load already reported the damage itself).
+    """
+    opened = open_trace_bytes(path)
+    try:
+        events = _events(opened.data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return empty_counters(), [
+            TraceWarning("CUPTI counters unreadable", 1, "the file is damaged; counter values were not loaded")
+        ]
+    decode = msgspec.json.Decoder(dict[str, object])
+    cols: dict[str, list[object]] = {name: [] for name in COUNTER_SCHEMA}
+    skipped = 0
+    range_id = -1
+    for e in events:
+        if e.cat != PROFILER_RANGE_CAT:
+            continue
+        range_id += 1
+        try:
+            args = decode.decode(e.args) if bytes(e.args) else {}
+        except msgspec.DecodeError:
+            skipped += 1
+            continue
+        common = (range_id, e.name, _int(e.pid), _int(e.tid), _ns(e.ts), _ns(e.dur))
+        for metric, value in args.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            for key, item in zip(("range_id", "name", "pid", "tid", "ts", "dur"), common):
+                cols[key].append(item)
+            cols["metric"].append(metric)
+            cols["value"].append(float(value))
+    warnings = []
+    if skipped:
+        warnings.append(TraceWarning("CUPTI counters unreadable", skipped, "profiler range args that are not a JSON object"))
+    return pl.DataFrame(cols, schema=COUNTER_SCHEMA), warnings

@@ -1,0 +1,307 @@
+"""GPU peak numbers: how close to the hardware a kernel runs needs a ceiling.
+
+One entry per product.  Every figure is the vendor's *dense* peak (the
+Tensor Core numbers NVIDIA prints "with sparsity" are halved), in TFLOP/s
+(TOP/s for int8) and decimal GB/s, with the document it comes from beside
+it.  Precisions:
+
+* ``fp64``: vector (non-Tensor-Core) FP64; ``fp64_tensor`` where the GPU
+  also has FP64 Tensor Cores / matrix cores (A100, H100, MI250X ...);
+* ``fp32``: CUDA-core / vector FP32 (no TF32);
+* ``tf32``, ``fp16``, ``bf16``, ``fp8``, ``int8``: Tensor Core / matrix
+  core peaks (V100's fp16 is its Tensor Core peak; GP100's is packed FP16).
+
+A precision the product does not have is left out, never zero.
+
+A trace names its device in ``deviceProperties`` ("NVIDIA H100 80GB HBM3",
+"Tesla V100-SXM2-32GB", "NVIDIA A100-PG509-200"); :func:`match_device`
+finds the entry by ordered name patterns (plus memory size where the name
+leaves 40 vs 80 GB open).  The SM count and memory size the trace records
+win over the table: they describe the very device that ran.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import polars as pl
+
+from kinetolens.errors import TraceError
+from kinetolens.model.trace import Trace
+
+PRECISIONS = ("fp64", "fp64_tensor", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    tflops: Mapping[str, float]
+    dram_gbps: float | None
+    sms: int | None
+    memory_gb: float | None
+    source: str
+    #: How this spec was found: "table", "spec file", "override".
+    origin: str = "table"
+    #: A single user-given ceiling that replaces every precision's peak.
+    peak_override_tflops: float | None = None
+    device_name: str | None = field(default=None, compare=False)
+
+    def peak_tflops(self, precision: str) -> float | None:
+        """Dense peak for ``precision`` (None when the GPU has no such unit)."""
+        if self.peak_override_tflops is not None:
+            return self.peak_override_tflops
+        if precision == "fp64":
+            return self.tflops.get("fp64_tensor", self.tflops.get("fp64"))
+        return self.tflops.get(precision)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "device_name": self.device_name,
+            "tflops": dict(self.tflops),
+            "peak_override_tflops": self.peak_override_tflops,
+            "dram_gbps": self.dram_gbps,
+            "sms": self.sms,
+            "memory_gb": self.memory_gb,
+            "source": self.source,
+            "origin": self.origin,
+        }
+
+
+def _spec(name: str, source: str, gbps: float, sms: int | None, memory_gb: float, **tflops: float) -> GpuSpec:
+    unknown = set(tflops) - set(PRECISIONS)
+    if unknown:
+        raise ValueError(f"{name}: unknown precision(s) {sorted(unknown)}")
+    return GpuSpec(name, MappingProxyType(dict(tflops)), gbps, sms, memory_gb, source)
+
+
+# fmt: off
+_A100 = {"fp64": 9.7, "fp64_tensor": 19.5, "fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0, "int8": 624.0}
+_H100_SXM = {"fp64": 34.0, "fp64_tensor": 67.0, "fp32": 67.0, "tf32": 494.5, "fp16": 989.5, "bf16": 989.5, "fp8": 1979.0, "int8": 1979.0}
+
+SPECS: Mapping[str, GpuSpec] = MappingProxyType({s.name: s for s in (
+    # NVIDIA Tesla V100 GPU Accelerator datasheet (2018); 80 SMs: Volta architecture whitepaper.
+    _spec("V100-SXM2", "NVIDIA Tesla V100 datasheet (SXM2)", 900.0, 80, 32.0, fp64=7.8, fp32=15.7, fp16=125.0),
+    _spec("V100-PCIe", "NVIDIA Tesla V100 datasheet (PCIe)", 900.0, 80, 32.0, fp64=7.0, fp32=14.0, fp16=112.0),
+    _spec("V100S-PCIe", "NVIDIA V100S datasheet", 1134.0, 80, 32.0, fp64=8.2, fp32=16.4, fp16=130.0),
+    # NVIDIA T4 Tensor Core GPU datasheet; 40 SMs: Turing architecture whitepaper.
+    _spec("T4", "NVIDIA T4 datasheet", 320.0, 40, 16.0, fp32=8.1, fp16=65.0, int8=130.0),
+    # NVIDIA A10 Tensor Core GPU datasheet (sparse figures halved); 72 SMs: Ampere GA102 whitepaper.
+    _spec("A10", "NVIDIA A10 datasheet", 600.0, 72, 24.0, fp32=31.2, tf32=62.5, fp16=125.0, bf16=125.0, int8=250.0),
+    # NVIDIA A100 Tensor Core GPU datasheet (2021); 108 SMs: NVIDIA A100 Tensor Core GPU Architecture whitepaper.
+    _spec("A100-SXM4-40GB", "NVIDIA A100 datasheet (SXM 40GB)", 1555.0, 108, 40.0, **_A100),
+    _spec("A100-SXM4-80GB", "NVIDIA A100 datasheet (SXM 80GB)", 2039.0, 108, 80.0, **_A100),
+    _spec("A100-PCIe-40GB", "NVIDIA A100 datasheet (PCIe 40GB)", 1555.0, 108, 40.0, **_A100),
+    _spec("A100-PCIe-80GB", "NVIDIA A100 datasheet (PCIe 80GB)", 1935.0, 108, 80.0, **_A100),
+    # NVIDIA L4 Tensor Core GPU datasheet (sparse figures halved); 58 SMs: Ada Lovelace architecture whitepaper.
+    _spec("L4", "NVIDIA L4 datasheet", 300.0, 58, 24.0, fp32=30.3, tf32=60.0, fp16=121.0, bf16=121.0, fp8=242.5, int8=242.5),
+    # NVIDIA L40S GPU datasheet (sparse figures halved); 142 SMs: Ada Lovelace architecture whitepaper.
+    _spec("L40S", "NVIDIA L40S datasheet", 864.0, 142, 48.0, fp32=91.6, tf32=183.0, fp16=362.05, bf16=362.05, fp8=733.0, int8=733.0),
+    # NVIDIA H100 Tensor Core GPU datasheet (sparse figures halved); SMs: NVIDIA H100 Tensor Core GPU Architecture whitepaper.
+    _spec("H100-SXM", "NVIDIA H100 datasheet (SXM)", 3350.0, 132, 80.0, **_H100_SXM),
+    _spec("H100-PCIe", "NVIDIA H100 datasheet (PCIe)", 2000.0, 114, 80.0,
+          fp64=26.0, fp64_tensor=51.0, fp32=51.0, tf32=378.0, fp16=756.5, bf16=756.5, fp8=1513.0, int8=1513.0),
+    _spec("H100-NVL", "NVIDIA H100 NVL product brief", 3900.0, 132, 94.0,
+          fp64=30.0, fp64_tensor=60.0, fp32=60.0, tf32=417.5, fp16=835.5, bf16=835.5, fp8=1670.5, int8=1670.5),
+    # NVIDIA H200 Tensor Core GPU datasheet (SXM; same compute as H100 SXM, sparse figures halved).
+    _spec("H200", "NVIDIA H200 datasheet (SXM)", 4800.0, 132, 141.0, **_H100_SXM),
+    # NVIDIA HGX B200 datasheet, per GPU (1/8 of the 8-GPU board; sparse figures halved).
+    _spec("B200", "NVIDIA HGX B200 datasheet (per GPU)", 8000.0, 148, 180.0,
+          fp64=37.0, fp64_tensor=37.0, fp32=75.0, tf32=1125.0, fp16=2250.0, bf16=2250.0, fp8=4500.0, int8=4500.0),
+    # NVIDIA GB200 NVL72 datasheet, per GPU (1/72 of the rack; sparse figures halved).  SM count not published.
+    _spec("GB200", "NVIDIA GB200 NVL72 datasheet (per GPU)", 8000.0, None, 186.0,
+          fp64=40.0, fp64_tensor=40.0, fp32=80.0, tf32=1250.0, fp16=2500.0, bf16=2500.0, fp8=5000.0, int8=5000.0),
+    # NVIDIA Quadro GP100 datasheet; 56 SMs: Pascal GP100 whitepaper.  No Tensor Cores (fp16 is packed FP16).
+    _spec("Quadro-GP100", "NVIDIA Quadro GP100 datasheet", 717.0, 56, 16.0, fp64=5.2, fp32=10.3, fp16=20.7),
+    # AMD Instinct MI250X / MI250 datasheets.  PyTorch sees each of the two GCDs as one device,
+    # so these are per GCD: half the package figures (MI250X: 220 CUs, 128 GB, 3.2768 TB/s).
+    _spec("MI250X-GCD", "AMD Instinct MI250X datasheet (per GCD = 1/2)", 1638.4, 110, 64.0,
+          fp64=23.95, fp64_tensor=47.85, fp32=23.95, fp16=191.5, bf16=191.5, int8=191.5),
+    _spec("MI250-GCD", "AMD Instinct MI250 datasheet (per GCD = 1/2)", 1638.4, 104, 64.0,
+          fp64=22.65, fp64_tensor=45.25, fp32=22.65, fp16=181.05, bf16=181.05, int8=181.05),
+    # AMD Instinct MI300X datasheet (sparse figures halved).
+    _spec("MI300X", "AMD Instinct MI300X datasheet", 5300.0, 304, 192.0,
+          fp64=81.7, fp64_tensor=163.4, fp32=163.4, tf32=653.7, fp16=1307.4, bf16=1307.4, fp8=2614.9, int8=2614.9),
+)})
+# fmt: on
+
+_GIB = 1 << 30
+
+#: Ordered (device-name pattern, minimum memory in GiB or None, spec name): first match wins.
+MATCHES: tuple[tuple[re.Pattern[str], float | None, str], ...] = tuple(
+    (re.compile(p, re.IGNORECASE), mem, name)
+    for p, mem, name in (
+        (r"V100S", None, "V100S-PCIe"),
+        (r"V100-PCIE|V100 PCIe", None, "V100-PCIe"),
+        (r"V100", None, "V100-SXM2"),  # SXM2 and DGX Station (DGXS) parts
+        (r"\bT4\b", None, "T4"),
+        (r"A100.*PCIE", 60, "A100-PCIe-80GB"),
+        (r"A100.*PCIE", None, "A100-PCIe-40GB"),
+        (r"A100", 60, "A100-SXM4-80GB"),
+        (r"A100", None, "A100-SXM4-40GB"),  # SXM4-40GB and Meta's PG509-200 board
+        (r"\bA10\b(?!G)", None, "A10"),
+        (r"\bL40S\b", None, "L40S"),
+        (r"\bL4\b", None, "L4"),
+        (r"H100.*NVL", None, "H100-NVL"),
+        (r"H100.*PCIE", None, "H100-PCIe"),
+        (r"H100", None, "H100-SXM"),  # "H100 80GB HBM3" and "H100 SXM5"
+        (r"H200", None, "H200"),
+        (r"GB200", None, "GB200"),
+        (r"B200", None, "B200"),
+        (r"GP100", None, "Quadro-GP100"),
+        (r"MI300X", None, "MI300X"),
+        (r"MI250X", None, "MI250X-GCD"),
+        (r"MI250", None, "MI250-GCD"),
+    )
+)
+
+
+def match_device(name: str | None, memory_bytes: int | None = None) -> GpuSpec | None:
+    """The table entry for a device name, or None when no pattern fits."""
+    if not name:
+        return None
+    gib = memory_bytes / _GIB if memory_bytes else None
+    for pattern, min_gib, spec_name in MATCHES:
+        if not pattern.search(name):
+            continue
+        if min_gib is not None and (gib is None or gib < min_gib):
+            continue
+        return SPECS[spec_name]
+    return None
+
+
+def with_device(spec: GpuSpec, device: Mapping[str, Any]) -> GpuSpec:
+    """The spec with the trace's own SM count and memory size, when recorded."""
+    sms = device.get("numSms") or device.get("multiProcessorCount")
+    mem = device.get("totalGlobalMem")
+    return replace(
+        spec,
+        sms=int(sms) if isinstance(sms, int) and sms > 0 else spec.sms,
+        memory_gb=round(mem / 1e9, 1) if isinstance(mem, int) and mem > 0 else spec.memory_gb,
+        device_name=device.get("name") if isinstance(device.get("name"), str) else None,
+    )
+
+
+# -- which spec applies to a trace -------------------------------------------------
+
+_FILE_KEYS = {"name", "source", "dram_gbps", "sms", "memory_gb", "tflops"}
+
+
+def _positive(path: str, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise TraceError(path, f"'{key}' must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _read_spec_file(path: str) -> dict[str, Any]:
+    """A TOML or JSON table (chosen by the file suffix, TOML by default)."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise TraceError(path, "GPU spec file not found") from None
+    except OSError as exc:
+        raise TraceError(path, f"cannot read GPU spec file ({exc.strerror})") from None
+    if path.lower().endswith(".json"):
+        try:
+            parsed = json.loads(data)
+        except ValueError as exc:
+            raise TraceError(path, f"GPU spec file is not valid JSON ({exc})") from None
+    else:
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            raise TraceError(path, "TOML GPU spec files need Python 3.11+; write it as JSON") from None
+        try:
+            parsed = tomllib.loads(data.decode("utf-8", errors="replace"))
+        except tomllib.TOMLDecodeError as exc:
+            raise TraceError(path, f"GPU spec file is not valid TOML ({exc})") from None
+    if not isinstance(parsed, dict):
+        raise TraceError(path, "GPU spec file must hold one table of fields (name, dram_gbps, sms, memory_gb, [tflops])")
+    return parsed
+
+
+def spec_from_file(path: str, base: GpuSpec | None) -> GpuSpec:
+    """``base`` with the fields the file gives replaced (tflops per precision)."""
+    fields = _read_spec_file(path)
+    unknown = sorted(set(fields) - _FILE_KEYS)
+    if unknown:
+        raise TraceError(path, f"unknown GPU spec field(s) {unknown}; known: {sorted(_FILE_KEYS)}")
+    tflops_in = fields.get("tflops", {})
+    if not isinstance(tflops_in, dict):
+        raise TraceError(path, "'tflops' must be a table of precision = TFLOP/s")
+    bad = sorted(set(tflops_in) - set(PRECISIONS))
+    if bad:
+        raise TraceError(path, f"unknown precision(s) {bad} in 'tflops'; known: {list(PRECISIONS)}")
+    tflops = dict(base.tflops) if base else {}
+    tflops.update({k: _positive(path, f"tflops.{k}", v) for k, v in tflops_in.items()})
+    sms = fields.get("sms", base.sms if base else None)
+    if "sms" in fields:
+        sms = int(_positive(path, "sms", sms))
+    name = fields.get("name", base.name if base else "custom")
+    if not isinstance(name, str):
+        raise TraceError(path, "'name' must be a string")
+    return GpuSpec(
+        name=name,
+        tflops=MappingProxyType(tflops),
+        dram_gbps=_positive(path, "dram_gbps", fields["dram_gbps"]) if "dram_gbps" in fields else (base.dram_gbps if base else None),
+        sms=sms,
+        memory_gb=_positive(path, "memory_gb", fields["memory_gb"]) if "memory_gb" in fields else (base.memory_gb if base else None),
+        source=str(fields.get("source", f"spec file {path}")),
+        origin="spec file",
+        device_name=base.device_name if base else None,
+    )
+
+
+def trace_device(trace: Trace) -> dict[str, Any] | None:
+    """The device that ran the most kernel time (the first named one otherwise)."""
+    devices = [d for d in trace.devices if d.get("name")]
+    if not devices:
+        return None
+    k = trace.kernels
+    if k.height and "device" in k.columns:
+        busiest = k.group_by("device").agg(pl.col("dur").sum()).sort("dur", descending=True)["device"].drop_nulls()
+        for dev_id in busiest.to_list():
+            for d in devices:
+                if d.get("id") == dev_id:
+                    return d
+    return devices[0]
+
+
+def gpu_spec(
+    trace: Trace,
+    spec_file: str | None = None,
+    peak_tflops: float | None = None,
+    peak_gbps: float | None = None,
+) -> GpuSpec | None:
+    """The ceilings to compare this trace's kernels with, or None if unknown.
+
+    Order: the table entry matching the trace's device (with the trace's own
+    SM count and memory size), then a user spec file's fields, then the
+    single-number overrides (``peak_tflops`` replaces every precision's peak,
+    ``peak_gbps`` the DRAM bandwidth).  A bad spec file raises
+    :class:`TraceError` naming it.
+    """
+    for label, value in (("peak_tflops", peak_tflops), ("peak_gbps", peak_gbps)):
+        if value is not None and (isinstance(value, bool) or not value > 0):
+            raise ValueError(f"{label} must be a positive number, got {value!r}")
+    device = trace_device(trace)
+    spec = match_device(device.get("name"), device.get("totalGlobalMem")) if device else None
+    if spec is not None and device is not None:
+        spec = with_device(spec, device)
+    if spec_file is not None:
+        spec = spec_from_file(str(spec_file), spec)
+    if peak_tflops is None and peak_gbps is None:
+        return spec
+    base = spec or GpuSpec("custom", MappingProxyType({}), None, None, None, "user override")
+    return replace(
+        base,
+        peak_override_tflops=float(peak_tflops) if peak_tflops is not None else base.peak_override_tflops,
+        dram_gbps=float(peak_gbps) if peak_gbps is not None else base.dram_gbps,
+        origin="override",
+    )
