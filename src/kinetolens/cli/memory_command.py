@@ -50,7 +50,7 @@ def memory_command(trace: str, svg_path: str | None, json_: bool, device: str | 
     """Memory per device: peak with its op and module, top allocating ops, leaks.
 
     TRACE may also be torch's raw memory timeline
-    (``export_memory_timeline("x.raw.json.gz")``): then the peak by tensor
+    (export_memory_timeline("x.raw.json.gz")): then the peak by tensor
     category is shown.
     """
     if is_memory_timeline(trace):
