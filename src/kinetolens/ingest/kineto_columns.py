@@ -28,6 +28,7 @@ from kinetolens.ingest.kineto_values import (
     as_int,
     coalesce,
     column,
+    exact_times,
     ints,
     raw_us_to_ns,
     texts,
@@ -100,12 +101,14 @@ def _args(events: Sequence[Event]) -> list[Args]:
 
 def _common(events: list[Event], ts_exact: bool) -> dict[str, pl.Series]:
     pids, tids, tss = _get("pid", events), _get("tid", events), _get("ts", events)
-    if ts_exact:
+    if not ts_exact:
+        ts = column("ts", lambda: times(tss, True), tss)
+    elif (vectorized := exact_times(tss)) is not None:
+        ts = vectorized
+    else:
         ns = list(map(raw_us_to_ns, tss))
         in_us = [Decimal(n).scaleb(-3) for n in ns if n is not None and abs(n) > INT64_MAX]
         ts = column("ts", lambda: pl.Series(ns, dtype=pl.Int64, strict=True), in_us)
-    else:
-        ts = column("ts", lambda: times(tss, True), tss)
     return {
         "pid": column("pid", lambda: ints(pids, as_int), pids),
         "tid": column("tid", lambda: ints(tids, as_int), tids),

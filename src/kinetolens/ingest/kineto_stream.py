@@ -51,9 +51,9 @@ def _decode_piece(piece: bytes, exact: bool) -> list[Event]:
     return _EVENTS[exact].decode(b"".join((b"[", piece, b"]")))
 
 
-def _try_piece(piece: bytes) -> list[Event] | None:
+def _try_piece(piece: bytes, exact: bool = False) -> list[Event] | None:
     try:
-        return _decode_piece(piece, False)
+        return _decode_piece(piece, exact)
     except (msgspec.DecodeError, UnicodeDecodeError):
         return None
 
@@ -99,6 +99,9 @@ class _Pieces:
     def __init__(self, blocks: Iterator[bytes]) -> None:
         self.blocks = blocks
         self.metadata: dict[str, Any] = {}
+        #: Set once a chunk was asked for exact times: later pieces are then
+        #: validated with the exact decoder, so none is decoded twice.
+        self.exact = False
 
     def __iter__(self) -> Iterator[ChunkSource]:
         buf = self._skip_head()
@@ -127,10 +130,14 @@ class _Pieces:
                 break
         raise StreamUnsupported("no traceEvents array")
 
-    @staticmethod
-    def _source(piece: bytes, events: list[Event]) -> ChunkSource:
+    def _source(self, piece: bytes, events: list[Event]) -> ChunkSource:
+        decoded_exact = self.exact
+
         def decode(exact: bool) -> list[Event]:
-            return events if not exact else _decode_piece(piece, True)
+            if exact == decoded_exact:
+                return events
+            self.exact = self.exact or exact
+            return _decode_piece(piece, exact)
 
         return decode
 
@@ -146,7 +153,7 @@ class _Pieces:
         cuts = list(_BETWEEN_EVENTS.finditer(buf, start)) or list(_BETWEEN_EVENTS.finditer(buf))
         for m in reversed(cuts[-_MAX_CUT_TRIES:]):
             piece = buf[: m.start() + 1]
-            events = _try_piece(piece)
+            events = _try_piece(piece, self.exact)
             if events is not None:
                 return buf[m.end() - 1 :], self._source(piece, events)
         if len(buf) > _MAX_BACKLOG_BYTES:
@@ -156,7 +163,7 @@ class _Pieces:
     def _last(self, buf: bytes) -> ChunkSource:
         for m in reversed(list(_ARRAY_END.finditer(buf))[-_MAX_CUT_TRIES:]):
             piece = buf[: m.start() + 1]
-            events = _try_piece(piece)
+            events = _try_piece(piece, self.exact)
             if events is not None:
                 self.metadata.update(_tail(buf[m.end() :]))
                 return self._source(piece, events)
