@@ -1,0 +1,164 @@
+"""GPU work per stream, its kernel type, and interval unions over it.
+
+The idle-time and launch analyses (``idle.py``, ``launch.py``) all start from
+the same picture: every kernel, memcpy and memset with its stream, its launch
+call on the host and its type.  This module builds that picture once.
+
+Kernel types follow the name rules PyTorch's Holistic Trace Analysis uses, so
+figures compare with it: ``nccl...Kernel`` is communication; ``Memcpy...``,
+``Memset...`` and ``dma...`` are memory; names that contain ``Memcpy`` or
+``Sync`` elsewhere are *other*; everything else is computation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import polars as pl
+
+from kinetolens.model.trace import Trace
+
+COMPUTATION = "COMPUTATION"
+COMMUNICATION = "COMMUNICATION"
+MEMORY = "MEMORY"
+OTHER = "OTHER"
+
+#: (kernel type, regex on the kernel name), first match wins; no match is computation.
+KERNEL_TYPE_RULES: tuple[tuple[str, str], ...] = (
+    (COMMUNICATION, r"^nccl.*Kernel"),
+    (MEMORY, r"^(Memcpy|Memset|dma)"),
+    (OTHER, r"Memcpy|Sync"),
+)
+
+#: Device activity kinds that are work on a stream (not annotations or ranges).
+STREAM_WORK_KINDS = ("kernel", "memcpy", "memset")
+
+#: ProfilerStep names that must exist (distinct) before the last step is dropped.
+MIN_STEPS_TO_TRIM = 2
+
+
+def kernel_type(name: pl.Expr) -> pl.Expr:
+    """COMPUTATION / COMMUNICATION / MEMORY / OTHER from a kernel name."""
+    expr: pl.Expr = pl.lit(COMPUTATION)
+    for kind, pattern in reversed(KERNEL_TYPE_RULES):
+        expr = pl.when(name.str.contains(pattern)).then(pl.lit(kind)).otherwise(expr)
+    return expr
+
+
+def rank_of(trace: Trace) -> int:
+    """The trace's distributed rank; a trace without one is rank 0."""
+    return trace.rank if trace.rank is not None else 0
+
+
+def stream_work(trace: Trace) -> pl.DataFrame:
+    """One row per kernel / memcpy / memset, with its launch call joined.
+
+    Columns: ``rank, stream, kind, name, kernel_type, correlation, ts, end, dur,
+    bytes, launch_id, launch, launch_ts, launch_dur`` (integer ns).  The launch
+    columns are null for work whose launch call is not in the trace.
+    """
+    k = trace.kernels
+    work = k.filter(pl.col("kind").cast(pl.String).is_in(STREAM_WORK_KINDS) & pl.col("stream").is_not_null())
+    launches = trace.runtime.select(
+        "launch_id",
+        pl.col("name").alias("launch"),
+        pl.col("ts").alias("launch_ts"),
+        pl.col("dur").alias("launch_dur"),
+    )
+    return (
+        work.select(
+            pl.lit(rank_of(trace), pl.Int64).alias("rank"),
+            "stream",
+            pl.col("kind").cast(pl.String),
+            "name",
+            kernel_type(pl.col("name")).alias("kernel_type"),
+            "correlation",
+            "ts",
+            (pl.col("ts") + pl.col("dur")).alias("end"),
+            "dur",
+            "bytes",
+            "launch_id",
+        )
+        .join(launches, on="launch_id", how="left")
+        .sort("ts", maintain_order=True)
+    )
+
+
+def union_intervals(frame: pl.DataFrame, by: list[str] | None = None) -> pl.DataFrame:
+    """Merge overlapping ``[ts, end)`` intervals (per ``by`` group) into disjoint ones.
+
+    Sorting by start and comparing each start with the running maximum of the
+    ends before it finds where a new merged interval begins; no Python loop.
+    """
+    by = by or []
+    if frame.height == 0:
+        return pl.DataFrame(schema={**{c: frame.schema[c] for c in by}, "ts": pl.Int64, "end": pl.Int64})
+    over = by or None
+    prev_end = pl.col("end").cum_max().shift(1)
+    starts = pl.col("ts") > (prev_end.over(over) if over else prev_end)
+    group = (starts.fill_null(True)).cast(pl.Int64).cum_sum()
+    merged = (
+        frame.select(*by, "ts", "end")
+        .sort([*by, "ts"])
+        .with_columns(group=group.over(over) if over else group)
+        .group_by([*by, "group"], maintain_order=True)
+        .agg(pl.col("ts").min(), pl.col("end").max())
+    )
+    return merged.drop("group")
+
+
+def covered_ns(intervals: pl.DataFrame) -> int:
+    """Total length of disjoint intervals."""
+    return int((intervals["end"] - intervals["ts"]).sum()) if intervals.height else 0
+
+
+def last_step_start(trace: Trace) -> int | None:
+    """Host start of the last ProfilerStep, when the trace has at least two.
+
+    The profiler usually stops inside the last step, so its work is cut off;
+    analyses that compare steady-state behaviour leave it out.
+    """
+    steps = trace.steps
+    if steps.height == 0 or steps["name"].n_unique() < MIN_STEPS_TO_TRIM:
+        return None
+    return int(steps["ts"].max())  # type: ignore[arg-type]
+
+
+def without_last_step(trace: Trace) -> Trace:
+    """The trace restricted to work launched before the last ProfilerStep began.
+
+    Host calls that start at or after the last step's start are dropped, and so
+    is every GPU activity whose launch call is dropped or missing.  A trace
+    with fewer than two steps is returned unchanged.
+    """
+    cutoff = last_step_start(trace)
+    if cutoff is None:
+        return trace
+    runtime = trace.runtime.filter(pl.col("ts") < cutoff)
+    kept = runtime["launch_id"].drop_nulls()
+    kernels = trace.kernels.filter(pl.col("launch_id").is_in(kept.implode()))
+    ops = trace.ops.filter(pl.col("ts") < cutoff)
+    return dataclasses.replace(trace, runtime=runtime, kernels=kernels, ops=ops)
+
+
+#: Summary statistics of a distribution, named as pandas ``describe`` names them.
+DESCRIBE_COLUMNS = ("count", "mean", "std", "min", "25%", "50%", "75%", "max")
+
+
+def describe(frame: pl.DataFrame, by: list[str], value: str) -> pl.DataFrame:
+    """count, mean, sample std, min, quartiles (linear interpolation) and max of ``value`` per group."""
+    col = pl.col(value).cast(pl.Float64)
+    return (
+        frame.group_by(by, maintain_order=True)
+        .agg(
+            col.count().cast(pl.Int64).alias("count"),
+            col.mean().alias("mean"),
+            col.std(ddof=1).alias("std"),
+            col.min().alias("min"),
+            col.quantile(0.25, "linear").alias("25%"),
+            col.quantile(0.5, "linear").alias("50%"),
+            col.quantile(0.75, "linear").alias("75%"),
+            col.max().alias("max"),
+        )
+        .sort(by)
+    )
