@@ -224,6 +224,23 @@ def test_gpu_metrics_match_plugin(case) -> None:
             assert ours["occupancy"] == pytest.approx(occupancy / 100.0, abs=METRIC_TOL), name
 
 
+def test_tensor_core_share_is_the_yes_kernels_time(case) -> None:
+    """Which kernels use Tensor Cores is the Tensor Core rules' call (tested
+    with them); the share is their ``yes`` time over all kernel time."""
+    from kinetolens.analysis.tensor_cores import kernel_tensor_cores
+
+    name, golden, trace = case
+    yes = set(kernel_tensor_cores(trace).filter(pl.col("tc") == "yes")["kernel_id"].to_list())
+    kernels = trace.kernels.filter(pl.col("kind").cast(pl.String) == "kernel")
+    for row in gpu_metrics(trace).iter_rows(named=True):
+        mine = kernels.filter(pl.col("device") == row["device"])
+        expected = sum(d for k, d in zip(mine["kernel_id"], mine["dur"]) if k in yes) / mine["dur"].sum()
+        assert row["tensor_core_share"] == pytest.approx(expected), name
+    if name.startswith("hta__trace_diff__control"):
+        # An A100 run with TF32/fp16 GEMMs: the plugin's figure agrees.
+        assert row["tensor_core_share"] == pytest.approx(golden["tc_used_ratio_all_kernels"], abs=METRIC_TOL)
+
+
 def _kib(text: str) -> float:
     match = re.search(r"([\d.]+)KB", text)
     assert match, text

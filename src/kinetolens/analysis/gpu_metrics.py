@@ -14,8 +14,11 @@ so kernels before or after the profiled steps do not dilute them.
   (fraction of the SM's maximum resident warps), averaged weighted by kernel
   time inside the span.  Older Kineto traces record only the theoretical
   occupancy; the model falls back to it, an upper bound of the achieved one.
-* ``tensor_core_share``: fraction of kernel time in kernels that use Tensor
-  Cores; null until the model knows which kernels do.
+* ``tensor_core_share``: fraction of the device's kernel time (whole trace)
+  in kernels that use Tensor Cores (:func:`tensor_cores.kernel_tensor_cores`:
+  measured counters, else kernel-name rules); kernels neither rule can
+  classify count as not using them, so it is a lower bound; null when no
+  kernel on the device could be classified.
 * ``peak_allocated_bytes``: the highest allocator total on that device
   (from the ``[memory]`` events; needs ``profile_memory=True``).
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 import polars as pl
 
 from kinetolens.analysis.overview import step_windows
+from kinetolens.analysis.tensor_cores import kernel_tensor_cores
 from kinetolens.model.trace import Trace
 
 #: Kineto's ``Device Type`` of CPU memory events; every other type is a device.
@@ -111,6 +115,16 @@ def _peak_memory(trace: Trace) -> pl.DataFrame:
     return dev.group_by(device="device_id").agg(peak_allocated_bytes=pl.col("total_allocated").max())
 
 
+def _tensor_core_share(trace: Trace) -> pl.DataFrame:
+    verdicts = kernel_tensor_cores(trace).select("kernel_id", "tc")
+    k = trace.kernels.filter(pl.col("kind").cast(pl.String) == "kernel").select("kernel_id", "device", "dur")
+    k = k.join(verdicts, on="kernel_id", how="left").filter(pl.col("device").is_not_null())
+    dur = pl.col("dur").cast(pl.Float64)
+    share = dur.filter(pl.col("tc") == "yes").sum() / dur.sum()
+    known = (pl.col("tc").fill_null("unknown") != "unknown").any()
+    return k.group_by("device").agg(tensor_core_share=pl.when(known).then(share))
+
+
 def gpu_metrics(trace: Trace) -> pl.DataFrame:
     """One row per GPU that ran kernels or holds memory records."""
     k = _kernels(trace)
@@ -119,6 +133,7 @@ def gpu_metrics(trace: Trace) -> pl.DataFrame:
     if span is not None and span[1] > span[0] and k.height:
         lo, hi = span
         frames = [_utilization(k, lo, hi), _sm_efficiency(k, lo, hi), _occupancy(k, lo, hi)]
+    frames.append(_tensor_core_share(trace))
     frames.append(_peak_memory(trace))
     devices = pl.concat([k.select("device").unique(), *[f.select("device") for f in frames]]).unique()
     out = devices
