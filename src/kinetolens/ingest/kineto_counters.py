@@ -18,11 +18,13 @@ file order:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import polars as pl
 
-from kinetolens.errors import TraceWarning
+from kinetolens.errors import TraceError, TraceWarning
+from kinetolens.ingest.kineto_file import _recover_truncated
 from kinetolens.ingest.kineto_schema import ABSENT
 from kinetolens.ingest.kineto_values import raw_us_to_ns
 from kinetolens.ingest.opener import open_trace_bytes
@@ -71,23 +73,51 @@ def _ns(raw: msgspec.Raw) -> int | None:
     return raw_us_to_ns(raw) if bytes(raw) else None
 
 
-def _events(data: bytes | bytearray | memoryview) -> list[_Event]:
-    head = bytes(data[:64]).lstrip()
-    if head.startswith(b"["):  # legacy traces: a bare event list
+class _RawDocument(msgspec.Struct, gc=False):
+    traceEvents: list[msgspec.Raw] = []
+
+
+def _decode_all(data: Any, legacy: bool) -> list[_Event]:
+    if legacy:  # old traces: a bare event list
         return msgspec.json.decode(data, type=list[_Event])
     return msgspec.json.decode(data, type=_Document).traceEvents
+
+
+def _decode_each(data: Any, legacy: bool) -> list[_Event]:
+    """Event by event, skipping the malformed ones (as the main reader does)."""
+    raws = msgspec.json.decode(data, type=list[msgspec.Raw]) if legacy else msgspec.json.decode(data, type=_RawDocument).traceEvents
+    events = []
+    for raw in raws:
+        try:
+            events.append(msgspec.json.decode(raw, type=_Event))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue
+    return events
+
+
+def _events(path: str, data: Any) -> list[_Event]:
+    """The events, recovering a truncated file the way the main reader does."""
+    legacy = bytes(data[:64]).lstrip().startswith(b"[")
+    try:
+        return _decode_all(data, legacy)
+    except msgspec.ValidationError:
+        return _decode_each(data, legacy)
+    except msgspec.DecodeError:
+        repaired, _ = _recover_truncated(path, data, legacy)
+        return _decode_each(repaired, legacy)
 
 
 def read_profiler_counters(path: str | Path) -> tuple[pl.DataFrame, list[TraceWarning]]:
     """Counter values of every ``cuda_profiler_range`` event in ``path``.
 
-    A file damaged past what this second pass can decode gives an empty table
-    and a warning (the main load already reported the damage itself).
+    A truncated file is cut after its last complete event, as the main reader
+    does, and malformed events are skipped; a file damaged past that gives an
+    empty table and a warning (the main load reported the damage itself).
     """
     opened = open_trace_bytes(path)
     try:
-        events = _events(opened.data)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+        events = _events(str(path), opened.data)
+    except (msgspec.DecodeError, msgspec.ValidationError, TraceError):
         return empty_counters(), [
             TraceWarning("CUPTI counters unreadable", 1, "the file is damaged; counter values were not loaded")
         ]

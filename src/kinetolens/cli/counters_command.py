@@ -1,0 +1,66 @@
+"""``kinetolens counters``: CUPTI counters per kernel with the ops that launched it."""
+
+from __future__ import annotations
+
+import click
+import polars as pl
+from rich.console import Console
+
+from kinetolens.analysis.counters import NoCounters, counter_table
+from kinetolens.cli.render import emit
+from kinetolens.errors import TraceError
+from kinetolens.loader import load
+
+#: Columns the terminal table shows; --csv/--json carry every counter too.
+TERMINAL_COLUMNS = ["idx", "top_level_op", "bottom_level_op", "kernel", "flops", "dram_bytes", "tc"]
+#: Kernel names are long C++ signatures; the terminal shows their head.
+KERNEL_CHARS = 60
+
+
+def _flat(table: pl.DataFrame) -> pl.DataFrame:
+    """CSV cannot hold lists: the op stack becomes ``outer > ... > inner``."""
+    return table.with_columns(pl.col("op_stack").list.join(" > "))
+
+
+@click.command("counters")
+@click.argument("trace", type=str)
+@click.option("--csv", "csv_", is_flag=True, help="CSV output, every counter column.")
+@click.option("--json", "json_", is_flag=True, help="JSON records, every counter column.")
+@click.option("-n", "--limit", type=click.IntRange(min=1), help="At most this many rows.")
+@click.option("-w", "--width", type=int, help="Terminal width for the table.")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
+def counters_command(trace: str, csv_: bool, json_: bool, limit: int | None, width: int | None, no_cache: bool) -> None:
+    """CUPTI counters of each kernel in TRACE, with its op stack, FLOPs and DRAM bytes.
+
+    Needs a trace recorded with per-kernel CUPTI range profiling
+    (kinetolens.profile(counters=[...]) or torch.profiler's profiler_metrics).
+    FLOPs count the SASS add/mul/fma instructions (FMA = 2); tc is yes/no from
+    Tensor Core instruction counters when recorded, else from the kernel name.
+    """
+    t = load(trace, cache=not no_cache)
+    try:
+        table = counter_table(t)
+    except NoCounters as exc:
+        raise TraceError(trace, str(exc)) from None
+    if limit is not None:
+        table = table.head(limit)
+    if json_:
+        emit(table, "json")
+        return
+    if csv_:
+        emit(_flat(table), "csv")
+        return
+    shown = table.select(TERMINAL_COLUMNS).with_columns(
+        pl.col("kernel").str.slice(0, KERNEL_CHARS), pl.col("flops", "dram_bytes").cast(pl.Int64, strict=False)
+    )
+    emit(shown, "table", title=f"kinetolens counters: {trace}", width=width)
+    pairing = table["pairing"][0] if table.height else "-"
+    total = table["flops"].sum() if table["flops"].null_count() < table.height else None
+    dram = table["dram_bytes"].sum() if table["dram_bytes"].null_count() < table.height else None
+    Console(width=width).print(
+        f"{table.height} kernels; op stacks: {pairing}; "
+        f"CUDA-core FLOPs {'-' if total is None else f'{total:,.0f}'}; "
+        f"DRAM bytes {'-' if dram is None else f'{dram:,.0f}'}",
+        markup=False,
+        highlight=False,
+    )
