@@ -184,3 +184,43 @@ def test_unified_summary(model: Model) -> None:
         checked += 1
     assert checked >= 3
 
+
+
+def test_kernel_and_op_tables_carry_the_work() -> None:
+    """Kernel FLOPs add up to their ops' FLOPs; the kernels and ops reports show them with rates."""
+    from kinetolens.analysis.kernels import kernel_table
+    from kinetolens.analysis.ops import op_stats
+    from kinetolens.analysis.work import kernel_work
+
+    trace = kinetolens.load(trace_path(f"tracelens/h100/{MODELS[0]}.json.gz"))
+    ops, kernels = op_work(trace), kernel_work(trace)
+    parent = dict(trace.ops.select("op_id", "parent_id").iter_rows())
+    carriers = set(ops["op_id"].to_list())
+
+    def carrier(op_id: int) -> int:
+        while op_id not in carriers:
+            op_id = parent[op_id]
+        return op_id
+
+    launched = trace.kernels.select("kernel_id", "op_id").join(kernels, on="kernel_id")
+    launched = launched.with_columns(pl.col("op_id").map_elements(carrier, return_dtype=pl.Int64))
+    per_op = launched.group_by("op_id").agg(pl.col("flops").sum(), pl.col("bytes").sum())
+    joined = per_op.join(ops, on="op_id", suffix="_op")
+    assert joined.height == per_op.height > 100
+    assert (joined["flops"] - joined["flops_op"]).abs().max() < 1e-3 * joined["flops_op"].max()
+    # the one convolution ran 4 compute kernels (layout transforms + conv): its split is estimated
+    conv = trace.ops.filter(pl.col("name") == "aten::cudnn_convolution")["op_id"][0]
+    est = launched.join(trace.kernels.select("kernel_id", "kind"), on="kernel_id").filter(pl.col("op_id") == conv)
+    assert est.filter(pl.col("kind") == "kernel")["estimated"].all()
+    assert not launched.filter(pl.col("op_id") != conv)["estimated"].any()
+
+    table = kernel_table(trace)
+    gemm = table.filter(pl.col("op") == "aten::addmm")
+    assert gemm["flops"].null_count() == 0
+    assert (gemm["tflops_s"] - gemm["flops"] / (gemm["dur_us"] * 1e6)).abs().max() < 1e-9
+    assert gemm["tflops_s"].max() < 990  # below the H100 SXM dense BF16 peak
+
+    stats = op_stats(trace).filter(pl.col("name") == "aten::addmm")
+    total_flops = ops.join(trace.ops.select("op_id", "name"), on="op_id").filter(pl.col("name") == "aten::addmm")
+    assert stats["flops"][0] == pytest.approx(total_flops["flops"].sum())
+    assert stats["tflops_s"][0] == pytest.approx(stats["flops"][0] / (stats["device_total_us"][0] * 1e6))

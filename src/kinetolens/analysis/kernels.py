@@ -6,6 +6,7 @@ import polars as pl
 
 from kinetolens.analysis.params import dtypes_expr, shapes_expr
 from kinetolens.analysis.tensor_cores import kernel_tensor_cores
+from kinetolens.analysis.work import kernel_work
 from kinetolens.model.trace import Trace
 
 #: Column name -> meaning, in default display order (``kinetolens kernels -h``).
@@ -23,8 +24,10 @@ KERNEL_COLUMNS: dict[str, str] = {
     "params": "input shapes and dtypes (backward: the forward op's)",
     "dur_us": "silicon time in microseconds",
     "tc": "Tensor Cores used: yes / no / unknown",
-    "flops": "floating point operations the op needs, shared over its kernels",
-    "bytes": "minimum bytes moved",
+    "flops": "FLOPs of the op's work this kernel did (shared by duration when the op ran several)",
+    "bytes": "minimum bytes moved (inputs read once, outputs written once), shared likewise",
+    "tflops_s": "achieved TFLOP/s: flops / dur",
+    "gbps": "achieved GB/s: bytes / dur",
     "device": "GPU index",
     "stream": "CUDA stream",
     "grid": "grid dimensions",
@@ -60,6 +63,7 @@ def kernel_table(trace: Trace, step: int | None = None) -> pl.DataFrame:
         .join(ops, left_on="param_op", right_on="op_id", how="left")
     )
     k = k.join(kernel_tensor_cores(trace).select("kernel_id", "tc"), on="kernel_id", how="left")
+    k = k.join(kernel_work(trace).select("kernel_id", "flops", "bytes"), on="kernel_id", how="left")
     first = trace.kernels["ts"].min() if trace.kernels.height else 0
     shapes = shapes_expr()
     dtypes = dtypes_expr()
@@ -77,8 +81,10 @@ def kernel_table(trace: Trace, step: int | None = None) -> pl.DataFrame:
         params=pl.concat_str([shapes, dtypes], separator=" ", ignore_nulls=True),
         dur_us=pl.col("dur") / 1000.0,
         tc=pl.col("tc"),
-        flops=pl.lit(None, pl.Float64),
-        bytes=pl.lit(None, pl.Float64),
+        flops=pl.col("flops"),
+        bytes=pl.col("bytes"),
+        tflops_s=pl.when(pl.col("dur") > 0).then(pl.col("flops") / pl.col("dur") / 1e3),
+        gbps=pl.when(pl.col("dur") > 0).then(pl.col("bytes") / pl.col("dur")),
         device=pl.col("device"),
         stream=pl.col("stream"),
         grid=_dims("grid"),

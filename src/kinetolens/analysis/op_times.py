@@ -6,6 +6,8 @@
   torch-tb-profiler does, so host self is the op's own CPU work.
 * device self: GPU time (kernels, memcpy, memset) of what this op launched
   directly; device total: of everything launched inside it, at any depth.
+* flops / bytes: the work this op carries (:mod:`kinetolens.analysis.work`);
+  flops_total / bytes_total: of everything inside it (null where none is known).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import polars as pl
 
 from kinetolens.analysis.params import dtypes_expr, shapes_expr
+from kinetolens.analysis.work import op_work
 from kinetolens.model.trace import Trace
 
 
@@ -40,6 +43,7 @@ def op_instances(trace: Trace) -> pl.DataFrame:
         ops.join(child_host, on="op_id", how="left")
         .join(child_runtime, on="op_id", how="left")
         .join(dev_self, on="op_id", how="left")
+        .join(op_work(trace).select("op_id", "flops", "bytes"), on="op_id", how="left")
         .with_columns(
             pl.col("device_self").fill_null(0),
             pl.col("kernels").fill_null(0).cast(pl.Int64),
@@ -50,12 +54,19 @@ def op_instances(trace: Trace) -> pl.DataFrame:
     # Children have larger op_ids than their parents: sum bottom-up.
     total = ops["device_self"].to_list()
     parents = ops["parent_id"].to_list()
+    flops, moved = ops["flops"].to_list(), ops["bytes"].to_list()
     for i in range(n - 1, -1, -1):
         p = parents[i]
         if p is not None:
             total[p] += total[i]
+            if flops[i] is not None:
+                flops[p] = flops[i] + (flops[p] or 0.0)
+            if moved[i] is not None:
+                moved[p] = moved[i] + (moved[p] or 0.0)
     return ops.with_columns(
         pl.Series("device_total", total, dtype=pl.Int64),
+        pl.Series("flops_total", flops, dtype=pl.Float64),
+        pl.Series("bytes_total", moved, dtype=pl.Float64),
         host_total=pl.col("dur"),
         shapes=shapes_expr(),
         dtypes=dtypes_expr(),

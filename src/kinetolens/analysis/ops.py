@@ -10,6 +10,7 @@ from __future__ import annotations
 import polars as pl
 
 from kinetolens.analysis.op_times import op_instances
+from kinetolens.analysis.work import kernel_work
 from kinetolens.model.trace import Trace
 
 GROUPINGS = {
@@ -50,6 +51,15 @@ def _with_step_share(table: pl.DataFrame, trace: Trace) -> pl.DataFrame:
     basis = time_basis(trace)
     share = pl.col(basis) * 1000.0 / total * 100.0 if total else pl.lit(None, pl.Float64)
     return table.with_columns(step_share_pct=share)
+
+
+def _with_achieved(table: pl.DataFrame) -> pl.DataFrame:
+    """TFLOP/s and GB/s from the groups' summed work and time (``_work_ns``), then drop the helpers."""
+    ns = pl.when(pl.col("_work_ns") > 0).then(pl.col("_work_ns"))
+    return table.with_columns(
+        tflops_s=pl.col("_flops_sum") / ns / 1e3,
+        gbps=pl.col("_bytes_sum") / ns,
+    ).drop("_flops_sum", "_bytes_sum", "_work_ns")
 
 
 def _agg(col: str, how: str) -> pl.Expr:
@@ -96,18 +106,24 @@ def op_stats(
         "host_self_us": "host_self",
         "host_total_us": "host_total",
     }
+    basis = times[time_basis(trace)]
     grouped = inst.group_by(keys).agg(
         calls=pl.len(),
         **{out: _agg(src, aggregate) / 1000.0 for out, src in times.items()},
+        flops=_agg("flops_total", aggregate),
+        bytes=_agg("bytes_total", aggregate),
+        _flops_sum=pl.col("flops_total").sum(),
+        _bytes_sum=pl.col("bytes_total").sum(),
+        _work_ns=pl.col(basis).filter(pl.col("flops_total").is_not_null() | pl.col("bytes_total").is_not_null()).sum(),
         in_shapes=pl.col("shapes").drop_nulls().first(),
         dtypes=pl.col("dtypes").drop_nulls().first(),
         direction=pl.col("direction").cast(pl.String).mode().first(),
     )
-    return _with_step_share(grouped, trace)
+    return _with_step_share(_with_achieved(grouped), trace)
 
 
 def _kernel_stats(trace: Trace, aggregate: str, step: int | None) -> pl.DataFrame:
-    k = trace.kernels
+    k = trace.kernels.join(kernel_work(trace).select("kernel_id", "flops", "bytes"), on="kernel_id", how="left")
     if step is not None:
         k = k.filter(pl.col("step") == step)
     grouped = k.group_by("name").agg(
@@ -120,8 +136,13 @@ def _kernel_stats(trace: Trace, aggregate: str, step: int | None) -> pl.DataFram
         op=pl.col("op").drop_nulls().mode().first(),
         blocks_per_sm=pl.col("blocks_per_sm").mean(),
         occupancy=pl.col("occupancy").mean(),
+        flops=_agg("flops", aggregate),
+        bytes=_agg("bytes", aggregate),
+        _flops_sum=pl.col("flops").sum(),
+        _bytes_sum=pl.col("bytes").sum(),
+        _work_ns=pl.col("dur").filter(pl.col("flops").is_not_null() | pl.col("bytes").is_not_null()).sum(),
     )
-    return _with_step_share(grouped, trace)
+    return _with_step_share(_with_achieved(grouped), trace)
 
 
 def order_and_filter(
