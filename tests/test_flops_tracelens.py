@@ -219,6 +219,11 @@ def test_kernel_and_op_tables_carry_the_work() -> None:
     assert gemm["flops"].null_count() == 0
     assert (gemm["tflops_s"] - gemm["flops"] / (gemm["dur_us"] * 1e6)).abs().max() < 1e-9
     assert gemm["tflops_s"].max() < 990  # below the H100 SXM dense BF16 peak
+    by_kernel = dict(kernels.select("kernel_id", "bytes").iter_rows())
+    assert gemm["bytes"].to_list() == [by_kernel[i] for i in gemm["idx"].to_list()]
+    assert (gemm["gbps"] - gemm["bytes"] / (gemm["dur_us"] * 1e3)).abs().max() < 1e-9
+    kstats = op_stats(trace, by="kernel")
+    assert kstats["bytes"].sum() == pytest.approx(kernels["bytes"].sum())
 
     stats = op_stats(trace).filter(pl.col("name") == "aten::addmm")
     total_flops = ops.join(trace.ops.select("op_id", "name"), on="op_id").filter(pl.col("name") == "aten::addmm")

@@ -63,7 +63,9 @@ def kernel_table(trace: Trace, step: int | None = None) -> pl.DataFrame:
         .join(ops, left_on="param_op", right_on="op_id", how="left")
     )
     k = k.join(kernel_tensor_cores(trace).select("kernel_id", "tc"), on="kernel_id", how="left")
-    k = k.join(kernel_work(trace).select("kernel_id", "flops", "bytes"), on="kernel_id", how="left")
+    # renamed: the kernels table's own ``bytes`` is what a memcpy/memset moved
+    work = kernel_work(trace).select("kernel_id", "flops", work_bytes=pl.col("bytes"))
+    k = k.join(work, on="kernel_id", how="left")
     first = trace.kernels["ts"].min() if trace.kernels.height else 0
     shapes = shapes_expr()
     dtypes = dtypes_expr()
@@ -82,9 +84,9 @@ def kernel_table(trace: Trace, step: int | None = None) -> pl.DataFrame:
         dur_us=pl.col("dur") / 1000.0,
         tc=pl.col("tc"),
         flops=pl.col("flops"),
-        bytes=pl.col("bytes"),
+        bytes=pl.col("work_bytes"),
         tflops_s=pl.when(pl.col("dur") > 0).then(pl.col("flops") / pl.col("dur") / 1e3),
-        gbps=pl.when(pl.col("dur") > 0).then(pl.col("bytes") / pl.col("dur")),
+        gbps=pl.when(pl.col("dur") > 0).then(pl.col("work_bytes") / pl.col("dur")),
         device=pl.col("device"),
         stream=pl.col("stream"),
         grid=_dims("grid"),

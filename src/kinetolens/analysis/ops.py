@@ -123,7 +123,8 @@ def op_stats(
 
 
 def _kernel_stats(trace: Trace, aggregate: str, step: int | None) -> pl.DataFrame:
-    k = trace.kernels.join(kernel_work(trace).select("kernel_id", "flops", "bytes"), on="kernel_id", how="left")
+    work = kernel_work(trace).select("kernel_id", "flops", work_bytes=pl.col("bytes"))  # not memcpy ``bytes``
+    k = trace.kernels.join(work, on="kernel_id", how="left")
     if step is not None:
         k = k.filter(pl.col("step") == step)
     grouped = k.group_by("name").agg(
@@ -137,10 +138,10 @@ def _kernel_stats(trace: Trace, aggregate: str, step: int | None) -> pl.DataFram
         blocks_per_sm=pl.col("blocks_per_sm").mean(),
         occupancy=pl.col("occupancy").mean(),
         flops=_agg("flops", aggregate),
-        bytes=_agg("bytes", aggregate),
+        bytes=_agg("work_bytes", aggregate),
         _flops_sum=pl.col("flops").sum(),
-        _bytes_sum=pl.col("bytes").sum(),
-        _work_ns=pl.col("dur").filter(pl.col("flops").is_not_null() | pl.col("bytes").is_not_null()).sum(),
+        _bytes_sum=pl.col("work_bytes").sum(),
+        _work_ns=pl.col("dur").filter(pl.col("flops").is_not_null() | pl.col("work_bytes").is_not_null()).sum(),
     )
     return _with_step_share(_with_achieved(grouped), trace)
 
