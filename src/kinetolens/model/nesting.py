@@ -31,19 +31,114 @@ def enclosing(frame: pl.DataFrame, *, is_container: str | None = None) -> Nestin
     looked up but never become parents).  Returned lists are indexed by
     ``row``.  A row encloses another when it starts at or before it and the
     other starts before it ends; ties in start put the longer range outside.
+
+    Threads whose ranges nest properly (nearly all) are solved with joins in
+    polars; a thread with a range that overlaps its parent without nesting
+    is replayed with the stack walk that defines the rule.
     """
     n = frame.height
+    if n == 0:
+        return Nesting([], [], 0)
+    ordered = (
+        frame.select(
+            "row",
+            "group",
+            "ts",
+            "end",
+            (pl.col(is_container) if is_container else pl.lit(True)).cast(pl.Boolean).alias("container"),
+        )
+        .sort(["group", "ts", "end"], descending=[False, False, True], maintain_order=True)
+        .with_row_index("k")
+        .with_columns(pl.col("k").cast(pl.Int64))
+    )
+    solved = _nested_parents(ordered)
+    parent = solved["parent_row"].fill_null(-1)
+    depth = solved["depth"]
+    overlaps = 0
+    tangled = solved.filter(pl.col("tangled"))["group"].unique()
+    if tangled.len():
+        replay = ordered.filter(pl.col("group").is_in(tangled.implode()))
+        walked = _stack_walk(replay)
+        overlaps = walked.overlaps
+        fix = pl.DataFrame({"k": replay["k"], "p": walked.parent, "d": walked.depth})
+        both = solved.select("k").join(fix, on="k", how="left")
+        parent = both["p"].fill_null(parent)
+        depth = both["d"].fill_null(depth)
+    by_row = pl.DataFrame({"row": ordered["row"], "parent": parent, "depth": depth}).sort("row")
+    return Nesting(by_row["parent"].to_list(), by_row["depth"].to_list(), overlaps)
+
+
+def _nested_parents(ordered: pl.DataFrame) -> pl.DataFrame:
+    """Parent row and depth of every row, assuming proper nesting per group.
+
+    With ranges in (ts, longest first) order ``k``, the open containers at a
+    row are the earlier containers that end after it starts; their count is
+    its depth, and its parent is the last earlier container one level up.
+    ``tangled`` marks containers that end after their parent does, where
+    that assumption breaks.
+    """
+    # Dense ranks of all times, so (time, k) pairs pack into one sortable int.
+    n = ordered.height
+    width = n + 1
+    ranks = pl.concat([ordered["ts"], ordered["end"]]).rank("dense").cast(pl.Int64)
+    ranked = ordered.with_columns(ts_rank=ranks[:n], end_rank=ranks[n:])
+    # Containers before k (exclusive), per group.
+    ranked = ranked.with_columns(
+        opened=(pl.col("container").cast(pl.Int64).cum_sum() - pl.col("container").cast(pl.Int64)).over("group"),
+        close_key=pl.col("end_rank") * width + pl.col("k"),
+        query_key=pl.col("ts_rank") * width + pl.col("k") - 1,
+    )
+    # Containers closed before a row starts: end before ts, or end == ts and
+    # earlier in order (the stack pops a range whose end <= ts).
+    closes = (
+        ranked.filter(pl.col("container"))
+        .select("group", "close_key")
+        .sort("group", "close_key")
+        .with_columns(closed=pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("group"))
+    )
+    ranked = (
+        ranked.sort("group", "query_key")
+        .join_asof(closes, left_on="query_key", right_on="close_key", by="group", strategy="backward", check_sortedness=False)
+        .with_columns(depth=pl.col("opened") - pl.col("closed").fill_null(0))
+        .sort("k")
+    )
+    parents = (
+        ranked.filter(pl.col("container"))
+        .select("group", "depth", pl.col("k").alias("parent_k"), pl.col("row").alias("parent_row"), pl.col("end").alias("parent_end"))
+        .sort("parent_k")
+    )
+    found = ranked.with_columns(up=pl.col("depth") - 1).join_asof(
+        parents,
+        left_on="k",
+        right_on="parent_k",
+        by_left=["group", "up"],
+        by_right=["group", "depth"],
+        strategy="backward",
+        allow_exact_matches=False,
+        check_sortedness=False,
+    )
+    return found.select(
+        "k",
+        "group",
+        "depth",
+        "parent_row",
+        tangled=pl.col("container") & (pl.col("end") > pl.col("parent_end")).fill_null(False),
+    )
+
+
+def _stack_walk(ordered: pl.DataFrame) -> Nesting:
+    """The defining rule, one row at a time, in ``ordered``'s order.
+
+    Returns parents (caller rows) and depths aligned with ``ordered``.
+    """
+    n = ordered.height
     parent = [-1] * n
     depth = [0] * n
-    if n == 0:
-        return Nesting(parent, depth, 0)
-    cols = ["row", "group", "ts", "end"] + ([is_container] if is_container else [])
-    ordered = frame.select(cols).sort(["group", "ts", "end"], descending=[False, False, True], maintain_order=True)
     rows = ordered["row"].to_list()
     groups = ordered["group"].to_list()
     starts = ordered["ts"].to_list()
     ends = ordered["end"].to_list()
-    container = ordered[is_container].to_list() if is_container else [True] * n
+    container = ordered["container"].to_list()
     overlaps = 0
     stack_rows: list[int] = []
     stack_ends: list[int] = []
@@ -58,13 +153,12 @@ def enclosing(frame: pl.DataFrame, *, is_container: str | None = None) -> Nestin
         while stack_ends and stack_ends[-1] <= ts:
             stack_ends.pop()
             stack_rows.pop()
-        row = rows[i]
         if stack_rows:
-            parent[row] = stack_rows[-1]
-            depth[row] = len(stack_rows)
+            parent[i] = stack_rows[-1]
+            depth[i] = len(stack_rows)
             if container[i] and ends[i] > stack_ends[-1]:
                 overlaps += 1
         if container[i]:
-            stack_rows.append(row)
+            stack_rows.append(rows[i])
             stack_ends.append(ends[i])
     return Nesting(parent, depth, overlaps)
