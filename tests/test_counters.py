@@ -11,7 +11,7 @@ import pytest
 
 import kinetolens
 from kinetolens.analysis.counters import FLOP_COUNTERS, NoCounters, counter_table
-from kinetolens.analysis.tensor_cores import kernel_tensor_cores
+from kinetolens.analysis.tensor_cores import counter_verdicts, kernel_tensor_cores
 from kinetolens.cli.main import main
 
 from .conftest import GOLDEN, trace_path
@@ -147,3 +147,29 @@ def test_cli_without_counters_is_one_line_exit_2(capsys: pytest.CaptureFixture[s
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and str(path) in err and "no CUPTI counter values" in err
+
+
+def test_tensor_core_counters_override_names() -> None:
+    """The sample has no Tensor Core counter; give two of its real ranges one
+    (as ``kineto__tensor_core_insts`` records it) and the measured values win
+    over the names, per range and per kernel name; ranges without it keep the
+    name verdict."""
+    trace = kinetolens.load(trace_path(CUPTI))
+    c = trace.kernel_counters
+    ranges = c.group_by("range_id").agg(pl.col("name").first(), pl.col("pid", "tid", "ts", "dur").first())
+    xmma = ranges.filter(pl.col("name").str.contains("xmma_new")).sort("range_id").head(1)
+    gcgemm = ranges.filter(pl.col("name") == "ampere_gcgemm_64x64_nt").head(1)
+    extra = pl.concat([xmma, gcgemm]).with_columns(
+        metric=pl.lit("sm__inst_executed_pipe_tensor.sum"),
+        value=pl.Series([0.0, 5.0e6]),  # the opposite of what the names say
+    ).select(c.columns)
+    trace.kernel_counters = pl.concat([c, extra])
+    t = counter_table(trace)
+    by_range = dict(zip(t["idx"], zip(t["tc"], t["tc_source"])))
+    xi = t.filter(pl.col("kernel").str.contains("xmma_new"))["idx"][0]
+    gi = t.filter(pl.col("kernel") == "ampere_gcgemm_64x64_nt")["idx"][0]
+    assert by_range[xi] == ("no", "counters") and by_range[gi] == ("yes", "counters")
+    other = t.filter(~pl.col("idx").is_in([xi, gi]))
+    assert set(other["tc_source"]) == {"name"}
+    verdicts = dict(counter_verdicts(trace).iter_rows())
+    assert verdicts["ampere_gcgemm_64x64_nt"] == "yes"

@@ -133,11 +133,7 @@ def counter_table(trace: Trace) -> pl.DataFrame:
     tensor_cols = [c for c in metric_cols if TENSOR_COUNTER.search(c)]
     names = wide["name"].to_list()
     by_name = [classify(n)[0] for n in names]
-    tc_measured = (
-        pl.when(pl.max_horizontal([pl.col(c) for c in tensor_cols]) > 0).then(pl.lit(YES)).otherwise(pl.lit(NO))
-        if tensor_cols
-        else None
-    )
+    measured = pl.max_horizontal([pl.col(c) for c in tensor_cols]) if tensor_cols else pl.lit(None, pl.Float64)
     out = wide.with_row_index("idx").with_columns(
         stack,
         pl.lit(pairing).alias("pairing"),
@@ -148,10 +144,11 @@ def counter_table(trace: Trace) -> pl.DataFrame:
         *(_sum_present(out, w).alias(f"flops_{p}") for p, w in by_precision.items()),
         _sum_present(out, dict.fromkeys(DRAM_COUNTERS, 1)).alias("dram_bytes"),
     ]
-    if tc_measured is not None:
-        derived += [tc_measured.alias("tc"), pl.lit("counters").alias("tc_source")]
-    else:
-        derived += [pl.col("tc_name").alias("tc"), pl.lit("name").alias("tc_source")]
+    derived += [
+        pl.when(measured > 0).then(pl.lit(YES)).when(measured.is_not_null()).then(pl.lit(NO))
+        .otherwise(pl.col("tc_name")).alias("tc"),
+        pl.when(measured.is_not_null()).then(pl.lit("counters")).otherwise(pl.lit("name")).alias("tc_source"),
+    ]
     out = out.with_columns(derived)
     return out.select(
         pl.col("idx").cast(pl.Int64),
