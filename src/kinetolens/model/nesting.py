@@ -75,39 +75,40 @@ def _nested_parents(ordered: pl.DataFrame) -> pl.DataFrame:
     row are the earlier containers that end after it starts; their count is
     its depth, and its parent is the last earlier container one level up.
     ``tangled`` marks containers that end after their parent does, where
-    that assumption breaks.
+    that assumption breaks.  Each join carries only the columns it needs:
+    on big traces these frames are the peak of the whole load.
     """
-    # Dense ranks of all times, so (time, k) pairs pack into one sortable int.
     n = ordered.height
     width = n + 1
+    # Dense ranks of all times, so (time, k) pairs pack into one sortable int.
     ranks = pl.concat([ordered["ts"], ordered["end"]]).rank("dense").cast(pl.Int64)
-    ranked = ordered.with_columns(ts_rank=ranks[:n], end_rank=ranks[n:])
-    # Containers before k (exclusive), per group.
-    ranked = ranked.with_columns(
-        opened=(pl.col("container").cast(pl.Int64).cum_sum() - pl.col("container").cast(pl.Int64)).over("group"),
-        close_key=pl.col("end_rank") * width + pl.col("k"),
-        query_key=pl.col("ts_rank") * width + pl.col("k") - 1,
-    )
-    # Containers closed before a row starts: end before ts, or end == ts and
-    # earlier in order (the stack pops a range whose end <= ts).
+    is_container = ordered["container"]
+    # Containers closed before a row starts: end before its ts, or end equal
+    # to its ts and earlier in order (the stack pops a range whose end <= ts).
     closes = (
-        ranked.filter(pl.col("container"))
-        .select("group", "close_key")
-        .sort("group", "close_key")
+        pl.DataFrame({"group": ordered["group"], "key": ranks[n:] * width + ordered["k"]})
+        .filter(is_container)
+        .sort("group", "key")
         .with_columns(closed=pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("group"))
     )
-    ranked = (
-        ranked.sort("group", "query_key")
-        .join_asof(closes, left_on="query_key", right_on="close_key", by="group", strategy="backward", check_sortedness=False)
-        .with_columns(depth=pl.col("opened") - pl.col("closed").fill_null(0))
-        .sort("k")
+    queries = pl.DataFrame({"group": ordered["group"], "key": ranks[:n] * width + ordered["k"] - 1, "k": ordered["k"]})
+    del ranks
+    closed = (
+        queries.sort("group", "key")
+        .join_asof(closes, on="key", by="group", strategy="backward", check_sortedness=False)
+        .sort("k")["closed"]
+        .fill_null(0)
     )
-    parents = (
-        ranked.filter(pl.col("container"))
-        .select("group", "depth", pl.col("k").alias("parent_k"), pl.col("row").alias("parent_row"), pl.col("end").alias("parent_end"))
-        .sort("parent_k")
+    del closes, queries
+    opened = ordered.select(
+        (pl.col("container").cast(pl.Int64).cum_sum() - pl.col("container").cast(pl.Int64)).over("group")
+    ).to_series()
+    levels = ordered.select("k", "group", "row", "end", "container").with_columns(depth=opened - closed)
+    del opened, closed
+    parents = levels.filter(pl.col("container")).select(
+        "group", "depth", parent_k="k", parent_row="row", parent_end="end"
     )
-    found = ranked.with_columns(up=pl.col("depth") - 1).join_asof(
+    found = levels.with_columns(up=pl.col("depth") - 1).join_asof(
         parents,
         left_on="k",
         right_on="parent_k",
