@@ -198,7 +198,9 @@ def _dtype(name: str, dims: list[Any], types: list[Any]) -> str | None:
 
 
 def _capability(device: dict[str, Any] | None) -> tuple[int, int] | None:
-    if not device:
+    """NVIDIA compute capability; None when unknown or not NVIDIA (ROCm
+    reports gfx versions in the same fields, which mean something else)."""
+    if not device or "AMD" in str(device.get("name", "")):
         return None
     major, minor = device.get("computeMajor"), device.get("computeMinor")
     if isinstance(major, int) and isinstance(minor, int) and major > 0:

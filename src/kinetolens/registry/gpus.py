@@ -53,7 +53,12 @@ class GpuSpec:
     device_name: str | None = field(default=None, compare=False)
 
     def peak_tflops(self, precision: str) -> float | None:
-        """Dense peak for ``precision`` (None when the GPU has no such unit)."""
+        """Dense peak for ``precision`` (None when the GPU has no such unit).
+
+        ``fp64`` answers with the FP64 Tensor Core peak where the GPU has one:
+        that is what DGEMM-class kernels reach; ``tflops["fp64"]`` keeps the
+        vector figure for everything else.
+        """
         if self.peak_override_tflops is not None:
             return self.peak_override_tflops
         if precision == "fp64":
