@@ -10,6 +10,7 @@ from kinetolens import __version__
 from kinetolens.cli.analysis_commands import kernels_command, ops_command, summary_command
 from kinetolens.cli.capture_commands import demo_command, run_command
 from kinetolens.cli.counters_command import counters_command
+from kinetolens.cli.gpu_time_commands import idle_command, launches_command
 from kinetolens.cli.memory_command import memory_command
 from kinetolens.errors import TraceError
 
@@ -29,6 +30,8 @@ cli.add_command(demo_command, "demo")
 cli.add_command(run_command, "run")
 cli.add_command(memory_command, "memory")
 cli.add_command(counters_command, "counters")
+cli.add_command(idle_command, "idle")
+cli.add_command(launches_command, "launches")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,105 @@
+"""``kinetolens idle | launches``: where the GPU timeline idles, and what launching costs."""
+
+from __future__ import annotations
+
+import click
+import polars as pl
+
+from kinetolens.analysis.gpu_streams import without_last_step
+from kinetolens.analysis.idle import (
+    KERNEL_WAIT_US,
+    comm_comp_overlap,
+    idle_breakdown,
+    idle_gap_stats,
+    kernel_type_breakdown,
+    temporal_breakdown,
+)
+from kinetolens.analysis.launch import (
+    SHORT_LAUNCH_US,
+    launch_stats,
+    launch_summary,
+    memory_bw_summary,
+    queue_length_summary,
+    short_kernels,
+)
+from kinetolens.cli.render import emit, emit_json
+from kinetolens.errors import TraceError
+from kinetolens.loader import load
+from kinetolens.model.trace import Trace
+
+#: Rows of the short-kernel table shown in the terminal.
+SHORT_ROWS = 15
+
+
+def _trace(path: str, no_cache: bool, keep_last_step: bool) -> Trace:
+    trace = load(path, cache=not no_cache)
+    if trace.kernels.height == 0:
+        raise TraceError(path, "has no GPU kernels, memcpys or memsets to analyze")
+    return trace if keep_last_step else without_last_step(trace)
+
+
+def _emit_tables(tables: dict[str, pl.DataFrame], json_: bool, csv: bool) -> None:
+    """Terminal tables, one JSON object of row lists, or CSV sections headed ``# name``."""
+    if json_:
+        emit_json({name: frame.to_dicts() for name, frame in tables.items()})
+        return
+    for name, frame in tables.items():
+        if csv:
+            click.echo(f"# {name}")
+            emit(frame, "csv")
+        else:
+            emit(_rounded(frame), "table", title=name.replace("_", " "))
+
+
+def _rounded(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.with_columns(pl.col(pl.Float64).round(3))
+
+
+_keep_last_step = click.option(
+    "--keep-last-step", is_flag=True,
+    help="Keep work launched in the last ProfilerStep (by default it is dropped: the profiler usually cuts it off).",
+)
+_no_cache = click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
+_json = click.option("--json", "json_", is_flag=True, help="All tables as one JSON object (see docs/idle.md).")
+_csv = click.option("--csv", is_flag=True, help="All tables as CSV, each after a '# name' line.")
+
+
+@click.command("idle")
+@click.argument("trace", type=str)
+@_json
+@_csv
+@click.option("--kernel-wait-us", type=float, default=KERNEL_WAIT_US, show_default=True,
+              help="Gaps shorter than this between queued work count as launch overhead (kernel_wait).")
+@_keep_last_step
+@_no_cache
+def idle_command(trace: str, json_: bool, csv: bool, kernel_wait_us: float, keep_last_step: bool, no_cache: bool) -> None:
+    """GPU busy / idle time, kernel types and their overlap, and why each stream idles."""
+    t = _trace(trace, no_cache, keep_last_step)
+    _emit_tables({
+        "temporal_breakdown": temporal_breakdown(t),
+        "kernel_types": kernel_type_breakdown(t),
+        "idle_by_stream": idle_breakdown(t, kernel_wait_us),
+        "idle_gap_stats": idle_gap_stats(t, kernel_wait_us),
+        "comm_comp_overlap": comm_comp_overlap(t),
+    }, json_, csv)
+
+
+@click.command("launches")
+@click.argument("trace", type=str)
+@_json
+@_csv
+@click.option("--short-us", type=float, default=SHORT_LAUNCH_US, show_default=True,
+              help="Short kernels: those running shorter than a launch call of at most this many µs.")
+@_keep_last_step
+@_no_cache
+def launches_command(trace: str, json_: bool, csv: bool, short_us: float, keep_last_step: bool, no_cache: bool) -> None:
+    """Launch cost and delay per kernel launch, launch-bound kernels, queue depth, copy bandwidth."""
+    t = _trace(trace, no_cache, keep_last_step)
+    stats = launch_stats(t)
+    short = short_kernels(stats, short_us)
+    _emit_tables({
+        "launch_summary": launch_summary(stats),
+        "short_kernels": short if json_ or csv else short.head(SHORT_ROWS),
+        "queue_length": queue_length_summary(t),
+        "memory_bandwidth_gbps": memory_bw_summary(t),
+    }, json_, csv)
