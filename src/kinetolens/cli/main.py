@@ -12,6 +12,7 @@ from kinetolens.cli.capture_commands import demo_command, run_command
 from kinetolens.cli.counters_command import counters_command
 from kinetolens.cli.gpu_time_commands import idle_command, launches_command
 from kinetolens.cli.memory_command import memory_command
+from kinetolens.cli.roofline_command import roofline_command
 from kinetolens.errors import TraceError
 
 EXIT_BAD_INPUT = 2
@@ -32,6 +33,7 @@ cli.add_command(memory_command, "memory")
 cli.add_command(counters_command, "counters")
 cli.add_command(idle_command, "idle")
 cli.add_command(launches_command, "launches")
+cli.add_command(roofline_command, "roofline")
 
 
 def main(argv: list[str] | None = None) -> None:

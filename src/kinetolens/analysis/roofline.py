@@ -1,0 +1,261 @@
+"""How far each kernel, op and module runs from its roofline.
+
+The roofline of a piece of work with ``F`` FLOPs and ``B`` minimum bytes
+(:mod:`kinetolens.analysis.work`) on a GPU with compute peak ``P`` (for
+the precision the work ran in) and DRAM bandwidth ``W``:
+
+* arithmetic intensity ``I = F / B`` (FLOP per byte);
+* attainable performance ``min(P, I * W)``; ``bound`` says which term wins;
+* the *ideal time* ``max(F / P, B / W)``: the time the work takes at 100 % of
+  its roof.  Percent of roofline is ``ideal / measured device time``, which
+  equals achieved FLOP/s over attainable FLOP/s and, for work with no FLOPs
+  (copies, gathers), achieved over peak bandwidth.
+
+The precision picks ``P``: Tensor Core kernels use the Tensor Core peak of
+their dtype (fp16, bf16, fp8, int8; fp32 on Tensor Cores is TF32; fp64 the
+FP64 Tensor Core peak); everything else the CUDA-core FP32 peak (FP64 its
+vector peak).  Half-precision CUDA-core math can exceed the FP32 peak, but
+such kernels are memory-bound in practice, so the lower roof changes no
+verdict.  Where the dtype is not recorded and the kernel ran on Tensor
+Cores, the precision is unknown and so are roof and percent: no number is
+better than a wrong one.
+
+Time lost is ``device time - ideal time`` (and against a realistic 75 % of
+the roof, ``device time - ideal / 0.75``), clipped at zero per op call:
+a call already beyond the target loses nothing, and one measured above
+its roof (L2-resident inputs the DRAM roof cannot see) cannot pay back
+what another lost.  Ops without a FLOP/byte formula have no roofline and
+are not in these tables.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from kinetolens.analysis.tensor_cores import _dtype, _load, kernel_tensor_cores
+from kinetolens.analysis.work import _op_carriers, kernel_work
+from kinetolens.errors import TraceError
+from kinetolens.model.trace import Trace
+from kinetolens.registry.gpus import GpuSpec
+from kinetolens.registry.tensor_cores import NO, UNKNOWN, YES
+
+#: The share of the roof a well-tuned kernel reaches in practice.
+REALISTIC = 0.75
+#: Grouping keys of :func:`roofline_by`.
+GROUPINGS = ("op", "module")
+
+#: Tensor Core precision by input dtype (fp32 inputs run as TF32).
+_TC_PRECISION = {
+    "fp16": "fp16", "bf16": "bf16", "fp8": "fp8", "int8": "int8", "uint8": "int8",
+    "fp32": "tf32", "tf32": "tf32", "fp64": "fp64_tensor",
+}  # fmt: skip
+
+
+def precision(dtype: str | None, tc: str | None) -> str | None:
+    """The peak a kernel of ``dtype`` is held to, by whether it ran on Tensor Cores."""
+    if tc == YES:
+        return _TC_PRECISION.get(dtype) if dtype else None
+    return "fp64" if dtype == "fp64" else "fp32"
+
+
+def peak_tflops(spec: GpuSpec, prec: str | None) -> float | None:
+    """Dense peak for one of :func:`precision`'s answers (``fp64`` = vector FP64)."""
+    if prec is None:
+        return None
+    if spec.peak_override_tflops is not None:
+        return spec.peak_override_tflops
+    if prec == "fp64_tensor":
+        return spec.tflops.get("fp64_tensor", spec.tflops.get("fp64"))
+    return spec.tflops.get(prec)
+
+
+def require_roofs(spec: GpuSpec | None, trace: Trace) -> GpuSpec:
+    """The spec, or a :class:`TraceError` saying which ceiling is missing and how to give it."""
+    how = "pass --peak-tflops and --peak-gbps, or --spec FILE"
+    if spec is None:
+        from kinetolens.registry.gpus import trace_device
+
+        device = trace_device(trace)
+        name = device.get("name") if device else None
+        what = f"unknown GPU {name!r}" if name else "the trace names no GPU"
+        raise TraceError(trace.source, f"{what}: no peak FLOP/s or bandwidth to draw a roofline; {how}")
+    if not spec.dram_gbps:
+        raise TraceError(trace.source, f"GPU spec {spec.name!r} has no DRAM bandwidth; {how}")
+    if spec.peak_override_tflops is None and not spec.tflops:
+        raise TraceError(trace.source, f"GPU spec {spec.name!r} has no peak FLOP/s; {how}")
+    return spec
+
+
+def _with_roof(frame: pl.DataFrame, spec: GpuSpec, time_col: str) -> pl.DataFrame:
+    """Add intensity, peak, attainable, achieved, ideal time, percent and bound.
+
+    Needs ``flops``, ``bytes``, ``precision`` and ``time_col`` (ns).
+    """
+    peaks = {p: peak_tflops(spec, p) for p in frame["precision"].drop_nulls().unique().to_list()}
+    bw = float(spec.dram_gbps or 0.0)
+    frame = frame.with_columns(
+        peak_tflops=pl.col("precision").replace_strict(peaks, default=None, return_dtype=pl.Float64),
+        flops=pl.col("flops").fill_null(0.0),
+    )
+    # ns at the roof: FLOPs / (TFLOP/s * 1e3) and bytes / (GB/s).
+    compute_ns = pl.when(pl.col("flops") > 0).then(pl.col("flops") / (pl.col("peak_tflops") * 1e3)).otherwise(0.0)
+    memory_ns = pl.col("bytes") / bw
+    frame = frame.with_columns(_compute_ns=compute_ns, _memory_ns=memory_ns)
+    ideal = pl.max_horizontal("_compute_ns", "_memory_ns")
+    ideal = pl.when(pl.col("_compute_ns").is_null() | pl.col("_memory_ns").is_null()).then(None).otherwise(ideal)
+    t = pl.when(pl.col(time_col) > 0).then(pl.col(time_col).cast(pl.Float64))
+    frame = frame.with_columns(ideal_ns=ideal)
+    return frame.with_columns(
+        intensity=pl.when(pl.col("bytes") > 0).then(pl.col("flops") / pl.col("bytes")),
+        attainable_tflops=pl.min_horizontal("peak_tflops", pl.col("flops") / pl.col("bytes") * bw / 1e3),
+        achieved_tflops=pl.col("flops") / t / 1e3,
+        achieved_gbps=pl.col("bytes") / t,
+        pct_of_roof=pl.col("ideal_ns") / t * 100.0,
+        bound=pl.when(pl.col("ideal_ns").is_null())
+        .then(None)
+        .when(pl.col("_compute_ns") >= pl.col("_memory_ns"))
+        .then(pl.lit("compute"))
+        .otherwise(pl.lit("memory")),
+    ).drop("_compute_ns", "_memory_ns")
+
+
+def kernel_roofline(trace: Trace, spec: GpuSpec | None) -> pl.DataFrame:
+    """One row per kernel with work: its roof, achieved performance and percent of roof.
+
+    Columns: ``kernel_id, name, op, dtype, tc, precision, flops, bytes,
+    estimated, dur_us, intensity, peak_tflops, attainable_tflops,
+    achieved_tflops, achieved_gbps, pct_of_roof, bound, ideal_us``.
+    The dtype is that of the op that launched the kernel.
+    """
+    spec = require_roofs(spec, trace)
+    work = kernel_work(trace)
+    k = (
+        trace.kernels.select("kernel_id", "name", "op_id", "op", "dur")
+        .join(work, on="kernel_id", how="inner")
+        .join(kernel_tensor_cores(trace).select("kernel_id", "tc"), on="kernel_id", how="left")
+    )
+    dtypes = _op_dtypes(trace)
+    k = k.with_columns(dtype=pl.col("op_id").replace_strict(dtypes, default=None, return_dtype=pl.String))
+    k = k.with_columns(
+        precision=pl.struct("dtype", "tc").map_elements(
+            lambda r: precision(r["dtype"], r["tc"]), return_dtype=pl.String
+        )
+    )
+    k = _with_roof(k, spec, "dur")
+    return k.select(
+        "kernel_id", "name", "op", "dtype", "tc", "precision", "flops", "bytes", "estimated",
+        dur_us=pl.col("dur") / 1000.0, intensity="intensity", peak_tflops="peak_tflops",
+        attainable_tflops="attainable_tflops", achieved_tflops="achieved_tflops", achieved_gbps="achieved_gbps",
+        pct_of_roof="pct_of_roof", bound="bound", ideal_us=pl.col("ideal_ns") / 1000.0,
+    ).sort("kernel_id")  # fmt: skip
+
+
+def _op_dtypes(trace: Trace, ids: list[int] | None = None) -> dict[int, str]:
+    ops = trace.ops.select("op_id", "name", "input_dims", "input_types")
+    if ids is not None:
+        ops = ops.filter(pl.col("op_id").is_in(ids))
+    out = {}
+    for op_id, name, dims, types in ops.iter_rows():
+        d = _dtype(name, _load(dims), _load(types))
+        if d is not None:
+            out[op_id] = d
+    return out
+
+
+def _op_tc(verdicts: list[str]) -> str:
+    if YES in verdicts:
+        return YES
+    return NO if verdicts and all(v == NO for v in verdicts) else UNKNOWN
+
+
+def op_roofline(trace: Trace, spec: GpuSpec | None) -> pl.DataFrame:
+    """One row per op call carrying work (linear -> addmm counts at addmm).
+
+    Device time is that of every GPU activity launched inside the op, at
+    any depth; the op ran on Tensor Cores when any of its kernels did.
+    Columns: ``op_id, name, module, shapes, dtype, tc, precision, flops,
+    bytes, device_us, intensity, peak_tflops, attainable_tflops,
+    achieved_tflops, achieved_gbps, pct_of_roof, bound, ideal_us, lost_us,
+    lost_75_us``.
+    """
+    spec = require_roofs(spec, trace)
+    works, carrier = _op_carriers(trace)
+    carrying = [i for i, w in works.items() if carrier[i] == i]
+    schema: dict[str, Any] = {"op_id": pl.Int64, "flops": pl.Float64, "bytes": pl.Float64}
+    ops = pl.DataFrame([(i, works[i].flops, works[i].bytes) for i in carrying], schema=schema, orient="row")
+    k = trace.kernels.filter(pl.col("op_id").is_not_null()).select("kernel_id", "op_id", "dur", "kind")
+    k = k.with_columns(
+        pl.Series("carrier", [carrier[i] for i in k["op_id"].to_list()], dtype=pl.Int64)
+    ).filter(pl.col("carrier").is_not_null())
+    k = k.join(kernel_tensor_cores(trace).select("kernel_id", "tc"), on="kernel_id", how="left")
+    per_op = k.group_by("carrier").agg(
+        device_ns=pl.col("dur").sum(),
+        verdicts=pl.col("tc").filter(pl.col("kind").cast(pl.String) == "kernel"),
+    )
+    ops = ops.join(per_op.rename({"carrier": "op_id"}), on="op_id", how="inner").filter(pl.col("device_ns") > 0)
+    dtypes = _op_dtypes(trace, ops["op_id"].to_list())
+    meta = trace.ops.select("op_id", "name", "module", "input_dims")
+    ops = ops.join(meta, on="op_id", how="left").with_columns(
+        dtype=pl.col("op_id").replace_strict(dtypes, default=None, return_dtype=pl.String),
+        tc=pl.col("verdicts").map_elements(lambda v: _op_tc(list(v)), return_dtype=pl.String),
+    )
+    ops = ops.with_columns(
+        precision=pl.struct("dtype", "tc").map_elements(
+            lambda r: precision(r["dtype"], r["tc"]), return_dtype=pl.String
+        )
+    )
+    ops = _with_roof(ops, spec, "device_ns")
+    from kinetolens.analysis.params import shapes_expr
+
+    return ops.select(
+        "op_id", "name", "module", shapes_expr().alias("shapes"), "dtype", "tc", "precision", "flops", "bytes",
+        device_us=pl.col("device_ns") / 1000.0, intensity="intensity", peak_tflops="peak_tflops",
+        attainable_tflops="attainable_tflops", achieved_tflops="achieved_tflops", achieved_gbps="achieved_gbps",
+        pct_of_roof="pct_of_roof", bound="bound", ideal_us=pl.col("ideal_ns") / 1000.0,
+        lost_us=((pl.col("device_ns") - pl.col("ideal_ns")) / 1000.0).clip(lower_bound=0.0),
+        lost_75_us=((pl.col("device_ns") - pl.col("ideal_ns") / REALISTIC) / 1000.0).clip(lower_bound=0.0),
+    ).sort("op_id")  # fmt: skip
+
+
+def roofline_by(trace: Trace, spec: GpuSpec | None, by: str = "op") -> pl.DataFrame:
+    """Op calls grouped by op name (``by="op"``) or module, sorted by time lost.
+
+    Columns: ``<op|module>, calls, device_us, ideal_us, pct_of_roof,
+    lost_us, lost_75_us, flops, bytes, intensity, achieved_tflops,
+    achieved_gbps, bound, precision``.  ``pct_of_roof`` is summed ideal
+    time over summed device time; ``bound`` and ``precision`` are those of
+    the call with the most ideal time and the most FLOPs.  Calls whose roof
+    is unknown (a dtype or byte count not recorded) keep their device time
+    but add no ideal or lost time, and ``pct_of_roof`` leaves them out.
+    """
+    if by not in GROUPINGS:
+        raise ValueError(f"unknown grouping {by!r}; choose from {', '.join(GROUPINGS)}")
+    ops = op_roofline(trace, spec)
+    key = "name" if by == "op" else "module"
+    ops = ops.with_columns(pl.col(key).fill_null("(no module)"))
+    known = pl.col("ideal_us").is_not_null()
+    out = ops.group_by(key).agg(
+        calls=pl.len(),
+        device_us=pl.col("device_us").sum(),
+        _known_us=pl.col("device_us").filter(known).sum(),
+        ideal_us=pl.when(known.any()).then(pl.col("ideal_us").sum()),
+        lost_us=pl.col("lost_us").sum(),
+        lost_75_us=pl.col("lost_75_us").sum(),
+        flops=pl.col("flops").sum(),
+        bytes=pl.when(pl.col("bytes").is_not_null().any()).then(pl.col("bytes").sum()),
+        bound=pl.col("bound").sort_by("ideal_us", descending=True, nulls_last=True).first(),
+        precision=pl.col("precision").sort_by("flops", descending=True).first(),
+    )
+    out = out.with_columns(
+        precision=pl.when(pl.col("flops") > 0).then(pl.col("precision")),
+        pct_of_roof=pl.col("ideal_us") / pl.when(pl.col("_known_us") > 0).then(pl.col("_known_us")) * 100.0,
+        intensity=pl.when(pl.col("bytes") > 0).then(pl.col("flops") / pl.col("bytes")),
+        achieved_tflops=pl.col("flops") / pl.col("device_us") / 1e6,
+        achieved_gbps=pl.col("bytes") / pl.col("device_us") / 1e3,
+    )
+    cols = [key, "calls", "device_us", "ideal_us", "pct_of_roof", "lost_us", "lost_75_us", "flops", "bytes",
+            "intensity", "achieved_tflops", "achieved_gbps", "bound", "precision"]  # fmt: skip
+    out = out.select(cols).sort(["lost_us", key], descending=[True, False], nulls_last=True)
+    return out.rename({"name": "op"}) if by == "op" else out
