@@ -158,7 +158,8 @@ def test_tensor_core_counters_override_names() -> None:
     c = trace.kernel_counters
     ranges = c.group_by("range_id").agg(pl.col("name").first(), pl.col("pid", "tid", "ts", "dur").first())
     xmma = ranges.filter(pl.col("name").str.contains("xmma_new")).sort("range_id").head(1)
-    gcgemm = ranges.filter(pl.col("name") == "ampere_gcgemm_64x64_nt").head(1)
+    gcgemm = ranges.filter(pl.col("name") == "ampere_gcgemm_64x64_nt").sort("range_id").head(1)
+    assert c.sort("range_id")["ts"].is_sorted()  # so the first range by id is the first row by time
     extra = pl.concat([xmma, gcgemm]).with_columns(
         metric=pl.lit("sm__inst_executed_pipe_tensor.sum"),
         value=pl.Series([0.0, 5.0e6]),  # the opposite of what the names say
