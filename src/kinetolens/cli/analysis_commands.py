@@ -59,6 +59,23 @@ def summary_command(trace: str, json_: bool, no_cache: bool) -> None:
     console.print(table)
     _print_breakdown(console, steps)
     _print_gpus(console, info["gpu"], info["devices"])
+    _print_recommendations(console, info["recommendations"])
+
+
+#: Recommendations shown in the terminal (all of them are in --json).
+TOP_RECOMMENDATIONS = 3
+
+
+def _print_recommendations(console: Console, findings: list[dict]) -> None:
+    if not findings:
+        return
+    table = Table(title="What to change first (estimated saving per step)")
+    table.add_column("ms", justify="right")
+    table.add_column("finding")
+    table.add_column("change")
+    for f in findings[:TOP_RECOMMENDATIONS]:
+        table.add_row(f"{f['saving_ms']:.2f}", f"{f['title']}: {f['evidence']}", f["change"])
+    console.print(table)
 
 
 #: Step rows shown in the terminal; the average row covers all of them.

@@ -1,0 +1,472 @@
+"""What to change first: rules that turn the analyses into ranked advice.
+
+Each rule is one small function ``(RuleContext) -> list[Finding]`` listed in
+:data:`RULES`; adding a rule is adding a function to that list.  A finding
+carries the numbers that triggered it, where they come from (op, module,
+source line, step), what to change, and an estimated saving per step in
+milliseconds with a sentence saying how it was estimated.
+
+Savings are deliberately conservative, because advice ranked by inflated
+savings sends people after the wrong thing:
+
+* a saving is never more than the wall time the rule can point at in the
+  trace (exclusive DataLoader time, GPU idle gaps, exposed communication);
+* rules that overlap (a DataLoader stall also shows up as a host-wait GPU
+  gap) do not count the same time twice: the host-bound rule subtracts
+  what the DataLoader and synchronization rules already claimed;
+* a rule whose benefit is not time (memory near capacity) reports 0 ms and
+  sorts last.
+
+Per-step figures divide by the number of profiled steps (one window for a
+trace without ``ProfilerStep`` ranges).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from typing import Any
+
+import polars as pl
+
+from kinetolens.analysis.gpu_metrics import gpu_metrics
+from kinetolens.analysis.idle import comm_comp_overlap, idle_gaps
+from kinetolens.analysis.launch import launch_stats, short_kernels
+from kinetolens.analysis.memory import memory_events, memory_peaks
+from kinetolens.analysis.overview import average_breakdown, step_breakdown, step_windows
+from kinetolens.analysis.tensor_cores import (
+    _capability,
+    _matrix_roots,
+    op_tensor_core_eligibility,
+)
+from kinetolens.model.trace import Trace
+from kinetolens.registry.gpus import gpu_spec, trace_device
+
+NS_PER_MS = 1e6
+
+#: Share of step time in the DataLoader above which loading is worth fixing
+#: (torch-tb-profiler's threshold is 5%).
+DATALOADER_SHARE = 0.05
+#: GPU utilization below which host-bound gaps are reported.
+LOW_UTILIZATION = 0.8
+#: Host-wait idle (not already explained) as a share of step time to report.
+HOST_WAIT_SHARE = 0.05
+#: Launch-bound kernels per step worth a CUDA graph / fusion.
+TINY_KERNELS_PER_STEP = 50
+#: Allocated peak as a share of device memory that counts as near capacity.
+MEMORY_NEAR_CAPACITY = 0.9
+#: Exposed (non-overlapped) communication as a share of step time to report.
+EXPOSED_COMM_SHARE = 0.05
+#: Tensor-Core-eligible fp32 kernel time as a share of all kernel time to report.
+FP32_TC_SHARE = 0.1
+#: Assumed speed-up of matrix kernels moved from fp32 CUDA cores to Tensor
+#: Cores; real gains are 2-8x (TF32/fp16 peaks vs fp32), 2x keeps it conservative.
+TC_SPEEDUP = 2.0
+#: Calls that block the host until the GPU (or a stream) has drained.
+SYNC_CALLS = (
+    "cudaDeviceSynchronize",
+    "cudaStreamSynchronize",
+    "cudaEventSynchronize",
+    "cudaMemcpy",
+    "cudaMemcpy2D",
+    "hipDeviceSynchronize",
+    "hipStreamSynchronize",
+    "hipEventSynchronize",
+    "hipMemcpy",
+)
+#: Ops whose only purpose is reading a device value on the host.
+SCALAR_READ_OPS = ("aten::item", "aten::_local_scalar_dense")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One recommendation: what triggered it, where, what to do, what it saves."""
+
+    rule: str
+    title: str
+    evidence: str
+    change: str
+    saving_ms: float
+    estimate: str
+    where: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class RuleContext:
+    """The trace plus the shared analyses rules read, each computed once."""
+
+    trace: Trace
+
+    @cached_property
+    def breakdown(self) -> pl.DataFrame:
+        return step_breakdown(self.trace)
+
+    @cached_property
+    def average_ns(self) -> dict[str, float]:
+        return average_breakdown(self.breakdown) if self.breakdown.height else {}
+
+    @cached_property
+    def steps(self) -> int:
+        return max(self.breakdown.height, 1)
+
+    @property
+    def step_ms(self) -> float:
+        return self.average_ns.get("total", 0.0) / NS_PER_MS
+
+    @cached_property
+    def windows(self) -> pl.DataFrame:
+        return step_windows(self.trace)
+
+    def in_steps(self, frame: pl.DataFrame, ts: str = "ts", keep_end: bool = False) -> pl.DataFrame:
+        """Rows of ``frame`` whose ``ts`` falls in a step window, with ``step``
+        (and the window's end as ``w_end`` when ``keep_end``)."""
+        if frame.height == 0 or self.windows.height == 0:
+            empty = frame.head(0).with_columns(step=pl.lit(None, pl.Int64))
+            return empty.with_columns(w_end=pl.lit(None, pl.Int64)) if keep_end else empty
+        w = self.windows.select("step", w_start="start", w_end="end").sort("w_start")
+        joined = (
+            frame.drop("step", strict=False)
+            .sort(ts)
+            .join_asof(w, left_on=ts, right_on="w_start", strategy="backward")
+        )
+        joined = joined.filter(pl.col(ts) < pl.col("w_end")).drop("w_start")
+        return joined if keep_end else joined.drop("w_end")
+
+    @cached_property
+    def sync_cost(self) -> pl.DataFrame:
+        """Blocking calls in steps with the GPU idle time each one caused.
+
+        A sync returns when the GPU has drained its queue, so the GPU then
+        idles until the host launches again: the gap from the call's end to
+        the next GPU activity is the cost (the time spent blocked is not,
+        since the GPU was busy then), up to the end of the step.
+        """
+        calls = self.trace.runtime.filter(pl.col("name").is_in(SYNC_CALLS))
+        calls = self.in_steps(calls.select("name", "ts", "end", "op_id", "module", "source"), keep_end=True)
+        if calls.height == 0:
+            return calls.with_columns(idle_ns=pl.lit(0, pl.Int64))
+        starts = self.trace.kernels.select(pl.col("ts").alias("next_ts")).sort("next_ts")
+        joined = calls.sort("end").join_asof(starts, left_on="end", right_on="next_ts", strategy="forward")
+        ops = self.trace.ops.select("op_id", pl.col("name").alias("op"), "parent_id")
+        return joined.with_columns(
+            # Idle past the step's end is the next step's start-up, not this sync's.
+            idle_ns=(pl.min_horizontal("next_ts", "w_end") - pl.col("end")).clip(lower_bound=0).fill_null(0)
+        ).join(ops, on="op_id", how="left")
+
+
+def _top(frame: pl.DataFrame, key: str, weight: str) -> Any:
+    """The value of ``key`` carrying most ``weight`` (None when all null)."""
+    rows = frame.filter(pl.col(key).is_not_null())
+    if rows.height == 0:
+        return None
+    return rows.group_by(key).agg(pl.col(weight).sum()).sort(weight, descending=True)[key][0]
+
+
+def dataloader_bound(ctx: RuleContext) -> list[Finding]:
+    avg = ctx.average_ns
+    total, loading = avg.get("total", 0.0), avg.get("dataloader", 0.0)
+    if not total or loading / total < DATALOADER_SHARE:
+        return []
+    share = loading / total
+    return [
+        Finding(
+            rule="dataloader_bound",
+            title="Input loading stalls the step",
+            evidence=(
+                f"{share:.1%} of the step ({loading / NS_PER_MS:.2f} of {total / NS_PER_MS:.2f} ms) is spent in "
+                f"DataLoader __next__ with no GPU work running, averaged over {ctx.steps} steps"
+            ),
+            change=(
+                "Load batches in worker processes: DataLoader(num_workers>0, pin_memory=True, "
+                "persistent_workers=True), and move heavy preprocessing out of __getitem__ or onto the GPU"
+            ),
+            saving_ms=loading / NS_PER_MS,
+            estimate=(
+                "the DataLoader's exclusive time per step (time no kernel, copy or runtime call ran); "
+                "worker processes can hide at most that"
+            ),
+            where={"op": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"},
+        )
+    ]
+
+
+def synchronizations(ctx: RuleContext) -> list[Finding]:
+    cost = ctx.sync_cost
+    if cost.height == 0:
+        return []
+    idle_ms = float(cost["idle_ns"].sum()) / NS_PER_MS / ctx.steps
+    if idle_ms <= 0:
+        return []
+    per_call = cost.group_by("name").agg(pl.len(), pl.col("idle_ns").sum()).sort("idle_ns", descending=True)
+    calls = ", ".join(f"{n} x{c}" for n, c, _ in per_call.iter_rows())
+    scalar = cost.filter(pl.col("op").is_in(SCALAR_READ_OPS)).height
+    source, op = _top(cost, "source", "idle_ns"), _top(cost, "op", "idle_ns")
+    steps = sorted({int(s) for s in cost["step"].drop_nulls().to_list()})
+    return [
+        Finding(
+            rule="synchronization",
+            title="Host-device synchronizations drain the GPU queue",
+            evidence=(
+                f"{cost.height} blocking calls in the profiled steps ({calls}); "
+                f"{scalar} under aten::item/_local_scalar_dense; the GPU then idled {idle_ms:.2f} ms per step "
+                f"until the next launch" + (f"; most from {source}" if source else "")
+            ),
+            change=(
+                "Remove the sync from the hot loop: keep values on the GPU (accumulate losses as tensors, "
+                "log every N steps), avoid .item()/.cpu()/print of CUDA tensors and torch.cuda.synchronize(), "
+                "use non_blocking=True copies"
+            ),
+            saving_ms=idle_ms,
+            estimate="the GPU idle gap from each sync's return to the next GPU activity, per step",
+            where={"op": op, "source": source, "module": _top(cost, "module", "idle_ns"), "steps": steps},
+        )
+    ]
+
+
+def host_bound(ctx: RuleContext) -> list[Finding]:
+    util = gpu_metrics(ctx.trace)
+    if util.height == 0 or not ctx.step_ms:
+        return []
+    utilization = float(util["utilization"].drop_nulls().max() or 0.0)
+    if utilization >= LOW_UTILIZATION:
+        return []
+    gaps = ctx.in_steps(idle_gaps(ctx.trace).filter(pl.col("idle_category") == "host_wait"))
+    if gaps.height == 0:
+        return []
+    # Side streams (NCCL, copies) wait for the host while the compute stream
+    # runs, so take the stream with the most host-wait, and cap it by the
+    # step time no GPU work ran at all (the overview's non-GPU categories).
+    per_stream = gaps.group_by("stream").agg(pl.col("gap_ns").sum()).sort("gap_ns", descending=True)
+    wait_ms = float(per_stream["gap_ns"][0]) / NS_PER_MS / ctx.steps
+    avg = ctx.average_ns
+    gpu_idle_ms = sum(avg.get(c, 0.0) for c in ("runtime", "cpu_exec", "other")) / NS_PER_MS
+    sync_ms = float(ctx.sync_cost["idle_ns"].sum()) / NS_PER_MS / ctx.steps if ctx.sync_cost.height else 0.0
+    # DataLoader time is outside gpu_idle_ms already (its own category).
+    rest = max(min(wait_ms, gpu_idle_ms) - sync_ms, 0.0)
+    if rest / ctx.step_ms < HOST_WAIT_SHARE:
+        return []
+    return [
+        Finding(
+            rule="host_bound",
+            title="Low GPU utilization: the GPU waits for the host",
+            evidence=(
+                f"GPU utilization {utilization:.1%}; streams idled {wait_ms:.2f} ms per step waiting for a launch "
+                f"that had not started, {rest:.2f} ms of it not explained by data loading or syncs "
+                f"({rest / ctx.step_ms:.1%} of the {ctx.step_ms:.2f} ms step)"
+            ),
+            change=(
+                "Cut host overhead per step: torch.compile (fuses ops, fewer launches), CUDA graphs "
+                "(torch.cuda.graphs / mode='reduce-overhead'), or a larger batch so each launch does more work"
+            ),
+            saving_ms=rest,
+            estimate=(
+                "host-wait idle per step on the stream that waits most, capped by the step time with no GPU "
+                "work outside the DataLoader, minus the GPU idle the synchronization finding claims"
+            ),
+        )
+    ]
+
+
+def launch_overhead(ctx: RuleContext) -> list[Finding]:
+    stats = ctx.trace.kernels.height and launch_stats(ctx.trace)
+    if not isinstance(stats, pl.DataFrame) or stats.height == 0:
+        return []
+    short = short_kernels(stats.filter(pl.col("kind") == "kernel"))
+    count = int(short["count"].sum()) if short.height else 0
+    if count / ctx.steps < TINY_KERNELS_PER_STEP:
+        return []
+    cpu_us, gpu_us = float(short["cpu_us"].sum()), float(short["gpu_us"].sum())
+    saving = max(cpu_us - gpu_us, 0.0) / 1000.0 / ctx.steps
+    top = short.row(0, named=True)
+    return [
+        Finding(
+            rule="launch_overhead",
+            title="Many tiny kernels: launch-bound",
+            evidence=(
+                f"{count / ctx.steps:.0f} kernels per step run shorter than their launch call "
+                f"({gpu_us / count:.1f} us on the GPU vs {cpu_us / count:.1f} us to launch on average); "
+                f"most launch time: {top['name'][:80]} x{top['count']}"
+            ),
+            change=(
+                "Fuse elementwise chains (torch.compile), use fused/foreach optimizers "
+                "(foreach=True or fused=True), capture the step in a CUDA graph"
+            ),
+            saving_ms=saving,
+            estimate="launch time minus kernel time of the launch-bound kernels, per step",
+            where={"kernel": top["name"]},
+        )
+    ]
+
+
+def fp32_tensor_cores(ctx: RuleContext) -> list[Finding]:
+    ops = op_tensor_core_eligibility(ctx.trace)
+    kernel_ns = float(ctx.trace.kernels.filter(pl.col("kind") == "kernel")["dur"].sum() or 0)
+    if ops.height == 0 or not kernel_ns:
+        return []
+    fp32 = ops.filter((pl.col("dtype") == "fp32") & (pl.col("tc") != "yes"))
+    time_us = float(fp32["kernel_time_us"].sum()) + _backward_kernel_us(ctx.trace, fp32["op_id"])
+    share = time_us * 1000.0 / kernel_ns
+    if share < FP32_TC_SHARE:
+        return []
+    cc = _capability(trace_device(ctx.trace))
+    tf32 = cc is not None and cc >= (8, 0)
+    top = _top(fp32, "op", "kernel_time_us")
+    return [
+        Finding(
+            rule="fp32_tensor_cores",
+            title="Matrix math runs in fp32 without Tensor Cores",
+            evidence=(
+                f"{share:.1%} of kernel time ({time_us / 1000.0 / ctx.steps:.2f} ms per step) is fp32 matmul/conv "
+                f"(forward and backward) on non-Tensor-Core kernels, {fp32.height} op calls; most in {top}"
+            ),
+            change=(
+                "Use automatic mixed precision (torch.autocast(device_type='cuda', dtype=torch.bfloat16 or "
+                "float16) with GradScaler for fp16)"
+                + ("; or at least torch.backends.cuda.matmul.allow_tf32 = True / set_float32_matmul_precision('high')"
+                   if tf32 else "")
+            ),
+            saving_ms=time_us / 1000.0 / ctx.steps * (1.0 - 1.0 / TC_SPEEDUP),
+            estimate=f"those kernels' time per step, assuming only a {TC_SPEEDUP:g}x Tensor Core speed-up",
+            where={"op": top},
+        )
+    ]
+
+
+def _backward_kernel_us(trace: Trace, forward_ops: pl.Series) -> float:
+    """Kernel time of the backward of ``forward_ops`` (matrix-op roots):
+    the gradient convolutions/matmuls run at the forward's precision too."""
+    if forward_ops.len() == 0:
+        return 0.0
+    roots = trace.ops.select("op_id").with_columns(
+        pl.Series("root", _matrix_roots(trace.ops.select("op_id", "name", "parent_id")), dtype=pl.Int64)
+    )
+    k = trace.kernels.filter((pl.col("kind") == "kernel") & pl.col("fwd_op_id").is_not_null())
+    k = k.select("fwd_op_id", "dur").join(roots, left_on="fwd_op_id", right_on="op_id", how="inner")
+    return float(k.filter(pl.col("root").is_in(forward_ops.implode()))["dur"].sum() or 0) / 1000.0
+
+
+def misaligned_shapes(ctx: RuleContext) -> list[Finding]:
+    ops = op_tensor_core_eligibility(ctx.trace)
+    if ops.height == 0:
+        return []
+    bad = ops.filter(
+        (pl.col("shapes_ok") == False) & pl.col("dtype").is_in(["fp16", "bf16"]) & (pl.col("tc") != "yes")
+    )
+    if bad.height == 0:
+        return []
+    time_us = float(bad["kernel_time_us"].sum())
+    top = bad.sort("kernel_time_us", descending=True).row(0, named=True)
+    return [
+        Finding(
+            rule="misaligned_shapes",
+            title="Half-precision matrix shapes not divisible by 8",
+            evidence=(
+                f"{bad.height} fp16/bf16 matmul/conv calls with {top['misaligned']} "
+                f"(e.g. {top['op']} {top['dims']}) ran without Tensor Cores: {time_us / 1000.0 / ctx.steps:.2f} ms "
+                "per step"
+            ),
+            change="Pad hidden sizes, vocabulary and channel counts (and the batch) to multiples of 8 (16 for int8/fp8)",
+            saving_ms=time_us / 1000.0 / ctx.steps * (1.0 - 1.0 / TC_SPEEDUP),
+            estimate=f"those kernels' time per step, assuming a {TC_SPEEDUP:g}x speed-up once on Tensor Cores",
+            where={"op": top["op"], "dims": top["dims"]},
+        )
+    ]
+
+
+def memory_capacity(ctx: RuleContext) -> list[Finding]:
+    if ctx.trace.memory.height == 0:
+        return []
+    peaks = memory_peaks(memory_events(ctx.trace)).filter(pl.col("device").str.starts_with("GPU"))
+    capacity = {f"GPU{d.get('id')}": d.get("totalGlobalMem") for d in ctx.trace.devices if d.get("totalGlobalMem")}
+    spec = gpu_spec(ctx.trace)
+    fallback = int(spec.memory_gb * (1 << 30)) if spec is not None and spec.memory_gb else None
+    out = []
+    for row in peaks.iter_rows(named=True):
+        total = capacity.get(row["device"]) or fallback
+        if not total or row["peak_allocated"] < MEMORY_NEAR_CAPACITY * total:
+            continue
+        share = row["peak_allocated"] / total
+        out.append(
+            Finding(
+                rule="memory_near_capacity",
+                title=f"{row['device']} memory near capacity",
+                evidence=(
+                    f"peak allocated {row['peak_allocated'] / (1 << 30):.2f} GiB = {share:.1%} of "
+                    f"{total / (1 << 30):.2f} GiB, at {row['peak_op']}"
+                    + (f" in {row['peak_module']}" if row["peak_module"] else "")
+                ),
+                change=(
+                    "Leave headroom before scaling up: activation checkpointing, mixed precision, smaller micro-batch "
+                    "with gradient accumulation, or free large tensors earlier"
+                ),
+                saving_ms=0.0,
+                estimate="no time saving; the risk is out-of-memory errors and allocator cache flushes",
+                where={"op": row["peak_op"], "module": row["peak_module"], "device": row["device"]},
+            )
+        )
+    return out
+
+
+def exposed_communication(ctx: RuleContext) -> list[Finding]:
+    overlap = comm_comp_overlap(ctx.trace)
+    if overlap.height == 0 or not ctx.step_ms:
+        return []
+    row = overlap.row(0, named=True)
+    comm_ms = (row["comm_us"] or 0.0) / 1000.0 / ctx.steps
+    exposed = comm_ms - (row["overlap_us"] or 0.0) / 1000.0 / ctx.steps
+    if exposed / ctx.step_ms < EXPOSED_COMM_SHARE:
+        return []
+    compute_ms = ctx.average_ns.get("kernel", 0.0) / NS_PER_MS
+    saving = min(exposed, compute_ms)
+    return [
+        Finding(
+            rule="exposed_communication",
+            title="Communication not overlapped with compute",
+            evidence=(
+                f"{comm_ms:.2f} ms of collectives per step, {exposed:.2f} ms of it with no compute kernel running "
+                f"({exposed / ctx.step_ms:.1%} of the {ctx.step_ms:.2f} ms step)"
+            ),
+            change=(
+                "Overlap collectives with compute: DDP gradient bucketing (bucket_cap_mb, no "
+                "find_unused_parameters), FSDP prefetch (backward_prefetch, forward_prefetch), async ops "
+                "(async_op=True) waited on as late as possible"
+            ),
+            saving_ms=saving,
+            estimate="exposed communication per step, capped by the compute time there is to hide it behind",
+        )
+    ]
+
+
+#: The rules, in the order findings with equal savings are listed.
+RULES: list[Callable[[RuleContext], list[Finding]]] = [
+    dataloader_bound,
+    host_bound,
+    launch_overhead,
+    synchronizations,
+    fp32_tensor_cores,
+    misaligned_shapes,
+    memory_capacity,
+    exposed_communication,
+]
+
+
+def recommendations(trace: Trace) -> list[Finding]:
+    """Every rule's findings, the largest estimated saving per step first."""
+    ctx = RuleContext(trace)
+    findings = [f for rule in RULES for f in rule(ctx)]
+    return sorted(findings, key=lambda f: -f.saving_ms)  # stable: ties keep RULES order
+
+
+def recommendations_frame(trace: Trace) -> pl.DataFrame:
+    """:func:`recommendations` as a table (``where`` as JSON text)."""
+    import json
+
+    rows = [{**f.to_dict(), "where": json.dumps(f.where, default=str)} for f in recommendations(trace)]
+    schema = {k: pl.String for k in ("rule", "title", "evidence", "change", "estimate", "where")}
+    return pl.DataFrame(rows, schema={**schema, "saving_ms": pl.Float64}).select(
+        "rule", "title", "saving_ms", "evidence", "change", "estimate", "where"
+    )
