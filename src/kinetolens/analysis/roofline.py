@@ -80,11 +80,11 @@ def require_roofs(spec: GpuSpec | None, trace: Trace) -> GpuSpec:
         device = trace_device(trace)
         name = device.get("name") if device else None
         what = f"unknown GPU {name!r}" if name else "the trace names no GPU"
-        raise TraceError(trace.source, f"{what}: no peak FLOP/s or bandwidth to draw a roofline; {how}")
+        raise TraceError(trace.path, f"{what}: no peak FLOP/s or bandwidth to draw a roofline; {how}")
     if not spec.dram_gbps:
-        raise TraceError(trace.source, f"GPU spec {spec.name!r} has no DRAM bandwidth; {how}")
+        raise TraceError(trace.path, f"GPU spec {spec.name!r} has no DRAM bandwidth; {how}")
     if spec.peak_override_tflops is None and not spec.tflops:
-        raise TraceError(trace.source, f"GPU spec {spec.name!r} has no peak FLOP/s; {how}")
+        raise TraceError(trace.path, f"GPU spec {spec.name!r} has no peak FLOP/s; {how}")
     return spec
 
 
