@@ -315,7 +315,7 @@ def test_summary_json_has_steps_and_gpu_blocks() -> None:
     proc = _summary(path, "--json")
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout)
-    assert info["schema_version"] == 2 and "recommendations" not in info
+    assert info["schema_version"] == 2 and isinstance(info["recommendations"], list)
     table = step_breakdown(kinetolens.load(path))
     steps = info["steps"]
     assert steps["ids"] == table["step"].to_list() and steps["count"] == table.height
@@ -344,7 +344,8 @@ def test_summary_terminal_shows_breakdown_and_gpus() -> None:
     assert "Step time breakdown" in out and "GPUs during the steps" in out
     assert "Tesla V100-SXM2-32GB" in out and "56.3%" in out  # GPU 1 utilization
     assert max(len(line) for line in out.splitlines()) <= 80
-    assert "…" not in out  # no number cut short
+    tables = out.split("What to change first")[0]  # recommendations may shorten kernel names
+    assert "…" not in tables  # no number cut short
 
 
 def test_empty_window_does_not_swallow_the_next_step() -> None:
