@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -90,7 +90,7 @@ def check_words(problem: str, words: tuple[str, ...], any_of: tuple[str, ...] = 
         assert any(w.lower() in problem.lower() for w in any_of), f"none of {any_of} in {problem!r}"
 
 
-@lru_cache(maxsize=None)
+@cache
 def gunzipped(path: Path) -> bytes:
     return gzip.decompress(path.read_bytes())
 

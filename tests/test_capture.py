@@ -25,11 +25,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import kinetolens  # noqa: E402
-from kinetolens.capture import layout  # noqa: E402
-from kinetolens.capture import profile as kl_profile  # noqa: E402
-from kinetolens.capture import step as kl_step  # noqa: E402
-from tests.distributed.runs import DistributedRun, torchrun_2  # noqa: E402,F401
+import kinetolens
+from kinetolens.capture import layout
+from kinetolens.capture import profile as kl_profile
+from kinetolens.capture import step as kl_step
+from tests.distributed.runs import DistributedRun, torchrun_2  # noqa: F401
 
 HOST = socket.gethostname()
 TRACE_RE = r"^(?P<worker>.+)\.(?P<ms>\d{13})\.pt\.trace\.json\.gz$"

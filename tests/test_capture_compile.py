@@ -23,9 +23,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import polars as pl  # noqa: E402
+import polars as pl
 
-import kinetolens  # noqa: E402
+import kinetolens
 
 
 def _skip_reason() -> str | None:

@@ -14,12 +14,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import kinetolens  # noqa: E402
-from kinetolens.capture import CaptureUnsupportedError  # noqa: E402
-from kinetolens.capture import profile as kl_profile  # noqa: E402
-from kinetolens.capture.counter_presets import DESCRIPTIONS, PRESETS  # noqa: E402
-from kinetolens.capture.counters import resolve  # noqa: E402
-from kinetolens.capture.profile import _RUNNING  # noqa: E402
+import kinetolens
+from kinetolens.capture import CaptureUnsupportedError
+from kinetolens.capture import profile as kl_profile
+from kinetolens.capture.counter_presets import DESCRIPTIONS, PRESETS
+from kinetolens.capture.counters import resolve
+from kinetolens.capture.profile import _RUNNING
 
 CUPTI_OK = torch.cuda.is_available() and torch.version.cuda is not None and not getattr(torch.version, "hip", None)
 
@@ -69,9 +69,8 @@ def test_counters_conflicting_options_rejected() -> None:
 @pytest.mark.skipif(CUPTI_OK, reason="this machine can collect CUPTI counters")
 def test_unsupported_build_or_device_refuses_clearly(tmp_path: Path) -> None:
     prof = kl_profile(logdir=tmp_path, run="hw", counters=["roofline"])
-    with pytest.raises(CaptureUnsupportedError) as err:
-        with prof:
-            pytest.fail("the block must not run")
+    with pytest.raises(CaptureUnsupportedError) as err, prof:
+        pytest.fail("the block must not run")
     message = str(err.value)
     assert isinstance(err.value, ValueError)
     assert "\n" not in message

@@ -21,10 +21,10 @@ torch = pytest.importorskip("torch")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
-import polars as pl  # noqa: E402
+import polars as pl
 
-import kinetolens  # noqa: E402
-from tests.distributed.runs import DistributedRun, rank_of, spawn_4, torchrun_2  # noqa: E402,F401
+import kinetolens
+from tests.distributed.runs import DistributedRun, rank_of, spawn_4, torchrun_2  # noqa: F401
 
 HOST = socket.gethostname()
 # Which ProfilerStep#s each launch mode records (see ddp_job.py).

@@ -13,15 +13,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import kinetolens  # noqa: E402
-from kinetolens.capture.nvtx import (  # noqa: E402
+from torch.nn.modules import module as nn_module
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+import kinetolens
+from kinetolens.capture.nvtx import (
     describe_args,
     format_marker,
     nvtx_unavailable_reason,
     parse_marker,
 )
-from torch.nn.modules import module as nn_module  # noqa: E402
-from torch.utils._python_dispatch import _get_current_dispatch_mode  # noqa: E402
 
 NVTX_MISSING = nvtx_unavailable_reason()
 

@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-import kinetolens.ingest.kineto_stream as kineto_stream
+from kinetolens.ingest import kineto_stream
 from kinetolens.ingest.kineto import TABLES, RawTables
 from kinetolens.ingest.kineto_file import read_kineto
 from kinetolens.ingest.kineto_stream import stream_kineto

@@ -11,9 +11,9 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-from kinetolens.errors import TraceError, TraceWarning  # noqa: E402
-from kinetolens.loader import load  # noqa: E402
-from kinetolens.model import Trace  # noqa: E402
+from kinetolens.errors import TraceError, TraceWarning
+from kinetolens.loader import load
+from kinetolens.model import Trace
 
 __all__ = ["Trace", "TraceError", "TraceWarning", "__version__", "load", "nvtx", "profile", "step"]
 

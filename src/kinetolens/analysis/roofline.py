@@ -34,10 +34,11 @@ from typing import Any
 
 import polars as pl
 
-from kinetolens.analysis.tensor_cores import _dtype, _load, kernel_tensor_cores
+from kinetolens.analysis.tensor_cores import _dtype, kernel_tensor_cores
 from kinetolens.analysis.work import _op_carriers, kernel_work
 from kinetolens.errors import TraceError
 from kinetolens.model.trace import Trace
+from kinetolens.registry.flops_base import json_list
 from kinetolens.registry.gpus import GpuSpec
 from kinetolens.registry.tensor_cores import NO, UNKNOWN, YES
 
@@ -158,7 +159,7 @@ def _op_dtypes(trace: Trace, ids: list[int] | None = None) -> dict[int, str]:
         ops = ops.filter(pl.col("op_id").is_in(ids))
     out = {}
     for op_id, name, dims, types in ops.iter_rows():
-        d = _dtype(name, _load(dims), _load(types))
+        d = _dtype(name, json_list(dims), json_list(types))
         if d is not None:
             out[op_id] = d
     return out

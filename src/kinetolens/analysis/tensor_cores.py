@@ -19,15 +19,13 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import msgspec
 import polars as pl
 
 from kinetolens.model.trace import Trace
 from kinetolens.registry.dtypes import canonical
+from kinetolens.registry.flops_base import json_list
 from kinetolens.registry.gpus import trace_device
 from kinetolens.registry.tensor_cores import NO, TENSOR_COUNTER, UNKNOWN, YES, classify
-
-_decode = msgspec.json.Decoder()
 
 # -- per kernel ------------------------------------------------------------------
 
@@ -139,16 +137,6 @@ MATRIX_OPS = set(GEMM_OPS) | CONV_OPS | ATTENTION_OPS
 ALIGN = {"fp16": 8, "bf16": 8, "fp8": 16, "int8": 16, "uint8": 16, "fp32": 4}
 #: Minimum compute capability for each Tensor Core input type (NVIDIA).
 MIN_CC = {"fp16": (7, 0), "int8": (7, 2), "uint8": (7, 2), "bf16": (8, 0), "fp32": (8, 0), "fp8": (8, 9)}
-
-
-def _load(text: str | None) -> list[Any]:
-    if not text:
-        return []
-    try:
-        out = _decode.decode(text)
-    except msgspec.DecodeError:
-        return []
-    return out if isinstance(out, list) else []
 
 
 def _shape(dims: list[Any], i: int) -> tuple[int, ...] | None:
@@ -297,7 +285,7 @@ def op_tensor_core_eligibility(trace: Trace) -> pl.DataFrame:
     cc = _capability(trace_device(trace))
     rows = []
     for op_id, name, _parent, dims_text, types_text, _root in matrix.iter_rows():
-        dims_list, types = _load(dims_text), _load(types_text)
+        dims_list, types = json_list(dims_text), json_list(types_text)
         dims = matrix_dims(name, dims_list)
         dtype = _dtype(name, dims_list, types)
         eligible, why = eligibility(name, dtype, cc)

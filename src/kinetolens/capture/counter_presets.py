@@ -11,8 +11,8 @@ instruction counters) and ``kineto__tensor_core_insts``
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Mapping
 
 PRESETS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {

@@ -10,7 +10,8 @@ names, which contain ``__`` (``dram__bytes_read.sum``).
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from kinetolens.capture.counter_presets import PRESETS
 

@@ -12,8 +12,8 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
+from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Callable, Sequence
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

@@ -15,9 +15,10 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from kinetolens.capture.layout import TRACE_SUFFIX
 from kinetolens.capture.runner import ENV_CONFIG

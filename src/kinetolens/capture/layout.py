@@ -18,8 +18,9 @@ import os
 import shutil
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 TRACE_SUFFIX = ".pt.trace.json.gz"
 METADATA_SUFFIX = ".kinetolens.json"

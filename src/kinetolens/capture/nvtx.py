@@ -26,8 +26,9 @@ import os
 import sys
 import threading
 import warnings
+from collections.abc import Callable, Iterable
 from types import FrameType
-from typing import Any, Callable, Iterable
+from typing import Any
 
 MARKER_PREFIX = "kinetolens "
 MODULE_PREFIX = "kinetolens.module "
@@ -179,7 +180,10 @@ class Nvtx:
         return self
 
     def _install_module_hooks(self, paths: _ModulePaths) -> None:
-        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+        from torch.nn.modules.module import (
+            register_module_forward_hook,
+            register_module_forward_pre_hook,
+        )
 
         push, pop = self._push, self._pop
 
@@ -199,7 +203,7 @@ class Nvtx:
 
         self._exits.append(remove)
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         exits, self._exits = self._exits, []
         for undo in reversed(exits):
             undo()

@@ -24,8 +24,9 @@ import functools
 import inspect
 import sys
 import warnings
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from kinetolens.capture import counters as hw_counters
 from kinetolens.capture import layout

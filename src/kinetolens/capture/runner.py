@@ -38,10 +38,12 @@ import sys
 import types
 import warnings
 import weakref
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from kinetolens.capture.import_hook import when_imported
+
 # The list object itself: kinetolens.step() calls its last entry.
 from kinetolens.capture.profile import _MARKERS, Profile
 

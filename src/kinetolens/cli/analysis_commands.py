@@ -9,7 +9,13 @@ from rich.console import Console
 from rich.table import Table
 
 from kinetolens.analysis.kernels import DEFAULT_COLUMNS, KERNEL_COLUMNS, kernel_table
-from kinetolens.analysis.ops import AGGREGATES, GROUPINGS, op_stats, order_and_filter, time_basis
+from kinetolens.analysis.ops import (
+    AGGREGATES,
+    GROUPINGS,
+    op_stats,
+    order_and_filter,
+    time_basis,
+)
 from kinetolens.analysis.summary import summarize
 from kinetolens.cli.render import emit, emit_json
 from kinetolens.loader import load

@@ -8,8 +8,9 @@ fast; ``run`` never imports it at all (the profiled child does).
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import click
 

@@ -7,7 +7,11 @@ import sys
 import click
 
 from kinetolens import __version__
-from kinetolens.cli.analysis_commands import kernels_command, ops_command, summary_command
+from kinetolens.cli.analysis_commands import (
+    kernels_command,
+    ops_command,
+    summary_command,
+)
 from kinetolens.cli.capture_commands import demo_command, run_command
 from kinetolens.cli.counters_command import counters_command
 from kinetolens.cli.gpu_time_commands import idle_command, launches_command

@@ -7,8 +7,8 @@ from pathlib import Path
 from kinetolens.errors import TraceError
 from kinetolens.ingest.kineto import RawTables
 from kinetolens.ingest.kineto_file import read_kineto
-from kinetolens.ingest.nsys import read_nsys
 from kinetolens.ingest.kineto_stream import stream_kineto
+from kinetolens.ingest.nsys import read_nsys
 from kinetolens.ingest.opener import StreamUnsupported, open_trace_bytes
 
 SQLITE_MAGIC = b"SQLite format 3\x00"

@@ -19,8 +19,9 @@ Output tables (all times are integer nanoseconds, exact):
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import polars as pl
 
@@ -37,7 +38,12 @@ from kinetolens.ingest.kineto_columns import (
     thread_frame,
 )
 from kinetolens.ingest.kineto_schema import Event
-from kinetolens.ingest.kineto_values import INT64_MAX, ColumnError, NeedsExactTime, out_of_range_message
+from kinetolens.ingest.kineto_values import (
+    INT64_MAX,
+    ColumnError,
+    NeedsExactTime,
+    out_of_range_message,
+)
 
 
 @dataclass

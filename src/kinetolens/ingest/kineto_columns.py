@@ -12,11 +12,12 @@ traces, ints beyond 64 bits, epoch-scale float timestamps).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
 from operator import attrgetter
-from typing import Any, Sequence
+from typing import Any
 
 import polars as pl
 

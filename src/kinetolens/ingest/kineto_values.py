@@ -8,9 +8,10 @@ per-value Python fallbacks run only for the chunks that need them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
 from operator import itemgetter
-from typing import Any, Callable
+from typing import Any
 
 import msgspec
 import polars as pl
@@ -61,7 +62,7 @@ def ints(values: list[Any], convert: Callable[[Any], int | None] | None = None) 
         return pl.Series(list(map(convert, values)), dtype=pl.Int64, strict=True)
 
 
-def us_to_ns(value: int | float | None) -> int | None:
+def us_to_ns(value: float | None) -> int | None:
     """Microseconds (int or float) to integer nanoseconds, per value."""
     if value is None:
         return None

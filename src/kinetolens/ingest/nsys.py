@@ -27,7 +27,12 @@ from kinetolens.ingest.kineto import (
     RawTables,
 )
 from kinetolens.ingest.nsys_db import Database, check_header, quote
-from kinetolens.ingest.nsys_gpu import GPU_TABLES, device_properties, read_gpu, to_device_rows
+from kinetolens.ingest.nsys_gpu import (
+    GPU_TABLES,
+    device_properties,
+    read_gpu,
+    to_device_rows,
+)
 from kinetolens.ingest.nsys_host import (
     NVTX_TABLE,
     RUNTIME_TABLE,

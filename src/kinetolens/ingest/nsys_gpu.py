@@ -61,7 +61,7 @@ _QUERY_SCHEMA: dict[str, pl.DataType] = {
 
 
 def _common(db: Database, table: str, kind: str) -> list[str]:
-    c = lambda col: db.col(table, "t", col)  # noqa: E731
+    c = lambda col: db.col(table, "t", col)
     proc, _ = db.process(table, "t")
     return [
         f"'{kind}' AS kind",
@@ -77,7 +77,7 @@ def _common(db: Database, table: str, kind: str) -> list[str]:
 
 def _kernel_sql(db: Database) -> str:
     t = KERNEL_TABLE
-    c = lambda col: db.col(t, "t", col)  # noqa: E731
+    c = lambda col: db.col(t, "t", col)
     joins: list[str] = []
     name = db.text(t, "t", ["demangledName", "shortName", "mangledName", "name"], joins)
     shared = [c(x) for x in ("staticSharedMemory", "dynamicSharedMemory") if db.has(t, x)]
@@ -96,7 +96,7 @@ def _kernel_sql(db: Database) -> str:
 
 
 def _copy_sql(db: Database, table: str, kind: str) -> str:
-    c = lambda col: db.col(table, "t", col)  # noqa: E731
+    c = lambda col: db.col(table, "t", col)
     dims = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "shared_memory"]
     src = c("srcKind") if kind == MEMCPY else c("memKind")
     cols = _common(db, table, kind) + [

@@ -79,7 +79,7 @@ def read_runtime(db: Database) -> tuple[pl.DataFrame, int]:
     joins: list[str] = []
     name = db.text(t, "t", ["nameId", "name"], joins)
     proc, pid, tid = db.thread(t, "t")
-    c = lambda col: db.col(t, "t", col)  # noqa: E731
+    c = lambda col: db.col(t, "t", col)
     sql = (
         f"SELECT {proc}, {pid}, {tid}, {c('start')}, {c('end')}, {c('eventClass')}, {c('correlationId')}, {name} "
         f"FROM {quote(t)} AS t {' '.join(joins)}"
@@ -116,7 +116,7 @@ def read_nvtx(db: Database) -> pl.DataFrame:
     joins: list[str] = []
     text = db.text(t, "t", ["text", "textId"], joins)
     proc, pid, tid = db.thread(t, "t")
-    c = lambda col: db.col(t, "t", col)  # noqa: E731
+    c = lambda col: db.col(t, "t", col)
     select = f"SELECT {proc}, {pid}, {tid}, {c('start')}, {c('end')}, {c('domainId')}, {text} FROM {quote(t)} AS t {' '.join(joins)}"
     if db.has(t, "eventType"):
         ranges = db.frame(f"{select} WHERE t.eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END})", _NVTX_QUERY, "NVTX")

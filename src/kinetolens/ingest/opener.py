@@ -15,9 +15,9 @@ import queue
 import struct
 import threading
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from kinetolens.errors import TraceError
 

@@ -35,8 +35,7 @@ _ATEN = "aten::"
 
 def node_key(name: str) -> str | None:
     """``MaxPool2DWithIndicesBackward0`` -> ``maxpool2dwithindices``; None for engine nodes."""
-    if name.startswith(_WRAPPER):
-        name = name[len(_WRAPPER) :]
+    name = name.removeprefix(_WRAPPER)
     if "::" in name or "<" in name:
         return None
     stripped = _NODE_SUFFIX.sub("", name)
@@ -54,8 +53,7 @@ def op_key(name: str) -> str | None:
     if not name.startswith(_ATEN):
         return None
     base = name[len(_ATEN) :].strip("_")
-    if base.endswith("_forward"):
-        base = base[: -len("_forward")]
+    base = base.removesuffix("_forward")
     return base.replace("_", "").lower() or None
 
 

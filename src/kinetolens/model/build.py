@@ -19,7 +19,14 @@ from __future__ import annotations
 import polars as pl
 
 from kinetolens.errors import TraceWarning
-from kinetolens.ingest.categories import ANNOTATION, GPU_ACTIVITY, OP, PYTHON, RUNTIME, SYNC
+from kinetolens.ingest.categories import (
+    ANNOTATION,
+    GPU_ACTIVITY,
+    OP,
+    PYTHON,
+    RUNTIME,
+    SYNC,
+)
 from kinetolens.ingest.kineto import RawTables
 from kinetolens.model import direction as dirn
 from kinetolens.model.autograd_order import pair_by_order

@@ -84,7 +84,7 @@ class OpArgs:
     def parse(
         cls, name: str, dims: str | None, types: str | None, concrete: str | None, fwd: OpArgs | None = None
     ) -> OpArgs:
-        return cls(name, _load(dims), _load(types), _load(concrete), fwd)
+        return cls(name, json_list(dims), json_list(types), json_list(concrete), fwd)
 
     def __len__(self) -> int:
         return len(self.dims)
@@ -156,7 +156,10 @@ class OpArgs:
         return v if isinstance(v, bool) else default
 
 
-def _load(text: str | None) -> list:
+def json_list(text: str | None) -> list:
+    """A JSON-text column value (shapes, dtypes, concrete inputs) as a list;
+    empty when absent or not a list, so formulas see no arguments rather
+    than a guess."""
     if not text:
         return []
     try:
