@@ -28,8 +28,12 @@ def _show_analysis(trace: Path) -> None:
         click.echo(f"(analysis commands unavailable: {exc})", err=True)
         return
     commands = getattr(cli, "commands", {})
+    from kinetolens import load
+
     # The columns that fit an 80-column terminal; `kinetolens ops` shows all.
-    compact = "name,calls,host_self_us,host_total_us,device_total_us,step_share_pct"
+    # A CPU run has no device time: its column would only be zeros.
+    on_gpu = load(trace).kernels.height > 0
+    compact = "name,calls,host_self_us,host_total_us," + ("device_total_us," if on_gpu else "") + "step_share_pct"
     for args in (["summary", str(trace)], ["ops", str(trace), "-t", "10", "-c", compact]):
         if args[0] not in commands:
             click.echo(f"(no '{args[0]}' command in this build; skipped)", err=True)
