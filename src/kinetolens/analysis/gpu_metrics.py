@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from kinetolens.analysis.gpu_streams import union_intervals
 from kinetolens.analysis.overview import step_windows
 from kinetolens.analysis.tensor_cores import kernel_tensor_cores
 from kinetolens.model.trace import Trace
@@ -67,12 +68,9 @@ def _clipped(start: pl.Expr, end: pl.Expr, lo: int, hi: int) -> pl.Expr:
 
 
 def _utilization(k: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
-    """Busy time per device: the union of kernel intervals (sort + running max)."""
-    ordered = k.sort("device", "ts")
-    reach = pl.col("end").cum_max().shift(1).over("device")
-    runs = ordered.with_columns(run=(pl.col("ts") > reach).fill_null(True).cum_sum().over("device"))
-    merged = runs.group_by("device", "run").agg(start=pl.col("ts").min(), end=pl.col("end").max())
-    return merged.group_by("device").agg(utilization=_clipped(pl.col("start"), pl.col("end"), lo, hi).sum() / (hi - lo))
+    """Busy time per device: the union of kernel intervals."""
+    merged = union_intervals(k, by=["device"])
+    return merged.group_by("device").agg(utilization=_clipped(pl.col("ts"), pl.col("end"), lo, hi).sum() / (hi - lo))
 
 
 def _sm_efficiency(k: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:

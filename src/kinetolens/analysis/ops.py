@@ -10,6 +10,7 @@ from __future__ import annotations
 import polars as pl
 
 from kinetolens.analysis.op_times import op_instances
+from kinetolens.analysis.overview import step_windows
 from kinetolens.analysis.work import kernel_work
 from kinetolens.model.trace import Trace
 
@@ -25,15 +26,11 @@ TIME_COLUMNS = ("device_self_us", "device_total_us", "host_self_us", "host_total
 
 
 def step_time_ns(trace: Trace) -> int:
-    """Wall time the shares are taken of: all steps, else the kernel span."""
-    if trace.steps.height:
-        return int(trace.steps["dur"].sum())
-    spans = [t for t in (trace.ops, trace.kernels) if t.height]
-    if not spans:
-        return 0
-    start = min(int(t["ts"].min()) for t in spans)  # type: ignore[arg-type]
-    end = max(int((t["ts"] + t["dur"]).max()) for t in spans)  # type: ignore[arg-type]
-    return end - start
+    """Wall time the shares are taken of: the steps' windows as the overview
+    cuts them (disjoint, so GPU work that runs past a step is not counted
+    twice), or the whole trace's window when it has no steps."""
+    windows = step_windows(trace)
+    return int((windows["end"] - windows["start"]).sum()) if windows.height else 0
 
 
 def time_basis(trace: Trace) -> str:
