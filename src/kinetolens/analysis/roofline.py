@@ -30,12 +30,10 @@ are not in these tables.
 
 from __future__ import annotations
 
-from typing import Any
-
 import polars as pl
 
-from kinetolens.analysis.tensor_cores import _dtype, kernel_tensor_cores
-from kinetolens.analysis.work import _op_carriers, kernel_work
+from kinetolens.analysis.tensor_cores import kernel_tensor_cores, matrix_dtype
+from kinetolens.analysis.work import carried_work, kernel_work
 from kinetolens.errors import TraceError
 from kinetolens.model.trace import Trace
 from kinetolens.registry.flops_base import json_list
@@ -159,7 +157,7 @@ def _op_dtypes(trace: Trace, ids: list[int] | None = None) -> dict[int, str]:
         ops = ops.filter(pl.col("op_id").is_in(ids))
     out = {}
     for op_id, name, dims, types in ops.iter_rows():
-        d = _dtype(name, json_list(dims), json_list(types))
+        d = matrix_dtype(name, json_list(dims), json_list(types))
         if d is not None:
             out[op_id] = d
     return out
@@ -182,18 +180,12 @@ def op_roofline(trace: Trace, spec: GpuSpec | None) -> pl.DataFrame:
     lost_75_us``.
     """
     spec = require_roofs(spec, trace)
-    works, carrier = _op_carriers(trace)
-    carrying = [i for i, w in works.items() if carrier[i] == i]
-    schema: dict[str, Any] = {"op_id": pl.Int64, "flops": pl.Float64, "bytes": pl.Float64}
-    ops = pl.DataFrame([(i, works[i].flops, works[i].bytes) for i in carrying], schema=schema, orient="row")
-    k = trace.kernels.filter(pl.col("op_id").is_not_null()).select("kernel_id", "op_id", "dur", "kind")
-    k = k.with_columns(
-        pl.Series("carrier", [carrier[i] for i in k["op_id"].to_list()], dtype=pl.Int64)
-    ).filter(pl.col("carrier").is_not_null())
-    k = k.join(kernel_tensor_cores(trace).select("kernel_id", "tc"), on="kernel_id", how="left")
+    carried = carried_work(trace)
+    ops = carried.ops.select("op_id", "flops", "bytes")
+    k = carried.kernels.join(kernel_tensor_cores(trace).select("kernel_id", "tc"), on="kernel_id", how="left")
     per_op = k.group_by("carrier").agg(
         device_ns=pl.col("dur").sum(),
-        verdicts=pl.col("tc").filter(pl.col("kind").cast(pl.String) == "kernel"),
+        verdicts=pl.col("tc").filter(pl.col("kind") == "kernel"),
     )
     ops = ops.join(per_op.rename({"carrier": "op_id"}), on="op_id", how="inner").filter(pl.col("device_ns") > 0)
     dtypes = _op_dtypes(trace, ops["op_id"].to_list())

@@ -174,7 +174,10 @@ def matrix_dims(name: str, dims: list[Any]) -> dict[str, int] | None:
     return None
 
 
-def _dtype(name: str, dims: list[Any], types: list[Any]) -> str | None:
+def matrix_dtype(name: str, dims: list[Any], types: list[Any]) -> str | None:
+    """The precision a matrix op computes in: its first matrix operand's
+    dtype (the bias of ``addmm``/``baddbmm``, the gradient of a backward op
+    skipped), as a canonical name."""
     first = 1 if name in ("aten::addmm", "aten::baddbmm", "aten::addbmm") else 0
     if name == "aten::convolution_backward" or (name in ATTENTION_OPS and name.endswith("_backward")):
         first = 1
@@ -287,7 +290,7 @@ def op_tensor_core_eligibility(trace: Trace) -> pl.DataFrame:
     for op_id, name, _parent, dims_text, types_text, _root in matrix.iter_rows():
         dims_list, types = json_list(dims_text), json_list(types_text)
         dims = matrix_dims(name, dims_list)
-        dtype = _dtype(name, dims_list, types)
+        dtype = matrix_dtype(name, dims_list, types)
         eligible, why = eligibility(name, dtype, cc)
         bad = _misaligned(dims, dtype) if eligible else []
         shapes_ok = (not bad) if (eligible and dims) else None

@@ -25,6 +25,8 @@ Where the work is counted (so nothing is counted twice through nesting):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import polars as pl
 
 from kinetolens.model.trace import Trace
@@ -103,39 +105,55 @@ def _carriers(ops: pl.DataFrame, works: dict[int, Work]) -> list[int | None]:
     return carrier
 
 
-def _op_carriers(trace: Trace) -> tuple[dict[int, Work], list[int | None]]:
-    ops = trace.ops.sort("op_id")
-    works = _evaluate_ops(ops)
-    return works, _carriers(ops, works)
+@dataclass(frozen=True)
+class CarriedWork:
+    """Every op's work evaluated once, in the two shapes the analyses need.
+
+    ``ops``: one row per op call that carries work (``op_id, flops, bytes,
+    formula``).  ``kernels``: every GPU activity whose op (or an ancestor)
+    carries work, with that ``carrier`` op (``kernel_id, op_id, kind, dur,
+    carrier``).
+    """
+
+    ops: pl.DataFrame
+    kernels: pl.DataFrame
+
+
+def carried_work(trace: Trace) -> CarriedWork:
+    """Evaluate the formulas of all ops once and find which op carries each
+    kernel's work (see the module docstring)."""
+    ordered = trace.ops.sort("op_id")
+    works = _evaluate_ops(ordered)
+    carrier = _carriers(ordered, works)
+    ops = pl.DataFrame(
+        [(i, w.flops, w.bytes, w.formula) for i, w in works.items() if carrier[i] == i],
+        schema={"op_id": pl.Int64, "flops": pl.Float64, "bytes": pl.Float64, "formula": pl.String},
+        orient="row",
+    ).sort("op_id")
+    k = trace.kernels.filter(pl.col("op_id").is_not_null()).select(
+        "kernel_id", "op_id", pl.col("kind").cast(pl.String), "dur"
+    )
+    kernels = k.with_columns(
+        pl.Series("carrier", [carrier[i] for i in k["op_id"].to_list()], dtype=pl.Int64)
+    ).filter(pl.col("carrier").is_not_null())
+    return CarriedWork(ops, kernels)
 
 
 def op_work(trace: Trace) -> pl.DataFrame:
     """One row per op call that carries work: ``op_id, flops, bytes, formula``."""
-    works, carrier = _op_carriers(trace)
-    rows = [(i, w.flops, w.bytes, w.formula) for i, w in works.items() if carrier[i] == i]
-    return pl.DataFrame(
-        rows,
-        schema={"op_id": pl.Int64, "flops": pl.Float64, "bytes": pl.Float64, "formula": pl.String},
-        orient="row",
-    ).sort("op_id")
+    return carried_work(trace).ops
 
 
-def kernel_work(trace: Trace) -> pl.DataFrame:
+def kernel_work(trace: Trace, carried: CarriedWork | None = None) -> pl.DataFrame:
     """One row per kernel whose op carries work: ``kernel_id, flops, bytes, estimated``."""
-    works, carrier = _op_carriers(trace)
+    carried = carried or carried_work(trace)
     schema = {"kernel_id": pl.Int64, "flops": pl.Float64, "bytes": pl.Float64, "estimated": pl.Boolean}
-    k = trace.kernels.filter(pl.col("op_id").is_not_null()).select(
-        "kernel_id", "op_id", pl.col("kind").cast(pl.String), "dur"
-    )
-    if not k.height:
+    if not carried.kernels.height:
         return pl.DataFrame(schema=schema)
-    carriers = pl.Series("carrier", [carrier[i] for i in k["op_id"].to_list()], dtype=pl.Int64)
-    k = k.with_columns(carriers).filter(pl.col("carrier").is_not_null())
-    per_op = pl.DataFrame(
-        [(i, w.flops, w.bytes) for i, w in works.items() if carrier[i] == i],
-        schema={"carrier": pl.Int64, "op_flops": pl.Float64, "op_bytes": pl.Float64},
-        orient="row",
+    per_op = carried.ops.select(
+        carrier=pl.col("op_id"), op_flops=pl.col("flops"), op_bytes=pl.col("bytes")
     )
+    k = carried.kernels
     k = k.join(per_op, on="carrier", how="inner")
     compute = pl.col("kind") == "kernel"
     # Share within the kernels that do the op's work: compute kernels if any, else its copies.
