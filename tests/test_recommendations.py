@@ -165,6 +165,15 @@ def test_misaligned_shapes_quiet_in_fp32() -> None:
 
 
 def test_memory_quiet_far_from_capacity() -> None:
-    # No reference trace has an allocator peak near device memory; the rule
-    # must stay quiet on one with memory records (peak << 16 GiB V100).
-    assert "memory_near_capacity" not in _findings(GPU_METRICS)
+    # df_index_resolver peaks at 6.2 GiB allocated on a 32 GiB V100: 19%.
+    assert "memory_near_capacity" not in _findings(RESOLVER)
+
+
+def test_memory_fires_near_capacity() -> None:
+    # No reference trace ran near its device's memory; the same real trace
+    # read as if its V100 had 6.5 GiB puts the 6.17 GiB peak (tb_plugin: 6474129 KB) at 95%.
+    trace = kinetolens.load(trace_path(RESOLVER))
+    for props in trace.devices:
+        props["totalGlobalMem"] = int(6.5 * (1 << 30))
+    (f,) = [f for f in recommendations(trace) if f.rule == "memory_near_capacity"]
+    assert f.where["device"] == "GPU1" and "6.17 GiB = 95.0% of 6.50 GiB" in f.evidence and f.saving_ms == 0.0
