@@ -1,0 +1,94 @@
+"""Finding traces on disk: a logdir holds runs, a run holds one trace per worker.
+
+The layout is torch-tb-profiler's (``LOGDIR/RUN/WORKER[.SPAN].pt.trace.json[.gz]``),
+so an existing TensorBoard profiler logdir works as it is.  A run directory may
+also hold traces under other names (``rank-0.json.gz``, Nsight ``.sqlite``
+exports), as traces collected by hand or by other tools often are: every
+``.json``, ``.json.gz`` and ``.sqlite`` file counts, except kinetolens' own run
+metadata (``*.kinetolens.json``).
+
+The rank of a worker is read from its name (``..._rank3``, ``rank-3``,
+``rank3``) because discovery must not open the files: a logdir of a thousand
+ranks is listed before any of them is loaded.  The loaded trace's own
+``distributedInfo`` remains the authority for analyses.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json", ".sqlite")
+METADATA_SUFFIX = ".kinetolens.json"
+_RANK = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+# tb-profiler names a trace WORKER.SPAN.pt.trace.json, SPAN a millisecond stamp.
+_SPAN = re.compile(r"^(?P<worker>.+)\.(?P<span>\d+)$")
+
+
+@dataclass(frozen=True)
+class WorkerTrace:
+    """One trace file of a run: which worker (and rank) wrote it, and when."""
+
+    run: str
+    worker: str
+    span: str | None
+    rank: int | None
+    path: Path
+
+
+def trace_suffix(path: Path) -> str | None:
+    """The trace suffix ``path`` ends with, or None if it is not a trace file."""
+    name = path.name
+    if name.endswith(METADATA_SUFFIX) or name.startswith("."):
+        return None
+    for suffix in TRACE_SUFFIXES:
+        if name.endswith(suffix):
+            return suffix
+    return None
+
+
+def worker_trace(path: Path, run: str) -> WorkerTrace | None:
+    """Describe one file of a run, or None if it is not a trace."""
+    suffix = trace_suffix(path)
+    if suffix is None or not path.is_file():
+        return None
+    stem = path.name[: -len(suffix)]
+    span = None
+    m = _SPAN.match(stem)
+    if m is not None:
+        stem, span = m.group("worker"), m.group("span")
+    ranks = _RANK.findall(stem)
+    rank = int(ranks[-1]) if ranks else None
+    return WorkerTrace(run=run, worker=stem, span=span, rank=rank, path=path)
+
+
+def _order(t: WorkerTrace) -> tuple[int, int, str, str]:
+    return (t.rank is None, t.rank if t.rank is not None else 0, t.worker, t.span or "")
+
+
+def run_traces(run_dir: str | Path, run: str | None = None) -> list[WorkerTrace]:
+    """The traces directly inside ``run_dir``, ordered by rank, then worker and span."""
+    d = Path(run_dir)
+    name = run if run is not None else d.name
+    found = [w for p in d.iterdir() if (w := worker_trace(p, name)) is not None]
+    return sorted(found, key=_order)
+
+
+def find_runs(logdir: str | Path) -> dict[str, list[WorkerTrace]]:
+    """Every run under ``logdir``: directories (at any depth) holding traces.
+
+    A run is named by its path relative to ``logdir`` (``"."`` for traces
+    directly in it).  Hidden directories are skipped.
+    """
+    root = Path(logdir)
+    runs: dict[str, list[WorkerTrace]] = {}
+    for d in sorted([root, *(p for p in root.rglob("*") if p.is_dir())]):
+        rel = d.relative_to(root)
+        if any(part.startswith(".") for part in rel.parts):
+            continue
+        name = rel.as_posix()
+        traces = run_traces(d, name)
+        if traces:
+            runs[name] = traces
+    return runs
