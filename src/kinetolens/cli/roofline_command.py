@@ -12,7 +12,6 @@ from kinetolens.analysis.roofline import (
     GROUPINGS,
     REALISTIC,
     op_roofline,
-    peak_tflops,
     require_roofs,
     roofline_by,
 )
@@ -20,67 +19,12 @@ from kinetolens.cli.render import emit
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
 from kinetolens.registry.gpus import GpuSpec, gpu_spec
+from kinetolens.views.figures import roofline_figure
 
 TERMINAL_COLUMNS = ["calls", "device_us", "ideal_us", "pct_of_roof", "lost_us", "lost_75_us", "intensity",
                     "achieved_tflops", "bound", "precision"]  # fmt: skip
 #: Module paths are long; the terminal shows their tail (the layer).
 KEY_CHARS = 70
-
-
-def roofline_figure(ops: pl.DataFrame, spec: GpuSpec, title: str):  # type: ignore[no-untyped-def]
-    """Log-log roofline: the memory slope, one flat roof per precision used, one point per op and shapes."""
-    import plotly.graph_objects as go
-
-    pts = (
-        ops.filter(pl.col("intensity").is_not_null() & (pl.col("intensity") > 0) & (pl.col("flops") > 0))
-        .group_by("name", "shapes", "precision", "bound")
-        .agg(
-            calls=pl.len(),
-            device_us=pl.col("device_us").sum(),
-            ideal_us=pl.col("ideal_us").sum(),
-            flops=pl.col("flops").sum(),
-            bytes=pl.col("bytes").sum(),
-        )
-        .with_columns(
-            intensity=pl.col("flops") / pl.col("bytes"),
-            achieved_tflops=pl.col("flops") / pl.col("device_us") / 1e6,
-            pct=pl.col("ideal_us") / pl.col("device_us") * 100.0,
-        )
-        .sort("device_us", descending=True)
-    )
-    bw = float(spec.dram_gbps or 0.0)
-    precisions = sorted(p for p in pts["precision"].drop_nulls().unique().to_list() if peak_tflops(spec, p))
-    lo = min([0.01, *pts["intensity"].to_list()]) / 2
-    hi = max([1e4, *pts["intensity"].to_list()]) * 2
-    fig = go.Figure()
-    top = max([peak_tflops(spec, p) or 0.0 for p in precisions] or [1.0])
-    ridge_top = top * 1e3 / bw
-    fig.add_trace(go.Scatter(x=[lo, ridge_top], y=[lo * bw / 1e3, top], mode="lines",
-                             name=f"DRAM {bw:,.0f} GB/s", line={"color": "black"}))  # fmt: skip
-    for p in precisions:
-        peak = peak_tflops(spec, p) or 0.0
-        fig.add_trace(go.Scatter(x=[peak * 1e3 / bw, hi], y=[peak, peak], mode="lines",
-                                 name=f"{p} peak {peak:,.1f} TFLOP/s", line={"dash": "dash"}))  # fmt: skip
-    biggest = max(pts["device_us"].max() or 1.0, 1e-9)  # type: ignore[operator]
-    for p in sorted(set(pts["precision"].drop_nulls().to_list())):
-        sub = pts.filter(pl.col("precision") == p)
-        hover = [
-            f"{r['name']}<br>shapes: {r['shapes']}<br>{r['calls']} calls, {r['device_us']:,.1f} us<br>"
-            f"intensity {r['intensity']:,.2f} FLOP/B<br>achieved {r['achieved_tflops']:,.3f} TFLOP/s<br>"
-            f"{r['pct']:,.1f}% of roof ({r['bound']}-bound)"
-            for r in sub.iter_rows(named=True)
-        ]
-        sizes = [6 + 40 * (v / biggest) ** 0.5 for v in sub["device_us"].to_list()]
-        fig.add_trace(go.Scatter(x=sub["intensity"].to_list(), y=sub["achieved_tflops"].to_list(), mode="markers",
-                                 name=f"ops ({p})", text=hover, hoverinfo="text",
-                                 marker={"size": sizes, "opacity": 0.7, "line": {"width": 0.5}}))  # fmt: skip
-    fig.update_layout(
-        title=title,
-        xaxis={"type": "log", "title": "arithmetic intensity (FLOP/byte)"},
-        yaxis={"type": "log", "title": "TFLOP/s"},
-        template="plotly_white",
-    )
-    return fig
 
 
 def _write_chart(path: str, ops: pl.DataFrame, spec: GpuSpec, title: str) -> None:

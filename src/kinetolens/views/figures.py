@@ -1,0 +1,283 @@
+"""Plotly figures of the analyses, shared by the report, the dashboard and notebooks.
+
+Every builder takes the table an analysis returns (never a file, never a
+:class:`~kinetolens.model.Trace`) and returns a ``plotly.graph_objects.Figure``,
+so one chart looks the same in ``kinetolens report``, the web dashboard and
+Jupyter.  Builders accept empty tables and then return a figure that says
+there is nothing to draw, so a caller never has to special-case a CPU-only
+trace.  Only SVG trace types are used (no ``scattergl``): the report must
+render in browsers without WebGL.
+
+Signatures (stable; later arguments are keyword options):
+
+* ``step_breakdown_figure(breakdown)``: ``analysis.overview.step_breakdown``
+  (ns per category per step) as stacked bars in milliseconds.
+* ``top_ops_figure(ops, value=..., top=15, kind="bar"|"pie")``:
+  ``analysis.ops.op_stats`` (any grouping; the first column is the label).
+* ``tensor_core_figure(kernels)``: ``analysis.kernels.kernel_table`` (or any
+  table with ``tc`` and ``dur_us``): GPU time by Tensor Core verdict.
+* ``module_icicle_figure(modules, value=...)``: ``op_stats(by="module")``;
+  dotted module paths become the hierarchy, each node sized by its own time
+  plus its children's.
+* ``roofline_figure(ops, spec, title)``: ``analysis.roofline.op_roofline``.
+* ``memory_figure(curve)``: ``analysis.memory.memory_curve``, allocated
+  (solid) and reserved (dotted) bytes per device over time.
+* ``temporal_figure(temporal)``: ``analysis.idle.temporal_breakdown``.
+* ``idle_figure(idle)``: ``analysis.idle.idle_breakdown``, idle time per
+  stream split by cause.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import plotly.graph_objects as go
+import polars as pl
+
+from kinetolens.analysis.overview import CATEGORIES, OTHER
+from kinetolens.analysis.roofline import peak_tflops
+
+if TYPE_CHECKING:
+    from kinetolens.registry.gpus import GpuSpec
+
+TEMPLATE = "plotly_white"
+#: One colour per step-breakdown category, stable across charts.
+CATEGORY_COLORS = {
+    "kernel": "#4c78a8",
+    "memcpy": "#f58518",
+    "memset": "#e45756",
+    "communication": "#72b7b2",
+    "runtime": "#54a24b",
+    "dataloader": "#eeca3b",
+    "cpu_exec": "#b279a2",
+    OTHER: "#bab0ac",
+}
+TC_COLORS = {"yes": "#54a24b", "no": "#e45756", "unknown": "#bab0ac"}
+#: Labels longer than this are cut (from the left: the tail names the thing).
+LABEL_CHARS = 60
+
+
+def _short(label: object, chars: int = LABEL_CHARS) -> str:
+    text = "(none)" if label is None else str(label)
+    return text if len(text) <= chars else "…" + text[-(chars - 1):]
+
+
+def empty_figure(title: str, message: str) -> go.Figure:
+    """A figure with no data that says why, so every chart slot still renders."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font={"size": 14})
+    fig.update_layout(title=title, template=TEMPLATE, xaxis={"visible": False}, yaxis={"visible": False})
+    return fig
+
+
+def step_breakdown_figure(breakdown: pl.DataFrame, title: str = "Step time breakdown") -> go.Figure:
+    """Stacked bars: each step's wall time split into the overview's categories (ms)."""
+    if breakdown.height == 0:
+        return empty_figure(title, "no steps")
+    labels = [("trace" if s is None else f"step {s}") for s in breakdown["step"].to_list()]
+    fig = go.Figure()
+    for cat in (*CATEGORIES, OTHER):
+        ms = (breakdown[cat].cast(pl.Float64) / 1e6).to_list()
+        if not any(ms):
+            continue
+        fig.add_trace(go.Bar(x=labels, y=ms, name=cat, marker_color=CATEGORY_COLORS[cat],
+                             hovertemplate="%{x}<br>" + cat + ": %{y:,.3f} ms<extra></extra>"))  # fmt: skip
+    fig.update_layout(barmode="stack", title=title, template=TEMPLATE, yaxis_title="ms", xaxis={"type": "category"})
+    return fig
+
+
+def top_ops_figure(
+    ops: pl.DataFrame,
+    value: str = "device_total_us",
+    top: int = 15,
+    kind: str = "bar",
+    title: str | None = None,
+) -> go.Figure:
+    """The ``top`` rows of an ``op_stats`` table by ``value``; the rest summed as "other" in a pie."""
+    title = title or f"Top {top} by {value}"
+    if ops.height == 0 or value not in ops.columns or not (ops[value].fill_null(0) > 0).any():
+        return empty_figure(title, f"no {value}")
+    key = ops.columns[0]
+    ranked = ops.filter(pl.col(value) > 0).sort(value, descending=True)
+    head = ranked.head(top)
+    labels = [_short(v) for v in head[key].to_list()]
+    values = head[value].to_list()
+    if kind == "pie":
+        rest = float(ranked[value].sum() - head[value].sum())
+        if rest > 0:
+            labels, values = [*labels, "other"], [*values, rest]
+        fig = go.Figure(go.Pie(labels=labels, values=values, sort=False, textinfo="percent",
+                               hovertemplate="%{label}<br>%{value:,.1f} us (%{percent})<extra></extra>"))  # fmt: skip
+    elif kind == "bar":
+        fig = go.Figure(go.Bar(x=values[::-1], y=labels[::-1], orientation="h",
+                               hovertemplate="%{y}<br>%{x:,.1f} us<extra></extra>"))  # fmt: skip
+        fig.update_layout(xaxis_title=value, height=max(300, 28 * len(labels) + 120), margin={"l": 20})
+        fig.update_yaxes(automargin=True)
+    else:
+        raise ValueError(f"unknown kind {kind!r}; choose bar or pie")
+    fig.update_layout(title=title, template=TEMPLATE)
+    return fig
+
+
+def tensor_core_figure(kernels: pl.DataFrame, title: str = "GPU time by Tensor Core use") -> go.Figure:
+    """Pie of kernel time (``dur_us``) by ``tc`` verdict: yes / no / unknown."""
+    if kernels.height == 0:
+        return empty_figure(title, "no GPU kernels")
+    by = (
+        kernels.group_by(pl.col("tc").fill_null("unknown"))
+        .agg(us=pl.col("dur_us").sum())
+        .filter(pl.col("us") > 0)
+        .sort("tc")
+    )
+    if by.height == 0:
+        return empty_figure(title, "no GPU time")
+    tcs = by["tc"].to_list()
+    fig = go.Figure(go.Pie(labels=tcs, values=by["us"].to_list(), sort=False,
+                           marker={"colors": [TC_COLORS.get(t, "#888") for t in tcs]},
+                           hovertemplate="Tensor Cores %{label}<br>%{value:,.1f} us (%{percent})<extra></extra>"))  # fmt: skip
+    fig.update_layout(title=title, template=TEMPLATE)
+    return fig
+
+
+def module_tree(modules: pl.DataFrame, value: str = "device_total_us") -> pl.DataFrame:
+    """``id, parent, label, own, total`` for every module path and its ancestors.
+
+    ``own`` is the group's own time from ``op_stats(by="module")``; ``total``
+    adds every descendant's, so a parent is never smaller than its children.
+    Ops outside any module are the ``(no module)`` root.
+    """
+    own: dict[str, float] = {}
+    for path, v in modules.select(pl.col("module").fill_null("(no module)"), pl.col(value).fill_null(0.0)).iter_rows():
+        own[path] = own.get(path, 0.0) + float(v)
+    total: dict[str, float] = {}
+    for path, v in own.items():
+        parts = path.split(".")
+        for i in range(1, len(parts) + 1):
+            node = ".".join(parts[:i])
+            total[node] = total.get(node, 0.0) + v
+    rows = [
+        {"id": node, "parent": node.rsplit(".", 1)[0] if "." in node else "",
+         "label": node.rsplit(".", 1)[-1], "own": own.get(node, 0.0), "total": t}
+        for node, t in total.items()
+    ]  # fmt: skip
+    schema = {"id": pl.String, "parent": pl.String, "label": pl.String, "own": pl.Float64, "total": pl.Float64}
+    return pl.DataFrame(rows, schema=schema).sort("id")
+
+
+def module_icicle_figure(
+    modules: pl.DataFrame, value: str = "device_total_us", title: str = "Time by module"
+) -> go.Figure:
+    """Icicle of the module hierarchy, each box its subtree's time."""
+    tree = module_tree(modules, value).filter(pl.col("total") > 0) if modules.height else pl.DataFrame()
+    if tree.height == 0:
+        return empty_figure(title, f"no {value} in modules")
+    fig = go.Figure(go.Icicle(ids=tree["id"].to_list(), parents=tree["parent"].to_list(),
+                              labels=tree["label"].to_list(), values=tree["total"].to_list(),
+                              branchvalues="total", customdata=tree["own"].to_list(),
+                              hovertemplate="%{id}<br>%{value:,.1f} us (own %{customdata:,.1f} us)<extra></extra>",
+                              maxdepth=6))  # fmt: skip
+    fig.update_layout(title=title, template=TEMPLATE, margin={"t": 50, "l": 10, "r": 10, "b": 10}, height=500)
+    return fig
+
+
+def roofline_figure(ops: pl.DataFrame, spec: GpuSpec, title: str) -> go.Figure:
+    """Log-log roofline: the memory slope, one flat roof per precision used, one point per op and shapes."""
+    pts = (
+        ops.filter(pl.col("intensity").is_not_null() & (pl.col("intensity") > 0) & (pl.col("flops") > 0))
+        .group_by("name", "shapes", "precision", "bound")
+        .agg(
+            calls=pl.len(),
+            device_us=pl.col("device_us").sum(),
+            ideal_us=pl.col("ideal_us").sum(),
+            flops=pl.col("flops").sum(),
+            bytes=pl.col("bytes").sum(),
+        )
+        .with_columns(
+            intensity=pl.col("flops") / pl.col("bytes"),
+            achieved_tflops=pl.col("flops") / pl.col("device_us") / 1e6,
+            pct=pl.col("ideal_us") / pl.col("device_us") * 100.0,
+        )
+        .sort("device_us", descending=True)
+    )
+    bw = float(spec.dram_gbps or 0.0)
+    precisions = sorted(p for p in pts["precision"].drop_nulls().unique().to_list() if peak_tflops(spec, p))
+    lo = min([0.01, *pts["intensity"].to_list()]) / 2
+    hi = max([1e4, *pts["intensity"].to_list()]) * 2
+    fig = go.Figure()
+    top = max([peak_tflops(spec, p) or 0.0 for p in precisions] or [1.0])
+    ridge_top = top * 1e3 / bw
+    fig.add_trace(go.Scatter(x=[lo, ridge_top], y=[lo * bw / 1e3, top], mode="lines",
+                             name=f"DRAM {bw:,.0f} GB/s", line={"color": "black"}))  # fmt: skip
+    for p in precisions:
+        peak = peak_tflops(spec, p) or 0.0
+        fig.add_trace(go.Scatter(x=[peak * 1e3 / bw, hi], y=[peak, peak], mode="lines",
+                                 name=f"{p} peak {peak:,.1f} TFLOP/s", line={"dash": "dash"}))  # fmt: skip
+    biggest = max(pts["device_us"].max() or 1.0, 1e-9)  # type: ignore[operator]
+    for p in sorted(set(pts["precision"].drop_nulls().to_list())):
+        sub = pts.filter(pl.col("precision") == p)
+        hover = [
+            f"{r['name']}<br>shapes: {r['shapes']}<br>{r['calls']} calls, {r['device_us']:,.1f} us<br>"
+            f"intensity {r['intensity']:,.2f} FLOP/B<br>achieved {r['achieved_tflops']:,.3f} TFLOP/s<br>"
+            f"{r['pct']:,.1f}% of roof ({r['bound']}-bound)"
+            for r in sub.iter_rows(named=True)
+        ]
+        sizes = [6 + 40 * (v / biggest) ** 0.5 for v in sub["device_us"].to_list()]
+        fig.add_trace(go.Scatter(x=sub["intensity"].to_list(), y=sub["achieved_tflops"].to_list(), mode="markers",
+                                 name=f"ops ({p})", text=hover, hoverinfo="text",
+                                 marker={"size": sizes, "opacity": 0.7, "line": {"width": 0.5}}))  # fmt: skip
+    fig.update_layout(
+        title=title,
+        xaxis={"type": "log", "title": "arithmetic intensity (FLOP/byte)"},
+        yaxis={"type": "log", "title": "TFLOP/s"},
+        template=TEMPLATE,
+    )
+    return fig
+
+
+def memory_figure(curve: pl.DataFrame, title: str = "Device memory over time") -> go.Figure:
+    """Allocated (solid) and reserved (dotted) GiB per device, ms from the first event."""
+    if curve.height == 0:
+        return empty_figure(title, "no memory records (profile with profile_memory=True)")
+    t0 = int(curve["ts"].min())  # type: ignore[arg-type]
+    fig = go.Figure()
+    for (device,), part in curve.sort("ts").group_by("device", maintain_order=True):
+        x = ((part["ts"] - t0) / 1e6).to_list()
+        hover = [f"{op or '-'}" for op in part["op"].to_list()]
+        fig.add_trace(go.Scatter(x=x, y=(part["allocated"] / 2**30).to_list(), mode="lines", line_shape="hv",
+                                 name=f"{device} allocated", text=hover,
+                                 hovertemplate="%{x:,.3f} ms<br>%{y:,.3f} GiB<br>%{text}<extra></extra>"))  # fmt: skip
+        if part["reserved"].drop_nulls().len():
+            fig.add_trace(go.Scatter(x=x, y=(part["reserved"] / 2**30).to_list(), mode="lines", line_shape="hv",
+                                     name=f"{device} reserved", line={"dash": "dot"}))  # fmt: skip
+    fig.update_layout(title=title, template=TEMPLATE, xaxis_title="ms", yaxis_title="GiB")
+    return fig
+
+
+def temporal_figure(temporal: pl.DataFrame, title: str = "GPU time: compute, non-compute, idle") -> go.Figure:
+    """Stacked horizontal bars per rank of the temporal breakdown (percent of the kernel span)."""
+    if temporal.height == 0:
+        return empty_figure(title, "no GPU work")
+    ranks = [f"rank {r}" for r in temporal["rank"].to_list()]
+    fig = go.Figure()
+    for col, color in (("compute", "#4c78a8"), ("non_compute", "#f58518"), ("idle", "#bab0ac")):
+        fig.add_trace(go.Bar(y=ranks, x=temporal[f"{col}_pct"].to_list(), orientation="h", name=col,
+                             marker_color=color, customdata=temporal[f"{col}_us"].to_list(),
+                             hovertemplate="%{y} " + col + ": %{x:.2f}% (%{customdata:,.1f} us)<extra></extra>"))  # fmt: skip
+    fig.update_layout(barmode="stack", title=title, template=TEMPLATE, xaxis_title="% of GPU span",
+                      height=max(220, 40 * len(ranks) + 140))  # fmt: skip
+    return fig
+
+
+def idle_figure(idle: pl.DataFrame, title: str = "GPU idle time by cause") -> go.Figure:
+    """Stacked bars per stream: idle microseconds waiting on the host, between kernels, other."""
+    if idle.height == 0 or not (idle["idle_us"] > 0).any():
+        return empty_figure(title, "no GPU idle time")
+    labels = [f"rank {r} stream {s}" for r, s in idle.select("rank", "stream").unique(maintain_order=True).iter_rows()]
+    fig = go.Figure()
+    for (cat,), part in idle.group_by("idle_category", maintain_order=True):
+        fig.add_trace(go.Bar(x=[f"rank {r} stream {s}" for r, s in part.select("rank", "stream").iter_rows()],
+                             y=part["idle_us"].to_list(), name=str(cat),
+                             hovertemplate="%{x}<br>" + str(cat) + ": %{y:,.1f} us<extra></extra>"))  # fmt: skip
+    fig.update_layout(barmode="stack", title=title, template=TEMPLATE, yaxis_title="us",
+                      xaxis={"type": "category", "categoryorder": "array", "categoryarray": labels})  # fmt: skip
+    return fig
