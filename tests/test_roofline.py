@@ -161,3 +161,50 @@ def test_cli_svg_without_kaleido_exits_2(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["roofline", str(trace_path(VIT)), "-o", str(tmp_path / "r.svg")])
     assert exc.value.code == 2
+
+
+def _ops_json(*args: str) -> list[dict]:
+    import json
+
+    result = CliRunner().invoke(cli, ["ops", str(trace_path(QWEN)), "-t", "1000", "--json", *args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_ops_order_by_lost_us_is_roofline_order(qwen) -> None:
+    t, spec = qwen
+    rows = _ops_json("--order-by", "lost_us")
+    with_roof = [r for r in rows if r["lost_us"] is not None]
+    expected = roofline_by(t, spec, "op")
+    # Same lost time per op as the roofline (joined, not recomputed) ...
+    assert {r["name"]: r["lost_us"] for r in with_roof} == pytest.approx(dict(zip(expected["op"], expected["lost_us"])))
+    # (aten::cat records no byte count for its tensor list, so no roof: null in both.)
+    known = expected.filter(pl.col("pct_of_roof").is_not_null())
+    pct = {r["name"]: r["pct_of_roof"] for r in with_roof if r["pct_of_roof"] is not None}
+    assert pct == pytest.approx(dict(zip(known["op"], known["pct_of_roof"])))
+    # ... and the same order: every op with a roofline first, by lost time.
+    assert [r["lost_us"] for r in rows[: len(with_roof)]] == expected["lost_us"].to_list()
+    assert [r["name"] for r in with_roof][:5] == expected["op"].head(5).to_list()
+    assert rows[0]["name"] == "aten::mul" and rows[0]["lost_us"] == pytest.approx(3010.114, abs=1e-3)
+    # aten::linear carries no work itself (its aten::addmm does, where the loss is counted).
+    assert next(r for r in rows if r["name"] == "aten::linear")["lost_us"] is None
+
+
+def test_ops_lost_us_by_module_and_step(qwen) -> None:
+    t, spec = qwen
+    rows = _ops_json("--aggregate-by", "module", "--order-by", "lost_us")
+    total = sum(r["lost_us"] for r in rows if r["lost_us"] is not None)
+    assert total == pytest.approx(roofline_by(t, spec, "module")["lost_us"].sum())
+    step = int(t.ops["step"].drop_nulls().min())  # type: ignore[arg-type]
+    in_step = roofline_by(t, spec, "op", step=step)
+    assert 0 < in_step["lost_us"].sum() <= roofline_by(t, spec, "op")["lost_us"].sum()
+    rows = _ops_json("--order-by", "lost_us", "--step", str(step))
+    assert sum(r["lost_us"] or 0.0 for r in rows) == pytest.approx(in_step["lost_us"].sum())
+
+
+def test_ops_lost_us_without_gpu_spec_exits_2() -> None:
+    result = CliRunner().invoke(cli, ["ops", str(trace_path(MTIA)), "--order-by", "lost_us"])
+    assert result.exit_code == 2
+    assert "not in the spec table" in result.output
+    result = CliRunner().invoke(cli, ["ops", str(trace_path(MTIA)), "--json"])
+    assert result.exit_code == 0 and "lost_us" not in result.output

@@ -42,8 +42,11 @@ from kinetolens.registry.tensor_cores import NO, UNKNOWN, YES
 
 #: The share of the roof a well-tuned kernel reaches in practice.
 REALISTIC = 0.75
-#: Grouping keys of :func:`roofline_by`.
+#: Groupings of ``kinetolens roofline --by``.
 GROUPINGS = ("op", "module")
+#: Every grouping :func:`roofline_by` knows, with its op columns (those of
+#: :func:`kinetolens.analysis.ops.op_stats`, so its tables can be joined).
+GROUP_KEYS = {"op": ["name"], "op+shape": ["name", "shapes"], "module": ["module"], "source": ["source"]}
 
 #: Tensor Core precision by input dtype (fp32 inputs run as TF32).
 _TC_PRECISION = {
@@ -174,8 +177,8 @@ def op_roofline(trace: Trace, spec: GpuSpec | None) -> pl.DataFrame:
 
     Device time is that of every GPU activity launched inside the op, at
     any depth; the op ran on Tensor Cores when any of its kernels did.
-    Columns: ``op_id, name, module, shapes, dtype, tc, precision, flops,
-    bytes, device_us, intensity, peak_tflops, attainable_tflops,
+    Columns: ``op_id, name, module, source, step, shapes, dtype, tc,
+    precision, flops, bytes, device_us, intensity, peak_tflops, attainable_tflops,
     achieved_tflops, achieved_gbps, pct_of_roof, bound, ideal_us, lost_us,
     lost_75_us``.
     """
@@ -189,7 +192,7 @@ def op_roofline(trace: Trace, spec: GpuSpec | None) -> pl.DataFrame:
     )
     ops = ops.join(per_op.rename({"carrier": "op_id"}), on="op_id", how="inner").filter(pl.col("device_ns") > 0)
     dtypes = _op_dtypes(trace, ops["op_id"].to_list())
-    meta = trace.ops.select("op_id", "name", "module", "input_dims")
+    meta = trace.ops.select("op_id", "name", "module", "source", "step", "input_dims")
     ops = ops.join(meta, on="op_id", how="left").with_columns(
         dtype=pl.col("op_id").replace_strict(dtypes, default=None, return_dtype=pl.String),
         tc=pl.col("verdicts").map_elements(lambda v: _op_tc(list(v)), return_dtype=pl.String),
@@ -203,7 +206,7 @@ def op_roofline(trace: Trace, spec: GpuSpec | None) -> pl.DataFrame:
     from kinetolens.analysis.params import shapes_expr
 
     return ops.select(
-        "op_id", "name", "module", shapes_expr().alias("shapes"), "dtype", "tc", "precision", "flops", "bytes",
+        "op_id", "name", "module", "source", "step", shapes_expr().alias("shapes"), "dtype", "tc", "precision", "flops", "bytes",
         device_us=pl.col("device_ns") / 1000.0, intensity="intensity", peak_tflops="peak_tflops",
         attainable_tflops="attainable_tflops", achieved_tflops="achieved_tflops", achieved_gbps="achieved_gbps",
         pct_of_roof="pct_of_roof", bound="bound", ideal_us=pl.col("ideal_ns") / 1000.0,
@@ -212,24 +215,29 @@ def op_roofline(trace: Trace, spec: GpuSpec | None) -> pl.DataFrame:
     ).sort("op_id")  # fmt: skip
 
 
-def roofline_by(trace: Trace, spec: GpuSpec | None, by: str = "op") -> pl.DataFrame:
-    """Op calls grouped by op name (``by="op"``) or module, sorted by time lost.
+def roofline_by(trace: Trace, spec: GpuSpec | None, by: str = "op", *, step: int | None = None) -> pl.DataFrame:
+    """Op calls grouped by op name (``by="op"``), op and shapes, module or
+    source line, sorted by time lost; ``step`` keeps one profiler step.
 
-    Columns: ``<op|module>, calls, device_us, ideal_us, pct_of_roof,
-    lost_us, lost_75_us, flops, bytes, intensity, achieved_tflops,
-    achieved_gbps, bound, precision``.  ``pct_of_roof`` is summed ideal
-    time over summed device time; ``bound`` and ``precision`` are those of
-    the call with the most ideal time and the most FLOPs.  Calls whose roof
-    is unknown (a dtype or byte count not recorded) keep their device time
-    but add no ideal or lost time, and ``pct_of_roof`` leaves them out.
+    Columns: the key (``op``; ``op, shapes``; ``module``; ``source``), then
+    ``calls, device_us, ideal_us, pct_of_roof, lost_us, lost_75_us, flops,
+    bytes, intensity, achieved_tflops, achieved_gbps, bound, precision``.
+    ``pct_of_roof`` is summed ideal time over summed device time; ``bound``
+    and ``precision`` are those of the call with the most ideal time and the
+    most FLOPs.  Calls whose roof is unknown (a dtype or byte count not
+    recorded) keep their device time but add no ideal or lost time, and
+    ``pct_of_roof`` leaves them out.  A null module or source reads
+    ``(no module)`` / ``(no source)``.
     """
-    if by not in GROUPINGS:
-        raise ValueError(f"unknown grouping {by!r}; choose from {', '.join(GROUPINGS)}")
+    if by not in GROUP_KEYS:
+        raise ValueError(f"unknown grouping {by!r}; choose from {', '.join(GROUP_KEYS)}")
     ops = op_roofline(trace, spec)
-    key = "name" if by == "op" else "module"
-    ops = ops.with_columns(pl.col(key).fill_null("(no module)"))
+    if step is not None:
+        ops = ops.filter(pl.col("step") == step)
+    keys = GROUP_KEYS[by]
+    ops = ops.with_columns(pl.col(k).fill_null(f"(no {k})") for k in keys if k in ("module", "source"))
     known = pl.col("ideal_us").is_not_null()
-    out = ops.group_by(key).agg(
+    out = ops.group_by(keys).agg(
         calls=pl.len(),
         device_us=pl.col("device_us").sum(),
         _known_us=pl.col("device_us").filter(known).sum(),
@@ -248,7 +256,35 @@ def roofline_by(trace: Trace, spec: GpuSpec | None, by: str = "op") -> pl.DataFr
         achieved_tflops=pl.col("flops") / pl.col("device_us") / 1e6,
         achieved_gbps=pl.col("bytes") / pl.col("device_us") / 1e3,
     )
-    cols = [key, "calls", "device_us", "ideal_us", "pct_of_roof", "lost_us", "lost_75_us", "flops", "bytes",
+    cols = [*keys, "calls", "device_us", "ideal_us", "pct_of_roof", "lost_us", "lost_75_us", "flops", "bytes",
             "intensity", "achieved_tflops", "achieved_gbps", "bound", "precision"]  # fmt: skip
-    out = out.select(cols).sort(["lost_us", key], descending=[True, False], nulls_last=True)
-    return out.rename({"name": "op"}) if by == "op" else out
+    out = out.select(cols).sort(["lost_us", *keys], descending=[True] + [False] * len(keys), nulls_last=True)
+    return out.rename({"name": "op"}) if "name" in keys else out
+
+
+#: Columns :func:`with_time_lost` adds to an op statistics table.
+LOST_COLUMNS = ("lost_us", "pct_of_roof")
+
+
+def with_time_lost(
+    stats: pl.DataFrame, trace: Trace, spec: GpuSpec, by: str = "op", *, step: int | None = None
+) -> pl.DataFrame:
+    """``stats`` (an :func:`kinetolens.analysis.ops.op_stats` table grouped
+    ``by``) with :func:`roofline_by`'s ``lost_us`` and ``pct_of_roof`` joined
+    on its key.
+
+    Groups with no call carrying work get nulls: ``aten::linear`` runs its
+    work in ``aten::addmm``, where the time lost is counted.  ``lost_us`` is
+    always the group's total, whatever aggregate ``stats`` took of its
+    times.  Groupings without a roofline key (``kernel``) are returned as
+    they are.
+    """
+    if by not in GROUP_KEYS:
+        return stats
+    keys = GROUP_KEYS[by]
+    lost = roofline_by(trace, spec, by, step=step).rename({"op": "name"}, strict=False).select(*keys, *LOST_COLUMNS)
+    filled = {k: f"(no {k})" for k in keys if k in ("module", "source")}
+    joined = stats.with_columns(pl.col(k).fill_null(v).alias(f"_key_{k}") for k, v in filled.items())
+    left_on = [f"_key_{k}" if k in filled else k for k in keys]
+    joined = joined.join(lost, left_on=left_on, right_on=keys, how="left", maintain_order="left")
+    return joined.drop([f"_key_{k}" for k in filled], strict=False)

@@ -16,9 +16,11 @@ from kinetolens.analysis.ops import (
     order_and_filter,
     time_basis,
 )
+from kinetolens.analysis.roofline import LOST_COLUMNS, with_time_lost
 from kinetolens.analysis.summary import summarize
 from kinetolens.cli.render import emit, emit_json
 from kinetolens.loader import load
+from kinetolens.registry.gpus import gpu_spec
 
 
 def _format(csv: bool, tsv: bool, json_: bool) -> str:
@@ -192,7 +194,8 @@ def kernels_command(
 @click.option(
     "--order-by",
     default=None,
-    help="Column; prefix + for ascending.  Default: device_total_us, or host_total_us for CPU-only traces.",
+    help="Column; prefix + for ascending.  Default: device_total_us, or host_total_us for CPU-only traces.  "
+    "lost_us: time lost to the roofline (needs a GPU in the spec table; see docs/roofline.md).",
 )
 @click.option("--min-time", type=float, default=None, help="Only rows with at least this time (us).")
 @click.option("--max-time", type=float, default=None, help="Only rows with at most this time (us).")
@@ -206,11 +209,26 @@ def ops_command(
     trace: str, top: int, by: str, aggregate: str, order_by: str | None, min_time: float | None, max_time: float | None,
     name_regex: str | None, step: int | None, columns: str | None, csv: bool, json_: bool, no_cache: bool,
 ) -> None:
-    """Top ops by device/host time (MegEngine profile_analyze options)."""
+    """Top ops by device/host time (MegEngine profile_analyze options).
+
+    Where the trace's GPU has known peaks (op, op+shape, module and source
+    groupings), lost_us is the group's total time lost to its roofline and
+    pct_of_roof its percent of roof, as kinetolens roofline computes them;
+    --order-by lost_us ranks ops by what they would save at 100% of it.
+    """
     loaded = load(trace, cache=not no_cache)
     if order_by is None:
         order_by = time_basis(loaded)
     stats = op_stats(loaded, by=by, aggregate=aggregate, step=step)
+    spec = gpu_spec(loaded)
+    if spec is not None and spec.dram_gbps:
+        stats = with_time_lost(stats, loaded, spec, by, step=step)
+    elif order_by.lstrip("+-") in LOST_COLUMNS:
+        raise click.BadParameter(
+            f"{order_by.lstrip('+-')} needs the GPU's peaks, and this trace's GPU is not in the spec table "
+            "(kinetolens roofline --peak-tflops/--peak-gbps works without it)",
+            param_hint="--order-by",
+        )
     try:
         table = order_and_filter(
             stats, order_by=order_by, top=top, min_time_us=min_time, max_time_us=max_time, name_regex=name_regex
