@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
 import polars as pl
 import pytest
 
@@ -86,3 +93,128 @@ def test_cpu_only_trace_gives_explaining_empty_figures() -> None:
     fig = figures.tensor_core_figure(kernel_table(t))
     assert not fig.data and "no GPU kernels" in fig.layout.annotations[0].text
     assert not figures.memory_figure(memory_curve(memory_events(t))).data
+
+
+# -- HTML report in a real browser, network off ---------------------------------------
+
+CHROMIUM = Path("/usr/bin/chromium")
+OUTPUT = Path(__file__).parent / "output"
+BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--no-first-run", "--disable-sync"]  # fmt: skip
+
+
+def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kinetolens.cli.main", *args], capture_output=True, text=True, timeout=300, check=False)
+
+
+def _open_offline(html_file: Path, screenshot: Path) -> dict[str, Any]:
+    """Load ``html_file`` in headless Chromium with every non-file request aborted."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: the browser check needs Debian's chromium")
+    from playwright.sync_api import sync_playwright
+
+    blocked: list[str] = []
+    errors: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+
+            def route(r: Any) -> None:
+                if r.request.url.startswith("file://"):
+                    r.continue_()
+                else:
+                    blocked.append(r.request.url)
+                    r.abort()
+
+            page.route("**/*", route)
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(html_file.resolve().as_uri())
+            page.wait_for_load_state("load")
+            charts = page.evaluate(
+                """() => Array.from(document.querySelectorAll('.plotly-graph-div')).map(d => ({
+                    id: d.id,
+                    svgs: d.querySelectorAll('svg.main-svg').length,
+                    marks: d.querySelectorAll('path.point, g.slice, g.trace path, g.cartesianlayer path').length,
+                    height: d.getBoundingClientRect().height}))"""
+            )
+            sections = page.evaluate("() => Array.from(document.querySelectorAll('h2')).map(h => h.id)")
+            screenshot.parent.mkdir(exist_ok=True)
+            page.screenshot(path=str(screenshot), full_page=True)
+        finally:
+            browser.close()
+    return {"charts": charts, "blocked": blocked, "errors": errors, "sections": sections}
+
+
+def test_html_report_renders_every_chart_offline(tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    run = _run_cli("report", str(trace_path(BERT)), "-o", str(out))
+    assert run.returncode == 0, run.stderr
+    text = out.read_text()
+    # plotly.js is inline: no script or stylesheet is loaded from anywhere.
+    assert "<script src" not in text and "<link" not in text
+    assert text.count("Plotly.newPlot") == 9  # plotly.js itself once, one call per chart
+    seen = _open_offline(out, OUTPUT / "report_bert_h100.png")
+    assert seen["errors"] == [] and seen["blocked"] == []
+    ids = [c["id"] for c in seen["charts"]]
+    assert ids == [f"kl-chart-{n}" for n in
+                   ("steps", "ops", "kernels", "tensor_cores", "modules", "roofline", "memory", "temporal", "idle")]  # fmt: skip
+    for chart in seen["charts"]:
+        assert chart["svgs"] >= 1 and chart["height"] > 100, chart
+        assert chart["marks"] > 0, chart  # something was drawn, not an empty frame
+    assert seen["sections"] == ["overview", "recommendations", "ops", "kernels", "modules", "roofline", "memory", "idle"]
+    # The numbers in the page are the analyses': first op row and the step count.
+    assert "aten::addmm" in text and "197.598" in text
+    assert "Low GPU utilization" in text
+
+
+def test_cpu_only_html_report_still_renders(tmp_path: Path) -> None:
+    out = tmp_path / "cpu.html"
+    assert _run_cli("report", str(trace_path(CPU_ONLY)), "-o", str(out)).returncode == 0
+    text = out.read_text()
+    assert "No roofline: no GPU kernels." in text
+    seen = _open_offline(out, OUTPUT / "report_cpu_only.png")
+    assert seen["errors"] == [] and all(c["svgs"] >= 1 for c in seen["charts"])
+
+
+def test_markdown_report_matches_the_analyses(bert: kinetolens.Trace) -> None:
+    run = _run_cli("report", str(trace_path(BERT)), "--format", "md")
+    assert run.returncode == 0, run.stderr
+    md = run.stdout
+    for heading in ("## Overview", "## Recommendations", "## Top ops", "## Top kernels", "## Modules",
+                    "## Roofline", "## Memory", "## GPU idle time"):  # fmt: skip
+        assert heading in md
+    step_ms = step_breakdown(bert)["total"].item() / 1e6
+    assert f"| mean step time | {step_ms:.3f} ms |" in md
+    top = op_stats(bert).sort("device_total_us", descending=True).row(0, named=True)
+    assert f"| {top['name']} | {top['calls']} | {top['device_total_us']:,.3f} |" in md
+    # Every table row has as many cells as its header (pipes in names are escaped).
+    for block in md.split("\n\n"):
+        rows = [r for r in block.splitlines() if r.startswith("| ")]
+        if rows:
+            cells = {len(re.findall(r"(?<!\\)\|", r)) for r in rows}
+            assert len(cells) == 1, block
+
+
+def test_run_directory_reports_its_first_rank(tmp_path: Path) -> None:
+    run_dir = tmp_path / "job"
+    run_dir.mkdir()
+    for rank in (1, 0):
+        shutil.copy(trace_path(BERT), run_dir / f"worker_rank{rank}.pt.trace.json.gz")
+    out = tmp_path / "r.md"
+    run = _run_cli("report", str(run_dir), "-o", str(out))
+    assert run.returncode == 0, run.stderr
+    md = out.read_text()
+    assert "holds 2 traces (ranks 0-1); this report covers rank 0 (worker_rank0.pt.trace.json.gz)" in md
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for target in (tmp_path / "missing.json", empty):
+        run = _run_cli("report", str(target), "-o", str(tmp_path / "x.html"))
+        assert run.returncode == 2
+        assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr and str(target) in run.stderr
+    run = _run_cli("report", str(trace_path(BERT)), "-o", str(tmp_path / "no" / "dir" / "x.html"))
+    assert run.returncode == 2 and "cannot write report" in run.stderr

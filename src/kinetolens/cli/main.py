@@ -14,8 +14,10 @@ from kinetolens.cli.analysis_commands import (
 )
 from kinetolens.cli.capture_commands import demo_command, run_command
 from kinetolens.cli.counters_command import counters_command
+from kinetolens.cli.diff_command import diff_command
 from kinetolens.cli.gpu_time_commands import idle_command, launches_command
 from kinetolens.cli.memory_command import memory_command
+from kinetolens.cli.report_command import report_command
 from kinetolens.cli.roofline_command import roofline_command
 from kinetolens.errors import TraceError
 
@@ -38,6 +40,8 @@ cli.add_command(counters_command, "counters")
 cli.add_command(idle_command, "idle")
 cli.add_command(launches_command, "launches")
 cli.add_command(roofline_command, "roofline")
+cli.add_command(diff_command, "diff")
+cli.add_command(report_command, "report")
 
 
 def main(argv: list[str] | None = None) -> None:

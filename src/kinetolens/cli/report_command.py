@@ -1,0 +1,51 @@
+"""``kinetolens report``: one trace (or one rank of a run) as an HTML or markdown report."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from kinetolens.errors import TraceError
+from kinetolens.loader import load
+from kinetolens.views.report_data import collect, resolve_target
+
+
+@click.command("report")
+@click.argument("trace_or_run", type=str)
+@click.option("-o", "--output", default=None, help="Output file (default: report.html; markdown goes to stdout).")
+@click.option("--format", "fmt", type=click.Choice(["html", "md"]), default=None,
+              help="html (self-contained, charts included) or md. Default: from -o's suffix, else html.")  # fmt: skip
+@click.option("--title", default=None, help="Report title (default: the trace file's name).")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
+def report_command(trace_or_run: str, output: str | None, fmt: str | None, title: str | None, no_cache: bool) -> None:
+    """Overview, recommendations, top ops, kernels, modules, roofline, memory
+    and GPU idle time of TRACE_OR_RUN in one file.
+
+    TRACE_OR_RUN is a trace file or a run directory; a run is reported
+    through its first rank, in full, and the report says so.  HTML is one
+    self-contained file (plotly.js embedded, opens offline); md is for
+    terminals, pull requests and CI summaries (stdout without -o).
+    """
+    if fmt is None:
+        fmt = "md" if output and Path(output).suffix.lower() in (".md", ".markdown") else "html"
+    path, note = resolve_target(trace_or_run)
+    data = collect(load(path, cache=not no_cache), title=title, note=note)
+    if fmt == "md":
+        from kinetolens.views.report_md import render_md
+
+        text = render_md(data)
+        if output is None:
+            sys.stdout.write(text)
+            return
+        try:
+            Path(output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise TraceError(output, f"cannot write report ({exc.strerror or exc})") from None
+    else:
+        from kinetolens.views.report_html import write_html
+
+        output = output or "report.html"
+        write_html(data, output)
+    click.echo(f"kinetolens report: wrote {output}", err=True)

@@ -1,0 +1,185 @@
+"""``kinetolens report -o report.html``: one self-contained HTML file.
+
+plotly.js is read from the installed plotly package and embedded once in
+the page, and every chart is a plotly figure drawn from the page's own
+data, so the file opens offline, can be mailed or attached to a CI job and
+never fetches anything.  Tables are plain HTML (escaped by jinja2), cut to
+the top rows; the full tables are what ``kinetolens export`` writes.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+from typing import Any
+
+import plotly.io as pio
+import polars as pl
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
+
+from kinetolens import __version__
+from kinetolens.analysis.overview import CATEGORIES, OTHER
+from kinetolens.errors import TraceError
+from kinetolens.views.report_data import TOP_ROWS, ReportData
+
+#: Text cells longer than this keep their tail (the innermost module, the kernel's name end).
+CELL_CHARS = 120
+TEMPLATE = "report.html.j2"
+
+
+def _environment() -> Environment:
+    return Environment(
+        loader=PackageLoader("kinetolens.views", "templates"),
+        autoescape=select_autoescape(["html", "j2"]),
+        trim_blocks=False,
+    )
+
+
+def _format(value: Any) -> tuple[str, bool]:
+    """Cell text and whether it is a number (right-aligned)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-", True
+    if isinstance(value, bool):
+        return str(value), False
+    if isinstance(value, int):
+        return f"{value:,}", True
+    if isinstance(value, float):
+        if value != 0 and (abs(value) >= 1e7 or abs(value) < 1e-3):
+            return f"{value:.3g}", True
+        return (f"{value:,.3f}" if abs(value) < 1000 else f"{value:,.1f}"), True
+    text = str(value)
+    return (text if len(text) <= CELL_CHARS else "…" + text[-(CELL_CHARS - 1):]), False
+
+
+def frame_html(frame: pl.DataFrame, columns: list[str] | None = None, rows: int | None = TOP_ROWS) -> Markup:
+    """An escaped HTML table of the first ``rows`` rows of ``frame`` (``None``: all)."""
+    cols = [c for c in (columns or frame.columns) if c in frame.columns]
+    shown = frame.select(cols) if rows is None else frame.select(cols).head(rows)
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    body = []
+    for row in shown.iter_rows():
+        cells = []
+        for v in row:
+            text, numeric = _format(v)
+            cls = "num" if numeric else "name"
+            cells.append(f'<td class="{cls}">{html.escape(text)}</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    more = ""
+    if rows is not None and frame.height > rows:
+        more = f'<p class="kl-muted">{rows} of {frame.height:,} rows shown.</p>'
+    return Markup(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}")
+
+
+def _pct(v: float | None) -> str | None:
+    return None if v is None else f"{100.0 * v:.1f}%"
+
+
+def overview_frame(data: ReportData) -> pl.DataFrame:
+    """``what, value`` rows: the summary's headline numbers as text."""
+    s = data.summary
+    steps = s["steps"]
+    rows: list[tuple[str, str | None]] = [
+        ("trace", data.trace.path),
+        ("steps profiled", f"{steps['count']} ({', '.join(map(str, steps['ids'][:10]))}{' ...' if steps['count'] > 10 else ''})"),
+        ("mean step time", None if steps["mean_us"] is None else f"{steps['mean_us'] / 1000:.3f} ms"),
+        ("trace span", f"{s['span_us'] / 1000:.3f} ms"),
+        ("rank / world size", f"{s['rank']} / {s['world_size']}" if s["rank"] is not None else None),
+        ("ops ranked by", data.basis),
+    ]
+    for d in s["devices"]:
+        rows.append((f"GPU {d['id']}", f"{d['name']} (cc {d['compute_capability']}, {d['sms']} SMs)"))
+    for g in s["gpu"]:
+        dev = g.get("device")
+        rows.append((f"GPU {dev} utilization", _pct(g.get("utilization"))))
+        rows.append((f"GPU {dev} SM efficiency", _pct(g.get("sm_efficiency"))))
+        rows.append((f"GPU {dev} Tensor Core share of kernel time", _pct(g.get("tensor_core_share"))))
+        peak = g.get("peak_allocated_bytes")
+        rows.append((f"GPU {dev} peak allocated", None if peak is None else f"{peak / 2**30:.3f} GiB"))
+    a = s["attribution"]
+    if a.get("kernel_time_us"):
+        rows.append(("kernel time attributed to an op / module / source line",
+                     " / ".join(_pct(a.get(k)) or "-" for k in ("op", "module", "source"))))  # fmt: skip
+    rows.extend(("warning", str(w)) for w in data.trace.warnings)
+    return pl.DataFrame(
+        [r for r in rows if r[1] is not None], schema={"what": pl.String, "value": pl.String}, orient="row"
+    )
+
+
+def breakdown_frame(data: ReportData) -> pl.DataFrame:
+    """Mean milliseconds and share of step time per category (the overview's rules)."""
+    avg = data.summary["steps"]["average_us"] or {}
+    total = avg.get("total") or 0.0
+    cats = [c for c in (*CATEGORIES, OTHER) if avg.get(c)]
+    return pl.DataFrame(
+        {
+            "category": cats,
+            "mean_ms_per_step": [avg[c] / 1000.0 for c in cats],
+            "pct_of_step": [100.0 * avg[c] / total if total else None for c in cats],
+        },
+        schema={"category": pl.String, "mean_ms_per_step": pl.Float64, "pct_of_step": pl.Float64},
+    )
+
+
+def _tables(data: ReportData) -> dict[str, Markup]:
+    basis = data.basis
+    op_cols = ["name", "calls", basis, "device_self_us", "host_total_us", "step_share_pct", "tflops_s", "gbps", "in_shapes", "dtypes"]
+    tables = {
+        "overview": frame_html(overview_frame(data), rows=None),
+        "breakdown": frame_html(breakdown_frame(data), rows=None),
+        "ops": frame_html(data.ops, list(dict.fromkeys(op_cols))),
+        "kernels": frame_html(data.kernel_names, ["name", "calls", "device_total_us", "mean_us", "op", "occupancy", "step_share_pct", "tflops_s", "gbps"]),
+        "modules": frame_html(data.modules, list(dict.fromkeys(["module", "calls", basis, "host_total_us", "step_share_pct", "tflops_s"]))),
+        "memory": frame_html(data.memory_peaks.with_columns(peak_allocated_gib=pl.col("peak_allocated") / 2**30),
+                             ["device", "peak_allocated_gib", "peak_op", "basis"], rows=None),
+    }  # fmt: skip
+    if data.roofline_modules is not None:
+        tables["roofline"] = frame_html(
+            data.roofline_modules,
+            ["module", "calls", "device_us", "ideal_us", "pct_of_roof", "lost_us", "bound", "precision"],
+        )
+    return tables
+
+
+def _charts(data: ReportData) -> dict[str, Markup]:
+    return {
+        name: Markup(
+            pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=f"kl-chart-{name}",
+                        default_height="100%", config={"displaylogo": False, "responsive": True})
+            .replace("<div>", '<div class="kl-chart">', 1)
+        )
+        for name, fig in data.figures().items()
+    }  # fmt: skip
+
+
+def plotly_js() -> str:
+    """The installed plotly package's plotly.min.js, for embedding (never a CDN)."""
+    from plotly.offline import get_plotlyjs
+
+    return str(get_plotlyjs())
+
+
+def render_html(data: ReportData, standalone: bool = True) -> str:
+    """The report page; ``standalone=False`` gives a fragment for notebooks (plotly.js still embedded once)."""
+    env = _environment()
+    js = plotly_js()
+    page = env.get_template(TEMPLATE).render(
+        data=data,
+        version=__version__,
+        standalone=standalone,
+        plotly_js=Markup(js),
+        tables=_tables(data),
+        charts=_charts(data),
+    )
+    if not standalone:
+        page = f"<script>{js}</script>\n{page}"
+    return page
+
+
+def write_html(data: ReportData, path: str | Path) -> None:
+    """Write the self-contained report; a :class:`TraceError` names ``path`` if it cannot be written."""
+    try:
+        Path(path).write_text(render_html(data), encoding="utf-8")
+    except OSError as exc:
+        raise TraceError(path, f"cannot write report ({exc.strerror or exc})") from None

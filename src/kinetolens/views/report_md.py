@@ -1,0 +1,90 @@
+"""``kinetolens report --format md``: the report as GitHub-flavoured markdown.
+
+The same numbers as the HTML report (both read :class:`ReportData`), without
+charts, so it reads in a terminal and pastes into a pull request or a CI
+job summary.  Tables are cut shorter than in HTML to stay skimmable.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import polars as pl
+
+from kinetolens import __version__
+from kinetolens.views.report_data import ReportData
+from kinetolens.views.report_html import breakdown_frame, overview_frame
+
+#: Rows per ranked table in markdown.
+MD_ROWS = 10
+#: Text cells keep their tail beyond this many characters.
+MD_CELL_CHARS = 80
+
+
+def _cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        text = f"{value:,.3f}" if abs(value) < 1000 else f"{value:,.1f}"
+    elif isinstance(value, int) and not isinstance(value, bool):
+        text = f"{value:,}"
+    else:
+        text = str(value)
+        if len(text) > MD_CELL_CHARS:
+            text = "…" + text[-(MD_CELL_CHARS - 1):]
+    # A pipe would end the cell; a newline would end the row.
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def frame_md(frame: pl.DataFrame, columns: list[str] | None = None, rows: int | None = MD_ROWS) -> str:
+    """A markdown table of the first ``rows`` rows (numbers right-aligned)."""
+    cols = [c for c in (columns or frame.columns) if c in frame.columns]
+    if not cols or frame.height == 0:
+        return "_(none)_\n"
+    shown = frame.select(cols) if rows is None else frame.select(cols).head(rows)
+    align = ["---:" if frame.schema[c].is_numeric() else ":---" for c in cols]
+    lines = ["| " + " | ".join(cols) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in shown.iter_rows()]
+    if rows is not None and frame.height > rows:
+        lines.append(f"\n_{rows} of {frame.height:,} rows._")
+    return "\n".join(lines) + "\n"
+
+
+def render_md(data: ReportData) -> str:
+    """The whole markdown report."""
+    basis = data.basis
+    out = [f"# kinetolens report: {data.title}\n", f"_{data.trace.path} · {data.trace.format} · kinetolens {__version__}_\n"]
+    if data.note:
+        out.append(f"> {data.note}\n")
+    out += ["## Overview\n", frame_md(overview_frame(data), rows=None), "\n### Step time (mean per step)\n",
+            frame_md(breakdown_frame(data), rows=None)]  # fmt: skip
+    out.append("\n## Recommendations\n")
+    if not data.findings:
+        out.append("No rule fired: nothing obvious to change in this trace.\n")
+    for i, f in enumerate(data.findings, 1):
+        out.append(
+            f"{i}. **{f.title}** (saves up to {f.saving_ms:.2f} ms per step)  \n"
+            f"   {f.evidence}  \n   _Change:_ {f.change}\n"
+        )
+    out += ["\n## Top ops\n", frame_md(data.ops, list(dict.fromkeys(["name", "calls", basis, "step_share_pct", "tflops_s", "in_shapes"])))]
+    out += ["\n## Top kernels\n", frame_md(data.kernel_names, ["name", "calls", "device_total_us", "mean_us", "op", "step_share_pct"])]
+    tc = data.kernels.group_by(pl.col("tc").fill_null("unknown")).agg(us=pl.col("dur_us").sum()).sort("tc")
+    if tc.height:
+        total = float(tc["us"].sum()) or 1.0
+        out.append("\nGPU time by Tensor Core use: " + ", ".join(f"{t} {100 * us / total:.1f}%" for t, us in tc.iter_rows()) + "\n")
+    out += ["\n## Modules\n", frame_md(data.modules, list(dict.fromkeys(["module", "calls", basis, "step_share_pct"])))]
+    out.append("\n## Roofline\n")
+    if data.roofline_modules is None:
+        out.append(f"No roofline: {data.roofline_note}.\n")
+    else:
+        assert data.spec is not None
+        out.append(f"On {data.spec.name} ({data.spec.dram_gbps:,.0f} GB/s DRAM); modules by time lost to the roof:\n\n")
+        out.append(frame_md(data.roofline_modules, ["module", "device_us", "pct_of_roof", "lost_us", "bound", "precision"]))
+    out.append("\n## Memory\n")
+    peaks = data.memory_peaks.with_columns(peak_allocated_gib=pl.col("peak_allocated") / 2**30)
+    out.append(frame_md(peaks, ["device", "peak_allocated_gib", "peak_op", "basis"], rows=None))
+    out.append("\n## GPU idle time\n")
+    out.append(frame_md(data.temporal, ["rank", "kernel_span_us", "compute_pct", "non_compute_pct", "idle_pct"], rows=None))
+    out.append(frame_md(data.idle.filter(pl.col("idle_us") > 0), ["rank", "stream", "idle_category", "idle_us", "idle_ratio"], rows=None))
+    return "\n".join(part.rstrip("\n") + "\n" for part in out)
