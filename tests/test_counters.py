@@ -174,3 +174,98 @@ def test_tensor_core_counters_override_names() -> None:
     assert set(other["tc_source"]) == {"name"}
     verdicts = dict(counter_verdicts(trace).iter_rows())
     assert verdicts["ampere_gcgemm_64x64_nt"] == "yes"
+
+
+# -- measured beside modeled -------------------------------------------------------
+
+BERT = "tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz"
+
+
+def with_dram_counters(tmp_path: Path, factor: dict[str, float], rel: str = BERT) -> Path:
+    """A copy of a real trace with one ``cuda_profiler_range`` per kernel launch,
+    in launch order, carrying ``dram__bytes_read.sum``/``dram__bytes_write.sum``
+    (3:1) as Kineto writes them: the modeled bytes of the launch's kernel times
+    ``factor[op]`` (1 for other ops; 4 KiB for kernels without a model).
+
+    No trace we have recorded DRAM counters (HTA's CUPTI sample holds SASS
+    instruction counters only), so the values are placed by hand; everything
+    from the file on (ingest, pairing, the model, the joins) runs for real.
+    """
+    from kinetolens.analysis.counters import LAUNCH_API
+    from kinetolens.analysis.work import kernel_work
+
+    path = trace_path(rel)
+    trace = kinetolens.load(path, cache=False)
+    work = kernel_work(trace).join(trace.kernels.select("kernel_id", "launch_id", "name", "op"), on="kernel_id")
+    launches = (
+        trace.runtime.filter(pl.col("name").str.contains(LAUNCH_API.pattern))
+        .sort(["ts", "launch_id"])
+        .select("launch_id", "pid", "tid", "ts", "dur")
+        .join(trace.kernels.select("launch_id", "name", "op"), on="launch_id", how="left", maintain_order="left")
+        .join(work.select("launch_id", "bytes"), on="launch_id", how="left", maintain_order="left")
+    )
+    events = []
+    for r in launches.iter_rows(named=True):
+        total = int((r["bytes"] if r["bytes"] is not None else 4096) * factor.get(r["op"], 1.0))
+        read = total * 3 // 4
+        events.append({
+            "ph": "X", "cat": "cuda_profiler_range", "name": r["name"] or "__missing__", "pid": r["pid"], "tid": r["tid"],
+            "ts": r["ts"] / 1000.0, "dur": max(r["dur"], 1000) / 1000.0,
+            "args": {"dram__bytes_read.sum": read, "dram__bytes_write.sum": total - read},
+        })  # fmt: skip
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    doc["traceEvents"].extend(events)
+    out = tmp_path / f"with_counters_{len(list(tmp_path.iterdir()))}.json.gz"
+    out.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return out
+
+
+def test_measured_beside_modeled_per_kernel_op_and_group(tmp_path: Path) -> None:
+    from kinetolens.analysis.counters import measured_vs_modeled, op_measured
+    from kinetolens.analysis.roofline import kernel_roofline, op_roofline, roofline_by
+    from kinetolens.registry.gpus import gpu_spec
+
+    trace = kinetolens.load(with_dram_counters(tmp_path, {"aten::addmm": 6.0}), cache=False)
+    assert counter_table(trace)["pairing"][0] == "launch order"
+    spec = gpu_spec(trace)
+    k = kernel_roofline(trace, spec)
+    # Every kernel with a model got its own launch's range: modeled x 6 under addmm, x 1 elsewhere.
+    assert k["measured_bytes"].null_count() == 0
+    addmm = k.filter(pl.col("op") == "aten::addmm")
+    assert addmm.height == 26 and addmm["bytes_ratio"].to_list() == pytest.approx([6.0] * 26, rel=1e-6)
+    assert k.filter(pl.col("op") != "aten::addmm")["bytes_ratio"].to_list() == pytest.approx([1.0] * 34, rel=1e-6)
+    # Tensor Core GEMMs: their math is not in the SASS fp counters, so no measured FLOPs.
+    assert addmm["measured_flops"].null_count() == 26
+    ops = op_roofline(trace, spec)
+    assert ops.filter(pl.col("name") == "aten::addmm")["bytes_ratio"].to_list() == pytest.approx([6.0] * 26, rel=1e-6)
+    by_op = roofline_by(trace, spec, "op")
+    row = by_op.filter(pl.col("op") == "aten::addmm").row(0, named=True)
+    assert row["bytes_ratio"] == pytest.approx(6.0, rel=1e-6)
+    assert row["measured_bytes"] == pytest.approx(6 * row["bytes"], rel=1e-6)
+    table = measured_vs_modeled(trace)
+    assert table["op"][0] == "aten::addmm" and table["excess_bytes"][0] == pytest.approx(5 * row["bytes"], rel=1e-6)
+    assert op_measured(trace).height == ops.height
+
+
+def test_measured_without_dram_counters_or_model_is_null() -> None:
+    from kinetolens.analysis.counters import kernel_measured, op_measured
+
+    trace = kinetolens.load(trace_path(CUPTI))
+    m = kernel_measured(trace)
+    assert m.height == 77 and m["measured_bytes"].null_count() == 77  # SASS counters only
+    # The first range (aten::uniform_, CUDA cores): fadd + fmul + 2 * ffma over fp32 and fp16.
+    assert m["measured_flops"][0] == 2 * (38_731_776 + 4_866_048)
+    # Its ops recorded no shapes, so there is nothing modeled to put beside.
+    assert op_measured(trace).height == 0
+    assert kernel_measured(kinetolens.load(trace_path(BERT))).height == 0
+
+
+def test_cli_roofline_shows_bytes_ratio(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = with_dram_counters(tmp_path, {"aten::addmm": 6.0})
+    main(["roofline", str(path), "-w", "250", "--no-cache"])
+    out = capsys.readouterr().out
+    assert "bytes_ratio" in out
+    addmm = next(line for line in out.splitlines() if "│ aten::addmm" in line)
+    assert addmm.rstrip(" │").endswith(" 6.000")
+    main(["roofline", str(trace_path(BERT)), "-w", "250"])
+    assert "bytes_ratio" not in capsys.readouterr().out

@@ -38,7 +38,7 @@ def test_sorted_by_saving_and_complete() -> None:
     assert [f.rule for f in found][:2] == ["dataloader_bound", "fp32_tensor_cores"]
     for f in found:
         assert f.evidence and f.change and f.estimate and f.saving_ms >= 0
-    assert len(RULES) == 8
+    assert len(RULES) == 9
 
 
 def test_dataloader_bound_matches_tb_share() -> None:
@@ -177,3 +177,29 @@ def test_memory_fires_near_capacity() -> None:
         props["totalGlobalMem"] = int(6.5 * (1 << 30))
     (f,) = [f for f in recommendations(trace) if f.rule == "memory_near_capacity"]
     assert f.where["device"] == "GPU1" and "6.17 GiB = 95.0% of 6.50 GiB" in f.evidence and f.saving_ms == 0.0
+
+
+def test_excess_dram_traffic_fires_where_kernels_move_far_more_than_modeled(tmp_path) -> None:
+    from tests.test_counters import with_dram_counters
+
+    # bert-small on H100 with DRAM counters placed at 6x the modeled bytes for
+    # aten::addmm (see with_dram_counters: no trace of ours recorded them).
+    trace = kinetolens.load(with_dram_counters(tmp_path, {"aten::addmm": 6.0}), cache=False)
+    (f,) = [f for f in recommendations(trace) if f.rule == "excess_dram_traffic"]
+    assert f.where["op"] == "aten::addmm" and f.where["bytes_ratio"] == pytest.approx(6.0, rel=1e-6)
+    assert "6.0x" in f.evidence and "26 calls" in f.evidence
+    # Saving: 5x the modeled 76.48 MB extra, at H100 SXM's 3,350 GB/s, in the trace's single step.
+    assert f.saving_ms == pytest.approx(5 * 76_479_576 / 3350e9 * 1e3, rel=1e-6)
+    assert f.saving_ms < 197.598e-3  # never more than addmm's own kernel time
+
+
+def test_excess_dram_traffic_quiet_where_sane_or_unmeasured(tmp_path) -> None:
+    from tests.test_counters import with_dram_counters
+
+    # 1.5x everywhere: within what L2 misses and sector granularity explain.
+    sane = kinetolens.load(with_dram_counters(tmp_path, {"aten::addmm": 1.5, "aten::gelu": 1.9}), cache=False)
+    assert "excess_dram_traffic" not in {f.rule for f in recommendations(sane)}
+    # HTA's CUPTI sample: SASS counters only, no DRAM bytes and no shapes.
+    assert "excess_dram_traffic" not in _findings("hta/cupti_profiler/benchmark_result_924719_1679055439_trace.json.gz")
+    # No counters at all.
+    assert "excess_dram_traffic" not in _findings(NW0)

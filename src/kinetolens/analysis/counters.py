@@ -24,6 +24,16 @@ differences:
 
 A range's ``dur`` is the replay time of the profiler pass, not the kernel's
 run time, so no rate (FLOP/s, GB/s) is derived from it.
+
+Measured beside modeled (:func:`kernel_measured`, :func:`op_measured`,
+:func:`measured_vs_modeled`): each profiled kernel's measured FLOPs and DRAM
+bytes are summed per op that carries modeled work
+(:mod:`kinetolens.analysis.work`), so a kernel that moves far more DRAM
+bytes than its op's minimum is visible without kernel timings (per-kernel
+range profiling records none).  ``measured_flops`` is null for Tensor Core
+kernels: their math runs as HMMA/GMMA instructions, which the SASS
+floating-point counters do not count, so the sum would be a meaningless
+floor.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ import re
 
 import polars as pl
 
+from kinetolens.analysis.work import carried_work
 from kinetolens.model.trace import Trace
 from kinetolens.registry.tensor_cores import NO, TENSOR_COUNTER, YES, classify
 
@@ -168,3 +179,111 @@ def counter_table(trace: Trace) -> pl.DataFrame:
         "tc",
         "tc_source",
     )
+
+
+_MEASURED_SCHEMA = {"launch_id": pl.Int64, "op_id": pl.Int64, "measured_flops": pl.Float64, "measured_bytes": pl.Float64}
+
+
+def kernel_measured(trace: Trace) -> pl.DataFrame:
+    """Measured work of every profiled kernel paired with its launch.
+
+    Columns: ``launch_id, op_id, measured_flops, measured_bytes``, where
+    ``measured_flops = fadd + fmul + 2 * ffma`` summed over fp64 (d), fp32
+    (f) and fp16 (h) SASS instruction counters (null on Tensor Core kernels
+    or without those counters) and ``measured_bytes = dram__bytes_read.sum
+    + dram__bytes_write.sum`` (null without them).  Empty when the trace has
+    no counters or its ranges cannot be paired with launches.
+    """
+    if trace.kernel_counters.height == 0:
+        return pl.DataFrame(schema=_MEASURED_SCHEMA)
+    table = counter_table(trace).filter(pl.col("launch_id").is_not_null())
+    return table.select(
+        "launch_id",
+        "op_id",
+        measured_flops=pl.when(pl.col("tc") != YES).then(pl.col("flops")),
+        measured_bytes=pl.col("dram_bytes"),
+    )
+
+
+def _carrier_of(trace: Trace, op_ids: list[int | None], carriers: set[int]) -> list[int | None]:
+    """The op carrying each op's modeled work: itself or its nearest ancestor
+    among ``carriers`` (carrying ops never nest, so it is unique)."""
+    parent = dict(zip(trace.ops["op_id"].to_list(), trace.ops["parent_id"].to_list()))
+    out: list[int | None] = []
+    for op_id in op_ids:
+        cur = op_id
+        while cur is not None and cur not in carriers:
+            cur = parent.get(cur)
+        out.append(cur)
+    return out
+
+
+def op_measured(trace: Trace) -> pl.DataFrame:
+    """Measured beside modeled work for every op call carrying modeled work
+    whose kernels were profiled.
+
+    Columns: ``op_id, name, kernels, flops, bytes`` (modeled),
+    ``measured_flops, measured_bytes`` (summed over the op's kernels; null
+    when any of them lacks the counter, so a partial sum never passes for
+    the whole), ``flops_ratio, bytes_ratio`` (measured / modeled).
+    """
+    schema = {"op_id": pl.Int64, "name": pl.String, "kernels": pl.UInt32, "flops": pl.Float64, "bytes": pl.Float64,
+              "measured_flops": pl.Float64, "measured_bytes": pl.Float64, "flops_ratio": pl.Float64,
+              "bytes_ratio": pl.Float64}  # fmt: skip
+    measured = kernel_measured(trace)
+    if measured.height == 0:
+        return pl.DataFrame(schema=schema)
+    modeled = carried_work(trace).ops
+    carriers = _carrier_of(trace, measured["op_id"].to_list(), set(modeled["op_id"].to_list()))
+    measured = measured.with_columns(pl.Series("carrier", carriers, dtype=pl.Int64)).filter(
+        pl.col("carrier").is_not_null()
+    )
+    per_op = measured.group_by("carrier").agg(
+        kernels=pl.len(),
+        measured_flops=pl.when(pl.col("measured_flops").null_count() == 0).then(pl.col("measured_flops").sum()),
+        measured_bytes=pl.when(pl.col("measured_bytes").null_count() == 0).then(pl.col("measured_bytes").sum()),
+    )
+    out = (
+        modeled.select("op_id", "flops", "bytes")
+        .join(per_op.rename({"carrier": "op_id"}), on="op_id", how="inner")
+        .join(trace.ops.select("op_id", "name"), on="op_id", how="left")
+    )
+    return out.select(
+        "op_id", "name", "kernels", "flops", "bytes", "measured_flops", "measured_bytes",
+        flops_ratio=pl.when(pl.col("flops") > 0).then(pl.col("measured_flops") / pl.col("flops")),
+        bytes_ratio=pl.when(pl.col("bytes") > 0).then(pl.col("measured_bytes") / pl.col("bytes")),
+    ).sort("op_id")  # fmt: skip
+
+
+def measured_vs_modeled(trace: Trace) -> pl.DataFrame:
+    """:func:`op_measured` summed per op name, most excess DRAM bytes first.
+
+    Columns: ``op, calls, kernels, flops, measured_flops, flops_ratio, bytes,
+    measured_bytes, bytes_ratio, excess_bytes`` (measured minus modeled
+    bytes, over the calls with both).  Ratios are taken over the calls that
+    have both numbers.
+    """
+    ops = op_measured(trace)
+    has_f = pl.col("measured_flops").is_not_null() & (pl.col("flops") > 0)
+    has_b = pl.col("measured_bytes").is_not_null() & (pl.col("bytes") > 0)
+    out = ops.group_by("name").agg(
+        calls=pl.len(),
+        kernels=pl.col("kernels").sum(),
+        flops=pl.col("flops").sum(),
+        measured_flops=pl.when(pl.col("measured_flops").is_not_null().any()).then(pl.col("measured_flops").sum()),
+        _f=pl.col("flops").filter(has_f).sum(),
+        _mf=pl.col("measured_flops").filter(has_f).sum(),
+        bytes=pl.col("bytes").sum(),
+        measured_bytes=pl.when(pl.col("measured_bytes").is_not_null().any()).then(pl.col("measured_bytes").sum()),
+        _b=pl.col("bytes").filter(has_b).sum(),
+        _mb=pl.col("measured_bytes").filter(has_b).sum(),
+    )
+    out = out.with_columns(
+        flops_ratio=pl.when(pl.col("_f") > 0).then(pl.col("_mf") / pl.col("_f")),
+        bytes_ratio=pl.when(pl.col("_b") > 0).then(pl.col("_mb") / pl.col("_b")),
+        excess_bytes=pl.when(pl.col("_b") > 0).then(pl.col("_mb") - pl.col("_b")),
+    )
+    return out.select(
+        pl.col("name").alias("op"), "calls", "kernels", "flops", "measured_flops", "flops_ratio", "bytes",
+        "measured_bytes", "bytes_ratio", "excess_bytes",
+    ).sort(["excess_bytes", "op"], descending=[True, False], nulls_last=True)  # fmt: skip

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from kinetolens.analysis.counters import kernel_measured, op_measured
 from kinetolens.analysis.tensor_cores import kernel_tensor_cores, matrix_dtype
 from kinetolens.analysis.work import carried_work, kernel_work
 from kinetolens.errors import TraceError
@@ -129,7 +130,12 @@ def kernel_roofline(trace: Trace, spec: GpuSpec | None) -> pl.DataFrame:
     Columns: ``kernel_id, name, op, dtype, tc, precision, flops, bytes,
     estimated, dur_us, intensity, peak_tflops, attainable_tflops,
     achieved_tflops, achieved_gbps, pct_of_roof, bound, ideal_us``.
-    The dtype is that of the op that launched the kernel.
+    The dtype is that of the op that launched the kernel.  A trace with
+    CUPTI counters adds the measured values beside the modeled ones
+    (:func:`kinetolens.analysis.counters.kernel_measured`):
+    ``measured_flops, measured_bytes, bytes_ratio`` (measured DRAM bytes
+    over the kernel's modeled ``bytes``, a share of its op's when
+    ``estimated``).
     """
     spec = require_roofs(spec, trace)
     work = kernel_work(trace)
@@ -146,12 +152,22 @@ def kernel_roofline(trace: Trace, spec: GpuSpec | None) -> pl.DataFrame:
         )
     )
     k = _with_roof(k, spec, "dur")
-    return k.select(
+    out = k.select(
         "kernel_id", "name", "op", "dtype", "tc", "precision", "flops", "bytes", "estimated",
         dur_us=pl.col("dur") / 1000.0, intensity="intensity", peak_tflops="peak_tflops",
         attainable_tflops="attainable_tflops", achieved_tflops="achieved_tflops", achieved_gbps="achieved_gbps",
         pct_of_roof="pct_of_roof", bound="bound", ideal_us=pl.col("ideal_ns") / 1000.0,
     ).sort("kernel_id")  # fmt: skip
+    if trace.kernel_counters.height:
+        measured = trace.kernels.select("kernel_id", "launch_id").join(
+            kernel_measured(trace).drop("op_id"), on="launch_id", how="inner"
+        )
+        out = out.join(measured.drop("launch_id"), on="kernel_id", how="left").with_columns(_bytes_ratio())
+    return out
+
+
+def _bytes_ratio() -> pl.Expr:
+    return pl.when(pl.col("bytes") > 0).then(pl.col("measured_bytes") / pl.col("bytes")).alias("bytes_ratio")
 
 
 def _op_dtypes(trace: Trace, ids: list[int] | None = None) -> dict[int, str]:
@@ -180,7 +196,8 @@ def op_roofline(trace: Trace, spec: GpuSpec | None) -> pl.DataFrame:
     Columns: ``op_id, name, module, source, step, shapes, dtype, tc,
     precision, flops, bytes, device_us, intensity, peak_tflops, attainable_tflops,
     achieved_tflops, achieved_gbps, pct_of_roof, bound, ideal_us, lost_us,
-    lost_75_us``.
+    lost_75_us``; with CUPTI counters also ``measured_flops,
+    measured_bytes, bytes_ratio`` (:func:`kinetolens.analysis.counters.op_measured`).
     """
     spec = require_roofs(spec, trace)
     carried = carried_work(trace)
@@ -205,7 +222,7 @@ def op_roofline(trace: Trace, spec: GpuSpec | None) -> pl.DataFrame:
     ops = _with_roof(ops, spec, "device_ns")
     from kinetolens.analysis.params import shapes_expr
 
-    return ops.select(
+    out = ops.select(
         "op_id", "name", "module", "source", "step", shapes_expr().alias("shapes"), "dtype", "tc", "precision", "flops", "bytes",
         device_us=pl.col("device_ns") / 1000.0, intensity="intensity", peak_tflops="peak_tflops",
         attainable_tflops="attainable_tflops", achieved_tflops="achieved_tflops", achieved_gbps="achieved_gbps",
@@ -213,6 +230,10 @@ def op_roofline(trace: Trace, spec: GpuSpec | None) -> pl.DataFrame:
         lost_us=((pl.col("device_ns") - pl.col("ideal_ns")) / 1000.0).clip(lower_bound=0.0),
         lost_75_us=((pl.col("device_ns") - pl.col("ideal_ns") / REALISTIC) / 1000.0).clip(lower_bound=0.0),
     ).sort("op_id")  # fmt: skip
+    if trace.kernel_counters.height:
+        measured = op_measured(trace).select("op_id", "measured_flops", "measured_bytes")
+        out = out.join(measured, on="op_id", how="left").with_columns(_bytes_ratio())
+    return out
 
 
 def roofline_by(trace: Trace, spec: GpuSpec | None, by: str = "op", *, step: int | None = None) -> pl.DataFrame:
@@ -227,7 +248,9 @@ def roofline_by(trace: Trace, spec: GpuSpec | None, by: str = "op", *, step: int
     most FLOPs.  Calls whose roof is unknown (a dtype or byte count not
     recorded) keep their device time but add no ideal or lost time, and
     ``pct_of_roof`` leaves them out.  A null module or source reads
-    ``(no module)`` / ``(no source)``.
+    ``(no module)`` / ``(no source)``.  With CUPTI counters, also
+    ``measured_flops, measured_bytes, bytes_ratio`` (the ratio over the
+    calls with both counts).
     """
     if by not in GROUP_KEYS:
         raise ValueError(f"unknown grouping {by!r}; choose from {', '.join(GROUP_KEYS)}")
@@ -248,6 +271,7 @@ def roofline_by(trace: Trace, spec: GpuSpec | None, by: str = "op", *, step: int
         bytes=pl.when(pl.col("bytes").is_not_null().any()).then(pl.col("bytes").sum()),
         bound=pl.col("bound").sort_by("ideal_us", descending=True, nulls_last=True).first(),
         precision=pl.col("precision").sort_by("flops", descending=True).first(),
+        **_measured_sums(ops),
     )
     out = out.with_columns(
         precision=pl.when(pl.col("flops") > 0).then(pl.col("precision")),
@@ -258,8 +282,27 @@ def roofline_by(trace: Trace, spec: GpuSpec | None, by: str = "op", *, step: int
     )
     cols = [*keys, "calls", "device_us", "ideal_us", "pct_of_roof", "lost_us", "lost_75_us", "flops", "bytes",
             "intensity", "achieved_tflops", "achieved_gbps", "bound", "precision"]  # fmt: skip
+    if "measured_bytes" in ops.columns:
+        out = out.with_columns(
+            bytes_ratio=pl.when(pl.col("_b") > 0).then(pl.col("_mb") / pl.col("_b"))
+        ).drop("_b", "_mb")
+        cols += ["measured_flops", "measured_bytes", "bytes_ratio"]
     out = out.select(cols).sort(["lost_us", *keys], descending=[True] + [False] * len(keys), nulls_last=True)
     return out.rename({"name": "op"}) if "name" in keys else out
+
+
+def _measured_sums(ops: pl.DataFrame) -> dict[str, pl.Expr]:
+    """Group sums of the measured columns (when the trace has counters); the
+    bytes ratio is taken over the calls with both a measured and a modeled count."""
+    if "measured_bytes" not in ops.columns:
+        return {}
+    both = pl.col("measured_bytes").is_not_null() & (pl.col("bytes") > 0)
+    return {
+        "measured_flops": pl.when(pl.col("measured_flops").is_not_null().any()).then(pl.col("measured_flops").sum()),
+        "measured_bytes": pl.when(pl.col("measured_bytes").is_not_null().any()).then(pl.col("measured_bytes").sum()),
+        "_b": pl.col("bytes").filter(both).sum(),
+        "_mb": pl.col("measured_bytes").filter(both).sum(),
+    }
 
 
 #: Columns :func:`with_time_lost` adds to an op statistics table.

@@ -23,6 +23,8 @@ from kinetolens.views.figures import roofline_figure
 
 TERMINAL_COLUMNS = ["calls", "device_us", "ideal_us", "pct_of_roof", "lost_us", "lost_75_us", "intensity",
                     "achieved_tflops", "bound", "precision"]  # fmt: skip
+#: Measured DRAM bytes over modeled, shown where the trace has CUPTI counters.
+MEASURED_COLUMNS = ["bytes_ratio"]
 #: Module paths are long; the terminal shows their tail (the layer).
 KEY_CHARS = 70
 
@@ -79,7 +81,8 @@ def roofline_command(
         emit(table, "json" if json_ else "csv")
         return
     key = table.columns[0]
-    shown = table.head(top).select(pl.col(key).str.tail(KEY_CHARS), *TERMINAL_COLUMNS)
+    measured = [c for c in MEASURED_COLUMNS if c in table.columns]  # traces with CUPTI DRAM counters
+    shown = table.head(top).select(pl.col(key).str.tail(KEY_CHARS), *TERMINAL_COLUMNS, *measured)
     emit(shown, "table", title=f"kinetolens roofline: {trace} (by {by})", width=width)
     total, lost = float(table["device_us"].sum()), float(table["lost_us"].sum())
     lost75 = float(table["lost_75_us"].sum())
