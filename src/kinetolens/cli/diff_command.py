@@ -1,0 +1,208 @@
+"""``kinetolens diff BASELINE EXPERIMENT``: what changed between two runs.
+
+Each side is a trace file, a run directory (one trace per rank, as
+``kinetolens.profile`` or torch-tb-profiler write them) or a logdir holding
+exactly one run.  ``--fail-if-slower PCT`` turns the comparison into a CI
+gate: exit status 1, with one line saying why, when the experiment's mean
+step time is more than PCT percent above the baseline's.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import polars as pl
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from kinetolens.analysis.diff import LEVEL_KEYS, LEVELS, RunDiff, compare
+from kinetolens.cli.render import emit, emit_json
+from kinetolens.errors import TraceError
+from kinetolens.loader import load
+from kinetolens.logdir import find_runs, run_traces
+from kinetolens.model.trace import Trace
+
+#: Rows shown in the terminal unless ``-t`` says otherwise.
+DEFAULT_TOP = 20
+#: Exit status of a gate that fails (bad input is 2, as everywhere).
+EXIT_SLOWER = 1
+
+
+def side_paths(path: str) -> list[Path]:
+    """The trace files one side of the diff stands for."""
+    p = Path(path)
+    if not p.exists():
+        raise TraceError(p, "no such file or directory")
+    if p.is_file():
+        return [p]
+    direct = run_traces(p)
+    if direct:
+        return [t.path for t in direct]
+    runs = find_runs(p)
+    if not runs:
+        raise TraceError(p, "directory holds no traces (.json, .json.gz, .sqlite)")
+    if len(runs) > 1:
+        names = ", ".join(sorted(runs)[:5]) + (", ..." if len(runs) > 5 else "")
+        raise TraceError(p, f"directory holds {len(runs)} runs ({names}); give one run directory")
+    return [t.path for t in next(iter(runs.values()))]
+
+
+def _load_side(path: str, cache: bool) -> list[Trace]:
+    return [load(p, cache=cache) for p in side_paths(path)]
+
+
+def _ms(us: float | None) -> str:
+    return "-" if us is None else f"{us / 1000:,.3f} ms"
+
+
+def _side_line(info: dict[str, Any]) -> str:
+    steps = info["steps"]
+    counted = f"{sum(steps)} steps" if info["has_steps"] else "no ProfilerStep ranges (whole trace as one step)"
+    ranks = f" over {info['ranks']} traces" if info["ranks"] > 1 else ""
+    return f"{_ms(info['mean_step_us'])} mean step ({counted}{ranks})"
+
+
+def _print_summary(console: Console, diff: RunDiff, baseline: str, experiment: str) -> None:
+    s = diff.summary
+    table = Table(title="kinetolens diff", show_header=False, box=box.SIMPLE)
+    table.add_column("what", style="bold")
+    table.add_column("value", overflow="fold")
+    table.add_row("baseline", f"{baseline}: {_side_line(s['baseline'])}")
+    table.add_row("experiment", f"{experiment}: {_side_line(s['experiment'])}")
+    if s["regression_pct"] is not None:
+        word = "slower" if s["step_delta_us"] > 0 else "faster"
+        table.add_row("step time", f"{s['step_delta_us'] / 1000:+,.3f} ms ({abs(s['regression_pct']):.1f}% {word})")
+    table.add_row("time basis", f"{s['basis']} (self time per op)")
+    for level, counts in s["counts"].items():
+        table.add_row(level, ", ".join(f"{n} {status}" for status, n in counts.items() if n))
+    console.print(table)
+    expl = s["explained_by"]
+    if not expl or not expl["ops"]:
+        return
+    ops = Table(title="Ops that explain the step-time change", box=box.SIMPLE_HEAD, header_style="bold")
+    ops.add_column("op", overflow="fold")
+    ops.add_column("status")
+    ops.add_column("delta ms", justify="right")
+    ops.add_column("% of step delta", justify="right")
+    for row in expl["ops"]:
+        share = "-" if row["share_pct"] is None else f"{row['share_pct']:.1f}"
+        ops.add_row(row["name"], row["status"], f"{row['delta_us'] / 1000:+,.3f}", share)
+    ops.caption = (
+        f"explained {expl['explained_us'] / 1000:+,.3f} ms, unexplained {expl['unexplained_us'] / 1000:+,.3f} ms "
+        f"(all ops net {expl['all_ops_net_us'] / 1000:+,.3f} ms)"
+    )
+    console.print(ops)
+
+
+#: Terminal headers (the JSON/CSV keep the full column names).
+SHORT_HEADERS = {
+    "baseline_us": "base us",
+    "experiment_us": "exp us",
+    "delta_us": "delta us",
+    "delta_pct": "delta %",
+    "baseline_calls": "base calls",
+    "experiment_calls": "exp calls",
+    "baseline_instances": "base inst",
+    "experiment_instances": "exp inst",
+}
+#: Longest name shown in the terminal; --json and --csv keep whole names.
+NAME_CHARS = 72
+_TEMPLATE = re.compile(r"<[^<>]*>")
+_ARGS = re.compile(r"\([^()]*\)")
+
+
+def short_name(name: str, chars: int = NAME_CHARS) -> str:
+    """A kernel or op name that fits a terminal column: template and call
+    arguments folded to ``<…>``/``(…)`` (innermost first), then cut in the middle."""
+    if len(name) <= chars:
+        return name
+    name = name.removeprefix("void ")
+    while _TEMPLATE.search(name):  # innermost first; the marker has no brackets
+        name = _TEMPLATE.sub("\x00", name)
+    name = name.replace("\x00", "<…>")
+    if len(name) > chars:
+        name = _ARGS.sub("(…)", name)
+    if len(name) > chars:
+        half = (chars - 1) // 2
+        name = f"{name[:half]}…{name[-half:]}"
+    return name
+
+
+def _terminal_columns(level: str, table: pl.DataFrame) -> pl.DataFrame:
+    keys = list(LEVEL_KEYS[level])
+    cols = [*keys, "status", "baseline_us", "experiment_us", "delta_us", "delta_pct"]
+    cols += [c for c in ("baseline_calls", "experiment_calls") if c in table.columns]
+    cols += [c for c in ("baseline_instances", "experiment_instances") if c in table.columns]
+    shown = table.select(cols).with_columns(
+        pl.col(k).map_elements(short_name, return_dtype=pl.String) for k in keys
+    )
+    return shown.rename(SHORT_HEADERS, strict=False)
+
+
+def _gate(diff: RunDiff, limit_pct: float) -> None:
+    """Exit 1 with one line when the experiment regressed beyond ``limit_pct``."""
+    s = diff.summary
+    pct = s["regression_pct"]
+    if pct is None:
+        raise click.ClickException("--fail-if-slower: a side has no step time to compare")
+    if pct > limit_pct:
+        base, exp = s["baseline"]["mean_step_us"], s["experiment"]["mean_step_us"]
+        click.echo(
+            f"kinetolens: experiment mean step {_ms(exp)} is {pct:.1f}% slower than baseline {_ms(base)} "
+            f"(limit {limit_pct:g}%)",
+            err=True,
+        )
+        sys.exit(EXIT_SLOWER)
+
+
+@click.command("diff")
+@click.argument("baseline", type=str)
+@click.argument("experiment", type=str)
+@click.option(
+    "-l", "--level", type=click.Choice(LEVELS), default="op", show_default=True,
+    help="Table to show: step breakdown, module, op, op and shapes, kernel.",
+)
+@click.option("-t", "--top", type=click.IntRange(min=1), default=None, help=f"Rows to show (terminal default {DEFAULT_TOP}; JSON/CSV default all).")
+@click.option("--json", "json_", is_flag=True, help="Summary and the level's table as JSON.")
+@click.option("--csv", "csv_", is_flag=True, help="The level's table as CSV.")
+@click.option("--tsv", is_flag=True, help="The level's table as TSV.")
+@click.option("--fail-if-slower", type=click.FloatRange(min=0), default=None, metavar="PCT",
+              help="Exit 1 when the experiment's mean step time is more than PCT% above the baseline's.")
+@click.option("--exact-names", is_flag=True, help="Match raw names (keep module instance numbers, hashes, step numbers).")
+@click.option("-w", "--width", type=int, help="Terminal width for the tables.")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
+def diff_command(
+    baseline: str, experiment: str, level: str, top: int | None, json_: bool, csv_: bool, tsv: bool,
+    fail_if_slower: float | None, exact_names: bool, width: int | None, no_cache: bool,
+) -> None:
+    """Compare EXPERIMENT with BASELINE per step: step breakdown, modules, ops,
+    ops by shape and kernels, with time and call deltas, what appeared and
+    disappeared, and the ops that explain the step-time change.
+
+    Each side is a trace file, a run directory (its ranks are averaged) or a
+    logdir with one run.  Times are microseconds per step."""
+    diff = compare(
+        _load_side(baseline, not no_cache),
+        _load_side(experiment, not no_cache),
+        levels=[level],
+        exact_names=exact_names,
+    )
+    table = diff.tables[level]
+    if json_:
+        rows = table.head(top) if top else table
+        emit_json({"summary": diff.summary, "level": level, "rows": rows.to_dicts()})
+    elif csv_ or tsv:
+        emit(table.head(top) if top else table, "csv" if csv_ else "tsv")
+    else:
+        console = Console(width=width)
+        _print_summary(console, diff, baseline, experiment)
+        shown = _terminal_columns(level, table).head(top or DEFAULT_TOP)
+        more = f" (top {shown.height} of {table.height} by |delta|)" if table.height > shown.height else ""
+        emit(shown, "table", title=f"{level} per step, us{more}", width=width)
+    if fail_if_slower is not None:
+        _gate(diff, fail_if_slower)
