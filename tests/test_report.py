@@ -18,7 +18,9 @@ from kinetolens.analysis.kernels import kernel_table
 from kinetolens.analysis.memory import memory_curve, memory_events
 from kinetolens.analysis.ops import op_stats
 from kinetolens.analysis.overview import step_breakdown
+from kinetolens.analysis.recommendations import recommendations
 from kinetolens.views import figures
+from kinetolens.views.report_data import collect
 from tests.conftest import trace_path
 
 BERT = "tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz"
@@ -218,3 +220,16 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
         assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr and str(target) in run.stderr
     run = _run_cli("report", str(trace_path(BERT)), "-o", str(tmp_path / "no" / "dir" / "x.html"))
     assert run.returncode == 2 and "cannot write report" in run.stderr
+
+
+def test_notebook_html(bert: kinetolens.Trace) -> None:
+    html_text = bert._repr_html_()
+    assert f"<th style='text-align:left'>kernels</th><td style='text-align:left'>{bert.kernels.height:,} rows</td>" in html_text
+    assert "NVIDIA H100 80GB HBM3" in html_text
+    findings = recommendations(bert)
+    card = findings[0]._repr_html_()
+    assert findings[0].title in card and "ms per step" in card
+    # A kernel name such as ``void f<a, b>(...)`` must not become a tag.
+    fragment = collect(bert)._repr_html_()
+    assert "<html" not in fragment and fragment.count("Plotly.newPlot") == 9
+    assert "&lt;c10::BFloat16" in fragment and "<c10::BFloat16" not in fragment

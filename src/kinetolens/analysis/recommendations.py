@@ -94,6 +94,16 @@ class Finding:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def _repr_html_(self) -> str:
+        """Jupyter shows a finding as a titled card, like the HTML report."""
+        from html import escape
+
+        return (
+            f"<div><b>{escape(self.title)}</b> (saves up to {self.saving_ms:.2f} ms per step)"
+            f"<p>{escape(self.evidence)}</p><p><b>Change:</b> {escape(self.change)}</p>"
+            f"<p><i>Estimate: {escape(self.estimate)}</i></p></div>"
+        )
+
 
 @dataclass
 class RuleContext:

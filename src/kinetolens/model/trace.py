@@ -102,3 +102,20 @@ class Trace:
             f"Trace({self.path!r}, format={self.format}, ops={self.ops.height}, "
             f"kernels={self.kernels.height}, steps={self.steps.height})"
         )
+
+    def _repr_html_(self) -> str:
+        """A small summary table for Jupyter: the file, its devices and each table's rows.
+
+        Analyses render themselves (polars tables, plotly figures from
+        ``kinetolens.views.figures``); the whole report is
+        ``kinetolens.views.report_data.collect(trace)``.
+        """
+        from html import escape
+
+        rows = [("path", self.path), ("format", self.format)]
+        rows += [("rank / world size", f"{self.rank} / {self.world_size}")] if self.rank is not None else []
+        rows += [("device", str(d.get("name"))) for d in self.devices]
+        rows += [(name, f"{getattr(self, name).height:,} rows") for name in TABLES]
+        rows += [("warning", str(w)) for w in self.warnings]
+        body = "".join(f"<tr><th style='text-align:left'>{escape(k)}</th><td style='text-align:left'>{escape(v)}</td></tr>" for k, v in rows)
+        return f"<table><caption>kinetolens Trace</caption>{body}</table>"
