@@ -171,3 +171,79 @@ def test_unknown_or_malformed_arguments_give_no_number() -> None:
     assert work("aten::not_an_op", [[1]], [F32]) is None
     assert compute("aten::mm", "not json", "[]", None) is None
     assert work("aten::convolution", [[1, 3, 8, 8], [4, 3, 3, 3], []], [F32, F32, ""]) is None  # no stride/padding
+
+
+# -- forward convolutions in traces without stride/padding -----------------------
+
+RESNET = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+RESNET_LEGACY = "kineto_legacy/resnet50_num_workers_0_2020-12/worker0.pt.trace.json.gz"
+
+
+def _conv_work(rel: str):  # type: ignore[no-untyped-def]
+    import polars as pl
+
+    import kinetolens
+    from kinetolens.analysis.work import carried_work
+    from tests.conftest import trace_path
+
+    trace = kinetolens.load(trace_path(rel))
+    convs = trace.ops.filter(pl.col("name") == "aten::cudnn_convolution")
+    carried = carried_work(trace).ops.join(trace.ops.select("op_id", "name", "input_dims", "step"), on="op_id")
+    return convs, carried
+
+
+def test_conv_output_from_backward_gradient_unit() -> None:
+    from kinetolens.registry.flops import evaluate
+    from kinetolens.registry.flops_base import OpArgs
+
+    # A stride-2 3x3 layer as old traces record it: shapes, no stride/padding values.
+    dims = json.dumps([[32, 128, 56, 56], [128, 128, 3, 3], [], [], [], [], [], [], []])
+    types = json.dumps(["float", "float", "GenericList", "GenericList", "GenericList", "Int", "Bool", "Bool", "Bool"])
+    node = OpArgs.parse("CudnnConvolutionBackward", "[[32, 128, 28, 28]]", '["float"]', None)
+    w = evaluate(OpArgs.parse("aten::cudnn_convolution", dims, types, None, bwd=node))
+    assert w is not None and w.flops == 2 * 32 * 128 * 128 * 3 * 3 * 28 * 28
+    assert w.bytes == 4 * (32 * 128 * 56 * 56 + 128 * 128 * 9 + 32 * 128 * 28 * 28)
+    assert "output from its gradient" in w.formula
+    # Forward only (no backward linked): no guess (stride 1 would count 4x here).
+    assert evaluate(OpArgs.parse("aten::cudnn_convolution", dims, types, None)) is None
+    # A gradient that does not fit the call (other channels) is not used.
+    odd = OpArgs.parse("CudnnConvolutionBackward", "[[32, 64, 28, 28]]", '["float"]', None)
+    assert evaluate(OpArgs.parse("aten::cudnn_convolution", dims, types, None, bwd=odd)) is None
+
+
+def test_every_resnet50_forward_conv_gets_flops() -> None:
+    import polars as pl
+
+    convs, carried = _conv_work(RESNET)
+    fwd = carried.filter(pl.col("name") == "aten::cudnn_convolution")
+    assert convs.height == fwd.height == 318  # 53 convolutions x 6 steps, each carrying its work
+    assert fwd["formula"].str.contains("output from its gradient").all()
+    by_dims = dict(zip(fwd["input_dims"], fwd["flops"]))
+
+    def key(x: list[int], w: list[int]) -> str:
+        return json.dumps([x, w, [], [], [], [], [], [], []])
+
+    # 2*N*K*C*R*S*P*Q by hand: the stem (7x7 stride 2, 224 -> 112), a 1x1 and a 3x3 at 56x56,
+    # and layer2's first 3x3 (stride 2, 56 -> 28).
+    assert by_dims[key([32, 3, 224, 224], [64, 3, 7, 7])] == 2 * 32 * 64 * 3 * 7 * 7 * 112 * 112
+    assert by_dims[key([32, 64, 56, 56], [64, 64, 1, 1])] == 2 * 32 * 64 * 64 * 1 * 1 * 56 * 56
+    assert by_dims[key([32, 64, 56, 56], [64, 64, 3, 3])] == 2 * 32 * 64 * 64 * 3 * 3 * 56 * 56
+    assert by_dims[key([32, 128, 56, 56], [128, 128, 3, 3])] == 2 * 32 * 128 * 128 * 3 * 3 * 28 * 28
+    # Per step: ResNet-50's 4.09 GMACs per 224x224 image (its 53 convolutions;
+    # the fc layer is a GEMM) x 2 x batch 32 = 261.6 GFLOPs.
+    per_step = fwd.group_by("step").agg(pl.col("flops").sum())["flops"]
+    assert per_step.n_unique() == 1 and per_step[0] == pytest.approx(2 * 32 * 4.0872e9, rel=1e-3)
+    # Independent check: the weight gradients (counted from the backward op's own
+    # shapes) do exactly the forward's FLOPs, layer by layer, so in total.
+    wgrad = carried.filter(pl.col("name") == "aten::cudnn_convolution_backward_weight")
+    assert wgrad["flops"].sum() == fwd["flops"].sum()
+
+
+def test_legacy_trace_without_dtypes_gets_conv_flops_not_bytes() -> None:
+    import polars as pl
+
+    _, carried = _conv_work(RESNET_LEGACY)
+    fwd = carried.filter(pl.col("name") == "aten::cudnn_convolution")
+    assert fwd.height == 318 and fwd["bytes"].null_count() == 318
+    _, modern = _conv_work(RESNET)
+    assert fwd["flops"].sum() == modern.filter(pl.col("name") == "aten::cudnn_convolution")["flops"].sum()

@@ -52,17 +52,34 @@ def _evaluate_ops(ops: pl.DataFrame) -> dict[int, Work]:
         src = ops.filter(pl.col("op_id").is_in(fwd_ids.unique().implode()))
         for r in src.select("op_id", *_KEY).iter_rows():
             fwd_rows[r[0]] = OpArgs.parse(r[1], r[2], r[3], r[4])
+    bwd_rows = _backward_rows(ops, cand)
     cache: dict[tuple, Work | None] = {}
     out: dict[int, Work] = {}
     for op_id, name, dims, types, concrete, fwd_id in cand.iter_rows():
         fwd = fwd_rows.get(fwd_id) if name in needs_fwd else None
-        key = (name, dims, types, concrete, fwd_id if fwd is not None else None)
+        bwd = bwd_rows.get(op_id)
+        key = (name, dims, types, concrete, fwd_id if fwd is not None else None, bwd)
         if key not in cache:
-            cache[key] = evaluate(OpArgs.parse(name, dims, types, concrete, fwd))
+            bwd_args = OpArgs.parse(*bwd) if bwd is not None else None
+            cache[key] = evaluate(OpArgs.parse(name, dims, types, concrete, fwd, bwd_args))
         work = cache[key]
         if work is not None:
             out[op_id] = work
     return out
+
+
+def _backward_rows(ops: pl.DataFrame, cand: pl.DataFrame) -> dict[int, tuple]:
+    """For registered ops that read their backward (``needs_backward``), the
+    first backward op linked to them (``fwd_op_id``), as ``(name, input_dims,
+    input_types, concrete_inputs)``."""
+    wanted = [n for n, e in REGISTRY.items() if e.needs_backward]
+    ids = cand.filter(pl.col("name").is_in(wanted))["op_id"]
+    if not ids.len() or "fwd_op_id" not in ops.columns:
+        return {}
+    linked = ops.filter(pl.col("fwd_op_id").is_in(ids.implode())).sort("op_id").unique("fwd_op_id", keep="first")
+    if "concrete_inputs" not in linked.columns:
+        linked = linked.with_columns(concrete_inputs=pl.lit(None, pl.String))
+    return {r[0]: r[1:] for r in linked.select("fwd_op_id", *_KEY).iter_rows()}
 
 
 def _carriers(ops: pl.DataFrame, works: dict[int, Work]) -> list[int | None]:

@@ -71,7 +71,9 @@ class OpArgs:
     """One op call's arguments, decoded from the ``ops`` table's JSON text.
 
     ``fwd`` is the forward op's arguments for ops that run in backward, so a
-    backward formula can use shapes its own call did not record.
+    backward formula can use shapes its own call did not record; ``bwd``,
+    for forward ops, the first backward op linked to them (its autograd
+    node), whose incoming gradient has the forward's output shape.
     """
 
     name: str
@@ -79,12 +81,14 @@ class OpArgs:
     types: list
     concrete: list
     fwd: OpArgs | None = None
+    bwd: OpArgs | None = None
 
     @classmethod
     def parse(
-        cls, name: str, dims: str | None, types: str | None, concrete: str | None, fwd: OpArgs | None = None
-    ) -> OpArgs:
-        return cls(name, json_list(dims), json_list(types), json_list(concrete), fwd)
+        cls, name: str, dims: str | None, types: str | None, concrete: str | None, fwd: OpArgs | None = None,
+        bwd: OpArgs | None = None,
+    ) -> OpArgs:  # fmt: skip
+        return cls(name, json_list(dims), json_list(types), json_list(concrete), fwd, bwd)
 
     def __len__(self) -> int:
         return len(self.dims)
@@ -226,6 +230,7 @@ class Entry:
     composite: bool = False
     defers_to: frozenset[str] | None = None
     needs_forward: bool = False
+    needs_backward: bool = False
 
 
 REGISTRY: dict[str, Entry] = {}
@@ -238,6 +243,7 @@ def register(
     composite: bool = False,
     defers_to: Iterable[str] | None = None,
     needs_forward: bool = False,
+    needs_backward: bool = False,
 ) -> Callable[[Formula], Formula]:
     """Register ``fn`` for op names (``aten::`` is added where missing)."""
     names = [names] if isinstance(names, str) else list(names)
@@ -246,7 +252,7 @@ def register(
     def deco(fn: Formula) -> Formula:
         for n in names:
             full = n if "::" in n else f"aten::{n}"
-            REGISTRY[full] = Entry(full, fn, family, composite, defer, needs_forward)
+            REGISTRY[full] = Entry(full, fn, family, composite, defer, needs_forward, needs_backward)
         return fn
 
     return deco

@@ -6,6 +6,15 @@ A transposed convolution is the data gradient of a regular one, so it does
 ``2 * N * prod(in_spatial) * prod(weight.shape)``.  Bias adds are not counted
 (bytes are), as for GEMMs.
 
+Forward calls recorded without their stride and padding (older Kineto
+traces record shapes but not non-tensor arguments) take the output size
+from the backward pass: the incoming gradient of the autograd node linked
+to the call has the output's shape (``OpArgs.bwd``).  The formula then says
+``output from its gradient``.  A forward-only call without those arguments
+gets no count: guessing ``stride=1`` would overcount a strided layer 4x.
+Traces that record no dtypes at all still get FLOPs (shapes suffice), with
+bytes unknown.
+
 Backward: the data gradient (dgrad) and the weight gradient (wgrad) each do
 the forward's FLOPs; ``output_mask`` says which ran.  Grouped convolutions
 count ``C_in / groups`` in both, which is what the weight gradient really
@@ -44,7 +53,7 @@ def out_spatial(
 def conv_forward(
     label: str, x: Tensor | None, w: Tensor | None, bias: Tensor | None, stride: list[int] | None,
     padding: list[int] | str | None, dilation: list[int] | None, transposed: bool,
-    output_padding: list[int] | None, groups: int | None,
+    output_padding: list[int] | None, groups: int | None, bwd: OpArgs | None = None,
 ) -> Work | None:
     if x is None or w is None or len(x.shape) < 3 or len(w.shape) != len(x.shape):
         return None
@@ -54,10 +63,13 @@ def conv_forward(
     output_padding = output_padding or [0] * nd
     if padding == "valid":
         padding = [0] * nd
+    derived = ""
     if padding == "same":
         spatial = x.shape[2:]
     elif isinstance(padding, list) and len(padding) == nd and len(stride) == nd and len(dilation) == nd:
         spatial = out_spatial(x, w, stride, padding, dilation, transposed, output_padding)
+    elif not transposed and (grad := _output_from_gradient(bwd, x, w)) is not None:
+        spatial, derived = grad.shape[2:], ", output from its gradient"
     else:
         return None
     n = x.shape[0]
@@ -73,7 +85,40 @@ def conv_forward(
     moved = total(x.nbytes, w.nbytes, bias.nbytes if bias else 0, out)
     kind = f"conv_transpose{nd}d" if transposed else f"conv{nd}d"
     expr = "N*in" if transposed else "N*out"
-    return Work(flops, moved, f"{label.split('::')[-1]} {kind} 2*{expr}*prod(weight)")
+    return Work(flops, moved, f"{label.split('::')[-1]} {kind} 2*{expr}*prod(weight){derived}")
+
+
+#: Where the output's gradient sits among a linked backward op's inputs;
+#: autograd nodes (``CudnnConvolutionBackward``, ``ConvolutionBackward0``) take it first.
+_GRAD_OUTPUT_AT = {
+    "aten::convolution_backward": 0,
+    "aten::cudnn_convolution_backward": 1,
+    "aten::cudnn_convolution_backward_input": 1,
+    "aten::cudnn_convolution_backward_weight": 1,
+}
+
+
+def _output_from_gradient(bwd: OpArgs | None, x: Tensor, w: Tensor) -> Tensor | None:
+    """The forward output's shape, read from the backward op's gradient input
+    when it is consistent with the call (same rank and batch, ``C_out`` channels)."""
+    if bwd is None:
+        return None
+    grad = _tensor(bwd, _GRAD_OUTPUT_AT.get(bwd.name, 0))
+    if grad is None or len(grad.shape) != len(x.shape) or grad.shape[:2] != (x.shape[0], w.shape[0]):
+        return None
+    return grad
+
+
+def _tensor(op: OpArgs, i: int) -> Tensor | None:
+    """Argument ``i`` as a tensor; in a trace that recorded no dtypes at all,
+    any non-empty integer shape (dtype unknown, so bytes are too)."""
+    t = op.tensor(i)
+    if t is not None or op.types or i >= len(op.dims):
+        return t
+    dims = op.dims[i]
+    if isinstance(dims, list) and dims and all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+        return Tensor(tuple(dims), None)
+    return None
 
 
 def _ints(op: OpArgs, i: int, nd: int) -> list[int] | None:
@@ -81,29 +126,32 @@ def _ints(op: OpArgs, i: int, nd: int) -> list[int] | None:
 
 
 def _nd(op: OpArgs) -> int:
-    x = op.tensor(0)
+    x = _tensor(op, 0)
     return len(x.shape) - 2 if x and len(x.shape) >= 3 else 0
 
 
-@register(["convolution", "_convolution", "convolution_overrideable"], "conv", composite=True, defers_to=["conv"])
+@register(
+    ["convolution", "_convolution", "convolution_overrideable"], "conv", composite=True, defers_to=["conv"],
+    needs_backward=True,
+)
 def convolution(op: OpArgs) -> Work | None:
     """(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)."""
     nd = _nd(op)
     groups = op.value(8)
     return conv_forward(
-        op.name, op.tensor(0), op.tensor(1), op.tensor(2), _ints(op, 3, nd), _ints(op, 4, nd), _ints(op, 5, nd),
-        op.flag(6), _ints(op, 7, nd), groups if isinstance(groups, int) else None,
+        op.name, _tensor(op, 0), _tensor(op, 1), _tensor(op, 2), _ints(op, 3, nd), _ints(op, 4, nd), _ints(op, 5, nd),
+        op.flag(6), _ints(op, 7, nd), groups if isinstance(groups, int) else None, op.bwd,
     )
 
 
-@register(["conv1d", "conv2d", "conv3d"], "conv", composite=True, defers_to=["conv"])
+@register(["conv1d", "conv2d", "conv3d"], "conv", composite=True, defers_to=["conv"], needs_backward=True)
 def conv_nd(op: OpArgs) -> Work | None:
     """(input, weight, bias, stride, padding, dilation, groups); padding may be 'same'/'valid'."""
     nd = _nd(op)
     pad = op.value(4)
     padding = pad if pad in ("same", "valid") else _ints(op, 4, nd)
     return conv_forward(
-        op.name, op.tensor(0), op.tensor(1), op.tensor(2), _ints(op, 3, nd), padding, _ints(op, 5, nd),
+        op.name, _tensor(op, 0), _tensor(op, 1), _tensor(op, 2), _ints(op, 3, nd), padding, _ints(op, 5, nd),
         False, None, None,
     )
 
@@ -114,18 +162,18 @@ def conv_transpose_nd(op: OpArgs) -> Work | None:
     nd = _nd(op)
     groups = op.value(6)
     return conv_forward(
-        op.name, op.tensor(0), op.tensor(1), op.tensor(2), _ints(op, 3, nd), _ints(op, 4, nd), _ints(op, 7, nd),
+        op.name, _tensor(op, 0), _tensor(op, 1), _tensor(op, 2), _ints(op, 3, nd), _ints(op, 4, nd), _ints(op, 7, nd),
         True, _ints(op, 5, nd), groups if isinstance(groups, int) else 1,
     )
 
 
-@register(["cudnn_convolution", "miopen_convolution_no_bias"], "conv")
+@register(["cudnn_convolution", "miopen_convolution_no_bias"], "conv", needs_backward=True)
 def cudnn_convolution(op: OpArgs) -> Work | None:
     """(self, weight, padding, stride, dilation, groups, ...): no bias argument."""
     nd = _nd(op)
     return conv_forward(
-        op.name, op.tensor(0), op.tensor(1), None, _ints(op, 3, nd), _ints(op, 2, nd), _ints(op, 4, nd),
-        False, None, None,
+        op.name, _tensor(op, 0), _tensor(op, 1), None, _ints(op, 3, nd), _ints(op, 2, nd), _ints(op, 4, nd),
+        False, None, None, op.bwd,
     )
 
 
@@ -135,18 +183,18 @@ def cudnn_convolution_transpose(op: OpArgs) -> Work | None:
     nd = _nd(op)
     groups = op.value(6)
     return conv_forward(
-        op.name, op.tensor(0), op.tensor(1), None, _ints(op, 4, nd), _ints(op, 2, nd), _ints(op, 5, nd),
+        op.name, _tensor(op, 0), _tensor(op, 1), None, _ints(op, 4, nd), _ints(op, 2, nd), _ints(op, 5, nd),
         True, _ints(op, 3, nd), groups if isinstance(groups, int) else None,
     )
 
 
-@register(["mkldnn_convolution", "miopen_convolution", "miopen_depthwise_convolution"], "conv")
+@register(["mkldnn_convolution", "miopen_convolution", "miopen_depthwise_convolution"], "conv", needs_backward=True)
 def mkldnn_convolution(op: OpArgs) -> Work | None:
     """(self, weight, bias, padding, stride, dilation, groups, ...)."""
     nd = _nd(op)
     return conv_forward(
-        op.name, op.tensor(0), op.tensor(1), op.tensor(2), _ints(op, 4, nd), _ints(op, 3, nd), _ints(op, 5, nd),
-        False, None, None,
+        op.name, _tensor(op, 0), _tensor(op, 1), _tensor(op, 2), _ints(op, 4, nd), _ints(op, 3, nd), _ints(op, 5, nd),
+        False, None, None, op.bwd,
     )
 
 
@@ -159,7 +207,7 @@ def slow_convolution(op: OpArgs) -> Work | None:
     """(self, weight, kernel_size, bias, stride, padding[, dilation])."""
     nd = _nd(op)
     return conv_forward(
-        op.name, op.tensor(0), op.tensor(1), op.tensor(3), _ints(op, 4, nd), _ints(op, 5, nd), _ints(op, 6, nd),
+        op.name, _tensor(op, 0), _tensor(op, 1), _tensor(op, 3), _ints(op, 4, nd), _ints(op, 5, nd), _ints(op, 6, nd),
         False, None, None,
     )
 
@@ -169,7 +217,7 @@ def slow_conv_transpose(op: OpArgs) -> Work | None:
     """(self, weight, kernel_size, bias, stride, padding, output_padding, dilation); groups are 1."""
     nd = _nd(op)
     return conv_forward(
-        op.name, op.tensor(0), op.tensor(1), op.tensor(3), _ints(op, 4, nd), _ints(op, 5, nd), _ints(op, 7, nd),
+        op.name, _tensor(op, 0), _tensor(op, 1), _tensor(op, 3), _ints(op, 4, nd), _ints(op, 5, nd), _ints(op, 7, nd),
         True, _ints(op, 6, nd), 1,
     )
 
@@ -187,7 +235,7 @@ def _pass_flops(grad_out: Tensor, x_shape: tuple[int, ...], w: Tensor, transpose
 def convolution_backward(op: OpArgs) -> Work | None:
     """(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding,
     groups, output_mask)."""
-    go, x, w = op.tensor(0), op.tensor(1), op.tensor(2)
+    go, x, w = _tensor(op, 0), _tensor(op, 1), _tensor(op, 2)
     if go is None or x is None or w is None or len(go.shape) < 3:
         return None
     transposed = op.flag(7)
@@ -214,7 +262,7 @@ def _forward_tensor(op: OpArgs, i: int) -> Tensor | None:
     fwd = op.fwd
     if fwd is None:
         return None
-    return fwd.tensor(i) if "conv" in fwd.name else None
+    return _tensor(fwd, i) if "conv" in fwd.name else None
 
 
 @register(["cudnn_convolution_backward_input", "miopen_convolution_backward_input"], "conv", needs_forward=True)
@@ -224,7 +272,7 @@ def cudnn_backward_input(op: OpArgs) -> Work | None:
     ``self_size`` is often recorded without its value, so the data gradient's
     shape comes from the forward op's input.
     """
-    go, w = op.tensor(1), op.tensor(2)
+    go, w = _tensor(op, 1), _tensor(op, 2)
     size = op.int_list(0)
     x_shape = tuple(size) if size else None
     if x_shape is None:
@@ -241,7 +289,7 @@ def cudnn_backward_input(op: OpArgs) -> Work | None:
 def cudnn_backward_weight(op: OpArgs) -> Work | None:
     """Older cuDNN API: (weight_size, grad_output, self, padding, stride, dilation, groups, ...) -> wgrad."""
 
-    go, x = op.tensor(1), op.tensor(2)
+    go, x = _tensor(op, 1), _tensor(op, 2)
     size = op.int_list(0)
     if go is None or x is None or len(go.shape) < 3 or x.shape[0] != go.shape[0]:
         return None
@@ -259,7 +307,7 @@ def cudnn_backward_weight(op: OpArgs) -> Work | None:
 @register(["cudnn_convolution_backward", "miopen_convolution_backward"], "conv", composite=True, defers_to=["conv"])
 def cudnn_convolution_backward(op: OpArgs) -> Work | None:
     """Older cuDNN API: (self, grad_output, weight, padding, stride, dilation, groups, ..., output_mask)."""
-    x, go, w = op.tensor(0), op.tensor(1), op.tensor(2)
+    x, go, w = _tensor(op, 0), _tensor(op, 1), _tensor(op, 2)
     if x is None or go is None or w is None or len(go.shape) < 3:
         return None
     mask = op.value(len(op) - 1)
