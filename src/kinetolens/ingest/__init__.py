@@ -7,6 +7,7 @@ from pathlib import Path
 from kinetolens.errors import TraceError
 from kinetolens.ingest.kineto import RawTables
 from kinetolens.ingest.kineto_file import read_kineto
+from kinetolens.ingest.kineto_parallel import parallel_kineto, wants_parallel
 from kinetolens.ingest.kineto_stream import stream_kineto
 from kinetolens.ingest.nsys import read_nsys
 from kinetolens.ingest.opener import StreamUnsupported, open_trace_bytes
@@ -30,6 +31,12 @@ def read_raw(path: str | Path) -> RawTables:
         raise TraceError(p, f"cannot read file ({exc.strerror})") from None
     if head == SQLITE_MAGIC:
         return read_nsys(p)
+    workers = wants_parallel(p)
+    if workers:
+        try:
+            return parallel_kineto(p, workers)
+        except StreamUnsupported:
+            pass  # the serial readers below decide, and word any error exactly
     try:
         return stream_kineto(p)
     except StreamUnsupported:

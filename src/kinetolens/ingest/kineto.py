@@ -182,7 +182,7 @@ def _frame(path: str, table: str, build: Callable[[], dict[str, pl.Series]]) -> 
     )
 
 
-def _chunk_frames(path: str, p: Partition, exact: bool) -> dict[str, pl.DataFrame]:
+def chunk_frames(path: str, p: Partition, exact: bool) -> dict[str, pl.DataFrame]:
     """Every table's frame for one chunk.
 
     All are built before any is kept: a table late in the chunk may ask for
@@ -248,16 +248,21 @@ def decode_events(path: str, chunks: Iterable[ChunkSource]) -> dict[str, pl.Data
         if missing_dur or negative_dur:
             break
         try:
-            frames = _chunk_frames(path, p, exact)
+            frames = chunk_frames(path, p, exact)
         except NeedsExactTime:
             exact = True
-            frames = _chunk_frames(path, partition(chunk(exact)), exact)
+            frames = chunk_frames(path, partition(chunk(exact)), exact)
         for table, frame in frames.items():
             parts[table].append(frame)
     if negative_dur:
         raise TraceError(path, f"{negative_dur} event(s) have a negative duration ('dur' < 0)")
     if missing_dur:
         raise TraceError(path, f"{missing_dur} complete ('X') event(s) have no duration ('dur')")
+    return finish_tables(path, parts)
+
+
+def finish_tables(path: str, parts: dict[str, list[pl.DataFrame]]) -> dict[str, pl.DataFrame]:
+    """The chunks' frames, in file order, joined into one frame per table and checked."""
     tables = _concat(parts)
     _check_end(path, "host", tables["host"])
     _check_end(path, "device", tables["device"])

@@ -32,14 +32,14 @@ from kinetolens.ingest.kineto_schema import Event, ExactTimeEvent
 from kinetolens.ingest.opener import StreamUnsupported, file_blocks
 
 PIECE_BYTES = 1 << 20
-_TAIL_WINDOW = 1 << 16
-_MAX_CUT_TRIES = 8
+TAIL_WINDOW = 1 << 16
+MAX_CUT_TRIES = 8
 _MAX_HEAD_BYTES = 64 << 20
 _MAX_BACKLOG_BYTES = 64 << 20
 
 _ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[\s*')
-_BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*\{")
-_ARRAY_END = re.compile(rb"\}\s*\]")
+BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*\{")
+ARRAY_END = re.compile(rb"\}\s*\]")
 
 _OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _EVENTS = {
@@ -48,13 +48,13 @@ _EVENTS = {
 }
 
 
-def _decode_piece(piece: bytes, exact: bool) -> list[Event]:
+def decode_piece(piece: bytes, exact: bool) -> list[Event]:
     return _EVENTS[exact].decode(b"".join((b"[", piece, b"]")))
 
 
-def _try_piece(piece: bytes, exact: bool = False) -> list[Event] | None:
+def try_piece(piece: bytes, exact: bool = False) -> list[Event] | None:
     try:
-        return _decode_piece(piece, exact)
+        return decode_piece(piece, exact)
     except (msgspec.DecodeError, UnicodeDecodeError):
         return None
 
@@ -81,7 +81,7 @@ def _head(text: bytes) -> dict[str, Any]:
     return _object(body[:-1])
 
 
-def _tail(text: bytes) -> dict[str, Any]:
+def tail(text: bytes) -> dict[str, Any]:
     """Metadata written after the array: ``, "k": v ... }``."""
     body = text.strip()
     if not body.endswith(b"}"):
@@ -94,7 +94,7 @@ def _tail(text: bytes) -> dict[str, Any]:
     return _object(body[1:])
 
 
-class _Pieces:
+class Pieces:
     """Cuts the event array into validated pieces; collects the metadata."""
 
     def __init__(self, blocks: Iterator[bytes]) -> None:
@@ -138,7 +138,7 @@ class _Pieces:
             if exact == decoded_exact:
                 return events
             self.exact = self.exact or exact
-            return _decode_piece(piece, exact)
+            return decode_piece(piece, exact)
 
         return decode
 
@@ -150,11 +150,11 @@ class _Pieces:
         again with more text; only a backlog no event boundary resolves
         means a malformed event, left to the whole-file reader.
         """
-        start = max(0, len(buf) - _TAIL_WINDOW)
-        cuts = list(_BETWEEN_EVENTS.finditer(buf, start)) or list(_BETWEEN_EVENTS.finditer(buf))
-        for m in reversed(cuts[-_MAX_CUT_TRIES:]):
+        start = max(0, len(buf) - TAIL_WINDOW)
+        cuts = list(BETWEEN_EVENTS.finditer(buf, start)) or list(BETWEEN_EVENTS.finditer(buf))
+        for m in reversed(cuts[-MAX_CUT_TRIES:]):
             piece = buf[: m.start() + 1]
-            events = _try_piece(piece, self.exact)
+            events = try_piece(piece, self.exact)
             if events is not None:
                 return buf[m.end() - 1 :], self._source(piece, events)
         if len(buf) > _MAX_BACKLOG_BYTES:
@@ -162,11 +162,11 @@ class _Pieces:
         return buf, None
 
     def _last(self, buf: bytes) -> ChunkSource:
-        for m in reversed(list(_ARRAY_END.finditer(buf))[-_MAX_CUT_TRIES:]):
+        for m in reversed(list(ARRAY_END.finditer(buf))[-MAX_CUT_TRIES:]):
             piece = buf[: m.start() + 1]
-            events = _try_piece(piece, self.exact)
+            events = try_piece(piece, self.exact)
             if events is not None:
-                self.metadata.update(_tail(buf[m.end() :]))
+                self.metadata.update(tail(buf[m.end() :]))
                 return self._source(piece, events)
         raise StreamUnsupported("end of the event array")
 
@@ -177,7 +177,7 @@ def stream_kineto(path: Path) -> RawTables:
     Raises :class:`StreamUnsupported` for anything else; the caller then
     uses the whole-file reader.
     """
-    pieces = _Pieces(file_blocks(path, PIECE_BYTES))
+    pieces = Pieces(file_blocks(path, PIECE_BYTES))
     try:
         tables = decode_events(str(path), pieces)
     finally:
