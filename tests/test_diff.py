@@ -25,6 +25,7 @@ import pytest
 
 import kinetolens
 from kinetolens.analysis.diff import NO_OP, compare, normalize_module, normalize_name
+from kinetolens.cli.diff_command import short_name
 from kinetolens.cli.main import main
 from tests.conftest import GOLDEN, trace_path
 
@@ -357,3 +358,19 @@ def test_bad_input_exits_2(cpu_runs: dict[str, Any], tmp_path: Path, capsys: pyt
     broken.write_text('{"traceEvents": [')
     code, _, err = _cli(capsys, base, str(broken))
     assert code == 2 and "broken.json" in err and "Traceback" not in err
+
+
+def test_terminal_view(pair: dict[str, Any], capsys: pytest.CaptureFixture[str], cpu_runs: dict[str, Any]) -> None:
+    control, test = (str(trace_path(p).parent) for p in (CONTROL, TEST))
+    code, out, _ = _cli(capsys, control, test, "-l", "kernel", "-t", "5", "-w", "120")
+    assert code == 0
+    assert "+46.584 ms (60.1% slower)" in out
+    assert "Memcpy DtoD (Device -> Device)" in out and "3 → 774.17" in out
+    # Template and call arguments are folded so a kernel name fits; the JSON keeps it whole.
+    full = next(n for n in pair["diff"].tables["kernel"]["name"] if n.startswith("void split_embedding_backward"))
+    assert len(full) > 300
+    assert short_name(full) == "split_embedding_backward_codegen_ro…weighted_kernel_cta_per_row_1<…>(…)"
+    assert short_name("aten::mm") == "aten::mm"
+    logdir = cpu_runs["logdir"]
+    code, out, _ = _cli(capsys, str(logdir / "base"), str(logdir / "slow"), "-l", "module", "-w", "120")
+    assert "Sequential.Linear [2 → 4 instances]" in out

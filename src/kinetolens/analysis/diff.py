@@ -59,6 +59,9 @@ LEVEL_KEYS: dict[str, tuple[str, ...]] = {
 SAME_PCT = 1.0
 #: Ops listed as explaining the step-time change, at most.
 EXPLAIN_TOP = 10
+#: Ops that moved less than this percentage of the step delta explain nothing
+#: worth listing.
+EXPLAIN_MIN_PCT = 1.0
 #: Label of rows whose key is missing (ops outside any module, ops without shapes).
 NO_KEY = "-"
 #: Op-level row for GPU work no op launched (NCCL kernels of a communication
@@ -312,7 +315,8 @@ def explain(op_table: pl.DataFrame, step_delta_us: float, top: int = EXPLAIN_TOP
     """The ops whose self-time deltas account for most of ``step_delta_us``.
 
     Ops that moved in the step's direction, largest first, until their sum
-    reaches the step delta or ``top`` ops are listed.  ``unexplained_us`` is
+    reaches the step delta, ``top`` ops are listed, or the next op moved less
+    than :data:`EXPLAIN_MIN_PCT` of the step delta.  ``unexplained_us`` is
     the rest of the step delta: negative when these ops grew more than the
     step did (their extra time overlapped other work), and large when the
     change is not in op time at all (idle gaps, waiting, another thread).
@@ -324,6 +328,8 @@ def explain(op_table: pl.DataFrame, step_delta_us: float, top: int = EXPLAIN_TOP
     explained = 0.0
     for row in moved.iter_rows(named=True):
         if len(rows) >= top or (rows and explained * sign >= step_delta_us * sign):
+            break
+        if abs(row["delta_us"]) < abs(step_delta_us) * EXPLAIN_MIN_PCT / 100.0:
             break
         explained += row["delta_us"]
         rows.append(

@@ -9,6 +9,7 @@ step time is more than PCT percent above the baseline's.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ import polars as pl
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from kinetolens.analysis.diff import LEVEL_KEYS, LEVELS, RunDiff, compare
 from kinetolens.cli.render import emit, emit_json
@@ -105,11 +107,9 @@ SHORT_HEADERS = {
     "experiment_us": "exp us",
     "delta_us": "delta us",
     "delta_pct": "delta %",
-    "baseline_calls": "base calls",
-    "experiment_calls": "exp calls",
-    "baseline_instances": "base inst",
-    "experiment_instances": "exp inst",
 }
+#: Terminal words for the statuses, so the column stays narrow.
+SHORT_STATUS = {"appeared": "new", "disappeared": "gone"}
 #: Longest name shown in the terminal; --json and --csv keep whole names.
 NAME_CHARS = 72
 _TEMPLATE = re.compile(r"<[^<>]*>")
@@ -133,15 +133,49 @@ def short_name(name: str, chars: int = NAME_CHARS) -> str:
     return name
 
 
+def _arrow(base: str, exp: str) -> pl.Expr:
+    """``2 → 3``: a before/after pair in one narrow column."""
+    fmt = [pl.col(c).round(2).cast(pl.String).str.replace(r"\.0$", "") for c in (base, exp)]
+    return pl.concat_str([fmt[0], pl.lit(" → "), fmt[1]])
+
+
 def _terminal_columns(level: str, table: pl.DataFrame) -> pl.DataFrame:
     keys = list(LEVEL_KEYS[level])
-    cols = [*keys, "status", "baseline_us", "experiment_us", "delta_us", "delta_pct"]
-    cols += [c for c in ("baseline_calls", "experiment_calls") if c in table.columns]
-    cols += [c for c in ("baseline_instances", "experiment_instances") if c in table.columns]
+    if "baseline_instances" in table.columns:  # a layer added or removed: say so by the module
+        changed = pl.col("baseline_instances") != pl.col("experiment_instances")
+        instances = _arrow("baseline_instances", "experiment_instances")
+        label = pl.concat_str([pl.col("module"), pl.lit(" ["), instances, pl.lit(" instances]")])
+        table = table.with_columns(pl.when(changed).then(label).otherwise(pl.col("module")).alias("module"))
+    cols: list[str | pl.Expr] = [*keys, "status", "baseline_us", "experiment_us", "delta_us", "delta_pct"]
+    if "baseline_calls" in table.columns:
+        cols.append(_arrow("baseline_calls", "experiment_calls").alias("calls"))
     shown = table.select(cols).with_columns(
-        pl.col(k).map_elements(short_name, return_dtype=pl.String) for k in keys
+        *(pl.col(k).map_elements(short_name, return_dtype=pl.String) for k in keys),
+        pl.col("status").replace(SHORT_STATUS),
     )
     return shown.rename(SHORT_HEADERS, strict=False)
+
+
+def _number(value: object) -> Text:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return Text("-")
+    if isinstance(value, float):
+        return Text(f"{value:,.1f}")
+    return Text(str(value))
+
+
+def _print_table(console: Console, frame: pl.DataFrame, keys: list[str], title: str) -> None:
+    """Numbers never wrap; the name columns take the rest of the width and fold."""
+    table = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
+    for name in frame.columns:
+        if name in keys:
+            table.add_column(name, overflow="fold", ratio=1, min_width=20)
+        else:
+            numeric = frame.schema[name].is_numeric()
+            table.add_column(name, justify="right" if numeric else "left", no_wrap=True)
+    for row in frame.iter_rows():
+        table.add_row(*(_number(v) for v in row))
+    console.print(table)
 
 
 def _gate(diff: RunDiff, limit_pct: float) -> None:
@@ -203,6 +237,6 @@ def diff_command(
         _print_summary(console, diff, baseline, experiment)
         shown = _terminal_columns(level, table).head(top or DEFAULT_TOP)
         more = f" (top {shown.height} of {table.height} by |delta|)" if table.height > shown.height else ""
-        emit(shown, "table", title=f"{level} per step, us{more}", width=width)
+        _print_table(console, shown, list(LEVEL_KEYS[level]), f"{level} per step, us{more}")
     if fail_if_slower is not None:
         _gate(diff, fail_if_slower)
