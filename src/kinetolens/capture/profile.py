@@ -95,6 +95,7 @@ class Profile:
         with_flops: bool = False,
         counters: Iterable[str] | str | None = None,
         counters_per_kernel: bool = True,
+        sample_rate: int | None = None,
         **torch_kwargs: Any,
     ) -> None:
         if steps is not None:
@@ -131,6 +132,11 @@ class Profile:
                 raise hw_counters.CaptureUnsupportedError(
                     "kinetolens.profile: hardware counters are device counters; profile_device=False turns them off"
                 )
+        if sample_rate is not None and (isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or sample_rate < 1):
+            raise ValueError(f"kinetolens.profile: sample_rate must be a positive integer, got {sample_rate!r}")
+        #: Sample memory every this many ops (see ``capture.memory_sampling``), or None.
+        self.sample_rate = sample_rate
+        self._sampler: Any = None
         #: Every trace written by this profile, oldest first.
         self.trace_files: list[Path] = []
         #: Extra keys merged into each metadata file.
@@ -238,6 +244,13 @@ class Profile:
         )
         prof.__enter__()
         self._prof = prof
+        if self.sample_rate is not None:
+            import torch
+
+            from kinetolens.capture.memory_sampling import MemorySampler
+
+            self._sampler = MemorySampler(self.sample_rate, cuda=self._cuda and torch.cuda.is_available())
+            self._sampler.__enter__()
         self.step = prof.step  # type: ignore[method-assign]
         _RUNNING.append(self)
         if self._register_marker:
@@ -248,6 +261,8 @@ class Profile:
         prof = self._prof
         if prof is None:
             return
+        if self._sampler is not None:
+            self._sampler.__exit__(exc_type, exc, tb)  # before the last window is written
         try:
             prof.__exit__(exc_type, exc, tb)
         finally:
@@ -278,7 +293,7 @@ class Profile:
         assert self._run_dir is not None
         self._run_dir.mkdir(parents=True, exist_ok=True)
         path = layout.new_trace_path(self._run_dir, worker)
-        layout.write_trace(path, prof.export_chrome_trace)
+        layout.write_trace(path, self._exporter(prof))
         meta = collect(
             run=self._run_dir.name,
             worker=worker,
@@ -292,6 +307,20 @@ class Profile:
         layout.write_json(layout.metadata_path(path), meta)
         self._session_traces += 1
         self.trace_files.append(path)
+
+    def _exporter(self, prof: torch.profiler.profile) -> Callable[[str], None]:
+        """torch's export, followed by the memory samples of the window when sampling."""
+        sampler = self._sampler
+        if sampler is None:
+            return prof.export_chrome_trace
+
+        def export(json_path: str) -> None:
+            from kinetolens.capture.memory_sampling import insert_samples
+
+            prof.export_chrome_trace(json_path)
+            insert_samples(Path(json_path), sampler.drain(), sampler.device)
+
+        return export
 
     def _counter_options(self) -> dict[str, Any]:
         if self.counters is None:
@@ -356,6 +385,7 @@ def profile(
     with_flops: bool = ...,
     counters: Iterable[str] | str | None = ...,
     counters_per_kernel: bool = ...,
+    sample_rate: int | None = ...,
     **torch_kwargs: Any,
 ) -> Profile: ...
 
@@ -388,6 +418,10 @@ def profile(fn: Callable[..., Any] | None = None, /, **kwargs: Any) -> Any:
             (a ValueError) where they cannot be collected.
         counters_per_kernel: measure each kernel separately (slower:
             kernels are serialized) rather than each step range.
+        sample_rate: sample memory every N dispatched ops (CUDA allocated
+            and reserved bytes, else the process's RSS) into the trace as
+            "kinetolens memory sample" counter events; None (default)
+            installs nothing.
         torch_kwargs: any other torch.profiler.profile keyword.
     """
     prof = Profile(**kwargs)
