@@ -35,19 +35,31 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from bench_common import (
+    MB,
+    REPO,
+    emit_result,
+    ensure_venv,
+    git_revision,
+    kinetolens_available,
+    package_version,
+    proc_status_kb,
+    query_python,
+    replace_doc_block,
+    run_measured,
+    uncompressed_size,
+)
+
 HTA_VENV = REPO / "bench" / ".venvs" / "hta"
 HTA_SPEC_DEFAULT = ["HolisticTraceAnalysis==0.5.0", "pandas<3"]
 DOC = REPO / "docs" / "BENCHMARKS.md"
@@ -65,8 +77,6 @@ TOOL_LABEL = {
     "kl-build": "kinetolens `load(cache=dir)`, first (writes cache)",
     "kl-cached": "kinetolens `load(cache=dir)`, cached reload",
 }
-FORBIDDEN_IN_HTA_VENV = ("torch", "triton")
-MB = 1024 * 1024
 
 # Targets from the issue.
 TARGET_SPEEDUP = 5.0
@@ -78,14 +88,6 @@ TARGET_CACHED_S = 0.5
 # worker side (runs in the measured subprocess)
 # --------------------------------------------------------------------------
 
-def _proc_status_kb(field: str) -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return -1
-
-
 def _worker(tool: str, path: str, cache_dir: str | None) -> None:
     out: dict = {"tool": tool}
     if tool == "hta":
@@ -95,7 +97,7 @@ def _worker(tool: str, path: str, cache_dir: str | None) -> None:
         from hta.trace_analysis import TraceAnalysis
 
         logging.disable(logging.WARNING)  # HTA logs per-rank progress at INFO/WARNING
-        out["rss_after_imports_kb"] = _proc_status_kb("VmRSS")
+        out["rss_after_imports_kb"] = proc_status_kb("VmRSS")
         tmp = tempfile.mkdtemp(prefix="loadbench-hta-")
         try:
             os.symlink(os.path.abspath(path), os.path.join(tmp, os.path.basename(path)))
@@ -103,7 +105,7 @@ def _worker(tool: str, path: str, cache_dir: str | None) -> None:
             ta = TraceAnalysis(trace_dir=tmp)
             out["time_s"] = time.perf_counter() - t0
             out["rows"] = {
-                f"rank{r}": int(len(df)) for r, df in ta.t.traces.items()
+                f"rank{r}": len(df) for r, df in ta.t.traces.items()
             }
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -112,7 +114,7 @@ def _worker(tool: str, path: str, cache_dir: str | None) -> None:
 
         import kinetolens
 
-        out["rss_after_imports_kb"] = _proc_status_kb("VmRSS")
+        out["rss_after_imports_kb"] = proc_status_kb("VmRSS")
         cache: object = False if tool == "kl-cold" else cache_dir
         t0 = time.perf_counter()
         tr = kinetolens.load(path, cache=cache)
@@ -126,60 +128,17 @@ def _worker(tool: str, path: str, cache_dir: str | None) -> None:
             out["cache_bytes"] = sum(
                 f.stat().st_size for f in Path(cache_dir).rglob("*") if f.is_file()
             )
-    out["peak_rss_kb"] = _proc_status_kb("VmHWM")
-    sys.stdout.write("\n@@RESULT@@" + json.dumps(out) + "\n")
-    sys.stdout.flush()
+    out["peak_rss_kb"] = proc_status_kb("VmHWM")
+    emit_result(out)
 
 
 # --------------------------------------------------------------------------
 # parent side
 # --------------------------------------------------------------------------
 
-def _venv_python(venv: Path) -> Path:
-    return venv / "bin" / "python"
-
-
 def ensure_hta_venv(spec: list[str], base_python: str) -> Path:
     """Create ``bench/.venvs/hta`` once; reuse it when its spec matches."""
-    py = _venv_python(HTA_VENV)
-    ready = HTA_VENV / ".loadbench-ready"
-    want = "\n".join(spec)
-    if py.exists() and ready.exists() and ready.read_text() == want:
-        return py
-    print(f"[setup] creating HTA venv at {HTA_VENV} ({' '.join(spec)})", file=sys.stderr)
-    if HTA_VENV.exists():
-        shutil.rmtree(HTA_VENV)
-    subprocess.run([base_python, "-m", "venv", str(HTA_VENV)], check=True)
-    pip = [str(py), "-m", "pip", "--disable-pip-version-check"]
-    # Resolve first and refuse anything that would drag torch in.
-    report = subprocess.run(
-        pip + ["install", "--dry-run", "--quiet", "--report", "-", *spec],
-        capture_output=True, text=True,
-    )
-    if report.returncode != 0:
-        sys.exit(f"[setup] pip could not resolve {spec}:\n{report.stderr[-4000:]}")
-    report = report.stdout
-    names = sorted(
-        i["metadata"]["name"].lower() for i in json.loads(report).get("install", [])
-    )
-    bad = [n for n in names if n in FORBIDDEN_IN_HTA_VENV or n.startswith("nvidia-")]
-    if bad:
-        shutil.rmtree(HTA_VENV)
-        sys.exit(
-            f"[setup] ABORT: installing {spec} would pull {bad} into the HTA venv; "
-            "not installing (HTA should not need torch)."
-        )
-    inst = subprocess.run(pip + ["install", "--quiet", *spec], capture_output=True, text=True)
-    if inst.returncode != 0:
-        sys.exit(f"[setup] pip install failed:\n{inst.stdout[-2000:]}\n{inst.stderr[-4000:]}")
-    frozen = subprocess.run(pip + ["freeze"], check=True, capture_output=True, text=True).stdout
-    for line in frozen.splitlines():
-        n = line.split("==")[0].split(" @ ")[0].strip().lower()
-        if n in FORBIDDEN_IN_HTA_VENV or n.startswith("nvidia-"):
-            sys.exit(f"[setup] ABORT: {line!r} ended up in the HTA venv")
-    (HTA_VENV / "loadbench-freeze.txt").write_text(frozen)
-    ready.write_text(want)
-    return py
+    return ensure_venv(HTA_VENV, spec, base_python)
 
 
 def run_worker(python: str, tool: str, path: Path, cache_dir: str | None,
@@ -187,56 +146,7 @@ def run_worker(python: str, tool: str, path: Path, cache_dir: str | None,
     cmd = [python, str(Path(__file__).resolve()), "--_worker", tool, "--_path", str(path)]
     if cache_dir is not None:
         cmd += ["--_cache", cache_dir]
-    env = dict(os.environ)
-    env.setdefault("PYTHONHASHSEED", "0")
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=tempfile.gettempdir())
-        deadline = t0 + timeout
-        while True:
-            pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.perf_counter() > deadline:
-                proc.kill()
-                pid, status, ru = os.wait4(proc.pid, 0)
-                proc.returncode = -9
-                raise RuntimeError(f"{tool} on {path.name}: timed out after {timeout:.0f}s")
-            time.sleep(0.02)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        wall = time.perf_counter() - t0
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read(), err.read()
-    if proc.returncode != 0 or "@@RESULT@@" not in stdout:
-        raise RuntimeError(
-            f"{tool} on {path.name}: exit {proc.returncode}\n{stderr[-3000:]}"
-        )
-    res = json.loads(stdout.rsplit("@@RESULT@@", 1)[1].splitlines()[0])
-    res["ru_maxrss_kb"] = ru.ru_maxrss
-    res["peak_kb"] = max(res["peak_rss_kb"], ru.ru_maxrss)
-    res["process_wall_s"] = wall
-    return res
-
-
-def uncompressed_size(path: Path) -> int:
-    with path.open("rb") as fh:
-        magic = fh.read(2)
-    if magic != b"\x1f\x8b":
-        return path.stat().st_size
-    n = 0
-    with gzip.open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            n += len(chunk)
-    return n
-
-
-def kinetolens_available(python: str) -> tuple[bool, str]:
-    r = subprocess.run(
-        [python, "-c", "import kinetolens; kinetolens.load"],
-        capture_output=True, text=True, cwd=tempfile.gettempdir(),
-    )
-    return r.returncode == 0, (r.stderr.strip().splitlines() or [""])[-1]
+    return run_measured(cmd, f"{tool} on {path.name}", timeout)
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -276,7 +186,6 @@ def fmt_table(results: dict, meta: dict) -> str:
             "| growth MiB | peak / JSON | growth / JSON |"
         )
         lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
-        hta = info["tools"].get("hta")
         for tool in TOOLS:
             s = info["tools"].get(tool)
             if s is None:
@@ -344,40 +253,20 @@ def _targets(info: dict) -> list[str]:
 
 
 def write_doc(table: str, command: str) -> None:
-    block = f"{MARK_START}\nCommand: `{command}`\n\n{table}\n{MARK_END}"
-    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n\n"
-    if MARK_START in text and MARK_END in text:
-        head, rest = text.split(MARK_START, 1)
-        _, tail = rest.split(MARK_END, 1)
-        text = head + block + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    DOC.write_text(text)
-    print(f"[write] updated {DOC}", file=sys.stderr)
+    replace_doc_block(DOC, MARK_START, MARK_END, f"Command: `{command}`\n\n{table}")
 
 
 def _meta(n: int, kl_python: str, hta_python: str | None) -> dict:
-    def q(python, code):
-        try:
-            return subprocess.run([python, "-c", code], capture_output=True, text=True,
-                                  cwd=tempfile.gettempdir(), timeout=120).stdout.strip() or "?"
-        except Exception:
-            return "?"
-
-    git = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                         capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "-uno", "--", "src"],
-                           capture_output=True, text=True).stdout.strip()
     return {
         "n": n,
         "date": time.strftime("%Y-%m-%d"),
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
-        "git": git + ("+uncommitted src changes" if dirty else ""),
-        "kinetolens": q(kl_python, "import importlib.metadata as m; print(m.version('kinetolens'))"),
-        "polars": q(kl_python, "import polars; print(polars.__version__)"),
-        "hta": ("HTA " + q(hta_python, "import importlib.metadata as m; "
-                           "print(m.version('HolisticTraceAnalysis'), '/ pandas', m.version('pandas'))")
+        "git": git_revision(),
+        "kinetolens": package_version(kl_python, "kinetolens"),
+        "polars": query_python(kl_python, "import polars; print(polars.__version__)"),
+        "hta": ("HTA " + query_python(hta_python, "import importlib.metadata as m; "
+                                      "print(m.version('HolisticTraceAnalysis'), '/ pandas', m.version('pandas'))")
                 if hta_python else "HTA not run"),
     }
 
