@@ -15,6 +15,7 @@ from kinetolens.cli.analysis_commands import (
 from kinetolens.cli.capture_commands import demo_command, run_command
 from kinetolens.cli.counters_command import counters_command
 from kinetolens.cli.diff_command import diff_command
+from kinetolens.cli.dist_command import dist_command
 from kinetolens.cli.export_command import export_command
 from kinetolens.cli.gpu_time_commands import idle_command, launches_command
 from kinetolens.cli.memory_command import memory_command
@@ -41,6 +42,7 @@ cli.add_command(counters_command, "counters")
 cli.add_command(idle_command, "idle")
 cli.add_command(launches_command, "launches")
 cli.add_command(roofline_command, "roofline")
+cli.add_command(dist_command, "dist")
 cli.add_command(diff_command, "diff")
 cli.add_command(report_command, "report")
 cli.add_command(export_command, "export")

@@ -1,0 +1,158 @@
+"""Write an N-rank run directory from one real rank's trace, with one straggler.
+
+Every rank gets a copy of the source trace with its own ``distributedInfo``
+(rank, world size) and its own arrival times at collectives: a collective's
+device event (an NCCL kernel, or a ``gloo:*`` range) starts later by a random
+share of its duration (``jitter``) and ends where it ended, since all ranks
+finish a collective together.  The straggler arrives ``straggle`` of each
+collective's duration late, so the others wait that long for it.
+
+The copies are thinned to what the distributed view reads (steps, the
+collectives' host ranges, runtime calls and device activity; every
+``keep_every``-th compute kernel) so that runs of hundreds of ranks stay
+small and quick to write and load.
+
+    python bench/gen_ranks.py OUT_DIR --ranks 64 --straggler 17 \
+        --source ../shared/traces/hta/trace_filter/sampled_rank-0.json.gz
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+HOST_KEEP = ("ProfilerStep#", "nccl:", "gloo:", "c10d::", "record_param_comms")
+DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def _read(path: Path) -> dict[str, Any]:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def _is_collective(e: dict[str, Any]) -> bool:
+    name = str(e.get("name", ""))
+    return (
+        e.get("cat") == "kernel" and name.lower().startswith("nccl")
+    ) or name.startswith("gloo:")
+
+
+def thin(doc: dict[str, Any], keep_every: int = 1) -> dict[str, Any]:
+    """The events the distributed view needs, every ``keep_every``-th compute kernel."""
+    kept, compute, launched = [], 0, set()
+    for e in doc.get("traceEvents", []):
+        cat, name = e.get("cat"), str(e.get("name", ""))
+        if (
+            e.get("ph") != "X"
+            or cat in ("cpu_op", "user_annotation")
+            and name.startswith(HOST_KEEP)
+            or cat == "Trace"
+        ):
+            kept.append(e)
+        elif cat in DEVICE_CATS:
+            if (
+                _is_collective(e)
+                or cat != "kernel"
+                or (compute := compute + 1) % keep_every == 0
+            ):
+                kept.append(e)
+                launched.add((e.get("args") or {}).get("correlation"))
+    # runtime calls of the device activity kept (a launch without its kernel is noise)
+    runtime = [
+        e for e in doc.get("traceEvents", [])
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and (e.get("args") or {}).get("correlation") in launched
+    ]  # fmt: skip
+    return {**doc, "traceEvents": kept + runtime}
+
+
+def rank_doc(
+    base: dict[str, Any],
+    rank: int,
+    world: int,
+    rng: random.Random,
+    jitter: float,
+    straggle: float,
+    straggler: bool,
+) -> dict[str, Any]:
+    """One rank's trace: the base with this rank's identity and arrival times."""
+    info = dict(base.get("distributedInfo") or {})
+    info.update(rank=rank, world_size=world)
+    info.setdefault("backend", "nccl")
+    events = []
+    for e in base["traceEvents"]:
+        if e.get("ph") == "X" and _is_collective(e) and e.get("dur"):
+            dur = float(e["dur"])
+            late = rng.uniform(0.0, jitter) + (straggle if straggler else 0.0)
+            lag = min(late, 0.95) * dur
+            e = {**e, "ts": float(e["ts"]) + lag, "dur": dur - lag}
+        events.append(e)
+    return {**base, "distributedInfo": info, "traceEvents": events}
+
+
+def generate(
+    source: Path,
+    out_dir: Path,
+    ranks: int,
+    straggler: int | None,
+    *,
+    jitter: float = 0.1,
+    straggle: float = 0.6,
+    keep_every: int = 1,
+    seed: int = 0,
+) -> list[Path]:
+    """Write ``ranks`` traces named ``rank-R.json.gz`` into ``out_dir``; return their paths."""
+    base = thin(_read(source), keep_every)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    paths = []
+    for r in range(ranks):
+        doc = rank_doc(base, r, ranks, rng, jitter, straggle, r == straggler)
+        path = out_dir / f"rank-{r}.json.gz"
+        with gzip.open(path, "wt", encoding="utf-8", compresslevel=1) as fh:
+            json.dump(doc, fh, separators=(",", ":"))
+        paths.append(path)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument(
+        "--source", type=Path, required=True, help="a real rank's Kineto trace"
+    )
+    parser.add_argument("--ranks", type=int, default=64)
+    parser.add_argument(
+        "--straggler",
+        type=int,
+        default=None,
+        help="rank that arrives late (default: none)",
+    )
+    parser.add_argument(
+        "--jitter",
+        type=float,
+        default=0.1,
+        help="max random lateness, share of a collective",
+    )
+    parser.add_argument(
+        "--straggle",
+        type=float,
+        default=0.6,
+        help="straggler's lateness, share of a collective",
+    )
+    parser.add_argument(
+        "--keep-every", type=int, default=1, help="keep every k-th compute kernel"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    a = parser.parse_args(argv)
+    paths = generate(a.source, a.out_dir, a.ranks, a.straggler, jitter=a.jitter, straggle=a.straggle,
+                     keep_every=a.keep_every, seed=a.seed)  # fmt: skip
+    print(f"wrote {len(paths)} rank traces to {a.out_dir}")
+
+
+if __name__ == "__main__":
+    main()

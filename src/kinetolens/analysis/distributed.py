@@ -1,0 +1,250 @@
+"""The distributed view: many ranks' traces read together.
+
+Two stages, so that a run of hundreds of ranks never holds more than one
+trace in memory per worker:
+
+1. :func:`rank_summary` turns one rank's trace into a :class:`RankSummary`:
+   a few small tables (per step computation / communication / overlap, one
+   row per collective call).  It is picklable and a few kilobytes, cheap to
+   send back from a worker process or a Dask cluster.
+2. Pure functions of a list of summaries: step time per rank and its spread
+   (:func:`step_times`), collective calls matched across ranks with their
+   synchronizing and data-transfer time (:func:`matched_calls`), collective
+   statistics with bus bandwidth (:func:`collective_stats`) and stragglers
+   (:mod:`kinetolens.analysis.stragglers`).
+
+Synchronizing vs data transfer is torch-tb-profiler's rule: a collective
+cannot move data before its last rank arrives, and all ranks finish it
+together, so the shortest duration of a call among its ranks is the
+transfer and whatever a rank spent beyond that is waiting for the others.
+It reads durations only, never compares timestamps of different ranks, so
+it holds on multi-node runs whose hosts' clocks disagree by milliseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from kinetolens.analysis.collectives import (
+    CALL_SCHEMA,
+    STEP_SCHEMA,
+    bus_factor,
+    collective_calls,
+    comm_overlap_per_step,
+)
+from kinetolens.model.trace import Trace
+
+NS_PER_MS = 1e6
+
+
+@dataclass
+class RankSummary:
+    """What the cross-rank analyses need from one rank's trace."""
+
+    rank: int
+    world_size: int | None
+    path: str
+    backend: str | None
+    steps: pl.DataFrame = field(
+        default_factory=lambda: pl.DataFrame(schema=STEP_SCHEMA)
+    )
+    calls: pl.DataFrame = field(
+        default_factory=lambda: pl.DataFrame(schema=CALL_SCHEMA)
+    )
+    uses_data_parallel: bool = False
+
+
+def rank_summary(trace: Trace, rank: int | None = None) -> RankSummary:
+    """Summarize one rank.  ``rank`` is used where the trace does not say
+    (``distributedInfo`` is the authority when present)."""
+    info = trace.metadata.get("distributedInfo") or {}
+    backend = info.get("backend") if isinstance(info, dict) else None
+    the_rank = trace.rank if trace.rank is not None else rank
+    if the_rank is None:
+        the_rank = 0
+    modules = (
+        trace.ops["module"].drop_nulls()
+        if "module" in trace.ops.columns
+        else pl.Series([], dtype=pl.String)
+    )
+    return RankSummary(
+        rank=int(the_rank),
+        world_size=trace.world_size,
+        path=trace.path,
+        backend=backend if isinstance(backend, str) else None,
+        steps=comm_overlap_per_step(trace),
+        calls=collective_calls(trace),
+        uses_data_parallel=bool(modules.str.contains(r"(^|\.)DataParallel_\d+").any()),
+    )
+
+
+def _tagged(summaries: list[RankSummary], attr: str) -> pl.DataFrame:
+    parts = [
+        getattr(s, attr).with_columns(rank=pl.lit(s.rank, pl.Int64)) for s in summaries
+    ]
+    return pl.concat(parts) if parts else pl.DataFrame()
+
+
+def step_times(summaries: list[RankSummary]) -> pl.DataFrame:
+    """Per rank: steps, mean and max step time, and per-step means of
+    computation, communication, overlap and other (ms)."""
+    steps = _tagged(summaries, "steps")
+    if steps.height == 0:
+        return pl.DataFrame(schema={"rank": pl.Int64, "steps": pl.UInt32})
+    ms = {
+        c: (pl.col(f"{c}_ns").mean() / NS_PER_MS)
+        for c in ("compute", "comm", "overlap", "other")
+    }
+    return (
+        steps.group_by("rank")
+        .agg(
+            steps=pl.len(),
+            step_ms=pl.col("step_ns").mean() / NS_PER_MS,
+            max_step_ms=pl.col("step_ns").max() / NS_PER_MS,
+            compute_ms=ms["compute"],
+            comm_ms=ms["comm"],
+            overlap_ms=ms["overlap"],
+            other_ms=ms["other"],
+        )
+        .with_columns(exposed_comm_ms=pl.col("comm_ms") - pl.col("overlap_ms"))
+        .sort("rank")
+    )
+
+
+def step_spread(summaries: list[RankSummary]) -> pl.DataFrame:
+    """Per step: fastest and slowest rank's step time and the spread (ms)."""
+    steps = _tagged(summaries, "steps")
+    if steps.height == 0:
+        return pl.DataFrame(schema={"step": pl.Int64})
+    slowest = pl.col("rank").sort_by("step_ns").last()
+    return (
+        steps.group_by("step")
+        .agg(
+            ranks=pl.len(),
+            min_ms=pl.col("step_ns").min() / NS_PER_MS,
+            mean_ms=pl.col("step_ns").mean() / NS_PER_MS,
+            max_ms=pl.col("step_ns").max() / NS_PER_MS,
+            slowest_rank=slowest,
+        )
+        .with_columns(spread_ms=pl.col("max_ms") - pl.col("min_ms"))
+        .sort("step", nulls_last=True)
+    )
+
+
+def matched_calls(summaries: list[RankSummary]) -> pl.DataFrame:
+    """Every rank's collective calls matched by ``(group, collective, seq)``.
+
+    One row per rank and call, with ``transfer_ns`` (the call's shortest
+    duration among its ranks), ``sync_ns`` (this rank's duration beyond
+    that: waiting for the others), ``late_ns`` (how much later than the
+    call's median rank this rank arrived, from durations: all ranks end a
+    collective together, so a shorter duration is a later arrival) and
+    ``last`` (this rank arrived last).  Calls seen on one rank only are
+    left out: there is nothing to compare them with.
+    """
+    calls = _tagged(summaries, "calls")
+    if calls.height == 0:
+        return calls
+    key = ["group", "collective", "seq"]
+    return (
+        calls.with_columns(n_ranks=pl.len().over(key))
+        .filter(pl.col("n_ranks") > 1)
+        .with_columns(
+            transfer_ns=pl.col("dur").min().over(key),
+            median_ns=pl.col("dur").median().over(key),
+            mean_ns=pl.col("dur").mean().over(key),
+        )
+        .with_columns(
+            sync_ns=pl.col("dur") - pl.col("transfer_ns"),
+            late_ns=pl.col("median_ns") - pl.col("dur"),
+            last=pl.col("rank")
+            == pl.col("rank").sort_by("dur", "rank").first().over(key),
+        )
+        .sort("host_ts", "rank")
+    )
+
+
+def _ranks_in_group(summaries: list[RankSummary]) -> int:
+    sizes = [s.world_size for s in summaries if s.world_size]
+    return max(sizes) if sizes else len(summaries)
+
+
+def collective_stats(summaries: list[RankSummary]) -> pl.DataFrame:
+    """Per collective: calls and bytes per rank, time split into synchronizing
+    and data transfer (ms per rank), and bus bandwidth.
+
+    ``busbw_gbps`` is nccl-tests' bus bandwidth: message bytes over the
+    transfer time (algorithm bandwidth) times :func:`bus_factor` for the
+    group size (``Group size`` of the call, else the world size).  Calls
+    seen on one rank only use their own duration as the transfer time.
+    """
+    calls = _tagged(summaries, "calls")
+    if calls.height == 0:
+        return pl.DataFrame(schema={"collective": pl.String, "calls": pl.Float64})
+    matched = matched_calls(summaries).select("rank", "op_id", "transfer_ns", "sync_ns")
+    n = _ranks_in_group(summaries)
+    rows = (
+        calls.join(matched, on=["rank", "op_id"], how="left")
+        .with_columns(
+            transfer_ns=pl.col("transfer_ns").fill_null(pl.col("dur")),
+            sync_ns=pl.col("sync_ns").fill_null(0),
+            factor=pl.struct("kind", "group_size").map_elements(
+                lambda r: bus_factor(r["kind"], r["group_size"] or n),
+                return_dtype=pl.Float64,
+            ),
+        )
+        .with_columns(bus_bytes=pl.col("bytes") * pl.col("factor"))
+    )
+    ranks = calls["rank"].n_unique()
+    per_rank = pl.lit(float(ranks))
+    with_bw = pl.col("bytes").is_not_null() & (pl.col("transfer_ns") > 0)
+    return (
+        rows.group_by("collective", "kind")
+        .agg(
+            calls=pl.len() / per_rank,
+            bytes=pl.col("bytes").sum() / per_rank,
+            time_ms=pl.col("dur").sum() / NS_PER_MS / per_rank,
+            sync_ms=pl.col("sync_ns").sum() / NS_PER_MS / per_rank,
+            transfer_ms=pl.col("transfer_ns").sum() / NS_PER_MS / per_rank,
+            algbw_gbps=pl.col("bytes").filter(with_bw).sum()
+            / pl.col("transfer_ns").filter(with_bw).sum(),
+            busbw_gbps=pl.col("bus_bytes").filter(with_bw).sum()
+            / pl.col("transfer_ns").filter(with_bw).sum(),
+        )
+        .with_columns(pl.col("algbw_gbps", "busbw_gbps").fill_nan(None))
+        .sort("time_ms", descending=True)
+    )
+
+
+def rank_collective_stats(summary: RankSummary) -> pl.DataFrame:
+    """One rank's calls, bytes, host time and device time per collective (µs):
+    the per-worker table torch-tb-profiler shows, before ranks are matched."""
+    c = summary.calls
+    return (
+        c.group_by("collective")
+        .agg(
+            calls=pl.len(),
+            bytes=pl.col("bytes").sum(),
+            host_us=pl.col("host_dur").sum() / 1e3,
+            device_us=pl.col("dur").sum() / 1e3,
+        )
+        .sort("collective")
+    )
+
+
+def run_overview(summaries: list[RankSummary]) -> dict[str, object]:
+    """Ranks present, world size, backend and step-time spread of a run."""
+    st = step_times(summaries)
+    worlds = sorted({s.world_size for s in summaries if s.world_size})
+    mean = st["step_ms"] if "step_ms" in st.columns else pl.Series([], dtype=pl.Float64)
+    return {
+        "ranks": len(summaries),
+        "world_size": worlds[-1] if worlds else None,
+        "backend": next((s.backend for s in summaries if s.backend), None),
+        "step_ms_mean": float(mean.mean()) if mean.len() else None,  # type: ignore[arg-type]
+        "step_ms_min_rank": float(mean.min()) if mean.len() else None,  # type: ignore[arg-type]
+        "step_ms_max_rank": float(mean.max()) if mean.len() else None,  # type: ignore[arg-type]
+        "step_ms_spread": float(mean.max() - mean.min()) if mean.len() else None,  # type: ignore[operator]
+    }

@@ -1,0 +1,177 @@
+"""Where per-rank work runs: a local process pool, or a Dask cluster.
+
+An executor maps a picklable function over items and returns the results in
+order.  :class:`LocalExecutor` sizes its pool to the machine: no more
+workers than cores, and no more than fit in the memory budget at the peak a
+trace of the run's largest size needs to load (loading is the memory-heavy
+part; summaries are small).  :class:`DaskExecutor` sends the same function to
+a ``dask.distributed`` scheduler; the traces and the Parquet cache must then
+be on storage every worker sees (a shared file system), as with NVIDIA's
+Nsight recipes.  Dask is an optional extra and is imported only here, only
+when asked for.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from kinetolens.errors import TraceError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+DASK_ENV = "DASK_SCHEDULER_ADDRESS"
+#: Share of the available memory the local pool may plan to use.
+MEMORY_SHARE = 0.5
+#: Peak memory while loading, per byte of trace file: gzip'd Kineto JSON
+#: inflates ~15x and the decoded events and tables take a few times that.
+PEAK_PER_BYTE = {".gz": 60.0, ".json": 6.0, ".sqlite": 4.0}
+#: Below this, a pool costs more to start than it saves.
+MIN_POOL_BYTES = 4 << 20
+
+
+class Executor(Protocol):
+    name: str
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]: ...
+
+
+def available_memory() -> int:
+    """Bytes of memory available now (``MemAvailable``), or 4 GiB where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 4 << 30
+
+
+def peak_bytes(path: str | Path) -> int:
+    """Estimated peak memory of loading one trace file."""
+    p = Path(path)
+    size = p.stat().st_size if p.exists() else 0
+    factor = next(
+        (f for suffix, f in PEAK_PER_BYTE.items() if p.name.endswith(suffix)), 8.0
+    )
+    return int(size * factor)
+
+
+def pool_size(
+    paths: Sequence[str | Path],
+    memory_budget: int | None = None,
+    cpus: int | None = None,
+) -> int:
+    """Workers for ``paths``: at most one per core, per file, and per
+    largest-trace peak that fits in the memory budget; at least one."""
+    if not paths:
+        return 1
+    cpus = cpus or os.cpu_count() or 1
+    budget = (
+        memory_budget
+        if memory_budget is not None
+        else int(available_memory() * MEMORY_SHARE)
+    )
+    largest = max(peak_bytes(p) for p in paths)
+    by_memory = budget // largest if largest > 0 else cpus
+    return max(1, min(cpus, len(paths), by_memory))
+
+
+class LocalExecutor:
+    """A process pool on this machine (inline for one worker or a tiny run)."""
+
+    name = "local"
+
+    def __init__(
+        self, workers: int | None = None, memory_budget: int | None = None
+    ) -> None:
+        self.workers = workers
+        self.memory_budget = memory_budget
+
+    def size_for(self, paths: Sequence[str | Path]) -> int:
+        if self.workers is not None:
+            return max(1, min(self.workers, len(paths)))
+        total = sum(Path(p).stat().st_size for p in paths if Path(p).exists())
+        if total < MIN_POOL_BYTES:
+            return 1
+        return pool_size(paths, self.memory_budget)
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        paths = [_path_of(i) for i in items]
+        workers = self.size_for([p for p in paths if p is not None])
+        if workers <= 1:
+            return [fn(i) for i in items]
+        # spawn: polars' thread pool does not survive fork.
+        with ProcessPoolExecutor(
+            max_workers=workers, mp_context=get_context("spawn")
+        ) as pool:
+            return list(pool.map(fn, items))
+
+
+class DaskExecutor:
+    """The same work on a ``dask.distributed`` cluster at ``address``."""
+
+    name = "dask"
+
+    def __init__(self, address: str, connect_timeout_s: float = 30.0) -> None:
+        self.address = address
+        self.connect_timeout_s = connect_timeout_s
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        try:
+            from distributed import Client
+        except ImportError as exc:
+            raise TraceError(
+                self.address, "the Dask executor needs `pip install kinetolens[dask]`"
+            ) from exc
+        try:
+            client = Client(
+                self.address, timeout=self.connect_timeout_s, set_as_default=False
+            )
+        except (OSError, TimeoutError) as exc:
+            raise TraceError(
+                self.address, f"cannot reach the Dask scheduler ({exc})"
+            ) from exc
+        with client:
+            futures = client.map(fn, list(items), pure=False)
+            return list(client.gather(futures))
+
+
+def _path_of(item: Any) -> str | None:
+    path = getattr(item, "path", item)
+    return str(path) if isinstance(path, (str, Path)) else None
+
+
+def executor_for(spec: str | None = None) -> Executor:
+    """The executor a ``--executor`` value names.
+
+    ``None``: Dask at ``$DASK_SCHEDULER_ADDRESS`` when set, else local.
+    ``local`` or ``local:N`` (N workers); ``dask://HOST:PORT`` or
+    ``tcp://HOST:PORT``: a Dask scheduler.
+    """
+    if spec is None:
+        env = os.environ.get(DASK_ENV)
+        return DaskExecutor(env) if env else LocalExecutor()
+    if spec == "local":
+        return LocalExecutor()
+    if spec.startswith("local:"):
+        try:
+            return LocalExecutor(workers=max(1, int(spec.split(":", 1)[1])))
+        except ValueError:
+            raise TraceError(
+                spec, "expected local:N with N a number of workers"
+            ) from None
+    if spec.startswith("dask://"):
+        return DaskExecutor("tcp://" + spec[len("dask://") :])
+    if spec.startswith(("tcp://", "tls://", "inproc://")):
+        return DaskExecutor(spec)
+    raise TraceError(
+        spec,
+        "unknown executor: use local, local:N, dask://HOST:PORT or tcp://HOST:PORT",
+    )
