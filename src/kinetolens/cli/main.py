@@ -21,6 +21,7 @@ from kinetolens.cli.gpu_time_commands import idle_command, launches_command
 from kinetolens.cli.memory_command import memory_command
 from kinetolens.cli.report_command import report_command
 from kinetolens.cli.roofline_command import roofline_command
+from kinetolens.cli.serve_command import serve_command
 from kinetolens.errors import TraceError
 
 EXIT_BAD_INPUT = 2
@@ -43,6 +44,7 @@ cli.add_command(idle_command, "idle")
 cli.add_command(launches_command, "launches")
 cli.add_command(roofline_command, "roofline")
 cli.add_command(dist_command, "dist")
+cli.add_command(serve_command, "serve")
 cli.add_command(diff_command, "diff")
 cli.add_command(report_command, "report")
 cli.add_command(export_command, "export")

@@ -1,0 +1,248 @@
+"""The dashboard's HTTP server: a small Starlette app over a :class:`TraceStore`.
+
+Every endpoint is a GET that answers JSON (or the static page and its
+assets).  Handlers are plain functions, which Starlette runs in its thread
+pool, so a slow table for one trace never holds up another request; loads
+themselves run in the store's own pool and a request for a trace that is
+not loaded yet answers ``202`` with the load's progress.  Errors answer one
+line of JSON with a 4xx status (unknown run, bad parameter) or, for a trace
+that cannot be loaded, ``{"state": "error"}`` with its :class:`TraceError`;
+no traceback ever leaves the server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from kinetolens.views.dashboard import compare, pages
+from kinetolens.views.dashboard.sources import Ctx, find_source, table
+from kinetolens.views.dashboard.state import Loaded, TraceStore, UnknownTrace, worker_id
+from kinetolens.views.dashboard.tables import page
+
+STATIC = Path(__file__).with_name("static")
+log = logging.getLogger("kinetolens.dashboard")
+
+
+def json(payload: Any, status: int = 200) -> Response:
+    return Response(msgspec.json.encode(payload), status_code=status, media_type="application/json",
+                    headers={"Cache-Control": "no-store"})  # fmt: skip
+
+
+class Pending(Exception):
+    """The trace (or one of a run's traces) is still loading: answer 202 with its status."""
+
+    def __init__(self, status: dict[str, Any]) -> None:
+        self.status = status
+
+
+class Failed(Exception):
+    """The trace cannot be loaded: answer its one-line error."""
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+
+def _plotly_js() -> Path:
+    import plotly
+
+    return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+
+
+def _perfetto_export() -> Any | None:
+    """``views.perfetto``'s export function where that module exists."""
+    try:
+        from kinetolens.views import perfetto  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    for name in ("perfetto_json", "to_perfetto", "export_perfetto", "perfetto_trace"):
+        fn = getattr(perfetto, name, None)
+        if callable(fn):
+            return fn
+    return None
+
+
+class Dashboard:
+    """Routes bound to one store."""
+
+    def __init__(self, store: TraceStore) -> None:
+        self.store = store
+
+    # -- helpers -------------------------------------------------------
+    def _loaded(self, run: str, worker: str) -> Loaded:
+        w = self.store.lookup(run, worker)
+        loaded = self.store.get(w)
+        if loaded is not None:
+            return loaded
+        status = self.store.status(w)
+        if status["state"] == "error":
+            raise Failed(status["error"])
+        raise Pending(status)
+
+    def _ctx(self, request: Request) -> Ctx:
+        q = request.query_params
+        loaded = self._loaded(q.get("run", ""), q.get("worker", ""))
+        step_text = q.get("step") or ""
+        try:
+            step = int(step_text) if step_text else None
+        except ValueError:
+            raise ValueError(f"step must be a step number, not {step_text!r}") from None
+        other = None
+        if q.get("other_run") and q.get("other_worker"):
+            other = self._loaded(q["other_run"], q["other_worker"])
+        ranks = None
+        if q.get("ranks") == "all":
+            pending = []
+            ranks = []
+            for w in self.store.run_workers(q.get("run", "")):
+                got = self.store.get(w)
+                if got is None:
+                    status = self.store.status(w)
+                    if status["state"] == "error":
+                        continue  # a broken rank is shown in the left panel, the others still compare
+                    pending.append(worker_id(w))
+                else:
+                    ranks.append(got)
+            if pending:
+                raise Pending({"state": "loading", "waiting_for": pending, "loaded": len(ranks)})
+        return Ctx(loaded, step, q, other=other, ranks=ranks)
+
+    def _guard(self, fn: Any, request: Request) -> Response:
+        try:
+            return fn(request)
+        except UnknownTrace as exc:
+            return json({"error": str(exc)}, 404)
+        except Pending as exc:
+            return json(exc.status, 202)
+        except Failed as exc:
+            return json({"state": "error", "error": exc.error}, 200)
+        except (ValueError, KeyError) as exc:
+            return json({"error": " ".join(str(exc).split())}, 400)
+        except Exception as exc:
+            log.exception("dashboard request %s failed", request.url.path)
+            return json({"error": f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())}"}, 500)
+
+    # -- endpoints -----------------------------------------------------
+    def index(self, request: Request) -> Response:
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
+
+    def plotly(self, request: Request) -> Response:
+        return FileResponse(_plotly_js(), media_type="application/javascript")
+
+    def runs(self, request: Request) -> Response:
+        out = []
+        for run, traces in self.store.runs().items():
+            workers = [
+                {"id": worker_id(w), "worker": w.worker, "span": w.span, "rank": w.rank, **self.store.status(w)}
+                for w in traces
+            ]
+            out.append({"run": run, "workers": workers})
+        return json({"logdir": str(self.store.logdir), "runs": out, "perfetto": _perfetto_export() is not None})
+
+    def status(self, request: Request) -> Response:
+        def go(r: Request) -> Response:
+            q = r.query_params
+            w = self.store.lookup(q.get("run", ""), q.get("worker", ""))
+            loaded = self.store.get(w) if q.get("load") == "1" else None
+            return json({"state": "ready"} if loaded is not None else self.store.status(w))
+
+        return self._guard(go, request)
+
+    def view(self, request: Request) -> Response:
+        def go(r: Request) -> Response:
+            name = r.path_params["view"]
+            builders = {**pages.VIEWS, "distributed": compare.distributed, "diff": compare.diff_view}
+            if name not in builders:
+                return json({"error": f"no view {name!r}"}, 404)
+            ctx = self._ctx(r)
+            steps = [int(s) for s in ctx.trace.steps["step"].to_list()]
+            return json({"state": "ready", "view": name, "steps": steps, "blocks": builders[name](ctx)})
+
+        return self._guard(go, request)
+
+    def table(self, request: Request) -> Response:
+        def go(r: Request) -> Response:
+            name = r.path_params["source"]
+            if find_source(name) is None:
+                return json({"error": f"no table {name!r}"}, 404)
+            ctx = self._ctx(r)
+            q = r.query_params
+            frame = table(ctx, name)
+            return json(page(
+                frame, sort=q.get("sort") or None, descending=q.get("desc", "1") != "0", search=q.get("q", ""),
+                offset=int(q.get("offset", "0") or 0), limit=int(q.get("limit", "50") or 50),
+            ))  # fmt: skip
+
+        return self._guard(go, request)
+
+    def memory_flow(self, request: Request) -> Response:
+        def go(r: Request) -> Response:
+            from kinetolens.analysis.memory import memory_peaks
+            from kinetolens.analysis.memory_allocations import allocations
+            from kinetolens.views.dashboard.sources import memory_window
+            from kinetolens.views.memory_flow_svg import render_memory_flow
+
+            ctx = self._ctx(r)
+
+            def svg() -> str:
+                events, _ = memory_window(ctx)
+                label = str(memory_peaks(events)["device"][0])
+                mine = events.filter(events["device"] == label)
+                window = (int(mine["ts"].min()), int(mine["ts"].max()))  # type: ignore[arg-type]
+                allocs = allocations(mine)
+                return render_memory_flow(allocs, window=window, title=f"memory flow, {label}")
+
+            key = ("memory_flow", r.query_params.get("device", ""), r.query_params.get("start_ms", ""),
+                   r.query_params.get("end_ms", ""))  # fmt: skip
+            return Response(ctx.memo(key, svg), media_type="image/svg+xml")
+
+        return self._guard(go, request)
+
+    def perfetto(self, request: Request) -> Response:
+        def go(r: Request) -> Response:
+            export = _perfetto_export()
+            if export is None:
+                return json({"error": "Perfetto export is not available in this installation"}, 404)
+            ctx = self._ctx(r)
+            data = export(ctx.trace)
+            body = data if isinstance(data, (bytes, str)) else msgspec.json.encode(data)
+            name = Path(ctx.trace.path).name.split(".json")[0] + ".perfetto.json"
+            return Response(body, media_type="application/json",
+                            headers={"Content-Disposition": f'attachment; filename="{name}"'})  # fmt: skip
+
+        return self._guard(go, request)
+
+
+def create_app(logdir: str | Path, *, cache: bool = True, keep: int = 6) -> Starlette:
+    """The dashboard app over ``logdir`` (its runs are listed again on each runs request)."""
+    store = TraceStore(logdir, cache=cache, keep=keep)
+    d = Dashboard(store)
+    routes = [
+        Route("/", d.index),
+        Route("/plotly.min.js", d.plotly),
+        Route("/api/runs", d.runs),
+        Route("/api/status", d.status),
+        Route("/api/view/{view}", d.view),
+        Route("/api/table/{source}", d.table),
+        Route("/api/memory_flow.svg", d.memory_flow),
+        Route("/api/export/perfetto", d.perfetto),
+        Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
+    ]
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        store.close()
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.store = store
+    return app

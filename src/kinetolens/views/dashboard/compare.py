@@ -1,0 +1,139 @@
+"""The views over more than one trace: Distributed (a run's ranks) and Diff (two runs).
+
+Both call analyses by their public names only: ``kinetolens.analysis.diff``
+for the diff and, where present, ``kinetolens.analysis.distributed`` for
+collective statistics and stragglers.  Per-rank step times and the
+compute/communication overlap come from the single-trace analyses
+(:mod:`kinetolens.analysis.summary`, :mod:`kinetolens.analysis.idle`) run on
+each rank, so the Distributed view works with or without that module.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import polars as pl
+
+from kinetolens.analysis.idle import comm_comp_overlap, temporal_breakdown
+from kinetolens.views import figures
+from kinetolens.views.dashboard.pages import Block, figure, table, text
+from kinetolens.views.dashboard.sources import Ctx
+
+DIFF_LEVELS = ("step", "module", "op", "kernel")
+
+
+def _optional(module: str) -> Any | None:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
+
+
+# -- distributed --------------------------------------------------------------
+
+def _ranks(ctx: Ctx) -> list[Any]:
+    return [x.trace for x in (ctx.ranks or [ctx.loaded])]
+
+
+def _summaries(ctx: Ctx) -> list[Any]:
+    """Each rank's ``RankSummary`` (``analysis.distributed``), computed once per loaded trace."""
+    dist = importlib.import_module("kinetolens.analysis.distributed")
+    ranks = ctx.ranks or [ctx.loaded]
+    return [x.memo("rank_summary", lambda x=x, i=i: dist.rank_summary(x.trace, i)) for i, x in enumerate(ranks)]
+
+
+def rank_overlap(ctx: Ctx) -> pl.DataFrame:
+    """Per rank: compute, non-compute and idle share of the GPU span, and communication overlapped by compute."""
+    parts = [temporal_breakdown(t).join(comm_comp_overlap(t), on="rank", how="left") for t in _ranks(ctx)]
+    parts = [p for p in parts if p.height]
+    return pl.concat(parts).sort("rank") if parts else pl.DataFrame(schema={"rank": pl.Int64})
+
+
+def _run_table(module: str, name: str) -> Callable[[Ctx], pl.DataFrame]:
+    """A table of ``module.name(summaries)``: the run-level analyses take every rank's summary."""
+    def source(ctx: Ctx) -> pl.DataFrame:
+        return getattr(importlib.import_module(module), name)(_summaries(ctx))
+
+    return source
+
+
+#: source -> (analysis module, function, title, initial sort)
+RUN_TABLES = {
+    "dist_steps": ("kinetolens.analysis.distributed", "step_times", "Step time per rank (ms)", "rank"),
+    "dist_spread": ("kinetolens.analysis.distributed", "step_spread", "Spread of each step across ranks", "step"),
+    "dist_collectives": ("kinetolens.analysis.distributed", "collective_stats",
+                         "Collectives: synchronizing vs transfer time, bus bandwidth", None),
+    "dist_stragglers": ("kinetolens.analysis.stragglers", "stragglers", "Stragglers", None),
+}  # fmt: skip
+
+
+def distributed(ctx: Ctx) -> list[Block]:
+    traces = _ranks(ctx)
+    blocks: list[Block] = []
+    if len(traces) < 2:
+        blocks.append(text("This run has one trace; the Distributed view compares the ranks of a run."))
+    temporal = [p for p in (temporal_breakdown(t) for t in traces) if p.height]
+    if _optional("kinetolens.analysis.distributed") is None or _optional("kinetolens.analysis.stragglers") is None:
+        blocks.append(text("Collective statistics and stragglers: not available in this installation.", "warn"))
+        tables = {}
+    else:
+        tables = RUN_TABLES
+    blocks += [
+        *[table(src, title, sort=sort, descending=sort is None) for src, (_, _, title, sort) in tables.items()
+          if src in ("dist_steps", "dist_spread")],
+        figure(figures.temporal_figure(pl.concat(temporal).sort("rank") if temporal else pl.DataFrame())),
+        table("dist_overlap", "Compute, communication and overlap per rank (us, % of the GPU span)", sort="rank",
+              descending=False),
+        *[table(src, title, sort=sort) for src, (_, _, title, sort) in tables.items()
+          if src not in ("dist_steps", "dist_spread")],
+    ]  # fmt: skip
+    return blocks
+
+
+# -- diff -------------------------------------------------------------------------
+
+def _diff(ctx: Ctx) -> Any:
+    if ctx.other is None:
+        raise ValueError("pick a second run to compare with")
+    other = ctx.other
+    diff = importlib.import_module("kinetolens.analysis.diff")
+    return ctx.memo(("diff", other.trace.path), lambda: diff.compare(ctx.trace, other.trace, levels=DIFF_LEVELS))
+
+
+def _diff_source(level: str) -> Callable[[Ctx], pl.DataFrame]:
+    def source(ctx: Ctx) -> pl.DataFrame:
+        return _diff(ctx).tables[level]
+
+    return source
+
+
+def diff_view(ctx: Ctx) -> list[Block]:
+    if _optional("kinetolens.analysis.diff") is None:
+        return [text("Diff: not available in this installation (kinetolens.analysis.diff is missing).", "warn")]
+    picker: Block = {"type": "diff-picker"}
+    if ctx.other is None:
+        return [picker, text("Pick the run to compare with (the experiment); the run in the left panel is the baseline.")]
+    summary = _diff(ctx).summary
+    b, e = summary["baseline"]["mean_step_us"], summary["experiment"]["mean_step_us"]
+    delta, pct = summary["step_delta_us"], summary["regression_pct"]
+    cards = [
+        ["baseline mean step", "-" if b is None else f"{b / 1000:,.3f} ms"],
+        ["experiment mean step", "-" if e is None else f"{e / 1000:,.3f} ms"],
+        ["step delta", "-" if delta is None else f"{delta / 1000:+,.3f} ms"],
+        ["change", "-" if pct is None else f"{pct:+.1f}%"],
+        ["time basis", summary["basis"]],
+    ]
+    return [
+        picker,
+        {"type": "cards", "items": cards},
+        *[table(f"diff_{lv}", f"{lv.capitalize()} deltas (per step, largest change first)") for lv in DIFF_LEVELS],
+    ]
+
+
+SOURCES: dict[str, Callable[[Ctx], pl.DataFrame]] = {
+    "dist_overlap": rank_overlap,
+    **{src: _run_table(mod, fn) for src, (mod, fn, _, _) in RUN_TABLES.items()},
+    **{f"diff_{lv}": _diff_source(lv) for lv in DIFF_LEVELS},
+}

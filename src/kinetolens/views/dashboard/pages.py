@@ -1,0 +1,183 @@
+"""What each dashboard view shows: a list of blocks (cards, figures, tables, text) for the front end.
+
+A view builder returns JSON-ready blocks; the front end draws them in order
+without knowing what they mean.  Figures travel as plotly JSON
+(``fig.to_json()``), tables as a *source* name (:mod:`.sources`) that the
+browser then pages through ``/api/table``, so no view ever sends a whole
+table.  Every number comes from an analysis function.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import polars as pl
+
+from kinetolens.analysis.memory import memory_curve, memory_peaks
+from kinetolens.analysis.memory_allocations import pairable
+from kinetolens.analysis.ops import op_stats, time_basis
+from kinetolens.analysis.overview import step_breakdown, step_windows
+from kinetolens.analysis.roofline import op_roofline
+from kinetolens.analysis.summary import attribution, steps_block
+from kinetolens.views import figures
+from kinetolens.views.dashboard import extra_figures
+from kinetolens.views.dashboard.sources import (
+    KERNEL_GROUPS,
+    OP_GROUPS,
+    Ctx,
+    kernel_rows,
+    memory_window,
+    spec_of,
+)
+
+Block = dict[str, Any]
+
+
+def figure(fig: Any, **extra: Any) -> Block:
+    return {"type": "figure", "figure": msgspec.Raw(fig.to_json().encode()), **extra}
+
+
+def table(source: str, title: str, sort: str | None = None, **extra: Any) -> Block:
+    return {"type": "table", "source": source, "title": title, "sort": sort, **extra}
+
+
+def text(message: str, kind: str = "note") -> Block:
+    return {"type": "text", "kind": kind, "text": message}
+
+
+def _ms(us: float | None) -> str:
+    return "-" if us is None else f"{us / 1000.0:,.3f} ms"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.1f}%"
+
+
+def overview(ctx: Ctx) -> list[Block]:
+    t = ctx.trace
+    steps = ctx.memo("steps_block", lambda: steps_block(t))
+    attr = ctx.memo("attribution", lambda: attribution(t))
+    devices = ", ".join(sorted({str(d.get("name")) for d in t.devices if d.get("name")})) or "none recorded"
+    cards = [
+        ["format", t.format],
+        ["GPUs", devices],
+        ["rank", "-" if t.rank is None else f"{t.rank} of {t.world_size}"],
+        ["steps", str(steps["count"])],
+        ["mean step", _ms(steps["mean_us"])],
+        ["kernel time", _ms(attr["kernel_time_us"])],
+        ["kernels attributed to an op", _pct(attr["op"])],
+        ["to a module", _pct(attr["module"])],
+    ]
+    breakdown = ctx.memo("step_breakdown", lambda: step_breakdown(t))
+    return [
+        {"type": "cards", "items": cards},
+        table("gpus", "Per GPU: utilization, SM efficiency, occupancy, Tensor Core share, peak memory"),
+        figure(figures.step_breakdown_figure(breakdown)),
+        table("execution_summary", "Execution summary: the average step", sort=None),
+        table("recommendations", "Recommendations (estimated saving per step)", sort="saving_ms"),
+    ]
+
+
+def operators(ctx: Ctx) -> list[Block]:
+    basis = time_basis(ctx.trace)
+    by_op = ctx.memo(("op_stats", ctx.step), lambda: op_stats(ctx.trace, by="op", step=ctx.step))
+    return [
+        table(
+            "ops", "Operators (click a row for its kernels and call sites)", sort=basis,
+            choices={"group": list(OP_GROUPS)},
+            detail=[{"source": "op_kernels", "title": "Kernels of"}, {"source": "op_stacks", "title": "Call sites of"}],
+        ),
+        {"type": "row", "blocks": [
+            figure(figures.top_ops_figure(by_op, value=basis, top=10, kind="pie", title=f"Top 10 ops by {basis}")),
+            figure(figures.top_ops_figure(by_op, value="host_self_us", top=10, kind="pie",
+                                          title="Top 10 ops by host self time")),
+        ]},
+    ]  # fmt: skip
+
+
+def kernels(ctx: Ctx) -> list[Block]:
+    rows = kernel_rows(ctx)
+    return [
+        table("kernels", "Kernels", sort="total_us", choices={"group": list(KERNEL_GROUPS)}),
+        figure(figures.tensor_core_figure(rows)),
+    ]
+
+
+def modules(ctx: Ctx) -> list[Block]:
+    mods = ctx.memo(("op_stats_module", ctx.step), lambda: op_stats(ctx.trace, by="module", step=ctx.step))
+    if mods["module"].drop_nulls().len() == 0:
+        note = text("This trace records no nn.Module hierarchy (profile with with_modules=True or with_stack=True).")
+        return [note, table("modules", "Modules", sort="device_total_us")]
+    return [
+        figure(figures.module_icicle_figure(mods, value=time_basis(ctx.trace))),
+        table("modules", "Modules: forward and backward device time side by side", sort="device_total_us"),
+    ]
+
+
+def roofline(ctx: Ctx) -> list[Block]:
+    spec = spec_of(ctx)
+    if spec is None:
+        return [text("No roofline: the GPU is not in the registry (or the trace names none).", "warn")]
+    ops = ctx.memo("op_roofline", lambda: op_roofline(ctx.trace, spec))
+    title = f"Roofline on {spec.name} ({spec.dram_gbps:,.0f} GB/s)"
+    return [
+        figure(figures.roofline_figure(ops, spec, title)),
+        table("roofline", "Time lost to the roofline", sort="lost_us", choices={"group": ["op", "module"]}),
+    ]
+
+
+def memory(ctx: Ctx) -> list[Block]:
+    if ctx.trace.memory.height == 0:
+        return [text("This trace has no memory records (profile with profile_memory=True).", "warn")]
+    events, _ = memory_window(ctx)
+    curve = ctx.memo(("memory_curve", ctx.args.get("device", "")), lambda: memory_curve(events))
+    peaks = memory_peaks(events)
+    cards = [[f"{d} peak allocated", f"{p / 2**20:,.1f} MiB"] for d, p in peaks.select("device", "peak_allocated").iter_rows()]
+    blocks: list[Block] = [
+        {"type": "cards", "items": cards},
+        figure(extra_figures.memory_range_figure(curve, "Memory over time (drag the slider to filter the tables)"),
+               range_for=["memory_ops", "memory_allocations"]),
+        {"type": "range", "for": ["memory_ops", "memory_allocations"]},
+        table("memory_ops", "Memory by op in the range", sort="self_alloc_bytes"),
+        table("memory_allocations", "Allocations in the range", sort="size"),
+    ]  # fmt: skip
+    if pairable(events):
+        blocks.append({"type": "image", "src": "memory_flow.svg", "title": "Memory flow (time x address), top device"})
+    else:
+        blocks.append(text("No memory-flow picture: these memory events carry no addresses (PyTorch < 1.10)."))
+    return blocks
+
+
+def timeline(ctx: Ctx) -> list[Block]:
+    t = ctx.trace
+    windows = ctx.memo("step_windows", lambda: step_windows(t))
+    if windows.height == 0:
+        return [text("No events to draw.", "warn")]
+    row = windows.row(0, named=True) if ctx.step is None else None
+    if ctx.step is not None:
+        chosen = windows.filter(pl.col("step") == ctx.step)
+        if chosen.height == 0:
+            raise ValueError(f"no step {ctx.step}")
+        row = chosen.row(0, named=True)
+    assert row is not None
+    label = "whole trace" if row["step"] is None else f"step {row['step']}"
+    fig = ctx.memo(("timeline", row["step"]), lambda: extra_figures.timeline_figure(
+        t.ops, t.kernels, int(row["start"]), int(row["end"]), f"Timeline, {label} (drag to zoom, double-click to reset)"))
+    blocks: list[Block] = [figure(fig)]
+    if ctx.step is None and windows.height > 1:
+        blocks.insert(0, text(f"Showing the first step; pick another in the left panel ({windows.height} steps)."))
+    blocks.append({"type": "link", "href": "export/perfetto", "text": "Export the whole trace for Perfetto (ui.perfetto.dev)",
+                   "needs": "perfetto"})  # fmt: skip
+    return blocks
+
+
+VIEWS = {
+    "overview": overview,
+    "operators": operators,
+    "kernels": kernels,
+    "modules": modules,
+    "roofline": roofline,
+    "memory": memory,
+    "timeline": timeline,
+}

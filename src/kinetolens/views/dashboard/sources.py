@@ -1,0 +1,280 @@
+"""The tables the dashboard pages, one function per table, each a call into ``kinetolens.analysis``.
+
+A source takes a :class:`Ctx` (the loaded trace, the step chosen in the
+left panel, the page's parameters) and returns a polars frame; the server
+memoizes it per (source, step, parameters) and sorts, filters and pages it
+per request (:mod:`.tables`).  Nothing here computes a number an analysis
+does not: sources select, join and group analysis results for display.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from kinetolens.analysis.gpu_metrics import gpu_metrics
+from kinetolens.analysis.kernels import kernel_table
+from kinetolens.analysis.memory import memory_events, op_memory_stats
+from kinetolens.analysis.memory_allocations import allocations
+from kinetolens.analysis.op_times import op_instances
+from kinetolens.analysis.ops import op_stats, time_basis
+from kinetolens.analysis.overview import COLUMNS, average_breakdown, step_breakdown
+from kinetolens.analysis.recommendations import recommendations_frame
+from kinetolens.analysis.roofline import kernel_roofline, roofline_by, with_time_lost
+from kinetolens.registry.gpus import GpuSpec, gpu_spec
+from kinetolens.views.dashboard.state import Loaded
+from kinetolens.views.dashboard.tables import rounded
+
+#: Groupings the pages offer (the analyses accept these names).
+OP_GROUPS = ("op", "op+shape", "module", "source")
+KERNEL_GROUPS = ("name", "name+op")
+
+
+@dataclass
+class Ctx:
+    """What a source needs: the trace, the step (None = all) and the page's parameters."""
+
+    loaded: Loaded
+    step: int | None
+    args: Mapping[str, str]
+    #: The second trace of a diff, and every rank's trace for the Distributed view.
+    other: Loaded | None = None
+    ranks: list[Loaded] | None = None
+
+    @property
+    def trace(self):  # type: ignore[no-untyped-def]
+        return self.loaded.trace
+
+    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
+        return self.loaded.memo(key, compute)
+
+    def choice(self, name: str, allowed: tuple[str, ...]) -> str:
+        value = self.args.get(name) or allowed[0]
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+        return value
+
+    def number(self, name: str) -> float | None:
+        raw = self.args.get(name)
+        if raw in (None, ""):
+            return None
+        try:
+            return float(raw)  # type: ignore[arg-type]
+        except ValueError:
+            raise ValueError(f"{name} must be a number, not {raw!r}") from None
+
+
+def spec_of(ctx: Ctx) -> GpuSpec | None:
+    """The GPU's roofs when the registry knows it and it has both ceilings."""
+    spec = ctx.memo("spec", lambda: gpu_spec(ctx.trace))
+    if spec is None or not spec.dram_gbps or (spec.peak_override_tflops is None and not spec.tflops):
+        return None
+    return spec
+
+
+# -- overview ---------------------------------------------------------------
+
+def gpus(ctx: Ctx) -> pl.DataFrame:
+    return gpu_metrics(ctx.trace)
+
+
+def execution_summary(ctx: Ctx) -> pl.DataFrame:
+    """The average step's breakdown: category, microseconds, percent of the step."""
+    table = ctx.memo("step_breakdown", lambda: step_breakdown(ctx.trace))
+    if table.height == 0:
+        return pl.DataFrame(schema={"category": pl.String, "time_us": pl.Float64, "pct": pl.Float64})
+    avg = average_breakdown(table)
+    total = avg.get("total") or 0.0
+    rows = [(c, avg[c] / 1000.0, avg[c] / total * 100.0 if total else None) for c in COLUMNS if c != "total"]
+    return pl.DataFrame(rows, schema={"category": pl.String, "time_us": pl.Float64, "pct": pl.Float64}, orient="row")
+
+
+def recommendations(ctx: Ctx) -> pl.DataFrame:
+    return recommendations_frame(ctx.trace).drop("where")
+
+
+# -- operators --------------------------------------------------------------
+
+def ops(ctx: Ctx) -> pl.DataFrame:
+    """op_stats in the chosen grouping, with time lost and % of roofline where the GPU is known."""
+    by = ctx.choice("group", OP_GROUPS)
+    table = op_stats(ctx.trace, by=by, step=ctx.step)
+    spec = spec_of(ctx)
+    if spec is not None:
+        table = with_time_lost(table, ctx.trace, spec, by, step=ctx.step)
+    basis = time_basis(ctx.trace)
+    front = [c for c in table.columns if c not in ("in_shapes", "dtypes", "direction")]
+    return table.select(front).sort(basis, descending=True)
+
+
+def op_instances_of(ctx: Ctx) -> pl.DataFrame:
+    return ctx.memo("op_instances", lambda: op_instances(ctx.trace))
+
+
+def op_kernels(ctx: Ctx) -> pl.DataFrame:
+    """The kernels an op (by name) launched directly, grouped by kernel name."""
+    name = ctx.args.get("key", "")
+    k = ctx.trace.kernels.filter(pl.col("op") == name)
+    if ctx.step is not None:
+        k = k.filter(pl.col("step") == ctx.step)
+    return k.group_by(pl.col("name").alias("kernel")).agg(
+        calls=pl.len(), total_us=pl.col("dur").sum() / 1000.0, mean_us=pl.col("dur").mean() / 1000.0,
+        stream=pl.col("stream").mode().first(),
+    ).sort("total_us", descending=True)  # fmt: skip
+
+
+def op_stacks(ctx: Ctx) -> pl.DataFrame:
+    """Where an op (by name) was called from: module, source line and Python stack, with its times."""
+    name = ctx.args.get("key", "")
+    inst = op_instances_of(ctx).filter(pl.col("name") == name)
+    if ctx.step is not None:
+        inst = inst.filter(pl.col("step") == ctx.step)
+    return inst.group_by("module", "source", "call_stack").agg(
+        calls=pl.len(), device_total_us=pl.col("device_total").sum() / 1000.0,
+        host_total_us=pl.col("host_total").sum() / 1000.0,
+    ).sort("device_total_us", "calls", descending=True)  # fmt: skip
+
+
+# -- kernels ----------------------------------------------------------------
+
+def kernel_rows(ctx: Ctx) -> pl.DataFrame:
+    return ctx.memo(("kernel_table", ctx.step), lambda: kernel_table(ctx.trace, step=ctx.step))
+
+
+def kernels(ctx: Ctx) -> pl.DataFrame:
+    """Kernels grouped by name (or name and op) with Tensor Cores, occupancy, work and % of roofline."""
+    by = ctx.choice("group", KERNEL_GROUPS)
+    rows = kernel_rows(ctx)
+    spec = spec_of(ctx)
+    if spec is not None:
+        roof = ctx.memo("kernel_roofline", lambda: kernel_roofline(ctx.trace, spec))
+        ideal = roof.select(pl.col("kernel_id").alias("idx"), pl.col("ideal_us").alias("_ideal_us"))
+        rows = rows.join(ideal, on="idx", how="left")
+    if "_ideal_us" not in rows.columns:
+        rows = rows.with_columns(_ideal_us=pl.lit(None, pl.Float64))
+    keys = ["kernel"] if by == "name" else ["kernel", "op"]
+    known = pl.col("_ideal_us").is_not_null()
+    out = rows.group_by(keys).agg(
+        calls=pl.len(),
+        total_us=pl.col("dur_us").sum(),
+        mean_us=pl.col("dur_us").mean(),
+        max_us=pl.col("dur_us").max(),
+        min_us=pl.col("dur_us").min(),
+        tc=pl.col("tc").mode().first(),
+        blocks_per_sm=pl.col("blocks_per_sm").mean(),
+        occupancy=pl.col("occupancy").mean(),
+        flops=pl.col("flops").sum(),
+        bytes=pl.col("bytes").sum(),
+        _ideal=pl.col("_ideal_us").filter(known).sum(),
+        _known=pl.col("dur_us").filter(known).sum(),
+        **({} if by == "name+op" else {"op": pl.col("op").drop_nulls().mode().first()}),
+    )
+    return out.with_columns(
+        tflops_s=pl.when(pl.col("total_us") > 0).then(pl.col("flops") / pl.col("total_us") / 1e6),
+        pct_of_roof=pl.when(pl.col("_known") > 0).then(pl.col("_ideal") / pl.col("_known") * 100.0),
+    ).drop("_ideal", "_known").sort("total_us", descending=True)
+
+
+# -- modules ----------------------------------------------------------------
+
+def modules(ctx: Ctx) -> pl.DataFrame:
+    """Per module: host time, forward and backward device time side by side, FLOPs, % of roofline."""
+    host = op_stats(ctx.trace, by="module", step=ctx.step).select(
+        "module", "calls", "host_total_us", "device_total_us", "flops", "tflops_s"
+    )
+    k = ctx.trace.kernels if ctx.step is None else ctx.trace.kernels.filter(pl.col("step") == ctx.step)
+    by_dir = k.group_by("module").agg(
+        fwd_device_us=pl.col("dur").filter(pl.col("direction") == "fprop").sum() / 1000.0,
+        bwd_device_us=pl.col("dur").filter(pl.col("direction") == "bprop").sum() / 1000.0,
+    )
+    table = host.join(by_dir, on="module", how="full", coalesce=True).with_columns(
+        pl.col("module").fill_null("(no module)")
+    )
+    spec = spec_of(ctx)
+    if spec is not None:
+        table = with_time_lost(table, ctx.trace, spec, "module", step=ctx.step)
+    return table.sort("device_total_us", descending=True, nulls_last=True)
+
+
+# -- roofline ---------------------------------------------------------------
+
+def roofline(ctx: Ctx) -> pl.DataFrame:
+    by = ctx.choice("group", ("op", "module"))
+    spec = spec_of(ctx)
+    if spec is None:
+        return pl.DataFrame(schema={by: pl.String})
+    return roofline_by(ctx.trace, spec, by=by, step=ctx.step)
+
+
+# -- memory -----------------------------------------------------------------
+
+def memory_window(ctx: Ctx) -> tuple[pl.DataFrame, int]:
+    """Memory events of the chosen device inside the chosen range (ms from the first event), and that origin."""
+    events = ctx.memo("memory_events", lambda: memory_events(ctx.trace))
+    origin = int(events["ts"].min()) if events.height else 0  # type: ignore[arg-type]
+    device = ctx.args.get("device")
+    if device:
+        events = events.filter(pl.col("device") == device)
+    lo, hi = ctx.number("start_ms"), ctx.number("end_ms")
+    if lo is not None:
+        events = events.filter(pl.col("ts") >= origin + int(lo * 1e6))
+    if hi is not None:
+        events = events.filter(pl.col("ts") <= origin + int(hi * 1e6))
+    return events, origin
+
+
+def memory_ops(ctx: Ctx) -> pl.DataFrame:
+    """torch-tb-profiler's memory table for the events in the range."""
+    events, _ = memory_window(ctx)
+    return op_memory_stats(events, ctx.trace.ops)
+
+
+def memory_allocations(ctx: Ctx) -> pl.DataFrame:
+    """Allocations made in the range, paired with their frees (times in ms from the first event)."""
+    events, origin = memory_window(ctx)
+    table = allocations(events)
+    return table.with_columns(
+        ((pl.col("alloc_ts") - origin) / 1e6).alias("alloc_ms"),
+        ((pl.col("free_ts") - origin) / 1e6).alias("free_ms"),
+    ).select("device", "size", "status", "alloc_ms", "free_ms", "lifetime_us", "op", "module", "free_op")
+
+
+def _compare_sources() -> dict[str, Callable[[Ctx], pl.DataFrame]]:
+    from kinetolens.views.dashboard import compare
+
+    return compare.SOURCES
+
+
+SOURCES: dict[str, Callable[[Ctx], pl.DataFrame]] = {
+    "gpus": gpus,
+    "execution_summary": execution_summary,
+    "recommendations": recommendations,
+    "ops": ops,
+    "op_kernels": op_kernels,
+    "op_stacks": op_stacks,
+    "kernels": kernels,
+    "modules": modules,
+    "roofline": roofline,
+    "memory_ops": memory_ops,
+    "memory_allocations": memory_allocations,
+}
+
+#: Parameters that change a source's result (the rest only sort, filter and page it).
+SOURCE_ARGS = ("group", "key", "device", "start_ms", "end_ms")
+
+
+def find_source(name: str) -> Callable[[Ctx], pl.DataFrame] | None:
+    return SOURCES.get(name) or _compare_sources().get(name)
+
+
+def table(ctx: Ctx, name: str) -> pl.DataFrame:
+    """The named source's frame, memoized per step and parameters, floats rounded for display."""
+    source = find_source(name)
+    if source is None:
+        raise KeyError(name)
+    others = tuple(x.trace.path for x in [ctx.other, *(ctx.ranks or [])] if x is not None)
+    key = ("table", name, ctx.step, others, tuple((a, ctx.args.get(a, "")) for a in SOURCE_ARGS))
+    return ctx.memo(key, lambda: rounded(source(ctx)))

@@ -1,0 +1,72 @@
+"""Server-side sorting, filtering and paging of analysis tables.
+
+The browser never receives a whole table: it asks for one page sorted on a
+column and filtered by a search text, and gets the rows it draws plus the
+counts it needs for the pager.  Sorting a polars frame of a few hundred
+thousand rows takes milliseconds, so the analysis result is memoized and
+each request only orders and slices it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+MAX_LIMIT = 500
+
+
+def _searchable(frame: pl.DataFrame) -> list[str]:
+    return [c for c, t in frame.schema.items() if t == pl.String or t == pl.Categorical]
+
+
+def filter_rows(frame: pl.DataFrame, text: str) -> pl.DataFrame:
+    """Rows where any text column contains ``text`` (case-insensitive, literal)."""
+    text = text.strip().lower()
+    cols = _searchable(frame)
+    if not text or not cols:
+        return frame
+    hit = pl.any_horizontal(
+        pl.col(c).cast(pl.String).str.to_lowercase().str.contains(text, literal=True).fill_null(False) for c in cols
+    )
+    return frame.filter(hit)
+
+
+def page(
+    frame: pl.DataFrame,
+    *,
+    sort: str | None = None,
+    descending: bool = True,
+    search: str = "",
+    offset: int = 0,
+    limit: int = 50,
+) -> dict[str, Any]:
+    """One page of ``frame`` as JSON-ready dict: columns (name, numeric), rows, counts.
+
+    An unknown sort column is ignored rather than refused: the page's
+    columns change with the grouping, and a stale choice must not break it.
+    """
+    total = frame.height
+    frame = filter_rows(frame, search)
+    if sort in frame.columns:
+        frame = frame.sort(sort, descending=descending, nulls_last=True, maintain_order=True)
+    else:
+        sort = None
+    limit = max(1, min(int(limit), MAX_LIMIT))
+    offset = max(0, int(offset))
+    shown = frame.slice(offset, limit)
+    return {
+        "columns": [{"name": c, "numeric": t.is_numeric()} for c, t in shown.schema.items()],
+        "rows": [list(r) for r in shown.iter_rows()],
+        "total": total,
+        "matched": frame.height,
+        "offset": offset,
+        "limit": limit,
+        "sort": sort,
+        "descending": descending,
+    }
+
+
+def rounded(frame: pl.DataFrame, digits: int = 3) -> pl.DataFrame:
+    """Floats rounded for display; the browser shows what the analysis computed, shorter."""
+    return frame.with_columns(pl.col(c).round(digits) for c, t in frame.schema.items() if t.is_float())

@@ -1,0 +1,107 @@
+"""Helpers for the dashboard tests: a logdir of real traces and a real ``kinetolens serve``."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import trace_path
+
+H100 = "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+V100 = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+RANKS = ("hta/trace_filter/sampled_rank-0.json.gz", "hta/trace_filter/sampled_rank-1.json.gz")
+CONTROL = "hta/trace_diff/control/control.json.gz"
+TEST = "hta/trace_diff/test/test.json.gz"
+LARGE = "hta/df_index_resolver/df_index_resolver.json.gz"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run", "--disable-sync"]  # fmt: skip
+
+
+def build_logdir(root: Path) -> Path:
+    """A torch-tb-profiler-style logdir: symlinks to real traces, one run per case, and a corrupt run."""
+    layout = {
+        "h100": {"qwen.pt.trace.json.gz": H100},
+        "v100": {"worker0.1623143089861.pt.trace.json.gz": V100},
+        "multi": {"rank-0.pt.trace.json.gz": RANKS[0], "rank-1.pt.trace.json.gz": RANKS[1]},
+        "control": {"worker0.pt.trace.json.gz": CONTROL},
+        "test": {"worker0.pt.trace.json.gz": TEST},
+    }
+    for run, files in layout.items():
+        (root / run).mkdir(parents=True)
+        for name, rel in files.items():
+            (root / run / name).symlink_to(trace_path(rel))
+    (root / "corrupt").mkdir()
+    (root / "corrupt" / "worker0.pt.trace.json").write_text('{"traceEvents": [{"ph": "X", "name": "aten::mm", ')
+    return root
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """``kinetolens serve`` in a subprocess on a free loopback port."""
+
+    def __init__(self, logdir: Path, cache_dir: Path) -> None:
+        self.port = free_port()
+        env = {**os.environ, "KINETOLENS_CACHE_DIR": str(cache_dir)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kinetolens.cli.main", "serve", "--logdir", str(logdir), "--port", str(self.port)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if self.get("/api/runs")[0] == 200:
+                    return
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"kinetolens serve did not start: {self.proc.stdout.read().decode() if self.proc.stdout else ''}")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def get(self, raw_path: str, timeout: float = 10.0) -> tuple[int, bytes]:
+        """GET ``raw_path`` exactly as written (no normalisation of ``..`` or escapes)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            conn.putrequest("GET", raw_path, skip_accept_encoding=True)
+            conn.endheaders()
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        finally:
+            conn.close()
+
+    def get_json(self, raw_path: str, timeout: float = 10.0) -> tuple[int, Any]:
+        status, body = self.get(raw_path, timeout)
+        return status, json.loads(body)
+
+    def wait_ready(self, run: str, worker: str, timeout: float = 60.0) -> None:
+        from urllib.parse import urlencode
+
+        q = urlencode({"run": run, "worker": worker, "load": "1"})
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            _, st = self.get_json(f"/api/status?{q}")
+            if st["state"] in ("ready", "error"):
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"{run}/{worker} did not load in {timeout} s")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
