@@ -9,9 +9,10 @@ import json
 import pytest
 
 import kinetolens
-from kinetolens.analysis.recommendations import RULES, recommendations
+from kinetolens.analysis.recommendations import RULES, RuleContext, recommendations
 from kinetolens.analysis.summary import summarize
 from tests.conftest import GOLDEN, trace_path
+from tests.distributed.runs import torchrun_2  # noqa: F401
 
 NW0 = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
 NW4 = "kineto/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz"
@@ -38,7 +39,7 @@ def test_sorted_by_saving_and_complete() -> None:
     assert [f.rule for f in found][:2] == ["dataloader_bound", "fp32_tensor_cores"]
     for f in found:
         assert f.evidence and f.change and f.estimate and f.saving_ms >= 0
-    assert len(RULES) == 9
+    assert len(RULES) == 10
 
 
 def test_dataloader_bound_matches_tb_share() -> None:
@@ -203,3 +204,47 @@ def test_excess_dram_traffic_quiet_where_sane_or_unmeasured(tmp_path) -> None:
     assert "excess_dram_traffic" not in _findings("hta/cupti_profiler/benchmark_result_924719_1679055439_trace.json.gz")
     # No counters at all.
     assert "excess_dram_traffic" not in _findings(NW0)
+
+
+def _profiled_mlp(tmp_path, data_parallel: bool):
+    """A real CPU training loop, wrapped in nn.DataParallel or not."""
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    model: nn.Module = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8))
+    if data_parallel:
+        model = nn.DataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(16, 32)
+    run = "dp" if data_parallel else "plain"
+    with kinetolens.profile(logdir=tmp_path, run=run, steps=2, warmup=1) as prof:
+        for _ in range(4):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+            prof.step()
+    (trace,) = (tmp_path / run).glob("*.pt.trace.json.gz")
+    return kinetolens.load(trace, cache=False)
+
+
+def test_data_parallel_fires_under_dataparallel(tmp_path) -> None:
+    trace = _profiled_mlp(tmp_path, data_parallel=True)
+    found = [f for f in recommendations(trace) if f.rule == "data_parallel"]
+    assert len(found) == 1
+    f = found[0]
+    assert f.where == {"module": "DataParallel_0"}
+    assert "DistributedDataParallel" in f.change
+    # The saving is the wrapper's own host time, a small part of the step:
+    # the wrapped model's work is not counted as removable.
+    step_ms = RuleContext(trace).step_ms
+    assert 0.0 <= f.saving_ms < 0.5 * step_ms
+
+
+def test_data_parallel_quiet_without_it_and_under_ddp(tmp_path, torchrun_2) -> None:  # noqa: F811
+    plain = _profiled_mlp(tmp_path, data_parallel=False)
+    assert "data_parallel" not in {f.rule for f in recommendations(plain)}
+    # DistributedDataParallel_0 is the recommended fix, not the problem.
+    for path in torchrun_2.traces:
+        trace = kinetolens.load(path, cache=False)
+        assert trace.ops["module"].str.contains("DistributedDataParallel_0").any()
+        assert "data_parallel" not in {f.rule for f in recommendations(trace)}
