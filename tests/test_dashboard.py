@@ -14,6 +14,7 @@ trace loads with no cache.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +30,7 @@ from kinetolens.analysis.memory import memory_events
 from kinetolens.analysis.memory_allocations import allocations
 from kinetolens.analysis.ops import op_stats
 from kinetolens.analysis.summary import steps_block
+from kinetolens.views.perfetto import chrome_trace
 from tests.conftest import trace_path
 from tests.dashboard_helpers import (
     CHROMIUM_ARGS,
@@ -170,6 +172,11 @@ def test_v100_overview_and_timeline(server: Server, page) -> None:  # type: igno
     page.select_option("#step", str(steps[2]))
     page.wait_for_function(f"document.querySelector('.gtitle') && document.querySelector('.gtitle').textContent.includes('step {steps[2]}')")
     shot(page, "timeline_v100")
+    # the Perfetto link downloads the whole trace as Chrome trace JSON with our attribution in it
+    with page.expect_download() as dl:
+        page.click("a[download]")
+    exported = json.loads(Path(dl.value.path()).read_text())
+    assert len(exported["traceEvents"]) == len(chrome_trace(trace)["traceEvents"]) > trace.kernels.height
     open_view(page, server, "v100", V100_W, "memory")
     # recorded before PyTorch 1.10: no addresses, so no memory-flow picture, and the page says why
     assert page.locator("img.flow").count() == 0 and "no addresses" in page.inner_text("#content")

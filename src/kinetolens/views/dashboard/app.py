@@ -60,12 +60,12 @@ def _plotly_js() -> Path:
 
 
 def _perfetto_export() -> Any | None:
-    """``views.perfetto``'s export function where that module exists."""
+    """``views.perfetto.chrome_trace`` (the annotated Chrome/Perfetto JSON) where that module exists."""
     try:
         from kinetolens.views import perfetto  # type: ignore[attr-defined]
     except ImportError:
         return None
-    for name in ("perfetto_json", "to_perfetto", "export_perfetto", "perfetto_trace"):
+    for name in ("chrome_trace",):
         fn = getattr(perfetto, name, None)
         if callable(fn):
             return fn
