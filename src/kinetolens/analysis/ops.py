@@ -42,10 +42,10 @@ def time_basis(trace: Trace) -> str:
     return "device_total_us" if trace.kernels.height else "host_total_us"
 
 
-def _with_step_share(table: pl.DataFrame, trace: Trace) -> pl.DataFrame:
-    """Total time (see :func:`time_basis`) as a percentage of all steps' wall time."""
+def _with_step_share(table: pl.DataFrame, trace: Trace, basis: str | None = None) -> pl.DataFrame:
+    """Total time (``basis``, else :func:`time_basis`) as a percentage of all steps' wall time."""
     total = step_time_ns(trace)
-    basis = time_basis(trace)
+    basis = basis or time_basis(trace)
     share = pl.col(basis) * 1000.0 / total * 100.0 if total else pl.lit(None, pl.Float64)
     return table.with_columns(step_share_pct=share)
 
@@ -140,7 +140,8 @@ def _kernel_stats(trace: Trace, aggregate: str, step: int | None) -> pl.DataFram
         _bytes_sum=pl.col("work_bytes").sum(),
         _work_ns=pl.col("dur").filter(pl.col("flops").is_not_null() | pl.col("work_bytes").is_not_null()).sum(),
     )
-    return _with_step_share(_with_achieved(grouped), trace)
+    # Kernels have only device time, even in a CPU-only trace (where the table is empty).
+    return _with_step_share(_with_achieved(grouped), trace, basis="device_total_us")
 
 
 def order_and_filter(

@@ -218,7 +218,7 @@ def ops_command(
     """
     loaded = load(trace, cache=not no_cache)
     if order_by is None:
-        order_by = time_basis(loaded)
+        order_by = "device_total_us" if by == "kernel" else time_basis(loaded)  # kernels have only device time
     stats = op_stats(loaded, by=by, aggregate=aggregate, step=step)
     spec = gpu_spec(loaded)
     if spec is not None and spec.dram_gbps:

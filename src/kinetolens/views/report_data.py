@@ -96,9 +96,6 @@ def _roofline(trace: Trace) -> tuple[GpuSpec | None, pl.DataFrame | None, pl.Dat
 
 def _kernel_names(trace: Trace) -> pl.DataFrame:
     """Kernels grouped by name, longest first (an empty table for a CPU-only trace)."""
-    if trace.kernels.height == 0:
-        # op_stats' kernel grouping takes its step share of host time there, a column it lacks
-        return pl.DataFrame(schema={"name": pl.String, "calls": pl.UInt32, "device_total_us": pl.Float64})
     return op_stats(trace, by="kernel").sort("device_total_us", descending=True)
 
 
