@@ -148,19 +148,25 @@ def test_cli_json_by_module() -> None:
     assert all(not math.isnan(r["lost_us"]) for r in rows)
 
 
-def test_cli_svg_without_kaleido_exits_2(tmp_path: Path) -> None:
-    pytest.importorskip("plotly")
+def test_cli_svg_chart_or_a_clear_error(tmp_path: Path) -> None:
+    """With kaleido and a Chromium, an SVG with the roofs and the ops; without, exit 2 and one line."""
+    import shutil
+
+    out = tmp_path / "r.svg"
+    result = CliRunner().invoke(cli, ["roofline", str(trace_path(VIT)), "-o", str(out)], standalone_mode=False)
     try:
         import kaleido  # noqa: F401
-
-        pytest.skip("kaleido is installed")
     except ModuleNotFoundError:
-        pass
-    from kinetolens.cli.main import main
-
-    with pytest.raises(SystemExit) as exc:
-        main(["roofline", str(trace_path(VIT)), "-o", str(tmp_path / "r.svg")])
-    assert exc.value.code == 2
+        assert isinstance(result.exception, TraceError) and "kaleido" in str(result.exception)
+        return
+    if not (shutil.which("chromium") or shutil.which("google-chrome")):
+        assert isinstance(result.exception, TraceError) and "kaleido" in str(result.exception)
+        return
+    assert result.exception is None, result.output
+    svg = out.read_text()
+    assert svg.startswith("<svg") and svg.count("<path") > 10
+    for text in ("DRAM 3,350 GB", "bf16 peak 989.5"):
+        assert text in svg
 
 
 def _ops_json(*args: str) -> list[dict]:

@@ -46,6 +46,9 @@ def _write_chart(path: str, ops: pl.DataFrame, spec: GpuSpec, title: str) -> Non
             fig.write_image(path)
     except OSError as exc:
         raise TraceError(path, f"cannot write chart ({exc.strerror or exc})") from None
+    except Exception as exc:  # noqa: BLE001 - kaleido's browser errors have no common base
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise TraceError(path, f"cannot render {suffix} with kaleido ({reason}); .html works without it") from None
 
 
 @click.command("roofline")
