@@ -20,6 +20,7 @@ RANKS = ("hta/trace_filter/sampled_rank-0.json.gz", "hta/trace_filter/sampled_ra
 CONTROL = "hta/trace_diff/control/control.json.gz"
 TEST = "hta/trace_diff/test/test.json.gz"
 LARGE = "hta/df_index_resolver/df_index_resolver.json.gz"
+FALCON = "tracelens/h100/Falconsai_nsfw_image_detection__1016002.json.gz"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--no-first-run", "--disable-sync"]  # fmt: skip
 
@@ -52,6 +53,7 @@ class Server:
     """``kinetolens serve`` in a subprocess on a free loopback port."""
 
     def __init__(self, logdir: Path, cache_dir: Path) -> None:
+        self.logdir = logdir
         self.port = free_port()
         env = {**os.environ, "KINETOLENS_CACHE_DIR": str(cache_dir)}
         self.proc = subprocess.Popen(

@@ -29,12 +29,13 @@ from kinetolens.analysis.diff import compare
 from kinetolens.analysis.memory import memory_events
 from kinetolens.analysis.memory_allocations import allocations
 from kinetolens.analysis.ops import op_stats
-from kinetolens.analysis.summary import steps_block
+from kinetolens.analysis.summary import attribution, steps_block
 from kinetolens.views.perfetto import chrome_trace
 from tests.conftest import trace_path
 from tests.dashboard_helpers import (
     CHROMIUM_ARGS,
     CONTROL,
+    FALCON,
     H100,
     LARGE,
     TEST,
@@ -207,6 +208,24 @@ def test_corrupt_trace_shows_its_error_and_the_others_still_work(server: Server,
     shot(page, "corrupt")
     open_view(page, server, "h100", QWEN_W, "overview")
     assert page.locator("#content .error").count() == 0
+
+
+def test_a_run_written_while_serving_appears_without_a_restart(server: Server, page) -> None:  # type: ignore[no-untyped-def]
+    open_view(page, server, "h100", QWEN_W, "overview")  # the page is up before the run exists
+    assert "late" not in server.get_json("/api/runs")[1]["runs"]
+    (server.logdir / "late").mkdir()
+    (server.logdir / "late" / "falcon.pt.trace.json.gz").symlink_to(trace_path(FALCON))
+    runs = {r["run"]: [w["id"] for w in r["workers"]] for r in server.get_json("/api/runs")[1]["runs"]}
+    assert runs["late"] == ["falcon.pt.trace.json.gz"]
+    # the open page picks it up on its own (it lists the runs again every 10 s), no reload
+    page.wait_for_function("[...document.querySelectorAll('#run option')].some(o => o.value === 'late')", timeout=20000)
+    page.select_option("#run", "late")
+    page.wait_for_selector('#content[data-key="late|falcon.pt.trace.json.gz|overview"]', timeout=60000)
+    trace = kinetolens.load(trace_path(FALCON))
+    cards = page.inner_text(".cards")
+    assert f"{steps_block(trace)['mean_us'] / 1000.0:,.3f} ms" in cards  # 7.894 ms, its one profiled step
+    assert f"{attribution(trace)['kernel_time_us'] / 1000.0:,.3f} ms" in cards
+    assert "H100" in cards and page.locator("#content .error").count() == 0
 
 
 @pytest.mark.parametrize("path", [
