@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -84,3 +87,111 @@ def test_bad_sample_rate_is_a_clear_error(tmp_path: Path) -> None:
     for bad in (0, -3, 2.5, True):
         with pytest.raises(ValueError, match="sample_rate must be a positive integer"):
             kinetolens.profile(logdir=tmp_path, sample_rate=bad)
+
+
+# -- reading the samples back -------------------------------------------------
+
+
+def _raw_samples(path: Path) -> list[dict]:
+    return _samples(path)[0]
+
+
+@pytest.fixture(scope="module")
+def sampled_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    """A real CPU run sampled every 5 ops, with the allocator's events too."""
+    logdir = tmp_path_factory.mktemp("sampled")
+    with kinetolens.profile(logdir=logdir, run="sampled", sample_rate=5, with_stack=False) as prof:
+        _train(3)
+        ops = prof._sampler.ops
+    (path,) = prof.trace_files
+    return path, ops
+
+
+def test_samples_read_back_equal_the_raw_json(sampled_run: tuple[Path, int], tmp_path: Path) -> None:
+    from kinetolens.analysis.memory_samples import SAMPLE_EVENT as READ_NAME
+    from kinetolens.analysis.memory_samples import memory_samples, sample_summary
+
+    assert READ_NAME == SAMPLE_EVENT  # the analysis reads what the capture writes
+    path, ops = sampled_run
+    raw = _raw_samples(path)
+    # Loaded twice: decoded, then from the Parquet cache; both the same curve.
+    first = kinetolens.load(path, cache=tmp_path)
+    cached = kinetolens.load(path, cache=tmp_path)
+    assert any(tmp_path.glob("*/counters.parquet"))
+    curve = memory_samples(first)
+    assert curve.equals(memory_samples(cached))
+    assert curve.height == len(raw) == ops // 5 > 20
+    assert curve["device"].unique().to_list() == ["cpu (process RSS)"]
+    assert curve["allocated"].to_list() == [s["args"]["allocated"] for s in raw]
+    assert curve["op_index"].to_list() == [5 * (i + 1) for i in range(len(raw))]
+    assert curve["reserved"].null_count() == curve.height  # RSS is one figure
+    # Trace nanoseconds, on the same clock as the ops (float us -> ns, within rounding).
+    for ts, s in zip(curve["ts"].to_list(), raw):
+        assert abs(ts - s["ts"] * 1000) <= 1
+    ops_ts = first.ops["ts"]
+    assert ops_ts.min() <= curve["ts"].min() and curve["ts"].max() <= (first.ops["ts"] + first.ops["dur"]).max()
+
+    (row,) = sample_summary(curve).to_dicts()
+    rss = [s["args"]["allocated"] for s in raw]
+    assert row["samples"] == len(raw) and row["every_n_ops"] == 5 and row["ops"] == 5 * len(raw)
+    assert (row["min_allocated"], row["max_allocated"]) == (min(rss), max(rss))
+    assert row["peak_ts"] == curve["ts"][rss.index(max(rss))]
+    assert row["peak_reserved"] is None
+
+
+def test_memory_command_shows_the_sampled_section(sampled_run: tuple[Path, int]) -> None:
+    path, _ = sampled_run
+    raw = _raw_samples(path)
+    text = _cli("memory", str(path), "--no-cache")
+    assert text.returncode == 0, text.stderr
+    assert "Sampled memory (every 5 ops" in text.stdout and "cpu (process RSS)" in text.stdout
+    doc = json.loads(_cli("memory", str(path), "--json", "--no-cache").stdout)
+    (row,) = doc["sampled"]
+    assert row["samples"] == len(raw) and row["every_n_ops"] == 5
+    assert row["max_allocated"] == max(s["args"]["allocated"] for s in raw)
+    assert [s["allocated"] for s in doc["samples"]] == [s["args"]["allocated"] for s in raw]
+    assert doc["devices"][0]["device"] == "CPU"  # the allocator's report is still there
+
+
+def test_samples_alone_are_reported_without_allocator_events(tmp_path: Path) -> None:
+    with kinetolens.profile(logdir=tmp_path, run="rss", sample_rate=4, with_stack=False, profile_memory=False) as prof:
+        _train(2)
+    (path,) = prof.trace_files
+    assert kinetolens.load(path, cache=False).memory.height == 0
+    text = _cli("memory", str(path), "--no-cache")
+    assert text.returncode == 0, text.stderr
+    assert "memory samples only" in text.stdout and "Sampled memory (every 4 ops" in text.stdout
+    doc = json.loads(_cli("memory", str(path), "--json", "--no-cache").stdout)
+    assert doc["devices"] == [] and doc["sampled"][0]["samples"] == len(_raw_samples(path))
+    svg = _cli("memory", str(path), "--no-cache", "--svg", str(tmp_path / "x.svg"))
+    assert svg.returncode == 2 and "no memory-flow picture" in svg.stderr and "Traceback" not in svg.stderr
+
+
+def test_trace_without_samples_has_no_sampled_section(tmp_path: Path) -> None:
+    with kinetolens.profile(logdir=tmp_path, run="plain", with_stack=False) as prof:
+        _train(2)
+    (path,) = prof.trace_files
+    text = _cli("memory", str(path), "--no-cache")
+    assert text.returncode == 0, text.stderr
+    assert "memory peaks" in text.stdout and "Sampled memory" not in text.stdout
+    doc = json.loads(_cli("memory", str(path), "--json", "--no-cache").stdout)
+    assert doc["sampled"] == [] and doc["samples"] == []
+
+
+def test_memory_figure_draws_the_samples(sampled_run: tuple[Path, int]) -> None:
+    from kinetolens.analysis.memory_samples import memory_samples, sample_figure_curve
+    from kinetolens.views.figures import memory_figure
+
+    curve = memory_samples(kinetolens.load(sampled_run[0], cache=False))
+    fig = memory_figure(sample_figure_curve(curve))
+    (line,) = fig.data  # allocated only: RSS has no reserved figure
+    assert line.name == "sampled cpu (process RSS) allocated"
+    assert list(line.y) == pytest.approx((curve["allocated"] / 2**30).to_list())
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200"}  # tables at full width, no folded cells
+    return subprocess.run(
+        [sys.executable, "-m", "kinetolens.cli.main", *args], check=False, capture_output=True, text=True, timeout=180,
+        env=env,
+    )  # fmt: skip

@@ -419,3 +419,26 @@ def test_cli_rejects_clearly(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "GPU0" in proc.stderr and "Traceback" not in proc.stderr
     proc = _cli("memory", str(trace_path(RESNET)), "--svg", str(tmp_path / "x.svg"), "--no-cache")
     assert proc.returncode == 2 and "no addresses" in proc.stderr and not (tmp_path / "x.svg").exists()
+
+
+# -- counter events (the table memory samples are read from) ----------------------
+
+
+def test_counter_events_keep_every_numeric_arg() -> None:
+    """Kineto's GPU-metrics counters: every ``ph: "C"`` event's args reach
+    ``trace.counters`` with its time, and none of them is a memory sample."""
+    from kinetolens.analysis.memory_samples import memory_samples, sample_summary
+
+    path = trace_path("kineto/gpu_metrics/gpu_metrics_expected.json")
+    raw = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "C"]
+    counters = kinetolens.load(path, cache=False).counters
+    expected = [(i, e["name"], k, float(v), round(e["ts"] * 1000)) for i, e in enumerate(raw) for k, v in e["args"].items()]
+    assert len(expected) == 78
+    assert list(counters.select("event", "name", "key", "value", "ts").iter_rows()) == expected
+    assert memory_samples(kinetolens.load(path, cache=False)).height == 0
+    assert sample_summary(memory_samples(kinetolens.load(path, cache=False))).height == 0
+
+
+def test_traces_without_counter_events_have_an_empty_table() -> None:
+    trace = kinetolens.load(trace_path(NO_MEMORY), cache=False)
+    assert trace.counters.height == 0 and "value" in trace.counters.columns

@@ -38,7 +38,8 @@ def default_cache_dir() -> Path:
 
 @functools.cache
 def _code_fingerprint() -> str:
-    """Hash of the code that shapes cached tables (ingest and model).
+    """Hash of the code that shapes cached tables (ingest, model, and the
+    loader, which adds the counter tables after the model is built).
 
     Part of the key so that a changed model never reads tables cached by an
     older one, even between releases.
@@ -48,6 +49,7 @@ def _code_fingerprint() -> str:
     for sub in ("ingest", "model"):
         for source in sorted((root / sub).glob("*.py")):
             digest.update(source.read_bytes())
+    digest.update((root / "loader.py").read_bytes())
     return digest.hexdigest()[:16]
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from kinetolens.cache import default_cache_dir, read_cached, write_cached
 from kinetolens.errors import TraceError
 from kinetolens.ingest import read_raw
+from kinetolens.ingest.kineto_counter_events import read_counter_events
 from kinetolens.ingest.kineto_counters import read_profiler_counters
 from kinetolens.model import Trace, build_trace
 
@@ -37,6 +38,9 @@ def load(path: str | Path, *, cache: bool | str | Path = True) -> Trace:
     trace = build_trace(raw, str(p))
     if trace.format == "kineto-json" and (trace.device_events["kind"] == "profiler_range").any():
         trace.kernel_counters, counter_warnings = read_profiler_counters(p)
+        trace.warnings.extend(counter_warnings)
+    if trace.format == "kineto-json" and raw.counters.height:  # counter events: their args, read again
+        trace.counters, counter_warnings = read_counter_events(p)
         trace.warnings.extend(counter_warnings)
     if cache_dir is not None:
         write_cached(cache_dir, p, trace)

@@ -91,7 +91,8 @@ def counter_events(samples: list[Sample], base_ns: int, pid: int, device: str) -
     """Chrome counter events for ``samples`` on a trace whose clock starts at ``base_ns``."""
     events = []
     for s in samples:
-        args: dict[str, Any] = {"allocated": s.allocated}
+        # op_index: the sample's place in the op count, from which a reader gets N.
+        args: dict[str, Any] = {"allocated": s.allocated, "op_index": s.op_index}
         if s.reserved is not None:
             args["reserved"] = s.reserved
         events.append({

@@ -20,6 +20,7 @@ from kinetolens.analysis.memory import (
     resolve_device,
 )
 from kinetolens.analysis.memory_allocations import allocations, leaks, pairable
+from kinetolens.analysis.memory_samples import memory_samples, sample_summary
 from kinetolens.cli.render import emit, emit_json
 from kinetolens.errors import TraceError
 from kinetolens.ingest.memory_timeline import is_memory_timeline, read_memory_timeline
@@ -57,8 +58,19 @@ def memory_command(trace: str, svg_path: str | None, json_: bool, device: str | 
         _timeline_report(trace, svg_path, json_)
         return
     loaded = load(trace, cache=not no_cache)
+    samples = memory_samples(loaded)
+    sampled = sample_summary(samples)
     if loaded.memory.height == 0:
-        raise TraceError(trace, "has no [memory] events; record with torch.profiler.profile(profile_memory=True)")
+        if samples.height == 0:
+            raise TraceError(
+                trace,
+                "has no [memory] events; record with torch.profiler.profile(profile_memory=True) "
+                "or kinetolens.profile(sample_rate=N)",
+            )
+        if svg_path is not None:
+            raise TraceError(trace, "has no [memory] events (only memory samples), so there is no memory-flow picture")
+        _samples_only_report(trace, samples, sampled, json_)
+        return
     events = memory_events(loaded)
     if device is not None:
         try:
@@ -84,9 +96,12 @@ def memory_command(trace: str, svg_path: str | None, json_: bool, device: str | 
             "leaks": leaked.to_dicts(),
             "allocations": allocs.to_dicts(),
             "curve": memory_curve(events).to_dicts(),
+            "sampled": sampled.to_dicts(),
+            "samples": samples.to_dicts(),
         })
     else:
         _print_summary(trace, events, peaks, stats, allocs, leaked, origin, top)
+        _print_sampled(sampled, origin)
     if wrote:
         click.echo(f"wrote {svg_path} ({wrote})", err=True)
 
@@ -160,6 +175,40 @@ def _print_summary(
     emit(_bytes_columns(leaked.head(top), ["bytes", "largest"]),
          title="not freed inside the window: alive_at_end (still held at the end) / "
                "before_window (freed, allocated before profiling began)")
+
+
+def _samples_only_report(trace: str, samples: pl.DataFrame, sampled: pl.DataFrame, json_: bool) -> None:
+    """A trace captured with sample_rate but without profile_memory: the samples are all there is."""
+    origin = int(samples["ts"].min())  # type: ignore[arg-type]
+    if json_:
+        emit_json({
+            "trace": trace, "origin_ns": origin, "pairable": False, "devices": [], "op_stats": [], "leaks": [],
+            "allocations": [], "curve": [], "sampled": sampled.to_dicts(), "samples": samples.to_dicts(),
+        })  # fmt: skip
+        return
+    Console().print(f"{trace}: no [memory] events (profile_memory=True was off); memory samples only.", markup=False)
+    _print_sampled(sampled, origin)
+
+
+def _print_sampled(sampled: pl.DataFrame, origin: int) -> None:
+    """The "Sampled memory (every N ops)" section; nothing for a trace without samples."""
+    if sampled.height == 0:
+        return
+    rates = sampled["every_n_ops"].drop_nulls().unique().sort().to_list()
+    every = f"every {'/'.join(str(r) for r in rates)} ops" if rates else "sample rate not recorded"
+    table = sampled.select(
+        "device",
+        "samples",
+        "ops",
+        pl.col("min_allocated").alias("min"),
+        pl.col("max_allocated").alias("peak"),
+        _since("peak_ts", origin).alias("peak_at_ms"),
+        pl.col("peak_reserved").alias("reserved"),
+    )
+    emit(_bytes_columns(table, ["min", "peak", "reserved"]), title=f"Sampled memory ({every})")
+    Console().print("samples: cuda = the caching allocator's allocated/reserved bytes, cpu = the process's "
+                    "resident set size; ops = ops dispatched up to the last sample; peak_at_ms from the first "
+                    "memory event.", markup=False, highlight=False)
 
 
 def _timeline_report(trace: str, svg_path: str | None, json_: bool) -> None:

@@ -22,6 +22,11 @@ Tables (times in integer nanoseconds, ``end = ts + dur``):
 * ``kernel_counters``: CUPTI range-profiler counter values, one row per
   ``cuda_profiler_range`` event and metric (empty for traces without them;
   see ``kinetolens.ingest.kineto_counters``).
+* ``counters``: Chrome counter events (``ph: "C"``), one row per event and
+  numeric arg (``event, name, cat, pid, tid, ts, key, value``): memory
+  sampled by ``kinetolens.profile(sample_rate=N)``, Kineto's GPU metrics
+  (empty for traces without them; see
+  ``kinetolens.ingest.kineto_counter_events``).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from typing import Any
 import polars as pl
 
 from kinetolens.errors import TraceWarning
+from kinetolens.ingest.kineto_counter_events import empty_counter_events
 from kinetolens.ingest.kineto_counters import empty_counters
 
 TABLES = (
@@ -46,6 +52,7 @@ TABLES = (
     "threads",
     "processes",
     "kernel_counters",
+    "counters",
 )
 
 
@@ -66,6 +73,7 @@ class Trace:
     processes: pl.DataFrame
     warnings: list[TraceWarning] = field(default_factory=list)
     kernel_counters: pl.DataFrame = field(default_factory=empty_counters)
+    counters: pl.DataFrame = field(default_factory=empty_counter_events)
 
     @property
     def events(self) -> pl.DataFrame:

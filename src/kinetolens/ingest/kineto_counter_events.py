@@ -1,0 +1,135 @@
+"""Values of Chrome counter events (``ph: "C"``), one row per event and arg.
+
+A counter event's ``args`` are the series it sets (``{"allocated": ...,
+"reserved": ...}`` from ``kinetolens.profile(sample_rate=N)``, ``{"GPU
+Utilization": 0.4}`` from Kineto's GPU metrics).  The keys are open-ended,
+and the main decoder names only the args it reads, for speed, so it keeps
+just the events' times and names.  A trace that has counter events is read a
+second time here, decoding only the few fields these need; traces without
+them (nearly all) never pay anything.
+
+Output, long format, events numbered in file order:
+
+``event, name, cat, pid, tid, ts, key, value``  (``ts`` in ns; every numeric
+arg becomes a Float64 ``value``, exact for integers below 2**53, which covers
+any byte count a machine has; non-numeric args are left out).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import polars as pl
+
+from kinetolens.errors import TraceError, TraceWarning
+from kinetolens.ingest.kineto_file import _recover_truncated
+from kinetolens.ingest.kineto_schema import ABSENT
+from kinetolens.ingest.kineto_values import raw_us_to_ns
+from kinetolens.ingest.opener import open_trace_bytes
+
+COUNTER_EVENT_SCHEMA: dict[str, pl.DataType] = {
+    "event": pl.Int64(),
+    "name": pl.String(),
+    "cat": pl.String(),
+    "pid": pl.Int64(),
+    "tid": pl.Int64(),
+    "ts": pl.Int64(),
+    "key": pl.String(),
+    "value": pl.Float64(),
+}
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str | None = None
+    name: str | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: msgspec.Raw = ABSENT
+    args: msgspec.Raw = ABSENT
+
+
+class _Document(msgspec.Struct, gc=False):
+    traceEvents: list[_Event] = []
+
+
+class _RawDocument(msgspec.Struct, gc=False):
+    traceEvents: list[msgspec.Raw] = []
+
+
+def empty_counter_events() -> pl.DataFrame:
+    return pl.DataFrame(schema=COUNTER_EVENT_SCHEMA)
+
+
+def _int(value: int | str | None) -> int | None:
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def _decode_each(data: Any, legacy: bool) -> list[_Event]:
+    """Event by event, skipping the malformed ones (as the main reader does)."""
+    raws = msgspec.json.decode(data, type=list[msgspec.Raw] if legacy else _RawDocument)
+    events = []
+    for raw in raws if legacy else raws.traceEvents:  # type: ignore[union-attr]
+        try:
+            events.append(msgspec.json.decode(raw, type=_Event))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue
+    return events
+
+
+def _events(path: str, data: Any) -> list[_Event]:
+    """All events, in one decoding pass when the file is sound; a truncated
+    file is cut after its last complete event, as the main reader does."""
+    legacy = bytes(data[:64]).lstrip().startswith(b"[")
+    try:
+        decoded = msgspec.json.decode(data, type=list[_Event] if legacy else _Document)
+        return decoded if legacy else decoded.traceEvents  # type: ignore[union-attr,return-value]
+    except msgspec.ValidationError:
+        return _decode_each(data, legacy)
+    except msgspec.DecodeError:
+        repaired, _ = _recover_truncated(path, data, legacy)
+        return _decode_each(repaired, legacy)
+
+
+def read_counter_events(path: str | Path) -> tuple[pl.DataFrame, list[TraceWarning]]:
+    """Every numeric arg of every counter event in ``path``.
+
+    Events are decoded one by one so a malformed one is skipped (as the main
+    reader does); a file damaged past recovery gives an empty table and a
+    warning, since the main load has already reported the damage.
+    """
+    opened = open_trace_bytes(path)
+    try:
+        events = _events(str(path), opened.data)
+    except (msgspec.DecodeError, msgspec.ValidationError, TraceError):
+        return empty_counter_events(), [
+            TraceWarning("counter events unreadable", 1, "the file is damaged; counter values were not loaded")
+        ]
+    args_of = msgspec.json.Decoder(dict[str, Any])
+    cols: dict[str, list[Any]] = {name: [] for name in COUNTER_EVENT_SCHEMA}
+    skipped = 0
+    for index, e in enumerate(e for e in events if e.ph == "C"):
+        try:
+            args = args_of.decode(e.args) if bytes(e.args) else {}
+            ts = raw_us_to_ns(e.ts) if bytes(e.ts) else None
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError, ArithmeticError):
+            skipped += 1
+            continue
+        for key, value in args.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            for column, item in (
+                ("event", index), ("name", e.name), ("cat", e.cat), ("pid", _int(e.pid)),
+                ("tid", _int(e.tid)), ("ts", ts), ("key", key), ("value", float(value)),
+            ):  # fmt: skip
+                cols[column].append(item)
+    warnings = []
+    if skipped:
+        warnings.append(TraceWarning("counter events unreadable", skipped, "counter events whose args or time are malformed"))
+    return pl.DataFrame(cols, schema=COUNTER_EVENT_SCHEMA), warnings
