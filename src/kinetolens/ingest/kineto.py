@@ -14,7 +14,10 @@ Output tables (all times are integer nanoseconds, exact):
   annotations, CUPTI profiler ranges);
 * ``memory``: ``[memory]`` allocator instants;
 * ``flows``: ``s``/``f``/``t`` flow events (``ac2g`` launch links, ``fwdbwd``);
-* ``threads`` and ``processes``: names from metadata events.
+* ``threads`` and ``processes``: names from metadata events;
+* ``counters``: counter (``C``) events' pid, time and name; their args are
+  open-ended and read only for traces that have any
+  (:mod:`kinetolens.ingest.kineto_counter_events`).
 """
 
 from __future__ import annotations
