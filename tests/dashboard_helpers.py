@@ -21,6 +21,8 @@ CONTROL = "hta/trace_diff/control/control.json.gz"
 TEST = "hta/trace_diff/test/test.json.gz"
 LARGE = "hta/df_index_resolver/df_index_resolver.json.gz"
 FALCON = "tracelens/h100/Falconsai_nsfw_image_detection__1016002.json.gz"
+NSYS = "nsys/pipit_perlmutter-cloverleaf-cuda.sqlite"  # nsys 2024.5: CUDA kernels, no NVTX
+NSYS_MPI = "nsys/pipit_saxpy-mpi-cuda_nsys_perlmutter0.sqlite"  # nsys 2022.2: NVTX ranges become ops
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--no-first-run", "--disable-sync"]  # fmt: skip
 
@@ -33,6 +35,8 @@ def build_logdir(root: Path) -> Path:
         "multi": {"rank-0.pt.trace.json.gz": RANKS[0], "rank-1.pt.trace.json.gz": RANKS[1]},
         "control": {"worker0.pt.trace.json.gz": CONTROL},
         "test": {"worker0.pt.trace.json.gz": TEST},
+        "nsys": {"cloverleaf.sqlite": NSYS},
+        "nsys_mpi": {"saxpy_rank0.sqlite": NSYS_MPI},
     }
     for run, files in layout.items():
         (root / run).mkdir(parents=True)

@@ -26,6 +26,8 @@ import pytest
 
 import kinetolens
 from kinetolens.analysis.diff import compare
+from kinetolens.analysis.gpu_metrics import gpu_metrics
+from kinetolens.analysis.kernels import kernel_table
 from kinetolens.analysis.memory import memory_events
 from kinetolens.analysis.memory_allocations import allocations
 from kinetolens.analysis.ops import op_stats
@@ -38,6 +40,8 @@ from tests.dashboard_helpers import (
     FALCON,
     H100,
     LARGE,
+    NSYS,
+    NSYS_MPI,
     TEST,
     V100,
     Server,
@@ -208,6 +212,52 @@ def test_corrupt_trace_shows_its_error_and_the_others_still_work(server: Server,
     shot(page, "corrupt")
     open_view(page, server, "h100", QWEN_W, "overview")
     assert page.locator("#content .error").count() == 0
+
+
+def test_nsight_sqlite_runs_show_overview_and_kernels(server: Server, page) -> None:  # type: ignore[no-untyped-def]
+    trace = kinetolens.load(trace_path(NSYS))  # CloverLeaf on an A100: 1,591 CUDA kernels, no NVTX, no steps
+    open_view(page, server, "nsys", "cloverleaf.sqlite", "overview")
+    assert page.locator("#content .error").count() == 0, page.inner_text("#content")
+    cards = page.inner_text(".cards")
+    assert "nsys-sqlite" in cards and "A100-SXM4-80GB" in cards
+    assert f"{attribution(trace)['kernel_time_us'] / 1000.0:,.3f} ms" in cards  # 294.405 ms
+    metrics = gpu_metrics(trace)
+    assert [float(u) for u in column(page, "gpus", "utilization")] == pytest.approx(
+        metrics["utilization"].to_list(), abs=5e-4)  # fmt: skip
+    shot(page, "overview_nsys")
+
+    open_view(page, server, "nsys", "cloverleaf.sqlite", "kernels")
+    rows = kernel_table(trace).group_by("kernel").agg(calls=pl.len(), total_us=pl.col("dur_us").sum())
+    top = rows.sort("total_us", descending=True).head(10)
+    assert column(page, "kernels", "kernel")[:10] == top["kernel"].to_list()
+    assert [int(c) for c in column(page, "kernels", "calls")[:10]] == top["calls"].to_list()
+    assert float(column(page, "kernels", "total_us")[0]) == pytest.approx(top["total_us"][0], abs=1e-3)
+    assert page.inner_text('.table-block[data-source="kernels"] .count').endswith(f"of {rows.height}")
+    shot(page, "kernels_nsys")
+
+    # what an Nsight export lacks is said, not drawn empty or failed
+    for view, missing in (("operators", "Operators are"), ("modules", "Modules are"), ("roofline", "The roofline is"),
+                          ("memory", "Memory is")):  # fmt: skip
+        open_view(page, server, "nsys", "cloverleaf.sqlite", view)
+        content = page.inner_text("#content")
+        assert page.locator("#content .error").count() == 0, content
+        assert f"{missing} not available for this trace" in content
+        shot(page, f"{view}_nsys")
+    open_view(page, server, "nsys", "cloverleaf.sqlite", "timeline")
+    assert page.locator("#content .error").count() == 0 and page.locator(".figure .main-svg").count() >= 1
+    shot(page, "timeline_nsys")
+
+    # nsys 2022.2 with NVTX: its ranges are the operators, and the rank comes from the file name
+    mpi = kinetolens.load(trace_path(NSYS_MPI))
+    open_view(page, server, "nsys_mpi", "saxpy_rank0.sqlite", "operators")
+    expected = op_stats(mpi).sort("device_total_us", descending=True)
+    assert column(page, "ops", "name")[0] == expected["name"][0] == "saxpy"
+    assert int(column(page, "ops", "calls")[0]) == expected["calls"][0]
+    assert page.inner_text('.table-block[data-source="ops"] .count').endswith(f"of {expected.height}")
+    shot(page, "operators_nsys_mpi")
+    open_view(page, server, "nsys_mpi", "saxpy_rank0.sqlite", "overview")
+    cards = page.inner_text(".cards")
+    assert "A100-SXM4-40GB" in cards and f"{attribution(mpi)['kernel_time_us'] / 1000.0:,.3f} ms" in cards
 
 
 def test_a_run_written_while_serving_appears_without_a_restart(server: Server, page) -> None:  # type: ignore[no-untyped-def]

@@ -46,6 +46,25 @@ def text(message: str, kind: str = "note") -> Block:
     return {"type": "text", "kind": kind, "text": message}
 
 
+def unavailable(what: str, why: str) -> Block:
+    """The note a view shows instead of an empty table or chart when the trace lacks its data.
+
+    Nsight exports, CPU-only and pre-1.10 Kineto traces each lack some of
+    what a view draws; saying so beats an empty chart or a column error.
+    """
+    return text(f"{what} not available for this trace: {why}.", "warn")
+
+
+def _nsys(ctx: Ctx) -> bool:
+    return str(ctx.trace.format).startswith("nsys")
+
+
+def _rank(t: Any) -> str:
+    if t.rank is None:
+        return "-"
+    return f"{t.rank} of {t.world_size}" if t.world_size else str(t.rank)
+
+
 def _ms(us: float | None) -> str:
     return "-" if us is None else f"{us / 1000.0:,.3f} ms"
 
@@ -62,7 +81,7 @@ def overview(ctx: Ctx) -> list[Block]:
     cards = [
         ["format", t.format],
         ["GPUs", devices],
-        ["rank", "-" if t.rank is None else f"{t.rank} of {t.world_size}"],
+        ["rank", _rank(t)],
         ["steps", str(steps["count"])],
         ["mean step", _ms(steps["mean_us"])],
         ["kernel time", _ms(attr["kernel_time_us"])],
@@ -80,6 +99,10 @@ def overview(ctx: Ctx) -> list[Block]:
 
 
 def operators(ctx: Ctx) -> list[Block]:
+    if ctx.trace.ops.height == 0:
+        why = ("this Nsight export holds no NVTX ranges, which are what become operators" if _nsys(ctx)
+               else "it records no operator events")
+        return [unavailable("Operators are", why), text("The Kernels and Timeline views show its GPU work.")]
     basis = time_basis(ctx.trace)
     by_op = ctx.memo(("op_stats", ctx.step), lambda: op_stats(ctx.trace, by="op", step=ctx.step))
     return [
@@ -107,8 +130,9 @@ def kernels(ctx: Ctx) -> list[Block]:
 def modules(ctx: Ctx) -> list[Block]:
     mods = ctx.memo(("op_stats_module", ctx.step), lambda: op_stats(ctx.trace, by="module", step=ctx.step))
     if mods["module"].drop_nulls().len() == 0:
-        note = text("This trace records no nn.Module hierarchy (profile with with_modules=True or with_stack=True).")
-        return [note, table("modules", "Modules", sort="device_total_us")]
+        why = ("Nsight exports carry no nn.Module hierarchy" if _nsys(ctx)
+               else "it records no nn.Module hierarchy (profile with with_modules=True or with_stack=True)")
+        return [unavailable("Modules are", why)]
     return [
         figure(figures.module_icicle_figure(mods, value=time_basis(ctx.trace))),
         table("modules", "Modules: forward and backward device time side by side", sort="device_total_us"),
@@ -120,6 +144,10 @@ def roofline(ctx: Ctx) -> list[Block]:
     if spec is None:
         return [text("No roofline: the GPU is not in the registry (or the trace names none).", "warn")]
     ops = ctx.memo("op_roofline", lambda: op_roofline(ctx.trace, spec))
+    if ops.filter((pl.col("flops") > 0) & (pl.col("bytes") > 0)).height == 0:
+        why = ("no operator has FLOPs and bytes counted from its shapes"
+               + (" (an Nsight export records kernels, not the shapes of the ops behind them)" if _nsys(ctx) else ""))
+        return [unavailable("The roofline is", why)]
     title = f"Roofline on {spec.name} ({spec.dram_gbps:,.0f} GB/s)"
     return [
         figure(figures.roofline_figure(ops, spec, title)),
@@ -129,7 +157,9 @@ def roofline(ctx: Ctx) -> list[Block]:
 
 def memory(ctx: Ctx) -> list[Block]:
     if ctx.trace.memory.height == 0:
-        return [text("This trace has no memory records (profile with profile_memory=True).", "warn")]
+        why = ("this Nsight export holds no allocator records" if _nsys(ctx)
+               else "it has no memory records (profile with profile_memory=True)")
+        return [unavailable("Memory is", why)]
     events, _ = memory_window(ctx)
     curve = ctx.memo(("memory_curve", ctx.args.get("device", "")), lambda: memory_curve(events))
     peaks = memory_peaks(events)

@@ -31,6 +31,7 @@ from kinetolens.views.dashboard.tables import rounded
 #: Groupings the pages offer (the analyses accept these names).
 OP_GROUPS = ("op", "op+shape", "module", "source")
 KERNEL_GROUPS = ("name", "name+op")
+NO_MODULE = "(no module)"
 
 
 @dataclass
@@ -182,17 +183,17 @@ def kernels(ctx: Ctx) -> pl.DataFrame:
 
 def modules(ctx: Ctx) -> pl.DataFrame:
     """Per module: host time, forward and backward device time side by side, FLOPs, % of roofline."""
+    # Work outside any module is one row: its null key is named before the join, which never matches nulls.
+    outside = pl.col("module").fill_null(NO_MODULE)
     host = op_stats(ctx.trace, by="module", step=ctx.step).select(
-        "module", "calls", "host_total_us", "device_total_us", "flops", "tflops_s"
+        outside, "calls", "host_total_us", "device_total_us", "flops", "tflops_s"
     )
     k = ctx.trace.kernels if ctx.step is None else ctx.trace.kernels.filter(pl.col("step") == ctx.step)
-    by_dir = k.group_by("module").agg(
+    by_dir = k.group_by(outside).agg(
         fwd_device_us=pl.col("dur").filter(pl.col("direction") == "fprop").sum() / 1000.0,
         bwd_device_us=pl.col("dur").filter(pl.col("direction") == "bprop").sum() / 1000.0,
     )
-    table = host.join(by_dir, on="module", how="full", coalesce=True).with_columns(
-        pl.col("module").fill_null("(no module)")
-    )
+    table = host.join(by_dir, on="module", how="full", coalesce=True)
     spec = spec_of(ctx)
     if spec is not None:
         table = with_time_lost(table, ctx.trace, spec, "module", step=ctx.step)
