@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 import polars as pl
 
-from kinetolens.analysis.memory import memory_curve, memory_peaks
+from kinetolens.analysis.memory import memory_curve, memory_events, memory_peaks
 from kinetolens.analysis.memory_allocations import pairable
 from kinetolens.analysis.ops import op_stats, time_basis
 from kinetolens.analysis.overview import step_breakdown, step_windows
@@ -161,13 +161,21 @@ def memory(ctx: Ctx) -> list[Block]:
                else "it has no memory records (profile with profile_memory=True)")
         return [unavailable("Memory is", why)]
     events, _ = memory_window(ctx)
-    curve = ctx.memo(("memory_curve", ctx.args.get("device", "")), lambda: memory_curve(events))
+    device = ctx.args.get("device", "")
     peaks = memory_peaks(events)
     cards = [[f"{d} peak allocated", f"{p / 2**20:,.1f} MiB"] for d, p in peaks.select("device", "peak_allocated").iter_rows()]
+
+    def curve_figure() -> Block:
+        # the whole curve, whatever range is chosen: the slider on it is what picks the range;
+        # built once per device (plotly's figure objects cost more than the analysis behind them)
+        everything = ctx.memo("memory_events", lambda: memory_events(ctx.trace))
+        mine = everything.filter(pl.col("device") == device) if device else everything
+        fig = extra_figures.memory_range_figure(memory_curve(mine), "Memory over time (drag the slider to filter the tables)")
+        return figure(fig, range_for=["memory_ops", "memory_allocations"])
+
     blocks: list[Block] = [
         {"type": "cards", "items": cards},
-        figure(extra_figures.memory_range_figure(curve, "Memory over time (drag the slider to filter the tables)"),
-               range_for=["memory_ops", "memory_allocations"]),
+        ctx.memo(("memory_figure", device), curve_figure),
         {"type": "range", "for": ["memory_ops", "memory_allocations"]},
         table("memory_ops", "Memory by op in the range", sort="self_alloc_bytes"),
         table("memory_allocations", "Allocations in the range", sort="size"),
