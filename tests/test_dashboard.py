@@ -191,6 +191,10 @@ def test_v100_overview_and_timeline(server: Server, page) -> None:  # type: igno
 def test_distributed_view_of_two_ranks(server: Server, page) -> None:  # type: ignore[no-untyped-def]
     open_view(page, server, "multi", "rank-0.pt.trace.json.gz", "distributed")
     assert column(page, "dist_steps", "rank") == ["0", "1"]
+    # the GPU-time bars take the height their rank count asks for, with no empty band under them
+    wanted = page.evaluate("() => document.querySelector('.figure')._figure.layout.height")
+    drawn = page.eval_on_selector(".figure", "d => d.getBoundingClientRect().height")
+    assert wanted < 300 and abs(drawn - wanted) <= 2, (wanted, drawn)
     shot(page, "distributed_multi")
 
 

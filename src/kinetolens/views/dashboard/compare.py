@@ -69,6 +69,16 @@ RUN_TABLES = {
 }  # fmt: skip
 
 
+def _temporal_figure(temporal: list[pl.DataFrame]) -> Any:
+    """The per-rank GPU time bars, legend above them so that a run of two ranks still shows all three parts."""
+    fig = figures.temporal_figure(pl.concat(temporal).sort("rank") if temporal else pl.DataFrame())
+    if temporal:
+        fig.update_layout(legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "left", "x": 0.0,
+                                  "traceorder": "normal"},
+                          margin={"t": 90})  # fmt: skip
+    return fig
+
+
 def distributed(ctx: Ctx) -> list[Block]:
     traces = _ranks(ctx)
     blocks: list[Block] = []
@@ -83,7 +93,7 @@ def distributed(ctx: Ctx) -> list[Block]:
     blocks += [
         *[table(src, title, sort=sort, descending=sort is None) for src, (_, _, title, sort) in tables.items()
           if src in ("dist_steps", "dist_spread")],
-        figure(figures.temporal_figure(pl.concat(temporal).sort("rank") if temporal else pl.DataFrame())),
+        figure(_temporal_figure(temporal)),
         table("dist_overlap", "Compute, communication and overlap per rank (us, % of the GPU span)", sort="rank",
               descending=False),
         *[table(src, title, sort=sort) for src, (_, _, title, sort) in tables.items()

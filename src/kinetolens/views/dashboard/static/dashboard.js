@@ -156,6 +156,8 @@ function renderBlock(b) {
 
 function drawFigure(div) {
   const fig = div._figure;
+  // a figure that sizes itself (bars per rank, per op) takes exactly its height, not the placeholder's
+  if (fig.layout && fig.layout.height) div.style.minHeight = `${fig.layout.height}px`;
   Plotly.newPlot(div, fig.data, fig.layout, { responsive: true, displaylogo: false });
   if (div._rangeFor) {
     div.on("plotly_relayout", ev => {
