@@ -442,6 +442,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--traces", nargs="+", type=Path,
                     help=f"traces to run (default: the {DEFAULT_STORED} largest Kineto JSON files under "
                          f"{TRACES} plus bench/out/gen_*mb.json)")
+    ap.add_argument("--max-trace-mb", type=float, metavar="MB",
+                    help="leave out traces whose uncompressed JSON is over MB MiB (for every tool)")
     ap.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated subset of {','.join(TOOLS)}")
     ap.add_argument("-n", "--repeat", type=int, default=1, help="runs per measurement (median reported)")
     ap.add_argument("--max-size-for", action="append", default=[], metavar="TOOL=MB",
@@ -477,6 +479,8 @@ def main(argv: list[str] | None = None) -> int:
     for p in traces:
         if not p.is_file():
             ap.error(f"no such trace: {p}")
+    if args.max_trace_mb is not None:
+        traces = [p for p in traces if uncompressed_size(p) / MB <= args.max_trace_mb]
 
     pythons, unavailable = prepare_tools(tools, args)
     for tool, why in unavailable.items():
