@@ -1,7 +1,8 @@
 """The web dashboard end to end: a real ``kinetolens serve`` on loopback, driven by headless Chromium.
 
 The logdir holds real traces (H100 Qwen, V100 ResNet-50, a 2-rank run, the
-HTA diff pair as two runs) and a truncated trace.  Each view is opened in the
+HTA diff pair as two runs, two Nsight SQLite exports) and a truncated trace;
+one more run is written into it while the server runs.  Each view is opened in the
 browser and the numbers it shows are compared with the analysis functions
 called directly on the same file; tables are sorted and filtered by
 clicking and typing, the memory range is set through the chart's own
