@@ -135,12 +135,12 @@ def _nest_ops(ops: pl.DataFrame, runtime: pl.DataFrame) -> tuple[pl.DataFrame, p
     # such as ProfilerStep#N are not ops).  Ancestors precede children in ts
     # order, so one pass suffices.
     parents = ops["parent_id"].to_list()
-    kinds = ops["kind"].cast(pl.String).to_list()
+    is_op = (ops["kind"] == OP).to_list()  # bools, not one string object per op
     top: list[int | None] = [None] * n_ops
     for i in range(n_ops):
         p = parents[i]
         up = top[p] if p is not None else None
-        top[i] = up if up is not None else (i if kinds[i] == OP else None)
+        top[i] = up if up is not None else (i if is_op[i] else None)
     ops = ops.with_columns(pl.Series("top_op_id", top, dtype=I64))
     launch_parent = pl.Series("contained_op_id", nest.parent[n_ops:], dtype=I64).replace(-1, None)
     runtime = runtime.with_columns(launch_parent)
@@ -205,13 +205,12 @@ def _directions(ops: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
     """Direction of every op; forward op, module and source for backward ops."""
     direction, bwd_root = _backward_roots(ops)
     fwd_op, fwd_link = _forward_ops(ops, flows, direction, bwd_root)
-    names = ops["name"].to_list()
-    grad_fn = [names[r] if r is not None else None for r in bwd_root]
+    grad_fn = ops["name"].gather(pl.Series(bwd_root, dtype=I64)).alias("grad_fn")
     ops = ops.with_columns(
         pl.Series("direction", direction, dtype=pl.Categorical()),
         pl.Series("fwd_op_id", fwd_op, dtype=I64),
         pl.Series("fwd_link", fwd_link, dtype=pl.String),
-        pl.Series("grad_fn", grad_fn, dtype=pl.String),
+        grad_fn,
     )
     # Backward ops run on the autograd thread, outside any module range:
     # they take module and source from their forward op, as PyProf did.
@@ -221,15 +220,18 @@ def _directions(ops: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
         pl.col("source").alias("fwd_source"),
         pl.col("name").alias("fwd_op"),
     )
-    return (
-        ops.join(fwd, on="fwd_op_id", how="left")
-        .with_columns(
+    # Joined on the narrow columns and attached in op order: joining (and
+    # re-sorting) the wide op table would copy every column of it.
+    inherited = (
+        ops.select("fwd_op_id", "module", "source")
+        .join(fwd, on="fwd_op_id", how="left", maintain_order="left")
+        .select(
             pl.coalesce("module", "fwd_module").alias("module"),
             pl.coalesce("source", "fwd_source").alias("source"),
+            "fwd_op",
         )
-        .drop("fwd_module", "fwd_source")
-        .sort("op_id")
     )
+    return ops.with_columns(inherited.get_columns())
 
 
 def _backward_roots(ops: pl.DataFrame) -> tuple[list[str], list[int | None]]:
@@ -240,7 +242,13 @@ def _backward_roots(ops: pl.DataFrame) -> tuple[list[str], list[int | None]]:
     """
     parents = ops["parent_id"].to_list()
     n = ops.height
-    own = ops.select(dirn.own_direction(pl.col("name"), pl.col("kind").cast(pl.String))).to_series().to_list()
+    # Codes, then the label constants: a list of shared strings rather than
+    # one new string object per op.
+    labels = [dirn.FPROP, dirn.BPROP, dirn.OPTIMIZER, dirn.OTHER]
+    codes = ops.select(
+        dirn.own_direction(pl.col("name"), pl.col("kind").cast(pl.String)).cast(pl.Enum(labels)).to_physical()
+    ).to_series()
+    own = [labels[c] for c in codes.to_list()]
     owner = _engine_gap_owners(ops, own)
     direction: list[str] = [""] * n
     bwd_root: list[int | None] = [None] * n
@@ -476,7 +484,10 @@ def _link_kernels(device: pl.DataFrame, runtime: pl.DataFrame, ops: pl.DataFrame
         pl.col("source").alias("launch_source"),
         pl.col("tid").alias("launch_tid"),
     ).unique(subset=["correlation"], keep="first")
-    gpu = gpu.join(launches, on="correlation", how="left")
+    # The joins run on the two key columns only and their results are
+    # attached to the kernels in kernel order: joining the wide kernel table
+    # itself would copy every one of its columns at each join.
+    linked = gpu.select("correlation", "external_id").join(launches, on="correlation", how="left", maintain_order="left")
     # Old traces (and launches outside the profiled window) may lack the
     # runtime event; their kernels still carry the op's External id.  Some
     # exporters copy the correlation id into External id instead: that number
@@ -485,7 +496,7 @@ def _link_kernels(device: pl.DataFrame, runtime: pl.DataFrame, ops: pl.DataFrame
         "external_id", ext_op_id="op_id"
     ).unique(subset=["external_id"], keep="first")
     by_ext = pl.col("launch_id").is_null() & (pl.col("external_id") != pl.col("correlation").fill_null(-1))
-    gpu = gpu.join(ext, on="external_id", how="left").with_columns(
+    linked = linked.join(ext, on="external_id", how="left", maintain_order="left").with_columns(
         op_id=pl.coalesce("launch_op_id", pl.when(by_ext).then(pl.col("ext_op_id")))
     ).drop("ext_op_id", "launch_op_id")
     op_cols = ops.select(
@@ -500,16 +511,16 @@ def _link_kernels(device: pl.DataFrame, runtime: pl.DataFrame, ops: pl.DataFrame
         fwd_op="fwd_op",
     )
     tops = ops.select(top_op_id="op_id", top_op="name")
-    gpu = (
-        gpu.join(op_cols, on="op_id", how="left")
-        .join(tops, on="top_op_id", how="left")
+    linked = (
+        linked.join(op_cols, on="op_id", how="left", maintain_order="left")
+        .join(tops, on="top_op_id", how="left", maintain_order="left")
         .with_columns(
             module=pl.coalesce("op_module", "launch_module"),
             source=pl.coalesce("op_source", "launch_source"),
         )
-        .drop("op_module", "op_source", "launch_module", "launch_source")
-        .sort("kernel_id")
+        .drop("op_module", "op_source", "launch_module", "launch_source", "correlation", "external_id")
     )
+    gpu = gpu.hstack(linked)
     # Number the kernels of one op call in launch order (linear backward
     # reads as sub 0 = dgrad, sub 1 = wgrad, as in PyProf).
     gpu = gpu.with_columns(

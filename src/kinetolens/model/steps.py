@@ -55,24 +55,25 @@ def assign_steps(
         return ops.with_columns(null), runtime.with_columns(null), kernels.with_columns(null)
     ranges = steps.select("step", step_ts="ts", step_cpu_end="cpu_end", step_end="end").sort("step_ts")
 
-    def by_time(frame: pl.DataFrame, col: str, end_col: str) -> pl.DataFrame:
-        keyed = frame.with_columns(pl.col(col).alias("_t")).sort("_t").join_asof(
-            ranges, left_on="_t", right_on="step_ts", strategy="backward"
+    # Only the time columns are sorted and joined; the step column is then
+    # attached to the wide tables in their own order.  Sorting and joining
+    # the wide tables themselves would copy every column of them twice.
+    def step_of(times: pl.DataFrame, keep: pl.Expr) -> pl.Series:
+        keyed = (
+            times.with_row_index("_row")
+            .sort("_t")
+            .join_asof(ranges, left_on="_t", right_on="step_ts", strategy="backward")
+            .sort("_row")
         )
-        keyed = keyed.with_columns(
-            step=pl.when(pl.col("_t") < pl.col(end_col)).then(pl.col("step"))
-        )
-        return keyed.drop("_t", "step_ts", "step_cpu_end", "step_end")
+        return keyed.select(step=pl.when(keep).then(pl.col("step")))["step"]
 
-    ops = by_time(ops, "ts", "step_cpu_end").sort("op_id")
-    runtime = by_time(runtime, "ts", "step_cpu_end").sort("launch_id")
+    host_end = pl.col("_t") < pl.col("step_cpu_end")
+    ops = ops.with_columns(step_of(ops.select(_t="ts"), host_end))
+    runtime = runtime.with_columns(step_of(runtime.select(_t="ts"), host_end))
     # Kernels belong to the step that launched them; unlaunched ones by time.
-    kernels = kernels.with_columns(pl.col("launch_ts").fill_null(pl.col("ts")).alias("_t")).sort("_t")
-    kernels = kernels.join_asof(ranges, left_on="_t", right_on="step_ts", strategy="backward")
+    launched = pl.col("launch_ts").is_not_null()
+    kernel_times = kernels.select("launch_ts", _t=pl.col("launch_ts").fill_null(pl.col("ts")))
     kernels = kernels.with_columns(
-        step=pl.when(
-            (pl.col("launch_ts").is_not_null() & (pl.col("_t") < pl.col("step_cpu_end")))
-            | (pl.col("launch_ts").is_null() & (pl.col("_t") < pl.col("step_end")))
-        ).then(pl.col("step"))
-    ).drop("_t", "step_ts", "step_cpu_end", "step_end").sort("kernel_id")
+        step_of(kernel_times, (launched & host_end) | (~launched & (pl.col("_t") < pl.col("step_end"))))
+    )
     return ops, runtime, kernels
