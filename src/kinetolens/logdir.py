@@ -48,22 +48,33 @@ def trace_suffix(path: Path) -> str | None:
     return None
 
 
-def worker_trace(path: Path, run: str) -> WorkerTrace | None:
-    """Describe one file of a run, or None if it is not a trace."""
-    suffix = trace_suffix(path)
-    if suffix is None or not path.is_file():
+def parse_trace_name(name: str) -> tuple[str, str | None, int | None] | None:
+    """``(worker, span, rank)`` read from a trace's file name, or None if the
+    name is not a trace's.  Names only, no file access: remote listings
+    (:mod:`kinetolens.runs.storage`) describe their objects with it too."""
+    suffix = trace_suffix(Path(name))
+    if suffix is None:
         return None
-    stem = path.name[: -len(suffix)]
+    stem = name[: -len(suffix)]
     span = None
     m = _SPAN.match(stem)
     if m is not None:
         stem, span = m.group("worker"), m.group("span")
     ranks = _RANK.findall(stem)
-    rank = int(ranks[-1]) if ranks else None
-    return WorkerTrace(run=run, worker=stem, span=span, rank=rank, path=path)
+    return stem, span, int(ranks[-1]) if ranks else None
 
 
-def _order(t: WorkerTrace) -> tuple[int, int, str, str]:
+def worker_trace(path: Path, run: str) -> WorkerTrace | None:
+    """Describe one file of a run, or None if it is not a trace."""
+    parsed = parse_trace_name(path.name)
+    if parsed is None or not path.is_file():
+        return None
+    worker, span, rank = parsed
+    return WorkerTrace(run=run, worker=worker, span=span, rank=rank, path=path)
+
+
+def trace_order(t: WorkerTrace) -> tuple[int, int, str, str]:
+    """Sort key of a run's traces: by rank (unranked last), worker, span."""
     return (t.rank is None, t.rank if t.rank is not None else 0, t.worker, t.span or "")
 
 
@@ -72,7 +83,7 @@ def run_traces(run_dir: str | Path, run: str | None = None) -> list[WorkerTrace]
     d = Path(run_dir)
     name = run if run is not None else d.name
     found = [w for p in d.iterdir() if (w := worker_trace(p, name)) is not None]
-    return sorted(found, key=_order)
+    return sorted(found, key=trace_order)
 
 
 def find_runs(logdir: str | Path) -> dict[str, list[WorkerTrace]]:

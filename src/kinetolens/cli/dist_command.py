@@ -17,7 +17,7 @@ from kinetolens.runs import summarize_run
 
 
 @click.command(name="dist")
-@click.argument("run_dir", type=click.Path())
+@click.argument("run_dir", metavar="RUNDIR")
 @click.option(
     "--executor", default=None, metavar="SPEC",
     help="local, local:N, or dask://HOST:PORT (default: $DASK_SCHEDULER_ADDRESS if set, else a local process pool).",
@@ -28,12 +28,21 @@ from kinetolens.runs import summarize_run
 @click.option(
     "--no-cache", is_flag=True, help="Neither read nor write the Parquet cache."
 )
+@click.option(
+    "--cache-dir", default=None, metavar="DIR|URL",
+    help="Where the per-rank Parquet caches go: a directory or an fsspec URL (default: $KINETOLENS_CACHE_DIR, else ~/.cache/kinetolens).",
+)  # fmt: skip
 def dist_command(
-    run_dir: str, executor: str | None, json_: bool, no_cache: bool
+    run_dir: str, executor: str | None, json_: bool, no_cache: bool, cache_dir: str | None
 ) -> None:
     """Step time per rank, computation / communication overlap, collectives
-    (synchronizing vs data transfer, bus bandwidth) and stragglers."""
-    summaries = summarize_run(run_dir, executor, cache=not no_cache)
+    (synchronizing vs data transfer, bus bandwidth) and stragglers.
+
+    RUNDIR is a directory or an fsspec URL (file://, s3://, gs://, ...)."""
+    if no_cache and cache_dir is not None:
+        raise click.UsageError("--no-cache and --cache-dir exclude each other")
+    cache = False if no_cache else (cache_dir if cache_dir is not None else True)
+    summaries = summarize_run(run_dir, executor, cache=cache)
     straggling = stragglers(summaries)
     tables = {
         "ranks": step_times(summaries),

@@ -6,8 +6,9 @@ workers than cores, and no more than fit in the memory budget at the peak a
 trace of the run's largest size needs to load (loading is the memory-heavy
 part; summaries are small).  :class:`DaskExecutor` sends the same function to
 a ``dask.distributed`` scheduler; the traces and the Parquet cache must then
-be on storage every worker sees (a shared file system), as with NVIDIA's
-Nsight recipes.  Dask is an optional extra and is imported only here, only
+be on storage every worker sees (a shared file system, or an fsspec URL such
+as ``s3://``: see :mod:`kinetolens.runs.storage`), as with NVIDIA's Nsight
+recipes.  Dask is an optional extra and is imported only here, only
 when asked for.
 """
 
@@ -53,10 +54,17 @@ def available_memory() -> int:
     return 4 << 30
 
 
-def peak_bytes(path: str | Path) -> int:
-    """Estimated peak memory of loading one trace file."""
+def file_size(path: str | Path) -> int:
+    """Bytes of a local file; 0 where it is not one (a URL, a missing file)."""
     p = Path(path)
-    size = p.stat().st_size if p.exists() else 0
+    return p.stat().st_size if p.is_file() else 0
+
+
+def peak_bytes(path: str | Path, size: int | None = None) -> int:
+    """Estimated peak memory of loading one trace file (of ``size`` bytes,
+    when known without a stat: a remote object's listed size)."""
+    p = Path(path)
+    size = file_size(p) if size is None else size
     factor = next(
         (f for suffix, f in PEAK_PER_BYTE.items() if p.name.endswith(suffix)), 8.0
     )
@@ -67,6 +75,7 @@ def pool_size(
     paths: Sequence[str | Path],
     memory_budget: int | None = None,
     cpus: int | None = None,
+    sizes: Sequence[int | None] | None = None,
 ) -> int:
     """Workers for ``paths``: at most one per core, per file, and per
     largest-trace peak that fits in the memory budget; at least one."""
@@ -78,7 +87,8 @@ def pool_size(
         if memory_budget is not None
         else int(available_memory() * MEMORY_SHARE)
     )
-    largest = max(peak_bytes(p) for p in paths)
+    known = sizes if sizes is not None else [None] * len(paths)
+    largest = max(peak_bytes(p, s) for p, s in zip(paths, known, strict=True))
     by_memory = budget // largest if largest > 0 else cpus
     return max(1, min(cpus, len(paths), by_memory))
 
@@ -94,18 +104,22 @@ class LocalExecutor:
         self.workers = workers
         self.memory_budget = memory_budget
 
-    def size_for(self, paths: Sequence[str | Path]) -> int:
+    def size_for(
+        self, paths: Sequence[str | Path], sizes: Sequence[int | None] | None = None
+    ) -> int:
         if self.workers is not None:
             return max(1, min(self.workers, len(paths)))
-        total = sum(Path(p).stat().st_size for p in paths if Path(p).exists())
+        known = sizes if sizes is not None else [None] * len(paths)
+        total = sum(file_size(p) if s is None else s for p, s in zip(paths, known, strict=True))
         if total < MIN_POOL_BYTES:
             return 1
-        return pool_size(paths, self.memory_budget)
+        return pool_size(paths, self.memory_budget, sizes=known)
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
-        paths = [_path_of(i) for i in items]
-        workers = self.size_for([p for p in paths if p is not None])
-        if workers <= 1:
+        sized = [(p, getattr(i, "size", None)) for i in items if (p := _path_of(i)) is not None]
+        workers = self.size_for([p for p, _ in sized], [s for _, s in sized])
+        # memory:// lives in this process only: worker processes would see it empty.
+        if workers <= 1 or any(p.startswith("memory:") for p, _ in sized):
             return [fn(i) for i in items]
         # spawn: polars' thread pool does not survive fork.
         with ProcessPoolExecutor(

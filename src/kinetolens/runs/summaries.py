@@ -4,6 +4,7 @@ Each rank's trace is loaded with the normal :func:`kinetolens.load` cache
 (Parquet, keyed by file), summarized, and only the small
 :class:`~kinetolens.analysis.distributed.RankSummary` comes back.  The
 cross-rank analyses then run on the list of summaries in this process.
+The run and the cache may be fsspec URLs (:mod:`kinetolens.runs.storage`).
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kinetolens.analysis.distributed import RankSummary, rank_summary
-from kinetolens.cache import default_cache_dir
+from kinetolens.cache import default_cache_location, is_url
 from kinetolens.errors import TraceError
-from kinetolens.loader import load
 from kinetolens.logdir import WorkerTrace, run_traces
 from kinetolens.runs.executors import Executor, executor_for
+from kinetolens.runs.storage import RemoteTrace, load_source, remote_rank_traces
 
 
 @dataclass(frozen=True)
@@ -26,16 +27,20 @@ class RankJob:
     path: str
     rank: int | None
     cache: str | None
+    #: Bytes of the trace, known from the listing (sizes the local pool
+    #: without a request per object); None: read it from the file.
+    size: int | None = None
 
 
 def summarize_file(job: RankJob) -> RankSummary:
     """Load one rank's trace (through the cache) and summarize it."""
-    trace = load(job.path, cache=job.cache if job.cache is not None else False)
-    return rank_summary(trace, job.rank)
+    return rank_summary(load_source(job.path, job.cache), job.rank)
 
 
-def rank_traces(run_dir: str | Path) -> list[WorkerTrace]:
+def rank_traces(run_dir: str | Path) -> list[WorkerTrace] | list[RemoteTrace]:
     """The run's traces, one per rank; a clear error for an empty or missing directory."""
+    if is_url(run_dir):
+        return remote_rank_traces(str(run_dir))
     d = Path(run_dir)
     if not d.exists():
         raise TraceError(d, "no such directory")
@@ -54,7 +59,9 @@ def summarize_run(
     executor: Executor | str | None = None,
     cache: bool | str | Path = True,
 ) -> list[RankSummary]:
-    """Summaries of every rank of ``run_dir``, in rank order.
+    """Summaries of every rank of ``run_dir`` (a directory or an fsspec URL),
+    in rank order.  ``cache``: True for ``$KINETOLENS_CACHE_DIR`` or the
+    default, False for none, else a directory or an fsspec URL.
 
     Two files claiming the same rank are an error: the cross-rank figures
     would silently count that rank twice.
@@ -65,12 +72,8 @@ def summarize_run(
         if executor is not None and not isinstance(executor, str)
         else executor_for(executor)
     )
-    cache_dir = (
-        None
-        if cache is False
-        else str(default_cache_dir() if cache is True else Path(cache))
-    )
-    jobs = [RankJob(str(t.path.resolve()), t.rank, cache_dir) for t in traces]
+    where = cache_location(cache)
+    jobs = [_job(t, where) for t in traces]
     summaries = ex.map(summarize_file, jobs)
     seen: dict[int, str] = {}
     for s in summaries:
@@ -81,3 +84,18 @@ def summarize_run(
             )
         seen[s.rank] = s.path
     return sorted(summaries, key=lambda s: s.rank)
+
+
+def cache_location(cache: bool | str | Path) -> str | None:
+    """Where the per-rank caches go: None (no cache), a local directory or a URL."""
+    if cache is False:
+        return None
+    if cache is True:
+        return default_cache_location()
+    return cache if is_url(cache) else str(Path(cache))
+
+
+def _job(t: WorkerTrace | RemoteTrace, cache: str | None) -> RankJob:
+    if isinstance(t, RemoteTrace):
+        return RankJob(t.url, t.rank, cache, t.size)
+    return RankJob(str(t.path.resolve()), t.rank, cache)
