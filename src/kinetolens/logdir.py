@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from kinetolens.errors import TraceError
+
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json", ".sqlite")
 METADATA_SUFFIX = ".kinetolens.json"
 _RANK = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
@@ -103,3 +105,26 @@ def find_runs(logdir: str | Path) -> dict[str, list[WorkerTrace]]:
         if traces:
             runs[name] = traces
     return runs
+
+
+def one_run(path: str | Path) -> list[WorkerTrace]:
+    """The traces of the one run a directory stands for.
+
+    A run directory is itself; a logdir holding exactly one run is that run;
+    a logdir of several runs is ambiguous and an error, as is a directory
+    without traces.  Commands that take "a trace or a run" resolve
+    directories through this, so they agree on what a directory means.
+    """
+    p = Path(path)
+    if not p.is_dir():
+        raise TraceError(p, "no such directory" if not p.exists() else "is not a directory")
+    traces = run_traces(p)
+    if traces:
+        return traces
+    runs = find_runs(p)
+    if not runs:
+        raise TraceError(p, "directory holds no traces (.json, .json.gz, .sqlite)")
+    if len(runs) > 1:
+        names = ", ".join(sorted(runs)[:5]) + (", ..." if len(runs) > 5 else "")
+        raise TraceError(p, f"directory holds {len(runs)} runs ({names}); give one run directory")
+    return next(iter(runs.values()))

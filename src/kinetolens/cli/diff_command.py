@@ -26,7 +26,7 @@ from kinetolens.analysis.diff import LEVEL_KEYS, LEVELS, RunDiff, compare
 from kinetolens.cli.render import emit, emit_json
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
-from kinetolens.logdir import find_runs, run_traces
+from kinetolens.logdir import one_run
 from kinetolens.model.trace import Trace
 
 #: Rows shown in the terminal unless ``-t`` says otherwise.
@@ -42,16 +42,7 @@ def side_paths(path: str) -> list[Path]:
         raise TraceError(p, "no such file or directory")
     if p.is_file():
         return [p]
-    direct = run_traces(p)
-    if direct:
-        return [t.path for t in direct]
-    runs = find_runs(p)
-    if not runs:
-        raise TraceError(p, "directory holds no traces (.json, .json.gz, .sqlite)")
-    if len(runs) > 1:
-        names = ", ".join(sorted(runs)[:5]) + (", ..." if len(runs) > 5 else "")
-        raise TraceError(p, f"directory holds {len(runs)} runs ({names}); give one run directory")
-    return [t.path for t in next(iter(runs.values()))]
+    return [t.path for t in one_run(p)]
 
 
 def _load_side(path: str, cache: bool) -> list[Trace]:

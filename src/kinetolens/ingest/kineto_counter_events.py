@@ -24,7 +24,7 @@ import msgspec
 import polars as pl
 
 from kinetolens.errors import TraceError, TraceWarning
-from kinetolens.ingest.kineto_file import _recover_truncated
+from kinetolens.ingest.kineto_rescan import rescan_events, to_int
 from kinetolens.ingest.kineto_schema import ABSENT
 from kinetolens.ingest.kineto_values import raw_us_to_ns
 from kinetolens.ingest.opener import open_trace_bytes
@@ -51,50 +51,8 @@ class _Event(msgspec.Struct, gc=False):
     args: msgspec.Raw = ABSENT
 
 
-class _Document(msgspec.Struct, gc=False):
-    traceEvents: list[_Event] = []
-
-
-class _RawDocument(msgspec.Struct, gc=False):
-    traceEvents: list[msgspec.Raw] = []
-
-
 def empty_counter_events() -> pl.DataFrame:
     return pl.DataFrame(schema=COUNTER_EVENT_SCHEMA)
-
-
-def _int(value: int | str | None) -> int | None:
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    return None
-
-
-def _decode_each(data: Any, legacy: bool) -> list[_Event]:
-    """Event by event, skipping the malformed ones (as the main reader does)."""
-    raws = msgspec.json.decode(data, type=list[msgspec.Raw] if legacy else _RawDocument)
-    events = []
-    for raw in raws if legacy else raws.traceEvents:  # type: ignore[union-attr]
-        try:
-            events.append(msgspec.json.decode(raw, type=_Event))
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            continue
-    return events
-
-
-def _events(path: str, data: Any) -> list[_Event]:
-    """All events, in one decoding pass when the file is sound; a truncated
-    file is cut after its last complete event, as the main reader does."""
-    legacy = bytes(data[:64]).lstrip().startswith(b"[")
-    try:
-        decoded = msgspec.json.decode(data, type=list[_Event] if legacy else _Document)
-        return decoded if legacy else decoded.traceEvents  # type: ignore[union-attr,return-value]
-    except msgspec.ValidationError:
-        return _decode_each(data, legacy)
-    except msgspec.DecodeError:
-        repaired, _ = _recover_truncated(path, data, legacy)
-        return _decode_each(repaired, legacy)
 
 
 def read_counter_events(path: str | Path) -> tuple[pl.DataFrame, list[TraceWarning]]:
@@ -106,7 +64,7 @@ def read_counter_events(path: str | Path) -> tuple[pl.DataFrame, list[TraceWarni
     """
     opened = open_trace_bytes(path)
     try:
-        events = _events(str(path), opened.data)
+        events = rescan_events(str(path), opened.data, _Event)
     except (msgspec.DecodeError, msgspec.ValidationError, TraceError):
         return empty_counter_events(), [
             TraceWarning("counter events unreadable", 1, "the file is damaged; counter values were not loaded")
@@ -125,8 +83,8 @@ def read_counter_events(path: str | Path) -> tuple[pl.DataFrame, list[TraceWarni
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
             for column, item in (
-                ("event", index), ("name", e.name), ("cat", e.cat), ("pid", _int(e.pid)),
-                ("tid", _int(e.tid)), ("ts", ts), ("key", key), ("value", float(value)),
+                ("event", index), ("name", e.name), ("cat", e.cat), ("pid", to_int(e.pid)),
+                ("tid", to_int(e.tid)), ("ts", ts), ("key", key), ("value", float(value)),
             ):  # fmt: skip
                 cols[column].append(item)
     warnings = []

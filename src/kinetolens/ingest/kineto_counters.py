@@ -18,13 +18,12 @@ file order:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import polars as pl
 
 from kinetolens.errors import TraceError, TraceWarning
-from kinetolens.ingest.kineto_file import _recover_truncated
+from kinetolens.ingest.kineto_rescan import rescan_events, to_int
 from kinetolens.ingest.kineto_schema import ABSENT
 from kinetolens.ingest.kineto_values import raw_us_to_ns
 from kinetolens.ingest.opener import open_trace_bytes
@@ -53,58 +52,12 @@ class _Event(msgspec.Struct, gc=False):
     args: msgspec.Raw = ABSENT
 
 
-class _Document(msgspec.Struct, gc=False):
-    traceEvents: list[_Event] = []
-
-
 def empty_counters() -> pl.DataFrame:
     return pl.DataFrame(schema=COUNTER_SCHEMA)
 
 
-def _int(value: int | str | None) -> int | None:
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    return None
-
-
 def _ns(raw: msgspec.Raw) -> int | None:
     return raw_us_to_ns(raw) if bytes(raw) else None
-
-
-class _RawDocument(msgspec.Struct, gc=False):
-    traceEvents: list[msgspec.Raw] = []
-
-
-def _decode_all(data: Any, legacy: bool) -> list[_Event]:
-    if legacy:  # old traces: a bare event list
-        return msgspec.json.decode(data, type=list[_Event])
-    return msgspec.json.decode(data, type=_Document).traceEvents
-
-
-def _decode_each(data: Any, legacy: bool) -> list[_Event]:
-    """Event by event, skipping the malformed ones (as the main reader does)."""
-    raws = msgspec.json.decode(data, type=list[msgspec.Raw]) if legacy else msgspec.json.decode(data, type=_RawDocument).traceEvents
-    events = []
-    for raw in raws:
-        try:
-            events.append(msgspec.json.decode(raw, type=_Event))
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            continue
-    return events
-
-
-def _events(path: str, data: Any) -> list[_Event]:
-    """The events, recovering a truncated file the way the main reader does."""
-    legacy = bytes(data[:64]).lstrip().startswith(b"[")
-    try:
-        return _decode_all(data, legacy)
-    except msgspec.ValidationError:
-        return _decode_each(data, legacy)
-    except msgspec.DecodeError:
-        repaired, _ = _recover_truncated(path, data, legacy)
-        return _decode_each(repaired, legacy)
 
 
 def read_profiler_counters(path: str | Path) -> tuple[pl.DataFrame, list[TraceWarning]]:
@@ -116,7 +69,7 @@ def read_profiler_counters(path: str | Path) -> tuple[pl.DataFrame, list[TraceWa
     """
     opened = open_trace_bytes(path)
     try:
-        events = _events(str(path), opened.data)
+        events = rescan_events(str(path), opened.data, _Event)
     except (msgspec.DecodeError, msgspec.ValidationError, TraceError):
         return empty_counters(), [
             TraceWarning("CUPTI counters unreadable", 1, "the file is damaged; counter values were not loaded")
@@ -134,7 +87,7 @@ def read_profiler_counters(path: str | Path) -> tuple[pl.DataFrame, list[TraceWa
         except msgspec.DecodeError:
             skipped += 1
             continue
-        common = (range_id, e.name, _int(e.pid), _int(e.tid), _ns(e.ts), _ns(e.dur))
+        common = (range_id, e.name, to_int(e.pid), to_int(e.tid), _ns(e.ts), _ns(e.dur))
         for metric, value in args.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue

@@ -23,7 +23,7 @@ from kinetolens.analysis.recommendations import Finding
 from kinetolens.analysis.roofline import op_roofline, roofline_by
 from kinetolens.analysis.summary import summarize
 from kinetolens.errors import TraceError
-from kinetolens.logdir import find_runs, run_traces
+from kinetolens.logdir import one_run
 from kinetolens.model.trace import Trace
 from kinetolens.registry.gpus import GpuSpec, gpu_spec
 from kinetolens.views import figures
@@ -143,15 +143,7 @@ def resolve_target(path: str | Path) -> tuple[Path, str | None]:
         raise TraceError(p, "no such file or directory")
     if not p.is_dir():
         return p, None
-    traces = run_traces(p)
-    if not traces:
-        runs = find_runs(p)
-        if not runs:
-            raise TraceError(p, "directory holds no trace files (.json, .json.gz, .sqlite)")
-        if len(runs) > 1:
-            names = ", ".join(sorted(runs)[:5]) + (" ..." if len(runs) > 5 else "")
-            raise TraceError(p, f"directory holds {len(runs)} runs ({names}); pass one run directory")
-        traces = next(iter(runs.values()))
+    traces = one_run(p)
     first = traces[0]
     if len(traces) == 1:
         return first.path, None

@@ -1,0 +1,68 @@
+"""A second, narrow pass over a Kineto file for the rare events whose open-ended
+args the main decoder does not keep (CUPTI counter ranges, counter events).
+
+The main decoder names only the args it reads, which is what makes it fast;
+the few readers that need other args decode the file again into a struct of
+their own with those fields as raw JSON.  This module is their shared decode:
+the whole document at once when it is sound, event by event (skipping the
+malformed ones, as the main reader does) when one event is invalid, and cut
+after the last complete event when the file is truncated.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any, TypeVar
+
+import msgspec
+
+from kinetolens.ingest.kineto_file import _recover_truncated
+
+E = TypeVar("E", bound=msgspec.Struct)
+
+
+class _RawDocument(msgspec.Struct, gc=False):
+    traceEvents: list[msgspec.Raw] = []
+
+
+@cache
+def _document(event: type[msgspec.Struct]) -> type[msgspec.Struct]:
+    return msgspec.defstruct(f"{event.__name__}Document", [("traceEvents", list[event], [])], gc=False)  # type: ignore[valid-type]
+
+
+def _decode_each(data: Any, legacy: bool, event: type[E]) -> list[E]:
+    raws = (
+        msgspec.json.decode(data, type=list[msgspec.Raw])
+        if legacy
+        else msgspec.json.decode(data, type=_RawDocument).traceEvents
+    )
+    events = []
+    for raw in raws:
+        try:
+            events.append(msgspec.json.decode(raw, type=event))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue
+    return events
+
+
+def rescan_events(path: str, data: Any, event: type[E]) -> list[E]:
+    """Every event of the file decoded as ``event`` (legacy bare arrays too)."""
+    legacy = bytes(data[:64]).lstrip().startswith(b"[")
+    try:
+        if legacy:  # old traces: a bare event list
+            return msgspec.json.decode(data, type=list[event])  # type: ignore[valid-type]
+        return msgspec.json.decode(data, type=_document(event)).traceEvents  # type: ignore[attr-defined, no-any-return]
+    except msgspec.ValidationError:
+        return _decode_each(data, legacy, event)
+    except msgspec.DecodeError:
+        repaired, _ = _recover_truncated(path, data, legacy)
+        return _decode_each(repaired, legacy, event)
+
+
+def to_int(value: int | str | None) -> int | None:
+    """Process and thread ids: ints, or numeric strings in old traces."""
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
