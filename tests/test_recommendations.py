@@ -39,7 +39,7 @@ def test_sorted_by_saving_and_complete() -> None:
     assert [f.rule for f in found][:2] == ["dataloader_bound", "fp32_tensor_cores"]
     for f in found:
         assert f.evidence and f.change and f.estimate and f.saving_ms >= 0
-    assert len(RULES) == 10
+    assert len(RULES) == 11
 
 
 def test_dataloader_bound_matches_tb_share() -> None:
@@ -248,3 +248,33 @@ def test_data_parallel_quiet_without_it_and_under_ddp(tmp_path, torchrun_2) -> N
         trace = kinetolens.load(path, cache=False)
         assert trace.ops["module"].str.contains("DistributedDataParallel_0").any()
         assert "data_parallel" not in {f.rule for f in recommendations(trace)}
+
+
+QWEN = "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+
+
+def test_below_roofline_fires_on_ops_far_from_their_roof() -> None:
+    from kinetolens.analysis.roofline import roofline_by
+    from kinetolens.registry.gpus import gpu_spec
+
+    trace = kinetolens.load(trace_path(CONTROL))
+    found = [f for f in recommendations(trace) if f.rule == "below_roofline"]
+    assert [f.where["op"] for f in found] == ["aten::copy_"]
+    # The saving is the op's time lost against 75% of its roof, per step,
+    # as `kinetolens roofline` reports it (6 steps in this trace).
+    table = roofline_by(trace, gpu_spec(trace), "op")
+    lost_75 = table.filter(table["op"] == "aten::copy_")["lost_75_us"][0]
+    assert found[0].saving_ms == pytest.approx(lost_75 / 1000 / 6)
+    assert found[0].where["bound"] == "memory" and "fuse" in found[0].change
+    # On H100 Qwen two op types each lose more than 5% of the step.
+    qwen = [f.where["op"] for f in recommendations(kinetolens.load(trace_path(QWEN))) if f.rule == "below_roofline"]
+    assert qwen == ["aten::_scaled_dot_product_flash_attention", "aten::mul"]
+
+
+def test_below_roofline_quiet_near_the_roof_or_without_one() -> None:
+    # ResNet-50 on V100: the convolutions run at 70-79% of their roof, and
+    # no op type loses 5% of the step against 75% of it.
+    assert "below_roofline" not in _findings(NW0)
+    # MTIA: no roofline in the spec table, so nothing to measure against.
+    mtia = kinetolens.load(trace_path("hta/mtia_inference_trace/mtia_inference_rank_0.json.gz"))
+    assert "below_roofline" not in {f.rule for f in recommendations(mtia)}

@@ -521,6 +521,56 @@ def excess_dram_traffic(ctx: RuleContext) -> list[Finding]:
     return out
 
 
+#: Share of the step an op type must lose against a realistic roofline to be reported.
+BELOW_ROOF_SHARE = 0.05
+#: At most this many op types are reported by the roofline rule.
+BELOW_ROOF_TOP = 3
+
+
+def below_roofline(ctx: RuleContext) -> list[Finding]:
+    """Op types that run far below what the GPU allows for their work.
+
+    The saving is the time they lose against a realistic 75% of their
+    roofline (min of the precision's peak and intensity x DRAM bandwidth),
+    per step: reaching 100% of a roof is not a plan anyone can execute.
+    Quiet when the GPU is not in the spec table, since there is no roof.
+    """
+    from kinetolens.analysis.roofline import REALISTIC, roofline_by
+
+    spec = gpu_spec(ctx.trace)
+    if spec is None or not ctx.step_ms or ctx.trace.kernels.height == 0:
+        return []
+    table = roofline_by(ctx.trace, spec, "op").with_columns(lost_ms=pl.col("lost_75_us") / 1000.0 / ctx.steps)
+    table = table.filter(pl.col("lost_ms") >= BELOW_ROOF_SHARE * ctx.step_ms).sort("lost_ms", descending=True)
+    out = []
+    for row in table.head(BELOW_ROOF_TOP).iter_rows(named=True):
+        memory_bound = row["bound"] == "memory"
+        change = (
+            "It is memory-bound: fuse it with its neighbours (torch.compile), avoid layout copies "
+            "(.contiguous(), dtype casts, channels_last mismatches), keep activations in bf16/fp16"
+            if memory_bound
+            else "It is compute-bound: run it in bf16/fp16 or TF32 on Tensor Cores, pad M/N/K to multiples of 8 "
+            "(64 for best tiles), larger batches, or let torch.compile(mode='max-autotune') pick the kernels"
+        )
+        out.append(
+            Finding(
+                rule="below_roofline",
+                title=f"{row['op']} runs at {row['pct_of_roof']:.0f}% of its roofline",
+                evidence=(
+                    f"{row['calls']} calls, {row['device_us'] / 1000.0 / ctx.steps:.2f} ms of GPU time per step, "
+                    f"{row['bound']}-bound at {row['intensity']:.1f} FLOP/byte; at {REALISTIC:.0%} of the "
+                    f"{spec.name} roof it would take {row['lost_ms']:.2f} ms less per step "
+                    f"({row['lost_ms'] / ctx.step_ms:.1%} of the {ctx.step_ms:.2f} ms step)"
+                ),
+                change=change,
+                saving_ms=row["lost_ms"],
+                estimate=f"time lost per step against {REALISTIC:.0%} of the op's roofline (kinetolens roofline)",
+                where={"op": row["op"], "bound": row["bound"], "pct_of_roof": row["pct_of_roof"]},
+            )
+        )
+    return out
+
+
 #: A module path component of ``nn.DataParallel`` (not DistributedDataParallel).
 DATA_PARALLEL_MODULE = r"(?:^|\.)(DataParallel_\d+)(?:\.|$)"
 
@@ -589,6 +639,7 @@ RULES: list[Callable[[RuleContext], list[Finding]]] = [
     synchronizations,
     fp32_tensor_cores,
     misaligned_shapes,
+    below_roofline,
     memory_capacity,
     exposed_communication,
     excess_dram_traffic,
