@@ -22,7 +22,6 @@ from kinetolens.errors import TraceError, TraceWarning
 from kinetolens.ingest.kineto import (
     COUNTER_SCHEMA,
     FLOW_SCHEMA,
-    HOST_SCHEMA,
     MEMORY_SCHEMA,
     RawTables,
 )
@@ -34,6 +33,7 @@ from kinetolens.ingest.nsys_gpu import (
     to_device_rows,
 )
 from kinetolens.ingest.nsys_host import (
+    NSYS_HOST_SCHEMA,
     NVTX_TABLE,
     RUNTIME_TABLE,
     nvtx_host_rows,
@@ -145,7 +145,7 @@ def _read(db: Database) -> RawTables:
     return RawTables(
         format=FORMAT,
         metadata=metadata,
-        host=host.select([pl.col(n).cast(t) for n, t in HOST_SCHEMA.items()]),
+        host=host.select([pl.col(n).cast(t) for n, t in NSYS_HOST_SCHEMA.items()]),
         device=to_device_rows(gpu, devices),
         memory=pl.DataFrame(schema=MEMORY_SCHEMA),
         flows=pl.DataFrame(schema=FLOW_SCHEMA),

@@ -9,7 +9,11 @@ calls the NVTX GPU projection).  ``ProfilerStep#N`` ranges stay annotations,
 as in Kineto, so they still delimit steps.  Ranges written by
 ``torch.autograd.profiler.emit_nvtx`` (``aten::mm, seq = 12, op_id = 3,
 sizes = [[2, 3], [3, 4]]``) have their name, sequence number and shapes
-split out, so forward/backward linking works for them too.
+split out, so forward/backward linking works for them too.  Ranges written by
+``kinetolens.nvtx`` (op markers and module ranges) are applied on top, see
+:mod:`kinetolens.ingest.nsys_markers`; they fill the ``module`` and
+``source`` columns (``ATTRIBUTION_SCHEMA``) that nsys host rows carry beside
+the Kineto host columns.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import polars as pl
 from kinetolens.ingest.categories import ANNOTATION, OP, RUNTIME
 from kinetolens.ingest.kineto import HOST_SCHEMA, PROCESS_SCHEMA, THREAD_SCHEMA
 from kinetolens.ingest.nsys_db import Database, quote
+from kinetolens.ingest.nsys_markers import has_markers, resolve_markers
 
 #: Kineto's profiler-step annotation names (``ProfilerStep#3``).
 STEP_PREFIX = "ProfilerStep#"
@@ -47,6 +52,12 @@ _RUNTIME_QUERY: dict[str, pl.DataType] = {
     "correlation": pl.Int64(),
     "name": pl.String(),
 }
+#: Module path and call site, which an nsys export can name only through
+#: ``kinetolens.nvtx`` markers (Kineto traces get them from Python frames).
+ATTRIBUTION_SCHEMA: dict[str, pl.DataType] = {"module": pl.String(), "source": pl.String()}
+#: Host rows of an nsys export: Kineto's host columns plus the attribution.
+NSYS_HOST_SCHEMA: dict[str, pl.DataType] = {**HOST_SCHEMA, **ATTRIBUTION_SCHEMA}
+
 _NVTX_QUERY: dict[str, pl.DataType] = {
     "proc": pl.Int64(),
     "pid": pl.Int64(),
@@ -105,7 +116,7 @@ def read_runtime(db: Database) -> tuple[pl.DataFrame, int]:
 
 
 def runtime_host_rows(rows: pl.DataFrame) -> pl.DataFrame:
-    return conform(rows.with_columns(kind=pl.lit(RUNTIME), dur=pl.col("end") - pl.col("ts")), HOST_SCHEMA)
+    return conform(rows.with_columns(kind=pl.lit(RUNTIME), dur=pl.col("end") - pl.col("ts")), NSYS_HOST_SCHEMA)
 
 
 def read_nvtx(db: Database) -> pl.DataFrame:
@@ -132,12 +143,14 @@ def nvtx_host_rows(ranges: pl.DataFrame) -> pl.DataFrame:
     """Closed NVTX ranges as ``op`` rows (``annotation`` for profiler steps).
 
     ``cat`` is ``nvtx`` or ``nvtx:<domain>`` so a report can tell an
-    application's domains apart.
+    application's domains apart.  ``kinetolens.nvtx`` markers, where there
+    are any, name ops, shapes, dtypes, modules and call sites
+    (:func:`kinetolens.ingest.nsys_markers.resolve_markers`).
     """
     text = pl.col("name").fill_null("(unnamed NVTX range)")
     emitted = text.str.contains(_EMIT_NVTX)
     name = pl.when(emitted).then(text.str.replace(_EMIT_NVTX + ".*$", "")).otherwise(text)
-    return conform(
+    rows = conform(
         ranges.with_columns(
             kind=pl.when(name.str.starts_with(STEP_PREFIX)).then(pl.lit(ANNOTATION)).otherwise(pl.lit(OP)),
             cat=pl.when(pl.col("domain_name").is_not_null())
@@ -148,8 +161,9 @@ def nvtx_host_rows(ranges: pl.DataFrame) -> pl.DataFrame:
             sequence_number=pl.when(emitted).then(text.str.extract(r", seq = (\d+)").cast(pl.Int64)),
             input_dims=pl.when(emitted).then(text.str.extract(r", sizes = (\[.*?\])(?:, input_op_ids = .*)?$")),
         ),
-        HOST_SCHEMA,
+        NSYS_HOST_SCHEMA,
     )
+    return resolve_markers(rows) if has_markers(rows["name"]) else rows
 
 
 def read_threads(db: Database) -> pl.DataFrame:

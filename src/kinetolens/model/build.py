@@ -51,6 +51,8 @@ def _thread_key() -> pl.Expr:
 #: collectives, sequence numbers) are never set on one, and a column of nulls
 #: still costs 8 bytes a row.
 RUNTIME_COLUMNS = ["kind", "cat", "name", "pid", "tid", "ts", "dur", "end", "group", "external_id", "correlation", "cbid"]
+#: Op columns a reader may fill itself (``kinetolens.ingest.nsys_markers``).
+SUPPLIED_COLUMNS = ("module", "source")
 #: Launch-only fields, never set on an op.
 LAUNCH_ONLY_COLUMNS = ["correlation", "cbid"]
 
@@ -86,7 +88,11 @@ def build_trace(raw: RawTables, path: str) -> Trace:
     del host
 
     ops, runtime, overlaps = _nest_ops(ops, runtime)
-    ops, runtime = _attach_python(ops, runtime, python)
+    # A reader may name an op's module and call site itself (nsys ranges
+    # written by kinetolens.nvtx); those win over Python frames.
+    supplied = ops.select(c for c in SUPPLIED_COLUMNS if c in ops.columns)
+    ops, runtime = _attach_python(ops.drop(supplied.columns), runtime, python)
+    ops = ops.with_columns(pl.coalesce(pl.lit(supplied[c]), c).alias(c) for c in supplied.columns)
     ops = _directions(ops, raw.flows)
     runtime = _link_launches(runtime, ops)
     kernels = _link_kernels(raw.device, runtime, ops)
