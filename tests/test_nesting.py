@@ -87,8 +87,8 @@ def test_enclosing_follows_the_rule(seed: int, tangled: bool) -> None:
     # The reference breaks ties in the frame's order, as the sort does.
     parent, depth, overlaps = reference([r for r in rows])
     got = enclosing(frame, is_container="container")
-    assert got.parent == [parent[i] for i in range(len(rows))]
-    assert got.depth == [depth[i] for i in range(len(rows))]
+    assert got.parent.to_list() == [parent[i] for i in range(len(rows))]
+    assert got.depth.to_list() == [depth[i] for i in range(len(rows))]
     assert got.overlaps == overlaps
     if tangled:
         assert overlaps > 0  # the case exists, so the replay path ran

@@ -134,8 +134,8 @@ def _nest_ops(ops: pl.DataFrame, runtime: pl.DataFrame) -> tuple[pl.DataFrame, p
         ]
     )
     nest = enclosing(frame, is_container="container")
-    parent = pl.Series("parent_id", nest.parent[:n_ops], dtype=I64).replace(-1, None)
-    depth = pl.Series("depth", nest.depth[:n_ops], dtype=I64)
+    parent = nest.parent[:n_ops].replace(-1, None).alias("parent_id")
+    depth = nest.depth[:n_ops].alias("depth")
     ops = ops.with_columns(parent, depth)
     # Top-level op: the outermost ancestor that is an operator (annotations
     # such as ProfilerStep#N are not ops).  Ancestors precede children in ts
@@ -148,7 +148,7 @@ def _nest_ops(ops: pl.DataFrame, runtime: pl.DataFrame) -> tuple[pl.DataFrame, p
         up = top[p] if p is not None else None
         top[i] = up if up is not None else (i if is_op[i] else None)
     ops = ops.with_columns(pl.Series("top_op_id", top, dtype=I64))
-    launch_parent = pl.Series("contained_op_id", nest.parent[n_ops:], dtype=I64).replace(-1, None)
+    launch_parent = nest.parent[n_ops:].replace(-1, None).alias("contained_op_id")
     runtime = runtime.with_columns(launch_parent)
     return ops, runtime, nest.overlaps
 
@@ -176,9 +176,10 @@ def _attach_python(
     names = python["name"].to_list()
     module_of: list[str | None] = [None] * n_py
     source_of: list[str | None] = [None] * n_py
+    py_parent = nest.parent[:n_py].to_list()
     # Rows are in ts order, so a frame's parent is resolved before it.
     for i in range(n_py):
-        p = nest.parent[i]
+        p = py_parent[i]
         parent_module = module_of[p] if p >= 0 else None
         parent_source = source_of[p] if p >= 0 else None
         name = names[i] or ""
@@ -189,20 +190,20 @@ def _attach_python(
             module_of[i] = parent_module
         source_of[i] = user_frame(name) or parent_source
 
-    def lookup(values: list[str | None], start: int, count: int) -> list[str | None]:
-        out: list[str | None] = []
-        for row in range(start, start + count):
-            p = nest.parent[row]
-            out.append(values[p] if p >= 0 else None)
-        return out
+    # Each op and launch takes the values of its enclosing Python frame; -1
+    # (no frame) points at the null appended after the frames' values.
+    modules = pl.Series(module_of + [None], dtype=pl.String)
+    sources = pl.Series(source_of + [None], dtype=pl.String)
+
+    def lookup(values: pl.Series, name: str, start: int, count: int) -> pl.Series:
+        return values.gather(nest.parent.slice(start, count).replace(-1, n_py)).alias(name)
 
     ops = ops.with_columns(
-        pl.Series("module", lookup(module_of, n_py, n_ops), dtype=pl.String),
-        pl.Series("source", lookup(source_of, n_py, n_ops), dtype=pl.String),
+        lookup(modules, "module", n_py, n_ops), lookup(sources, "source", n_py, n_ops)
     ).with_columns(pl.coalesce("source", call_stack_source).alias("source"))
     runtime = runtime.with_columns(
-        pl.Series("module", lookup(module_of, n_py + n_ops, runtime.height), dtype=pl.String),
-        pl.Series("source", lookup(source_of, n_py + n_ops, runtime.height), dtype=pl.String),
+        lookup(modules, "module", n_py + n_ops, runtime.height),
+        lookup(sources, "source", n_py + n_ops, runtime.height),
     )
     return ops, runtime
 

@@ -15,10 +15,14 @@ import polars as pl
 
 @dataclass
 class Nesting:
-    """For every input row: its innermost enclosing container (or -1)."""
+    """For every input row: its innermost enclosing container (or -1).
 
-    parent: list[int]
-    depth: list[int]
+    Series rather than lists: a Python int per row is ~36 bytes, and on a
+    multi-GB trace these two columns would otherwise be the load's peak.
+    """
+
+    parent: pl.Series
+    depth: pl.Series
     overlaps: int
 
 
@@ -38,7 +42,7 @@ def enclosing(frame: pl.DataFrame, *, is_container: str | None = None) -> Nestin
     """
     n = frame.height
     if n == 0:
-        return Nesting([], [], 0)
+        return Nesting(pl.Series("parent", [], pl.Int64), pl.Series("depth", [], pl.Int64), 0)
     ordered = (
         frame.select(
             "row",
@@ -65,7 +69,7 @@ def enclosing(frame: pl.DataFrame, *, is_container: str | None = None) -> Nestin
         parent = both["p"].fill_null(parent)
         depth = both["d"].fill_null(depth)
     by_row = pl.DataFrame({"row": ordered["row"], "parent": parent, "depth": depth}).sort("row")
-    return Nesting(by_row["parent"].to_list(), by_row["depth"].to_list(), overlaps)
+    return Nesting(by_row["parent"].cast(pl.Int64), by_row["depth"].cast(pl.Int64), overlaps)
 
 
 def _nested_parents(ordered: pl.DataFrame) -> pl.DataFrame:
