@@ -107,6 +107,7 @@ def _work_kinetolens(path: str, out: dict) -> None:
 
     import kinetolens
     from kinetolens.analysis import idle, overview
+    from kinetolens.analysis.gpu_streams import without_last_step
 
     out["rss_after_imports_kb"] = proc_status_kb("VmRSS")
     t0 = time.perf_counter()
@@ -114,8 +115,11 @@ def _work_kinetolens(path: str, out: dict) -> None:
     kernels, ops = trace.kernels, trace.ops
     t1 = time.perf_counter()
     steps = overview.step_breakdown(trace)
-    temporal = idle.temporal_breakdown(trace)
-    by_kernel = idle.kernel_breakdown(trace)
+    # HTA leaves the last profiler step out by default (its
+    # include_last_profiler_step=False); so do the breakdowns compared with it.
+    hta_view = without_last_step(trace)
+    temporal = idle.temporal_breakdown(hta_view)
+    by_kernel = idle.kernel_breakdown(hta_view)
     t2 = time.perf_counter()
     out.update(load_s=t1 - t0, analysis_s=t2 - t1)
     out["rows"] = {"kernels": kernels.height, "ops": ops.height, "steps": steps.height,
