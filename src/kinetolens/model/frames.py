@@ -8,6 +8,7 @@ source line we report for an op, as PyProf's program trace did.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 MODULE_PREFIX = "nn.Module: "
 
@@ -43,8 +44,13 @@ def module_name(name: str) -> str:
     return name[len(MODULE_PREFIX) :]
 
 
+@lru_cache(maxsize=1 << 16)
 def user_frame(name: str) -> str | None:
-    """``file:line`` when ``name`` is a frame of user code, else None."""
+    """``file:line`` when ``name`` is a frame of user code, else None.
+
+    Cached: a trace repeats the same few thousand frames every step, and
+    this runs once per Python event (tens of thousands per trace).
+    """
     match = _FRAME.match(name)
     if match is None:
         return None
