@@ -407,22 +407,27 @@ def _link_launches(runtime: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         pl.col("ts").alias("id_ts"),
         pl.col("end").alias("id_end"),
     ).unique(subset=["external_id"], keep="first")
-    runtime = runtime.join(by_id, on="external_id", how="left")
     consistent = (
         (pl.col("id_pid") == pl.col("pid"))
         & (pl.col("id_tid") == pl.col("tid"))
         & (pl.col("id_ts") <= pl.col("ts"))
         & (pl.col("ts") < pl.col("id_end"))
     )
-    runtime = runtime.with_columns(
-        op_id=pl.when(consistent).then(pl.col("id_op")).otherwise(pl.col("contained_op_id")),
-        op_link=pl.when(consistent)
-        .then(pl.lit("external_id"))
-        .when(pl.col("contained_op_id").is_not_null())
-        .then(pl.lit("containment"))
-        .otherwise(pl.lit(None, pl.String)),
-    ).drop("id_op", "id_pid", "id_tid", "id_ts", "id_end")
-    return _link_engine_gaps(runtime, ops).sort("launch_id")
+    # Joined on the columns the test needs and attached in launch order, as
+    # the other links are: the launch table itself is never joined.
+    linked = (
+        runtime.select("external_id", "pid", "tid", "ts", "contained_op_id")
+        .join(by_id, on="external_id", how="left", maintain_order="left")
+        .select(
+            op_id=pl.when(consistent).then(pl.col("id_op")).otherwise(pl.col("contained_op_id")),
+            op_link=pl.when(consistent)
+            .then(pl.lit("external_id"))
+            .when(pl.col("contained_op_id").is_not_null())
+            .then(pl.lit("containment"))
+            .otherwise(pl.lit(None, pl.String)),
+        )
+    )
+    return _link_engine_gaps(runtime.with_columns(linked.get_columns()), ops)
 
 
 def _link_engine_gaps(runtime: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
@@ -466,15 +471,10 @@ def _link_engine_gaps(runtime: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     gap = both.filter(
         pl.col("prev_bprop") & pl.col("next_bprop") & (pl.col("prev_end") <= pl.col("ts"))
     ).select("launch_id", gap_op="prev_op")
-    return (
-        runtime.join(gap, on="launch_id", how="left")
-        .with_columns(
-            op_id=pl.coalesce("op_id", "gap_op"),
-            op_link=pl.when(pl.col("gap_op").is_not_null())
-            .then(pl.lit("after_backward_node"))
-            .otherwise(pl.col("op_link")),
-        )
-        .drop("gap_op")
+    gap_op = runtime.select("launch_id").join(gap, on="launch_id", how="left", maintain_order="left")["gap_op"]
+    return runtime.with_columns(
+        op_id=pl.coalesce(pl.col("op_id"), gap_op),
+        op_link=pl.when(gap_op.is_not_null()).then(pl.lit("after_backward_node")).otherwise(pl.col("op_link")),
     )
 
 
