@@ -53,8 +53,11 @@ def test_parallel_equals_serial(trace: str, piece: int) -> None:
 def _tricky_trace(path: Path, events: int = 3000, long_name_at: int | None = None) -> Path:
     """Event boundaries inside strings and ``}]`` / ``},{`` after the array.
 
-    ``long_name_at``: give that event a name of 120 kB of ``"}, {"``, longer
-    than the window in which a cut is looked for, so some cut lands in it.
+    The in-name ``"}, {"ph"`` is escaped in the file (``\\"``), so no cut may
+    land there.  ``long_name_at``: give that event a name *ending* in ``}, {``
+    (the one string a cut can be fooled by: its closing quote follows the
+    brace) and 60 kB of call stack after it, so that a piece ends inside
+    that event and its last candidate cut is the one in the name.
     """
     evs = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}}]
     for i in range(events):
@@ -66,7 +69,8 @@ def _tricky_trace(path: Path, events: int = 3000, long_name_at: int | None = Non
             }
         )  # fmt: skip
     if long_name_at is not None:
-        evs[long_name_at]["name"] = '"}, {"' * 20_000
+        evs[long_name_at]["name"] = "aten::long}, {"
+        evs[long_name_at]["args"]["Call stack"] = "x" * 60_000
     devices = [{"id": 0, "name": "NVIDIA H100"}, {"id": 1, "name": "NVIDIA H100"}]
     body = ",\n".join(json.dumps(e) for e in evs)
     path.write_text(f'{{"schemaVersion": 1, "traceEvents": [\n{body}\n], "deviceProperties": {json.dumps(devices)}}}')
@@ -79,12 +83,17 @@ def test_cuts_inside_strings_and_text_after_the_array(tmp_path: Path) -> None:
     serial = stream_kineto(path)
     assert serial.host.height == 3000
     assert serial.metadata["deviceProperties"][1]["name"] == "NVIDIA H100"
+    decoded = 0
     for piece in (4 << 10, 16 << 10, 64 << 10):
         try:
             parallel = kp.parallel_kineto(path, workers=2, piece_bytes=piece)
         except StreamUnsupported:
             continue
         assert_same(serial, parallel)
+        decoded += 1
+    # The last event boundary of each piece is a real one here, so the
+    # workers' path (not only the fallback) must have run and matched.
+    assert decoded > 0
 
 
 def test_read_raw_uses_the_pool_and_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,13 +104,13 @@ def test_read_raw_uses_the_pool_and_falls_back(tmp_path: Path, monkeypatch: pyte
     assert kp.wants_parallel(path) == 2
     assert_same(stream_kineto(path), read_raw(path))
 
-    # A cut inside a long string: the workers cannot decode it, the pool
-    # steps aside and the serial reader's tables come back all the same.
+    # A cut inside a string: the workers cannot decode it, the pool steps
+    # aside and the serial reader's tables come back all the same.
     long = _tricky_trace(tmp_path / "long.json", long_name_at=1500)
     with pytest.raises(StreamUnsupported):
         kp.parallel_kineto(long, workers=2, piece_bytes=8 << 10)
     pooled = read_raw(long)
-    assert pooled.host["name"].str.len_chars().max() == 120_000
+    assert (pooled.host["name"] == "aten::long}, {").sum() == 1
     monkeypatch.setenv(kp.WORKERS_ENV, "0")
     assert_same(read_raw(long), pooled)
 

@@ -38,7 +38,10 @@ _MAX_HEAD_BYTES = 64 << 20
 _MAX_BACKLOG_BYTES = 64 << 20
 
 _ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[\s*')
-BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*\{")
+#: ``},{`` followed by a key's opening quote.  Inside a JSON string a quote
+#: is escaped (``\"``), so text such as ``"}, {\"ph\"`` in a kernel name or
+#: a call stack never matches; only a string that *ends* in ``},{`` can.
+BETWEEN_EVENTS = re.compile(rb'\}\s*,\s*\{(?=\s*")')
 ARRAY_END = re.compile(rb"\}\s*\]")
 
 _OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
