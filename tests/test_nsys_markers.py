@@ -29,8 +29,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import kinetolens
-from kinetolens.capture.nvtx import MARKER_PREFIX, MODULE_PREFIX, parse_marker
-from kinetolens.ingest import nsys_markers
+from kinetolens.capture.nvtx import MODULE_PREFIX, parse_marker
 from kinetolens.ingest.nsys_host import nvtx_host_rows
 
 NSYS = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "nsys"
@@ -134,12 +133,6 @@ def markers() -> list[str]:
     found = real_markers()
     assert len(found) > 20
     return found
-
-
-def test_prefixes_match_the_capture_side() -> None:
-    # The reader keeps its own copy so loading never imports capture code.
-    assert nsys_markers.OP_MARKER_PREFIX == MARKER_PREFIX
-    assert nsys_markers.MODULE_MARKER_PREFIX == MODULE_PREFIX
 
 
 def test_markers_become_ops_with_shapes_dtypes_modules_and_sites(markers: list[str]) -> None:

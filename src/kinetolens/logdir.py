@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kinetolens.errors import TraceError
+from kinetolens.formats import METADATA_SUFFIX
 
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json", ".sqlite")
-METADATA_SUFFIX = ".kinetolens.json"
 _RANK = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 # tb-profiler names a trace WORKER.SPAN.pt.trace.json, SPAN a millisecond stamp.
 _SPAN = re.compile(r"^(?P<worker>.+)\.(?P<span>\d+)$")

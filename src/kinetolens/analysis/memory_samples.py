@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from kinetolens.formats import MEMORY_SAMPLE_EVENT as SAMPLE_EVENT
 from kinetolens.model.trace import Trace
-
-#: Name of the counter events the capture writes (``kinetolens.capture.memory_sampling``).
-SAMPLE_EVENT = "kinetolens memory sample"
 
 SAMPLE_SCHEMA: dict[str, pl.DataType] = {
     "device": pl.String(),

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-TRACE_SUFFIX = ".pt.trace.json.gz"
-METADATA_SUFFIX = ".kinetolens.json"
+from kinetolens.formats import METADATA_SUFFIX, TRACE_SUFFIX
+
 # Level 6 is ~3x faster than gzip's default 9 on trace JSON for a file only
 # a few percent larger; export time is time the profiled job stands still.
 GZIP_LEVEL = 6

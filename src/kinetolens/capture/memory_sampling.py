@@ -25,8 +25,8 @@ from typing import Any
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
-#: Name of the counter events carrying the samples.
-SAMPLE_EVENT = "kinetolens memory sample"
+from kinetolens.formats import MEMORY_SAMPLE_EVENT as SAMPLE_EVENT
+
 _TRACE_EVENTS = b'"traceEvents": ['
 
 

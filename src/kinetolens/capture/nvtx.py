@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
 
-MARKER_PREFIX = "kinetolens "
-MODULE_PREFIX = "kinetolens.module "
+from kinetolens.formats import NVTX_MODULE_PREFIX as MODULE_PREFIX
+from kinetolens.formats import NVTX_OP_PREFIX as MARKER_PREFIX
 
 
 def nvtx_unavailable_reason() -> str | None:

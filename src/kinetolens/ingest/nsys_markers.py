@@ -39,15 +39,10 @@ from typing import Any
 
 import polars as pl
 
+from kinetolens.formats import NVTX_MODULE_PREFIX as MODULE_MARKER_PREFIX
+from kinetolens.formats import NVTX_OP_PREFIX as OP_MARKER_PREFIX
 from kinetolens.ingest.categories import ANNOTATION
-
-#: The message prefixes ``kinetolens.capture.nvtx`` writes (MARKER_PREFIX and
-#: MODULE_PREFIX there); kept here so that reading a trace never imports the
-#: capture package.
-OP_MARKER_PREFIX = "kinetolens "
-MODULE_MARKER_PREFIX = "kinetolens.module "
-#: The annotation name of a module range, as Kineto names module frames.
-MODULE_RANGE_PREFIX = "nn.Module: "
+from kinetolens.model.frames import MODULE_PREFIX as MODULE_RANGE_PREFIX
 
 
 def has_markers(names: pl.Series) -> bool:

@@ -1,0 +1,19 @@
+"""Names kinetolens writes into traces and run directories.
+
+Capture writes them and the readers look for them, so each is defined once
+here, in a module that imports nothing (the analyzer must not import the
+capture package, which needs torch).
+"""
+
+from __future__ import annotations
+
+#: A trace file of a run, as torch-tb-profiler names them.
+TRACE_SUFFIX = ".pt.trace.json.gz"
+#: kinetolens' run metadata beside a trace (a name tb-profiler's pattern skips).
+METADATA_SUFFIX = ".kinetolens.json"
+#: Counter events of ``profile(sample_rate=N)``.
+MEMORY_SAMPLE_EVENT = "kinetolens memory sample"
+#: NVTX range of one op under ``kinetolens.nvtx()``: this prefix, then JSON.
+NVTX_OP_PREFIX = "kinetolens "
+#: NVTX range around a module's forward: this prefix, then the module path.
+NVTX_MODULE_PREFIX = "kinetolens.module "
