@@ -100,3 +100,18 @@ def kernel_table(trace: Trace, step: int | None = None) -> pl.DataFrame:
         start_us=(pl.col("ts") - first) / 1000.0,
     )
     return table.sort("idx")
+
+
+def tensor_core_time(table: pl.DataFrame) -> pl.DataFrame:
+    """GPU time per Tensor Core verdict of a :func:`kernel_table`: ``tc, us``.
+
+    ``tc`` is yes / no / unknown (a kernel without a verdict counts as
+    unknown); verdicts with no time are left out.  The chart, the markdown
+    report and the dashboard all show this one split.
+    """
+    return (
+        table.group_by(pl.col("tc").fill_null("unknown"))
+        .agg(us=pl.col("dur_us").sum())
+        .filter(pl.col("us") > 0)
+        .sort("tc")
+    )

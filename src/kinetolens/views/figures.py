@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import plotly.graph_objects as go
 import polars as pl
 
+from kinetolens.analysis.kernels import tensor_core_time
 from kinetolens.analysis.overview import CATEGORIES, OTHER
 from kinetolens.analysis.roofline import peak_tflops
 
@@ -123,12 +124,7 @@ def tensor_core_figure(kernels: pl.DataFrame, title: str = "GPU time by Tensor C
     """Pie of kernel time (``dur_us``) by ``tc`` verdict: yes / no / unknown."""
     if kernels.height == 0:
         return empty_figure(title, "no GPU kernels")
-    by = (
-        kernels.group_by(pl.col("tc").fill_null("unknown"))
-        .agg(us=pl.col("dur_us").sum())
-        .filter(pl.col("us") > 0)
-        .sort("tc")
-    )
+    by = tensor_core_time(kernels)
     if by.height == 0:
         return empty_figure(title, "no GPU time")
     tcs = by["tc"].to_list()

@@ -13,6 +13,7 @@ from typing import Any
 import polars as pl
 
 from kinetolens import __version__
+from kinetolens.analysis.kernels import tensor_core_time
 from kinetolens.views.report_data import ReportData
 from kinetolens.views.report_html import breakdown_frame, overview_frame
 
@@ -69,7 +70,7 @@ def render_md(data: ReportData) -> str:
         )
     out += ["\n## Top ops\n", frame_md(data.ops, list(dict.fromkeys(["name", "calls", basis, "step_share_pct", "tflops_s", "in_shapes"])))]
     out += ["\n## Top kernels\n", frame_md(data.kernel_names, ["name", "calls", "device_total_us", "mean_us", "op", "step_share_pct"])]
-    tc = data.kernels.group_by(pl.col("tc").fill_null("unknown")).agg(us=pl.col("dur_us").sum()).sort("tc")
+    tc = tensor_core_time(data.kernels)
     if tc.height:
         total = float(tc["us"].sum()) or 1.0
         out.append("\nGPU time by Tensor Core use: " + ", ".join(f"{t} {100 * us / total:.1f}%" for t, us in tc.iter_rows()) + "\n")
