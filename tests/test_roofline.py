@@ -9,7 +9,8 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from kinetolens.analysis.roofline import kernel_roofline, op_roofline, roofline_by
+from kinetolens.analysis.kernels import kernel_table
+from kinetolens.analysis.roofline import kernel_groups, kernel_roofline, op_roofline, roofline_by
 from kinetolens.cli.main import cli
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
@@ -214,3 +215,24 @@ def test_ops_lost_us_without_gpu_spec_exits_2() -> None:
     assert "not in the spec table" in result.output
     result = CliRunner().invoke(cli, ["ops", str(trace_path(MTIA)), "--json"])
     assert result.exit_code == 0 and "lost_us" not in result.output
+
+
+def test_kernel_groups_add_up_and_weigh_roofline_by_time() -> None:
+    t = load(str(trace_path(VIT)))
+    spec = gpu_spec(t)
+    table, roof = kernel_table(t), kernel_roofline(t, spec)
+    groups = kernel_groups(table, roof, "name")
+    assert groups["calls"].sum() == table.height
+    assert groups["total_us"].sum() == pytest.approx(table["dur_us"].sum())
+    # The top kernel's percent of roofline, from the per-kernel roofline by hand.
+    top = groups.row(0, named=True)
+    mine = (
+        table.filter(pl.col("kernel") == top["kernel"])
+        .join(roof.select(idx="kernel_id", ideal_us="ideal_us"), on="idx")
+        .filter(pl.col("ideal_us").is_not_null())
+    )
+    assert mine.height > 0
+    assert top["pct_of_roof"] == pytest.approx(mine["ideal_us"].sum() / mine["dur_us"].sum() * 100)
+    # Without a GPU spec there is no roof, and grouping by op splits rows.
+    assert kernel_groups(table, None, "name")["pct_of_roof"].null_count() == groups.height
+    assert kernel_groups(table, roof, "name+op").height >= groups.height

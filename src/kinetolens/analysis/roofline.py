@@ -331,3 +331,47 @@ def with_time_lost(
     left_on = [f"_key_{k}" if k in filled else k for k in keys]
     joined = joined.join(lost, left_on=left_on, right_on=keys, how="left", maintain_order="left")
     return joined.drop([f"_key_{k}" for k in filled], strict=False)
+
+
+#: How :func:`kernel_groups` can group kernels.
+KERNEL_GROUPS = ("name", "name+op")
+
+
+def kernel_groups(table: pl.DataFrame, roof: pl.DataFrame | None, by: str = "name") -> pl.DataFrame:
+    """Kernels of a :func:`~kinetolens.analysis.kernels.kernel_table` grouped by
+    name (``by="name"``) or name and op, with Tensor Cores, occupancy, work,
+    achieved TFLOP/s and percent of roofline.
+
+    ``roof`` is :func:`kernel_roofline` of the same trace (None when the GPU
+    is unknown: no percent of roofline).  ``pct_of_roof`` is the summed ideal
+    time over the summed time of the kernels whose roof is known; ``op`` (by
+    name) is the op that launched the kernel most often.
+    """
+    if by not in KERNEL_GROUPS:
+        raise ValueError(f"unknown grouping {by!r}; choose from {', '.join(KERNEL_GROUPS)}")
+    if roof is not None:
+        ideal = roof.select(pl.col("kernel_id").alias("idx"), pl.col("ideal_us").alias("_ideal_us"))
+        table = table.join(ideal, on="idx", how="left")
+    else:
+        table = table.with_columns(_ideal_us=pl.lit(None, pl.Float64))
+    keys = ["kernel"] if by == "name" else ["kernel", "op"]
+    known = pl.col("_ideal_us").is_not_null()
+    out = table.group_by(keys).agg(
+        calls=pl.len(),
+        total_us=pl.col("dur_us").sum(),
+        mean_us=pl.col("dur_us").mean(),
+        max_us=pl.col("dur_us").max(),
+        min_us=pl.col("dur_us").min(),
+        tc=pl.col("tc").mode().first(),
+        blocks_per_sm=pl.col("blocks_per_sm").mean(),
+        occupancy=pl.col("occupancy").mean(),
+        flops=pl.col("flops").sum(),
+        bytes=pl.col("bytes").sum(),
+        _ideal=pl.col("_ideal_us").filter(known).sum(),
+        _known=pl.col("dur_us").filter(known).sum(),
+        **({} if by == "name+op" else {"op": pl.col("op").drop_nulls().mode().first()}),
+    )
+    return out.with_columns(
+        tflops_s=pl.when(pl.col("total_us") > 0).then(pl.col("flops") / pl.col("total_us") / 1e6),
+        pct_of_roof=pl.when(pl.col("_known") > 0).then(pl.col("_ideal") / pl.col("_known") * 100.0),
+    ).drop("_ideal", "_known").sort("total_us", descending=True)

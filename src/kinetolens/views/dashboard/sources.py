@@ -23,14 +23,19 @@ from kinetolens.analysis.op_times import op_instances
 from kinetolens.analysis.ops import op_stats, time_basis
 from kinetolens.analysis.overview import COLUMNS, average_breakdown, step_breakdown
 from kinetolens.analysis.recommendations import recommendations_frame
-from kinetolens.analysis.roofline import kernel_roofline, roofline_by, with_time_lost
+from kinetolens.analysis.roofline import (
+    KERNEL_GROUPS,
+    kernel_groups,
+    kernel_roofline,
+    roofline_by,
+    with_time_lost,
+)
 from kinetolens.registry.gpus import GpuSpec, gpu_spec
 from kinetolens.views.dashboard.state import Loaded
 from kinetolens.views.dashboard.tables import rounded
 
 #: Groupings the pages offer (the analyses accept these names).
 OP_GROUPS = ("op", "op+shape", "module", "source")
-KERNEL_GROUPS = ("name", "name+op")
 NO_MODULE = "(no module)"
 
 
@@ -147,36 +152,9 @@ def kernel_rows(ctx: Ctx) -> pl.DataFrame:
 
 def kernels(ctx: Ctx) -> pl.DataFrame:
     """Kernels grouped by name (or name and op) with Tensor Cores, occupancy, work and % of roofline."""
-    by = ctx.choice("group", KERNEL_GROUPS)
-    rows = kernel_rows(ctx)
     spec = spec_of(ctx)
-    if spec is not None:
-        roof = ctx.memo("kernel_roofline", lambda: kernel_roofline(ctx.trace, spec))
-        ideal = roof.select(pl.col("kernel_id").alias("idx"), pl.col("ideal_us").alias("_ideal_us"))
-        rows = rows.join(ideal, on="idx", how="left")
-    if "_ideal_us" not in rows.columns:
-        rows = rows.with_columns(_ideal_us=pl.lit(None, pl.Float64))
-    keys = ["kernel"] if by == "name" else ["kernel", "op"]
-    known = pl.col("_ideal_us").is_not_null()
-    out = rows.group_by(keys).agg(
-        calls=pl.len(),
-        total_us=pl.col("dur_us").sum(),
-        mean_us=pl.col("dur_us").mean(),
-        max_us=pl.col("dur_us").max(),
-        min_us=pl.col("dur_us").min(),
-        tc=pl.col("tc").mode().first(),
-        blocks_per_sm=pl.col("blocks_per_sm").mean(),
-        occupancy=pl.col("occupancy").mean(),
-        flops=pl.col("flops").sum(),
-        bytes=pl.col("bytes").sum(),
-        _ideal=pl.col("_ideal_us").filter(known).sum(),
-        _known=pl.col("dur_us").filter(known).sum(),
-        **({} if by == "name+op" else {"op": pl.col("op").drop_nulls().mode().first()}),
-    )
-    return out.with_columns(
-        tflops_s=pl.when(pl.col("total_us") > 0).then(pl.col("flops") / pl.col("total_us") / 1e6),
-        pct_of_roof=pl.when(pl.col("_known") > 0).then(pl.col("_ideal") / pl.col("_known") * 100.0),
-    ).drop("_ideal", "_known").sort("total_us", descending=True)
+    roof = ctx.memo("kernel_roofline", lambda: kernel_roofline(ctx.trace, spec)) if spec is not None else None
+    return kernel_groups(kernel_rows(ctx), roof, ctx.choice("group", KERNEL_GROUPS))
 
 
 # -- modules ----------------------------------------------------------------
