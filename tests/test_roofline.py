@@ -10,7 +10,12 @@ import pytest
 from click.testing import CliRunner
 
 from kinetolens.analysis.kernels import kernel_table
-from kinetolens.analysis.roofline import kernel_groups, kernel_roofline, op_roofline, roofline_by
+from kinetolens.analysis.roofline import (
+    kernel_groups,
+    kernel_roofline,
+    op_roofline,
+    roofline_by,
+)
 from kinetolens.cli.main import cli
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
