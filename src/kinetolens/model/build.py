@@ -66,25 +66,11 @@ def build_trace(raw: RawTables, path: str) -> Trace:
     """
     host = raw.host.with_columns(end=pl.col("ts") + pl.col("dur"), group=_thread_key())
     raw.host = raw.host.clear()
-    ops = (
-        host.filter(pl.col("kind").is_in([OP, ANNOTATION]))
-        .drop(LAUNCH_ONLY_COLUMNS)
-        .sort(["ts", "dur"], descending=[False, True], maintain_order=True)
-        .with_row_index("op_id")
-        .with_columns(pl.col("op_id").cast(I64))
-    )
-    runtime = (
-        host.filter(pl.col("kind").is_in([RUNTIME, SYNC]))
-        .select(RUNTIME_COLUMNS)
-        .sort("ts", maintain_order=True)
-        .with_row_index("launch_id")
-        .with_columns(pl.col("launch_id").cast(I64))
-    )
-    python = (
-        host.filter(pl.col("kind") == PYTHON)
-        .sort(["ts", "dur"], descending=[False, True], maintain_order=True)
-        .with_row_index("py_row")
-    )
+    ops = _rows_in_order(host, pl.col("kind").is_in([OP, ANNOTATION]), longest_first=True)
+    ops = ops.drop(LAUNCH_ONLY_COLUMNS).with_row_index("op_id").with_columns(pl.col("op_id").cast(I64))
+    runtime = _rows_in_order(host.select(RUNTIME_COLUMNS), pl.col("kind").is_in([RUNTIME, SYNC]), longest_first=False)
+    runtime = runtime.with_row_index("launch_id").with_columns(pl.col("launch_id").cast(I64))
+    python = _rows_in_order(host, pl.col("kind") == PYTHON, longest_first=True).with_row_index("py_row")
     del host
 
     ops, runtime, overlaps = _nest_ops(ops, runtime)
@@ -120,6 +106,25 @@ def build_trace(raw: RawTables, path: str) -> Trace:
         processes=raw.processes,
         warnings=warnings,
     )
+
+
+def _rows_in_order(host: pl.DataFrame, keep: pl.Expr, *, longest_first: bool) -> pl.DataFrame:
+    """The rows of ``host`` that ``keep`` selects, by start time, in one gather.
+
+    Filtering and then sorting copies every column twice, and the host table
+    is the widest one a trace has (shapes, call stacks): the order is
+    computed on the narrow key columns alone and applied once.  With
+    ``longest_first``, ranges starting together put the enclosing (longer)
+    one first, which nesting relies on.
+    """
+    by = ["ts", "dur"] if longest_first else ["ts"]
+    order = (
+        host.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("row"), *by)
+        .filter(host.select(keep).to_series())
+        .sort(by, descending=[False, True][: len(by)], maintain_order=True)
+        .get_column("row")
+    )
+    return host[order]
 
 
 def _nest_ops(ops: pl.DataFrame, runtime: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, int]:
