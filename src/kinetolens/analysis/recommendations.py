@@ -37,7 +37,7 @@ from kinetolens.analysis.memory import memory_events, memory_peaks
 from kinetolens.analysis.overview import average_breakdown, step_breakdown, step_windows
 from kinetolens.analysis.tensor_cores import (
     _capability,
-    _matrix_roots,
+    matrix_roots,
     op_tensor_core_eligibility,
 )
 from kinetolens.model.trace import Trace
@@ -130,6 +130,15 @@ class RuleContext:
     @cached_property
     def windows(self) -> pl.DataFrame:
         return step_windows(self.trace)
+
+    @cached_property
+    def gpu_metrics(self) -> pl.DataFrame:
+        return gpu_metrics(self.trace)
+
+    @cached_property
+    def tensor_core_ops(self) -> pl.DataFrame:
+        """Matrix op calls with their Tensor Core verdicts (two rules read them)."""
+        return op_tensor_core_eligibility(self.trace)
 
     def in_steps(self, frame: pl.DataFrame, ts: str = "ts", keep_end: bool = False) -> pl.DataFrame:
         """Rows of ``frame`` whose ``ts`` falls in a step window, with ``step``
@@ -238,7 +247,7 @@ def synchronizations(ctx: RuleContext) -> list[Finding]:
 
 
 def host_bound(ctx: RuleContext) -> list[Finding]:
-    util = gpu_metrics(ctx.trace)
+    util = ctx.gpu_metrics
     if util.height == 0 or not ctx.step_ms:
         return []
     utilization = float(util["utilization"].drop_nulls().max() or 0.0)
@@ -313,7 +322,7 @@ def launch_overhead(ctx: RuleContext) -> list[Finding]:
 
 
 def fp32_tensor_cores(ctx: RuleContext) -> list[Finding]:
-    ops = op_tensor_core_eligibility(ctx.trace)
+    ops = ctx.tensor_core_ops
     kernel_ns = float(ctx.trace.kernels.filter(pl.col("kind") == "kernel")["dur"].sum() or 0)
     if ops.height == 0 or not kernel_ns:
         return []
@@ -352,7 +361,7 @@ def _backward_kernel_us(trace: Trace, forward_ops: pl.Series) -> float:
     if forward_ops.len() == 0:
         return 0.0
     roots = trace.ops.select("op_id").with_columns(
-        pl.Series("root", _matrix_roots(trace.ops.select("op_id", "name", "parent_id")), dtype=pl.Int64)
+        matrix_roots(trace.ops.select("op_id", "name", "parent_id"))
     )
     k = trace.kernels.filter((pl.col("kind") == "kernel") & pl.col("fwd_op_id").is_not_null())
     k = k.select("fwd_op_id", "dur").join(roots, left_on="fwd_op_id", right_on="op_id", how="inner")
@@ -360,7 +369,7 @@ def _backward_kernel_us(trace: Trace, forward_ops: pl.Series) -> float:
 
 
 def misaligned_shapes(ctx: RuleContext) -> list[Finding]:
-    ops = op_tensor_core_eligibility(ctx.trace)
+    ops = ctx.tensor_core_ops
     if ops.height == 0:
         return []
     bad = ops.filter(
@@ -647,9 +656,13 @@ RULES: list[Callable[[RuleContext], list[Finding]]] = [
 ]
 
 
-def recommendations(trace: Trace) -> list[Finding]:
-    """Every rule's findings, the largest estimated saving per step first."""
-    ctx = RuleContext(trace)
+def recommendations(trace: Trace, ctx: RuleContext | None = None) -> list[Finding]:
+    """Every rule's findings, the largest estimated saving per step first.
+
+    A caller that shows the shared analyses too (the summary shows the step
+    breakdown and GPU utilization) passes its context so each is computed once.
+    """
+    ctx = ctx if ctx is not None else RuleContext(trace)
     findings = [f for rule in RULES for f in rule(ctx)]
     return sorted(findings, key=lambda f: -f.saving_ms)  # stable: ties keep RULES order
 

@@ -17,7 +17,7 @@ import polars as pl
 from kinetolens import __version__
 from kinetolens.analysis.gpu_metrics import gpu_metrics
 from kinetolens.analysis.overview import COLUMNS, average_breakdown, step_breakdown
-from kinetolens.analysis.recommendations import recommendations
+from kinetolens.analysis.recommendations import RuleContext, recommendations
 from kinetolens.model.trace import Trace
 
 SCHEMA_VERSION = 2
@@ -60,14 +60,14 @@ def _us(ns: float) -> float:
     return float(ns) / 1000.0
 
 
-def steps_block(trace: Trace) -> dict[str, Any]:
+def steps_block(trace: Trace, table: pl.DataFrame | None = None) -> dict[str, Any]:
     """Steps with their time breakdown in microseconds.
 
     ``mean_us`` is the mean of the steps' disjoint wall-time windows, so it
     equals ``average_us.total``.  Without ProfilerStep ranges ``count`` is 0
     and ``breakdown_us`` holds one row (``step`` null) for the whole trace.
     """
-    table = step_breakdown(trace)
+    table = step_breakdown(trace) if table is None else table
     real = table.filter(pl.col("step").is_not_null())
     rows = [
         {"step": row["step"], **{c: _us(row[c]) for c in COLUMNS}} for row in table.iter_rows(named=True)
@@ -81,12 +81,13 @@ def steps_block(trace: Trace) -> dict[str, Any]:
     }
 
 
-def gpu_block(trace: Trace) -> list[dict[str, Any]]:
-    return gpu_metrics(trace).to_dicts()
+def gpu_block(trace: Trace, table: pl.DataFrame | None = None) -> list[dict[str, Any]]:
+    return (gpu_metrics(trace) if table is None else table).to_dicts()
 
 
 def summarize(trace: Trace) -> dict[str, Any]:
     """Stable, documented JSON for ``kinetolens summary --json``."""
+    shared = RuleContext(trace)  # the breakdown and utilization, computed once for the blocks and the rules
     kinds = trace.kernels.group_by("kind").len() if trace.kernels.height else None
     counts = {str(k): int(v) for k, v in kinds.iter_rows()} if kinds is not None else {}
     devices = [
@@ -118,8 +119,8 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "devices": devices,
         "devices_used": used,
         "span_us": span_us,
-        "steps": steps_block(trace),
-        "gpu": gpu_block(trace),
+        "steps": steps_block(trace, shared.breakdown),
+        "gpu": gpu_block(trace, shared.gpu_metrics),
         "events": {
             "ops": int(trace.ops.filter(pl.col("kind") == "op").height),
             "annotations": int(trace.ops.filter(pl.col("kind") == "annotation").height),
@@ -131,6 +132,6 @@ def summarize(trace: Trace) -> dict[str, Any]:
             "memory": trace.memory.height,
         },
         "attribution": attribution(trace),
-        "recommendations": [f.to_dict() for f in recommendations(trace)],
+        "recommendations": [f.to_dict() for f in recommendations(trace, shared)],
         "warnings": [{"kind": w.kind, "count": w.count, "detail": w.detail} for w in trace.warnings],
     }

@@ -224,21 +224,24 @@ def _misaligned(dims: dict[str, int] | None, dtype: str | None) -> list[str]:
     return [f"{k}={v}" for k, v in dims.items() if v % align]
 
 
-def _matrix_roots(ops: pl.DataFrame) -> list[int | None]:
-    """Each op's outermost matrix-op ancestor-or-self (None outside matrix ops).
+def matrix_roots(ops: pl.DataFrame) -> pl.Series:
+    """Each op's outermost matrix-op ancestor-or-self (null outside matrix ops).
 
-    ``aten::linear -> aten::addmm`` is one matrix op (the linear); parents
-    precede children in ``op_id`` order, so one pass suffices.
+    ``aten::linear -> aten::addmm`` is one matrix op (the linear).  Computed
+    by pointer jumping: each row holds the outermost matrix op found between
+    it and ``jump`` (an ancestor), then takes over its ancestor's answer and
+    jump, doubling the span covered per round, so a trace of any size takes
+    about log2(depth) vectorized rounds instead of a Python pass per op.
     """
-    parents = ops["parent_id"].to_list()
-    names = ops["name"].to_list()
-    ids = ops["op_id"].to_list()
-    index = {op_id: i for i, op_id in enumerate(ids)}
-    root: list[int | None] = [None] * len(ids)
-    for i, (p, n) in enumerate(zip(parents, names)):
-        up = root[index[p]] if p is not None and p in index else None
-        root[i] = up if up is not None else (ids[i] if n in MATRIX_OPS else None)
-    return root
+    rows = ops.select("op_id").with_row_index("row").with_columns(pl.col("row").cast(pl.Int64))
+    jump = ops.select("parent_id").join(rows, left_on="parent_id", right_on="op_id", how="left", maintain_order="left")[
+        "row"
+    ]
+    best = ops.select(pl.when(pl.col("name").is_in(list(MATRIX_OPS))).then(pl.col("op_id"))).to_series()
+    while jump.null_count() < jump.len():
+        best = best.gather(jump).fill_null(best)
+        jump = jump.gather(jump)
+    return best.alias("root").cast(pl.Int64)
 
 
 def _op_tc(verdicts: Sequence[str]) -> str:
@@ -266,7 +269,7 @@ def op_tensor_core_eligibility(trace: Trace) -> pl.DataFrame:
     }  # fmt: skip
     if ops.height == 0:
         return pl.DataFrame(schema=schema)
-    ops = ops.with_columns(pl.Series("root", _matrix_roots(ops), dtype=pl.Int64))
+    ops = ops.with_columns(matrix_roots(ops))
     matrix = ops.filter(pl.col("root") == pl.col("op_id"))
     if matrix.height == 0:
         return pl.DataFrame(schema=schema)
