@@ -460,6 +460,28 @@ def test_exact_time_trace_still_loads(tmp_path: Path) -> None:
     assert trace.warnings == [] and trace.kernels.height == 61
 
 
+def test_args_of_the_wrong_type_skip_that_event_with_a_warning(tmp_path: Path) -> None:
+    # Args are decoded per table after the events themselves; an op whose
+    # "External id" is a string must still be skipped and counted, as any
+    # malformed event is, and "args": null must read as no args at all.
+    text = bert_json()
+    wrong = re.sub(rb'("cat": "cpu_op",[^{]*"args": \{\s*"External id": )\d+', rb'\1"x"', text, count=1)
+    assert wrong != text
+    path = write(tmp_path, "bert_bad_args.json", wrong)
+    trace = kinetolens.load(path, cache=False)
+    original = kinetolens.load(BERT, cache=False)
+    assert [(w.kind, w.count) for w in trace.warnings] == [("malformed events skipped", 1)], trace.warnings
+    assert "$.args.External id" in trace.warnings[0].detail
+    assert trace.ops.height == original.ops.height - 1
+    assert device_rows(trace) == device_rows(original)
+
+    threads = re.sub(rb'("name": "thread_name",[^{]*"args": )\{[^}]*\}', rb"\1null", text, count=1)
+    assert threads != text
+    trace = kinetolens.load(write(tmp_path, "bert_null_args.json", threads), cache=False)
+    assert trace.warnings == []
+    assert trace.threads.height == original.threads.height - 1
+
+
 # --------------------------------------------------------------------------- 9. legacy layout
 
 

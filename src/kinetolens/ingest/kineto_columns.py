@@ -22,7 +22,9 @@ from typing import Any
 import polars as pl
 
 from kinetolens.ingest.categories import classify
-from kinetolens.ingest.kineto_schema import Args, Event
+import msgspec
+
+from kinetolens.ingest.kineto_schema import NO_ARGS, DeviceArgs, Event, HostArgs, MemoryArgs, MetaArgs
 from kinetolens.ingest.kineto_values import (
     INT64_MAX,
     ColumnError,
@@ -37,7 +39,6 @@ from kinetolens.ingest.kineto_values import (
     triple,
 )
 
-NO_ARGS = Args()
 _classify = lru_cache(maxsize=256)(classify)
 
 
@@ -96,8 +97,68 @@ def _get(field: str, objs: Sequence[Any]) -> list[Any]:
     return list(map(attrgetter(field), objs))
 
 
-def _args(events: Sequence[Event]) -> list[Args]:
-    return [e.args or NO_ARGS for e in events]
+class ArgsInvalid(ValueError):
+    """An event's ``args`` do not decode as its table's args struct.
+
+    The streaming readers then step aside; the whole-file reader finds and
+    skips the events concerned (:func:`invalid_args`), counting them.
+    """
+
+
+def _args_decoder(struct: type[msgspec.Struct]) -> msgspec.json.Decoder:
+    return msgspec.json.Decoder(list[struct], strict=False)  # type: ignore[valid-type]
+
+
+ARGS_STRUCTS: dict[str, type[msgspec.Struct]] = {
+    "host": HostArgs,
+    "device": DeviceArgs,
+    "memory": MemoryArgs,
+    "meta": MetaArgs,
+}
+#: Each table's decoder for a JSON array of its args structs.
+ARGS_DECODERS = {table: _args_decoder(struct) for table, struct in ARGS_STRUCTS.items()}
+_ONE_ARGS = {table: msgspec.json.Decoder(struct, strict=False) for table, struct in ARGS_STRUCTS.items()}
+
+
+def _args(events: Sequence[Event], table: str) -> list[Any]:
+    """The args of ``events``, decoded in one call as ``table``'s struct."""
+    text = b"".join((b"[", b",".join(_get("args", events)), b"]"))
+    try:
+        return ARGS_DECODERS[table].decode(text)  # type: ignore[no-any-return]
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise ArgsInvalid(str(exc)) from None
+
+
+def table_of(e: Event) -> str | None:
+    """The table whose args struct ``e``'s args must fit (None: args unread)."""
+    if e.ph == "X":
+        return "device" if _classify(e.cat)[0] else "host"
+    if e.ph in ("i", "I") and e.name == "[memory]":
+        return "memory"
+    return "meta" if e.ph == "M" else None
+
+
+def invalid_args(events: Sequence[Event]) -> tuple[list[int], str]:
+    """Positions of the events whose args do not fit their table, and the first error.
+
+    Event by event, for the whole-file reader only.  ``"args": null`` means
+    no args and is replaced by an empty object.
+    """
+    bad: list[int] = []
+    first = ""
+    for i, e in enumerate(events):
+        table = table_of(e)
+        if table is None or e.args is NO_ARGS:
+            continue
+        if bytes(e.args).strip() == b"null":
+            e.args = NO_ARGS
+            continue
+        try:
+            _ONE_ARGS[table].decode(e.args)
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+            bad.append(i)
+            first = first or str(exc).replace("`$", "`$.args")
+    return bad, first
 
 
 def _common(events: list[Event], ts_exact: bool) -> dict[str, pl.Series]:
@@ -117,7 +178,7 @@ def _common(events: list[Event], ts_exact: bool) -> dict[str, pl.Series]:
     }
 
 
-def _int_args(args: list[Args], fields: dict[str, str]) -> dict[str, pl.Series]:
+def _int_args(args: list[Any], fields: dict[str, str]) -> dict[str, pl.Series]:
     out = {}
     for name, field in fields.items():
         values = _get(field, args)
@@ -138,7 +199,7 @@ def _range_columns(events: list[Event], kinds: list[str], ts_exact: bool) -> dic
 
 
 def host_frame(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[str, pl.Series]:
-    a = _args(events)
+    a = _args(events, "host")
     cols = _range_columns(events, kinds, ts_exact)
     ids = _int_args(a, {"external_id": "external_id", "external_id_legacy": "external_id_legacy"})
     cols["external_id"] = coalesce(ids["external_id"], ids["external_id_legacy"]).alias("external_id")
@@ -179,7 +240,7 @@ def host_frame(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[st
 
 
 def device_frame(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[str, pl.Series]:
-    a = _args(events)
+    a = _args(events, "device")
     cols = _range_columns(events, kinds, ts_exact)
     cols.update(_int_args(a, {"device": "device", "stream": "stream", "context": "context", "correlation": "correlation"}))
     ids = _int_args(a, {"external_id": "external_id", "external_id_legacy": "external_id_legacy"})
@@ -202,7 +263,7 @@ def device_frame(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[
 
 
 def memory_frame(events: list[Event], ts_exact: bool) -> dict[str, pl.Series]:
-    a = _args(events)
+    a = _args(events, "memory")
     return {
         **_common(events, ts_exact),
         **_int_args(
@@ -242,19 +303,19 @@ def flow_frame(events: list[Event], ts_exact: bool) -> dict[str, pl.Series]:
 
 
 def thread_frame(meta: list[Event]) -> dict[str, pl.Series]:
-    threads = [e for e in meta if e.name == "thread_name" and e.args]
+    threads = [e for e in meta if e.name == "thread_name" and e.args is not NO_ARGS]
     pids, tids = _get("pid", threads), _get("tid", threads)
     return {
         "pid": column("pid", lambda: ints(pids, as_int), pids),
         "tid": column("tid", lambda: ints(tids, as_int), tids),
-        "name": pl.Series("name", _get("meta_name", _args(threads)), dtype=pl.String),
+        "name": pl.Series("name", _get("meta_name", _args(threads, "meta")), dtype=pl.String),
     }
 
 
 def process_frame(meta: list[Event]) -> dict[str, pl.Series]:
-    procs = [e for e in meta if e.name in ("process_name", "process_labels") and e.args]
+    procs = [e for e in meta if e.name in ("process_name", "process_labels") and e.args is not NO_ARGS]
     pids = _get("pid", procs)
-    a = _args(procs)
+    a = _args(procs, "meta")
     return {
         "pid": column("pid", lambda: ints(pids, as_int), pids),
         "name": pl.Series("name", _get("meta_name", a), dtype=pl.String),

@@ -15,6 +15,7 @@ import msgspec
 
 from kinetolens.errors import TraceError, TraceWarning
 from kinetolens.ingest.kineto import ChunkSource, RawTables, decode_events
+from kinetolens.ingest.kineto_columns import invalid_args
 from kinetolens.ingest.kineto_schema import Event, ExactTimeEvent
 from kinetolens.ingest.opener import OpenedFile
 
@@ -56,25 +57,40 @@ class _ChunkDecoder:
 
     def decode(self, raws: list[msgspec.Raw], first_index: int, exact: bool) -> list[Event]:
         try:
-            return self._list[exact].decode(b"[" + b",".join(raws) + b"]")
+            events = self._list[exact].decode(b"[" + b",".join(raws) + b"]")
+            bad = 0
         except msgspec.DecodeError:
-            pass
+            events, bad = self._each(raws, first_index, exact)
+        # Args are decoded per table later (kineto_columns); an event whose
+        # args do not fit is malformed in the same way, so skip it here.
+        wrong, first = invalid_args(events)
+        if wrong:
+            self._check_range(first, first_index + wrong[0])
+            drop = set(wrong)
+            events = [e for i, e in enumerate(events) if i not in drop]
+            bad += len(wrong)
+            self.first_bad = self.first_bad or first
+        self._bad_per_chunk[first_index] = bad
+        return events
+
+    def _each(self, raws: list[msgspec.Raw], first_index: int, exact: bool) -> tuple[list[Event], int]:
         events: list[Event] = []
         bad = 0
         for i, raw in enumerate(raws):
             try:
                 events.append(self._one[exact].decode(raw))
             except msgspec.DecodeError as exc:
-                if "out of range" in str(exc):
-                    where = str(exc).rpartition(" - at ")[2]
-                    raise TraceError(
-                        self.path, f"number out of range at {where} in traceEvents[{first_index + i}]"
-                    ) from None
+                self._check_range(str(exc), first_index + i)
                 bad += 1
                 if not self.first_bad:
                     self.first_bad = str(exc)
-        self._bad_per_chunk[first_index] = bad
-        return events
+        return events, bad
+
+    def _check_range(self, error: str, index: int) -> None:
+        """A number too large for its type is bad input, never a skippable event."""
+        if "out of range" in error:
+            where = error.rpartition(" - at ")[2]
+            raise TraceError(self.path, f"number out of range at {where} in traceEvents[{index}]")
 
 
 def _first_char(data: Any) -> bytes:

@@ -41,7 +41,7 @@ import polars as pl
 
 from kinetolens.errors import TraceError
 from kinetolens.ingest.kineto import TABLES, RawTables, chunk_frames, finish_tables
-from kinetolens.ingest.kineto_columns import partition
+from kinetolens.ingest.kineto_columns import ArgsInvalid, partition
 from kinetolens.ingest.kineto_stream import (
     ARRAY_END,
     BETWEEN_EVENTS,
@@ -131,7 +131,7 @@ def decode_piece_frames(path: str, piece: bytes) -> dict[str, pl.DataFrame] | No
             return chunk_frames(path, p, False)
         except NeedsExactTime:
             return chunk_frames(path, partition(decode_piece(piece, True)), True)
-    except TraceError:
+    except (TraceError, ArgsInvalid):
         return None
 
 

@@ -28,6 +28,7 @@ from typing import Any
 import msgspec
 
 from kinetolens.ingest.kineto import ChunkSource, RawTables, decode_events
+from kinetolens.ingest.kineto_columns import ArgsInvalid
 from kinetolens.ingest.kineto_schema import Event, ExactTimeEvent
 from kinetolens.ingest.opener import StreamUnsupported, file_blocks
 
@@ -189,6 +190,8 @@ def stream_kineto(path: Path) -> RawTables:
     pieces = Pieces(file_blocks(path, max(1, PIECE_BYTES // BLOCKS_PER_PIECE)))
     try:
         tables = decode_events(str(path), pieces)
+    except ArgsInvalid:
+        raise StreamUnsupported("args of an event do not decode") from None
     finally:
         close = getattr(pieces.blocks, "close", None)
         if close is not None:
