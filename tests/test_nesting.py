@@ -13,7 +13,7 @@ import random
 import polars as pl
 import pytest
 
-from kinetolens.model.nesting import enclosing
+from kinetolens.model.nesting import enclosing, outermost_marked
 
 
 def reference(rows: list[tuple[int, int, int, int, bool]]) -> tuple[dict[int, int], dict[int, int], int]:
@@ -92,3 +92,23 @@ def test_enclosing_follows_the_rule(seed: int, tangled: bool) -> None:
     assert got.overlaps == overlaps
     if tangled:
         assert overlaps > 0  # the case exists, so the replay path ran
+
+
+def test_outermost_marked_matches_walking_up_each_row() -> None:
+    # A random forest (parents precede children, as ops do) with deep
+    # chains, checked against the definition: walk up and keep the last
+    # marked row seen.
+    rng = random.Random(7)
+    n = 5000
+    parent: list[int | None] = [None if i == 0 or rng.random() < 0.02 else rng.randrange(max(0, i - 5), i) for i in range(n)]
+    marked = [rng.random() < 0.1 for _ in range(n)]
+    expected: list[int | None] = []
+    for i in range(n):
+        best, j = None, i
+        while j is not None:
+            best = j if marked[j] else best
+            j = parent[j]
+        expected.append(best)
+    got = outermost_marked(pl.Series(parent, dtype=pl.Int64), pl.Series(marked))
+    assert got.to_list() == expected
+    assert 100 < sum(e is not None for e in expected) < n  # marks both found and missing

@@ -21,6 +21,7 @@ from typing import Any
 
 import polars as pl
 
+from kinetolens.model.nesting import outermost_marked
 from kinetolens.model.trace import Trace
 from kinetolens.registry.dtypes import canonical
 from kinetolens.registry.flops_base import json_list
@@ -227,21 +228,12 @@ def _misaligned(dims: dict[str, int] | None, dtype: str | None) -> list[str]:
 def matrix_roots(ops: pl.DataFrame) -> pl.Series:
     """Each op's outermost matrix-op ancestor-or-self (null outside matrix ops).
 
-    ``aten::linear -> aten::addmm`` is one matrix op (the linear).  Computed
-    by pointer jumping: each row holds the outermost matrix op found between
-    it and ``jump`` (an ancestor), then takes over its ancestor's answer and
-    jump, doubling the span covered per round, so a trace of any size takes
-    about log2(depth) vectorized rounds instead of a Python pass per op.
+    ``aten::linear -> aten::addmm`` is one matrix op (the linear).
     """
     rows = ops.select("op_id").with_row_index("row").with_columns(pl.col("row").cast(pl.Int64))
-    jump = ops.select("parent_id").join(rows, left_on="parent_id", right_on="op_id", how="left", maintain_order="left")[
-        "row"
-    ]
-    best = ops.select(pl.when(pl.col("name").is_in(list(MATRIX_OPS))).then(pl.col("op_id"))).to_series()
-    while jump.null_count() < jump.len():
-        best = best.gather(jump).fill_null(best)
-        jump = jump.gather(jump)
-    return best.alias("root").cast(pl.Int64)
+    parent = ops.select("parent_id").join(rows, left_on="parent_id", right_on="op_id", how="left", maintain_order="left")
+    root_row = outermost_marked(parent["row"], ops["name"].is_in(list(MATRIX_OPS)))
+    return ops["op_id"].gather(root_row).alias("root").cast(pl.Int64)
 
 
 def _op_tc(verdicts: Sequence[str]) -> str:

@@ -36,7 +36,7 @@ from kinetolens.model.frames import (
     source_from_call_stack,
     user_frame,
 )
-from kinetolens.model.nesting import enclosing
+from kinetolens.model.nesting import enclosing, outermost_marked
 from kinetolens.model.steps import assign_steps, build_steps
 from kinetolens.model.trace import Trace
 
@@ -142,17 +142,9 @@ def _nest_ops(ops: pl.DataFrame, runtime: pl.DataFrame) -> tuple[pl.DataFrame, p
     parent = nest.parent[:n_ops].replace(-1, None).alias("parent_id")
     depth = nest.depth[:n_ops].alias("depth")
     ops = ops.with_columns(parent, depth)
-    # Top-level op: the outermost ancestor that is an operator (annotations
-    # such as ProfilerStep#N are not ops).  Ancestors precede children in ts
-    # order, so one pass suffices.
-    parents = ops["parent_id"].to_list()
-    is_op = (ops["kind"] == OP).to_list()  # bools, not one string object per op
-    top: list[int | None] = [None] * n_ops
-    for i in range(n_ops):
-        p = parents[i]
-        up = top[p] if p is not None else None
-        top[i] = up if up is not None else (i if is_op[i] else None)
-    ops = ops.with_columns(pl.Series("top_op_id", top, dtype=I64))
+    # Top-level op: the outermost ancestor-or-self that is an operator
+    # (annotations such as ProfilerStep#N are not ops); rows are op_ids.
+    ops = ops.with_columns(outermost_marked(ops["parent_id"], ops["kind"] == OP).alias("top_op_id"))
     launch_parent = nest.parent[n_ops:].replace(-1, None).alias("contained_op_id")
     runtime = runtime.with_columns(launch_parent)
     return ops, runtime, nest.overlaps
@@ -249,32 +241,39 @@ def _directions(ops: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
 def _backward_roots(ops: pl.DataFrame) -> tuple[list[str], list[int | None]]:
     """Direction of every op, and the backward node each backward op belongs to.
 
-    Ops the engine runs between two nodes outside any range (see
-    ``_engine_gap_owners``) belong to the node before them.
+    Backward and optimizer ranges claim everything inside them, so an op's
+    direction is that of its outermost backward-or-optimizer ancestor (or
+    its own), and a backward op's node is that ancestor.  Ops the engine runs
+    between two nodes outside any range (see ``_engine_gap_owners``) are
+    backward and belong to the node before them.  Rows are ``op_id``s here.
     """
-    parents = ops["parent_id"].to_list()
-    n = ops.height
-    # Codes, then the label constants: a list of shared strings rather than
-    # one new string object per op.
     labels = [dirn.FPROP, dirn.BPROP, dirn.OPTIMIZER, dirn.OTHER]
-    codes = ops.select(
-        dirn.own_direction(pl.col("name"), pl.col("kind").cast(pl.String)).cast(pl.Enum(labels)).to_physical()
+    own = ops.select(
+        dirn.own_direction(pl.col("name"), pl.col("kind").cast(pl.String)).cast(pl.Enum(labels))
     ).to_series()
-    own = [labels[c] for c in codes.to_list()]
-    owner = _engine_gap_owners(ops, own)
-    direction: list[str] = [""] * n
-    bwd_root: list[int | None] = [None] * n
-    for i in range(n):
-        p = parents[i]
-        if p is None and i in owner:
-            direction[i] = dirn.BPROP
-            bwd_root[i] = bwd_root[owner[i]]
-            continue
-        direction[i] = dirn.inherit(direction[p] if p is not None else None, own[i])
-        if direction[i] == dirn.BPROP:
-            up = bwd_root[p] if p is not None else None
-            bwd_root[i] = up if up is not None else i
-    return direction, bwd_root
+    owner = _engine_gap_owners(ops, own.cast(pl.String).to_list())
+    gap = pl.DataFrame({"op_id": list(owner), "node": list(owner.values())}, schema={"op_id": I64, "node": I64})
+    marks = (
+        ops.select("op_id", own=own)
+        .join(gap, on="op_id", how="left", maintain_order="left")
+        .select(
+            marked=pl.col("own").is_in([dirn.BPROP, dirn.OPTIMIZER]) | pl.col("node").is_not_null(),
+            direction=pl.when(pl.col("node").is_not_null()).then(pl.lit(dirn.BPROP)).otherwise(pl.col("own").cast(pl.String)),
+            node=pl.coalesce("node", "op_id"),
+        )
+    )
+    outermost = outermost_marked(ops["parent_id"], marks["marked"])
+    claimed = pl.DataFrame(
+        {
+            "direction": marks["direction"].gather(outermost),
+            "node": marks["node"].gather(outermost),
+            "own": own.cast(pl.String),
+        }
+    ).select(
+        direction=pl.coalesce("direction", "own"),
+        node=pl.when(pl.col("direction") == dirn.BPROP).then("node"),
+    )
+    return claimed["direction"].to_list(), claimed["node"].to_list()
 
 
 def _engine_gap_owners(ops: pl.DataFrame, own: list[str]) -> dict[int, int]:
@@ -330,14 +329,13 @@ def _forward_ops(
         ordered = pair_by_order(ops, direction, bwd_root)
         how.update({r: "creation_order" for r in ordered if r not in how})
         fwd_of_root.update({r: f for r, f in ordered.items() if fwd_of_root.get(r) is None})
-    fwd_op: list[int | None] = [None] * n
-    link: list[str | None] = [None] * n
-    for i in range(n):
-        root = bwd_root[i]
-        if root is not None and fwd_of_root.get(root) is not None:
-            fwd_op[i] = fwd_of_root[root]
-            link[i] = how[root]
-    return fwd_op, link
+    found = {root: fwd for root, fwd in fwd_of_root.items() if fwd is not None}
+    pairs = pl.DataFrame(
+        {"root": list(found), "fwd_op": list(found.values()), "link": [how[r] for r in found]},
+        schema={"root": I64, "fwd_op": I64, "link": pl.String},
+    )
+    each = pl.DataFrame({"root": bwd_root}, schema={"root": I64}).join(pairs, on="root", how="left", maintain_order="left")
+    return each["fwd_op"].to_list(), each["link"].to_list()
 
 
 def _sequence_pairs(
