@@ -34,11 +34,9 @@ from kinetolens.ingest.opener import StreamUnsupported, file_blocks
 
 #: Decoded structs and the column lists built from them take about ten
 #: times their text in Python memory, so the piece size sets the reader's
-#: high-water mark (~5 MiB at 512 KiB); smaller pieces cost time per piece.
-PIECE_BYTES = 1 << 19
-#: Blocks are a fraction of a piece, so a piece overshoots its size by at
-#: most one block (the first piece would otherwise be twice the others).
-BLOCKS_PER_PIECE = 4
+#: high-water mark (~11 MiB at 1 MiB).  Smaller pieces, or blocks smaller
+#: than a piece, were measured slower (more per-piece and per-block work).
+PIECE_BYTES = 1 << 20
 TAIL_WINDOW = 1 << 16
 MAX_CUT_TRIES = 8
 _MAX_HEAD_BYTES = 64 << 20
@@ -116,6 +114,12 @@ class Pieces:
 
     def __iter__(self) -> Iterator[ChunkSource]:
         buf = self._skip_head()
+        if len(buf) >= PIECE_BYTES // 2:
+            # The first block, less the header, is cut on its own: with the
+            # next block added, the first piece would be twice the others.
+            buf, source = self._cut(buf)
+            if source is not None:
+                yield source
         for block in self.blocks:
             buf += block
             if len(buf) >= PIECE_BYTES:
@@ -187,7 +191,7 @@ def stream_kineto(path: Path) -> RawTables:
     Raises :class:`StreamUnsupported` for anything else; the caller then
     uses the whole-file reader.
     """
-    pieces = Pieces(file_blocks(path, max(1, PIECE_BYTES // BLOCKS_PER_PIECE)))
+    pieces = Pieces(file_blocks(path, PIECE_BYTES))
     try:
         tables = decode_events(str(path), pieces)
     except ArgsInvalid:
