@@ -216,15 +216,20 @@ def _segments(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
             windows.select(t="end", cat=pl.lit(-1, pl.Int8), d=pl.lit(0, pl.Int32)),
         ]
     ).sort("t")
-    # Running count of open intervals per category, as of the last mark at t.
-    counts = [
-        pl.when(pl.col("cat") == i).then(pl.col("d")).otherwise(0).cum_sum().alias(f"c{i}")
-        for i in range(len(CATEGORIES))
-    ]
-    state = marks.with_columns(counts).unique(subset="t", keep="last", maintain_order=True)
+    # Whether each category has an open interval, as of the last mark at t.
+    # Kept as booleans (one bit a mark) rather than the running counts
+    # (eight integers a mark): on a 1 GB trace the counts were the peak of
+    # the whole summary.  One category at a time, so that only one running
+    # count exists at once.
+    for i in range(len(CATEGORIES)):
+        marks = marks.with_columns(
+            (pl.when(pl.col("cat") == i).then(pl.col("d")).otherwise(0).cum_sum() > 0).alias(f"o{i}")
+        )
+    state = marks.unique(subset="t", keep="last", maintain_order=True)
+    del marks
     winner = pl.lit(other, pl.Int8)
     for i in reversed(range(len(CATEGORIES))):
-        winner = pl.when(pl.col(f"c{i}") > 0).then(pl.lit(i, pl.Int8)).otherwise(winner)
+        winner = pl.when(pl.col(f"o{i}")).then(pl.lit(i, pl.Int8)).otherwise(winner)
     segs = state.select("t", ns=pl.col("t").shift(-1) - pl.col("t"), cat=winner).drop_nulls("ns")
     # Empty windows (a step whose work all hid under the previous one) hold no
     # segment; dropping them keeps the as-of join on the window that does.
