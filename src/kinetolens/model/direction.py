@@ -43,10 +43,3 @@ def own_direction(name: pl.Expr, kind: pl.Expr) -> pl.Expr:
         .then(pl.lit(OTHER))
         .otherwise(pl.lit(FPROP))
     )
-
-
-def inherit(parent_direction: str | None, own: str) -> str:
-    """Backward and optimizer ranges claim everything inside them."""
-    if parent_direction in (BPROP, OPTIMIZER):
-        return parent_direction
-    return own
