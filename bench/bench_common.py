@@ -33,6 +33,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+#: The real traces, in ``../shared`` beside the checkout.
+TRACES = REPO.parent / "shared" / "traces"
+#: Where every benchmark writes its table.
+DOC = REPO / "docs" / "BENCHMARKS.md"
 MB = 1024 * 1024
 GIB = 1024 * MB
 RESULT_TAG = "@@RESULT@@"

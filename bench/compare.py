@@ -54,9 +54,11 @@ import time
 from pathlib import Path
 
 from bench_common import (
+    DOC,
     GIB,
     MB,
     REPO,
+    TRACES,
     WorkerFailed,
     emit_result,
     ensure_venv,
@@ -70,9 +72,7 @@ from bench_common import (
     uncompressed_size,
 )
 
-TRACES = Path("/work/shared/traces")
 GENERATED = REPO / "bench" / "out"
-DOC = REPO / "docs" / "BENCHMARKS.md"
 MARK_START = "<!-- compare-bench:start -->"
 MARK_END = "<!-- compare-bench:end -->"
 VENVS = REPO / "bench" / ".venvs"

@@ -40,13 +40,11 @@ from urllib.parse import urlencode
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.bench_common import git_revision, replace_doc_block
+from bench.bench_common import DOC, TRACES, git_revision, replace_doc_block
 from tests.dashboard_helpers import LARGE, Server
 
-DOC = REPO / "docs" / "BENCHMARKS.md"
 MARK_START = "<!-- dashboard-bench:start -->"
 MARK_END = "<!-- dashboard-bench:end -->"
-TRACES = REPO.parent / "shared" / "traces"
 TARGET_WARM_S = 2.0
 POLL_S = 0.02
 RUN, WORKER = "large", "worker0.pt.trace.json.gz"

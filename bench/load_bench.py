@@ -46,8 +46,10 @@ import time
 from pathlib import Path
 
 from bench_common import (
+    DOC,
     MB,
     REPO,
+    TRACES,
     emit_result,
     ensure_venv,
     git_revision,
@@ -62,10 +64,8 @@ from bench_common import (
 
 HTA_VENV = REPO / "bench" / ".venvs" / "hta"
 HTA_SPEC_DEFAULT = ["HolisticTraceAnalysis==0.5.0", "pandas<3"]
-DOC = REPO / "docs" / "BENCHMARKS.md"
 MARK_START = "<!-- load-bench:start -->"
 MARK_END = "<!-- load-bench:end -->"
-TRACES = Path("/work/shared/traces")
 DEFAULT_TRACES = [
     TRACES / "hta/df_index_resolver/df_index_resolver.json.gz",
     TRACES / "hta/trace_diff/control/control.json.gz",

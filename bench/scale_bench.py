@@ -29,9 +29,9 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from bench_common import DOC, REPO
+
 OUT = REPO / "bench" / "out"
-DOC = REPO / "docs" / "BENCHMARKS.md"
 MARK_START = "<!-- scale-bench:start -->"
 MARK_END = "<!-- scale-bench:end -->"
 MB = 1e6
