@@ -23,11 +23,10 @@ from typing import Any
 import msgspec
 import polars as pl
 
-from kinetolens.errors import TraceError, TraceWarning
-from kinetolens.ingest.kineto_rescan import rescan_events, to_int
+from kinetolens.errors import TraceWarning
+from kinetolens.ingest.kineto_rescan import rescan_file, to_int
 from kinetolens.ingest.kineto_schema import ABSENT
 from kinetolens.ingest.kineto_values import raw_us_to_ns
-from kinetolens.ingest.opener import open_trace_bytes
 
 COUNTER_EVENT_SCHEMA: dict[str, pl.DataType] = {
     "event": pl.Int64(),
@@ -62,10 +61,8 @@ def read_counter_events(path: str | Path) -> tuple[pl.DataFrame, list[TraceWarni
     reader does); a file damaged past recovery gives an empty table and a
     warning, since the main load has already reported the damage.
     """
-    opened = open_trace_bytes(path)
-    try:
-        events = rescan_events(str(path), opened.data, _Event)
-    except (msgspec.DecodeError, msgspec.ValidationError, TraceError):
+    events = rescan_file(path, _Event)
+    if events is None:
         return empty_counter_events(), [
             TraceWarning("counter events unreadable", 1, "the file is damaged; counter values were not loaded")
         ]

@@ -22,11 +22,10 @@ from pathlib import Path
 import msgspec
 import polars as pl
 
-from kinetolens.errors import TraceError, TraceWarning
-from kinetolens.ingest.kineto_rescan import rescan_events, to_int
+from kinetolens.errors import TraceWarning
+from kinetolens.ingest.kineto_rescan import rescan_file, to_int
 from kinetolens.ingest.kineto_schema import ABSENT
 from kinetolens.ingest.kineto_values import raw_us_to_ns
-from kinetolens.ingest.opener import open_trace_bytes
 
 PROFILER_RANGE_CAT = "cuda_profiler_range"
 
@@ -67,10 +66,8 @@ def read_profiler_counters(path: str | Path) -> tuple[pl.DataFrame, list[TraceWa
     does, and malformed events are skipped; a file damaged past that gives an
     empty table and a warning (the main load reported the damage itself).
     """
-    opened = open_trace_bytes(path)
-    try:
-        events = rescan_events(str(path), opened.data, _Event)
-    except (msgspec.DecodeError, msgspec.ValidationError, TraceError):
+    events = rescan_file(path, _Event)
+    if events is None:
         return empty_counters(), [
             TraceWarning("CUPTI counters unreadable", 1, "the file is damaged; counter values were not loaded")
         ]

@@ -12,11 +12,14 @@ after the last complete event when the file is truncated.
 from __future__ import annotations
 
 from functools import cache
+from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
 
+from kinetolens.errors import TraceError
 from kinetolens.ingest.kineto_file import _recover_truncated
+from kinetolens.ingest.opener import open_trace_bytes
 
 E = TypeVar("E", bound=msgspec.Struct)
 
@@ -57,6 +60,16 @@ def rescan_events(path: str, data: Any, event: type[E]) -> list[E]:
     except msgspec.DecodeError:
         repaired, _ = _recover_truncated(path, data, legacy)
         return _decode_each(repaired, legacy, event)
+
+
+def rescan_file(path: str | Path, event: type[E]) -> list[E] | None:
+    """:func:`rescan_events` of the file at ``path``; None when it is damaged
+    past recovery (the main load has already reported that damage)."""
+    opened = open_trace_bytes(path)
+    try:
+        return rescan_events(str(path), opened.data, event)
+    except (msgspec.DecodeError, msgspec.ValidationError, TraceError):
+        return None
 
 
 def to_int(value: int | str | None) -> int | None:
