@@ -656,15 +656,16 @@ RULES: list[Callable[[RuleContext], list[Finding]]] = [
 ]
 
 
-def recommendations(trace: Trace, ctx: RuleContext | None = None) -> list[Finding]:
-    """Every rule's findings, the largest estimated saving per step first.
+def recommendations(trace: Trace) -> list[Finding]:
+    """Every rule's findings, the largest estimated saving per step first."""
+    return findings(RuleContext(trace))
 
-    A caller that shows the shared analyses too (the summary shows the step
-    breakdown and GPU utilization) passes its context so each is computed once.
-    """
-    ctx = ctx if ctx is not None else RuleContext(trace)
-    findings = [f for rule in RULES for f in rule(ctx)]
-    return sorted(findings, key=lambda f: -f.saving_ms)  # stable: ties keep RULES order
+
+def findings(ctx: RuleContext) -> list[Finding]:
+    """:func:`recommendations` over a context a caller already holds (the
+    summary shows the step breakdown and GPU utilization too, computed once)."""
+    found = [f for rule in RULES for f in rule(ctx)]
+    return sorted(found, key=lambda f: -f.saving_ms)  # stable: ties keep RULES order
 
 
 def recommendations_frame(trace: Trace) -> pl.DataFrame:

@@ -17,7 +17,7 @@ import polars as pl
 from kinetolens import __version__
 from kinetolens.analysis.gpu_metrics import gpu_metrics
 from kinetolens.analysis.overview import COLUMNS, average_breakdown, step_breakdown
-from kinetolens.analysis.recommendations import RuleContext, recommendations
+from kinetolens.analysis.recommendations import RuleContext, findings
 from kinetolens.model.trace import Trace
 
 SCHEMA_VERSION = 2
@@ -132,6 +132,6 @@ def summarize(trace: Trace) -> dict[str, Any]:
             "memory": trace.memory.height,
         },
         "attribution": attribution(trace),
-        "recommendations": [f.to_dict() for f in recommendations(trace, shared)],
+        "recommendations": [f.to_dict() for f in findings(shared)],
         "warnings": [{"kind": w.kind, "count": w.count, "detail": w.detail} for w in trace.warnings],
     }
