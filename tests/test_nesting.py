@@ -13,7 +13,7 @@ import random
 import polars as pl
 import pytest
 
-from kinetolens.model.nesting import enclosing, outermost_marked
+from kinetolens.model.nesting import enclosing, nearest_marked, outermost_marked
 
 
 def reference(rows: list[tuple[int, int, int, int, bool]]) -> tuple[dict[int, int], dict[int, int], int]:
@@ -94,21 +94,37 @@ def test_enclosing_follows_the_rule(seed: int, tangled: bool) -> None:
         assert overlaps > 0  # the case exists, so the replay path ran
 
 
-def test_outermost_marked_matches_walking_up_each_row() -> None:
-    # A random forest (parents precede children, as ops do) with deep
-    # chains, checked against the definition: walk up and keep the last
-    # marked row seen.
+def random_forest(n: int) -> tuple[list[int | None], list[bool]]:
+    """Parents precede children (as ops do), with deep chains; 10% marked."""
     rng = random.Random(7)
-    n = 5000
     parent: list[int | None] = [None if i == 0 or rng.random() < 0.02 else rng.randrange(max(0, i - 5), i) for i in range(n)]
-    marked = [rng.random() < 0.1 for _ in range(n)]
-    expected: list[int | None] = []
-    for i in range(n):
+    return parent, [rng.random() < 0.1 for _ in range(n)]
+
+
+def walk_up(parent: list[int | None], marked: list[bool], *, keep_first: bool) -> list[int | None]:
+    """The definition: walk up from each row, keeping the first or the last marked row seen."""
+    found: list[int | None] = []
+    for i in range(len(parent)):
         best, j = None, i
-        while j is not None:
+        while j is not None and not (keep_first and best is not None):
             best = j if marked[j] else best
             j = parent[j]
-        expected.append(best)
+        found.append(best)
+    return found
+
+
+def test_outermost_marked_matches_walking_up_each_row() -> None:
+    parent, marked = random_forest(5000)
+    expected = walk_up(parent, marked, keep_first=False)
     got = outermost_marked(pl.Series(parent, dtype=pl.Int64), pl.Series(marked))
     assert got.to_list() == expected
-    assert 100 < sum(e is not None for e in expected) < n  # marks both found and missing
+    assert 100 < sum(e is not None for e in expected) < len(parent)  # marks both found and missing
+
+
+def test_nearest_marked_matches_walking_up_each_row() -> None:
+    parent, marked = random_forest(5000)
+    expected = walk_up(parent, marked, keep_first=True)
+    got = nearest_marked(pl.Series(parent, dtype=pl.Int64), pl.Series(marked))
+    assert got.to_list() == expected
+    # Nearest and outermost differ wherever a marked row has a marked ancestor.
+    assert expected != walk_up(parent, marked, keep_first=False)

@@ -36,7 +36,7 @@ from kinetolens.model.frames import (
     source_from_call_stack,
     user_frame,
 )
-from kinetolens.model.nesting import enclosing, outermost_marked
+from kinetolens.model.nesting import enclosing, nearest_marked, outermost_marked
 from kinetolens.model.steps import assign_steps, build_steps
 from kinetolens.model.trace import Trace
 
@@ -209,12 +209,11 @@ def _directions(ops: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
     """Direction of every op; forward op, module and source for backward ops."""
     direction, bwd_root = _backward_roots(ops)
     fwd_op, fwd_link = _forward_ops(ops, flows, direction, bwd_root)
-    grad_fn = ops["name"].gather(pl.Series(bwd_root, dtype=I64)).alias("grad_fn")
     ops = ops.with_columns(
-        pl.Series("direction", direction, dtype=pl.Categorical()),
-        pl.Series("fwd_op_id", fwd_op, dtype=I64),
-        pl.Series("fwd_link", fwd_link, dtype=pl.String),
-        grad_fn,
+        direction.cast(pl.Categorical()).alias("direction"),
+        fwd_op.alias("fwd_op_id"),
+        fwd_link.alias("fwd_link"),
+        ops["name"].gather(bwd_root).alias("grad_fn"),
     )
     # Backward ops run on the autograd thread, outside any module range:
     # they take module and source from their forward op, as PyProf did.
@@ -238,7 +237,7 @@ def _directions(ops: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
     return ops.with_columns(inherited.get_columns())
 
 
-def _backward_roots(ops: pl.DataFrame) -> tuple[list[str], list[int | None]]:
+def _backward_roots(ops: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
     """Direction of every op, and the backward node each backward op belongs to.
 
     Backward and optimizer ranges claim everything inside them, so an op's
@@ -251,7 +250,7 @@ def _backward_roots(ops: pl.DataFrame) -> tuple[list[str], list[int | None]]:
     own = ops.select(
         dirn.own_direction(pl.col("name"), pl.col("kind").cast(pl.String)).cast(pl.Enum(labels))
     ).to_series()
-    owner = _engine_gap_owners(ops, own.cast(pl.String).to_list())
+    owner = _engine_gap_owners(ops, own)
     gap = pl.DataFrame({"op_id": list(owner), "node": list(owner.values())}, schema={"op_id": I64, "node": I64})
     marks = (
         ops.select("op_id", own=own)
@@ -273,10 +272,10 @@ def _backward_roots(ops: pl.DataFrame) -> tuple[list[str], list[int | None]]:
         direction=pl.coalesce("direction", "own"),
         node=pl.when(pl.col("direction") == dirn.BPROP).then("node"),
     )
-    return claimed["direction"].to_list(), claimed["node"].to_list()
+    return claimed["direction"], claimed["node"]
 
 
-def _engine_gap_owners(ops: pl.DataFrame, own: list[str]) -> dict[int, int]:
+def _engine_gap_owners(ops: pl.DataFrame, own: pl.Series) -> dict[int, int]:
     """Top-level ops the autograd engine ran between two nodes -> the node before.
 
     After a node returns, the engine sums the gradients that two branches
@@ -289,115 +288,114 @@ def _engine_gap_owners(ops: pl.DataFrame, own: list[str]) -> dict[int, int]:
     the training loop (where the gap between two backward passes holds the
     optimizer and the next forward) has step and optimizer ranges.
     """
-    tops = ops.filter(pl.col("parent_id").is_null()).select("op_id", "group", "kind")
+    tops = (
+        ops.select("op_id", "group", "kind", "parent_id", own=own.cast(pl.String))
+        .filter(pl.col("parent_id").is_null())
+    )
     annotated = set(tops.filter(pl.col("kind") == ANNOTATION)["group"].to_list())
     owner: dict[int, int] = {}
     last_node: dict[int, int] = {}
     pending: dict[int, list[int]] = {}
-    for i, g in zip(tops["op_id"].to_list(), tops["group"].to_list()):
+    for i, g, d in zip(tops["op_id"].to_list(), tops["group"].to_list(), tops["own"].to_list()):
         if g in annotated:
             continue
-        if own[i] == dirn.BPROP:
+        if d == dirn.BPROP:
             node = last_node.get(g)
             if node is not None:
                 for j in pending.get(g, []):
                     owner[j] = node
             last_node[g] = i
             pending[g] = []
-        elif g in last_node and own[i] == dirn.FPROP:
+        elif g in last_node and d == dirn.FPROP:
             pending[g].append(i)
     return owner
 
 
+_PAIRS_SCHEMA = {"root": I64, "fwd_op": I64, "link": pl.String}
+
+
 def _forward_ops(
-    ops: pl.DataFrame, flows: pl.DataFrame, direction: list[str], bwd_root: list[int | None]
-) -> tuple[list[int | None], list[str | None]]:
+    ops: pl.DataFrame, flows: pl.DataFrame, direction: pl.Series, bwd_root: pl.Series
+) -> tuple[pl.Series, pl.Series]:
     """Forward op of every backward op, and how it was found.
 
     ``fwdbwd`` flows first, then autograd sequence numbers; a trace with no
     sequence numbers at all falls back to creation order
     (``kinetolens.model.autograd_order``).
     """
-    n = ops.height
-    fwd_of_root: dict[int, int | None] = dict(_fwdbwd_pairs(ops, flows))
-    how: dict[int, str] = {r: "fwdbwd_flow" for r, f in fwd_of_root.items() if f is not None}
-    if ops["sequence_number"].null_count() < n:
-        by_seq = _sequence_pairs(ops, direction, bwd_root, fwd_of_root)
-        how.update({r: "sequence_number" for r in by_seq if r not in how})
-        fwd_of_root.update({r: f for r, f in by_seq.items() if fwd_of_root.get(r) is None})
+    roots = bwd_root.drop_nulls().unique().alias("root")
+    found = [_fwdbwd_pairs(ops, flows).with_columns(link=pl.lit("fwdbwd_flow"))]
+    if ops["sequence_number"].null_count() < ops.height:
+        found.append(_sequence_pairs(ops, direction, roots).with_columns(link=pl.lit("sequence_number")))
     else:
-        ordered = pair_by_order(ops, direction, bwd_root)
-        how.update({r: "creation_order" for r in ordered if r not in how})
-        fwd_of_root.update({r: f for r, f in ordered.items() if fwd_of_root.get(r) is None})
-    found = {root: fwd for root, fwd in fwd_of_root.items() if fwd is not None}
-    pairs = pl.DataFrame(
-        {"root": list(found), "fwd_op": list(found.values()), "link": [how[r] for r in found]},
-        schema={"root": I64, "fwd_op": I64, "link": pl.String},
+        ordered = pair_by_order(ops, direction.to_list(), bwd_root.to_list())
+        found.append(
+            pl.DataFrame({"root": list(ordered), "fwd_op": list(ordered.values())}, schema={"root": I64, "fwd_op": I64})
+            .with_columns(link=pl.lit("creation_order"))
+        )
+    # A flow's pair wins over the other rules' pair for the same root.
+    pairs = pl.concat([f.select(list(_PAIRS_SCHEMA)).cast(_PAIRS_SCHEMA) for f in found]).unique(
+        subset="root", keep="first", maintain_order=True
     )
-    each = pl.DataFrame({"root": bwd_root}, schema={"root": I64}).join(pairs, on="root", how="left", maintain_order="left")
-    return each["fwd_op"].to_list(), each["link"].to_list()
+    each = bwd_root.alias("root").to_frame().join(pairs, on="root", how="left", maintain_order="left")
+    return each["fwd_op"], each["link"]
 
 
-def _sequence_pairs(
-    ops: pl.DataFrame, direction: list[str], bwd_root: list[int | None], known: dict[int, int | None]
-) -> dict[int, int]:
-    """Backward root -> the forward op that recorded its sequence number."""
-    names = ops["name"].to_list()
-    kinds = ops["kind"].cast(pl.String).to_list()
-    parents = ops["parent_id"].to_list()
-    seqs = ops["sequence_number"].to_list()
-    by_seq: dict[int, int] = {}
-    for i in range(ops.height):
-        s = seqs[i]
-        # Ops record the counter's value on entry and a node creator then
-        # bumps it, so the ops carrying one number are the ones run after the
-        # previous node and, last of all, the creator of this node: the op
-        # that starts last (aten::convolution inside aten::conv2d, but
-        # aten::gather after the aten::to that prepared its index).
-        if s is not None and direction[i] == dirn.FPROP and kinds[i] == OP:
-            by_seq[s] = i
-    pairs: dict[int, int] = {}
-    for root in {r for r in bwd_root if r is not None}:
-        if known.get(root) is not None:
-            continue
-        f: int | None = None
-        # Walk up from the root to the first range that has a sequence number.
-        j: int | None = root
-        while j is not None and f is None:
-            s = seqs[j]
-            if s is not None and (names[j] or "").find("Backward") >= 0:
-                f = by_seq.get(s)
-            j = parents[j]
-        if f is None:
-            # The wrapper's child (e.g. MmBackward0) may carry it instead.
-            s = seqs[root]
-            f = by_seq.get(s) if s is not None else None
-        if f is not None:
-            pairs[root] = f
-    return pairs
+def _sequence_pairs(ops: pl.DataFrame, direction: pl.Series, roots: pl.Series) -> pl.DataFrame:
+    """Backward root -> the forward op that recorded its sequence number.
+
+    Ops record the counter's value on entry and a node creator then bumps
+    it, so the ops carrying one number are the ones run after the previous
+    node and, last of all, the creator of this node: the op that starts
+    last (aten::convolution inside aten::conv2d, but aten::gather after the
+    aten::to that prepared its index).  A root takes the number of its
+    nearest ``...Backward`` range (itself or an ancestor) whose number
+    names such a creator, else its own (the wrapper's child, e.g.
+    MmBackward0, may carry it instead).
+    """
+    seq = ops["sequence_number"]
+    creators = (
+        ops.select("op_id", "sequence_number", "kind", direction=direction)
+        .filter(pl.col("sequence_number").is_not_null() & (pl.col("direction") == dirn.FPROP) & (pl.col("kind") == OP))
+        .group_by("sequence_number")
+        .agg(fwd_op=pl.col("op_id").max())
+    )
+    marked = ops.select(
+        (
+            pl.col("sequence_number").is_in(creators["sequence_number"].implode())
+            & pl.col("name").str.contains("Backward", literal=True)
+        ).fill_null(False)
+    ).to_series()
+    nearest = nearest_marked(ops["parent_id"], marked).gather(roots)
+    return (
+        pl.DataFrame({"root": roots, "sequence_number": seq.gather(nearest).fill_null(seq.gather(roots))})
+        .join(creators, on="sequence_number", how="inner")
+        .select("root", "fwd_op")
+    )
 
 
-def _fwdbwd_pairs(ops: pl.DataFrame, flows: pl.DataFrame) -> dict[int, int | None]:
-    """Backward op -> forward op from Kineto ``fwdbwd`` flows.
+def _fwdbwd_pairs(ops: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
+    """Backward op -> forward op from Kineto ``fwdbwd`` flows (``root``, ``fwd_op``).
 
     A flow endpoint sits at the start of its op on its thread; where several
     ops start at that instant, the one carrying a sequence number wins.
     """
     fb = flows.filter(pl.col("cat") == "fwdbwd")
     if fb.height == 0:
-        return {}
+        return pl.DataFrame(schema={"root": I64, "fwd_op": I64})
     keyed = ops.select(
         "op_id", "pid", "tid", "ts", has_seq=pl.col("sequence_number").is_not_null(), depth="depth"
     ).sort(["has_seq", "depth"], descending=[True, True])
     ends = fb.select("ph", "id", "pid", "tid", "ts").join(keyed, on=["pid", "tid", "ts"], how="inner")
     ends = ends.unique(subset=["ph", "id"], keep="first", maintain_order=True)
-    start = ends.filter(pl.col("ph") == "s").select("id", fwd="op_id")
-    finish = ends.filter(pl.col("ph") == "f").select("id", bwd="op_id")
-    pairs = finish.join(start, on="id", how="inner")
-    result: dict[int, int | None] = {}
-    for bwd, fwd in zip(pairs["bwd"].to_list(), pairs["fwd"].to_list()):
-        result[bwd] = fwd
-    return result
+    start = ends.filter(pl.col("ph") == "s").select("id", fwd_op="op_id")
+    finish = ends.filter(pl.col("ph") == "f").select("id", root="op_id")
+    # One backward op reached by several flows keeps the last one's pair.
+    return (
+        finish.join(start, on="id", how="inner", maintain_order="left")
+        .select("root", "fwd_op")
+        .unique(subset="root", keep="last", maintain_order=True)
+    )
 
 
 def _link_launches(runtime: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:

@@ -184,3 +184,17 @@ def outermost_marked(parent: pl.Series, marked: pl.Series) -> pl.Series:
         best = best.gather(jump).fill_null(best)
         jump = jump.gather(jump)
     return best.alias("outermost")
+
+
+def nearest_marked(parent: pl.Series, marked: pl.Series) -> pl.Series:
+    """Row of each row's nearest marked ancestor-or-self (null where none is marked).
+
+    The same pointer jumping as :func:`outermost_marked`, keeping the first
+    marked row found instead of the last.
+    """
+    best = pl.DataFrame({"m": marked}).select(pl.when(pl.col("m")).then(pl.int_range(pl.len(), dtype=pl.Int64))).to_series()
+    jump = parent.cast(pl.Int64)
+    while jump.null_count() < jump.len() and best.null_count():
+        best = best.fill_null(best.gather(jump))
+        jump = jump.gather(jump)
+    return best.alias("nearest")
