@@ -52,7 +52,9 @@ def ints(values: list[Any], convert: Callable[[Any], int | None] | None = None) 
     value that still does not fit (an id beyond 64 bits) raises the
     ``TypeError`` that the caller turns into a one-line error.
     """
-    if values.count(None) == len(values):
+    # The first value alone rules out most columns: counting Nones costs a
+    # comparison per int, but only an identity check per None.
+    if not values or (values[0] is None and values.count(None) == len(values)):
         return nulls(len(values), pl.Int64)
     try:
         return pl.Series(values, dtype=pl.Int64, strict=True)
