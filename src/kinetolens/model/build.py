@@ -28,6 +28,7 @@ from kinetolens.ingest.categories import (
     SYNC,
 )
 from kinetolens.ingest.kineto import RawTables
+from kinetolens.ingest.kineto_values import nulls
 from kinetolens.model import direction as dirn
 from kinetolens.model.autograd_order import pair_by_order
 from kinetolens.model.frames import (
@@ -124,7 +125,12 @@ def _rows_in_order(host: pl.DataFrame, keep: pl.Expr, *, longest_first: bool) ->
         .sort(by, descending=[False, True][: len(by)], maintain_order=True)
         .get_column("row")
     )
-    return host[order]
+    # Columns no event filled (Python ids in a trace without a stack, say)
+    # are made anew rather than gathered: gathering nulls writes a buffer of
+    # them, while a fresh null column's pages are never touched.
+    empty = [c for c in host.columns if host[c].null_count() == host.height]
+    rows = host.drop(empty)[order]
+    return rows.with_columns(nulls(order.len(), host.schema[c]).alias(c) for c in empty).select(host.columns)
 
 
 def _nest_ops(ops: pl.DataFrame, runtime: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, int]:
