@@ -103,9 +103,10 @@ TARGET_PEAK_RATIO = 3.0
 # --------------------------------------------------------------------------
 
 def _work_kinetolens(path: str, out: dict) -> None:
-    import polars  # noqa: F401  (imported before the clock, as pandas is for the others)
-
+    # kinetolens first, as its users import it (it sets polars' allocator
+    # options, which only take effect before polars loads).
     import kinetolens
+    import polars  # noqa: F401  (imported before the clock, as pandas is for the others)
     from kinetolens.analysis import idle, overview
     from kinetolens.analysis.gpu_streams import without_last_step
 

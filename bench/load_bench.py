@@ -110,9 +110,10 @@ def _worker(tool: str, path: str, cache_dir: str | None) -> None:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     else:
-        import polars  # noqa: F401  (the result is polars frames; import it before timing)
-
+        # kinetolens first, as its users import it: it sets polars' allocator
+        # options, which only take effect before polars loads.
         import kinetolens
+        import polars  # noqa: F401  (the result is polars frames; import it before timing)
 
         out["rss_after_imports_kb"] = proc_status_kb("VmRSS")
         cache: object = False if tool == "kl-cold" else cache_dir

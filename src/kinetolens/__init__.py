@@ -11,6 +11,10 @@ from typing import Any
 
 __version__ = "0.1.0"
 
+from kinetolens._allocator import configure_allocator
+
+configure_allocator()  # before anything imports polars
+
 from kinetolens.errors import TraceError, TraceWarning
 from kinetolens.loader import load
 from kinetolens.model import Trace

@@ -19,11 +19,10 @@ from functools import lru_cache
 from operator import attrgetter
 from typing import Any
 
+import msgspec
 import polars as pl
 
 from kinetolens.ingest.categories import classify
-import msgspec
-
 from kinetolens.ingest.kineto_schema import NO_ARGS, DeviceArgs, Event, HostArgs, MemoryArgs, MetaArgs
 from kinetolens.ingest.kineto_values import (
     INT64_MAX,
