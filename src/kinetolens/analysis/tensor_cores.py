@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
@@ -236,12 +235,33 @@ def matrix_roots(ops: pl.DataFrame) -> pl.Series:
     return ops["op_id"].gather(root_row).alias("root").cast(pl.Int64)
 
 
-def _op_tc(verdicts: Sequence[str]) -> str:
-    if YES in verdicts:
-        return YES
-    if verdicts and all(v == NO for v in verdicts):
-        return NO
-    return UNKNOWN
+_SHAPE_FACTS = {
+    "name": pl.String, "input_dims": pl.String, "input_types": pl.String, "dtype": pl.String, "dims": pl.String,
+    "eligible": pl.Boolean, "eligible_reason": pl.String, "align": pl.Int64, "shapes_ok": pl.Boolean,
+    "misaligned": pl.String, "misaligned_reason": pl.String,
+}  # fmt: skip
+
+
+def _shape_facts(name: str, dims_text: str | None, types_text: str | None, cc: tuple[int, int] | None) -> tuple:
+    """What one distinct (op, shapes, dtypes) call says about Tensor Cores, in ``_SHAPE_FACTS`` order."""
+    dims_list, types = json_list(dims_text), json_list(types_text)
+    dims = matrix_dims(name, dims_list)
+    dtype = matrix_dtype(name, dims_list, types)
+    eligible, why = eligibility(name, dtype, cc)
+    bad = _misaligned(dims, dtype) if eligible else []
+    return (
+        name,
+        dims_text,
+        types_text,
+        dtype,
+        " ".join(f"{k}={v}" for k, v in dims.items()) if dims else None,
+        eligible,
+        why,
+        ALIGN.get(dtype) if eligible and dtype else None,
+        (not bad) if (eligible and dims) else None,
+        ", ".join(bad) or None,
+        f"{', '.join(bad)} not a multiple of {ALIGN[dtype]}" if bad else None,  # type: ignore[index]
+    )
 
 
 def op_tensor_core_eligibility(trace: Trace) -> pl.DataFrame:
@@ -250,7 +270,9 @@ def op_tensor_core_eligibility(trace: Trace) -> pl.DataFrame:
     Columns: ``op_id, op, dtype, dims, eligible, eligible_reason, align,
     shapes_ok, misaligned, kernels, kernel_time_us, tc_time_us, tc, flagged,
     flag_reason``.  ``flagged`` is true when the op could use Tensor Cores
-    but all its kernels are known not to.
+    but all its kernels are known not to.  The shape rules run once per
+    distinct (op, shapes, dtypes): a training run repeats the same calls
+    every step.
     """
     ops = trace.ops.select("op_id", "name", "parent_id", "input_dims", "input_types")
     schema = {
@@ -262,7 +284,7 @@ def op_tensor_core_eligibility(trace: Trace) -> pl.DataFrame:
     if ops.height == 0:
         return pl.DataFrame(schema=schema)
     ops = ops.with_columns(matrix_roots(ops))
-    matrix = ops.filter(pl.col("root") == pl.col("op_id"))
+    matrix = ops.filter(pl.col("root") == pl.col("op_id")).select("op_id", "name", "input_dims", "input_types")
     if matrix.height == 0:
         return pl.DataFrame(schema=schema)
     tc = kernel_tensor_cores(trace).select("kernel_id", "tc")
@@ -274,46 +296,45 @@ def op_tensor_core_eligibility(trace: Trace) -> pl.DataFrame:
         .join(tc, on="kernel_id", how="left")
     )
     per_root = kernels.group_by("root").agg(
-        pl.len().alias("kernels"),
+        pl.len().cast(pl.Int64).alias("kernels"),
         (pl.col("dur").sum() / 1000.0).alias("kernel_time_us"),
         (pl.col("dur").filter(pl.col("tc") == YES).sum() / 1000.0).alias("tc_time_us"),
-        pl.col("tc").alias("verdicts"),
+        # An op runs on Tensor Cores if any kernel does, not at all only if every kernel is known not to.
+        pl.when((pl.col("tc") == YES).any())
+        .then(pl.lit(YES))
+        .when(pl.col("tc").eq_missing(NO).all())
+        .then(pl.lit(NO))
+        .otherwise(pl.lit(UNKNOWN))
+        .alias("tc"),
     )
-    stats = {r[0]: r[1:] for r in per_root.iter_rows()}
     cc = _capability(trace_device(trace))
-    rows = []
-    for op_id, name, _parent, dims_text, types_text, _root in matrix.iter_rows():
-        dims_list, types = json_list(dims_text), json_list(types_text)
-        dims = matrix_dims(name, dims_list)
-        dtype = matrix_dtype(name, dims_list, types)
-        eligible, why = eligibility(name, dtype, cc)
-        bad = _misaligned(dims, dtype) if eligible else []
-        shapes_ok = (not bad) if (eligible and dims) else None
-        n, time_us, tc_us, verdicts = stats.get(op_id, (0, 0.0, 0.0, []))
-        op_tc = _op_tc(list(verdicts)) if n else UNKNOWN
-        flagged = bool(eligible) and op_tc == NO
-        reasons = []
-        if flagged:
-            reasons.append("eligible but ran on non-Tensor-Core kernels" + (" (TF32 off?)" if dtype == "fp32" else ""))
-        if bad:
-            reasons.append(f"{', '.join(bad)} not a multiple of {ALIGN[dtype]}")  # type: ignore[index]
-        rows.append(
-            {
-                "op_id": op_id,
-                "op": name,
-                "dtype": dtype,
-                "dims": " ".join(f"{k}={v}" for k, v in dims.items()) if dims else None,
-                "eligible": eligible,
-                "eligible_reason": why,
-                "align": ALIGN.get(dtype) if eligible and dtype else None,
-                "shapes_ok": shapes_ok,
-                "misaligned": ", ".join(bad) or None,
-                "kernels": n,
-                "kernel_time_us": time_us,
-                "tc_time_us": tc_us,
-                "tc": op_tc,
-                "flagged": flagged,
-                "flag_reason": "; ".join(reasons) or None,
-            }
+    distinct = matrix.select("name", "input_dims", "input_types").unique()
+    facts = pl.DataFrame([_shape_facts(*r, cc) for r in distinct.iter_rows()], schema=_SHAPE_FACTS, orient="row")
+    keys = ["name", "input_dims", "input_types"]
+    rows = (
+        matrix.join(facts, on=keys, how="left", nulls_equal=True, maintain_order="left")
+        .join(per_root, left_on="op_id", right_on="root", how="left", maintain_order="left")
+        .with_columns(
+            pl.col("kernels").fill_null(0),
+            pl.col("kernel_time_us").fill_null(0.0),
+            pl.col("tc_time_us").fill_null(0.0),
+            pl.col("tc").fill_null(UNKNOWN),
         )
-    return pl.DataFrame(rows, schema=schema)
+        .with_columns(flagged=pl.col("eligible").fill_null(False) & (pl.col("tc") == NO))
+    )
+    flag_text = pl.when(pl.col("dtype") == "fp32").then(pl.lit(" (TF32 off?)")).otherwise(pl.lit(""))
+    flag_reason = pl.concat_str(
+        [
+            pl.when("flagged").then(pl.lit("eligible but ran on non-Tensor-Core kernels") + flag_text),
+            pl.col("misaligned_reason"),
+        ],
+        separator="; ",
+        ignore_nulls=True,
+    )
+    return rows.select(
+        "op_id",
+        op="name",
+        **{c: c for c in ("dtype", "dims", "eligible", "eligible_reason", "align", "shapes_ok", "misaligned")},
+        **{c: c for c in ("kernels", "kernel_time_us", "tc_time_us", "tc", "flagged")},
+        flag_reason=pl.when(flag_reason != "").then(flag_reason),
+    ).cast(schema)
