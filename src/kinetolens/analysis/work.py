@@ -53,19 +53,39 @@ def _evaluate_ops(ops: pl.DataFrame) -> dict[int, Work]:
         for r in src.select("op_id", *_KEY).iter_rows():
             fwd_rows[r[0]] = OpArgs.parse(r[1], r[2], r[3], r[4])
     bwd_rows = _backward_rows(ops, cand)
-    cache: dict[tuple, Work | None] = {}
+    # A training run repeats the same calls every step: evaluate each
+    # distinct argument set once and hand the result to every call of it.
+    cand = cand.with_columns(
+        fwd_key=pl.when(pl.col("name").is_in(list(needs_fwd)) & pl.col("fwd_op_id").is_in(list(fwd_rows))).then(
+            "fwd_op_id"
+        ),
+        bwd_key=pl.col("op_id").is_in(list(bwd_rows)),
+    )
+    keys = [*_KEY, "fwd_key"]
     out: dict[int, Work] = {}
-    for op_id, name, dims, types, concrete, fwd_id in cand.iter_rows():
+    # Calls whose formula reads their backward are few: one each.
+    for op_id, name, dims, types, concrete, fwd_id in cand.filter("bwd_key").select(cand.columns[:6]).iter_rows():
         fwd = fwd_rows.get(fwd_id) if name in needs_fwd else None
-        bwd = bwd_rows.get(op_id)
-        key = (name, dims, types, concrete, fwd_id if fwd is not None else None, bwd)
-        if key not in cache:
-            bwd_args = OpArgs.parse(*bwd) if bwd is not None else None
-            cache[key] = evaluate(OpArgs.parse(name, dims, types, concrete, fwd, bwd_args))
-        work = cache[key]
+        work = evaluate(OpArgs.parse(name, dims, types, concrete, fwd, OpArgs.parse(*bwd_rows[op_id])))
         if work is not None:
             out[op_id] = work
-    return out
+    plain = cand.filter(~pl.col("bwd_key"))
+    works = {}
+    for name, dims, types, concrete, fwd_id in plain.select(keys).unique().iter_rows():
+        fwd = fwd_rows.get(fwd_id) if fwd_id is not None else None
+        work = evaluate(OpArgs.parse(name, dims, types, concrete, fwd))
+        if work is not None:
+            works[(name, dims, types, concrete, fwd_id)] = work
+    if works:
+        found = pl.DataFrame(
+            [(*key, i) for i, key in enumerate(works)],
+            schema={**dict.fromkeys(_KEY, pl.String), "fwd_key": pl.Int64, "work": pl.Int64},
+            orient="row",
+        )
+        hits = plain.join(found, on=keys, how="inner", nulls_equal=True)
+        table = list(works.values())
+        out.update(zip(hits["op_id"].to_list(), map(table.__getitem__, hits["work"].to_list())))
+    return dict(sorted(out.items()))
 
 
 def _backward_rows(ops: pl.DataFrame, cand: pl.DataFrame) -> dict[int, tuple]:
