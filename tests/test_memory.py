@@ -442,3 +442,19 @@ def test_counter_events_keep_every_numeric_arg() -> None:
 def test_traces_without_counter_events_have_an_empty_table() -> None:
     trace = kinetolens.load(trace_path(NO_MEMORY), cache=False)
     assert trace.counters.height == 0 and "value" in trace.counters.columns
+
+
+def test_counter_events_name_threads_as_the_main_tables_do(tmp_path: Path) -> None:
+    """Thread ids written as text ('stream 7', '-1') mean the same number in
+    the counter table as in the op table, so the two can be joined."""
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": "stream 7", "ts": 10, "dur": 5, "args": {}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": "-1", "ts": 20, "dur": 5, "args": {}},
+        {"ph": "C", "name": "util", "pid": 1, "tid": "stream 7", "ts": 12, "args": {"busy": 0.5, "label": "x"}},
+        {"ph": "C", "name": "util", "pid": 1, "tid": "-1", "ts": 22, "args": {"busy": 1, "on": True}},
+    ]
+    path = tmp_path / "text_tids.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace = kinetolens.load(path, cache=False)
+    assert trace.ops.sort("ts")["tid"].to_list() == [7, -1]
+    assert list(trace.counters.select("tid", "key", "value").iter_rows()) == [(7, "busy", 0.5), (-1, "busy", 1.0)]

@@ -24,9 +24,9 @@ import msgspec
 import polars as pl
 
 from kinetolens.errors import TraceWarning
-from kinetolens.ingest.kineto_rescan import rescan_file, to_int
+from kinetolens.ingest.kineto_rescan import numeric_args, optional_ns, rescan_file
 from kinetolens.ingest.kineto_schema import ABSENT
-from kinetolens.ingest.kineto_values import raw_us_to_ns
+from kinetolens.ingest.kineto_values import as_int
 
 COUNTER_EVENT_SCHEMA: dict[str, pl.DataType] = {
     "event": pl.Int64(),
@@ -66,23 +66,18 @@ def read_counter_events(path: str | Path) -> tuple[pl.DataFrame, list[TraceWarni
         return empty_counter_events(), [
             TraceWarning("counter events unreadable", 1, "the file is damaged; counter values were not loaded")
         ]
-    args_of = msgspec.json.Decoder(dict[str, Any])
     cols: dict[str, list[Any]] = {name: [] for name in COUNTER_EVENT_SCHEMA}
     skipped = 0
     for index, e in enumerate(e for e in events if e.ph == "C"):
         try:
-            args = args_of.decode(e.args) if bytes(e.args) else {}
-            ts = raw_us_to_ns(e.ts) if bytes(e.ts) else None
-        except (msgspec.DecodeError, msgspec.ValidationError, ValueError, ArithmeticError):
+            values = list(numeric_args(e.args))
+            ts = optional_ns(e.ts)
+        except (msgspec.DecodeError, ValueError, ArithmeticError):
             skipped += 1
             continue
-        for key, value in args.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                continue
-            for column, item in (
-                ("event", index), ("name", e.name), ("cat", e.cat), ("pid", to_int(e.pid)),
-                ("tid", to_int(e.tid)), ("ts", ts), ("key", key), ("value", float(value)),
-            ):  # fmt: skip
+        common = (index, e.name, e.cat, as_int(e.pid), as_int(e.tid), ts)
+        for key, value in values:
+            for column, item in zip(("event", "name", "cat", "pid", "tid", "ts", "key", "value"), (*common, key, value)):
                 cols[column].append(item)
     warnings = []
     if skipped:

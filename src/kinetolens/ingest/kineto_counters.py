@@ -23,9 +23,9 @@ import msgspec
 import polars as pl
 
 from kinetolens.errors import TraceWarning
-from kinetolens.ingest.kineto_rescan import rescan_file, to_int
+from kinetolens.ingest.kineto_rescan import numeric_args, optional_ns, rescan_file
 from kinetolens.ingest.kineto_schema import ABSENT
-from kinetolens.ingest.kineto_values import raw_us_to_ns
+from kinetolens.ingest.kineto_values import as_int
 
 PROFILER_RANGE_CAT = "cuda_profiler_range"
 
@@ -55,10 +55,6 @@ def empty_counters() -> pl.DataFrame:
     return pl.DataFrame(schema=COUNTER_SCHEMA)
 
 
-def _ns(raw: msgspec.Raw) -> int | None:
-    return raw_us_to_ns(raw) if bytes(raw) else None
-
-
 def read_profiler_counters(path: str | Path) -> tuple[pl.DataFrame, list[TraceWarning]]:
     """Counter values of every ``cuda_profiler_range`` event in ``path``.
 
@@ -71,7 +67,6 @@ def read_profiler_counters(path: str | Path) -> tuple[pl.DataFrame, list[TraceWa
         return empty_counters(), [
             TraceWarning("CUPTI counters unreadable", 1, "the file is damaged; counter values were not loaded")
         ]
-    decode = msgspec.json.Decoder(dict[str, object])
     cols: dict[str, list[object]] = {name: [] for name in COUNTER_SCHEMA}
     skipped = 0
     range_id = -1
@@ -80,18 +75,14 @@ def read_profiler_counters(path: str | Path) -> tuple[pl.DataFrame, list[TraceWa
             continue
         range_id += 1
         try:
-            args = decode.decode(e.args) if bytes(e.args) else {}
+            values = list(numeric_args(e.args))
         except msgspec.DecodeError:
             skipped += 1
             continue
-        common = (range_id, e.name, to_int(e.pid), to_int(e.tid), _ns(e.ts), _ns(e.dur))
-        for metric, value in args.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                continue
-            for key, item in zip(("range_id", "name", "pid", "tid", "ts", "dur"), common):
+        common = (range_id, e.name, as_int(e.pid), as_int(e.tid), optional_ns(e.ts), optional_ns(e.dur))
+        for metric, value in values:
+            for key, item in zip(("range_id", "name", "pid", "tid", "ts", "dur", "metric", "value"), (*common, metric, value)):
                 cols[key].append(item)
-            cols["metric"].append(metric)
-            cols["value"].append(float(value))
     warnings = []
     if skipped:
         warnings.append(TraceWarning("CUPTI counters unreadable", skipped, "profiler range args that are not a JSON object"))

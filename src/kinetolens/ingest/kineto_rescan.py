@@ -11,6 +11,7 @@ after the last complete event when the file is truncated.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,9 +20,11 @@ import msgspec
 
 from kinetolens.errors import TraceError
 from kinetolens.ingest.kineto_file import _recover_truncated
+from kinetolens.ingest.kineto_values import raw_us_to_ns
 from kinetolens.ingest.opener import open_trace_bytes
 
 E = TypeVar("E", bound=msgspec.Struct)
+_ARGS = msgspec.json.Decoder(dict[str, Any])
 
 
 class _RawDocument(msgspec.Struct, gc=False):
@@ -72,10 +75,16 @@ def rescan_file(path: str | Path, event: type[E]) -> list[E] | None:
         return None
 
 
-def to_int(value: int | str | None) -> int | None:
-    """Process and thread ids: ints, or numeric strings in old traces."""
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    return None
+def numeric_args(args: msgspec.Raw) -> Iterator[tuple[str, float]]:
+    """The numeric entries of an event's raw ``args`` (booleans and text left out).
+
+    Raises ``msgspec.DecodeError`` when the args are not a JSON object.
+    """
+    for key, value in _ARGS.decode(args).items() if bytes(args) else ():
+        if not isinstance(value, bool) and isinstance(value, (int, float)):
+            yield key, float(value)
+
+
+def optional_ns(raw: msgspec.Raw) -> int | None:
+    """A raw microsecond time as exact nanoseconds; None where the event has none."""
+    return raw_us_to_ns(raw) if bytes(raw) else None

@@ -31,7 +31,7 @@ def as_int(value: int | str | None) -> int | None:
     if value is None or isinstance(value, int):
         return value
     text = value.strip()
-    if text.isdigit():
+    if text.lstrip("-").isdigit():
         return int(text)
     head, _, tail = text.rpartition(" ")
     if head and tail.isdigit():
