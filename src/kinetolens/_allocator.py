@@ -26,9 +26,7 @@ ALLOCATOR_ENV = "_RJEM_MALLOC_CONF"
 ONE_ARENA = "narenas:1"
 
 
-def configure_allocator() -> bool:
-    """Ask for one jemalloc arena if polars is not loaded yet; True if set."""
-    if "polars" in sys.modules or ALLOCATOR_ENV in os.environ:
-        return False
-    os.environ[ALLOCATOR_ENV] = ONE_ARENA
-    return True
+def configure_allocator() -> None:
+    """Ask for one jemalloc arena if polars is not loaded yet and the user set nothing."""
+    if "polars" not in sys.modules and ALLOCATOR_ENV not in os.environ:
+        os.environ[ALLOCATOR_ENV] = ONE_ARENA

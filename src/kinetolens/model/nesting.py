@@ -178,12 +178,7 @@ def outermost_marked(parent: pl.Series, marked: pl.Series) -> pl.Series:
     jump, doubling the span covered each round; any forest takes about
     log2(depth) vectorized rounds instead of a Python pass per row.
     """
-    best = pl.DataFrame({"m": marked}).select(pl.when(pl.col("m")).then(pl.int_range(pl.len(), dtype=pl.Int64))).to_series()
-    jump = parent.cast(pl.Int64)
-    while jump.null_count() < jump.len():
-        best = best.gather(jump).fill_null(best)
-        jump = jump.gather(jump)
-    return best.alias("outermost")
+    return _marked_ancestor(parent, marked, nearest=False).alias("outermost")
 
 
 def nearest_marked(parent: pl.Series, marked: pl.Series) -> pl.Series:
@@ -192,9 +187,14 @@ def nearest_marked(parent: pl.Series, marked: pl.Series) -> pl.Series:
     The same pointer jumping as :func:`outermost_marked`, keeping the first
     marked row found instead of the last.
     """
+    return _marked_ancestor(parent, marked, nearest=True).alias("nearest")
+
+
+def _marked_ancestor(parent: pl.Series, marked: pl.Series, *, nearest: bool) -> pl.Series:
     best = pl.DataFrame({"m": marked}).select(pl.when(pl.col("m")).then(pl.int_range(pl.len(), dtype=pl.Int64))).to_series()
     jump = parent.cast(pl.Int64)
-    while jump.null_count() < jump.len() and best.null_count():
-        best = best.fill_null(best.gather(jump))
+    while jump.null_count() < jump.len() and not (nearest and best.null_count() == 0):
+        # Nearest: a row's own find wins; outermost: the ancestor's find wins.
+        best = best.fill_null(best.gather(jump)) if nearest else best.gather(jump).fill_null(best)
         jump = jump.gather(jump)
-    return best.alias("nearest")
+    return best
