@@ -29,15 +29,25 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from kinetolens.model.nesting import outermost_marked
 from kinetolens.model.trace import Trace
 from kinetolens.registry.flops import REGISTRY, OpArgs, evaluate
-from kinetolens.registry.flops_base import Work
 
 _KEY = ["name", "input_dims", "input_types", "concrete_inputs"]
 
 
-def _evaluate_ops(ops: pl.DataFrame) -> dict[int, Work]:
-    """Work of every registered op call, computing each distinct argument set once."""
+_WORK_SCHEMA = {"op_id": pl.Int64, "flops": pl.Float64, "bytes": pl.Float64, "formula": pl.String}
+#: The op columns the evaluation and the carrier search read.
+_OP_COLUMNS = ["op_id", "parent_id", "depth", *_KEY, "fwd_op_id"]
+
+
+def _work_rows(rows: list[tuple]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema=_WORK_SCHEMA, orient="row")
+
+
+def _evaluate_ops(ops: pl.DataFrame) -> pl.DataFrame:
+    """Work of every registered op call (``op_id, flops, bytes, formula``, by
+    op_id), computing each distinct argument set once."""
     cols = ["op_id", *_KEY, "fwd_op_id"]
     present = [c for c in cols if c in ops.columns]
     cand = ops.select(present).filter(pl.col("name").is_in(list(REGISTRY)))
@@ -62,30 +72,27 @@ def _evaluate_ops(ops: pl.DataFrame) -> dict[int, Work]:
         bwd_key=pl.col("op_id").is_in(list(bwd_rows)),
     )
     keys = [*_KEY, "fwd_key"]
-    out: dict[int, Work] = {}
     # Calls whose formula reads their backward are few: one each.
+    single = []
     for op_id, name, dims, types, concrete, fwd_id in cand.filter("bwd_key").select(cand.columns[:6]).iter_rows():
         fwd = fwd_rows.get(fwd_id) if name in needs_fwd else None
         work = evaluate(OpArgs.parse(name, dims, types, concrete, fwd, OpArgs.parse(*bwd_rows[op_id])))
         if work is not None:
-            out[op_id] = work
+            single.append((op_id, work.flops, work.bytes, work.formula))
     plain = cand.filter(~pl.col("bwd_key"))
-    works = {}
+    shared = []
     for name, dims, types, concrete, fwd_id in plain.select(keys).unique().iter_rows():
         fwd = fwd_rows.get(fwd_id) if fwd_id is not None else None
         work = evaluate(OpArgs.parse(name, dims, types, concrete, fwd))
         if work is not None:
-            works[(name, dims, types, concrete, fwd_id)] = work
-    if works:
-        found = pl.DataFrame(
-            [(*key, i) for i, key in enumerate(works)],
-            schema={**dict.fromkeys(_KEY, pl.String), "fwd_key": pl.Int64, "work": pl.Int64},
-            orient="row",
-        )
-        hits = plain.join(found, on=keys, how="inner", nulls_equal=True)
-        table = list(works.values())
-        out.update(zip(hits["op_id"].to_list(), map(table.__getitem__, hits["work"].to_list())))
-    return dict(sorted(out.items()))
+            shared.append((name, dims, types, concrete, fwd_id, work.flops, work.bytes, work.formula))
+    found = pl.DataFrame(
+        shared,
+        schema={**dict.fromkeys(_KEY, pl.String), "fwd_key": pl.Int64, **dict(list(_WORK_SCHEMA.items())[1:])},
+        orient="row",
+    )
+    hits = plain.join(found, on=keys, how="inner", nulls_equal=True).select(*_WORK_SCHEMA)
+    return pl.concat([_work_rows(single), hits]).sort("op_id")
 
 
 def _backward_rows(ops: pl.DataFrame, cand: pl.DataFrame) -> dict[int, tuple]:
@@ -102,44 +109,63 @@ def _backward_rows(ops: pl.DataFrame, cand: pl.DataFrame) -> dict[int, tuple]:
     return {r[0]: r[1:] for r in linked.select("fwd_op_id", *_KEY).iter_rows()}
 
 
-def _carriers(ops: pl.DataFrame, works: dict[int, Work]) -> list[int | None]:
-    """For every op (by position = op_id), the op_id whose work covers it, or None."""
-    n = ops.height
-    names = ops["name"].to_list()
-    parents = ops["parent_id"].to_list()
-    # Families with a formula strictly below each op (only kept where non-empty).
-    below: list[set[str] | None] = [None] * n
-    for i in range(n - 1, -1, -1):
-        p = parents[i]
-        if p is None:
-            continue
-        mine = below[i]
-        fam = REGISTRY[names[i]].family if i in works else None
-        if mine is None and fam is None:
-            continue
-        acc = below[p]
-        if acc is None:
-            acc = below[p] = set()
-        if mine:
-            acc |= mine
-        if fam:
-            acc.add(fam)
-    carrier: list[int | None] = [None] * n
-    for i in range(n):
-        p = parents[i]
-        inherited = carrier[p] if p is not None else None
-        if inherited is not None:
-            carrier[i] = inherited
-            continue
-        if i not in works:
-            continue
-        entry = REGISTRY[names[i]]
-        if entry.composite and below[i]:
-            wanted = entry.defers_to
-            if wanted is None or below[i] & wanted:  # type: ignore[operator]
-                continue
-        carrier[i] = i
-    return carrier
+def _family_facts() -> pl.DataFrame:
+    """Per registered op name: its family as one bit, whether it is composite,
+    and the bits of the families it defers to (every bit when any family)."""
+    families = sorted({e.family for e in REGISTRY.values()})
+    bit = {f: 1 << i for i, f in enumerate(families)}
+    every = (1 << len(families)) - 1
+    rows = [
+        (name, bit[e.family], e.composite, every if e.defers_to is None else sum(bit[f] for f in e.defers_to if f in bit))
+        for name, e in REGISTRY.items()
+    ]
+    return pl.DataFrame(
+        rows, schema={"name": pl.String, "bit": pl.UInt32, "composite": pl.Boolean, "defers": pl.UInt32}, orient="row"
+    )
+
+
+def _families_below(ops: pl.DataFrame, own: pl.Series) -> pl.Series:
+    """Per op (by position = op_id), the family bits of every op strictly below it.
+
+    Bottom-up, one nesting level at a time (children are one level deeper
+    than their parent), each level OR-ing its bits into its parents: one
+    vectorized pass per level instead of a Python step per op.
+    """
+    below = pl.zeros(ops.height, pl.UInt32, eager=True)
+    levels = (
+        ops.select("op_id", "parent_id", "depth", own=own)
+        .filter(pl.col("parent_id").is_not_null())
+        .partition_by("depth", as_dict=True)
+    )
+    for (_depth,) in sorted(levels, reverse=True):
+        level = levels[(_depth,)]
+        mask = below.gather(level["op_id"]) | level["own"]
+        up = (
+            pl.DataFrame({"p": level["parent_id"], "m": mask})
+            .filter(pl.col("m") != 0)
+            .group_by("p")
+            .agg(pl.col("m").bitwise_or())
+        )
+        if up.height:
+            below = below.scatter(up["p"], below.gather(up["p"]) | up["m"])
+    return below
+
+
+def _carriers(ops: pl.DataFrame, works: pl.DataFrame) -> pl.Series:
+    """For every op (by position = op_id), the op_id whose work covers it, or null.
+
+    An op carries its own work when it has some and is not a composite with
+    an op of a family it defers to below it; an op is covered by its
+    outermost ancestor-or-self that carries its own work.
+    """
+    if works.height == 0:
+        return pl.repeat(None, ops.height, dtype=pl.Int64, eager=True)
+    facts = ops.select("name").join(_family_facts(), on="name", how="left", maintain_order="left")
+    has_work = ops["op_id"].is_in(works["op_id"].implode())
+    own = pl.select(pl.when(has_work).then(facts["bit"]).otherwise(0).cast(pl.UInt32)).to_series()
+    below = _families_below(ops, own)
+    blocked = facts["composite"].fill_null(False) & ((below & facts["defers"].fill_null(0)) != 0)
+    return outermost_marked(ops["parent_id"], has_work & ~blocked)
 
 
 @dataclass(frozen=True)
@@ -159,20 +185,14 @@ class CarriedWork:
 def carried_work(trace: Trace) -> CarriedWork:
     """Evaluate the formulas of all ops once and find which op carries each
     kernel's work (see the module docstring)."""
-    ordered = trace.ops.sort("op_id")
+    ordered = trace.ops.select(c for c in _OP_COLUMNS if c in trace.ops.columns).sort("op_id")
     works = _evaluate_ops(ordered)
     carrier = _carriers(ordered, works)
-    ops = pl.DataFrame(
-        [(i, w.flops, w.bytes, w.formula) for i, w in works.items() if carrier[i] == i],
-        schema={"op_id": pl.Int64, "flops": pl.Float64, "bytes": pl.Float64, "formula": pl.String},
-        orient="row",
-    ).sort("op_id")
+    ops = works.filter(carrier.gather(works["op_id"]) == works["op_id"])
     k = trace.kernels.filter(pl.col("op_id").is_not_null()).select(
         "kernel_id", "op_id", pl.col("kind").cast(pl.String), "dur"
     )
-    kernels = k.with_columns(
-        pl.Series("carrier", [carrier[i] for i in k["op_id"].to_list()], dtype=pl.Int64)
-    ).filter(pl.col("carrier").is_not_null())
+    kernels = k.with_columns(carrier=carrier.gather(k["op_id"])).filter(pl.col("carrier").is_not_null())
     return CarriedWork(ops, kernels)
 
 
