@@ -165,7 +165,9 @@ def category_intervals(trace: Trace) -> pl.DataFrame:
       ``ProfilerStep#N`` ranges themselves (they are the steps).
     """
     idx = {name: i for i, name in enumerate(CATEGORIES)}
-    k = _launched(trace.kernels)
+    # Each table cut to the columns read before filtering: a filter copies
+    # every column it keeps, and the model tables are wide.
+    k = _launched(trace.kernels.select(c for c in ("kind", "name", "op", "ts", "dur") if c in trace.kernels.columns))
     kind = pl.col("kind").cast(pl.String)
     comm_kernel = is_comm_kernel(k)
     gpu_cat = (
@@ -179,11 +181,11 @@ def category_intervals(trace: Trace) -> pl.DataFrame:
     )
     gpu = k.select(cat=gpu_cat, start="ts", end=pl.col("ts") + pl.col("dur"))
 
-    rt = trace.runtime.filter(pl.col("kind").cast(pl.String) == "runtime")
+    rt = trace.runtime.select("kind", "ts", "dur").filter(pl.col("kind").cast(pl.String) == "runtime")
     runtime = rt.select(cat=pl.lit(idx["runtime"]), start="ts", end=pl.col("ts") + pl.col("dur"))
 
     name = pl.col("name")
-    host_ops = trace.ops.filter(
+    host_ops = trace.ops.select("kind", "name", "ts", "dur").filter(
         pl.col("kind").cast(pl.String).is_in(("op", "annotation")) & ~name.str.starts_with(STEP_PREFIX)
     )
     host_cat = (
@@ -225,7 +227,9 @@ def _segments(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
         marks = marks.with_columns(
             (pl.when(pl.col("cat") == i).then(pl.col("d")).otherwise(0).cum_sum() > 0).alias(f"o{i}")
         )
-    state = marks.unique(subset="t", keep="last", maintain_order=True)
+    # The state after the last mark at each time: marks are sorted by time,
+    # so that is each run's last row (no hashing, unlike ``unique``).
+    state = marks.filter(pl.col("t").ne_missing(pl.col("t").shift(-1)))
     del marks
     winner = pl.lit(other, pl.Int8)
     for i in reversed(range(len(CATEGORIES))):
