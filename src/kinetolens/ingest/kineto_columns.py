@@ -33,6 +33,7 @@ from kinetolens.ingest.kineto_values import (
     exact_times,
     ints,
     raw_us_to_ns,
+    shared_texts,
     texts,
     times,
     triple,
@@ -185,13 +186,20 @@ def _int_args(args: list[Any], fields: dict[str, str]) -> dict[str, pl.Series]:
     return out
 
 
-def _range_columns(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[str, pl.Series]:
-    """What every ``X`` range has, host or device: kind, name, where, when."""
+def _range_columns(events: list[Event], kinds: list[str], ts_exact: bool, *, long_names: bool) -> dict[str, pl.Series]:
+    """What every ``X`` range has, host or device: kind, name, where, when.
+
+    ``long_names``: names are long and few (kernels: hundreds of bytes of
+    C++ signature, repeated every step), so each distinct one is stored once.
+    Host names are mostly short (kept inline in the column) and many; the
+    lookup per event would cost more time than it saves memory.
+    """
     durs = _get("dur", events)
+    names = _get("name", events)
     return {
         "kind": pl.Series(kinds, dtype=pl.String),
         "cat": pl.Series(_get("cat", events), dtype=pl.String),
-        "name": pl.Series(_get("name", events), dtype=pl.String),
+        "name": shared_texts(names) if long_names else pl.Series(names, dtype=pl.String),
         **_common(events, ts_exact),
         "dur": column("dur", lambda: times(durs, False), durs),
     }
@@ -199,7 +207,7 @@ def _range_columns(events: list[Event], kinds: list[str], ts_exact: bool) -> dic
 
 def host_frame(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[str, pl.Series]:
     a = _args(events, "host")
-    cols = _range_columns(events, kinds, ts_exact)
+    cols = _range_columns(events, kinds, ts_exact, long_names=False)
     ids = _int_args(a, {"external_id": "external_id", "external_id_legacy": "external_id_legacy"})
     cols["external_id"] = coalesce(ids["external_id"], ids["external_id_legacy"]).alias("external_id")
     cols.update(
@@ -217,7 +225,7 @@ def host_frame(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[st
     cols["input_dims"] = dims.alias("input_dims")
     cols["input_types"] = texts(_get("input_type", a)).alias("input_types")
     cols["concrete_inputs"] = texts(_get("concrete_inputs", a)).alias("concrete_inputs")
-    cols["call_stack"] = pl.Series("call_stack", _get("call_stack", a), dtype=pl.String)
+    cols["call_stack"] = shared_texts(_get("call_stack", a)).alias("call_stack")
     cols.update(
         _int_args(
             a,
@@ -240,7 +248,7 @@ def host_frame(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[st
 
 def device_frame(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[str, pl.Series]:
     a = _args(events, "device")
-    cols = _range_columns(events, kinds, ts_exact)
+    cols = _range_columns(events, kinds, ts_exact, long_names=True)
     cols.update(_int_args(a, {"device": "device", "stream": "stream", "context": "context", "correlation": "correlation"}))
     ids = _int_args(a, {"external_id": "external_id", "external_id_legacy": "external_id_legacy"})
     cols["external_id"] = coalesce(ids["external_id"], ids["external_id_legacy"]).alias("external_id")

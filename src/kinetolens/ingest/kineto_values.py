@@ -151,6 +151,29 @@ def times(values: list[Any], is_ts: bool) -> pl.Series:
     return pl.Series(list(map(us_to_ns, values)), dtype=pl.Int64, strict=True)
 
 
+def shared_texts(values: list[str | None]) -> pl.Series:
+    """Strings (kernel names, shapes, call stacks) as a column that stores
+    each distinct one once.
+
+    Built from a Python list, every row would get its own copy of its text;
+    a trace repeats the same kernel names (hundreds of bytes of C++
+    signature) and op shapes thousands of times.  So the distinct values
+    become one small column and each row a 16-byte view into it, and later
+    gathers (the model's kernel table) keep sharing the texts.  Costs a dict
+    lookup per value, so it is kept for columns whose texts are long.
+    """
+    if values.count(None) == len(values):  # a field no event has: no lookups
+        return nulls(len(values), pl.String)
+    index: dict[str | None, int] = {}
+    codes = [index.setdefault(v, len(index)) for v in values]
+    return _gathered(list(index), codes)
+
+
+def _gathered(distinct: list[str | None], codes: list[int]) -> pl.Series:
+    """``distinct[code]`` for every code, as views into one column of ``distinct``."""
+    return pl.Series(distinct, dtype=pl.String).gather(pl.Series(codes, dtype=pl.UInt32))
+
+
 def texts(raws: list[msgspec.Raw]) -> pl.Series:
     """JSON texts (shapes, dtypes) as strings, absent ones null.
 
@@ -163,9 +186,11 @@ def texts(raws: list[msgspec.Raw]) -> pl.Series:
     joined = b"\x00".join(raws)
     if len(joined) == max(n - 1, 0):
         return nulls(n, pl.String)
-    parts = joined.decode().split("\x00")
-    column = pl.Series([text or None for text in parts], dtype=pl.String)
-    return column.replace("null", None) if "null" in parts else column
+    # Stored once per distinct text (see shared_texts), in the same pass
+    # that maps empty and ``null`` texts to null.
+    index: dict[str | None, int] = {None: 0, "": 0, "null": 0}
+    codes = [index.setdefault(text, len(index) - 2) for text in joined.decode().split("\x00")]
+    return _gathered([None, *list(index)[3:]], codes)
 
 
 _NO_DIM3 = [None, None, None]
