@@ -7,8 +7,11 @@ the import order of the test process itself must not matter.
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
+
+import pytest
 
 SHOW = "import os; print(os.environ.get('_RJEM_MALLOC_CONF'))"
 
@@ -35,3 +38,43 @@ def test_nothing_is_set_once_polars_is_loaded() -> None:
 def test_a_value_the_user_set_is_kept() -> None:
     assert _conf("import kinetolens, polars", _RJEM_MALLOC_CONF="narenas:4").endswith("narenas:4")
     assert "narenas" not in _conf("import kinetolens, polars", _RJEM_MALLOC_CONF="")
+
+
+FAULTS = """
+import resource, sys
+from kinetolens._allocator import keep_freed_heap
+if sys.argv[1] == "keep":
+    keep_freed_heap()
+def churn():
+    # A reader piece's buffers: its text, the text joined for decoding and
+    # its joined args, about a megabyte each, alive together, then freed.
+    for i in range(200):
+        text = b"x" * ((1 << 20) + 4096 * (i % 7))  # written, so its pages are touched
+        joined = b"[" + text + b"]"
+        args = text[: len(text) // 2]
+        del text, joined, args
+churn()  # first round: the heap grows to its working size
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+churn()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def _faults(mode: str, **env: str) -> int:
+    out = subprocess.run([sys.executable, "-c", FAULTS, mode], env={**os.environ, **env}, capture_output=True, text=True, check=True)
+    return int(out.stdout)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
+def test_kept_heap_reuses_freed_megabyte_buffers() -> None:
+    # glibc maps and unmaps each 1 MiB buffer (256 page faults apiece); with
+    # the thresholds pinned, freed buffers are reused without faulting.
+    default, kept = _faults("default"), _faults("keep")
+    assert default > 200 * 100
+    assert kept < default / 10
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
+def test_kept_heap_leaves_a_users_malloc_tuning_alone() -> None:
+    tuned = _faults("keep", GLIBC_TUNABLES="glibc.malloc.mmap_threshold=131072:glibc.malloc.trim_threshold=131072")
+    assert tuned > 200 * 100

@@ -30,3 +30,51 @@ def configure_allocator() -> None:
     """Ask for one jemalloc arena if polars is not loaded yet and the user set nothing."""
     if "polars" not in sys.modules and ALLOCATOR_ENV not in os.environ:
         os.environ[ALLOCATOR_ENV] = ONE_ARENA
+
+
+#: glibc ``mallopt`` parameters (malloc.h).
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+#: The largest values glibc's own dynamic thresholds grow to on 64-bit
+#: (``DEFAULT_MMAP_THRESHOLD_MAX``, and twice that for trimming).
+_MMAP_THRESHOLD = 32 << 20
+_TRIM_THRESHOLD = 64 << 20
+#: Uncompressed trace size from which :func:`keep_freed_heap` pays off.
+KEEP_FREED_HEAP_FROM_BYTES = 256 << 20
+_USER_MALLOC_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
+_heap_kept = False
+
+
+def keep_freed_heap() -> None:
+    """Let glibc keep freed buffers of up to 32 MiB for reuse instead of
+    returning them to the kernel, for the rest of the process.
+
+    The Kineto reader works through a big trace one megabyte piece at a time,
+    and each piece's text, joined args and decoded objects are buffers of
+    about that size.  glibc maps and unmaps such buffers each time (its
+    dynamic thresholds settle around the size of the last freed one and trim
+    the heap above twice that), so every piece's buffers are page-faulted
+    afresh: on a 500 MB trace about 150,000 faults and 8% of the CPU time of
+    load and summary (docs/BENCHMARKS.md).  Pinning the thresholds at the
+    values glibc's own rule grows to keeps them for reuse.  The cost is up
+    to 64 MiB of freed heap kept, worth it only beside a big trace's tables,
+    so the reader calls this for files from 256 MiB of JSON.  No-op off
+    glibc, and when the user tuned malloc through the environment.
+    """
+    global _heap_kept
+    if _heap_kept or not sys.platform.startswith("linux"):
+        return
+    _heap_kept = True
+    if any(k in os.environ for k in _USER_MALLOC_ENV) or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
+        return
+    import ctypes
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        return
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+    mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kinetolens._allocator import KEEP_FREED_HEAP_FROM_BYTES, keep_freed_heap
 from kinetolens.errors import TraceError
 from kinetolens.ingest.kineto import RawTables
 from kinetolens.ingest.kineto_file import read_kineto
-from kinetolens.ingest.kineto_parallel import parallel_kineto, wants_parallel
+from kinetolens.ingest.kineto_parallel import estimated_json_bytes, parallel_kineto, wants_parallel
 from kinetolens.ingest.kineto_stream import stream_kineto
 from kinetolens.ingest.nsys import read_nsys
 from kinetolens.ingest.opener import StreamUnsupported, open_trace_bytes
@@ -31,6 +32,8 @@ def read_raw(path: str | Path) -> RawTables:
         raise TraceError(p, f"cannot read file ({exc.strerror})") from None
     if head == SQLITE_MAGIC:
         return read_nsys(p)
+    if estimated_json_bytes(p) >= KEEP_FREED_HEAP_FROM_BYTES:
+        keep_freed_heap()
     workers = wants_parallel(p)
     if workers:
         try:
