@@ -16,6 +16,7 @@ import dataclasses
 
 import polars as pl
 
+from kinetolens.model.ids import rows_by_id
 from kinetolens.model.trace import Trace
 
 COMPUTATION = "COMPUTATION"
@@ -58,28 +59,31 @@ def stream_work(trace: Trace) -> pl.DataFrame:
     columns are null for work whose launch call is not in the trace.
     """
     k = trace.kernels
-    work = k.filter(pl.col("kind").cast(pl.String).is_in(STREAM_WORK_KINDS) & pl.col("stream").is_not_null())
-    launches = trace.runtime.select(
+    work = k.select(
+        pl.lit(rank_of(trace), pl.Int64).alias("rank"),
+        "stream",
+        pl.col("kind").cast(pl.String),
+        "name",
+        "correlation",
+        "ts",
+        (pl.col("ts") + pl.col("dur")).alias("end"),
+        "dur",
+        "bytes",
         "launch_id",
-        pl.col("name").alias("launch"),
-        pl.col("ts").alias("launch_ts"),
-        pl.col("dur").alias("launch_dur"),
+    ).filter(pl.col("kind").is_in(STREAM_WORK_KINDS) & pl.col("stream").is_not_null())
+    launches = rows_by_id(
+        trace.runtime.select("launch_id", launch="name", launch_ts="ts", launch_dur="dur"),
+        "launch_id",
+        work["launch_id"],
+        ["launch", "launch_ts", "launch_dur"],
     )
     return (
-        work.select(
-            pl.lit(rank_of(trace), pl.Int64).alias("rank"),
-            "stream",
-            pl.col("kind").cast(pl.String),
-            "name",
-            kernel_type(pl.col("name")).alias("kernel_type"),
-            "correlation",
-            "ts",
-            (pl.col("ts") + pl.col("dur")).alias("end"),
-            "dur",
-            "bytes",
-            "launch_id",
-        )
-        .join(launches, on="launch_id", how="left")
+        pl.concat([work, launches], how="horizontal")
+        .with_columns(kernel_type(pl.col("name")).alias("kernel_type"))
+        .select(
+            "rank", "stream", "kind", "name", "kernel_type", "correlation", "ts", "end", "dur", "bytes",
+            "launch_id", "launch", "launch_ts", "launch_dur",
+        )  # fmt: skip
         .sort("ts", maintain_order=True)
     )
 

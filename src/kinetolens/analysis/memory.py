@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from kinetolens.model.ids import rows_by_id
 from kinetolens.model.trace import Trace
 
 #: c10::DeviceType numbers as they appear in ``Device Type``.  CUDA and HIP
@@ -89,10 +90,11 @@ def enclosing_ops(events: pl.DataFrame, ops: pl.DataFrame) -> pl.Series:
         )
         .select("_row", "ts", "op_id")
     )
-    lookup = spans.select("op_id", "end", "parent_id")
+    lookup = _op_spans(ops).select("op_id", "end", "parent_id")
     max_depth = int(spans["depth"].max() or 0) if spans.height else 0
     for _ in range(max_depth + 2):
-        found = found.drop("end", "parent_id", strict=False).join(lookup, on="op_id", how="left")
+        found = found.drop("end", "parent_id", strict=False)
+        found = pl.concat([found, rows_by_id(lookup, "op_id", found["op_id"], ["end", "parent_id"])], how="horizontal")
         outside = pl.col("op_id").is_not_null() & (pl.col("end") <= pl.col("ts"))
         if not found.select(outside.any()).item():
             break
@@ -112,11 +114,8 @@ def memory_events(trace: Trace) -> pl.DataFrame:
         pl.col("kind").cast(pl.String).alias("op_kind"),
         "module",
     )
-    return (
-        mem.with_columns(op_id)
-        .join(names, on="op_id", how="left")
-        .sort("ts", "seq")
-    )
+    found = rows_by_id(names, "op_id", op_id, ["op", "op_kind", "module"])
+    return pl.concat([mem.with_columns(op_id), found], how="horizontal").sort("ts", "seq")
 
 
 def _with_allocated(events: pl.DataFrame) -> pl.DataFrame:

@@ -20,6 +20,7 @@ from typing import Any
 
 import polars as pl
 
+from kinetolens.model.ids import rows_by_id
 from kinetolens.model.nesting import outermost_marked
 from kinetolens.model.trace import Trace
 from kinetolens.registry.dtypes import canonical
@@ -229,9 +230,12 @@ def matrix_roots(ops: pl.DataFrame) -> pl.Series:
 
     ``aten::linear -> aten::addmm`` is one matrix op (the linear).
     """
+    matrix = ops["name"].is_in(list(MATRIX_OPS))
+    if not matrix.any():
+        return pl.repeat(None, ops.height, dtype=pl.Int64, eager=True).alias("root")
     rows = ops.select("op_id").with_row_index("row").with_columns(pl.col("row").cast(pl.Int64))
-    parent = ops.select("parent_id").join(rows, left_on="parent_id", right_on="op_id", how="left", maintain_order="left")
-    root_row = outermost_marked(parent["row"], ops["name"].is_in(list(MATRIX_OPS)))
+    parent = rows_by_id(rows, "op_id", ops["parent_id"], ["row"])
+    root_row = outermost_marked(parent["row"], matrix)
     return ops["op_id"].gather(root_row).alias("root").cast(pl.Int64)
 
 
