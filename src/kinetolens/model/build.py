@@ -31,12 +31,7 @@ from kinetolens.ingest.kineto import RawTables
 from kinetolens.ingest.kineto_values import nulls
 from kinetolens.model import direction as dirn
 from kinetolens.model.autograd_order import pair_by_order
-from kinetolens.model.frames import (
-    is_module_frame,
-    module_name,
-    source_from_call_stack,
-    user_frame,
-)
+from kinetolens.model.frames import MODULE_PREFIX, source_from_call_stack, user_frame
 from kinetolens.model.nesting import enclosing, nearest_marked, outermost_marked
 from kinetolens.model.steps import assign_steps, build_steps
 from kinetolens.model.trace import Trace
@@ -176,27 +171,12 @@ def _attach_python(
         ]
     )
     nest = enclosing(frame, is_container="c")
-    names = python["name"].to_list()
-    module_of: list[str | None] = [None] * n_py
-    source_of: list[str | None] = [None] * n_py
-    py_parent = nest.parent[:n_py].to_list()
-    # Rows are in ts order, so a frame's parent is resolved before it.
-    for i in range(n_py):
-        p = py_parent[i]
-        parent_module = module_of[p] if p >= 0 else None
-        parent_source = source_of[p] if p >= 0 else None
-        name = names[i] or ""
-        if is_module_frame(name):
-            short = module_name(name)
-            module_of[i] = f"{parent_module}.{short}" if parent_module else short
-        else:
-            module_of[i] = parent_module
-        source_of[i] = user_frame(name) or parent_source
+    module_of, source_of = _frame_paths(python["name"], nest.parent[:n_py])
 
     # Each op and launch takes the values of its enclosing Python frame; -1
     # (no frame) points at the null appended after the frames' values.
-    modules = pl.Series(module_of + [None], dtype=pl.String)
-    sources = pl.Series(source_of + [None], dtype=pl.String)
+    modules = module_of.extend_constant(None, 1)
+    sources = source_of.extend_constant(None, 1)
 
     def lookup(values: pl.Series, name: str, start: int, count: int) -> pl.Series:
         return values.gather(nest.parent.slice(start, count).replace(-1, n_py)).alias(name)
@@ -209,6 +189,43 @@ def _attach_python(
         lookup(sources, "source", n_py + n_ops, runtime.height),
     )
     return ops, runtime
+
+
+def _frame_paths(names: pl.Series, parent: pl.Series) -> tuple[pl.Series, pl.Series]:
+    """For each Python frame (``parent``: the enclosing frame's row, -1 at
+    the top): the dotted nn.Module path and the innermost user source line
+    at that frame, each inherited from the frames around it.
+
+    Whole columns, no Python step per frame: a trace taken with stacks has
+    a frame event for every module call and function of every step.
+    ``user_frame`` runs once per distinct frame name; the source is the
+    nearest user frame (pointer jumping); a module's path is its short name
+    prefixed by the paths of the module frames around it, joined by pointer
+    jumping too (each round prefixes the path of the module frame as far
+    above as the last round reached, doubling the reach).
+    """
+    parent = parent.replace(-1, None)
+    distinct = names.unique().drop_nulls().to_list()
+    user = names.replace_strict(distinct, [user_frame(n) for n in distinct], default=None, return_dtype=pl.String)
+    source_row = nearest_marked(parent, user.is_not_null())
+    source = user.gather(source_row)
+
+    is_module = names.str.starts_with(MODULE_PREFIX).fill_null(False)
+    module_row = nearest_marked(parent, is_module)
+    # The module frame enclosing each module frame, among module frames only.
+    modules = pl.DataFrame({"row": module_row, "up": module_row.gather(parent)}).filter(is_module)
+    position = pl.Series(pl.repeat(None, names.len(), dtype=pl.Int64, eager=True)).scatter(
+        modules["row"], pl.int_range(0, modules.height, eager=True)
+    )
+    path = names.filter(is_module).str.slice(len(MODULE_PREFIX))
+    jump = position.gather(modules["up"])
+    while jump.null_count() < jump.len():
+        path = pl.select(
+            pl.when(jump.is_not_null()).then(pl.concat_str(path.gather(jump), pl.lit("."), path)).otherwise(path)
+        ).to_series()
+        jump = jump.gather(jump)
+    module = path.gather(position.gather(module_row))
+    return module.alias("module"), source.alias("source")
 
 
 def _directions(ops: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
