@@ -31,7 +31,7 @@ from kinetolens.ingest.kineto import RawTables
 from kinetolens.ingest.kineto_values import nulls
 from kinetolens.model import direction as dirn
 from kinetolens.model.autograd_order import pair_by_order
-from kinetolens.model.frames import MODULE_PREFIX, source_from_call_stack, user_frame
+from kinetolens.model.frames import MODULE_PREFIX, per_distinct, source_from_call_stack, user_frame
 from kinetolens.model.nesting import enclosing, nearest_marked, outermost_marked
 from kinetolens.model.steps import assign_steps, build_steps
 from kinetolens.model.trace import Trace
@@ -155,7 +155,7 @@ def _attach_python(
     ops: pl.DataFrame, runtime: pl.DataFrame, python: pl.DataFrame
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """nn.Module path and user source line for ops and launches."""
-    call_stack_source = pl.col("call_stack").map_elements(source_from_call_stack, return_dtype=pl.String)
+    call_stack_source = pl.lit(per_distinct(ops["call_stack"], source_from_call_stack))
     if python.height == 0:
         ops = ops.with_columns(module=pl.lit(None, pl.String), source=call_stack_source)
         runtime = runtime.with_columns(module=pl.lit(None, pl.String), source=pl.lit(None, pl.String))
@@ -205,8 +205,7 @@ def _frame_paths(names: pl.Series, parent: pl.Series) -> tuple[pl.Series, pl.Ser
     above as the last round reached, doubling the reach).
     """
     parent = parent.replace(-1, None)
-    distinct = names.unique().drop_nulls().to_list()
-    user = names.replace_strict(distinct, [user_frame(n) for n in distinct], default=None, return_dtype=pl.String)
+    user = per_distinct(names, user_frame)
     source_row = nearest_marked(parent, user.is_not_null())
     source = user.gather(source_row)
 

@@ -8,7 +8,10 @@ source line we report for an op, as PyProf's program trace did.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import lru_cache
+
+import polars as pl
 
 MODULE_PREFIX = "nn.Module: "
 
@@ -69,3 +72,13 @@ def source_from_call_stack(stack: str | None) -> str | None:
         if found:
             return found
     return None
+
+
+def per_distinct(values: pl.Series, fn: Callable[[str], str | None]) -> pl.Series:
+    """``fn`` of every value (null stays null), called once per distinct value.
+
+    Frame names and call stacks repeat every step: a trace of millions of
+    frames has a few thousand distinct ones.
+    """
+    distinct = values.unique().drop_nulls().to_list()
+    return values.replace_strict(distinct, [fn(v) for v in distinct], default=None, return_dtype=pl.String)
