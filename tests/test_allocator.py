@@ -25,7 +25,7 @@ def _conf(code: str, **env: str) -> str:
 def test_one_arena_is_appended_to_polars_own_options() -> None:
     # polars sets its decay options at import and appends ours after them.
     conf = _conf("import kinetolens, polars")
-    assert conf.split(",")[-1] == "narenas:1"
+    assert conf.split(",")[-2:] == ["narenas:1", "oversize_threshold:262144"]
     assert "dirty_decay_ms" in conf
 
 
