@@ -51,6 +51,12 @@ def rank_of(trace: Trace) -> int:
     return trace.rank if trace.rank is not None else 0
 
 
+STREAM_WORK_COLUMNS = [
+    "rank", "stream", "kind", "name", "kernel_type", "correlation", "ts", "end", "dur", "bytes",
+    "launch_id", "launch", "launch_ts", "launch_dur",
+]  # fmt: skip
+
+
 def stream_work(trace: Trace) -> pl.DataFrame:
     """One row per kernel / memcpy / memset, with its launch call joined.
 
@@ -80,10 +86,7 @@ def stream_work(trace: Trace) -> pl.DataFrame:
     return (
         pl.concat([work, launches], how="horizontal")
         .with_columns(kernel_type(pl.col("name")).alias("kernel_type"))
-        .select(
-            "rank", "stream", "kind", "name", "kernel_type", "correlation", "ts", "end", "dur", "bytes",
-            "launch_id", "launch", "launch_ts", "launch_dur",
-        )  # fmt: skip
+        .select(STREAM_WORK_COLUMNS)
         .sort("ts", maintain_order=True)
     )
 
