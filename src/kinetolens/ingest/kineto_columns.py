@@ -12,18 +12,28 @@ traces, ints beyond 64 bits, epoch-scale float timestamps).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
+from itertools import compress
 from operator import attrgetter
 from typing import Any
 
 import msgspec
 import polars as pl
 
-from kinetolens.ingest.categories import classify
-from kinetolens.ingest.kineto_schema import NO_ARGS, DeviceArgs, Event, HostArgs, MemoryArgs, MetaArgs
+from kinetolens.ingest.categories import PYTHON, RUNTIME, SYNC, classify
+from kinetolens.ingest.kineto_schema import (
+    NO_ARGS,
+    DeviceArgs,
+    Event,
+    HostArgs,
+    MemoryArgs,
+    MetaArgs,
+    PythonArgs,
+    RuntimeArgs,
+)
 from kinetolens.ingest.kineto_values import (
     INT64_MAX,
     ColumnError,
@@ -32,6 +42,7 @@ from kinetolens.ingest.kineto_values import (
     column,
     exact_times,
     ints,
+    nulls,
     raw_us_to_ns,
     shared_texts,
     texts,
@@ -111,6 +122,8 @@ def _args_decoder(struct: type[msgspec.Struct]) -> msgspec.json.Decoder:
 
 ARGS_STRUCTS: dict[str, type[msgspec.Struct]] = {
     "host": HostArgs,
+    "runtime": RuntimeArgs,
+    "python": PythonArgs,
     "device": DeviceArgs,
     "memory": MemoryArgs,
     "meta": MetaArgs,
@@ -205,45 +218,85 @@ def _range_columns(events: list[Event], kinds: list[str], ts_exact: bool, *, lon
     }
 
 
+#: Host ranges whose args are read with a struct of their own few fields
+#: (the rest, ops and annotations, with ``HostArgs``).
+_HOST_ARGS_OF_KIND = {RUNTIME: "runtime", SYNC: "runtime", PYTHON: "python"}
+
+
 def host_frame(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[str, pl.Series]:
-    a = _args(events, "host")
+    """The host table's columns for one chunk.
+
+    Ops and annotations, runtime calls and Python frames carry different
+    args; each group is read with a struct of its own fields (the fields a
+    struct lacks are null columns) and the rows are put back in file order.
+    """
+    tables = [_HOST_ARGS_OF_KIND.get(kind, "host") for kind in kinds]
+    present = set(tables)
+    if len(present) <= 1:
+        return _host_columns(events, kinds, ts_exact, next(iter(present), "host"))
+    parts, rows = [], []
+    for table in ("host", "runtime", "python"):
+        if table in present:
+            mask = [t == table for t in tables]
+            rows.extend(compress(range(len(tables)), mask))
+            parts.append(_host_columns(list(compress(events, mask)), list(compress(kinds, mask)), ts_exact, table))
+    # Back to file order, so that the raw table does not depend on where a
+    # reader cut its chunks.
+    back = pl.Series(rows, dtype=pl.UInt32).arg_sort()
+    return {name: pl.concat([part[name] for part in parts]).gather(back) for name in parts[0]}
+
+
+def _host_columns(events: list[Event], kinds: list[str], ts_exact: bool, table: str) -> dict[str, pl.Series]:
+    """Host columns of ranges whose args are read as ``table``'s struct;
+    fields that struct does not have are null columns."""
+    a = _args(events, table)
+    has = ARGS_STRUCTS[table].__struct_fields__
+    n = len(events)
+
+    def int_args(fields: dict[str, str]) -> dict[str, pl.Series]:
+        read = _int_args(a, {col: field for col, field in fields.items() if field in has})
+        return {col: read.get(col, nulls(n, pl.Int64)) for col in fields}
+
+    def text_args(field: str, build: Callable[[list[Any]], pl.Series]) -> pl.Series:
+        return build(_get(field, a)) if field in has else nulls(n, pl.String)
+
     cols = _range_columns(events, kinds, ts_exact, long_names=False)
-    ids = _int_args(a, {"external_id": "external_id", "external_id_legacy": "external_id_legacy"})
+    ids = int_args({"external_id": "external_id", "external_id_legacy": "external_id_legacy"})
     cols["external_id"] = coalesce(ids["external_id"], ids["external_id_legacy"]).alias("external_id")
     cols.update(
-        _int_args(
-            a,
+        int_args(
             {
                 "correlation": "correlation",
                 "sequence_number": "sequence_number",
                 "fwd_thread_id": "fwd_thread_id",
                 "record_function_id": "record_function_id",
-            },
+            }
         )
     )
-    dims = coalesce(texts(_get("input_dims", a)), texts(_get("input_dims_legacy", a)))
+    dims = coalesce(text_args("input_dims", texts), text_args("input_dims_legacy", texts))
     cols["input_dims"] = dims.alias("input_dims")
-    cols["input_types"] = texts(_get("input_type", a)).alias("input_types")
-    cols["concrete_inputs"] = texts(_get("concrete_inputs", a)).alias("concrete_inputs")
-    cols["call_stack"] = shared_texts(_get("call_stack", a)).alias("call_stack")
+    cols["input_types"] = text_args("input_type", texts).alias("input_types")
+    cols["concrete_inputs"] = text_args("concrete_inputs", texts).alias("concrete_inputs")
+    cols["call_stack"] = text_args("call_stack", shared_texts).alias("call_stack")
     cols.update(
-        _int_args(
-            a,
+        int_args(
             {
                 "python_id": "python_id",
                 "python_parent_id": "python_parent_id",
                 "python_module_id": "python_module_id",
                 "cbid": "cbid",
-            },
+            }
         )
     )
-    cols["collective_name"] = pl.Series("collective_name", _get("collective_name", a), dtype=pl.String)
-    cols.update(
-        _int_args(a, {"in_msg_nelems": "in_msg_nelems", "out_msg_nelems": "out_msg_nelems", "group_size": "group_size"})
-    )
-    cols["comm_dtype"] = pl.Series("comm_dtype", _get("comm_dtype", a), dtype=pl.String)
-    cols["process_group_name"] = pl.Series("process_group_name", _get("process_group_name", a), dtype=pl.String)
+    cols["collective_name"] = text_args("collective_name", _strings).alias("collective_name")
+    cols.update(int_args({"in_msg_nelems": "in_msg_nelems", "out_msg_nelems": "out_msg_nelems", "group_size": "group_size"}))
+    cols["comm_dtype"] = text_args("comm_dtype", _strings).alias("comm_dtype")
+    cols["process_group_name"] = text_args("process_group_name", _strings).alias("process_group_name")
     return cols
+
+
+def _strings(values: list[Any]) -> pl.Series:
+    return pl.Series(values, dtype=pl.String)
 
 
 def device_frame(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[str, pl.Series]:
