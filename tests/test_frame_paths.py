@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from kinetolens.model.build import _frame_paths
-from kinetolens.model.frames import is_module_frame, module_name, user_frame
+from kinetolens.model.frames import MODULE_PREFIX, user_frame
 
 FRAMES = [
     "nn.Module: Linear_0",
@@ -36,8 +36,8 @@ def walk(names: list[str | None], parents: list[int]) -> tuple[list[str | None],
         parent_module = module_of[p] if p >= 0 else None
         parent_source = source_of[p] if p >= 0 else None
         name = raw or ""
-        if is_module_frame(name):
-            short = module_name(name)
+        if name.startswith(MODULE_PREFIX):
+            short = name[len(MODULE_PREFIX) :]
             module_of[i] = f"{parent_module}.{short}" if parent_module else short
         else:
             module_of[i] = parent_module

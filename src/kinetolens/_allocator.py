@@ -64,7 +64,7 @@ def keep_freed_heap() -> None:
     about that size.  glibc maps and unmaps such buffers each time (its
     dynamic thresholds settle around the size of the last freed one and trim
     the heap above twice that), so every piece's buffers are page-faulted
-    afresh: on a 500 MB trace about 150,000 faults and 8% of the CPU time of
+    afresh: on a 500 MB trace about 125,000 faults and 8% of the CPU time of
     load and summary (docs/BENCHMARKS.md).  Pinning the thresholds at the
     values glibc's own rule grows to keeps them for reuse.  The cost is up
     to 64 MiB of freed heap kept, worth it only beside a big trace's tables,

@@ -36,7 +36,8 @@ from kinetolens.registry.flops import REGISTRY, OpArgs, evaluate
 _KEY = ["name", "input_dims", "input_types", "concrete_inputs"]
 
 
-_WORK_SCHEMA = {"op_id": pl.Int64, "flops": pl.Float64, "bytes": pl.Float64, "formula": pl.String}
+_RESULT_SCHEMA = {"flops": pl.Float64, "bytes": pl.Float64, "formula": pl.String}
+_WORK_SCHEMA = {"op_id": pl.Int64, **_RESULT_SCHEMA}
 #: The op columns the evaluation and the carrier search read.
 _OP_COLUMNS = ["op_id", "parent_id", "depth", *_KEY, "fwd_op_id"]
 
@@ -88,7 +89,7 @@ def _evaluate_ops(ops: pl.DataFrame) -> pl.DataFrame:
             shared.append((name, dims, types, concrete, fwd_id, work.flops, work.bytes, work.formula))
     found = pl.DataFrame(
         shared,
-        schema={**dict.fromkeys(_KEY, pl.String), "fwd_key": pl.Int64, **dict(list(_WORK_SCHEMA.items())[1:])},
+        schema={**dict.fromkeys(_KEY, pl.String), "fwd_key": pl.Int64, **_RESULT_SCHEMA},
         orient="row",
     )
     hits = plain.join(found, on=keys, how="inner", nulls_equal=True).select(*_WORK_SCHEMA)

@@ -255,7 +255,7 @@ def _host_columns(events: list[Event], kinds: list[str], ts_exact: bool, table: 
 
     def int_args(fields: dict[str, str]) -> dict[str, pl.Series]:
         read = _int_args(a, {col: field for col, field in fields.items() if field in has})
-        return {col: read.get(col, nulls(n, pl.Int64)) for col in fields}
+        return {col: read[col] if col in read else nulls(n, pl.Int64) for col in fields}
 
     def text_args(field: str, build: Callable[[list[Any]], pl.Series]) -> pl.Series:
         return build(_get(field, a)) if field in has else nulls(n, pl.String)

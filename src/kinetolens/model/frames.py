@@ -39,20 +39,12 @@ _GENERATED = re.compile(r"/[a-z0-9]{2}/c[a-z0-9]{40,}\.py$")
 _FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.*)$")
 
 
-def is_module_frame(name: str) -> bool:
-    return name.startswith(MODULE_PREFIX)
-
-
-def module_name(name: str) -> str:
-    return name[len(MODULE_PREFIX) :]
-
-
 @lru_cache(maxsize=1 << 16)
 def user_frame(name: str) -> str | None:
     """``file:line`` when ``name`` is a frame of user code, else None.
 
-    Cached: a trace repeats the same few thousand frames every step, and
-    this runs once per Python event (tens of thousands per trace).
+    Cached: call stacks (``source_from_call_stack``) repeat the same few
+    thousand frames in every distinct stack.
     """
     match = _FRAME.match(name)
     if match is None:
