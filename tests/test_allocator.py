@@ -25,8 +25,10 @@ def _conf(code: str, **env: str) -> str:
 def test_one_arena_is_appended_to_polars_own_options() -> None:
     # polars sets its decay options at import and appends ours after them.
     conf = _conf("import kinetolens, polars")
-    assert conf.split(",")[-2:] == ["narenas:1", "oversize_threshold:262144"]
-    assert "dirty_decay_ms" in conf
+    ours = ["narenas:1", "oversize_threshold:16384", "dirty_decay_ms:20", "muzzy_decay_ms:0"]
+    assert conf.split(",")[-4:] == ours
+    # polars' own decay options come first, so ours (read later) win.
+    assert conf.index("dirty_decay_ms") < conf.index("dirty_decay_ms:20")
 
 
 def test_nothing_is_set_once_polars_is_loaded() -> None:
@@ -38,6 +40,40 @@ def test_nothing_is_set_once_polars_is_loaded() -> None:
 def test_a_value_the_user_set_is_kept() -> None:
     assert _conf("import kinetolens, polars", _RJEM_MALLOC_CONF="narenas:4").endswith("narenas:4")
     assert "narenas" not in _conf("import kinetolens, polars", _RJEM_MALLOC_CONF="")
+
+
+FREED = """
+import time
+import kinetolens, polars as pl
+def anon_mib():
+    for line in open("/proc/self/status"):
+        if line.startswith("RssAnon"):
+            return int(line.split()[1]) / 1024
+base = anon_mib()
+# 20,000 columns of 8 KB: small allocations, kept in jemalloc's own arena.
+cols = [pl.Series(range(i, i + 1000)) for i in range(20000)]
+held = anon_mib() - base
+del cols
+for _ in range(20):  # 0.2 s of a program that goes on allocating a little
+    time.sleep(0.01)
+    pl.Series(range(1000)).sum()
+print(held, anon_mib() - base)
+"""
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="reads /proc/self/status")
+@pytest.mark.parametrize("user_conf", [None, ""])
+def test_freed_columns_leave_the_resident_size_within_a_fraction_of_a_second(user_conf: str | None) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    if user_conf is not None:
+        env["_RJEM_MALLOC_CONF"] = user_conf  # polars' own decay: 0.5 s dirty, then 1 s "muzzy"
+    out = subprocess.run([sys.executable, "-c", FREED], env=env, capture_output=True, text=True, check=True)
+    held, left = map(float, out.stdout.split())
+    assert held > 100  # ~160 MiB of columns were resident
+    if user_conf is None:
+        assert left < held / 4, (held, left)
+    else:  # the control: with polars' defaults the freed pages are still resident
+        assert left > held / 2, (held, left)
 
 
 FAULTS = """

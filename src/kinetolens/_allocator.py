@@ -1,5 +1,5 @@
-"""polars' memory allocator, configured before polars loads: one arena, and
-big allocations returned at once.
+"""polars' memory allocator, configured before polars loads: one arena,
+and freed memory given back to the system within milliseconds.
 
 polars allocates with jemalloc, which gives the threads of a process up to
 four arenas per core, and memory freed into one arena is not reused by
@@ -10,12 +10,19 @@ arena the same load of ``df_index_resolver`` (51 MiB of JSON) peaks at
 159 MiB instead of 176, in the same time on a 2-core machine
 (``docs/BENCHMARKS.md``).
 
+jemalloc also keeps freed pages for reuse: polars asks for 500 ms before
+dirty pages are purged and a further second before "muzzy" ones (pages
+already marked free with ``MADV_FREE``, which still count in the resident
+size until the kernel needs them) are.  A load and summary frees columns
+far faster than that, so the kept pages add up to a fifth of the peak of a
+0.25-2 GB trace.
+
 jemalloc reads its options once, from ``_RJEM_MALLOC_CONF``, when polars'
 library loads; polars itself sets its decay options there at import and
-appends whatever the variable already holds.  So this only takes effect
-when kinetolens is imported before polars, and never overrides a value the
-user set (set ``_RJEM_MALLOC_CONF`` to anything, even empty, to keep
-jemalloc's defaults).
+appends whatever the variable already holds (later options win).  So this
+only takes effect when kinetolens is imported before polars, and never
+overrides a value the user set (set ``_RJEM_MALLOC_CONF`` to anything, even
+empty, to keep polars' defaults).
 """
 
 from __future__ import annotations
@@ -25,15 +32,22 @@ import sys
 
 ALLOCATOR_ENV = "_RJEM_MALLOC_CONF"
 ONE_ARENA = "narenas:1"
-#: Allocations from 256 KiB up (a column of 32k int64s) are served by
-#: jemalloc's arena for oversize requests, which returns freed extents to
-#: the kernel at once instead of keeping them for reuse (jemalloc's default
-#: threshold is 8 MiB).  A model build and summary free many columns of a
-#: few hundred KiB to a few MiB whose extents, kept, rarely fit the next
-#: request: the peak of a 2 GB trace's load and summary drops from 3.2 to
-#: 2.8 GiB, at the same CPU time.
-OVERSIZE = "oversize_threshold:262144"
-ALLOCATOR_OPTIONS = f"{ONE_ARENA},{OVERSIZE}"
+#: Allocations from 16 KiB up (jemalloc's smallest "large" size; its default
+#: threshold is 8 MiB) are served by jemalloc's arena for oversize requests,
+#: which returns freed extents to the kernel at once instead of keeping them
+#: for reuse.  A model build and summary free many columns of a few tens of
+#: KiB to a few MiB whose extents, kept, rarely fit the next request.
+#: Measured at the same CPU time: a 2 GB trace's load and summary peaks at
+#: 2.8 GiB instead of 3.3 (threshold 256 KiB or less), and going from 256 KiB
+#: to 16 KiB takes another 6 MiB off ``df_index_resolver``'s load.
+OVERSIZE = "oversize_threshold:16384"
+#: Dirty pages purged after 20 ms instead of polars' 500, muzzy ones at once
+#: (``MADV_DONTNEED``, so the resident size drops).  A 0.25 GB trace's load
+#: and summary peaks at ~375 MiB instead of ~445, 0.5 GB at ~740 instead of
+#: ~890, for 2-6% more time; 0 ms for dirty pages would save a little more
+#: (~355 MiB) for 25% more time, as every free then costs a system call.
+DECAY = "dirty_decay_ms:20,muzzy_decay_ms:0"
+ALLOCATOR_OPTIONS = f"{ONE_ARENA},{OVERSIZE},{DECAY}"
 
 
 def configure_allocator() -> None:
