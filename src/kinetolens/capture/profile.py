@@ -47,6 +47,21 @@ _MARKERS: list[Callable[[], None]] = []
 _RUNNING: list[Profile] = []
 
 
+#: torch warns, when a second recording window starts, that the events of
+#: the first are cleared; kinetolens has written that window's trace by then
+#: (``on_trace_ready``), so the warning would only alarm its users.
+_CYCLE_WARNING = "Warning: Profiler clears events at the end of each cycle"
+
+
+def _without_cycle_warning(torch_step: Callable[[], None]) -> Callable[[], None]:
+    def step() -> None:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_CYCLE_WARNING, category=UserWarning)
+            torch_step()
+
+    return step
+
+
 def step() -> None:
     """Mark a step boundary on the innermost running profile.
 
@@ -177,7 +192,8 @@ class Profile:
 
     def step(self) -> None:
         """Mark the end of a step.  While running this is torch's own bound
-        ``profile.step`` (set as an instance attribute in ``__enter__``)."""
+        ``profile.step`` (set as an instance attribute in ``__enter__``;
+        with several windows, wrapped by :func:`_without_cycle_warning`)."""
         raise RuntimeError("kinetolens.profile: step() called outside the profiled block")
 
     def _make_schedule(self) -> Callable[[int], Any]:
@@ -251,10 +267,13 @@ class Profile:
 
             self._sampler = MemorySampler(self.sample_rate, cuda=self._cuda and torch.cuda.is_available())
             self._sampler.__enter__()
-        self.step = prof.step  # type: ignore[method-assign]
+        # Only a schedule of several windows has cycles to warn about; a single
+        # window keeps torch's own step, with no wrapper frame per step.
+        several_windows = self.steps is not None and self.repeat != 1
+        self.step = _without_cycle_warning(prof.step) if several_windows else prof.step  # type: ignore[method-assign]
         _RUNNING.append(self)
         if self._register_marker:
-            _MARKERS.append(prof.step)
+            _MARKERS.append(self.step)
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
@@ -267,10 +286,10 @@ class Profile:
             prof.__exit__(exc_type, exc, tb)
         finally:
             self._prof = None
+            if self._register_marker and self.step in _MARKERS:
+                _MARKERS.remove(self.step)
             del self.step
             _RUNNING.remove(self)
-            if self._register_marker and prof.step in _MARKERS:
-                _MARKERS.remove(prof.step)
         if exc_type is None and self._session_traces == 0:
             warnings.warn(
                 f"kinetolens.profile: no trace written: the block ended after {prof.step_num} "
