@@ -14,8 +14,8 @@ jemalloc also keeps freed pages for reuse: polars asks for 500 ms before
 dirty pages are purged and a further second before "muzzy" ones (pages
 already marked free with ``MADV_FREE``, which still count in the resident
 size until the kernel needs them) are.  A load and summary frees columns
-far faster than that, so the kept pages add up to a fifth of the peak of a
-0.25-2 GB trace.
+far faster than that: purging them within 20 ms takes a sixth off the
+peak of a 0.25-0.5 GB trace's load and summary.
 
 jemalloc reads its options once, from ``_RJEM_MALLOC_CONF``, when polars'
 library loads; polars itself sets its decay options there at import and

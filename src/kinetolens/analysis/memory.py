@@ -90,7 +90,7 @@ def enclosing_ops(events: pl.DataFrame, ops: pl.DataFrame) -> pl.Series:
         )
         .select("_row", "ts", "op_id")
     )
-    lookup = _op_spans(ops).select("op_id", "end", "parent_id")
+    lookup = ops.select("op_id", "end", "parent_id")  # in op order: looked up by position
     max_depth = int(spans["depth"].max() or 0) if spans.height else 0
     for _ in range(max_depth + 2):
         found = found.drop("end", "parent_id", strict=False)

@@ -42,10 +42,6 @@ _WORK_SCHEMA = {"op_id": pl.Int64, **_RESULT_SCHEMA}
 _OP_COLUMNS = ["op_id", "parent_id", "depth", *_KEY, "fwd_op_id"]
 
 
-def _work_rows(rows: list[tuple]) -> pl.DataFrame:
-    return pl.DataFrame(rows, schema=_WORK_SCHEMA, orient="row")
-
-
 def _evaluate_ops(ops: pl.DataFrame) -> pl.DataFrame:
     """Work of every registered op call (``op_id, flops, bytes, formula``, by
     op_id), computing each distinct argument set once."""
@@ -93,7 +89,7 @@ def _evaluate_ops(ops: pl.DataFrame) -> pl.DataFrame:
         orient="row",
     )
     hits = plain.join(found, on=keys, how="inner", nulls_equal=True).select(*_WORK_SCHEMA)
-    return pl.concat([_work_rows(single), hits]).sort("op_id")
+    return pl.concat([pl.DataFrame(single, schema=_WORK_SCHEMA, orient="row"), hits]).sort("op_id")
 
 
 def _backward_rows(ops: pl.DataFrame, cand: pl.DataFrame) -> dict[int, tuple]:
@@ -138,8 +134,8 @@ def _families_below(ops: pl.DataFrame, own: pl.Series) -> pl.Series:
         .filter(pl.col("parent_id").is_not_null())
         .partition_by("depth", as_dict=True)
     )
-    for (_depth,) in sorted(levels, reverse=True):
-        level = levels[(_depth,)]
+    for depth in sorted(levels, reverse=True):
+        level = levels[depth]
         mask = below.gather(level["op_id"]) | level["own"]
         up = (
             pl.DataFrame({"p": level["parent_id"], "m": mask})

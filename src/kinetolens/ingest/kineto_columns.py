@@ -253,43 +253,26 @@ def _host_columns(events: list[Event], kinds: list[str], ts_exact: bool, table: 
     has = ARGS_STRUCTS[table].__struct_fields__
     n = len(events)
 
-    def int_args(fields: dict[str, str]) -> dict[str, pl.Series]:
-        read = _int_args(a, {col: field for col, field in fields.items() if field in has})
-        return {col: read[col] if col in read else nulls(n, pl.Int64) for col in fields}
+    def int_args(*fields: str) -> dict[str, pl.Series]:
+        """Int columns named as the struct's fields."""
+        read = _int_args(a, {field: field for field in fields if field in has})
+        return {field: read[field] if field in read else nulls(n, pl.Int64) for field in fields}
 
     def text_args(field: str, build: Callable[[list[Any]], pl.Series]) -> pl.Series:
         return build(_get(field, a)) if field in has else nulls(n, pl.String)
 
     cols = _range_columns(events, kinds, ts_exact, long_names=False)
-    ids = int_args({"external_id": "external_id", "external_id_legacy": "external_id_legacy"})
+    ids = int_args("external_id", "external_id_legacy")
     cols["external_id"] = coalesce(ids["external_id"], ids["external_id_legacy"]).alias("external_id")
-    cols.update(
-        int_args(
-            {
-                "correlation": "correlation",
-                "sequence_number": "sequence_number",
-                "fwd_thread_id": "fwd_thread_id",
-                "record_function_id": "record_function_id",
-            }
-        )
-    )
+    cols.update(int_args("correlation", "sequence_number", "fwd_thread_id", "record_function_id"))
     dims = coalesce(text_args("input_dims", texts), text_args("input_dims_legacy", texts))
     cols["input_dims"] = dims.alias("input_dims")
     cols["input_types"] = text_args("input_type", texts).alias("input_types")
     cols["concrete_inputs"] = text_args("concrete_inputs", texts).alias("concrete_inputs")
     cols["call_stack"] = text_args("call_stack", shared_texts).alias("call_stack")
-    cols.update(
-        int_args(
-            {
-                "python_id": "python_id",
-                "python_parent_id": "python_parent_id",
-                "python_module_id": "python_module_id",
-                "cbid": "cbid",
-            }
-        )
-    )
+    cols.update(int_args("python_id", "python_parent_id", "python_module_id", "cbid"))
     cols["collective_name"] = text_args("collective_name", _strings).alias("collective_name")
-    cols.update(int_args({"in_msg_nelems": "in_msg_nelems", "out_msg_nelems": "out_msg_nelems", "group_size": "group_size"}))
+    cols.update(int_args("in_msg_nelems", "out_msg_nelems", "group_size"))
     cols["comm_dtype"] = text_args("comm_dtype", _strings).alias("comm_dtype")
     cols["process_group_name"] = text_args("process_group_name", _strings).alias("process_group_name")
     return cols

@@ -66,7 +66,7 @@ def read_counter_events(path: str | Path) -> tuple[pl.DataFrame, list[TraceWarni
         return empty_counter_events(), [
             TraceWarning("counter events unreadable", 1, "the file is damaged; counter values were not loaded")
         ]
-    cols: dict[str, list[Any]] = {name: [] for name in COUNTER_EVENT_SCHEMA}
+    rows: list[tuple[Any, ...]] = []
     skipped = 0
     for index, e in enumerate(e for e in events if e.ph == "C"):
         try:
@@ -76,10 +76,8 @@ def read_counter_events(path: str | Path) -> tuple[pl.DataFrame, list[TraceWarni
             skipped += 1
             continue
         common = (index, e.name, e.cat, as_int(e.pid), as_int(e.tid), ts)
-        for key, value in values:
-            for column, item in zip(("event", "name", "cat", "pid", "tid", "ts", "key", "value"), (*common, key, value)):
-                cols[column].append(item)
+        rows.extend((*common, key, value) for key, value in values)
     warnings = []
     if skipped:
         warnings.append(TraceWarning("counter events unreadable", skipped, "counter events whose args or time are malformed"))
-    return pl.DataFrame(cols, schema=COUNTER_EVENT_SCHEMA), warnings
+    return pl.DataFrame(rows, schema=COUNTER_EVENT_SCHEMA, orient="row"), warnings

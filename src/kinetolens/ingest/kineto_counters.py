@@ -67,7 +67,7 @@ def read_profiler_counters(path: str | Path) -> tuple[pl.DataFrame, list[TraceWa
         return empty_counters(), [
             TraceWarning("CUPTI counters unreadable", 1, "the file is damaged; counter values were not loaded")
         ]
-    cols: dict[str, list[object]] = {name: [] for name in COUNTER_SCHEMA}
+    rows: list[tuple[object, ...]] = []
     skipped = 0
     range_id = -1
     for e in events:
@@ -80,10 +80,8 @@ def read_profiler_counters(path: str | Path) -> tuple[pl.DataFrame, list[TraceWa
             skipped += 1
             continue
         common = (range_id, e.name, as_int(e.pid), as_int(e.tid), optional_ns(e.ts), optional_ns(e.dur))
-        for metric, value in values:
-            for key, item in zip(("range_id", "name", "pid", "tid", "ts", "dur", "metric", "value"), (*common, metric, value)):
-                cols[key].append(item)
+        rows.extend((*common, metric, value) for metric, value in values)
     warnings = []
     if skipped:
         warnings.append(TraceWarning("CUPTI counters unreadable", skipped, "profiler range args that are not a JSON object"))
-    return pl.DataFrame(cols, schema=COUNTER_SCHEMA), warnings
+    return pl.DataFrame(rows, schema=COUNTER_SCHEMA, orient="row"), warnings

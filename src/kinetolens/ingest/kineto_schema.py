@@ -9,8 +9,9 @@ of the cyclic garbage collector.
 
 An event's ``args`` stay raw JSON text in the first pass and are decoded per
 table afterwards (all ops' args in one call, then all runtime calls', all
-kernels' ...), each with a struct of only its own fields: one struct holding every table's
-fields made each event's args object several times larger than needed, and
+kernels' ...), each with a struct of only its own fields: one struct holding
+every table's fields made each event's args object several times larger
+than needed, and
 allocating and freeing those was a fifth of the decode time.
 
 Shapes and call stacks stay ``msgspec.Raw`` (the JSON text): only ops that a
