@@ -33,6 +33,7 @@ from __future__ import annotations
 import polars as pl
 
 from kinetolens.analysis.counters import kernel_measured, op_measured
+from kinetolens.analysis.group_labels import counts, listed
 from kinetolens.analysis.tensor_cores import kernel_tensor_cores, matrix_dtype
 from kinetolens.analysis.work import carried_work, kernel_work
 from kinetolens.errors import TraceError
@@ -345,7 +346,7 @@ def kernel_groups(table: pl.DataFrame, roof: pl.DataFrame | None, by: str = "nam
     ``roof`` is :func:`kernel_roofline` of the same trace (None when the GPU
     is unknown: no percent of roofline).  ``pct_of_roof`` is the summed ideal
     time over the summed time of the kernels whose roof is known; ``op`` (by
-    name) is the op that launched the kernel most often.
+    name) lists the ops that launched the kernel, with counts.
     """
     if by not in KERNEL_GROUPS:
         raise ValueError(f"unknown grouping {by!r}; choose from {', '.join(KERNEL_GROUPS)}")
@@ -369,8 +370,10 @@ def kernel_groups(table: pl.DataFrame, roof: pl.DataFrame | None, by: str = "nam
         bytes=pl.col("bytes").sum(),
         _ideal=pl.col("_ideal_us").filter(known).sum(),
         _known=pl.col("dur_us").filter(known).sum(),
-        **({} if by == "name+op" else {"op": pl.col("op").drop_nulls().mode().first()}),
+        **({} if by == "name+op" else {"op": counts("op", missing="(no op)")}),
     )
+    if by == "name":
+        out = out.with_columns(listed("op"))
     return out.with_columns(
         tflops_s=pl.when(pl.col("total_us") > 0).then(pl.col("flops") / pl.col("total_us") / 1e6),
         pct_of_roof=pl.when(pl.col("_known") > 0).then(pl.col("_ideal") / pl.col("_known") * 100.0),
