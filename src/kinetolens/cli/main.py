@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import sys
 
-import click
+from kinetolens._allocator import tune_allocator
 
-from kinetolens import __version__
+tune_allocator()  # the command's own process: before any command module imports polars
+
+import click  # noqa: E402
+
+from kinetolens import __version__  # noqa: E402
 from kinetolens.cli.analysis_commands import (
     kernels_command,
     ops_command,
     summary_command,
 )
+from kinetolens.cli.cache_command import cache_command
 from kinetolens.cli.capture_commands import demo_command, run_command
 from kinetolens.cli.counters_command import counters_command
 from kinetolens.cli.diff_command import diff_command
@@ -48,6 +53,7 @@ cli.add_command(serve_command, "serve")
 cli.add_command(diff_command, "diff")
 cli.add_command(report_command, "report")
 cli.add_command(export_command, "export")
+cli.add_command(cache_command, "cache")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -49,6 +49,7 @@ from kinetolens.ingest.kineto_values import (
     times,
     triple,
 )
+from kinetolens.ingest.text_repair import is_text_error
 
 _classify = lru_cache(maxsize=256)(classify)
 
@@ -169,6 +170,8 @@ def invalid_args(events: Sequence[Event]) -> tuple[list[int], str]:
         try:
             _ONE_ARGS[table].decode(e.args)
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+            if is_text_error(exc):
+                raise  # the reader replaces such text and decodes again
             bad.append(i)
             first = first or str(exc).replace("`$", "`$.args")
     return bad, first
