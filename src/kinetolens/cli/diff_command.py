@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kinetolens.analysis.diff import ENVIRONMENT, LEVEL_KEYS, LEVELS, RunDiff, compare, environment_warning
+from kinetolens.cli.checks import WIDTH
 from kinetolens.cli.render import emit, emit_json
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
@@ -214,7 +215,7 @@ def _gate(diff: RunDiff, limit_pct: float) -> None:
 @click.option("--fail-if-slower", type=click.FloatRange(min=0), default=None, metavar="PCT",
               help="Exit 1 when the experiment's mean step time is more than PCT% above the baseline's.")
 @click.option("--exact-names", is_flag=True, help="Match raw names (keep module instance numbers, hashes, step numbers).")
-@click.option("-w", "--width", type=int, help="Terminal width for the tables.")
+@click.option("-w", "--width", type=WIDTH, help="Terminal width for the tables.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
 def diff_command(
     baseline: str, experiment: str, level: str, top: int | None, json_: bool, csv_: bool, tsv: bool,

@@ -22,6 +22,7 @@ from kinetolens.analysis.launch import (
     queue_length_summary,
     short_kernels,
 )
+from kinetolens.cli.checks import MICROSECONDS
 from kinetolens.cli.render import emit, emit_json
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
@@ -68,7 +69,7 @@ _csv = click.option("--csv", is_flag=True, help="All tables as CSV, each after a
 @click.argument("trace", type=str)
 @_json
 @_csv
-@click.option("--kernel-wait-us", type=float, default=KERNEL_WAIT_US, show_default=True,
+@click.option("--kernel-wait-us", type=MICROSECONDS, default=KERNEL_WAIT_US, show_default=True,
               help="Gaps shorter than this between queued work count as launch overhead (kernel_wait).")
 @_keep_last_step
 @_no_cache
@@ -88,7 +89,7 @@ def idle_command(trace: str, json_: bool, csv: bool, kernel_wait_us: float, keep
 @click.argument("trace", type=str)
 @_json
 @_csv
-@click.option("--short-us", type=float, default=SHORT_LAUNCH_US, show_default=True,
+@click.option("--short-us", type=MICROSECONDS, default=SHORT_LAUNCH_US, show_default=True,
               help="Short kernels: those running shorter than a launch call of at most this many µs.")
 @_keep_last_step
 @_no_cache

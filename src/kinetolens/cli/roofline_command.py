@@ -15,6 +15,7 @@ from kinetolens.analysis.roofline import (
     require_roofs,
     roofline_by,
 )
+from kinetolens.cli.checks import WIDTH
 from kinetolens.cli.render import emit
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
@@ -61,7 +62,7 @@ def _write_chart(path: str, ops: pl.DataFrame, spec: GpuSpec, title: str) -> Non
 @click.option("-n", "--top", type=click.IntRange(min=1), default=20, show_default=True, help="Rows in the terminal table.")
 @click.option("--csv", "csv_", is_flag=True, help="CSV output, every row and column.")
 @click.option("--json", "json_", is_flag=True, help="JSON records, every row and column.")
-@click.option("-w", "--width", type=int, help="Terminal width for the table.")
+@click.option("-w", "--width", type=WIDTH, help="Terminal width for the table.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
 def roofline_command(
     trace: str, output: str | None, by: str, peak_tflops: float | None, peak_gbps: float | None,
