@@ -22,6 +22,7 @@ from kinetolens.analysis.ops import (
 )
 from kinetolens.analysis.roofline import LOST_COLUMNS, with_time_lost
 from kinetolens.analysis.summary import summarize
+from kinetolens.cli.checks import ROWS, WIDTH, check_step, check_time_range, regex, require_kernels
 from kinetolens.cli.diff_command import short_name
 from kinetolens.cli.render import emit, emit_json
 from kinetolens.loader import load
@@ -172,9 +173,9 @@ class _ColumnHelp(click.Command):
 @click.option("--csv", is_flag=True, help="CSV output.")
 @click.option("--tsv", is_flag=True, help="Tab-separated output.")
 @click.option("--json", "json_", is_flag=True, help="JSON records.")
-@click.option("-w", "--width", type=int, default=None, help="Terminal width for the table.")
+@click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width for the table.")
 @click.option("--step", type=int, default=None, help="Only kernels of this profiler step.")
-@click.option("-n", "--limit", type=int, default=None, help="At most this many rows.")
+@click.option("-n", "--limit", type=ROWS, default=None, help="At most this many rows.")
 @click.option("--no-cache", is_flag=True)
 def kernels_command(
     trace: str, columns: str, csv: bool, tsv: bool, json_: bool, width: int | None, step: int | None,
@@ -185,7 +186,10 @@ def kernels_command(
     unknown = [c for c in cols if c not in KERNEL_COLUMNS]
     if unknown:
         raise click.BadParameter(f"unknown column(s) {', '.join(unknown)}; see -h", param_hint="-c")
-    table = kernel_table(load(trace, cache=not no_cache), step=step).select(cols)
+    loaded = load(trace, cache=not no_cache)
+    require_kernels(trace, loaded)
+    check_step(trace, loaded, step)
+    table = kernel_table(loaded, step=step).select(cols)
     if limit is not None:
         table = table.head(limit)
     emit(table, _format(csv, tsv, json_), width=width)
@@ -248,7 +252,7 @@ def _print_ops(frame: pl.DataFrame, keys: list[str], title: str, caption: str, w
 
 @click.command("ops")
 @click.argument("trace", type=str)
-@click.option("-t", "--top", type=int, default=20, show_default=True, help="Show the top N rows.")
+@click.option("-t", "--top", type=ROWS, default=20, show_default=True, help="Show the top N rows.")
 @click.option("--aggregate-by", "by", type=click.Choice(list(GROUPINGS)), default="op", show_default=True)
 @click.option(
     "--aggregate", type=click.Choice(list(AGGREGATES)), default="sum", show_default=True,
@@ -263,7 +267,7 @@ def _print_ops(frame: pl.DataFrame, keys: list[str], title: str, caption: str, w
 )
 @click.option("--min-time", type=float, default=None, help="Only rows with at least this time (us).")
 @click.option("--max-time", type=float, default=None, help="Only rows with at most this time (us).")
-@click.option("--name", "name_regex", default=None, help="Only rows whose key matches this regex.")
+@click.option("--name", "name_regex", default=None, callback=regex, help="Only rows whose key matches this regex.")
 @click.option("--step", type=int, default=None, help="Only this profiler step.")
 @click.option(
     "-c", "--columns", default=None,
@@ -271,7 +275,7 @@ def _print_ops(frame: pl.DataFrame, keys: list[str], title: str, caption: str, w
 )
 @click.option("--csv", is_flag=True)
 @click.option("--json", "json_", is_flag=True)
-@click.option("-w", "--width", type=int, default=None, help="Terminal width for the table.")
+@click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width for the table.")
 @click.option("--no-cache", is_flag=True)
 def ops_command(
     trace: str, top: int, by: str, aggregate: str, order_by: str | None, min_time: float | None, max_time: float | None,
@@ -285,7 +289,9 @@ def ops_command(
     pct_of_roof its percent of roof, as kinetolens roofline computes them;
     --order-by lost_us ranks ops by what they would save at 100% of it.
     """
+    check_time_range(min_time, max_time)
     loaded = load(trace, cache=not no_cache)
+    check_step(trace, loaded, step)
     if order_by is None:
         order_by = default_order(loaded, by, aggregate)
     stats = op_stats(loaded, by=by, aggregate=aggregate, step=step)

@@ -18,6 +18,7 @@ from kinetolens.cli.analysis_commands import (
 )
 from kinetolens.cli.cache_command import cache_command
 from kinetolens.cli.capture_commands import demo_command, run_command
+from kinetolens.cli.checks import one_line
 from kinetolens.cli.counters_command import counters_command
 from kinetolens.cli.diff_command import diff_command
 from kinetolens.cli.dist_command import dist_command
@@ -66,7 +67,11 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("kinetolens: aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        exc.show()
+        # One line, like a bad file: click's usage block (three more lines
+        # before the message) is what -h is for.
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see '{ctx.command_path} -h')" if isinstance(exc, click.UsageError) and ctx is not None else ""
+        click.echo(f"kinetolens: error: {one_line(exc.format_message())}{hint}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except BrokenPipeError:
         sys.exit(0)

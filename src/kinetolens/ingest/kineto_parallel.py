@@ -132,7 +132,7 @@ def decode_piece_frames(path: str, piece: bytes) -> dict[str, pl.DataFrame] | No
             return chunk_frames(path, p, False)
         except NeedsExactTime:
             return chunk_frames(path, partition(decode_piece(piece, True)), True)
-    except (TraceError, ArgsInvalid):
+    except (TraceError, ArgsInvalid, UnicodeDecodeError):
         return None
 
 
