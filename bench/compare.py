@@ -103,9 +103,11 @@ TARGET_PEAK_RATIO = 3.0
 # --------------------------------------------------------------------------
 
 def _work_kinetolens(path: str, out: dict) -> None:
-    # kinetolens first, as its users import it (it sets polars' allocator
-    # options, which only take effect before polars loads).
+    # Tuned as the `kinetolens` command is: polars' allocator options only
+    # take effect before polars loads.
     import kinetolens
+
+    kinetolens.tune_allocator()
     import polars  # noqa: F401  (imported before the clock, as pandas is for the others)
     from kinetolens.analysis import idle, overview
     from kinetolens.analysis.gpu_streams import without_last_step

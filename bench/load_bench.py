@@ -110,9 +110,11 @@ def _worker(tool: str, path: str, cache_dir: str | None) -> None:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     else:
-        # kinetolens first, as its users import it: it sets polars' allocator
-        # options, which only take effect before polars loads.
+        # Tuned as the `kinetolens` command is: polars' allocator options
+        # only take effect before polars loads.
         import kinetolens
+
+        kinetolens.tune_allocator()
         import polars  # noqa: F401  (the result is polars frames; import it before timing)
 
         out["rss_after_imports_kb"] = proc_status_kb("VmRSS")

@@ -42,6 +42,7 @@ TARGET_MB_PER_CPU_S = 60.0
 WORKER = r"""
 import json, os, resource, sys, time
 import kinetolens
+kinetolens.tune_allocator()  # as the `kinetolens` command does
 from kinetolens.analysis.summary import summarize
 path = sys.argv[1]
 t0 = time.perf_counter(); c0 = os.times()

@@ -1,4 +1,5 @@
-"""kinetolens asks polars' allocator for one arena, only when it can and may.
+"""kinetolens tunes polars' allocator in its own processes only (the
+command, the decode workers, or after an explicit ``tune_allocator()``).
 
 Run in fresh interpreters: the setting only works before polars loads, so
 the import order of the test process itself must not matter.
@@ -14,37 +15,48 @@ import sys
 import pytest
 
 SHOW = "import os; print(os.environ.get('_RJEM_MALLOC_CONF'))"
+OURS = ["narenas:1", "oversize_threshold:16384", "dirty_decay_ms:20", "muzzy_decay_ms:0"]
 
 
-def _conf(code: str, **env: str) -> str:
+def _run(code: str, **env: str) -> str:
     clean = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
-    out = subprocess.run([sys.executable, "-c", code + "; " + SHOW], env={**clean, **env}, capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, check=True)
     return out.stdout.strip()
 
 
-def test_one_arena_is_appended_to_polars_own_options() -> None:
-    # polars sets its decay options at import and appends ours after them.
-    conf = _conf("import kinetolens, polars")
-    ours = ["narenas:1", "oversize_threshold:16384", "dirty_decay_ms:20", "muzzy_decay_ms:0"]
-    assert conf.split(",")[-4:] == ours
-    # polars' own decay options come first, so ours (read later) win.
-    assert conf.index("dirty_decay_ms") < conf.index("dirty_decay_ms:20")
+def _conf(code: str, **env: str) -> str:
+    return _run(code + "; " + SHOW, **env)
 
 
-def test_nothing_is_set_once_polars_is_loaded() -> None:
-    # jemalloc has read its options by then; setting them would only mislead
-    # child processes.
-    assert "narenas" not in _conf("import polars, kinetolens")
+def test_importing_the_library_leaves_the_allocator_alone() -> None:
+    # issue 17, point 19: a library must not tune the allocator of the whole
+    # process (DataLoader workers, torchrun children, the user's polars code).
+    assert _conf("import kinetolens, polars") == _conf("import polars")
+    assert "narenas" not in _conf("import kinetolens; kinetolens.load; import polars")
 
 
-def test_a_value_the_user_set_is_kept() -> None:
-    assert _conf("import kinetolens, polars", _RJEM_MALLOC_CONF="narenas:4").endswith("narenas:4")
-    assert "narenas" not in _conf("import kinetolens, polars", _RJEM_MALLOC_CONF="")
+def test_the_command_tunes_its_process_and_leaves_children_alone() -> None:
+    # issue 17, point 19: the command loads polars with the options, then
+    # restores the environment, so a script under `kinetolens run` (or any
+    # child) starts with its own defaults.
+    assert _conf("import kinetolens.cli.main") == "None"
+    child = "import subprocess, sys; subprocess.run([sys.executable, '-c', \"import os; print(os.environ.get('_RJEM_MALLOC_CONF'))\"])"
+    assert _run("import kinetolens.cli.main; " + child) == "None"
+
+
+def test_decode_workers_get_the_options_unless_the_user_set_them() -> None:
+    # issue 17, point 19: kinetolens' own worker processes are tuned.
+    show = "import kinetolens._allocator as a; e = a.worker_env(); print(e and e['_RJEM_MALLOC_CONF'])"
+    assert _run("import polars; " + show).split(",") == OURS
+    assert _run("import kinetolens.cli.main; " + show).split(",") == OURS
+    assert _run("import polars; " + show, _RJEM_MALLOC_CONF="narenas:4") == "None"
+    assert _run("import kinetolens.cli.main; " + show, _RJEM_MALLOC_CONF="") == "None"
 
 
 FREED = """
-import time
-import kinetolens, polars as pl
+import sys, time
+exec(sys.argv[1])
+import polars as pl
 def anon_mib():
     for line in open("/proc/self/status"):
         if line.startswith("RssAnon"):
@@ -62,25 +74,35 @@ print(held, anon_mib() - base)
 
 
 @pytest.mark.skipif(platform.system() != "Linux", reason="reads /proc/self/status")
-@pytest.mark.parametrize("user_conf", [None, ""])
-def test_freed_columns_leave_the_resident_size_within_a_fraction_of_a_second(user_conf: str | None) -> None:
+@pytest.mark.parametrize(
+    ("start", "user_conf", "tuned"),
+    [
+        ("import kinetolens.cli.main", None, True),  # the command
+        ("import kinetolens; kinetolens.tune_allocator()", None, True),  # explicit opt-in
+        ("import kinetolens.cli.main", "", False),  # the user keeps polars' defaults
+        ("import kinetolens", None, False),  # issue 17, point 19: the library alone tunes nothing
+    ],
+)
+def test_freed_columns_leave_the_resident_size_within_a_fraction_of_a_second(start: str, user_conf: str | None, tuned: bool) -> None:
     env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
     if user_conf is not None:
         env["_RJEM_MALLOC_CONF"] = user_conf  # polars' own decay: 0.5 s dirty, then 1 s "muzzy"
-    out = subprocess.run([sys.executable, "-c", FREED], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", FREED, start], env=env, capture_output=True, text=True, check=True)
     held, left = map(float, out.stdout.split())
     assert held > 100  # ~160 MiB of columns were resident
-    if user_conf is None:
+    if tuned:
         assert left < held / 4, (held, left)
-    else:  # the control: with polars' defaults the freed pages are still resident
+    else:  # polars' defaults: the freed pages are still resident
         assert left > held / 2, (held, left)
 
 
 FAULTS = """
 import resource, sys
-from kinetolens._allocator import keep_freed_heap
+from kinetolens import _allocator
 if sys.argv[1] == "keep":
-    keep_freed_heap()
+    _allocator.tune_allocator()
+if sys.argv[1] in ("keep", "library"):
+    _allocator.keep_freed_heap()
 def churn():
     # A reader piece's buffers: its text, the text joined for decoding and
     # its joined args, about a megabyte each, alive together, then freed.
@@ -108,6 +130,13 @@ def test_kept_heap_reuses_freed_megabyte_buffers() -> None:
     default, kept = _faults("default"), _faults("keep")
     assert default > 200 * 100
     assert kept < default / 10
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
+def test_the_library_alone_never_calls_mallopt() -> None:
+    # issue 17, point 19: a big trace loaded by a user's process (not the
+    # command, no tune_allocator()) leaves glibc's malloc as it was.
+    assert _faults("library") > 200 * 100
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")

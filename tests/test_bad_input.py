@@ -282,23 +282,7 @@ for _field, _token in (("dur", "NaN"), ("ts", "NaN"), ("ts", "Infinity"), ("dur"
         "invalid JSON", _token.lstrip("-"), cli=(_field, _token) in (("dur", "NaN"), ("ts", "Infinity")))
 
 
-# 5. Invalid UTF-8.
-def _bad_utf8_name() -> bytes:
-    text = bert_json()
-    start = text.index(b'"name": "', nth_kernel(text, 3)) + len(b'"name": "')
-    return text[:start] + b"\xff\xfe\xc3" + text[start + 3 :]
-
-
-def _bad_utf8_metadata() -> bytes:
-    text = bert_json()
-    at = text.index(b'"NVIDIA H100') + 2
-    return text[:at] + b"\xff" + text[at + 1 :]
-
-
-for _suffix in (".json", ".json.gz"):
-    bad(f"utf8-kernel-name{_suffix}", file_of("utf8" + _suffix, _bad_utf8_name), "invalid UTF-8", "byte ",
-        cli=_suffix == ".json")
-bad("utf8-metadata", file_of("utf8meta.json", _bad_utf8_metadata), "invalid UTF-8", "byte ", cli=False)
+# 5. Invalid UTF-8 loads with U+FFFD and a counted warning: tests/test_trust_text.py.
 
 # 6. No (usable) traceEvents.
 for _i, (_body, _words) in enumerate(
@@ -390,13 +374,6 @@ def test_syntax_error_names_the_byte(tmp_path: Path, suffix: str) -> None:
     path = write(tmp_path, "syntax" + suffix, maybe_gzip(suffix, _syntax_error()))
     problem = load_rejection(path)
     assert f"byte {_syntax_error_at()}" in problem and "truncated" not in problem, problem
-
-
-def test_invalid_utf8_names_the_byte(tmp_path: Path) -> None:
-    text = _bad_utf8_name()
-    at = text.index(b"\xff\xfe\xc3")
-    problem = load_rejection(write(tmp_path, "utf8.json", text))
-    assert f"byte {at}" in problem, problem
 
 
 # --------------------------------------------------------------------------- recoverable damage

@@ -379,21 +379,19 @@ def test_our_idle_launch_queue_on_us_traces(name: str) -> None:
         assert all_launches.height == g["calls"]["get_cuda_kernel_launch_stats"]["result"][str(idle.rank_of(view))]["count"] + outside
         assert not mismatches(launch_pairs(view, g["calls"], HTA_LAUNCH_CALLS))
     if ok(g, "get_memory_bw_summary") and g["calls"]["get_memory_bw_summary"]["result"]:
-        # The file rounds durations to whole µs; Kineto's bandwidth arg (HTA's) used
-        # the exact ns duration, so ours (bytes / written duration) differs but the
-        # number of copies and the points where the sum is positive agree.
-        # Copies written with 0 µs have no bandwidth for us (HTA takes Kineto's and a 1 µs
-        # duration): each removes at most its two points from the positive series.  And
-        # HTA counts the float residue its running sum leaves when a copy ends (~1e-13
-        # GB/s) as a positive point: at most one more point per copy.
-        copies = launch.memory_bandwidth(view)
-        bw = copies.filter(pl.col("memory_bw_gbps").is_not_null())
-        assert (bw["memory_bw_gbps"] == bw["bytes"] / (bw["end"] - bw["ts"])).all()
-        zero = dict(copies.filter(pl.col("memory_bw_gbps").is_null()).group_by("name").len().iter_rows())
-        for key, o, r in membw_pairs(view, g["calls"]):
-            if key.endswith(" count"):
-                kind = key.removesuffix(" count")
-                assert (o or 0) <= r <= 2 * (o or 0) + 2 * zero.get(kind, 0), (key, o, r)
+        # The file rounds durations to whole µs; ours, like HTA's, is the bandwidth
+        # Kineto wrote from the exact ns duration (issue 17, point 3), so the figures
+        # agree.  Except on trace_diff/test, where HTA counts the float residue its
+        # running sum leaves when a copy ends (~1e-13 GB/s) as a positive point (7674
+        # points for 3840 DtoD copies, quartiles near 0) and, sorting unstably, adds a
+        # copy starting at the µs another ends to it (its max, 671.5 GB/s, is two
+        # back-to-back copies on stream 7; one stream runs one copy at a time).
+        pairs = [(k, o, r) for k, o, r in membw_pairs(view, g["calls"]) if not (k.endswith("min") and r == 0.0)]
+        bad = mismatches(pairs)
+        if "trace_diff__test" in name:
+            assert bad and all(k.startswith("Memcpy DtoD") for k, _, _ in bad), bad
+        else:
+            assert not bad, bad[:6]
 
 
 def test_trace_filter_two_ranks() -> None:

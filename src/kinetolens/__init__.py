@@ -3,29 +3,49 @@
 ``kinetolens.load(path)`` returns a :class:`~kinetolens.model.Trace` whose
 tables are polars DataFrames.  Capture (``kinetolens.profile``) is the only
 part that imports torch, and only when used.
+
+Every name here loads on first use: a training process that only captures
+(``kinetolens.profile``) imports neither polars nor any of the analyzer, and
+importing kinetolens changes nothing in the process or its environment.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from kinetolens._allocator import configure_allocator
+#: Public name -> the module that defines it, imported when first asked for.
+_LAZY = {
+    "load": "kinetolens.loader",
+    "Trace": "kinetolens.model.trace",
+    "TraceError": "kinetolens.errors",
+    "TraceWarning": "kinetolens.errors",
+    "profile": "kinetolens.capture",
+    "step": "kinetolens.capture",
+    "nvtx": "kinetolens.capture",
+    "tune_allocator": "kinetolens._allocator",
+}
 
-configure_allocator()  # before anything imports polars
+__all__ = ["Trace", "TraceError", "TraceWarning", "__version__", "load", "nvtx", "profile", "step", "tune_allocator"]
 
-from kinetolens.errors import TraceError, TraceWarning
-from kinetolens.loader import load
-from kinetolens.model import Trace
-
-__all__ = ["Trace", "TraceError", "TraceWarning", "__version__", "load", "nvtx", "profile", "step"]
+if TYPE_CHECKING:
+    from kinetolens._allocator import tune_allocator
+    from kinetolens.capture import nvtx, profile, step
+    from kinetolens.errors import TraceError, TraceWarning
+    from kinetolens.loader import load
+    from kinetolens.model.trace import Trace
 
 
 def __getattr__(name: str) -> Any:
-    # Capture needs torch; import it only when someone asks for it.
-    if name in ("profile", "step", "nvtx"):
-        from kinetolens import capture
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kinetolens' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
 
-        return getattr(capture, name)
-    raise AttributeError(f"module 'kinetolens' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

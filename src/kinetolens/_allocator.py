@@ -1,5 +1,12 @@
-"""polars' memory allocator, configured before polars loads: one arena,
-and freed memory given back to the system within milliseconds.
+"""polars' memory allocator and glibc's malloc, tuned for loading a trace,
+in kinetolens' own processes only.
+
+The ``kinetolens`` command calls :func:`tune_allocator` before anything
+imports polars, and the decode workers of big traces start with the same
+options (:func:`worker_env`).  ``import kinetolens`` tunes nothing: a
+training job's DataLoader workers, torchrun children and the user's own
+polars code keep their defaults.  A program that loads big traces itself may
+opt in by calling ``kinetolens.tune_allocator()`` before importing polars.
 
 polars allocates with jemalloc, which gives the threads of a process up to
 four arenas per core, and memory freed into one arena is not reused by
@@ -19,15 +26,16 @@ peak of a 0.25-0.5 GB trace's load and summary.
 
 jemalloc reads its options once, from ``_RJEM_MALLOC_CONF``, when polars'
 library loads; polars itself sets its decay options there at import and
-appends whatever the variable already holds (later options win).  So this
-only takes effect when kinetolens is imported before polars, and never
-overrides a value the user set (set ``_RJEM_MALLOC_CONF`` to anything, even
-empty, to keep polars' defaults).
+appends whatever the variable already holds (later options win).  So the
+tuning only takes effect before polars is imported, and never overrides a
+value the user set (set ``_RJEM_MALLOC_CONF`` to anything, even empty, to
+keep polars' defaults).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 ALLOCATOR_ENV = "_RJEM_MALLOC_CONF"
@@ -50,10 +58,43 @@ DECAY = "dirty_decay_ms:20,muzzy_decay_ms:0"
 ALLOCATOR_OPTIONS = f"{ONE_ARENA},{OVERSIZE},{DECAY}"
 
 
-def configure_allocator() -> None:
-    """Set kinetolens' jemalloc options if polars is not loaded yet and the user set nothing."""
-    if "polars" not in sys.modules and ALLOCATOR_ENV not in os.environ:
-        os.environ[ALLOCATOR_ENV] = ALLOCATOR_OPTIONS
+#: What polars itself puts in front of the variable at import, once per
+#: polars process in a chain of parents.
+_POLARS_OWN = re.compile(r"^(?:dirty_decay_ms:500,muzzy_decay_ms:1000(?:,thp:always,metadata_thp:always)?(?:,|$))+")
+_tuned = False
+_user_declined = False
+
+
+def tune_allocator() -> bool:
+    """Opt this process into kinetolens' allocator tuning; returns whether
+    jemalloc's options took effect.
+
+    Loads polars with :data:`ALLOCATOR_OPTIONS` when polars is not loaded yet
+    and the user set no ``_RJEM_MALLOC_CONF``, then restores the environment,
+    so that child processes (a script under ``kinetolens run``) start with
+    their own defaults.  Also lets :func:`keep_freed_heap` act.
+    """
+    global _tuned, _user_declined
+    _tuned = True
+    if ALLOCATOR_ENV in os.environ and "polars" not in sys.modules:
+        _user_declined = True
+    if "polars" in sys.modules or _user_declined:
+        return False
+    os.environ[ALLOCATOR_ENV] = ALLOCATOR_OPTIONS
+    try:
+        import polars  # noqa: F401  (jemalloc reads its options now, once)
+    finally:
+        os.environ.pop(ALLOCATOR_ENV, None)
+    return True
+
+
+def worker_env() -> dict[str, str] | None:
+    """Environment for kinetolens' own worker processes: this one's, plus
+    :data:`ALLOCATOR_OPTIONS` unless the user set the variable (None: inherit)."""
+    value = os.environ.get(ALLOCATOR_ENV)
+    if _user_declined or (value is not None and _POLARS_OWN.sub("", value) != ""):
+        return None
+    return {**os.environ, ALLOCATOR_ENV: ALLOCATOR_OPTIONS}
 
 
 #: glibc ``mallopt`` parameters (malloc.h).
@@ -82,11 +123,12 @@ def keep_freed_heap() -> None:
     load and summary (docs/BENCHMARKS.md).  Pinning the thresholds at the
     values glibc's own rule grows to keeps them for reuse.  The cost is up
     to 64 MiB of freed heap kept, worth it only beside a big trace's tables,
-    so the reader calls this for files from 256 MiB of JSON.  No-op off
-    glibc, and when the user tuned malloc through the environment.
+    so the reader calls this for files from 256 MiB of JSON.  No-op unless
+    :func:`tune_allocator` was called (the command and the decode workers
+    do), off glibc, and when the user tuned malloc through the environment.
     """
     global _heap_kept
-    if _heap_kept or not sys.platform.startswith("linux"):
+    if not _tuned or _heap_kept or not sys.platform.startswith("linux"):
         return
     _heap_kept = True
     if any(k in os.environ for k in _USER_MALLOC_ENV) or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):

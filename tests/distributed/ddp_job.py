@@ -12,6 +12,11 @@ Each step runs DDP's gradient all-reduce (one bucket: every parameter) and
 an explicit all-reduce of the loss, as training loops do for logging, so each
 trace holds two kinds of collective.  The model is tiny and the step count
 small so that four ranks fit in seconds on a two-core machine.
+
+``--delay-ms D --slow-rank R`` trains from a ``DataLoader`` instead, whose
+batches take D ms longer to load on rank R (a planted straggler), on a model
+of several layers whose gradients DDP splits into buckets of ``--bucket-kb``
+(several all-reduces per step, in flight together on gloo's two threads).
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ import argparse
 import gc
 import os
 import tempfile
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -40,13 +47,56 @@ def build_model() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
 
 
-def train(steps: int, on_step: Callable[[], None] | None = None) -> None:
+@dataclass(frozen=True)
+class Slowdown:
+    """A planted straggler: ``rank`` loads each batch ``delay_ms`` later."""
+
+    rank: int
+    delay_ms: float
+    bucket_kb: float = 4.0
+
+
+class SlowBatches(torch.utils.data.Dataset):
+    """Random batches of ``WIDE`` features; slow to load on the slow rank."""
+
+    def __init__(self, steps: int, delay_s: float) -> None:
+        self.steps, self.delay_s = steps, delay_s
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        return torch.randn(4, WIDE)
+
+
+#: Features of the slow-loading job's model: four WIDE x WIDE layers of
+#: (WIDE + 1) * WIDE * 4 bytes = 4.2 kB of gradients each.
+WIDE = 32
+
+
+def _batches(steps: int, slow: Slowdown | None) -> Iterable[torch.Tensor]:
+    if slow is None:
+        return (torch.randn(4, 8) for _ in range(steps))
+    delay = slow.delay_ms / 1e3 if dist.get_rank() == slow.rank else 0.0
+    # batch_size=None: each item is a batch, loaded in this process.
+    return torch.utils.data.DataLoader(SlowBatches(steps, delay), batch_size=None)
+
+
+def train(steps: int, on_step: Callable[[], None] | None = None, slow: Slowdown | None = None) -> None:
     """DDP training on the already initialized default process group."""
     torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(build_model())
+    if slow is None:
+        model = torch.nn.parallel.DistributedDataParallel(build_model())
+    else:
+        layers = [torch.nn.Linear(WIDE, WIDE) for _ in range(4)]
+        model = torch.nn.parallel.DistributedDataParallel(
+            torch.nn.Sequential(*layers), bucket_cap_mb=slow.bucket_kb / 1024
+        )
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    for _ in range(steps):
-        loss = model(torch.randn(4, 8)).square().mean()
+    for batch in _batches(steps, slow):
+        loss = model(batch).square().mean()
         loss.backward()
         opt.step()
         opt.zero_grad()
@@ -69,22 +119,24 @@ def shut_down() -> None:
     dist.destroy_process_group()
 
 
-def _spawned_rank(rank: int, world_size: int, init_file: str, logdir: str, run: str) -> None:
+def _spawned_rank(
+    rank: int, world_size: int, init_file: str, logdir: str, run: str, slow: Slowdown | None
+) -> None:
     import kinetolens
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
     try:
         with kinetolens.profile(logdir=logdir, run=run, **SPAWN_SCHEDULE) as prof:
-            train(SPAWN_STEPS, prof.step)
+            train(SPAWN_STEPS, prof.step, slow)
     finally:
         shut_down()
 
 
-def spawn(world_size: int, logdir: str, run: str) -> None:
+def spawn(world_size: int, logdir: str, run: str, slow: Slowdown | None = None) -> None:
     """Start ``world_size`` ranks in fresh interpreters and wait for them."""
     with tempfile.TemporaryDirectory(prefix="kinetolens-rdzv-") as tmp:
         init_file = os.path.join(tmp, "rendezvous")
-        mp.spawn(_spawned_rank, args=(world_size, init_file, logdir, run), nprocs=world_size, join=True)
+        mp.spawn(_spawned_rank, args=(world_size, init_file, logdir, run, slow), nprocs=world_size, join=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -92,13 +144,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--spawn", type=int, metavar="N", help="spawn N ranks that profile themselves")
     parser.add_argument("--logdir", default="./kinetolens-runs")
     parser.add_argument("--run", default=Path(__file__).stem)
+    parser.add_argument("--delay-ms", type=float, help="load each batch this much later on --slow-rank")
+    parser.add_argument("--slow-rank", type=int, default=1)
+    parser.add_argument("--bucket-kb", type=float, default=4.0, help="DDP bucket size with --delay-ms")
     args = parser.parse_args(argv)
+    slow = Slowdown(args.slow_rank, args.delay_ms, args.bucket_kb) if args.delay_ms is not None else None
     if args.spawn:
-        spawn(args.spawn, args.logdir, args.run)
+        spawn(args.spawn, args.logdir, args.run, slow)
         return
     dist.init_process_group("gloo")  # torchrun's environment
     try:
-        train(TORCHRUN_STEPS)
+        train(TORCHRUN_STEPS, slow=slow)
     finally:
         shut_down()
 

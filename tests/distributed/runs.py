@@ -6,7 +6,10 @@ per test session however many tests or modules ask for it:
 * :func:`torchrun_2`: ``kinetolens run -- torchrun --standalone`` with two
   ranks, profiled from optimizer steps (zero-code capture);
 * :func:`spawn_4`: four ranks from ``torch.multiprocessing.spawn`` that
-  profile themselves with ``kinetolens.profile``.
+  profile themselves with ``kinetolens.profile``;
+* :func:`slow_loader_2`: two spawned ranks training from a ``DataLoader``
+  whose batches take :data:`DELAY_MS` longer to load on rank 1, with DDP's
+  gradients in several buckets (a planted straggler).
 
 Use them from any test module by importing the fixtures::
 
@@ -38,9 +41,14 @@ TRACE_SUFFIX = ".pt.trace.json.gz"
 # but a shared CI machine can be many times slower than that.
 TIMEOUT_S = 300
 
-# (mode, world size, session base dir) -> run; a session's runs are shared
-# by every module that imports the fixtures.
-_RUNS: dict[tuple[str, int, Path], DistributedRun] = {}
+#: The planted straggler of :func:`slow_loader_2`: rank 1 loads each batch
+#: this much later than rank 0.
+DELAY_MS = 50.0
+SLOW_RANK = 1
+
+# (mode, world size, extra job arguments, session base dir) -> run; a
+# session's runs are shared by every module that imports the fixtures.
+_RUNS: dict[tuple[str, int, tuple[str, ...], Path], DistributedRun] = {}
 
 
 @dataclass(frozen=True)
@@ -66,24 +74,26 @@ def rank_of(trace: Path) -> int:
     return int(m[1])
 
 
-def _command(mode: str, world_size: int, logdir: Path) -> list[str]:
+def _command(mode: str, world_size: int, logdir: Path, extra: tuple[str, ...] = ()) -> list[str]:
     if mode == "torchrun":
         return [
             sys.executable, "-m", "kinetolens.cli.main",
             "run", "--logdir", str(logdir), "--run", RUN_NAME, "--steps", "2", "--warmup", "1", "--",
             sys.executable, "-m", "torch.distributed.run", "--standalone",
-            "--nproc_per_node", str(world_size), str(JOB),
+            "--nproc_per_node", str(world_size), str(JOB), *extra,
         ]  # fmt: skip
     if mode == "spawn":
-        return [sys.executable, str(JOB), "--spawn", str(world_size), "--logdir", str(logdir), "--run", RUN_NAME]
+        return [
+            sys.executable, str(JOB), "--spawn", str(world_size), "--logdir", str(logdir), "--run", RUN_NAME, *extra
+        ]
     raise ValueError(f"unknown mode {mode!r}")
 
 
-def profile_ddp(mode: str, world_size: int, logdir: Path) -> DistributedRun:
+def profile_ddp(mode: str, world_size: int, logdir: Path, extra: tuple[str, ...] = ()) -> DistributedRun:
     """Run the job now (no caching) and return what it wrote."""
     try:
         res = subprocess.run(
-            _command(mode, world_size, logdir),
+            _command(mode, world_size, logdir, extra),
             cwd=logdir.parent,
             capture_output=True,
             text=True,
@@ -97,15 +107,17 @@ def profile_ddp(mode: str, world_size: int, logdir: Path) -> DistributedRun:
     return DistributedRun(mode, world_size, logdir, tuple(traces), res.stderr)
 
 
-def shared_run(factory: pytest.TempPathFactory, mode: str, world_size: int) -> DistributedRun:
-    """The session's run of ``mode`` x ``world_size``, made on first use;
-    skips where this torch cannot run gloo."""
+def shared_run(
+    factory: pytest.TempPathFactory, mode: str, world_size: int, extra: tuple[str, ...] = ()
+) -> DistributedRun:
+    """The session's run of ``mode`` x ``world_size`` (with ``extra`` job
+    arguments), made on first use; skips where this torch cannot run gloo."""
     torch = pytest.importorskip("torch")
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
         pytest.skip("torch.distributed with gloo is not available")
-    key = (mode, world_size, factory.getbasetemp())
+    key = (mode, world_size, extra, factory.getbasetemp())
     if key not in _RUNS:
-        _RUNS[key] = profile_ddp(mode, world_size, factory.mktemp(f"ddp-{mode}-{world_size}"))
+        _RUNS[key] = profile_ddp(mode, world_size, factory.mktemp(f"ddp-{mode}-{world_size}"), extra)
     return _RUNS[key]
 
 
@@ -119,3 +131,10 @@ def torchrun_2(tmp_path_factory: pytest.TempPathFactory) -> DistributedRun:
 def spawn_4(tmp_path_factory: pytest.TempPathFactory) -> DistributedRun:
     """Four spawned ranks, each inside ``kinetolens.profile``."""
     return shared_run(tmp_path_factory, "spawn", 4)
+
+
+@pytest.fixture(scope="session")
+def slow_loader_2(tmp_path_factory: pytest.TempPathFactory) -> DistributedRun:
+    """Two spawned ranks; rank :data:`SLOW_RANK` loads each batch :data:`DELAY_MS` later."""
+    extra = ("--delay-ms", str(DELAY_MS), "--slow-rank", str(SLOW_RANK))
+    return shared_run(tmp_path_factory, "spawn", 2, extra)

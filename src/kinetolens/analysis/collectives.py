@@ -11,9 +11,14 @@ Where the call ran:
 
 * NCCL: the ``nccl*`` kernels launched by the call (or by its
   ``record_param_comms`` parent): from the first kernel's start to the last
-  one's end.  The host range is only the enqueue.
-* gloo: the ``gloo:*`` range itself, on gloo's worker thread, which does the
-  transfer (and the waiting) on the CPU.
+  one's end.  The host range is only the enqueue: a call whose kernels were
+  not captured (or not tied to it) keeps its host range but is marked
+  ``timed = False``, and the cross-rank figures (waiting, transfer time, bus
+  bandwidth) leave it out: microseconds of enqueue for megabytes would read
+  as terabytes per second.
+* gloo (and any other library that works on the host): the ``gloo:*`` range
+  itself, on gloo's worker thread, which does the transfer (and the
+  waiting) on the CPU.
 
 Bytes are the larger of the input and output message
 (``In/Out msg nelems`` x ``dtype`` of ``record_param_comms``), the size
@@ -83,6 +88,7 @@ CALL_SCHEMA: dict[str, pl.DataType] = {
     "kernels": pl.Int64(),
     "bytes": pl.Int64(),
     "group_size": pl.Int64(),
+    "timed": pl.Boolean(),
 }
 
 STEP_SCHEMA: dict[str, pl.DataType] = {
@@ -199,6 +205,19 @@ def _call_ops(ops: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([lib, bare], how="diagonal_relaxed")
 
 
+def _nccl_backend(trace: Trace) -> bool:
+    """Whether collectives without a library range (bare ``record_param_comms``)
+    are NCCL's: the trace's backend says so, else its NCCL kernels do."""
+    info = trace.metadata.get("distributedInfo")
+    backend = info.get("backend") if isinstance(info, dict) else None
+    if isinstance(backend, str) and backend:
+        return "nccl" in backend.lower()
+    k = trace.kernels
+    return bool(k.height) and bool(
+        k["name"].str.to_lowercase().str.starts_with(COMM_KERNEL_PREFIX).any()
+    )
+
+
 def collective_calls(trace: Trace) -> pl.DataFrame:
     """One row per collective call of this rank (see the module docstring)."""
     calls = _call_ops(trace.ops)
@@ -253,11 +272,14 @@ def collective_calls(trace: Trace) -> pl.DataFrame:
         kernels=pl.col("kernels").fill_null(0).cast(pl.Int64),
         bytes=pl.Series([_message_bytes(r) for r in msg], dtype=pl.Int64),
         group_size=pl.col("p_size"),
+        nccl=pl.col("name").str.starts_with(LIBRARY_PREFIXES[0])
+        | (~pl.col("name").str.contains(":") & pl.lit(_nccl_backend(trace))),
     )
-    # NCCL calls whose kernels were not captured keep their host range; a
-    # trace of GPU collectives without kernels is still counted, never dropped.
+    # NCCL calls whose kernels were not captured keep their host range (they
+    # are still counted as calls, never dropped) but are not timed.
     out = out.with_columns(
-        kind=pl.col("collective").map_elements(collective_kind, return_dtype=pl.String)
+        kind=pl.col("collective").map_elements(collective_kind, return_dtype=pl.String),
+        timed=(pl.col("kernels") > 0) | ~pl.col("nccl"),
     )
     out = out.sort("host_ts").with_columns(
         seq=pl.int_range(pl.len()).over("group", "collective")

@@ -19,6 +19,12 @@ together, so the shortest duration of a call among its ranks is the
 transfer and whatever a rank spent beyond that is waiting for the others.
 It reads durations only, never compares timestamps of different ranks, so
 it holds on multi-node runs whose hosts' clocks disagree by milliseconds.
+
+Collectives of one rank can be in flight together (DDP's gradient buckets
+run on two gloo threads, or on several NCCL streams), so their times and
+waits are never summed: a rank's time in a collective, and its waiting, is
+the union of the intervals on its own clock (a call's wait is its first
+``sync_ns``), and no more than the wall time they span.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from kinetolens.analysis.collectives import (
     collective_calls,
     comm_overlap_per_step,
 )
+from kinetolens.analysis.gpu_streams import union_intervals
+from kinetolens.analysis.overview import COLUMNS, step_breakdown
 from kinetolens.model.trace import Trace
 
 NS_PER_MS = 1e6
@@ -54,6 +62,13 @@ class RankSummary:
         default_factory=lambda: pl.DataFrame(schema=CALL_SCHEMA)
     )
     uses_data_parallel: bool = False
+    #: The step-time breakdown (:func:`kinetolens.analysis.overview.step_breakdown`):
+    #: per step, ns in each category, so that a straggler's cause can be named.
+    breakdown: pl.DataFrame = field(
+        default_factory=lambda: pl.DataFrame(
+            schema={"step": pl.Int64, **{c: pl.Int64 for c in COLUMNS}}
+        )
+    )
 
 
 def rank_summary(trace: Trace, rank: int | None = None) -> RankSummary:
@@ -77,6 +92,7 @@ def rank_summary(trace: Trace, rank: int | None = None) -> RankSummary:
         steps=comm_overlap_per_step(trace),
         calls=collective_calls(trace),
         uses_data_parallel=bool(modules.str.contains(r"(^|\.)DataParallel_\d+").any()),
+        breakdown=step_breakdown(trace),
     )
 
 
@@ -134,33 +150,34 @@ def step_spread(summaries: list[RankSummary]) -> pl.DataFrame:
 
 
 def matched_calls(summaries: list[RankSummary]) -> pl.DataFrame:
-    """Every rank's collective calls matched by ``(group, collective, seq)``.
+    """Every rank's timed collective calls matched by ``(group, collective, seq)``.
 
     One row per rank and call, with ``transfer_ns`` (the call's shortest
     duration among its ranks), ``sync_ns`` (this rank's duration beyond
     that: waiting for the others), ``late_ns`` (how much later than the
-    call's median rank this rank arrived, from durations: all ranks end a
-    collective together, so a shorter duration is a later arrival) and
-    ``last`` (this rank arrived last).  Calls seen on one rank only are
-    left out: there is nothing to compare them with.
+    call's earliest rank this rank arrived, from durations: all ranks end a
+    collective together, so a shorter duration is a later arrival; the last
+    rank's ``late_ns`` is the whole gap), ``last`` (this rank arrived last)
+    and ``last_rank``.  Calls seen on one rank only are left out: there is
+    nothing to compare them with; so are calls without a measured time
+    (NCCL calls whose kernels were not captured: ``timed`` is False).
     """
     calls = _tagged(summaries, "calls")
     if calls.height == 0:
         return calls
     key = ["group", "collective", "seq"]
     return (
-        calls.with_columns(n_ranks=pl.len().over(key))
+        calls.filter(pl.col("timed"))
+        .with_columns(n_ranks=pl.len().over(key))
         .filter(pl.col("n_ranks") > 1)
         .with_columns(
             transfer_ns=pl.col("dur").min().over(key),
-            median_ns=pl.col("dur").median().over(key),
-            mean_ns=pl.col("dur").mean().over(key),
+            late_ns=pl.col("dur").max().over(key) - pl.col("dur"),
+            last_rank=pl.col("rank").sort_by("dur", "rank").first().over(key),
         )
         .with_columns(
             sync_ns=pl.col("dur") - pl.col("transfer_ns"),
-            late_ns=pl.col("median_ns") - pl.col("dur"),
-            last=pl.col("rank")
-            == pl.col("rank").sort_by("dur", "rank").first().over(key),
+            last=pl.col("rank") == pl.col("last_rank"),
         )
         .sort("host_ts", "rank")
     )
@@ -171,56 +188,113 @@ def _ranks_in_group(summaries: list[RankSummary]) -> int:
     return max(sizes) if sizes else len(summaries)
 
 
+def _covered(intervals: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Per ``by`` group: ns covered by the union of ``[ts, end)`` intervals."""
+    merged = union_intervals(intervals.filter(pl.col("end") > pl.col("ts")), by)
+    return merged.group_by(by).agg(ns=(pl.col("end") - pl.col("ts")).sum())
+
+
+def _in_flight(calls: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Per ``by`` group: ``time_ns`` (union of the calls) and ``sync_ns``
+    (union of their waits, each call's first ``sync_ns``)."""
+    busy = _covered(calls.select(*by, "ts", end=pl.col("ts") + pl.col("dur")), by)
+    waits = _covered(calls.select(*by, "ts", end=pl.col("ts") + pl.col("sync_ns")), by)
+    return (
+        busy.rename({"ns": "time_ns"})
+        .join(waits.rename({"ns": "sync_ns"}), on=by, how="left")
+        .with_columns(pl.col("sync_ns").fill_null(0))
+    )
+
+
+def call_times(summaries: list[RankSummary]) -> pl.DataFrame:
+    """Every rank's calls with their ``transfer_ns`` and ``sync_ns``: matched
+    calls as :func:`matched_calls` splits them, calls seen on one rank with
+    all of their duration as transfer.  Untimed calls keep nulls."""
+    calls = _tagged(summaries, "calls")
+    if calls.height == 0:
+        return calls
+    matched = matched_calls(summaries).select("rank", "op_id", "transfer_ns", "sync_ns")
+    timed = pl.col("timed")
+    return calls.join(matched, on=["rank", "op_id"], how="left").with_columns(
+        transfer_ns=pl.when(timed).then(pl.col("transfer_ns").fill_null(pl.col("dur"))),
+        sync_ns=pl.when(timed).then(pl.col("sync_ns").fill_null(0)),
+    )
+
+
 def collective_stats(summaries: list[RankSummary]) -> pl.DataFrame:
     """Per collective: calls and bytes per rank, time split into synchronizing
     and data transfer (ms per rank), and bus bandwidth.
 
-    ``busbw_gbps`` is nccl-tests' bus bandwidth: message bytes over the
-    transfer time (algorithm bandwidth) times :func:`bus_factor` for the
-    group size (``Group size`` of the call, else the world size).  Calls
-    seen on one rank only use their own duration as the transfer time.
+    ``time_ms`` is the wall time the collective's calls were in flight on a
+    rank (the union of their intervals: concurrent calls count once), mean
+    over ranks; ``sync_ms`` the union of their waits, and ``transfer_ms`` the
+    rest.  Only timed calls count (see :func:`matched_calls`);
+    ``untimed_calls`` says how many per rank had no measured time.
+
+    ``algbw_gbps`` is the message bytes of the timed calls over their
+    transfer time, ``busbw_gbps`` nccl-tests' bus bandwidth: algbw times
+    :func:`bus_factor` for the group size (``Group size`` of the call, else
+    the world size).
     """
-    calls = _tagged(summaries, "calls")
+    calls = call_times(summaries)
     if calls.height == 0:
         return pl.DataFrame(schema={"collective": pl.String, "calls": pl.Float64})
-    matched = matched_calls(summaries).select("rank", "op_id", "transfer_ns", "sync_ns")
     n = _ranks_in_group(summaries)
-    rows = (
-        calls.join(matched, on=["rank", "op_id"], how="left")
-        .with_columns(
-            transfer_ns=pl.col("transfer_ns").fill_null(pl.col("dur")),
-            sync_ns=pl.col("sync_ns").fill_null(0),
-            factor=pl.struct("kind", "group_size").map_elements(
-                lambda r: bus_factor(r["kind"], r["group_size"] or n),
-                return_dtype=pl.Float64,
-            ),
-        )
-        .with_columns(bus_bytes=pl.col("bytes") * pl.col("factor"))
+    ranks = pl.lit(float(calls["rank"].n_unique()))
+    rows = calls.with_columns(
+        factor=pl.struct("kind", "group_size").map_elements(
+            lambda r: bus_factor(r["kind"], r["group_size"] or n),
+            return_dtype=pl.Float64,
+        ),
+    ).with_columns(bus_bytes=pl.col("bytes") * pl.col("factor"))
+    timed = rows.filter(pl.col("timed"))
+    by = ["collective", "kind", "rank"]
+    # Bandwidth from the timed calls with a message size: their bytes over
+    # their own transfer time.
+    sized = timed.filter(pl.col("bytes").is_not_null())
+    bw = _in_flight(sized, by).join(
+        sized.group_by(by).agg(pl.col("bytes").sum(), pl.col("bus_bytes").sum()), on=by
     )
-    ranks = calls["rank"].n_unique()
-    per_rank = pl.lit(float(ranks))
-    with_bw = pl.col("bytes").is_not_null() & (pl.col("transfer_ns") > 0)
+    per_collective = (
+        _in_flight(timed, by)
+        .join(bw.rename({"time_ns": "bw_time_ns", "sync_ns": "bw_sync_ns"}), on=by, how="left")
+        .group_by("collective", "kind")
+        .agg(
+            time_ms=pl.col("time_ns").sum() / NS_PER_MS,
+            sync_ms=pl.col("sync_ns").sum() / NS_PER_MS,
+            bw_bytes=pl.col("bytes").sum(),
+            bw_bus=pl.col("bus_bytes").sum(),
+            bw_ns=(pl.col("bw_time_ns") - pl.col("bw_sync_ns")).sum(),
+        )
+    )
+    with_bw = pl.col("bw_ns") > 0
     return (
         rows.group_by("collective", "kind")
         .agg(
-            calls=pl.len() / per_rank,
-            bytes=pl.col("bytes").sum() / per_rank,
-            time_ms=pl.col("dur").sum() / NS_PER_MS / per_rank,
-            sync_ms=pl.col("sync_ns").sum() / NS_PER_MS / per_rank,
-            transfer_ms=pl.col("transfer_ns").sum() / NS_PER_MS / per_rank,
-            algbw_gbps=pl.col("bytes").filter(with_bw).sum()
-            / pl.col("transfer_ns").filter(with_bw).sum(),
-            busbw_gbps=pl.col("bus_bytes").filter(with_bw).sum()
-            / pl.col("transfer_ns").filter(with_bw).sum(),
+            calls=pl.len() / ranks,
+            bytes=pl.col("bytes").sum() / ranks,
+            untimed_calls=(~pl.col("timed")).sum() / ranks,
         )
-        .with_columns(pl.col("algbw_gbps", "busbw_gbps").fill_nan(None))
+        .join(per_collective, on=["collective", "kind"], how="left")
+        .with_columns(
+            (pl.col("time_ms", "sync_ms") / ranks).fill_null(0.0),
+            algbw_gbps=pl.when(with_bw).then(pl.col("bw_bytes") / pl.col("bw_ns")),
+            busbw_gbps=pl.when(with_bw).then(pl.col("bw_bus") / pl.col("bw_ns")),
+        )
+        .with_columns(transfer_ms=pl.col("time_ms") - pl.col("sync_ms"))
+        .select(
+            "collective", "kind", "calls", "bytes", "time_ms", "sync_ms",
+            "transfer_ms", "algbw_gbps", "busbw_gbps", "untimed_calls",
+        )  # fmt: skip
         .sort("time_ms", descending=True)
     )
 
 
 def rank_collective_stats(summary: RankSummary) -> pl.DataFrame:
     """One rank's calls, bytes, host time and device time per collective (µs):
-    the per-worker table torch-tb-profiler shows, before ranks are matched."""
+    the per-worker table torch-tb-profiler shows, before ranks are matched.
+    ``device_us`` sums the timed calls only (an NCCL call without its
+    kernels has no device time; its host enqueue is in ``host_us``)."""
     c = summary.calls
     return (
         c.group_by("collective")
@@ -228,7 +302,7 @@ def rank_collective_stats(summary: RankSummary) -> pl.DataFrame:
             calls=pl.len(),
             bytes=pl.col("bytes").sum(),
             host_us=pl.col("host_dur").sum() / 1e3,
-            device_us=pl.col("dur").sum() / 1e3,
+            device_us=pl.col("dur").filter(pl.col("timed")).sum() / 1e3,
         )
         .sort("collective")
     )

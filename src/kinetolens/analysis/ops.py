@@ -3,12 +3,22 @@
 Grouping keys: ``op`` (name), ``op+shape`` (name and input shapes),
 ``module``, ``source``, and ``kernel`` (GPU kernels by name).  Every number
 comes from :func:`op_instances`; this module only groups and orders them.
+
+``aggregate`` says how a group's times, FLOPs and bytes are taken: ``sum``,
+``mean``, ``max`` or ``min`` over its calls; ``count`` ranks groups by
+``calls`` and keeps the sums (a count of microseconds means nothing).
+``calls``, ``step_share_pct`` (of the summed time), ``tflops_s`` and
+``gbps`` (summed work over summed time) are the same under every aggregate.
+Attributes that are not the key (``in_shapes``, ``dtypes``, ``direction``,
+a kernel's ``op``) are the group's value when all its calls agree, else
+say the group is mixed (:mod:`kinetolens.analysis.group_labels`).
 """
 
 from __future__ import annotations
 
 import polars as pl
 
+from kinetolens.analysis.group_labels import counts, listed, mixed
 from kinetolens.analysis.op_times import op_instances
 from kinetolens.analysis.overview import step_windows
 from kinetolens.analysis.work import kernel_work
@@ -23,6 +33,23 @@ GROUPINGS = {
 }
 AGGREGATES = ("sum", "mean", "max", "min", "count")
 TIME_COLUMNS = ("device_self_us", "device_total_us", "host_self_us", "host_total_us")
+#: Columns whose values add up over groups whatever the aggregate (a running
+#: total of them means something); the time, FLOPs and bytes columns add up
+#: only under ``sum`` and ``count`` (see :func:`additive`).
+ALWAYS_ADDITIVE = ("calls", "step_share_pct", "lost_us")
+_SUMMED = (*TIME_COLUMNS, "flops", "bytes")
+
+
+def additive(column: str, aggregate: str) -> bool:
+    """Whether ``column`` of an :func:`op_stats` table taken with ``aggregate`` sums over groups."""
+    return column in ALWAYS_ADDITIVE or (column in _SUMMED and aggregate in ("sum", "count"))
+
+
+def default_order(trace: Trace, by: str, aggregate: str) -> str:
+    """The column a table of ``op_stats(trace, by=by, aggregate=aggregate)`` is ranked by."""
+    if aggregate == "count":
+        return "calls"
+    return "device_total_us" if by == "kernel" else time_basis(trace)  # kernels have only device time
 
 
 def step_time_ns(trace: Trace) -> int:
@@ -42,12 +69,12 @@ def time_basis(trace: Trace) -> str:
     return "device_total_us" if trace.kernels.height else "host_total_us"
 
 
-def _with_step_share(table: pl.DataFrame, trace: Trace, basis: str | None = None) -> pl.DataFrame:
-    """Total time (``basis``, else :func:`time_basis`) as a percentage of all steps' wall time."""
+def _with_step_share(table: pl.DataFrame, trace: Trace) -> pl.DataFrame:
+    """The group's summed time (``_basis_ns``, whatever the aggregate) as a
+    percentage of all steps' wall time; drops the helper."""
     total = step_time_ns(trace)
-    basis = basis or time_basis(trace)
-    share = pl.col(basis) * 1000.0 / total * 100.0 if total else pl.lit(None, pl.Float64)
-    return table.with_columns(step_share_pct=share)
+    share = pl.col("_basis_ns") / total * 100.0 if total else pl.lit(None, pl.Float64)
+    return table.with_columns(step_share_pct=share).drop("_basis_ns")
 
 
 def _with_achieved(table: pl.DataFrame) -> pl.DataFrame:
@@ -60,16 +87,11 @@ def _with_achieved(table: pl.DataFrame) -> pl.DataFrame:
 
 
 def _agg(col: str, how: str) -> pl.Expr:
+    """``col`` over a group's calls: ``count`` keeps the sum (the count itself
+    is ``calls``); null where no call has a value (no work known is not zero work)."""
     expr = pl.col(col)
-    if how == "sum":
-        return expr.sum()
-    if how == "mean":
-        return expr.mean()
-    if how == "max":
-        return expr.max()
-    if how == "min":
-        return expr.min()
-    return expr.count()
+    taken = {"mean": expr.mean(), "max": expr.max(), "min": expr.min()}.get(how, expr.sum())
+    return pl.when(expr.is_not_null().any()).then(taken)
 
 
 def op_stats(
@@ -112,10 +134,11 @@ def op_stats(
         _flops_sum=pl.col("flops_total").sum(),
         _bytes_sum=pl.col("bytes_total").sum(),
         _work_ns=pl.col(basis).filter(pl.col("flops_total").is_not_null() | pl.col("bytes_total").is_not_null()).sum(),
-        in_shapes=pl.col("shapes").drop_nulls().first(),
-        dtypes=pl.col("dtypes").drop_nulls().first(),
-        direction=pl.col("direction").cast(pl.String).mode().first(),
-    )
+        _basis_ns=pl.col(basis).sum(),
+        in_shapes=counts("shapes"),
+        dtypes=counts("dtypes"),
+        direction=counts("direction"),
+    ).with_columns(mixed("in_shapes"), mixed("dtypes"), listed("direction"))
     return _with_step_share(_with_achieved(grouped), trace)
 
 
@@ -131,7 +154,7 @@ def _kernel_stats(trace: Trace, aggregate: str, step: int | None) -> pl.DataFram
         mean_us=pl.col("dur").mean() / 1000.0,
         max_us=pl.col("dur").max() / 1000.0,
         min_us=pl.col("dur").min() / 1000.0,
-        op=pl.col("op").drop_nulls().mode().first(),
+        op=counts("op", missing="(no op)"),
         blocks_per_sm=pl.col("blocks_per_sm").mean(),
         occupancy=pl.col("occupancy").mean(),
         flops=_agg("flops", aggregate),
@@ -139,9 +162,10 @@ def _kernel_stats(trace: Trace, aggregate: str, step: int | None) -> pl.DataFram
         _flops_sum=pl.col("flops").sum(),
         _bytes_sum=pl.col("work_bytes").sum(),
         _work_ns=pl.col("dur").filter(pl.col("flops").is_not_null() | pl.col("work_bytes").is_not_null()).sum(),
-    )
-    # Kernels have only device time, even in a CPU-only trace (where the table is empty).
-    return _with_step_share(_with_achieved(grouped), trace, basis="device_total_us")
+        # Kernels have only device time, even in a CPU-only trace (where the table is empty).
+        _basis_ns=pl.col("dur").sum(),
+    ).with_columns(listed("op"))
+    return _with_step_share(_with_achieved(grouped), trace)
 
 
 def order_and_filter(
@@ -153,8 +177,12 @@ def order_and_filter(
     max_time_us: float | None = None,
     name_regex: str | None = None,
     time_column: str | None = None,
+    aggregate: str = "sum",
 ) -> pl.DataFrame:
-    """Sort (``+COL`` ascending, ``COL`` descending), filter, cut, and add ``cumulative``."""
+    """Sort (``+COL`` ascending, ``COL`` descending), filter, cut, and add
+    ``cumulative`` (the running total of COL) where COL adds up over groups
+    under ``aggregate`` (:func:`additive`: a running total of means or
+    percents of roof would mean nothing)."""
     ascending = order_by.startswith("+")
     col = order_by.lstrip("+-")
     if col not in table.columns:
@@ -168,7 +196,7 @@ def order_and_filter(
         key = table.columns[0]
         table = table.filter(pl.col(key).cast(pl.String).str.contains(name_regex))
     table = table.sort(col, descending=not ascending, nulls_last=True, maintain_order=True)
-    if table.schema[col].is_numeric():
+    if table.schema[col].is_numeric() and additive(col, aggregate):
         table = table.with_columns(cumulative=pl.col(col).cum_sum())
     if top is not None:
         table = table.head(top)

@@ -48,8 +48,7 @@ def attribution(trace: Trace) -> dict[str, Any]:
         # profiling window, or CUPTI dropped the runtime record) cannot be
         # attributed by any tool; this is the op fraction of the rest.
         "op_of_recorded_launches": _fraction(
-            kernels.filter(pl.col("launch_id").is_not_null() | (pl.col("external_id").fill_null(0) != 0)),
-            pl.col("op_id").is_not_null(),
+            kernels.filter(pl.col("launch_id").is_not_null()), pl.col("op_id").is_not_null()
         ),
         "backward_time_us": float(backward["dur"].sum()) / 1000.0 if backward.height else 0.0,
         "backward_with_forward_op": _fraction(differentiating, pl.col("fwd_op_id").is_not_null()),

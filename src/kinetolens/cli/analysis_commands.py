@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
+import math
+
 import click
 import polars as pl
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from kinetolens.analysis.kernels import DEFAULT_COLUMNS, KERNEL_COLUMNS, kernel_table
 from kinetolens.analysis.ops import (
     AGGREGATES,
     GROUPINGS,
+    TIME_COLUMNS,
+    default_order,
     op_stats,
     order_and_filter,
-    time_basis,
 )
 from kinetolens.analysis.memory import ALLOCATOR, BASIS_NOTES, WINDOW_SUM
 from kinetolens.analysis.roofline import LOST_COLUMNS, with_time_lost
 from kinetolens.analysis.summary import summarize
+from kinetolens.cli.checks import ROWS, WIDTH, check_step, check_time_range, regex, require_kernels
+from kinetolens.cli.diff_command import short_name
 from kinetolens.cli.render import emit, emit_json
 from kinetolens.loader import load
 from kinetolens.registry.gpus import gpu_spec
@@ -193,9 +199,9 @@ class _ColumnHelp(click.Command):
 @click.option("--csv", is_flag=True, help="CSV output.")
 @click.option("--tsv", is_flag=True, help="Tab-separated output.")
 @click.option("--json", "json_", is_flag=True, help="JSON records.")
-@click.option("-w", "--width", type=int, default=None, help="Terminal width for the table.")
+@click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width for the table.")
 @click.option("--step", type=int, default=None, help="Only kernels of this profiler step.")
-@click.option("-n", "--limit", type=int, default=None, help="At most this many rows.")
+@click.option("-n", "--limit", type=ROWS, default=None, help="At most this many rows.")
 @click.option("--no-cache", is_flag=True)
 def kernels_command(
     trace: str, columns: str, csv: bool, tsv: bool, json_: bool, width: int | None, step: int | None,
@@ -206,34 +212,101 @@ def kernels_command(
     unknown = [c for c in cols if c not in KERNEL_COLUMNS]
     if unknown:
         raise click.BadParameter(f"unknown column(s) {', '.join(unknown)}; see -h", param_hint="-c")
-    table = kernel_table(load(trace, cache=not no_cache), step=step).select(cols)
+    loaded = load(trace, cache=not no_cache)
+    require_kernels(trace, loaded)
+    check_step(trace, loaded, step)
+    table = kernel_table(loaded, step=step).select(cols)
     if limit is not None:
         table = table.head(limit)
     emit(table, _format(csv, tsv, json_), width=width)
 
 
+#: Terminal headers of the ops table (-c, --json and --csv keep the full names).
+OPS_HEADERS = {
+    "device_total_us": "device\ntotal us",
+    "device_self_us": "device\nself us",
+    "host_total_us": "host\ntotal us",
+    "host_self_us": "host\nself us",
+    "step_share_pct": "%\nstep",
+    "tflops_s": "TFLOP\n/s",
+    "gbps": "GB/s",
+    "pct_of_roof": "%\nroof",
+    "lost_us": "lost\nus",
+    "mean_us": "mean\nus",
+    "occupancy": "occup.",
+    "blocks_per_sm": "blocks\n/SM",
+}
+
+
+def ops_terminal_columns(table: pl.DataFrame, by: str, basis: str) -> list[str]:
+    """What ``kinetolens ops`` shows in the terminal without -c: the key, calls,
+    times, step share, achieved rates and roofline, and the calls' direction;
+    shapes, dtypes, FLOPs and bytes are in -c, --json and --csv."""
+    if by == "kernel":
+        wanted = ["name", "calls", "device_total_us", "mean_us", "step_share_pct", "tflops_s", "gbps", "occupancy", "op"]
+    else:
+        second = "host_total_us" if basis == "device_total_us" else "host_self_us"
+        times = [basis, "device_self_us", second] if basis == "device_total_us" else [basis, second]
+        wanted = [*GROUPINGS[by], "calls", *times, "step_share_pct", "tflops_s", "gbps", *LOST_COLUMNS, "direction"]
+    return [c for c in dict.fromkeys(wanted) if c in table.columns]
+
+
+def _ops_number(value: object) -> Text:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return Text("-")
+    if isinstance(value, float):
+        return Text(f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}")
+    return Text(str(value))
+
+
+def _print_ops(frame: pl.DataFrame, keys: list[str], title: str, caption: str, width: int | None) -> None:
+    """Numbers never wrap; key and text columns fold into the width left."""
+    table = Table(
+        title=title, caption=caption, header_style="bold", box=box.SIMPLE_HEAD, collapse_padding=True,
+        pad_edge=False, caption_justify="left",
+    )
+    for name in frame.columns:
+        header = OPS_HEADERS.get(name, name)
+        if frame.schema[name].is_numeric():
+            table.add_column(header, justify="right", no_wrap=True)
+        else:
+            table.add_column(header, overflow="fold", min_width=12)
+    for row in frame.iter_rows():
+        table.add_row(*(_ops_number(v) for v in row))
+    Console(width=width).print(table)
+
+
 @click.command("ops")
 @click.argument("trace", type=str)
-@click.option("-t", "--top", type=int, default=20, show_default=True, help="Show the top N rows.")
+@click.option("-t", "--top", type=ROWS, default=20, show_default=True, help="Show the top N rows.")
 @click.option("--aggregate-by", "by", type=click.Choice(list(GROUPINGS)), default="op", show_default=True)
-@click.option("--aggregate", type=click.Choice(list(AGGREGATES)), default="sum", show_default=True)
+@click.option(
+    "--aggregate", type=click.Choice(list(AGGREGATES)), default="sum", show_default=True,
+    help="How each group's times, FLOPs and bytes are taken over its calls; count ranks by calls and keeps sums.",
+)
 @click.option(
     "--order-by",
     default=None,
-    help="Column; prefix + for ascending.  Default: device_total_us, or host_total_us for CPU-only traces.  "
+    help="Column; prefix + for ascending.  Default: device_total_us, or host_total_us for CPU-only traces, "
+    "or calls with --aggregate count.  "
     "lost_us: time lost to the roofline (needs a GPU in the spec table; see docs/roofline.md).",
 )
 @click.option("--min-time", type=float, default=None, help="Only rows with at least this time (us).")
 @click.option("--max-time", type=float, default=None, help="Only rows with at most this time (us).")
-@click.option("--name", "name_regex", default=None, help="Only rows whose key matches this regex.")
+@click.option("--name", "name_regex", default=None, callback=regex, help="Only rows whose key matches this regex.")
 @click.option("--step", type=int, default=None, help="Only this profiler step.")
-@click.option("-c", "--columns", default=None, help="Comma-separated columns to show (default: all).")
+@click.option(
+    "-c", "--columns", default=None,
+    help="Comma-separated columns to show (default: all in --json/--csv; the main ones in the terminal).",
+)
 @click.option("--csv", is_flag=True)
 @click.option("--json", "json_", is_flag=True)
+@click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width for the table.")
 @click.option("--no-cache", is_flag=True)
 def ops_command(
     trace: str, top: int, by: str, aggregate: str, order_by: str | None, min_time: float | None, max_time: float | None,
-    name_regex: str | None, step: int | None, columns: str | None, csv: bool, json_: bool, no_cache: bool,
+    name_regex: str | None, step: int | None, columns: str | None, csv: bool, json_: bool, width: int | None,
+    no_cache: bool,
 ) -> None:
     """Top ops by device/host time (MegEngine profile_analyze options).
 
@@ -242,9 +315,11 @@ def ops_command(
     pct_of_roof its percent of roof, as kinetolens roofline computes them;
     --order-by lost_us ranks ops by what they would save at 100% of it.
     """
+    check_time_range(min_time, max_time)
     loaded = load(trace, cache=not no_cache)
+    check_step(trace, loaded, step)
     if order_by is None:
-        order_by = "device_total_us" if by == "kernel" else time_basis(loaded)  # kernels have only device time
+        order_by = default_order(loaded, by, aggregate)
     stats = op_stats(loaded, by=by, aggregate=aggregate, step=step)
     spec = gpu_spec(loaded)
     if spec is not None and spec.dram_gbps:
@@ -257,7 +332,9 @@ def ops_command(
         )
     try:
         table = order_and_filter(
-            stats, order_by=order_by, top=top, min_time_us=min_time, max_time_us=max_time, name_regex=name_regex
+            stats, order_by=order_by, top=top, min_time_us=min_time, max_time_us=max_time, name_regex=name_regex,
+            time_column=None if order_by.lstrip("+-") in TIME_COLUMNS else default_order(loaded, by, "sum"),
+            aggregate=aggregate,
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--order-by") from None
@@ -269,6 +346,18 @@ def ops_command(
                 f"unknown column(s) {', '.join(unknown)}; choose from {', '.join(table.columns)}", param_hint="-c"
             )
         table = table.select(wanted)
-    if not (csv or json_):
-        table = table.with_columns(pl.col(pl.Float64).round(3))
-    emit(table, _format(csv, False, json_), title=f"top {top} by {order_by} ({by}, {aggregate})")
+    title = f"top {top} by {order_by} ({by}, {aggregate})"
+    if csv or json_:
+        emit(table, _format(csv, False, json_), title=title)
+        return
+    notes = []
+    if aggregate not in ("sum", "count"):
+        notes.append(f"times, FLOPs, bytes: {aggregate} per call; % step, TFLOP/s, GB/s, lost us: of their sum")
+    if not columns:
+        shown = ops_terminal_columns(table, by, default_order(loaded, by, "sum"))
+        notes.append(f"more columns with -c: {', '.join(c for c in table.columns if c not in shown)}")
+        table = table.select(shown)
+    if by == "kernel" and "name" in table.columns:  # templated kernel names run to hundreds of characters
+        table = table.with_columns(pl.col("name").map_elements(short_name, return_dtype=pl.String))
+    caption = "\n".join(notes)
+    _print_ops(table, GROUPINGS[by], title, caption, width)

@@ -42,6 +42,19 @@ def _show_analysis(trace: Path) -> None:
         cli.main(args=args, prog_name="kinetolens", standalone_mode=False)
 
 
+def _check_cuda() -> None:
+    """``--device cuda`` where torch cannot use CUDA: say why, before any work."""
+    import torch
+
+    if not torch.backends.cuda.is_built():
+        why = f"this torch build ({torch.__version__}) has no CUDA support"
+    elif not torch.cuda.is_available():
+        why = "no CUDA device is available"
+    else:
+        return
+    raise click.BadParameter(f"cuda: {why}; use --device cpu (or auto)", param_hint="'--device'")
+
+
 @click.command()
 @click.option(
     "--logdir",
@@ -70,6 +83,8 @@ def demo_command(logdir: Path, steps: int, warmup: int, device: str, no_analysis
     try:
         from kinetolens.capture.demo_model import run_demo
 
+        if device == "cuda":
+            _check_cuda()
         traces = run_demo(logdir, steps=steps, warmup=warmup, device=device)
     except ImportError as exc:
         raise click.ClickException(f"the demo needs torch ({exc})") from exc

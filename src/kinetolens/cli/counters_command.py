@@ -7,6 +7,7 @@ import polars as pl
 from rich.console import Console
 
 from kinetolens.analysis.counters import NoCounters, counter_table
+from kinetolens.cli.checks import WIDTH
 from kinetolens.cli.render import emit
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
@@ -27,7 +28,7 @@ def _flat(table: pl.DataFrame) -> pl.DataFrame:
 @click.option("--csv", "csv_", is_flag=True, help="CSV output, every counter column.")
 @click.option("--json", "json_", is_flag=True, help="JSON records, every counter column.")
 @click.option("-n", "--limit", type=click.IntRange(min=1), help="At most this many rows.")
-@click.option("-w", "--width", type=int, help="Terminal width for the table.")
+@click.option("-w", "--width", type=WIDTH, help="Terminal width for the table.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
 def counters_command(trace: str, csv_: bool, json_: bool, limit: int | None, width: int | None, no_cache: bool) -> None:
     """CUPTI counters of each kernel in TRACE, with its op stack, FLOPs and DRAM bytes.

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import click
 import polars as pl
+from rich import box
+from rich.console import Console
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
 
 from kinetolens.analysis.distributed import (
     collective_stats,
@@ -11,8 +16,8 @@ from kinetolens.analysis.distributed import (
     step_spread,
     step_times,
 )
-from kinetolens.analysis.stragglers import straggler_findings, stragglers
-from kinetolens.cli.render import emit, emit_json
+from kinetolens.analysis.stragglers import CAUSES, straggler_findings, stragglers
+from kinetolens.cli.render import emit_json
 from kinetolens.runs import summarize_run
 
 
@@ -61,23 +66,76 @@ def dist_command(
             }
         )
         return
+    console = Console(soft_wrap=False)
     world = overview["world_size"]
-    click.echo(
+    console.print(
         f"{overview['ranks']} rank(s)" + (f" of world size {world}" if world else "")
-        + (f", {overview['backend']}" if overview["backend"] else "")
+        + (f", {overview['backend']}" if overview["backend"] else ""),
+        highlight=False,
     )  # fmt: skip
-    titles = {
-        "ranks": "per rank (ms per step)",
-        "steps": "step time across ranks (ms)",
-        "collectives": "collectives (per rank; busbw in GB/s, nccl-tests factors)",
-        "stragglers": "arrival at collectives",
-    }
     for name, frame in tables.items():
         if frame.height:
-            emit(
-                frame.with_columns(pl.col(pl.Float64).round(3)),
-                "table",
-                title=titles[name],
-            )
+            console.print(_table(name, frame))
     for f in findings:
-        click.echo(f"straggler: {f['evidence']}")
+        console.print(Text(f"straggler: {f['title']}", style="bold"))
+        console.print(Padding(Text(f["evidence"]), (0, 0, 0, 2)))
+        console.print(Padding(Text(f"change: {f['change']}"), (0, 0, 0, 2)))
+
+
+#: Terminal titles and column headers (the JSON keeps the column names).
+TITLES = {
+    "ranks": "per rank (ms per step)",
+    "steps": "step time across ranks (ms)",
+    "collectives": "collectives (per rank: ms over all steps, bandwidth in GB/s as nccl-tests)",
+    "stragglers": "arrival at collectives (late: ms after the earliest rank, per step)",
+}
+HEADERS = {
+    "step_ms": "step", "max_step_ms": "max step", "compute_ms": "compute", "comm_ms": "comm",
+    "overlap_ms": "overlap", "other_ms": "other", "exposed_comm_ms": "exposed\ncomm",
+    "min_ms": "min", "mean_ms": "mean", "max_ms": "max", "slowest_rank": "slowest\nrank",
+    "spread_ms": "spread", "time_ms": "time", "sync_ms": "sync", "transfer_ms": "transfer",
+    "algbw_gbps": "algbw", "busbw_gbps": "busbw", "untimed_calls": "calls\nuntimed",
+    "late_ms": "late", "last_share": "last at\n% calls", "caused_share": "% of all\nwaiting",
+    "cost_ms_per_step": "others wait\nms/step", "late_z": "late z", "differs_most": "differs most",
+    "excess_ms": "by ms\n/step",
+}  # fmt: skip
+SHARES = ("last_share", "caused_share")
+
+
+def _table(name: str, frame: pl.DataFrame) -> Table:
+    """One analysis table for the terminal: short headers, shares in percent,
+    the cause category as a user names it, empty columns left out."""
+    if name == "collectives" and not (frame["untimed_calls"].fill_null(0) > 0).any():
+        frame = frame.drop("untimed_calls")
+    if name == "stragglers":
+        frame = frame.with_columns(
+            pl.col(*SHARES) * 100,
+            pl.col("differs_most").replace_strict(CAUSES, default=None),
+        )
+        if frame["late_z"].is_null().all():
+            frame = frame.drop("late_z")
+    table = Table(title=TITLES[name], header_style="bold", box=box.SIMPLE_HEAD)
+    for col in frame.columns:
+        numeric = frame.schema[col].is_numeric()
+        table.add_column(HEADERS.get(col, col), justify="right" if numeric else "left")
+    for row in frame.iter_rows(named=True):
+        table.add_row(*(_cell(row[c], c) for c in frame.columns))
+    return table
+
+
+def _cell(value: object, column: str) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else ""
+    if isinstance(value, float):
+        if column in SHARES:
+            return f"{value:.0f}"
+        if column in ("calls", "untimed_calls"):
+            return f"{value:g}"
+        if column == "bytes":
+            return f"{value:,.0f}"
+        if 0 < abs(value) < 0.1:
+            return f"{value:.2g}"
+        return f"{value:,.2f}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)

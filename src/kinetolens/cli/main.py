@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import sys
 
-import click
+from kinetolens._allocator import tune_allocator
 
-from kinetolens import __version__
+tune_allocator()  # the command's own process: before any command module imports polars
+
+import click  # noqa: E402
+
+from kinetolens import __version__  # noqa: E402
 from kinetolens.cli.analysis_commands import (
     kernels_command,
     ops_command,
     summary_command,
 )
+from kinetolens.cli.cache_command import cache_command
 from kinetolens.cli.capture_commands import demo_command, run_command
+from kinetolens.cli.checks import one_line
 from kinetolens.cli.counters_command import counters_command
 from kinetolens.cli.diff_command import diff_command
 from kinetolens.cli.dist_command import dist_command
@@ -48,6 +54,7 @@ cli.add_command(serve_command, "serve")
 cli.add_command(diff_command, "diff")
 cli.add_command(report_command, "report")
 cli.add_command(export_command, "export")
+cli.add_command(cache_command, "cache")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -60,7 +67,11 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("kinetolens: aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        exc.show()
+        # One line, like a bad file: click's usage block (three more lines
+        # before the message) is what -h is for.
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see '{ctx.command_path} -h')" if isinstance(exc, click.UsageError) and ctx is not None else ""
+        click.echo(f"kinetolens: error: {one_line(exc.format_message())}{hint}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except BrokenPipeError:
         sys.exit(0)

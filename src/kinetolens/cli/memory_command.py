@@ -21,6 +21,7 @@ from kinetolens.analysis.memory import (
 )
 from kinetolens.analysis.memory_allocations import allocations, leaks, pairable
 from kinetolens.analysis.memory_samples import memory_samples, sample_summary
+from kinetolens.cli.checks import ROWS
 from kinetolens.cli.render import emit, emit_json
 from kinetolens.errors import TraceError
 from kinetolens.ingest.memory_timeline import is_memory_timeline, read_memory_timeline
@@ -45,7 +46,7 @@ def _since(column: str, origin: int) -> pl.Expr:
               help="Write the memory-flow picture (time x address) to this SVG file.")
 @click.option("--json", "json_", is_flag=True, help="All tables as JSON (see docs/memory.md).")
 @click.option("--device", default=None, help="Only this device: index (1, -1 = CPU) or label (GPU1, CPU).")
-@click.option("-t", "--top", type=int, default=10, show_default=True, help="Rows of the op and leak tables.")
+@click.option("-t", "--top", type=ROWS, default=10, show_default=True, help="Rows of the op and leak tables.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
 def memory_command(trace: str, svg_path: str | None, json_: bool, device: str | None, top: int, no_cache: bool) -> None:
     """Memory per device: peak with its op and module, top allocating ops, leaks.

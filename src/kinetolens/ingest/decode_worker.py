@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import sys
 
-from kinetolens._allocator import keep_freed_heap
+from kinetolens._allocator import keep_freed_heap, tune_allocator
 from kinetolens.ingest.kineto_parallel import _LENGTH, decode_piece_frames, write_frames
 
 
 def main() -> None:
     path = sys.argv[1]
-    keep_freed_heap()  # workers only run for big traces, and churn piece-sized buffers
+    # Started with the allocator options in its environment (worker_env);
+    # workers only run for big traces, and churn piece-sized buffers.
+    tune_allocator()
+    keep_freed_heap()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while header := stdin.read(_LENGTH.size):
         (n,) = _LENGTH.unpack(header)

@@ -49,6 +49,7 @@ from kinetolens.ingest.kineto_values import (
     times,
     triple,
 )
+from kinetolens.ingest.text_repair import is_text_error
 
 _classify = lru_cache(maxsize=256)(classify)
 
@@ -169,6 +170,8 @@ def invalid_args(events: Sequence[Event]) -> tuple[list[int], str]:
         try:
             _ONE_ARGS[table].decode(e.args)
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+            if is_text_error(exc):
+                raise  # the reader replaces such text and decodes again
             bad.append(i)
             first = first or str(exc).replace("`$", "`$.args")
     return bad, first
@@ -302,6 +305,7 @@ def device_frame(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[
     theo = pl.Series(_get("theoretical_occupancy", a), dtype=pl.Float64, strict=False)
     cols["occupancy"] = coalesce(occ, theo).alias("occupancy")
     cols.update(_int_args(a, {"bytes": "bytes"}))
+    cols["memory_bw_gbps"] = pl.Series("memory_bw_gbps", _get("memory_bw_gbps", a), dtype=pl.Float64, strict=False)
     return cols
 
 

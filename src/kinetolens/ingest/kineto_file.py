@@ -18,6 +18,7 @@ from kinetolens.ingest.kineto import ChunkSource, RawTables, decode_events
 from kinetolens.ingest.kineto_columns import invalid_args
 from kinetolens.ingest.kineto_schema import Event, ExactTimeEvent
 from kinetolens.ingest.opener import OpenedFile
+from kinetolens.ingest.text_repair import InvalidText, is_text_error, repair_json_text
 
 CHUNK_EVENTS = 8192
 _MAX_RECOVERY_TRIES = 64
@@ -80,6 +81,8 @@ class _ChunkDecoder:
             try:
                 events.append(self._one[exact].decode(raw))
             except msgspec.DecodeError as exc:
+                if is_text_error(exc):
+                    raise  # repaired and decoded again, never skipped
                 self._check_range(str(exc), first_index + i)
                 bad += 1
                 if not self.first_bad:
@@ -201,9 +204,46 @@ def _recover_truncated(path: str, data: Any, legacy: bool) -> tuple[Any, int]:
 
 
 def read_kineto(opened: OpenedFile) -> RawTables:
+    """The whole-file reader: recovers what can be recovered, names what cannot.
+
+    Text that is not valid Unicode (a kernel name with Latin-1 bytes, a lone
+    surrogate escape) is replaced with U+FFFD and counted; the buffer is only
+    copied and repaired once a decoder has failed on such text.
+    """
     path = str(opened.path)
-    data: Any = opened.data
-    warnings = [TraceWarning("damaged compression", 1, d) for d in opened.damage]
+    try:
+        return _read(opened, opened.data, [])
+    except InvalidText as bad:
+        original = bad.__cause__
+    repaired = repair_json_text(opened.data)
+    where = " of the decompressed data" if opened.compressed else ""
+    warning = TraceWarning(
+        "invalid text replaced",
+        max(repaired.count, 1),
+        f"text that is not valid UTF-8 or Unicode (first at byte {repaired.first}{where}) replaced with U+FFFD",
+    )
+    try:
+        return _read(opened, repaired.data, [warning])
+    except InvalidText:
+        # Nothing left to replace: name the original problem.
+        exc = original if isinstance(original, Exception) else ValueError("invalid text")
+        raise TraceError(path, _describe_decode_error(exc, opened.data, opened.compressed)) from None
+
+
+def _read(opened: OpenedFile, data: Any, warnings: list[TraceWarning]) -> RawTables:
+    """One pass over ``data``; raises :class:`InvalidText` (with the decoder's
+    error as its cause) at the first string that is not valid Unicode."""
+    try:
+        return _read_checked(opened, data, warnings)
+    except (UnicodeDecodeError, msgspec.DecodeError) as exc:
+        if is_text_error(exc):
+            raise InvalidText(str(exc)) from exc
+        raise
+
+
+def _read_checked(opened: OpenedFile, data: Any, warnings: list[TraceWarning]) -> RawTables:
+    path = str(opened.path)
+    warnings = warnings + [TraceWarning("damaged compression", 1, d) for d in opened.damage]
     first = _first_char(data)
     if first not in (b"{", b"["):
         raise TraceError(path, _not_json(data))
@@ -211,6 +251,8 @@ def read_kineto(opened: OpenedFile) -> RawTables:
     try:
         top = _EVENTS.decode(data) if legacy else _TOP.decode(data)
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        if is_text_error(exc):
+            raise
         problem = _describe_decode_error(exc, data, opened.compressed)
         if "truncated" not in problem:
             raise TraceError(path, problem) from None
@@ -230,27 +272,24 @@ def read_kineto(opened: OpenedFile) -> RawTables:
             raise TraceError(path, "no 'traceEvents' array: not a Kineto/Chrome trace")
         try:
             raw_events = _EVENTS.decode(top.pop("traceEvents"))
-        except msgspec.DecodeError:
+        except msgspec.DecodeError as exc:
+            if is_text_error(exc):
+                raise
             raise TraceError(path, "'traceEvents' is not an array") from None
         for key, value in top.items():
             try:
                 metadata[key] = msgspec.json.decode(value)
-            except msgspec.DecodeError:
-                metadata[key] = None
-            except UnicodeDecodeError as exc:
+            except msgspec.DecodeError as exc:
                 # Raw slices skip strings without checking their encoding.
-                raise TraceError(path, _describe_decode_error(exc, data, opened.compressed)) from None
+                if is_text_error(exc):
+                    raise
+                metadata[key] = None
         fmt = "kineto-json"
     if not raw_events:
         raise TraceError(path, "the trace has no events")
 
     decoder = _ChunkDecoder(path)
-    try:
-        tables = decode_events(path, decoder.chunks(raw_events))
-    except UnicodeDecodeError as exc:
-        # An event string (a kernel name, say) that is not UTF-8: refuse the
-        # file rather than drop the event and change the totals.
-        raise TraceError(path, _describe_decode_error(exc, data, opened.compressed)) from None
+    tables = decode_events(path, decoder.chunks(raw_events))
     if decoder.bad_events:
         if decoder.bad_events == len(raw_events):
             raise TraceError(path, f"no event could be decoded ({decoder.first_bad})")

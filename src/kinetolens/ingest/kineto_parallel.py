@@ -39,6 +39,7 @@ from typing import IO
 import msgspec
 import polars as pl
 
+from kinetolens._allocator import worker_env
 from kinetolens.errors import TraceError
 from kinetolens.ingest.kineto import TABLES, RawTables, chunk_frames, finish_tables
 from kinetolens.ingest.kineto_columns import ArgsInvalid, partition
@@ -131,7 +132,7 @@ def decode_piece_frames(path: str, piece: bytes) -> dict[str, pl.DataFrame] | No
             return chunk_frames(path, p, False)
         except NeedsExactTime:
             return chunk_frames(path, partition(decode_piece(piece, True)), True)
-    except (TraceError, ArgsInvalid):
+    except (TraceError, ArgsInvalid, UnicodeDecodeError):
         return None
 
 
@@ -236,7 +237,7 @@ def _start_workers(path: Path, workers: int) -> list[subprocess.Popen[bytes]]:
     # every script without an ``if __name__ == "__main__"`` guard.
     command = [sys.executable, "-m", "kinetolens.ingest.decode_worker", str(path)]
     return [
-        subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=worker_env())
         for _ in range(workers)
     ]
 

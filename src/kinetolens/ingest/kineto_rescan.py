@@ -22,6 +22,7 @@ from kinetolens.errors import TraceError
 from kinetolens.ingest.kineto_file import _recover_truncated
 from kinetolens.ingest.kineto_values import raw_us_to_ns
 from kinetolens.ingest.opener import open_trace_bytes
+from kinetolens.ingest.text_repair import is_text_error, repair_json_text
 
 E = TypeVar("E", bound=msgspec.Struct)
 _ARGS = msgspec.json.Decoder(dict[str, Any])
@@ -60,7 +61,9 @@ def rescan_events(path: str, data: Any, event: type[E]) -> list[E]:
         return msgspec.json.decode(data, type=_document(event)).traceEvents  # type: ignore[attr-defined, no-any-return]
     except msgspec.ValidationError:
         return _decode_each(data, legacy, event)
-    except msgspec.DecodeError:
+    except msgspec.DecodeError as exc:
+        if is_text_error(exc):
+            raise
         repaired, _ = _recover_truncated(path, data, legacy)
         return _decode_each(repaired, legacy, event)
 
@@ -70,8 +73,14 @@ def rescan_file(path: str | Path, event: type[E]) -> list[E] | None:
     past recovery (the main load has already reported that damage)."""
     opened = open_trace_bytes(path)
     try:
-        return rescan_events(str(path), opened.data, event)
-    except (msgspec.DecodeError, msgspec.ValidationError, TraceError):
+        try:
+            return rescan_events(str(path), opened.data, event)
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+            if not is_text_error(exc):
+                raise
+        # Text that is not valid Unicode: replaced, as the main load did.
+        return rescan_events(str(path), repair_json_text(opened.data).data, event)
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, TraceError):
         return None
 
 

@@ -31,6 +31,7 @@ from kinetolens.ingest.kineto import ChunkSource, RawTables, decode_events
 from kinetolens.ingest.kineto_columns import ArgsInvalid
 from kinetolens.ingest.kineto_schema import Event, ExactTimeEvent
 from kinetolens.ingest.opener import StreamUnsupported, file_blocks
+from kinetolens.ingest.text_repair import is_text_error
 
 #: Decoded structs and the column lists built from them take about ten
 #: times their text in Python memory, so the piece size sets the reader's
@@ -61,9 +62,17 @@ def decode_piece(piece: bytes, exact: bool) -> list[Event]:
 
 
 def try_piece(piece: bytes, exact: bool = False) -> list[Event] | None:
+    """The piece's events, or None when the cut was a wrong guess.
+
+    Cuts fall between ASCII characters, so a piece with invalid UTF-8 or a
+    lone surrogate escape holds it whatever the cut: no other cut helps, and
+    the whole-file reader replaces such text.
+    """
     try:
         return decode_piece(piece, exact)
-    except (msgspec.DecodeError, UnicodeDecodeError):
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        if is_text_error(exc):
+            raise StreamUnsupported("text that is not valid Unicode") from None
         return None
 
 
@@ -196,6 +205,8 @@ def stream_kineto(path: Path) -> RawTables:
         tables = decode_events(str(path), pieces)
     except ArgsInvalid:
         raise StreamUnsupported("args of an event do not decode") from None
+    except UnicodeDecodeError:  # shapes or dtypes that are not UTF-8
+        raise StreamUnsupported("text that is not valid Unicode") from None
     finally:
         close = getattr(pieces.blocks, "close", None)
         if close is not None:

@@ -139,6 +139,14 @@ def _read(db: Database) -> RawTables:
     host = pl.concat([runtime_host_rows(runtime), nvtx_host_rows(nvtx)], how="vertical")
     threads = read_threads(db)
     metadata: dict[str, Any] = {"deviceProperties": devices, "nsys": _export_info(db)}
+    if db.replaced:
+        warnings.append(
+            TraceWarning(
+                "invalid text replaced",
+                db.replaced,
+                f"text that is not valid UTF-8 in the {', '.join(db.replaced_in)} records replaced with U+FFFD",
+            )
+        )
     rank = _mpi_rank(threads)
     if rank is not None:
         metadata["distributedInfo"] = {"rank": rank}

@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import sqlite3
 import struct
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import polars as pl
 
 from kinetolens.errors import TraceError
+from kinetolens.ingest.text_repair import decode_replacing
+
+T = TypeVar("T")
+#: How sqlite3 words a TEXT value that is not UTF-8.
+_NOT_UTF8 = "Could not decode to UTF-8"
 
 #: Rows fetched per batch: bounds the Python tuples alive at once.
 FETCH_ROWS = 65536
@@ -67,6 +73,9 @@ class Database:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        #: Invalid UTF-8 byte runs replaced with U+FFFD, and where.
+        self.replaced = 0
+        self.replaced_in: list[str] = []
         uri = path.resolve().as_uri() + "?mode=ro&immutable=1"
         try:
             self.conn = sqlite3.connect(uri, uri=True)
@@ -96,9 +105,40 @@ class Database:
             return 0
         return int(self.scalar(f"SELECT count(*) FROM {quote(table)}", table) or 0)
 
+    def _run(self, sql: str, what: str, fetch: Callable[[sqlite3.Cursor], T]) -> T:
+        """``fetch`` over the rows of ``sql``; text that is not UTF-8 replaced.
+
+        SQLite stores whatever bytes a tool wrote as TEXT, and sqlite3's C
+        decoding refuses the whole query at the first invalid value.  Only
+        then is the query run again through a Python decoder that replaces
+        (and counts) the invalid bytes, so valid files keep the fast path.
+        """
+        try:
+            return fetch(self.conn.execute(sql))
+        except sqlite3.OperationalError as exc:
+            if not str(exc).startswith(_NOT_UTF8):
+                raise
+        self.conn.text_factory = self._replacing
+        try:
+            found = self.replaced
+            out = fetch(self.conn.execute(sql))
+            if self.replaced > found and what not in self.replaced_in:
+                self.replaced_in.append(what)
+            return out
+        finally:
+            self.conn.text_factory = str
+
+    def _replacing(self, raw: bytes) -> str:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text, count = decode_replacing(raw)
+            self.replaced += count
+            return text
+
     def scalar(self, sql: str, what: str) -> Any:
         try:
-            row = self.conn.execute(sql).fetchone()
+            row = self._run(sql, what, sqlite3.Cursor.fetchone)
         except sqlite3.Error as exc:
             raise TraceError(self.path, f"corrupt SQLite file: {_first_line(exc)} (reading {what})") from None
         return row[0] if row else None
@@ -153,20 +193,26 @@ class Database:
     def rows(self, sql: str, what: str) -> list[tuple[Any, ...]]:
         """All rows of a small query (metadata tables: a few rows each)."""
         try:
-            return self.conn.execute(sql).fetchall()
+            return self._run(sql, what, sqlite3.Cursor.fetchall)
         except sqlite3.Error as exc:
             raise TraceError(self.path, f"corrupt SQLite file: {_first_line(exc)} (reading {what})") from None
 
     def frame(self, sql: str, schema: dict[str, pl.DataType], what: str) -> pl.DataFrame:
         """Run ``sql`` and build a frame column-wise, one batch of rows at a time."""
         parts: list[pl.DataFrame] = []
-        try:
-            cursor = self.conn.execute(sql)
+        rows: list[tuple[Any, ...]] = []
+
+        def collect(cursor: sqlite3.Cursor) -> None:
+            nonlocal rows
+            parts.clear()
             while True:
                 rows = cursor.fetchmany(FETCH_ROWS)
                 if not rows:
                     break
                 parts.append(pl.DataFrame(rows, schema=schema, orient="row", strict=True))
+
+        try:
+            self._run(sql, what, collect)
         except sqlite3.Error as exc:
             raise TraceError(self.path, f"corrupt SQLite file: {_first_line(exc)} (reading {what})") from None
         except (TypeError, OverflowError, pl.exceptions.PolarsError) as exc:

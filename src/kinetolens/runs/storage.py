@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kinetolens.cache import (
+    EntryDamaged,
     cache_key,
     is_url,
     key_of,
@@ -168,20 +169,28 @@ class RemoteStore:
         return f"{self.root.rstrip('/')}/{key}.tar"
 
     def read(self, key: str, source: str) -> Trace | None:
+        """The entry, or None.  Only an entry that does not decode is deleted:
+        a network or credential error leaves it for the other workers."""
         obj = self._object(key)
-        try:
-            with tempfile.TemporaryDirectory(prefix="kinetolens-") as d:
-                with self.fs.open(obj, "rb") as src, tarfile.open(fileobj=src, mode="r|") as tar:
-                    _unpack_flat(tar, Path(d))
-                return read_entry(Path(d), source)
-        except FileNotFoundError:
-            return None
-        except Exception:  # noqa: BLE001 - any damage means: rebuild the entry
+        with tempfile.TemporaryDirectory(prefix="kinetolens-") as d:
+            packed = Path(d) / "entry.tar"
             try:
-                self.fs.rm(obj)
-            except Exception:  # noqa: BLE001, S110 - someone else may have removed it
+                self.fs.get_file(obj, str(packed))
+            except Exception:  # noqa: BLE001 - missing, or the store cannot be read now
+                return None
+            entry = Path(d) / "entry"
+            entry.mkdir()
+            try:
+                with tarfile.open(packed, mode="r:") as tar:
+                    _unpack_flat(tar, entry)
+                return read_entry(entry, source)
+            except (tarfile.TarError, ValueError, EntryDamaged):
                 pass
-            return None
+        try:
+            self.fs.rm(obj)
+        except Exception:  # noqa: BLE001, S110 - someone else may have removed it
+            pass
+        return None
 
     def write(self, key: str, source: str, trace: Trace) -> None:
         """Best effort: a cache that cannot be written never fails the run."""

@@ -126,6 +126,7 @@ def diff_view(ctx: Ctx) -> list[Block]:
     if ctx.other is None:
         return [picker, text("Pick the run to compare with (the experiment); the run in the left panel is the baseline.")]
     summary = _diff(ctx).summary
+    diff = importlib.import_module("kinetolens.analysis.diff")
     b, e = summary["baseline"]["mean_step_us"], summary["experiment"]["mean_step_us"]
     delta, pct = summary["step_delta_us"], summary["regression_pct"]
     cards = [
@@ -135,8 +136,10 @@ def diff_view(ctx: Ctx) -> list[Block]:
         ["change", "-" if pct is None else f"{pct:+.1f}%"],
         ["time basis", summary["basis"]],
     ]
+    warning = diff.environment_warning(summary["environment"])
     return [
         picker,
+        *([text(f"Warning: {warning}.", "warn")] if warning else []),
         {"type": "cards", "items": cards},
         *[table(f"diff_{lv}", f"{lv.capitalize()} deltas (per step, largest change first)") for lv in DIFF_LEVELS],
     ]

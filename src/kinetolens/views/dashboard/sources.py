@@ -16,6 +16,7 @@ from typing import Any
 import polars as pl
 
 from kinetolens.analysis.gpu_metrics import gpu_metrics
+from kinetolens.analysis.group_labels import counts, listed
 from kinetolens.analysis.kernels import kernel_table
 from kinetolens.analysis.memory import memory_events, op_memory_stats
 from kinetolens.analysis.memory_allocations import allocations
@@ -128,8 +129,8 @@ def op_kernels(ctx: Ctx) -> pl.DataFrame:
         k = k.filter(pl.col("step") == ctx.step)
     return k.group_by(pl.col("name").alias("kernel")).agg(
         calls=pl.len(), total_us=pl.col("dur").sum() / 1000.0, mean_us=pl.col("dur").mean() / 1000.0,
-        stream=pl.col("stream").mode().first(),
-    ).sort("total_us", descending=True)  # fmt: skip
+        stream=counts("stream"),
+    ).with_columns(listed("stream")).sort("total_us", descending=True)  # fmt: skip
 
 
 def op_stacks(ctx: Ctx) -> pl.DataFrame:

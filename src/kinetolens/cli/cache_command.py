@@ -1,0 +1,51 @@
+"""``kinetolens cache info|clear``: the local Parquet cache of loaded traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from kinetolens.cache import ENV_MAX_SIZE, cache_entries, clear, default_cache_dir, max_cache_bytes
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError
+
+
+_DIR = click.option(
+    "--dir",
+    "cache_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="The cache directory (default: $KINETOLENS_CACHE_DIR, else ~/.cache/kinetolens).",
+)
+
+
+@click.group("cache")
+def cache_command() -> None:
+    """The local cache of loaded traces (Parquet, least recently used pruned first)."""
+
+
+@cache_command.command("info")
+@_DIR
+def info_command(cache_dir: Path | None) -> None:
+    """Where the cache is, its entries and size, and its limit."""
+    where = cache_dir or default_cache_dir()
+    entries = cache_entries(where)
+    click.echo(f"cache: {where}")
+    click.echo(f"entries: {len(entries)}, {_size(sum(e.bytes for e in entries))}")
+    click.echo(f"limit: {_size(max_cache_bytes())} (${ENV_MAX_SIZE})")
+
+
+@cache_command.command("clear")
+@_DIR
+def clear_command(cache_dir: Path | None) -> None:
+    """Remove every entry of the cache."""
+    where = cache_dir or default_cache_dir()
+    removed = clear(where)
+    click.echo(f"removed {len(removed)} entries ({_size(sum(e.bytes for e in removed))}) from {where}")

@@ -1,0 +1,106 @@
+"""Text that is not valid Unicode: replaced with U+FFFD and counted, never fatal.
+
+A kernel name or a metadata string written by another tool can hold bytes
+that are not UTF-8 (a Latin-1 path, a truncated multi-byte character), or a
+JSON ``\\udXXX`` escape of half a surrogate pair (what Python's ``json.dump``
+writes for such bytes).  Refusing the whole file for one such string, or
+skipping the event that holds it, loses data that is otherwise fine; so the
+readers decode with replacement and report how many sequences they replaced.
+
+Only the slow path pays: the fast decoders validate as they go, and the
+readers call into this module only after one of them failed on text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+REPLACEMENT = "\ufffd"
+_SLICE = 1 << 20
+#: Bytes that ``surrogateescape`` kept (one lone surrogate per invalid byte).
+_ESCAPED = re.compile("[\udc80-\udcff]+")
+#: A ``\\uD800``-``\\uDFFF`` escape that is not half of a well-formed pair.
+#: An even run of backslashes before it is escaped backslashes, so the
+#: escape really starts a character.
+_LONE_SURROGATE = re.compile(
+    rb"(?<!\\)((?:\\\\)*)"
+    rb"(?:\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    rb"|(?<![\\]u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+)
+
+
+class InvalidText(Exception):
+    """A decoder met text that is not valid Unicode; the reader repairs and retries."""
+
+
+def is_text_error(exc: BaseException) -> bool:
+    """Invalid UTF-8 bytes, or a JSON escape of a lone UTF-16 surrogate."""
+    if isinstance(exc, UnicodeDecodeError):
+        return True
+    return isinstance(exc, msgspec.DecodeError) and "surrogate" in str(exc)
+
+
+def decode_replacing(raw: bytes) -> tuple[str, int]:
+    """``raw`` as text, each run of invalid bytes one U+FFFD; and how many runs."""
+    text = raw.decode("utf-8", "surrogateescape")
+    return _ESCAPED.subn(REPLACEMENT, text)
+
+
+@dataclass
+class Repaired:
+    """A copy of a JSON buffer whose strings are all valid Unicode."""
+
+    data: bytes
+    #: Invalid byte runs and lone surrogate escapes replaced.
+    count: int
+    #: Offset of the first invalid byte or escape in the original buffer.
+    first: int
+
+
+def _cut(view: memoryview, start: int, end: int) -> int:
+    """``end`` moved back so that no multi-byte character is split (<= 3 bytes)."""
+    if end >= len(view):
+        return len(view)
+    cut = end
+    while cut > start + 1 and end - cut < 3 and view[cut] & 0xC0 == 0x80:
+        cut -= 1
+    return cut
+
+
+def repair_json_text(data: Any) -> Repaired:
+    """Replace invalid UTF-8 and lone surrogate escapes in a JSON buffer.
+
+    In slices, so the decoded text is never the whole file at once; valid
+    slices are copied as they are.  Invalid bytes outside strings stay
+    invalid JSON (now U+FFFD characters), which the decoder then reports.
+    """
+    view = memoryview(data)
+    out = bytearray()
+    count, first = 0, -1
+    off, n = 0, len(view)
+    while off < n:
+        end = _cut(view, off, off + _SLICE)
+        part = bytes(view[off:end])
+        try:
+            part.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if first < 0:
+                first = off + exc.start
+            text, k = decode_replacing(part)
+            count += k
+            part = text.encode("utf-8")
+        out += part
+        off = end
+    fixed = bytes(out)
+    del out
+    m = _LONE_SURROGATE.search(fixed)
+    if m is not None:
+        if first < 0:
+            first = m.start() + len(m.group(1))
+        fixed, k = _LONE_SURROGATE.subn(rb"\1\\ufffd", fixed)
+        count += k
+    return Repaired(fixed, count, max(first, 0))

@@ -1,0 +1,108 @@
+"""The distributed view's numbers on a real gloo DDP run with a planted
+straggler: two spawned ranks, rank 1 loading each batch 50 ms later (a sleep
+in its ``Dataset.__getitem__``), DDP's gradients in several buckets whose
+all-reduces run together on gloo's two threads (tests/distributed/ddp_job.py).
+"""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+    pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+
+from kinetolens.analysis.distributed import RankSummary, collective_stats, matched_calls, step_times
+from kinetolens.analysis.stragglers import straggler_findings, stragglers
+from kinetolens.cli.main import main
+from kinetolens.runs import summarize_run
+from tests.distributed.runs import DELAY_MS, SLOW_RANK, DistributedRun, slow_loader_2, spawn_4  # noqa: F401
+
+
+@pytest.fixture(scope="module")
+def slow(slow_loader_2: DistributedRun) -> list[RankSummary]:  # noqa: F811
+    return summarize_run(slow_loader_2.run_dir, "local:1", cache=False)
+
+
+def test_concurrent_buckets_really_overlap(slow: list[RankSummary]) -> None:
+    """The premise: on the waiting rank, the next bucket's all-reduce starts
+    while the first one waits for the late rank."""
+    (waiter,) = [s for s in slow if s.rank != SLOW_RANK]
+    c = waiter.calls.sort("ts")
+    ends = (c["ts"] + c["dur"]).cum_max().shift(1)
+    assert (c["ts"] < ends).sum() >= 2, "no overlapping collectives"
+
+
+def test_waiting_is_never_more_than_the_step(slow: list[RankSummary]) -> None:
+    # issue 17, point 24: the waits of concurrent calls are a union, not a sum
+    steps = {r["rank"]: r for r in step_times(slow).iter_rows(named=True)}
+    row = stragglers(slow).filter(pl.col("rank") == SLOW_RANK).row(0, named=True)
+    waiter = steps[1 - SLOW_RANK]
+    assert row["cost_ms_per_step"] <= waiter["step_ms"]
+    # rank 0 waits about the planted delay each step, within its communication
+    assert 0.9 * DELAY_MS <= row["cost_ms_per_step"] <= waiter["comm_ms"] + 1e-6
+    # the collective's time is the ranks' time in communication, never more
+    (stats,) = collective_stats(slow).iter_rows(named=True)
+    comm_total_ms = sum(r["comm_ms"] * r["steps"] for r in steps.values()) / len(steps)
+    assert stats["time_ms"] <= comm_total_ms + 1e-6
+    assert 0 <= stats["sync_ms"] <= stats["time_ms"]
+    assert stats["transfer_ms"] == pytest.approx(stats["time_ms"] - stats["sync_ms"])
+
+
+def test_lateness_is_the_whole_gap(slow: list[RankSummary]) -> None:
+    # issue 17, point 24: against the earliest arrival, so with two ranks the
+    # late rank is late by the full gap (the median, their midpoint, halves it)
+    table = stragglers(slow)
+    late = dict(zip(table["rank"], table["late_ms"], strict=True))
+    assert 0.9 * DELAY_MS <= late[SLOW_RANK] <= 1.5 * DELAY_MS
+    assert late[1 - SLOW_RANK] < 0.2 * DELAY_MS
+    per_call = matched_calls(slow).group_by("collective", "seq").agg(
+        pl.col("late_ns").min(), late_ns_max=pl.col("late_ns").max(), gap=pl.col("dur").max() - pl.col("dur").min()
+    )
+    assert (per_call["late_ns"] == 0).all()  # the earliest rank of every call
+    assert (per_call["late_ns_max"] == per_call["gap"]).all()  # the last: the whole gap
+
+
+def test_straggler_found_and_explained(slow: list[RankSummary]) -> None:
+    # issue 17, point 25: the finding says why: the slow rank's data loading
+    table = stragglers(slow)
+    assert table.filter(pl.col("straggler"))["rank"].to_list() == [SLOW_RANK]
+    row = table.filter(pl.col("rank") == SLOW_RANK).row(0, named=True)
+    assert row["differs_most"] == "dataloader"
+    assert 0.9 * DELAY_MS <= row["excess_ms"] <= 1.5 * DELAY_MS
+    assert row["caused_share"] > 0.9
+    (finding,) = straggler_findings(slow, table)
+    assert finding.where == {"rank": SLOW_RANK}
+    assert f"Rank {SLOW_RANK} is late: its data loading takes" in finding.title
+    assert "data loading takes" in finding.evidence and "ms more per step" in finding.evidence
+    assert finding.saving_ms == pytest.approx(row["cost_ms_per_step"])
+
+
+def test_no_straggler_without_a_planted_delay(spawn_4: DistributedRun) -> None:  # noqa: F811
+    # issue 17, points 24-25: four even ranks: nobody flagged, waits within a step
+    summaries = summarize_run(spawn_4.run_dir, "local:1", cache=False)
+    table = stragglers(summaries)
+    assert not table["straggler"].any()
+    step_ms = step_times(summaries)["step_ms"].min()
+    assert (table["cost_ms_per_step"] <= step_ms).all()
+
+
+def test_cli_names_the_cause(
+    slow_loader_2: DistributedRun,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # issue 17, points 24-25, as a user reads `kinetolens dist` at 100 columns
+    monkeypatch.setenv("COLUMNS", "100")
+    main(["dist", str(slow_loader_2.run_dir), "--executor", "local:1", "--no-cache"])
+    out = capsys.readouterr().out
+    assert f"rank {SLOW_RANK} is late" in out.lower()
+    assert "data loading takes" in out
+    assert max(len(line) for line in out.splitlines()) <= 100
+    main(["dist", str(slow_loader_2.run_dir), "--executor", "local:1", "--no-cache", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    (rec,) = data["recommendations"]
+    assert rec["where"] == {"rank": SLOW_RANK} and "data loading" in rec["title"]

@@ -1,0 +1,168 @@
+"""Grouped op tables: every column aggregated by its own meaning, and the
+attributes shown beside a group key true of the whole group."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+
+import kinetolens
+from kinetolens.analysis.kernels import kernel_table
+from kinetolens.analysis.ops import op_stats, order_and_filter
+from kinetolens.analysis.roofline import kernel_groups
+from tests.conftest import trace_path
+
+RESNET = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+QWEN = "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+TIMES = ("device_self_us", "device_total_us", "host_self_us", "host_total_us")
+
+
+@pytest.fixture(scope="module")
+def resnet() -> kinetolens.Trace:
+    return kinetolens.load(trace_path(RESNET))
+
+
+def _row(table: pl.DataFrame, name: str) -> dict:
+    return table.filter(pl.col("name") == name).row(0, named=True)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "120"}
+    return subprocess.run(
+        [sys.executable, "-m", "kinetolens.cli.main", *args], capture_output=True, text=True, timeout=180, env=env
+    )
+
+
+# -- issue 17, point 9: --aggregate count --------------------------------------------
+
+
+def test_count_keeps_times_and_work_as_sums(resnet: kinetolens.Trace) -> None:
+    # issue 17, point 9: count filled every time column with count/1000 and FLOPs/bytes with the count.
+    summed = op_stats(resnet, aggregate="sum")
+    counted = op_stats(resnet, aggregate="count")
+    add_s, add_c = _row(summed, "aten::add_"), _row(counted, "aten::add_")
+    # Independent: aten::add_'s calls and the GPU time of the kernels those calls launched.
+    ops = resnet.ops.filter((pl.col("name") == "aten::add_") & (pl.col("kind") == "op"))
+    kernel_us = resnet.kernels.filter(pl.col("op_id").is_in(ops["op_id"].implode()))["dur"].sum() / 1000.0
+    assert add_c["calls"] == ops.height == 2994
+    assert add_c["device_total_us"] == pytest.approx(kernel_us) and kernel_us > 20_000
+    for col in (*TIMES, "flops", "bytes", "tflops_s", "gbps", "step_share_pct"):
+        assert add_c[col] == pytest.approx(add_s[col]), col
+
+
+@pytest.mark.parametrize("aggregate", ["sum", "count", "mean", "max", "min"])
+def test_rates_and_step_share_agree_with_the_shown_columns(resnet: kinetolens.Trace, aggregate: str) -> None:
+    # issue 17, point 9: GB/s must be the shown bytes over the shown time wherever both are the
+    # group's (sum, count, mean: every aten::add_ call carries bytes, so mean/mean = sum/sum), and
+    # the step share is of the summed time under every aggregate.
+    table = op_stats(resnet, aggregate=aggregate)
+    summed = _row(op_stats(resnet), "aten::add_")
+    row = _row(table, "aten::add_")
+    if aggregate in ("sum", "count", "mean"):
+        assert row["gbps"] == pytest.approx(row["bytes"] / (row["device_total_us"] * 1000.0))
+    assert row["step_share_pct"] == pytest.approx(summed["step_share_pct"])
+    assert row["calls"] == 2994
+
+
+def test_kernel_grouping_count_is_sums(resnet: kinetolens.Trace) -> None:
+    # issue 17, point 9, kernel grouping: device time under count is the kernels' summed time.
+    table = op_stats(resnet, by="kernel", aggregate="count")
+    expected = resnet.kernels.group_by("name").agg(n=pl.len(), us=pl.col("dur").sum() / 1000.0)
+    joined = table.join(expected, on="name")
+    assert joined.height == expected.height
+    assert (joined["calls"] == joined["n"]).all()
+    assert (joined["device_total_us"] - joined["us"]).abs().max() < 1e-6
+
+
+def test_running_total_only_of_columns_that_add_up(resnet: kinetolens.Trace) -> None:
+    # issue 17, point 9: a running total of means (or of percents of roof) is meaningless.
+    counted = order_and_filter(op_stats(resnet, aggregate="count"), order_by="calls", aggregate="count")
+    assert counted["cumulative"].to_list() == counted["calls"].cum_sum().to_list()
+    mean = order_and_filter(op_stats(resnet, aggregate="mean"), order_by="device_total_us", aggregate="mean")
+    assert "cumulative" not in mean.columns
+
+
+def test_cli_count_ranks_by_calls_with_summed_times() -> None:
+    # issue 17, point 9, as the user sees it.
+    proc = _cli("ops", str(trace_path(RESNET)), "--aggregate", "count", "-t", "5", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    calls = [r["calls"] for r in rows]
+    assert calls == sorted(calls, reverse=True) and calls[0] == 4404  # aten::empty
+    add = next(r for r in rows if r["name"] == "aten::add_")
+    assert add["device_total_us"] > 20_000 and add["bytes"] > 1e10
+
+
+# -- issue 17, point 10: attributes of a group keyed by name ---------------------------
+
+
+def test_op_group_shows_every_direction_with_counts(resnet: kinetolens.Trace) -> None:
+    # issue 17, point 10: aten::add_ was labelled "optimizer" (the mode) with one shape.
+    row = _row(op_stats(resnet), "aten::add_")
+    ops = resnet.ops.filter((pl.col("name") == "aten::add_") & (pl.col("kind") == "op"))
+    counts = ops["direction"].cast(pl.String).value_counts().sort("count", descending=True)
+    expected = ", ".join(f"{d} {n}" for d, n in counts.iter_rows())
+    assert row["direction"] == expected == "optimizer 1932, bprop 966, fprop 96"
+    assert row["in_shapes"].startswith("mixed (") and row["dtypes"].startswith("mixed (")
+    # A group whose calls agree shows the value itself.
+    conv = _row(op_stats(resnet), "aten::cudnn_convolution_backward_weight")
+    assert conv["direction"] == "bprop"
+
+
+def test_mixed_shapes_count_the_distinct_shapes(resnet: kinetolens.Trace) -> None:
+    # issue 17, point 10: the count in "mixed (N distinct)" is the number of distinct input shapes.
+    by_shape = op_stats(resnet, by="op+shape").filter(pl.col("name") == "aten::add_")
+    row = _row(op_stats(resnet), "aten::add_")
+    assert row["in_shapes"] == f"mixed ({by_shape.height} distinct)"
+    # Grouped by shape, the shown shapes are the key.
+    assert (by_shape["in_shapes"] == by_shape["shapes"]).all()
+
+
+def test_kernel_groups_list_every_launching_op() -> None:
+    # issue 17, point 10, kernels grouped by name (ops --aggregate-by kernel and the dashboard's
+    # kernel table): the op column named one op for kernels launched by several, and its counts
+    # (with the kernels no op launched) add up to the calls.
+    trace = kinetolens.load(trace_path(QWEN))
+    gemm = (
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1"
+        "_execute_segment_k_off_kernel__5x_cublas"
+    )
+    k = trace.kernels.filter(pl.col("name") == gemm)
+    launched = k["op"].fill_null("(no op)").value_counts().sort("count", descending=True)
+    expected = ", ".join(f"{o} {n}" for o, n in launched.iter_rows())
+    assert launched.height > 1
+    assert _row(op_stats(trace, by="kernel"), gemm)["op"] == expected
+    grouped = kernel_groups(kernel_table(trace), None).filter(pl.col("kernel") == gemm).row(0, named=True)
+    assert grouped["op"] == expected
+
+
+def test_cli_ops_table_fits_120_columns() -> None:
+    # issue 17, points 9 and 10, as the user sees them: at COLUMNS=120 the default table fits, and
+    # the mixed directions are listed.
+    for args in (["-t", "30"], ["--aggregate", "count", "-t", "5"], ["--aggregate-by", "kernel", "-t", "10"]):
+        proc = _cli("ops", str(trace_path(RESNET)), *args)
+        assert proc.returncode == 0, proc.stderr
+        assert max(len(line) for line in proc.stdout.splitlines()) <= 120, args
+        assert "calls" in proc.stdout
+    proc = _cli("ops", str(trace_path(RESNET)), "--aggregate", "count", "-t", "5")
+    assert "optimizer 1932, bprop 966" in proc.stdout
+
+
+def test_report_top_ops_say_when_shapes_are_mixed() -> None:
+    # issue 17, point 10, in the report: aten::linear runs with 4 input shapes in this trace, and the
+    # report's "Top ops" showed one of them.
+    from kinetolens.views.report_data import collect
+    from kinetolens.views.report_md import render_md
+
+    trace = kinetolens.load(trace_path(QWEN))
+    shapes = op_stats(trace, by="op+shape").filter(pl.col("name") == "aten::linear").height
+    assert shapes == 4
+    md = render_md(collect(trace))
+    top_ops = md[md.index("## Top ops") : md.index("## Top kernels")]
+    line = next(li for li in top_ops.splitlines() if li.startswith("| aten::linear |"))
+    assert line.rstrip().endswith("| mixed (4 distinct) |")
