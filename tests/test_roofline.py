@@ -140,7 +140,7 @@ def test_cli_html_chart(tmp_path: Path) -> None:
     html = out.read_text()
     assert "plotly" in html and "Plotly.newPlot" in html
     assert len(html) > 1_000_000  # plotly.js inlined: opens offline
-    for name in ("aten::addmm", "aten::_scaled_dot_product_flash_attention", "DRAM 3,350 GB", "bf16 peak 989.5"):
+    for name in ("aten::addmm", "aten::_scaled_dot_product_flash_attention", "DRAM 3,350 GB", "bf16 tensor peak 989.5"):
         assert name in html
 
 
@@ -171,7 +171,7 @@ def test_cli_svg_chart_or_a_clear_error(tmp_path: Path) -> None:
     assert result.exception is None, result.output
     svg = out.read_text()
     assert svg.startswith("<svg") and svg.count("<path") > 10
-    for text in ("DRAM 3,350 GB", "bf16 peak 989.5"):
+    for text in ("DRAM 3,350 GB", "bf16 tensor peak 989.5"):
         assert text in svg
 
 

@@ -11,9 +11,18 @@ from __future__ import annotations
 TRACE_SUFFIX = ".pt.trace.json.gz"
 #: kinetolens' run metadata beside a trace (a name tb-profiler's pattern skips).
 METADATA_SUFFIX = ".kinetolens.json"
+#: Key of ``Trace.metadata`` under which the loader puts that file's contents.
+RUN_METADATA_KEY = "kinetolens_run"
+
 #: Counter events of ``profile(sample_rate=N)``.
 MEMORY_SAMPLE_EVENT = "kinetolens memory sample"
 #: NVTX range of one op under ``kinetolens.nvtx()``: this prefix, then JSON.
 NVTX_OP_PREFIX = "kinetolens "
 #: NVTX range around a module's forward: this prefix, then the module path.
 NVTX_MODULE_PREFIX = "kinetolens.module "
+
+
+def metadata_name(trace_name: str) -> str:
+    """The name of the run metadata file beside the trace file ``trace_name``."""
+    stem = trace_name[: -len(TRACE_SUFFIX)] if trace_name.endswith(TRACE_SUFFIX) else trace_name.rsplit(".", 1)[0]
+    return stem + METADATA_SUFFIX

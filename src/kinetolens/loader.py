@@ -6,9 +6,11 @@ from pathlib import Path
 
 from kinetolens.cache import default_cache_dir, read_cached, write_cached
 from kinetolens.errors import TraceError
+from kinetolens.formats import RUN_METADATA_KEY
 from kinetolens.ingest import read_raw
 from kinetolens.ingest.kineto_counter_events import read_counter_events
 from kinetolens.ingest.kineto_counters import read_profiler_counters
+from kinetolens.ingest.run_metadata import read_run_metadata
 from kinetolens.model import Trace, build_trace
 
 
@@ -33,7 +35,7 @@ def load(path: str | Path, *, cache: bool | str | Path = True) -> Trace:
         cache_dir = default_cache_dir() if cache is True else Path(cache)
         cached = read_cached(cache_dir, p)
         if cached is not None:
-            return cached
+            return _with_run_metadata(cached, p)
     raw = read_raw(p)
     trace = build_trace(raw, str(p))
     if trace.format == "kineto-json" and (trace.device_events["kind"] == "profiler_range").any():
@@ -44,4 +46,12 @@ def load(path: str | Path, *, cache: bool | str | Path = True) -> Trace:
         trace.warnings.extend(counter_warnings)
     if cache_dir is not None:
         write_cached(cache_dir, p, trace)
+    return _with_run_metadata(trace, p)
+
+
+def _with_run_metadata(trace: Trace, path: Path) -> Trace:
+    """Read beside the trace on every load (not cached: the file is small and written after the trace)."""
+    run = read_run_metadata(path)
+    if run is not None:
+        trace.metadata = {**trace.metadata, RUN_METADATA_KEY: run}
     return trace

@@ -23,6 +23,12 @@ Levels (one table each, see :data:`LEVELS`):
 Time basis: device time when both sides ran GPU work (a GPU step is what its
 kernels make it), else host time (a CPU run's steps are its ops' CPU time).
 
+Environment: the summary's ``environment`` compares what each side's traces
+say about the machine and software that ran them (:data:`ENVIRONMENT`: GPU,
+compute capability, torch, CUDA, world size).  Where they differ, every delta
+mixes the code change with the hardware or software one; the views say so
+before any number.
+
 Names are matched after removing what identifies an instance rather than
 what ran (:data:`NAME_RULES`): step numbers, addresses, compiled-graph
 hashes, Triton kernel indices, and ``nn.Module`` instance numbers
@@ -43,7 +49,9 @@ import polars as pl
 
 from kinetolens.analysis.op_times import op_instances
 from kinetolens.analysis.overview import COLUMNS, STEP_PREFIX, step_breakdown
+from kinetolens.formats import RUN_METADATA_KEY
 from kinetolens.model.trace import Trace
+from kinetolens.registry.gpus import trace_device
 
 LEVELS: tuple[str, ...] = ("step", "module", "op", "op_shape", "kernel")
 #: Key columns of each level's table.
@@ -105,6 +113,93 @@ def _map_names(frame: pl.DataFrame, col: str, fn: Callable[[str], str]) -> pl.Da
         return frame
     mapping = pl.DataFrame({col: values, "_mapped": [fn(v) for v in values.to_list()]})
     return frame.join(mapping, on=col, how="left").with_columns(pl.col("_mapped").alias(col)).drop("_mapped")
+
+
+# -- environment --------------------------------------------------------------
+
+#: What :func:`environment` reads from a trace, with the words the views use.
+ENVIRONMENT: dict[str, str] = {
+    "gpu": "GPU",
+    "compute_capability": "compute capability",
+    "torch": "torch",
+    "cuda": "CUDA",
+    "world_size": "world size",
+}
+#: How deep :func:`_find_key` looks into nested trace metadata.
+_SEARCH_DEPTH = 4
+
+
+def _find_key(value: Any, key: str, depth: int = _SEARCH_DEPTH) -> Any:
+    """The first ``key`` in nested dicts (breadth first): torch's version sits
+    wherever the harness that wrote the trace put it."""
+    level = [value]
+    for _ in range(depth):
+        found = next((d[key] for d in level if isinstance(d, dict) and d.get(key) not in (None, "")), None)
+        if found is not None:
+            return found
+        level = [v for d in level if isinstance(d, dict) for v in d.values() if isinstance(v, dict)]
+    return None
+
+
+def _cuda_version(value: Any) -> str | None:
+    """Kineto's ``12040`` as ``12.4``; strings as they are."""
+    if isinstance(value, int) and value > 0:
+        return f"{value // 1000}.{value % 1000 // 10}"
+    return str(value) if value not in (None, "") else None
+
+
+def environment(trace: Trace) -> dict[str, Any]:
+    """What ``trace`` says about the machine and software that ran it (None where it says nothing).
+
+    ``gpu`` and ``compute_capability``: the device that ran the most kernel
+    time; ``torch``: a ``torch_version`` anywhere in the trace's metadata
+    (kinetolens' run metadata, other harnesses' environment records; Kineto
+    itself does not write it); ``cuda``: the CUDA runtime Kineto recorded,
+    else the CUDA torch was built with; ``world_size``: ranks in the job.
+    """
+    meta = trace.metadata
+    device = trace_device(trace) or {}
+    major, minor = device.get("computeMajor"), device.get("computeMinor")
+    run = meta.get(RUN_METADATA_KEY) if isinstance(meta.get(RUN_METADATA_KEY), dict) else {}
+    world = trace.world_size if trace.world_size is not None else run.get("world_size")
+    torch = _find_key(meta, "torch_version")
+    return {
+        "gpu": device.get("name") or None,
+        "compute_capability": f"{major}.{minor}" if isinstance(major, int) and isinstance(minor, int) else None,
+        "torch": str(torch) if torch is not None else None,
+        "cuda": _cuda_version(meta.get("cuda_runtime_version")) or _cuda_version(run.get("cuda_version")),
+        "world_size": world if isinstance(world, int) else None,
+    }
+
+
+def _side_environment(traces: list[Trace]) -> dict[str, Any]:
+    """One value per field when the side's traces agree, else their distinct values joined."""
+    out: dict[str, Any] = {}
+    envs = [environment(t) for t in traces]
+    for key in ENVIRONMENT:
+        values = list(dict.fromkeys(e[key] for e in envs if e[key] is not None))
+        out[key] = values[0] if len(values) == 1 else ", ".join(map(str, values)) if values else None
+    return out
+
+
+def compare_environments(baseline: list[Trace], experiment: list[Trace]) -> dict[str, Any]:
+    """Both sides' :func:`environment`, the fields that differ and those a side does not record."""
+    base, exp = _side_environment(baseline), _side_environment(experiment)
+    known = [k for k in ENVIRONMENT if base[k] is not None and exp[k] is not None]
+    return {
+        "baseline": base,
+        "experiment": exp,
+        "differs": [k for k in known if base[k] != exp[k]],
+        "unknown": [k for k in ENVIRONMENT if k not in known],
+    }
+
+
+def environment_warning(env: dict[str, Any]) -> str | None:
+    """The sentence every diff view puts first when :func:`compare_environments` found a difference."""
+    if not env["differs"]:
+        return None
+    changes = ", ".join(f"{ENVIRONMENT[k]} {env['baseline'][k]} → {env['experiment'][k]}" for k in env["differs"])
+    return f"different environments (baseline → experiment): {changes}; the deltas mix this change with the code's"
 
 
 # -- one trace ----------------------------------------------------------------
@@ -359,16 +454,19 @@ def compare(
 ) -> RunDiff:
     """Compare two runs (a trace each, or the rank traces of each run).
 
-    The summary holds both sides' mean step time (mean over ranks of each
-    rank's mean step), ``step_delta_us``, ``regression_pct`` (positive: the
+    The summary holds :func:`compare_environments` (``environment``: GPU,
+    torch, CUDA, world size of each side, which differ, which are not
+    recorded), both sides' mean step time (mean over ranks of each rank's
+    mean step), ``step_delta_us``, ``regression_pct`` (positive: the
     experiment is slower) and :func:`explain`'s ops, computed from the op
     table whatever ``levels`` asks for.
     """
     unknown = [lv for lv in levels if lv not in LEVELS]
     if unknown:
         raise ValueError(f"unknown level {unknown[0]!r}; choose from {', '.join(LEVELS)}")
-    base = _Side([_facts(t) for t in _as_traces(baseline, "baseline")])
-    exp = _Side([_facts(t) for t in _as_traces(experiment, "experiment")])
+    base_traces, exp_traces = _as_traces(baseline, "baseline"), _as_traces(experiment, "experiment")
+    base = _Side([_facts(t) for t in base_traces])
+    exp = _Side([_facts(t) for t in exp_traces])
     device = base.has_gpu and exp.has_gpu
     tables: dict[str, pl.DataFrame] = {}
     for level in dict.fromkeys([*levels, "op"]):
@@ -377,6 +475,7 @@ def compare(
         )
     b_mean, e_mean = base.mean_step_ns, exp.mean_step_ns
     summary: dict[str, Any] = {
+        "environment": compare_environments(base_traces, exp_traces),
         "basis": "device" if device else "host",
         "baseline": _side_info(base),
         "experiment": _side_info(exp),

@@ -52,7 +52,7 @@ def rank_of(trace: Trace) -> int:
 
 
 STREAM_WORK_COLUMNS = [
-    "rank", "stream", "kind", "name", "kernel_type", "correlation", "ts", "end", "dur", "bytes",
+    "rank", "stream", "kind", "name", "kernel_type", "correlation", "ts", "end", "dur", "bytes", "memory_bw_gbps",
     "launch_id", "launch", "launch_ts", "launch_dur",
 ]  # fmt: skip
 
@@ -61,8 +61,9 @@ def stream_work(trace: Trace) -> pl.DataFrame:
     """One row per kernel / memcpy / memset, with its launch call joined.
 
     Columns: ``rank, stream, kind, name, kernel_type, correlation, ts, end, dur,
-    bytes, launch_id, launch, launch_ts, launch_dur`` (integer ns).  The launch
-    columns are null for work whose launch call is not in the trace.
+    bytes, memory_bw_gbps, launch_id, launch, launch_ts, launch_dur`` (integer
+    ns; ``memory_bw_gbps`` is Kineto's own copy bandwidth, where written).  The
+    launch columns are null for work whose launch call is not in the trace.
     """
     k = trace.kernels
     work = k.select(
@@ -75,6 +76,7 @@ def stream_work(trace: Trace) -> pl.DataFrame:
         (pl.col("ts") + pl.col("dur")).alias("end"),
         "dur",
         "bytes",
+        "memory_bw_gbps",
         "launch_id",
     ).filter(pl.col("kind").is_in(STREAM_WORK_KINDS) & pl.col("stream").is_not_null())
     launches = rows_by_id(

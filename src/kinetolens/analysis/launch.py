@@ -1,13 +1,16 @@
 """How GPU work is launched: launch cost, launch delay, queue depth, copy bandwidth.
 
-* :func:`launch_stats`: per launched kernel / memcpy / memset, the host launch
-  call's duration, the GPU duration, and the delay from the end of the launch
-  call to the start on the GPU (0 when the work started before the call
-  returned).
-* :func:`launch_summary` / :func:`short_kernels`: the distribution of those
-  three, and the kernels whose launch costs more than they run.
-* :func:`queue_length` / :func:`queue_length_summary`: outstanding work per
-  stream over time (+1 when a launch call starts, -1 when its work starts).
+* :func:`launch_stats`: per launch call, the host call's duration, the GPU
+  duration of the work it released, and the delay from the end of the call
+  to the start on the GPU (0 when the work started before the call
+  returned).  A CUDA/HIP graph launch is one call that releases many kernels
+  under one correlation id: it counts once, with the number it released.
+* :func:`launch_summary` / :func:`short_kernels` / :func:`graph_launches`:
+  the distribution of those three, the kernels whose launch costs more than
+  they run, and what graph launches released.
+* :func:`queue_length` / :func:`queue_length_summary`: outstanding launches
+  per stream over time (+1 when a launch call starts, -1 when its work
+  starts).
 * :func:`memory_bandwidth` / :func:`memory_bw_summary`: bytes per second of
   each memcpy / memset kind, and the summed bandwidth while copies of one
   kind run at once.
@@ -46,15 +49,29 @@ def launched_work(trace: Trace, calls: Collection[str] | None = None) -> pl.Data
 
 
 def launch_stats(trace: Trace, calls: Collection[str] | None = None) -> pl.DataFrame:
-    """One row per GPU activity whose launch call is in the trace.
+    """One row per launch call in the trace whose GPU work is in it too.
 
     ``calls`` restricts the launch APIs counted (for example only
     ``cudaLaunchKernel``); by default every call that launched GPU work counts,
     including driver launches (``cuLaunchKernel``) and graph launches.
-    Columns: ``rank, stream, correlation, name, launch, kind, cpu_duration_us,
-    gpu_duration_us, launch_delay_us``, in launch order.
+    A call that released several activities (a graph launch) is one row:
+    ``kernels`` says how many, ``name``, ``stream`` and ``kind`` are the
+    first one's, the GPU duration is their summed durations and the delay
+    runs to the first one's start.
+    Columns: ``rank, stream, correlation, name, launch, kind, kernels,
+    cpu_duration_us, gpu_duration_us, launch_delay_us``, in launch order.
     """
-    work = launched_work(trace, calls).sort("launch_ts", maintain_order=True)
+    # Work is in start order, so each call's first row is its first activity.
+    work = (
+        launched_work(trace, calls)
+        .group_by("launch_id", maintain_order=True)
+        .agg(
+            pl.col("rank", "stream", "correlation", "name", "launch", "kind", "launch_ts", "launch_dur", "ts").first(),
+            pl.len().alias("kernels"),
+            pl.col("dur").sum(),
+        )
+        .sort("launch_ts", maintain_order=True)
+    )
     delay = (pl.col("ts") - pl.col("launch_ts") - pl.col("launch_dur")).clip(lower_bound=0)
     return work.select(
         "rank",
@@ -63,6 +80,7 @@ def launch_stats(trace: Trace, calls: Collection[str] | None = None) -> pl.DataF
         "name",
         "launch",
         "kind",
+        pl.col("kernels").cast(pl.Int64),
         (pl.col("launch_dur") / NS_PER_US).alias("cpu_duration_us"),
         (pl.col("dur") / NS_PER_US).alias("gpu_duration_us"),
         (delay / NS_PER_US).alias("launch_delay_us"),
@@ -99,11 +117,14 @@ def short_kernels(stats: pl.DataFrame, short_us: float = SHORT_LAUNCH_US) -> pl.
 
     Such kernels are launch-bound: the GPU finishes them faster than the host
     can issue the next, so fusing them or capturing a CUDA graph pays off.
+    Graph launches are left out: their kernels are already in a graph.
     Columns: ``name, count, gpu_us, cpu_us, mean_gpu_us, mean_cpu_us``, most
     launch time first.
     """
     short = stats.filter(
-        (pl.col("cpu_duration_us") <= short_us) & (pl.col("gpu_duration_us") < pl.col("cpu_duration_us"))
+        (pl.col("kernels") == 1)
+        & (pl.col("cpu_duration_us") <= short_us)
+        & (pl.col("gpu_duration_us") < pl.col("cpu_duration_us"))
     )
     return (
         short.group_by("name")
@@ -118,14 +139,42 @@ def short_kernels(stats: pl.DataFrame, short_us: float = SHORT_LAUNCH_US) -> pl.
     )
 
 
+def graph_launches(stats: pl.DataFrame) -> pl.DataFrame:
+    """Launch calls that released more than one activity (CUDA/HIP graph launches), per API.
+
+    Columns: ``rank, launch, launches, kernels`` (released in all),
+    ``max_kernels`` (by one call), ``mean_cpu_us, mean_gpu_us`` (summed over
+    the kernels of one call) ``, mean_delay_us``.
+    """
+    return (
+        stats.filter(pl.col("kernels") > 1)
+        .group_by("rank", "launch", maintain_order=True)
+        .agg(
+            pl.len().cast(pl.Int64).alias("launches"),
+            pl.col("kernels").sum(),
+            pl.col("kernels").max().alias("max_kernels"),
+            pl.col("cpu_duration_us").mean().alias("mean_cpu_us"),
+            pl.col("gpu_duration_us").mean().alias("mean_gpu_us"),
+            pl.col("launch_delay_us").mean().alias("mean_delay_us"),
+        )
+        .sort("rank", "launch")
+    )
+
+
 def queue_length(trace: Trace, calls: Collection[str] | None = None) -> pl.DataFrame:
-    """Outstanding launched work per stream: ``rank, stream, ts`` (ns)``, queue_length``.
+    """Outstanding launches per stream: ``rank, stream, ts`` (ns)``, queue_length``.
 
     One row per change: +1 when a launch call starts, -1 when its work starts
-    on the GPU.  At equal times the enqueue comes first.  The value holds
-    until the next row (a step function).  ``calls`` as in :func:`launch_stats`.
+    on the GPU.  A graph launch counts once on each stream it released work
+    on, until its first work there starts.  At equal times the enqueue comes
+    first.  The value holds until the next row (a step function).  ``calls``
+    as in :func:`launch_stats`.
     """
-    work = launched_work(trace, calls)
+    work = (
+        launched_work(trace, calls)
+        .group_by("launch_id", "stream", maintain_order=True)
+        .agg(pl.col("rank", "launch_ts").first(), pl.col("ts").min())
+    )
     changes = pl.concat([
         work.select("rank", "stream", pl.col("launch_ts").alias("ts"), pl.lit(1, pl.Int64).alias("delta")),
         work.select("rank", "stream", "ts", pl.lit(-1, pl.Int64).alias("delta")),
@@ -154,11 +203,18 @@ def _copy_kind(name: pl.Expr) -> pl.Expr:
 def memory_bandwidth(trace: Trace) -> pl.DataFrame:
     """Every memory operation with its bandwidth: ``rank, name, stream, ts, end`` (ns)``, bytes, memory_bw_gbps``.
 
-    Bandwidth is bytes per nanosecond (= GB/s); operations without a byte
-    count or with zero duration have a null bandwidth.
+    Bandwidth is GB/s: Kineto's own ``memory bandwidth (GB/s)`` where the
+    trace has it (bytes over the exact ns duration: the written duration may
+    be rounded to whole µs, off by up to 2x on short copies), else bytes per
+    nanosecond of the written duration.  Operations without a byte count or
+    a duration have a null bandwidth.
     """
     mem = stream_work(trace).filter(pl.col("kernel_type") == MEMORY)
-    bw = pl.when((pl.col("dur") > 0) & (pl.col("bytes") >= 0)).then(pl.col("bytes") / pl.col("dur"))
+    written = pl.col("memory_bw_gbps")
+    own = pl.when((pl.col("dur") > 0) & (pl.col("bytes") >= 0)).then(pl.col("bytes") / pl.col("dur"))
+    # Kineto writes 0 for a copy it timed at 0 ns: no bandwidth, not zero.
+    kineto = pl.when((written > 0) | ((written == 0) & (pl.col("bytes") == 0))).then(written)
+    bw = pl.coalesce(kineto, own)
     return mem.select("rank", _copy_kind(pl.col("name")).alias("name"), "stream", "ts", "end", "bytes", bw.alias("memory_bw_gbps"))
 
 
@@ -167,14 +223,23 @@ def memory_bw_summary(trace: Trace) -> pl.DataFrame:
 
     The bandwidths of running copies of one kind add up (+ at start, - at end);
     the statistics (count, mean, std, min, quartiles, max) are over the
-    points where that sum changes to a positive value.
+    points where that sum changes to a positive value.  A copy is running
+    over ``[ts, end)``: at one instant, copies ending leave before copies
+    starting join (back-to-back copies, common once times are rounded to
+    whole µs, never add up).  A copy written with no duration (under 1 µs
+    in a whole-µs trace) whose bandwidth Kineto wrote is one point: its
+    bandwidth plus that of the copies running then.
     """
     mem = memory_bandwidth(trace).filter(pl.col("memory_bw_gbps").is_not_null())
+    # Order at one instant: ends (0), starts (1), ends of copies with no duration (2).
     changes = pl.concat([
-        mem.select("rank", "name", "ts", pl.col("memory_bw_gbps").alias("delta")),
-        mem.select("rank", "name", pl.col("end").alias("ts"), (-pl.col("memory_bw_gbps")).alias("delta")),
+        mem.select("rank", "name", "ts", pl.col("memory_bw_gbps").alias("delta"), pl.lit(1).alias("order")),
+        mem.select(
+            "rank", "name", pl.col("end").alias("ts"), (-pl.col("memory_bw_gbps")).alias("delta"),
+            pl.when(pl.col("end") > pl.col("ts")).then(0).otherwise(2).alias("order"),
+        ),
     ])
-    series = changes.sort(["rank", "name", "ts"], maintain_order=True).with_columns(
+    series = changes.sort(["rank", "name", "ts", "order"], maintain_order=True).with_columns(
         memory_bw_gbps=pl.col("delta").cum_sum().over("rank", "name")
     )
     return describe(series.filter(pl.col("memory_bw_gbps") > BW_RESIDUE_GBPS), ["rank", "name"], "memory_bw_gbps")

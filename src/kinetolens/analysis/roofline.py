@@ -11,14 +11,21 @@ the precision the work ran in) and DRAM bandwidth ``W``:
   equals achieved FLOP/s over attainable FLOP/s and, for work with no FLOPs
   (copies, gathers), achieved over peak bandwidth.
 
-The precision picks ``P``: Tensor Core kernels use the Tensor Core peak of
-their dtype (fp16, bf16, fp8, int8; fp32 on Tensor Cores is TF32; fp64 the
-FP64 Tensor Core peak); everything else the CUDA-core FP32 peak (FP64 its
-vector peak).  Half-precision CUDA-core math can exceed the FP32 peak, but
-such kernels are memory-bound in practice, so the lower roof changes no
-verdict.  Where the dtype is not recorded and the kernel ran on Tensor
-Cores, the precision is unknown and so are roof and percent: no number is
-better than a wrong one.
+The *ceiling* picks ``P`` (:func:`ceiling`): work on Tensor Cores uses the
+Tensor Core peak of its dtype (``bf16 tensor`` ...; fp32 on Tensor Cores is
+TF32, fp64 the FP64 Tensor Core peak); work known not to run on them the
+CUDA-core (vector) FP32 peak, FP64 its vector peak.  Half-precision
+CUDA-core math can exceed the FP32 peak, but such kernels are memory-bound
+in practice, so the lower roof changes no verdict.  When the kernel names
+do not say whether a matrix op (GEMM, convolution, attention) ran on Tensor
+Cores (Triton templates, ROCm ``attn_fwd``), a dtype PyTorch runs on Tensor
+Cores by default (fp16, bf16, fp8, int8) is held to that Tensor Core peak
+and marked ``ceiling_assumed``; an fp32 or fp64 one gets no ceiling, since
+either unit is likely and their peaks differ up to 8x.  Never the CUDA-core
+peak: that would inflate percent of roof and hide time lost.  Where the
+dtype is not recorded, the roof is unknown too: no number is better than a
+wrong one.  ``precision`` is the dtype the work computes in (``tf32`` for
+fp32 on Tensor Cores), whatever the ceiling.
 
 Time lost is ``device time - ideal time`` (and against a realistic 75 % of
 the roof, ``device time - ideal / 0.75``), clipped at zero per op call:
@@ -38,9 +45,16 @@ from kinetolens.analysis.tensor_cores import kernel_tensor_cores, matrix_dtype
 from kinetolens.analysis.work import carried_work, kernel_work
 from kinetolens.errors import TraceError
 from kinetolens.model.trace import Trace
+from kinetolens.registry.flops import REGISTRY
 from kinetolens.registry.flops_base import json_list
 from kinetolens.registry.gpus import GpuSpec
-from kinetolens.registry.tensor_cores import NO, UNKNOWN, YES
+from kinetolens.registry.tensor_cores import (
+    CUDA_CORE_MATRIX_OPS,
+    DEFAULT_TENSOR_CORE_DTYPES,
+    NO,
+    UNKNOWN,
+    YES,
+)
 
 #: The share of the roof a well-tuned kernel reaches in practice.
 REALISTIC = 0.75
@@ -50,29 +64,74 @@ GROUPINGS = ("op", "module")
 #: :func:`kinetolens.analysis.ops.op_stats`, so its tables can be joined).
 GROUP_KEYS = {"op": ["name"], "op+shape": ["name", "shapes"], "module": ["module"], "source": ["source"]}
 
-#: Tensor Core precision by input dtype (fp32 inputs run as TF32).
-_TC_PRECISION = {
+#: Tensor Core peak by input dtype (fp32 inputs run as TF32).
+_TC_PEAK = {
     "fp16": "fp16", "bf16": "bf16", "fp8": "fp8", "int8": "int8", "uint8": "int8",
-    "fp32": "tf32", "tf32": "tf32", "fp64": "fp64_tensor",
+    "fp32": "tf32", "tf32": "tf32", "fp64": "fp64",
 }  # fmt: skip
+#: Every compute ceiling :func:`ceiling` names -> the spec precision its peak is read from.
+CEILINGS = {
+    "fp16 tensor": "fp16", "bf16 tensor": "bf16", "fp8 tensor": "fp8", "int8 tensor": "int8",
+    "tf32 tensor": "tf32", "fp64 tensor": "fp64_tensor", "fp32 vector": "fp32", "fp64 vector": "fp64",
+}  # fmt: skip
+#: Registry families whose ops PyTorch runs on Tensor Cores where it can.
+_MATRIX_FAMILIES = ("gemm", "conv", "attention")
 
 
 def precision(dtype: str | None, tc: str | None) -> str | None:
-    """The peak a kernel of ``dtype`` is held to, by whether it ran on Tensor Cores."""
+    """The precision work computes in: its dtype, ``tf32`` for fp32 on Tensor Cores."""
+    return "tf32" if dtype == "fp32" and tc == YES else dtype
+
+
+def tensor_core_op(name: str | None) -> bool:
+    """Whether PyTorch runs ``name`` (an op carrying work) on Tensor Cores where it can."""
+    entry = REGISTRY.get(name) if name else None
+    return entry is not None and entry.family in _MATRIX_FAMILIES and name not in CUDA_CORE_MATRIX_OPS
+
+
+def ceiling(name: str | None, dtype: str | None, tc: str | None) -> tuple[str | None, bool]:
+    """(compute ceiling, assumed) for op ``name``'s work in ``dtype`` whose
+    kernels' Tensor Core verdict is ``tc``; None when it cannot be told.
+
+    ``assumed`` is true for a matrix op of a dtype PyTorch runs on Tensor
+    Cores by default whose kernel names do not say where it ran.
+    """
+    if dtype is None:
+        return None, False
     if tc == YES:
-        return _TC_PRECISION.get(dtype) if dtype else None
-    return "fp64" if dtype == "fp64" else "fp32"
+        peak = _TC_PEAK.get(dtype)
+        return (f"{peak} tensor" if peak else None), False
+    if tc != NO and tensor_core_op(name) and dtype in _TC_PEAK:
+        if dtype in DEFAULT_TENSOR_CORE_DTYPES:
+            return f"{_TC_PEAK[dtype]} tensor", True
+        return None, False  # fp32 (TF32 or not) and fp64 (DMMA or not): the names do not say
+    return ("fp64 vector" if dtype == "fp64" else "fp32 vector"), False
 
 
-def peak_tflops(spec: GpuSpec, prec: str | None) -> float | None:
-    """Dense peak for one of :func:`precision`'s answers (``fp64`` = vector FP64)."""
-    if prec is None:
-        return None
+def peak_tflops(spec: GpuSpec, ceiling_name: str | None) -> float | None:
+    """Dense peak of one of :func:`ceiling`'s answers (an FP64 Tensor Core
+    ceiling falls back to the vector FP64 peak on GPUs without them)."""
     if spec.peak_override_tflops is not None:
         return spec.peak_override_tflops
-    if prec == "fp64_tensor":
+    key = CEILINGS.get(ceiling_name) if ceiling_name else None
+    if key is None:
+        return None
+    if key == "fp64_tensor":
         return spec.tflops.get("fp64_tensor", spec.tflops.get("fp64"))
-    return spec.tflops.get(prec)
+    return spec.tflops.get(key)
+
+
+_CEILING_SCHEMA = {"precision": pl.String, "ceiling": pl.String, "ceiling_assumed": pl.Boolean}
+
+
+def _with_ceilings(frame: pl.DataFrame, name_col: str) -> pl.DataFrame:
+    """Add ``precision, ceiling, ceiling_assumed`` from ``name_col`` (the op
+    carrying the work), ``dtype`` and ``tc``, once per distinct combination."""
+    keys = [name_col, "dtype", "tc"]
+    distinct = frame.select(keys).unique()
+    rows = [(n, d, t, precision(d, t), *ceiling(n, d, t)) for n, d, t in distinct.iter_rows()]
+    table = pl.DataFrame(rows, schema={**distinct.schema, **_CEILING_SCHEMA}, orient="row")
+    return frame.join(table, on=keys, how="left", nulls_equal=True, maintain_order="left")
 
 
 def require_roofs(spec: GpuSpec | None, trace: Trace) -> GpuSpec:
@@ -95,14 +154,17 @@ def require_roofs(spec: GpuSpec | None, trace: Trace) -> GpuSpec:
 def _with_roof(frame: pl.DataFrame, spec: GpuSpec, time_col: str) -> pl.DataFrame:
     """Add intensity, peak, attainable, achieved, ideal time, percent and bound.
 
-    Needs ``flops``, ``bytes``, ``precision`` and ``time_col`` (ns).
+    Needs ``flops``, ``bytes``, ``ceiling`` and ``time_col`` (ns).  A
+    single ``--peak-tflops`` override is every work's ceiling (``override``).
     """
-    peaks = {p: peak_tflops(spec, p) for p in frame["precision"].drop_nulls().unique().to_list()}
+    if spec.peak_override_tflops is not None:
+        peak = pl.lit(spec.peak_override_tflops, pl.Float64)
+        frame = frame.with_columns(ceiling=pl.lit("override"), ceiling_assumed=pl.lit(False))
+    else:
+        peaks = {c: peak_tflops(spec, c) for c in frame["ceiling"].drop_nulls().unique().to_list()}
+        peak = pl.col("ceiling").replace_strict(peaks, default=None, return_dtype=pl.Float64)
     bw = float(spec.dram_gbps or 0.0)
-    frame = frame.with_columns(
-        peak_tflops=pl.col("precision").replace_strict(peaks, default=None, return_dtype=pl.Float64),
-        flops=pl.col("flops").fill_null(0.0),
-    )
+    frame = frame.with_columns(peak_tflops=peak, flops=pl.col("flops").fill_null(0.0))
     # ns at the roof: FLOPs / (TFLOP/s * 1e3) and bytes / (GB/s).
     compute_ns = pl.when(pl.col("flops") > 0).then(pl.col("flops") / (pl.col("peak_tflops") * 1e3)).otherwise(0.0)
     memory_ns = pl.col("bytes") / bw
@@ -128,34 +190,37 @@ def _with_roof(frame: pl.DataFrame, spec: GpuSpec, time_col: str) -> pl.DataFram
 def kernel_roofline(trace: Trace, spec: GpuSpec | None) -> pl.DataFrame:
     """One row per kernel with work: its roof, achieved performance and percent of roof.
 
-    Columns: ``kernel_id, name, op, dtype, tc, precision, flops, bytes,
-    estimated, dur_us, intensity, peak_tflops, attainable_tflops,
-    achieved_tflops, achieved_gbps, pct_of_roof, bound, ideal_us``.
-    The dtype is that of the op that launched the kernel.  A trace with
-    CUPTI counters adds the measured values beside the modeled ones
-    (:func:`kinetolens.analysis.counters.kernel_measured`):
+    Columns: ``kernel_id, name, op, dtype, tc, precision, ceiling,
+    ceiling_assumed, flops, bytes, estimated, dur_us, intensity,
+    peak_tflops, attainable_tflops, achieved_tflops, achieved_gbps,
+    pct_of_roof, bound, ideal_us``.  The dtype, and so the precision and
+    ceiling, are those of the op carrying the kernel's work (the one
+    :func:`op_roofline` has a row for); ``tc`` is the kernel's own.  A
+    trace with CUPTI counters adds the measured values beside the modeled
+    ones (:func:`kinetolens.analysis.counters.kernel_measured`):
     ``measured_flops, measured_bytes, bytes_ratio`` (measured DRAM bytes
     over the kernel's modeled ``bytes``, a share of its op's when
     ``estimated``).
     """
     spec = require_roofs(spec, trace)
-    work = kernel_work(trace)
+    carried = carried_work(trace)
+    work = kernel_work(trace, carried)
     k = (
-        trace.kernels.select("kernel_id", "name", "op_id", "op", "dur")
+        trace.kernels.select("kernel_id", "name", "op", "dur")
         .join(work, on="kernel_id", how="inner")
+        .join(carried.kernels.select("kernel_id", "carrier"), on="kernel_id", how="left")
         .join(kernel_tensor_cores(trace).select("kernel_id", "tc"), on="kernel_id", how="left")
     )
-    dtypes = _op_dtypes(trace)
-    k = k.with_columns(dtype=pl.col("op_id").replace_strict(dtypes, default=None, return_dtype=pl.String))
-    k = k.with_columns(
-        precision=pl.struct("dtype", "tc").map_elements(
-            lambda r: precision(r["dtype"], r["tc"]), return_dtype=pl.String
-        )
+    carriers = k["carrier"].drop_nulls().unique().to_list()
+    dtypes = _op_dtypes(trace, carriers)
+    names = trace.ops.filter(pl.col("op_id").is_in(carriers)).select(carrier="op_id", carrier_name="name")
+    k = k.join(names, on="carrier", how="left").with_columns(
+        dtype=pl.col("carrier").replace_strict(dtypes, default=None, return_dtype=pl.String)
     )
-    k = _with_roof(k, spec, "dur")
+    k = _with_roof(_with_ceilings(k, "carrier_name"), spec, "dur")
     out = k.select(
-        "kernel_id", "name", "op", "dtype", "tc", "precision", "flops", "bytes", "estimated",
-        dur_us=pl.col("dur") / 1000.0, intensity="intensity", peak_tflops="peak_tflops",
+        "kernel_id", "name", "op", "dtype", "tc", "precision", "ceiling", "ceiling_assumed", "flops", "bytes",
+        "estimated", dur_us=pl.col("dur") / 1000.0, intensity="intensity", peak_tflops="peak_tflops",
         attainable_tflops="attainable_tflops", achieved_tflops="achieved_tflops", achieved_gbps="achieved_gbps",
         pct_of_roof="pct_of_roof", bound="bound", ideal_us=pl.col("ideal_ns") / 1000.0,
     ).sort("kernel_id")  # fmt: skip
@@ -195,7 +260,8 @@ def op_roofline(trace: Trace, spec: GpuSpec | None) -> pl.DataFrame:
     Device time is that of every GPU activity launched inside the op, at
     any depth; the op ran on Tensor Cores when any of its kernels did.
     Columns: ``op_id, name, module, source, step, shapes, dtype, tc,
-    precision, flops, bytes, device_us, intensity, peak_tflops, attainable_tflops,
+    precision, ceiling, ceiling_assumed, flops, bytes, device_us, intensity,
+    peak_tflops, attainable_tflops,
     achieved_tflops, achieved_gbps, pct_of_roof, bound, ideal_us, lost_us,
     lost_75_us``; with CUPTI counters also ``measured_flops,
     measured_bytes, bytes_ratio`` (:func:`kinetolens.analysis.counters.op_measured`).
@@ -215,16 +281,12 @@ def op_roofline(trace: Trace, spec: GpuSpec | None) -> pl.DataFrame:
         dtype=pl.col("op_id").replace_strict(dtypes, default=None, return_dtype=pl.String),
         tc=pl.col("verdicts").map_elements(lambda v: _op_tc(list(v)), return_dtype=pl.String),
     )
-    ops = ops.with_columns(
-        precision=pl.struct("dtype", "tc").map_elements(
-            lambda r: precision(r["dtype"], r["tc"]), return_dtype=pl.String
-        )
-    )
-    ops = _with_roof(ops, spec, "device_ns")
+    ops = _with_roof(_with_ceilings(ops, "name"), spec, "device_ns")
     from kinetolens.analysis.params import shapes_expr
 
     out = ops.select(
-        "op_id", "name", "module", "source", "step", shapes_expr().alias("shapes"), "dtype", "tc", "precision", "flops", "bytes",
+        "op_id", "name", "module", "source", "step", shapes_expr().alias("shapes"), "dtype", "tc", "precision",
+        "ceiling", "ceiling_assumed", "flops", "bytes",
         device_us=pl.col("device_ns") / 1000.0, intensity="intensity", peak_tflops="peak_tflops",
         attainable_tflops="attainable_tflops", achieved_tflops="achieved_tflops", achieved_gbps="achieved_gbps",
         pct_of_roof="pct_of_roof", bound="bound", ideal_us=pl.col("ideal_ns") / 1000.0,
@@ -243,12 +305,15 @@ def roofline_by(trace: Trace, spec: GpuSpec | None, by: str = "op", *, step: int
 
     Columns: the key (``op``; ``op, shapes``; ``module``; ``source``), then
     ``calls, device_us, ideal_us, pct_of_roof, lost_us, lost_75_us, flops,
-    bytes, intensity, achieved_tflops, achieved_gbps, bound, precision``.
-    ``pct_of_roof`` is summed ideal time over summed device time; ``bound``
-    and ``precision`` are those of the call with the most ideal time and the
-    most FLOPs.  Calls whose roof is unknown (a dtype or byte count not
-    recorded) keep their device time but add no ideal or lost time, and
-    ``pct_of_roof`` leaves them out.  A null module or source reads
+    bytes, intensity, achieved_tflops, achieved_gbps, bound, precision,
+    ceiling, assumed_us``.  ``pct_of_roof`` is summed ideal time over summed
+    device time; ``bound`` is that of the call with the most ideal time,
+    ``precision`` and ``ceiling`` those of the call with the most FLOPs
+    (then device time; no ceiling where the group does no FLOPs).
+    ``assumed_us`` is the device time of calls held to an assumed Tensor
+    Core ceiling (:func:`ceiling`).  Calls whose roof is unknown (a dtype,
+    byte count or ceiling not known) keep their device time but add no ideal
+    or lost time, and ``pct_of_roof`` leaves them out.  A null module or source reads
     ``(no module)`` / ``(no source)``.  With CUPTI counters, also
     ``measured_flops, measured_bytes, bytes_ratio`` (the ratio over the
     calls with both counts).
@@ -271,18 +336,20 @@ def roofline_by(trace: Trace, spec: GpuSpec | None, by: str = "op", *, step: int
         flops=pl.col("flops").sum(),
         bytes=pl.when(pl.col("bytes").is_not_null().any()).then(pl.col("bytes").sum()),
         bound=pl.col("bound").sort_by("ideal_us", descending=True, nulls_last=True).first(),
-        precision=pl.col("precision").sort_by("flops", descending=True).first(),
+        precision=pl.col("precision").sort_by("flops", "device_us", descending=True).first(),
+        ceiling=pl.col("ceiling").sort_by("flops", "device_us", descending=True).first(),
+        assumed_us=pl.col("device_us").filter(pl.col("ceiling_assumed")).sum(),
         **_measured_sums(ops),
     )
     out = out.with_columns(
-        precision=pl.when(pl.col("flops") > 0).then(pl.col("precision")),
+        ceiling=pl.when(pl.col("flops") > 0).then(pl.col("ceiling")),
         pct_of_roof=pl.col("ideal_us") / pl.when(pl.col("_known_us") > 0).then(pl.col("_known_us")) * 100.0,
         intensity=pl.when(pl.col("bytes") > 0).then(pl.col("flops") / pl.col("bytes")),
         achieved_tflops=pl.col("flops") / pl.col("device_us") / 1e6,
         achieved_gbps=pl.col("bytes") / pl.col("device_us") / 1e3,
     )
     cols = [*keys, "calls", "device_us", "ideal_us", "pct_of_roof", "lost_us", "lost_75_us", "flops", "bytes",
-            "intensity", "achieved_tflops", "achieved_gbps", "bound", "precision"]  # fmt: skip
+            "intensity", "achieved_tflops", "achieved_gbps", "bound", "precision", "ceiling", "assumed_us"]  # fmt: skip
     if "measured_bytes" in ops.columns:
         out = out.with_columns(
             bytes_ratio=pl.when(pl.col("_b") > 0).then(pl.col("_mb") / pl.col("_b"))
@@ -290,6 +357,27 @@ def roofline_by(trace: Trace, spec: GpuSpec | None, by: str = "op", *, step: int
         cols += ["measured_flops", "measured_bytes", "bytes_ratio"]
     out = out.select(cols).sort(["lost_us", *keys], descending=[True] + [False] * len(keys), nulls_last=True)
     return out.rename({"name": "op"}) if "name" in keys else out
+
+
+def ceiling_caveats(ops: pl.DataFrame) -> pl.DataFrame:
+    """Op calls with FLOPs whose compute ceiling is assumed or unknown, from
+    :func:`op_roofline`: ``caveat`` (``assumed`` or ``none``), ``calls``,
+    ``device_us``, ``ops`` (their names, most device time first).
+
+    Views print these beside any roofline number: an assumed ceiling makes
+    its percent a floor, no ceiling leaves the calls out of time lost.
+    """
+    flagged = ops.filter(pl.col("flops") > 0).with_columns(
+        caveat=pl.when(pl.col("ceiling_assumed")).then(pl.lit("assumed")).when(pl.col("ceiling").is_null()).then(pl.lit("none"))
+    )
+    flagged = flagged.filter(pl.col("caveat").is_not_null())
+    by_name = flagged.group_by("caveat", "name").agg(calls=pl.len(), device_us=pl.col("device_us").sum())
+    return (
+        by_name.sort("device_us", descending=True)
+        .group_by("caveat", maintain_order=True)
+        .agg(calls=pl.col("calls").sum(), device_us=pl.col("device_us").sum(), ops=pl.col("name"))
+        .sort("caveat")
+    )
 
 
 def _measured_sums(ops: pl.DataFrame) -> dict[str, pl.Expr]:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kinetolens.formats import METADATA_SUFFIX, TRACE_SUFFIX
+from kinetolens.formats import TRACE_SUFFIX, metadata_name
 
 # Level 6 is ~3x faster than gzip's default 9 on trace JSON for a file only
 # a few percent larger; export time is time the profiled job stands still.
@@ -48,9 +48,7 @@ def worker_name(rank: int | None) -> str:
 
 def metadata_path(trace: Path) -> Path:
     """The ``.kinetolens.json`` file that describes ``trace``."""
-    name = trace.name
-    stem = name[: -len(TRACE_SUFFIX)] if name.endswith(TRACE_SUFFIX) else trace.stem
-    return trace.with_name(stem + METADATA_SUFFIX)
+    return trace.with_name(metadata_name(trace.name))
 
 
 def new_trace_path(run_dir: Path, worker: str) -> Path:

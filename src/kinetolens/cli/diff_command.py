@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from kinetolens.analysis.diff import LEVEL_KEYS, LEVELS, RunDiff, compare
+from kinetolens.analysis.diff import ENVIRONMENT, LEVEL_KEYS, LEVELS, RunDiff, compare, environment_warning
 from kinetolens.cli.checks import WIDTH
 from kinetolens.cli.render import emit, emit_json
 from kinetolens.errors import TraceError
@@ -61,11 +61,26 @@ def _side_line(info: dict[str, Any]) -> str:
     return f"{_ms(info['mean_step_us'])} mean step ({counted}{ranks})"
 
 
+def environment_line(env: dict[str, Any]) -> str:
+    """What both sides share, and what neither records, for the summary table."""
+    same = [f"{ENVIRONMENT[k]} {env['baseline'][k]}" for k in ENVIRONMENT if k not in env["differs"] + env["unknown"]]
+    parts = [f"same {', '.join(same)}"] if same else []
+    if env["differs"]:
+        parts.append(f"different {', '.join(ENVIRONMENT[k] for k in env['differs'])}")
+    if env["unknown"]:
+        parts.append(f"not recorded: {', '.join(ENVIRONMENT[k] for k in env['unknown'])}")
+    return "; ".join(parts)
+
+
 def _print_summary(console: Console, diff: RunDiff, baseline: str, experiment: str) -> None:
     s = diff.summary
+    warning = environment_warning(s["environment"])
+    if warning:
+        console.print(Text(f"Warning: {warning}.", style="bold yellow"))
     table = Table(title="kinetolens diff", show_header=False, box=box.SIMPLE)
     table.add_column("what", style="bold")
     table.add_column("value", overflow="fold")
+    table.add_row("environment", environment_line(s["environment"]))
     table.add_row("baseline", f"{baseline}: {_side_line(s['baseline'])}")
     table.add_row("experiment", f"{experiment}: {_side_line(s['experiment'])}")
     if s["regression_pct"] is not None:
@@ -223,6 +238,9 @@ def diff_command(
         rows = table.head(top) if top else table
         emit_json({"summary": diff.summary, "level": level, "rows": rows.to_dicts()})
     elif csv_ or tsv:
+        warning = environment_warning(diff.summary["environment"])
+        if warning:  # the table goes to stdout, so the warning to stderr
+            click.echo(f"kinetolens: warning: {warning}", err=True)
         emit(table.head(top) if top else table, "csv" if csv_ else "tsv")
     else:
         console = Console(width=width)

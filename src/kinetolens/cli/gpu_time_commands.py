@@ -16,6 +16,7 @@ from kinetolens.analysis.idle import (
 )
 from kinetolens.analysis.launch import (
     SHORT_LAUNCH_US,
+    graph_launches,
     launch_stats,
     launch_summary,
     memory_bw_summary,
@@ -30,6 +31,8 @@ from kinetolens.model.trace import Trace
 
 #: Rows of the short-kernel table shown in the terminal.
 SHORT_ROWS = 15
+#: Characters of a kernel name shown in the terminal (C++ signatures run to thousands).
+NAME_CHARS = 80
 
 
 def _trace(path: str, no_cache: bool, keep_last_step: bool) -> Trace:
@@ -39,8 +42,16 @@ def _trace(path: str, no_cache: bool, keep_last_step: bool) -> Trace:
     return trace if keep_last_step else without_last_step(trace)
 
 
-def _emit_tables(tables: dict[str, pl.DataFrame], json_: bool, csv: bool) -> None:
-    """Terminal tables, one JSON object of row lists, or CSV sections headed ``# name``."""
+def _emit_tables(
+    tables: dict[str, pl.DataFrame], json_: bool, csv: bool, optional: tuple[str, ...] = (), compact: bool = False
+) -> None:
+    """Terminal tables, one JSON object of row lists, or CSV sections headed ``# name``.
+
+    Tables named in ``optional`` are left out of the terminal when empty.
+    With ``compact``, a terminal table's ``_us`` suffixes move to its title
+    and a rank column holding one rank is left out, which leaves the values
+    room on a 100-column terminal.
+    """
     if json_:
         emit_json({name: frame.to_dicts() for name, frame in tables.items()})
         return
@@ -48,12 +59,26 @@ def _emit_tables(tables: dict[str, pl.DataFrame], json_: bool, csv: bool) -> Non
         if csv:
             click.echo(f"# {name}")
             emit(frame, "csv")
-        else:
-            emit(_rounded(frame), "table", title=name.replace("_", " "))
+        elif frame.height or name not in optional:
+            title = name.replace("_", " ")
+            frame = _for_terminal(frame)
+            if compact and "rank" in frame.columns and frame["rank"].n_unique() <= 1:
+                frame = frame.drop("rank")
+            if compact and any(c.endswith("_us") for c in frame.columns):
+                frame = frame.rename(lambda c: c.removesuffix("_us"))
+                title += " (µs)"
+            emit(frame, "table", title=title)
 
 
-def _rounded(frame: pl.DataFrame) -> pl.DataFrame:
-    return frame.with_columns(pl.col(pl.Float64).round(3))
+def _for_terminal(frame: pl.DataFrame) -> pl.DataFrame:
+    """Floats to 3 decimals, kernel names cut to ``NAME_CHARS``."""
+    frame = frame.with_columns(pl.col(pl.Float64).round(3))
+    if "name" in frame.columns:
+        long = pl.col("name").str.len_chars() > NAME_CHARS
+        frame = frame.with_columns(
+            pl.when(long).then(pl.col("name").str.slice(0, NAME_CHARS - 1) + "…").otherwise(pl.col("name")).alias("name")
+        )
+    return frame
 
 
 _keep_last_step = click.option(
@@ -94,13 +119,14 @@ def idle_command(trace: str, json_: bool, csv: bool, kernel_wait_us: float, keep
 @_keep_last_step
 @_no_cache
 def launches_command(trace: str, json_: bool, csv: bool, short_us: float, keep_last_step: bool, no_cache: bool) -> None:
-    """Launch cost and delay per kernel launch, launch-bound kernels, queue depth, copy bandwidth."""
+    """Launch cost and delay per launch call, launch-bound kernels, graph launches, queue depth, copy bandwidth."""
     t = _trace(trace, no_cache, keep_last_step)
     stats = launch_stats(t)
     short = short_kernels(stats, short_us)
     _emit_tables({
         "launch_summary": launch_summary(stats),
         "short_kernels": short if json_ or csv else short.head(SHORT_ROWS),
+        "graph_launches": graph_launches(stats),
         "queue_length": queue_length_summary(t),
         "memory_bandwidth_gbps": memory_bw_summary(t),
-    }, json_, csv)
+    }, json_, csv, optional=("graph_launches",), compact=True)

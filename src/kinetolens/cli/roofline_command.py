@@ -7,10 +7,13 @@ from pathlib import Path
 import click
 import polars as pl
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from kinetolens.analysis.roofline import (
     GROUPINGS,
     REALISTIC,
+    ceiling_caveats,
     op_roofline,
     require_roofs,
     roofline_by,
@@ -22,12 +25,93 @@ from kinetolens.loader import load
 from kinetolens.registry.gpus import GpuSpec, gpu_spec
 from kinetolens.views.figures import roofline_figure
 
-TERMINAL_COLUMNS = ["calls", "device_us", "ideal_us", "pct_of_roof", "lost_us", "lost_75_us", "intensity",
-                    "achieved_tflops", "bound", "precision"]  # fmt: skip
+
+def _us(v: float) -> str:
+    return f"{v:,.1f}"
+
+
+def _num(v: float) -> str:
+    """Three significant figures or so, whatever the magnitude."""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
+
+
+#: (column, header, format) of the terminal table after the key; JSON and CSV carry every column.
+TERMINAL_COLUMNS = [
+    ("calls", "calls", str), ("device_us", "device us", _us), ("pct_of_roof", "% of roof", "{:.1f}".format),
+    ("lost_us", "lost us", _us), ("lost_75_us", f"lost us at {REALISTIC:.0%}", _us), ("intensity", "FLOP/B", _num),
+    ("achieved_tflops", "TFLOP/s", _num), ("bound", "bound", str), ("roof", "precision", str),
+]  # fmt: skip
 #: Measured DRAM bytes over modeled, shown where the trace has CUPTI counters.
-MEASURED_COLUMNS = ["bytes_ratio"]
+MEASURED_COLUMNS = [("bytes_ratio", "bytes_ratio", "{:.3f}".format)]
+#: Columns a narrow terminal leaves out, first to go first, so the key keeps ``MIN_KEY`` characters.
+NARROW_DROPS = ("lost_75_us", "intensity", "bound")
+MIN_KEY = 24
 #: Module paths are long; the terminal shows their tail (the layer).
 KEY_CHARS = 70
+
+
+def _roof_label() -> pl.Expr:
+    """Precision and the unit whose peak is the roof: ``bf16 TC`` (Tensor /
+    Matrix Cores), ``bf16 TC*`` (assumed), ``fp32 ?`` (no ceiling), ``bf16``
+    (CUDA-core / vector peak)."""
+    unit = (
+        pl.when(pl.col("flops") <= 0)
+        .then(pl.lit(""))
+        .when(pl.col("ceiling").is_null())
+        .then(pl.lit(" ?"))
+        .when(pl.col("ceiling").str.ends_with(" tensor"))
+        .then(pl.when(pl.col("assumed_us") > 0).then(pl.lit(" TC*")).otherwise(pl.lit(" TC")))
+        .otherwise(pl.lit(""))
+    )
+    return (pl.col("precision").fill_null("-") + unit).alias("roof")
+
+
+def _print_table(table: pl.DataFrame, title: str, width: int | None) -> list[str]:
+    """The terminal table, fitted to ``width``; returns the headers it left out."""
+    key = table.columns[0]
+    shown = table.with_columns(_roof_label())
+    cols = TERMINAL_COLUMNS + [c for c in MEASURED_COLUMNS if c[0] in table.columns]
+    cells = {c: ["-" if v is None else fmt(v) for v in shown[c].to_list()] for c, _, fmt in cols}
+    sizes = {c: max([len(w) for w in header.split()] + [len(v) for v in cells[c]]) for c, header, _ in cols}
+    console = Console(width=width, soft_wrap=False)
+    dropped = []
+    for c in NARROW_DROPS:
+        free = console.width - 1 - sum(sizes[c2] + 3 for c2, _, _ in cols) - 3
+        if free >= MIN_KEY:
+            break
+        dropped += [h for c2, h, _ in cols if c2 == c]
+        cols = [col for col in cols if col[0] != c]
+    free = console.width - 1 - sum(sizes[c] + 3 for c, _, _ in cols) - 3
+    tail = max(KEY_CHARS if free >= KEY_CHARS else 2 * free - 1, MIN_KEY)
+    out = Table(title=title, header_style="bold")
+    out.add_column(key, overflow="fold", min_width=min(MIN_KEY, 12))
+    for c, header, _ in cols:
+        justify = "left" if c in ("bound", "roof") else "right"
+        out.add_column(header, justify=justify, min_width=sizes[c], max_width=sizes[c])  # headers wrap, values never
+    for i, k in enumerate(shown[key].to_list()):
+        k = str(k)
+        out.add_row(Text(k if len(k) <= tail else "…" + k[-tail + 1 :]), *(Text(cells[c][i]) for c, _, _ in cols))
+    console.print(out)
+    return dropped
+
+
+def _caveat_lines(ops: pl.DataFrame) -> list[str]:
+    """One line per kind of compute ceiling that is not known from the trace."""
+    lines = []
+    for kind, calls, device_us, names in ceiling_caveats(ops).iter_rows():
+        which = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        calls_text = f"{calls:,} call{'s' * (calls != 1)} ({device_us:,.1f} us; {which})"
+        if kind == "assumed":
+            lines.append(
+                f"TC*: Tensor Core peak assumed for {calls_text}: the kernel names do not say whether they ran on "
+                "Tensor Cores, so their % of roof is a floor."
+            )
+        else:
+            lines.append(
+                f"?: no compute ceiling for {calls_text}: the kernel names do not say whether they ran on Tensor "
+                "Cores (TF32 / FP64) or CUDA cores, so no time lost is counted for them (--peak-tflops sets one)."
+            )
+    return lines
 
 
 def _write_chart(path: str, ops: pl.DataFrame, spec: GpuSpec, title: str) -> None:
@@ -84,16 +168,17 @@ def roofline_command(
     if json_ or csv_:
         emit(table, "json" if json_ else "csv")
         return
-    key = table.columns[0]
-    measured = [c for c in MEASURED_COLUMNS if c in table.columns]  # traces with CUPTI DRAM counters
-    shown = table.head(top).select(pl.col(key).str.tail(KEY_CHARS), *TERMINAL_COLUMNS, *measured)
-    emit(shown, "table", title=f"kinetolens roofline: {trace} (by {by})", width=width)
+    dropped = _print_table(table.head(top), f"kinetolens roofline: {trace} (by {by})", width)
     total, lost = float(table["device_us"].sum()), float(table["lost_us"].sum())
     lost75 = float(table["lost_75_us"].sum())
     note = f"; chart: {output}" if output else ""
-    Console(width=width).print(
+    console = Console(width=width)
+    lines = [
         f"{spec.name} ({spec.origin}): DRAM {spec.dram_gbps:,.0f} GB/s. Ops with a roofline: {total:,.1f} us on the GPU, "
         f"{lost:,.1f} us lost to the roof, {lost75:,.1f} us below {REALISTIC:.0%} of it{note}",
-        markup=False,
-        highlight=False,
-    )
+        *_caveat_lines(ops),
+    ]
+    if dropped:
+        lines.append(f"Not shown at this width: {', '.join(dropped)} (wider terminal or -w; --json/--csv have every column).")
+    for line in lines:
+        console.print(line, markup=False, highlight=False)

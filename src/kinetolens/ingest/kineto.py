@@ -120,6 +120,7 @@ DEVICE_SCHEMA: dict[str, pl.DataType] = {
     "warps_per_sm": pl.Float64(),
     "occupancy": pl.Float64(),
     "bytes": pl.Int64(),
+    "memory_bw_gbps": pl.Float64(),
 }
 
 MEMORY_SCHEMA: dict[str, pl.DataType] = {

@@ -305,6 +305,7 @@ def device_frame(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[
     theo = pl.Series(_get("theoretical_occupancy", a), dtype=pl.Float64, strict=False)
     cols["occupancy"] = coalesce(occ, theo).alias("occupancy")
     cols.update(_int_args(a, {"bytes": "bytes"}))
+    cols["memory_bw_gbps"] = pl.Series("memory_bw_gbps", _get("memory_bw_gbps", a), dtype=pl.Float64, strict=False)
     return cols
 
 

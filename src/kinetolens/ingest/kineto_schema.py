@@ -102,6 +102,8 @@ class DeviceArgs(LinkArgs, gc=False):
     occupancy: float | None = msgspec.field(default=None, name="est. achieved occupancy %")
     theoretical_occupancy: float | None = msgspec.field(default=None, name="theoretical occupancy %")
     bytes: int | None = None
+    # Kineto's bytes / exact ns duration: the written ``dur`` may be whole µs.
+    memory_bw_gbps: float | None = msgspec.field(default=None, name="memory bandwidth (GB/s)")
 
 
 class MemoryArgs(msgspec.Struct, gc=False):

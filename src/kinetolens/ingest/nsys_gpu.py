@@ -200,6 +200,7 @@ def to_device_rows(gpu: pl.DataFrame, devices: list[dict[str, Any]]) -> pl.DataF
             per_sm * threads.cast(pl.Float64) / pl.col("_warp").fill_null(32)
         ),
         occupancy=pl.lit(None, pl.Float64),
+        memory_bw_gbps=pl.lit(None, pl.Float64),  # nsys durations are exact ns
     )
     return rows.select([pl.col(n).cast(t) for n, t in DEVICE_SCHEMA.items()])
 

@@ -177,10 +177,10 @@ def module_icicle_figure(
 
 
 def roofline_figure(ops: pl.DataFrame, spec: GpuSpec, title: str) -> go.Figure:
-    """Log-log roofline: the memory slope, one flat roof per precision used, one point per op and shapes."""
+    """Log-log roofline: the memory slope, one flat roof per compute ceiling used, one point per op and shapes."""
     pts = (
         ops.filter(pl.col("intensity").is_not_null() & (pl.col("intensity") > 0) & (pl.col("flops") > 0))
-        .group_by("name", "shapes", "precision", "bound")
+        .group_by("name", "shapes", "ceiling", "bound")
         .agg(
             calls=pl.len(),
             device_us=pl.col("device_us").sum(),
@@ -196,7 +196,7 @@ def roofline_figure(ops: pl.DataFrame, spec: GpuSpec, title: str) -> go.Figure:
         .sort("device_us", descending=True)
     )
     bw = float(spec.dram_gbps or 0.0)
-    precisions = sorted(p for p in pts["precision"].drop_nulls().unique().to_list() if peak_tflops(spec, p))
+    precisions = sorted(p for p in pts["ceiling"].drop_nulls().unique().to_list() if peak_tflops(spec, p))
     lo = min([0.01, *pts["intensity"].to_list()]) / 2
     hi = max([1e4, *pts["intensity"].to_list()]) * 2
     fig = go.Figure()
@@ -209,8 +209,8 @@ def roofline_figure(ops: pl.DataFrame, spec: GpuSpec, title: str) -> go.Figure:
         fig.add_trace(go.Scatter(x=[peak * 1e3 / bw, hi], y=[peak, peak], mode="lines",
                                  name=f"{p} peak {peak:,.1f} TFLOP/s", line={"dash": "dash"}))  # fmt: skip
     biggest = max(pts["device_us"].max() or 1.0, 1e-9)  # type: ignore[operator]
-    for p in sorted(set(pts["precision"].drop_nulls().to_list())):
-        sub = pts.filter(pl.col("precision") == p)
+    for p in sorted(set(pts["ceiling"].drop_nulls().to_list())):
+        sub = pts.filter(pl.col("ceiling") == p)
         hover = [
             f"{r['name']}<br>shapes: {r['shapes']}<br>{r['calls']} calls, {r['device_us']:,.1f} us<br>"
             f"intensity {r['intensity']:,.2f} FLOP/B<br>achieved {r['achieved_tflops']:,.3f} TFLOP/s<br>"
