@@ -133,3 +133,14 @@ def test_torch_versions_from_kinetolens_run_metadata(tmp_path: Path) -> None:
     # The unedited copy compares as the same environment.
     proc = _cli(str(trace), str(trace), "--no-cache", "-t", "1")
     assert "Warning" not in proc.stdout and f"torch {torch.__version__}" in proc.stdout
+
+
+def test_diff_module_level_keeps_the_work_inside_step_ranges_recorded_as_ops() -> None:
+    # issue 17, point 10 (same fault in diff's module level): this 2021 trace records ProfilerStep#N
+    # as cpu_op, so every op inside a step had the step range as its top-level op, and the module
+    # level, which skips the ranges, lost all of it: 64,437 us of the 100,593 us of GPU time a step.
+    a, b = (kinetolens.load(trace_path(p)) for p in (RESNET_A, RESNET_B))
+    d = compare(a, b, levels=["module"])
+    in_steps = a.kernels.filter(a.kernels["step"].is_not_null())
+    per_step_us = in_steps["dur"].sum() / 1000.0 / a.steps.height
+    assert d.tables["module"]["baseline_us"].sum() == pytest.approx(per_step_us)
