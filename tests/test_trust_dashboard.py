@@ -247,3 +247,44 @@ def test_distributed_page_of_8_ranks_finishes_in_the_browser(server: ThreadServe
             page.screenshot(path=str(shots / "distributed_8_ranks.png"), full_page=True)
         finally:
             browser.close()
+
+
+def test_ranks_named_only_by_their_files_keep_their_ranks(tmp_path: Path) -> None:
+    # issue 17, point 23: traces without distributedInfo take their rank from the file name;
+    # the one shown in the left panel (loaded first, for itself) must not fall back to rank 0
+    import gzip
+    import json
+
+    doc = json.loads(gzip.decompress(trace_path(SOURCE).read_bytes()))
+    doc.pop("distributedInfo", None)
+    run = tmp_path / "logdir" / "noinfo"
+    run.mkdir(parents=True)
+    for r in range(8):
+        (run / f"rank-{r}.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode(), compresslevel=1))
+    srv = ThreadServer(create_app(tmp_path / "logdir", cache=False))
+    try:
+        q = {"run": "noinfo", "worker": "rank-5.json.gz", "ranks": "all"}
+        status, body, _ = srv.poll("/api/view/distributed?" + urlencode(q), timeout=90)
+        assert status == 200, body
+        status, page, _ = srv.poll("/api/table/dist_steps?" + urlencode({**q, "sort": "rank", "desc": "0"}))
+        assert [r[0] for r in page["rows"]] == list(range(8))
+    finally:
+        srv.stop()
+
+
+def test_two_traces_of_one_rank_are_said_not_merged(tmp_path: Path) -> None:
+    # issue 17, point 23: `kinetolens dist` refuses two files of the same rank; the Distributed
+    # view used to fold them into one rank's numbers silently
+    run = tmp_path / "logdir" / "twice"
+    run.mkdir(parents=True)
+    for name in ("first.json.gz", "second.json.gz"):  # both say rank 0 in their distributedInfo
+        (run / name).symlink_to(trace_path(SOURCE))
+    srv = ThreadServer(create_app(tmp_path / "logdir", cache=False))
+    try:
+        q = {"run": "twice", "worker": "first.json.gz", "ranks": "all"}
+        status, body, _ = srv.poll("/api/view/distributed?" + urlencode(q), timeout=60)
+        assert status == 200
+        assert [b["type"] for b in body["blocks"]] == ["text"]
+        assert "rank 0 appears twice (first.json.gz, second.json.gz)" in body["blocks"][0]["text"]
+    finally:
+        srv.stop()
