@@ -144,3 +144,15 @@ def test_diff_module_level_keeps_the_work_inside_step_ranges_recorded_as_ops() -
     in_steps = a.kernels.filter(a.kernels["step"].is_not_null())
     per_step_us = in_steps["dur"].sum() / 1000.0 / a.steps.height
     assert d.tables["module"]["baseline_us"].sum() == pytest.approx(per_step_us)
+
+
+def test_torch_versions_recorded_by_another_harness_differ() -> None:
+    # issue 17, point 14: TraceLens' Qwen traces from an MI300X (torch 2.7.0 built from source) and
+    # an H100 (torch 2.6.0+cu124), as their harness's torch_env_info records them.
+    mi300 = "tracelens/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+    env = compare(kinetolens.load(trace_path(mi300)), kinetolens.load(trace_path(QWEN)), levels=["step"]).summary[
+        "environment"
+    ]
+    assert env["differs"] == ["gpu", "compute_capability", "torch"]
+    assert (env["baseline"]["torch"], env["experiment"]["torch"]) == ("2.7.0+gitf717b2a", "2.6.0+cu124")
+    assert (env["baseline"]["gpu"], env["experiment"]["gpu"]) == ("AMD Instinct MI300X VF", "NVIDIA H100 80GB HBM3")
