@@ -247,3 +247,66 @@ def test_distributed_page_of_8_ranks_finishes_in_the_browser(server: ThreadServe
             page.screenshot(path=str(shots / "distributed_8_ranks.png"), full_page=True)
         finally:
             browser.close()
+
+
+def test_ranks_named_only_by_their_files_keep_their_ranks(tmp_path: Path) -> None:
+    # issue 17, point 23: traces without distributedInfo take their rank from the file name;
+    # the one shown in the left panel (loaded first, for itself) must not fall back to rank 0
+    import gzip
+    import json
+
+    doc = json.loads(gzip.decompress(trace_path(SOURCE).read_bytes()))
+    doc.pop("distributedInfo", None)
+    run = tmp_path / "logdir" / "noinfo"
+    run.mkdir(parents=True)
+    for r in range(8):
+        (run / f"rank-{r}.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode(), compresslevel=1))
+    srv = ThreadServer(create_app(tmp_path / "logdir", cache=False))
+    try:
+        q = {"run": "noinfo", "worker": "rank-5.json.gz", "ranks": "all"}
+        status, body, _ = srv.poll("/api/view/distributed?" + urlencode(q), timeout=90)
+        assert status == 200, body
+        status, page, _ = srv.poll("/api/table/dist_steps?" + urlencode({**q, "sort": "rank", "desc": "0"}))
+        assert [r[0] for r in page["rows"]] == list(range(8))
+    finally:
+        srv.stop()
+
+
+def test_two_traces_of_one_rank_are_said_not_merged(tmp_path: Path) -> None:
+    # issue 17, point 23: `kinetolens dist` refuses two files of the same rank; the Distributed
+    # view used to fold them into one rank's numbers silently
+    run = tmp_path / "logdir" / "twice"
+    run.mkdir(parents=True)
+    for name in ("first.json.gz", "second.json.gz"):  # both say rank 0 in their distributedInfo
+        (run / name).symlink_to(trace_path(SOURCE))
+    srv = ThreadServer(create_app(tmp_path / "logdir", cache=False))
+    try:
+        q = {"run": "twice", "worker": "first.json.gz", "ranks": "all"}
+        status, body, _ = srv.poll("/api/view/distributed?" + urlencode(q), timeout=60)
+        assert status == 200
+        assert [b["type"] for b in body["blocks"]] == ["text"]
+        assert "rank 0 appears twice (first.json.gz, second.json.gz)" in body["blocks"][0]["text"]
+    finally:
+        srv.stop()
+
+
+def test_runs_removed_while_serving_are_one_line_answers(tmp_path: Path) -> None:
+    # issue 17, point 23 (errors are one line of JSON, never a bare 500): a run directory
+    # removed, then the whole logdir, while the dashboard serves it
+    import shutil
+
+    logdir = tmp_path / "logdir"
+    generate(trace_path(SOURCE), logdir / "keep", 2, None, keep_every=64, seed=1)
+    generate(trace_path(SOURCE), logdir / "gone", 2, None, keep_every=64, seed=2)
+    srv = ThreadServer(create_app(logdir, cache=False))
+    try:
+        assert sorted(r["run"] for r in srv.get_json("/api/runs")[1]["runs"]) == ["gone", "keep"]
+        shutil.rmtree(logdir / "gone")
+        assert [r["run"] for r in srv.get_json("/api/runs")[1]["runs"]] == ["keep"]
+        assert srv.get_json(view("gone"))[0] == 404
+        shutil.rmtree(logdir)
+        status, body = srv.get_json("/api/runs")
+        assert status == 404 and body == {"error": f"{logdir}: no such directory"}
+        assert srv.get_json(view("keep")) == (404, body)
+    finally:
+        srv.stop()

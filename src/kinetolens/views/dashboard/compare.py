@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -111,8 +112,24 @@ def _temporal_figure(temporal: list[pl.DataFrame]) -> Any:
     return fig
 
 
+def _same_rank_twice(ranks: list[RankDigest]) -> str | None:
+    """The first rank two traces claim, named with both files (as ``kinetolens dist`` refuses it)."""
+    seen: dict[int, str] = {}
+    for d in ranks:
+        s = d.summary
+        if s is None:
+            continue
+        if s.rank in seen:
+            return f"rank {s.rank} appears twice ({Path(seen[s.rank]).name}, {Path(s.path).name})"
+        seen[s.rank] = s.path
+    return None
+
+
 def distributed(ctx: Ctx) -> list[Block]:
     ranks = _digests(ctx)
+    twice = _same_rank_twice(ranks)
+    if twice is not None:
+        return [text(f"No cross-rank view: {twice}; every figure would count that rank twice.", "warn")]
     blocks: list[Block] = []
     if len(ranks) < 2:
         blocks.append(text("This run has one trace; the Distributed view compares the ranks of a run."))

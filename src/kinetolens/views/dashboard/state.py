@@ -88,8 +88,10 @@ class _Job:
     started_at: float | None = None
     finished_at: float | None = None
     error: str | None = None
-    #: Make the digest as soon as the trace is loaded (a run view waits on it).
+    #: Make the digest as soon as the trace is loaded (a run view waits on it),
+    #: with this rank where the trace does not say.
     digest: bool = False
+    rank: int | None = None
 
 
 def file_key(path: Path) -> tuple[str, int, int]:
@@ -134,7 +136,12 @@ class TraceStore:
         Load states and digests of files gone from the logdir, or rewritten
         since, are forgotten: what the store keeps is bounded by the logdir.
         """
-        found = find_runs(self.logdir)
+        try:
+            found = find_runs(self.logdir)
+        except TraceError:  # the logdir itself is gone: so are its runs
+            with self._lock:
+                self._runs = {}
+            raise
         current = {file_key(w.path) for traces in found.values() for w in traces}
         with self._lock:
             self._runs = found
@@ -219,16 +226,16 @@ class TraceStore:
             if done is None and loaded is None:
                 job = self._jobs.get(key)
                 if job is not None and job.state in ("queued", "loading"):
-                    job.digest = True
+                    job.digest, job.rank = True, rank
                     return None
                 if job is not None and job.state == "error":
                     return None
-                self._jobs[key] = _Job("queued", time.monotonic(), digest=True)
+                self._jobs[key] = _Job("queued", time.monotonic(), digest=True, rank=rank)
         if done is not None:
             return done.result()
         if loaded is not None:
             return self._make_digest(key, loaded, rank).result()
-        self._pool.submit(self._load, key, w.path, rank)
+        self._pool.submit(self._load, key, w.path)
         return None
 
     def _make_digest(self, key: tuple[str, int, int], loaded: Loaded, rank: int | None) -> Future[Any]:
@@ -241,7 +248,7 @@ class TraceStore:
         with self._lock:
             return self._digests.setdefault(key, fut)
 
-    def _load(self, key: tuple[str, int, int], path: Path, rank: int | None = None) -> None:
+    def _load(self, key: tuple[str, int, int], path: Path) -> None:
         with self._lock:
             job = self._jobs[key]
             job.state, job.started_at = "loading", time.monotonic()
@@ -256,7 +263,7 @@ class TraceStore:
             return
         loaded = Loaded(trace)
         with self._lock:
-            wanted = job.digest and self._digest_of is not None
+            wanted, rank = job.digest and self._digest_of is not None, job.rank
         if wanted:
             # here, before the LRU may drop the trace again: a run of more
             # ranks than `keep` would otherwise reload its ranks forever
