@@ -288,3 +288,25 @@ def test_two_traces_of_one_rank_are_said_not_merged(tmp_path: Path) -> None:
         assert "rank 0 appears twice (first.json.gz, second.json.gz)" in body["blocks"][0]["text"]
     finally:
         srv.stop()
+
+
+def test_runs_removed_while_serving_are_one_line_answers(tmp_path: Path) -> None:
+    # issue 17, point 23 (errors are one line of JSON, never a bare 500): a run directory
+    # removed, then the whole logdir, while the dashboard serves it
+    import shutil
+
+    logdir = tmp_path / "logdir"
+    generate(trace_path(SOURCE), logdir / "keep", 2, None, keep_every=64, seed=1)
+    generate(trace_path(SOURCE), logdir / "gone", 2, None, keep_every=64, seed=2)
+    srv = ThreadServer(create_app(logdir, cache=False))
+    try:
+        assert sorted(r["run"] for r in srv.get_json("/api/runs")[1]["runs"]) == ["gone", "keep"]
+        shutil.rmtree(logdir / "gone")
+        assert [r["run"] for r in srv.get_json("/api/runs")[1]["runs"]] == ["keep"]
+        assert srv.get_json(view("gone"))[0] == 404
+        shutil.rmtree(logdir)
+        status, body = srv.get_json("/api/runs")
+        assert status == 404 and body == {"error": f"{logdir}: no such directory"}
+        assert srv.get_json(view("keep")) == (404, body)
+    finally:
+        srv.stop()

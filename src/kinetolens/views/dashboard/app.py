@@ -29,6 +29,7 @@ from starlette.responses import FileResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from kinetolens.errors import TraceError
 from kinetolens.views.dashboard import compare, pages
 from kinetolens.views.dashboard.hosts import HostCheck
 from kinetolens.views.dashboard.sources import BadParameter, Ctx, find_source, table
@@ -139,7 +140,7 @@ class Dashboard:
     def _guard(self, fn: Any, request: Request) -> Response:
         try:
             return fn(request)
-        except UnknownTrace as exc:
+        except (UnknownTrace, TraceError) as exc:  # TraceError: the logdir itself is gone
             return json({"error": str(exc)}, 404)
         except Pending as exc:
             return json(exc.status, 202)
@@ -159,14 +160,17 @@ class Dashboard:
         return FileResponse(_plotly_js(), media_type="application/javascript")
 
     def runs(self, request: Request) -> Response:
-        out = []
-        for run, traces in self.store.runs().items():
-            workers = [
-                {"id": worker_id(w), "worker": w.worker, "span": w.span, "rank": w.rank, **self.store.status(w)}
-                for w in traces
-            ]
-            out.append({"run": run, "workers": workers})
-        return json({"logdir": str(self.store.logdir), "runs": out, "perfetto": _perfetto_export() is not None})
+        def go(r: Request) -> Response:
+            out = []
+            for run, traces in self.store.runs().items():
+                workers = [
+                    {"id": worker_id(w), "worker": w.worker, "span": w.span, "rank": w.rank, **self.store.status(w)}
+                    for w in traces
+                ]
+                out.append({"run": run, "workers": workers})
+            return json({"logdir": str(self.store.logdir), "runs": out, "perfetto": _perfetto_export() is not None})
+
+        return self._guard(go, request)
 
     def status(self, request: Request) -> Response:
         def go(r: Request) -> Response:

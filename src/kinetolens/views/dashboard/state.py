@@ -136,7 +136,12 @@ class TraceStore:
         Load states and digests of files gone from the logdir, or rewritten
         since, are forgotten: what the store keeps is bounded by the logdir.
         """
-        found = find_runs(self.logdir)
+        try:
+            found = find_runs(self.logdir)
+        except TraceError:  # the logdir itself is gone: so are its runs
+            with self._lock:
+                self._runs = {}
+            raise
         current = {file_key(w.path) for traces in found.values() for w in traces}
         with self._lock:
             self._runs = found
