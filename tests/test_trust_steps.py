@@ -20,11 +20,10 @@ from kinetolens.model.steps import complete_steps, incomplete_steps, without_inc
 from tests.conftest import trace_path
 
 JOB = Path(__file__).resolve().parent / "distributed" / "cut_step_job.py"
-SRC = Path(__file__).resolve().parents[1] / "src"
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return dict(os.environ)
 
 
 @pytest.fixture(scope="module")

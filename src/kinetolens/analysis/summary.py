@@ -18,7 +18,7 @@ from kinetolens import __version__
 from kinetolens.analysis.gpu_metrics import gpu_metrics
 from kinetolens.analysis.memory import BASIS_NOTES, peak_memory
 from kinetolens.analysis.overview import COLUMNS, average_breakdown, complete_rows, step_breakdown
-from kinetolens.analysis.recommendations import RuleContext, findings
+from kinetolens.analysis.recommendations import RuleContext, damaged_inputs, findings
 from kinetolens.model.trace import Trace
 
 SCHEMA_VERSION = 2
@@ -112,6 +112,7 @@ def steps_block(trace: Trace, table: pl.DataFrame | None = None) -> dict[str, An
         "incomplete": [int(s) for s in real.filter(~pl.col("step").is_in(whole["step"].implode()))["step"].to_list()],
         "mean_us": _us(whole["total"].mean()) if whole.height else None,  # type: ignore[arg-type]
         "incomplete_note": incomplete_note(trace.steps),
+        "damaged": damaged_inputs(trace) is not None,
         "breakdown_us": rows,
         "average_us": {c: v / 1000.0 for c, v in average_breakdown(table).items()} if table.height else None,
     }
@@ -180,5 +181,6 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "attribution": attribution(trace),
         "unrecorded_launches": unrecorded_launches(trace),
         "recommendations": [f.to_dict() for f in findings(shared)],
+        "recommendations_withheld": damaged_inputs(trace),
         "warnings": [{"kind": w.kind, "count": w.count, "detail": w.detail} for w in trace.warnings],
     }

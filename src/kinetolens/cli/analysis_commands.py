@@ -82,6 +82,8 @@ def summary_command(trace: str, json_: bool, no_cache: bool) -> None:
     _print_breakdown(console, steps)
     _print_gpus(console, info["gpu"], info["devices"])
     _print_recommendations(console, info["recommendations"])
+    if info["recommendations_withheld"]:
+        console.print(f"No recommendations: {info['recommendations_withheld']}.", markup=False, highlight=False)
 
 
 def _peak_text(m: dict) -> str:
@@ -159,6 +161,8 @@ def _print_breakdown(console: Console, steps: dict) -> None:
     table.caption = "mean ms: " + ", ".join(f"{h} {avg[c] / 1000:,.3f}" for c, h in BREAKDOWN_HEADERS.items())
     if steps.get("incomplete_note"):
         table.caption += f"\n* {steps['incomplete_note']}"
+    if steps.get("damaged"):
+        table.caption += "\n! the file is truncated: these steps lack every event written after the cut"
     console.print(table)
 
 

@@ -126,6 +126,7 @@ def _write_chart(path: str, ops: pl.DataFrame, spec: GpuSpec, title: str) -> Non
             raise TraceError(path, f"{suffix} charts need the kaleido package (pip install kaleido); .html works without it") from None
     fig = roofline_figure(ops, spec, title)
     try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         if suffix == ".html":
             fig.write_html(path, include_plotlyjs=True, full_html=True)
         else:

@@ -182,6 +182,7 @@ def render_html(data: ReportData, standalone: bool = True) -> str:
 def write_html(data: ReportData, path: str | Path) -> None:
     """Write the self-contained report; a :class:`TraceError` names ``path`` if it cannot be written."""
     try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(render_html(data), encoding="utf-8")
     except OSError as exc:
         raise TraceError(path, f"cannot write report ({exc.strerror or exc})") from None
