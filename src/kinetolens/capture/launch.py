@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kinetolens.capture.layout import TRACE_SUFFIX
+from kinetolens.capture.layout import TRACE_SUFFIX, new_run_dir, point_latest
 from kinetolens.capture.runner import ENV_CONFIG
 
 SITE_DIR = Path(__file__).resolve().parent / "_site"
@@ -81,17 +81,17 @@ def launch(command: Sequence[str], config: dict[str, Any]) -> LaunchResult:
     logdir = Path(config.get("logdir", "./kinetolens-runs")).expanduser().resolve()
     config["logdir"] = str(logdir)
     config["command"] = list(command)
-    run_dir = logdir / str(config["run"])
-    before = _existing_traces(run_dir)
+    run_dir = new_run_dir(logdir, str(config["run"]))  # this run's own folder
+    config["logdir"], config["run"] = str(run_dir.parent), run_dir.name
     env = child_environment(config)
     try:
         child = subprocess.Popen(list(command), env=env)
     except FileNotFoundError:
         print(f"kinetolens: command not found: {command[0]}", file=sys.stderr)
-        return LaunchResult(127, run_dir, started=False)
+        return _finished(127, run_dir, started=False)
     except PermissionError:
         print(f"kinetolens: permission denied: {command[0]}", file=sys.stderr)
-        return LaunchResult(126, run_dir, started=False)
+        return _finished(126, run_dir, started=False)
 
     previous: dict[int, Any] = {}
 
@@ -111,5 +111,17 @@ def launch(command: Sequence[str], config: dict[str, Any]) -> LaunchResult:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    traces = sorted(_existing_traces(run_dir) - before)
-    return LaunchResult(exit_status(returncode), run_dir, traces)
+    return _finished(exit_status(returncode), run_dir)
+
+
+def _finished(exit_code: int, run_dir: Path, started: bool = True) -> LaunchResult:
+    """The result; ``latest`` moves to a run that wrote traces, an empty run folder goes."""
+    traces = sorted(_existing_traces(run_dir))
+    if traces:
+        point_latest(run_dir)
+    else:
+        try:
+            run_dir.rmdir()
+        except OSError:  # something else was written there: keep it
+            pass
+    return LaunchResult(exit_code, run_dir, traces, started)
