@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,88 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class Server:
+class Client:
+    """Raw HTTP GETs against a dashboard on loopback."""
+
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def get(self, raw_path: str, timeout: float = 10.0, host: str | None = None) -> tuple[int, bytes]:
+        """GET ``raw_path`` exactly as written (no normalisation of ``..`` or escapes);
+        ``host``: the Host header to send instead of ``127.0.0.1:PORT``."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            conn.putrequest("GET", raw_path, skip_host=host is not None, skip_accept_encoding=True)
+            if host is not None:
+                conn.putheader("Host", host)
+            conn.endheaders()
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        finally:
+            conn.close()
+
+    def get_json(self, raw_path: str, timeout: float = 10.0, host: str | None = None) -> tuple[int, Any]:
+        status, body = self.get(raw_path, timeout, host)
+        return status, json.loads(body)
+
+    def wait_ready(self, run: str, worker: str, timeout: float = 60.0) -> None:
+        from urllib.parse import urlencode
+
+        q = urlencode({"run": run, "worker": worker, "load": "1"})
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            _, st = self.get_json(f"/api/status?{q}")
+            if st["state"] in ("ready", "error"):
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"{run}/{worker} did not load in {timeout} s")
+
+    def poll(self, raw_path: str, timeout: float = 120.0, every: float = 0.2) -> tuple[int, Any, int]:
+        """GET ``raw_path`` until it stops answering 202 (loading), as the page does:
+        the final status, body and how many polls it took."""
+        deadline = time.monotonic() + timeout
+        polls = 0
+        while True:
+            status, body = self.get_json(raw_path, timeout=60)
+            polls += 1
+            if status != 202:
+                return status, body, polls
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{raw_path} still loading after {timeout} s: {body}")
+            time.sleep(every)
+
+
+class ThreadServer(Client):
+    """A dashboard app served by uvicorn in a thread of this process, on a free loopback port.
+
+    The app (and its store) stay reachable from the test, to look at what the
+    server holds after real requests."""
+
+    def __init__(self, app: Any) -> None:
+        import uvicorn
+
+        self.app = app
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.port = int(sock.getsockname()[1])
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the dashboard did not start")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+class Server(Client):
     """``kinetolens serve`` in a subprocess on a free loopback port."""
 
     def __init__(self, logdir: Path, cache_dir: Path) -> None:
@@ -73,37 +155,6 @@ class Server:
                 time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"kinetolens serve did not start: {self.proc.stdout.read().decode() if self.proc.stdout else ''}")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def get(self, raw_path: str, timeout: float = 10.0) -> tuple[int, bytes]:
-        """GET ``raw_path`` exactly as written (no normalisation of ``..`` or escapes)."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        try:
-            conn.putrequest("GET", raw_path, skip_accept_encoding=True)
-            conn.endheaders()
-            resp = conn.getresponse()
-            return resp.status, resp.read()
-        finally:
-            conn.close()
-
-    def get_json(self, raw_path: str, timeout: float = 10.0) -> tuple[int, Any]:
-        status, body = self.get(raw_path, timeout)
-        return status, json.loads(body)
-
-    def wait_ready(self, run: str, worker: str, timeout: float = 60.0) -> None:
-        from urllib.parse import urlencode
-
-        q = urlencode({"run": run, "worker": worker, "load": "1"})
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            _, st = self.get_json(f"/api/status?{q}")
-            if st["state"] in ("ready", "error"):
-                return
-            time.sleep(0.1)
-        raise TimeoutError(f"{run}/{worker} did not load in {timeout} s")
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -218,7 +218,9 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
         run = _run_cli("report", str(target), "-o", str(tmp_path / "x.html"))
         assert run.returncode == 2
         assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr and str(target) in run.stderr
-    run = _run_cli("report", str(trace_path(BERT)), "-o", str(tmp_path / "no" / "dir" / "x.html"))
+    # A missing folder is created (issue 17, point 18); a file in the way is not replaced.
+    (tmp_path / "file").write_text("")
+    run = _run_cli("report", str(trace_path(BERT)), "-o", str(tmp_path / "file" / "x.html"))
     assert run.returncode == 2 and "cannot write report" in run.stderr
 
 

@@ -133,3 +133,26 @@ def test_torch_versions_from_kinetolens_run_metadata(tmp_path: Path) -> None:
     # The unedited copy compares as the same environment.
     proc = _cli(str(trace), str(trace), "--no-cache", "-t", "1")
     assert "Warning" not in proc.stdout and f"torch {torch.__version__}" in proc.stdout
+
+
+def test_diff_module_level_keeps_the_work_inside_step_ranges_recorded_as_ops() -> None:
+    # issue 17, point 10 (same fault in diff's module level): this 2021 trace records ProfilerStep#N
+    # as cpu_op, so every op inside a step had the step range as its top-level op, and the module
+    # level, which skips the ranges, lost all of it: 64,437 us of the 100,593 us of GPU time a step.
+    a, b = (kinetolens.load(trace_path(p)) for p in (RESNET_A, RESNET_B))
+    d = compare(a, b, levels=["module"])
+    in_steps = a.kernels.filter(a.kernels["step"].is_not_null())
+    per_step_us = in_steps["dur"].sum() / 1000.0 / a.steps.height
+    assert d.tables["module"]["baseline_us"].sum() == pytest.approx(per_step_us)
+
+
+def test_torch_versions_recorded_by_another_harness_differ() -> None:
+    # issue 17, point 14: TraceLens' Qwen traces from an MI300X (torch 2.7.0 built from source) and
+    # an H100 (torch 2.6.0+cu124), as their harness's torch_env_info records them.
+    mi300 = "tracelens/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+    env = compare(kinetolens.load(trace_path(mi300)), kinetolens.load(trace_path(QWEN)), levels=["step"]).summary[
+        "environment"
+    ]
+    assert env["differs"] == ["gpu", "compute_capability", "torch"]
+    assert (env["baseline"]["torch"], env["experiment"]["torch"]) == ("2.7.0+gitf717b2a", "2.6.0+cu124")
+    assert (env["baseline"]["gpu"], env["experiment"]["gpu"]) == ("AMD Instinct MI300X VF", "NVIDIA H100 80GB HBM3")

@@ -92,17 +92,25 @@ def find_runs(logdir: str | Path) -> dict[str, list[WorkerTrace]]:
     """Every run under ``logdir``: directories (at any depth) holding traces.
 
     A run is named by its path relative to ``logdir`` (``"."`` for traces
-    directly in it).  Hidden directories are skipped, and so are links (the
-    ``latest`` link of ``kinetolens run`` is a second name for a run).
+    directly in it).  Hidden directories are skipped, and so are run
+    directories removed while they are listed (a logdir being written to or
+    cleaned up while ``serve`` lists it), and links (the ``latest`` link of
+    ``kinetolens run`` is a second name for a run).  A missing ``logdir`` is
+    a :class:`TraceError`.
     """
     root = Path(logdir)
+    if not root.is_dir():
+        raise TraceError(root, "no such directory" if not root.exists() else "is not a directory")
     runs: dict[str, list[WorkerTrace]] = {}
     for d in sorted([root, *(p for p in root.rglob("*") if p.is_dir() and not p.is_symlink())]):
         rel = d.relative_to(root)
         if any(part.startswith(".") for part in rel.parts):
             continue
         name = rel.as_posix()
-        traces = run_traces(d, name)
+        try:
+            traces = run_traces(d, name)
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # gone since rglob saw it
         if traces:
             runs[name] = traces
     return runs

@@ -48,7 +48,8 @@ from typing import Any
 import polars as pl
 
 from kinetolens.analysis.op_times import op_instances
-from kinetolens.analysis.overview import COLUMNS, STEP_PREFIX, step_breakdown
+from kinetolens.analysis.ops import without_step_ranges
+from kinetolens.analysis.overview import COLUMNS, step_breakdown
 from kinetolens.formats import RUN_METADATA_KEY
 from kinetolens.model.trace import Trace
 from kinetolens.registry.gpus import trace_device
@@ -222,9 +223,7 @@ def _facts(trace: Trace) -> _TraceFacts:
     # Annotations (record_function ranges) are rows too: a user range that
     # appears or grows is a finding, and kernels launched directly under one
     # are its self time.  The steps themselves are the baseline, not a row.
-    ops = op_instances(trace).filter(
-        pl.col("kind").cast(pl.String).is_in(("op", "annotation")) & ~pl.col("name").str.starts_with(STEP_PREFIX)
-    )
+    ops = without_step_ranges(op_instances(trace)).filter(pl.col("kind").cast(pl.String).is_in(("op", "annotation")))
     kernels = trace.kernels.filter(pl.col("kind").cast(pl.String).is_in(_GPU_KINDS))
     if has_steps:
         ops = ops.filter(pl.col("step").is_not_null())

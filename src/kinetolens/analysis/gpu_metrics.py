@@ -19,8 +19,10 @@ so kernels before or after the profiled steps do not dilute them.
   measured counters, else kernel-name rules); kernels neither rule can
   classify count as not using them, so it is a lower bound; null when no
   kernel on the device could be classified.
-* ``peak_allocated_bytes``: the highest allocator total on that device
-  (from the ``[memory]`` events; needs ``profile_memory=True``).
+* ``peak_allocated_bytes``, ``peak_basis``, ``live_at_start_bytes``: the
+  memory view's peak on that device (:func:`memory.peak_memory`; needs
+  ``profile_memory=True``), what it covers, and the bytes alive when the
+  profiling window opened.
 
 These are torch-tb-profiler's Overview "GPU Summary" definitions.
 """
@@ -30,12 +32,11 @@ from __future__ import annotations
 import polars as pl
 
 from kinetolens.analysis.gpu_streams import union_intervals
+from kinetolens.analysis.memory import CPU_DEVICE_TYPE, peak_memory
 from kinetolens.analysis.overview import step_windows
 from kinetolens.analysis.tensor_cores import kernel_tensor_cores
 from kinetolens.model.trace import Trace
 
-#: Kineto's ``Device Type`` of CPU memory events; every other type is a device.
-CPU_DEVICE_TYPE = 0
 
 SCHEMA = {
     "device": pl.Int64,
@@ -44,6 +45,8 @@ SCHEMA = {
     "occupancy": pl.Float64,
     "tensor_core_share": pl.Float64,
     "peak_allocated_bytes": pl.Int64,
+    "peak_basis": pl.String,
+    "live_at_start_bytes": pl.Int64,
 }
 
 
@@ -104,13 +107,11 @@ def _occupancy(k: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
 
 
 def _peak_memory(trace: Trace) -> pl.DataFrame:
-    mem = trace.memory
-    if mem.height == 0:
-        return pl.DataFrame(schema={"device": pl.Int64, "peak_allocated_bytes": pl.Int64})
-    dev = mem.filter(
-        (pl.col("device_type") != CPU_DEVICE_TYPE) & pl.col("total_allocated").is_not_null() & (pl.col("device_id") >= 0)
+    """The memory view's peak (:func:`memory.peak_memory`, the one definition) per GPU."""
+    peaks = peak_memory(trace).filter((pl.col("device_type") != CPU_DEVICE_TYPE) & (pl.col("device_id") >= 0))
+    return peaks.select(
+        device="device_id", peak_allocated_bytes="peak_allocated", peak_basis="basis", live_at_start_bytes="live_at_start"
     )
-    return dev.group_by(device="device_id").agg(peak_allocated_bytes=pl.col("total_allocated").max())
 
 
 def _tensor_core_share(trace: Trace) -> pl.DataFrame:

@@ -9,11 +9,14 @@ PyTorch, the allocator's running totals (``total_allocated``,
   on the same thread whose ``[ts, end)`` encloses it (the op that asked for or
   released the memory), found with an as-of join plus a walk up the parents,
   so cost grows with nesting depth, not with the number of events.
-* :func:`memory_curve` / :func:`memory_peaks`: allocated and reserved bytes over
-  time and their maxima with the op and module at the peak.  Old traces carry
-  no totals; their curve is the running sum of deltas inside the window
-  (``basis = "window_sum"``), which is relative to whatever was allocated
-  before the profiler started.
+* :func:`memory_curve` / :func:`memory_peaks` / :func:`peak_memory`: allocated
+  and reserved bytes over time and their maxima (with the op and module at
+  the peak).  A GPU allocator's totals cover everything alive on the device
+  (``basis = "allocator"``), and the bytes alive when the window opened are
+  known (``live_at_start``).  Old traces carry no totals, and torch's CPU
+  allocator counts only what it allocated while profiling: those curves
+  cover only memory allocated inside the window (``basis = "window_sum"``);
+  what was alive before it (parameters, optimizer state, data) is missing.
 * :func:`op_memory_stats`: torch-tb-profiler's memory view (calls, allocation
   and free counts and sizes, increase), self and including children.
 
@@ -42,8 +45,19 @@ DEVICE_TYPE_NAMES: dict[int, str] = {
     20: "PrivateUse1",
 }
 
+#: Kineto's ``Device Type`` of CPU memory events.
+CPU_DEVICE_TYPE = 0
+
+#: ``allocated`` is everything alive on the device (its allocator's totals).
 ALLOCATOR = "allocator"
+#: ``allocated`` counts only memory allocated inside the profiling window.
 WINDOW_SUM = "window_sum"
+
+#: What a peak of each basis leaves out, said next to the number in every view.
+BASIS_NOTES = {
+    ALLOCATOR: "everything alive on the device",
+    WINDOW_SUM: "allocated while profiling only: weights, optimizer state and data allocated before are not counted",
+}
 
 
 def device_label() -> pl.Expr:
@@ -120,14 +134,46 @@ def memory_events(trace: Trace) -> pl.DataFrame:
 
 def _with_allocated(events: pl.DataFrame) -> pl.DataFrame:
     """``allocated``: the allocator's own total where the trace has it, else
-    the running sum of deltas per device (see ``basis``)."""
+    the running sum of deltas per device; ``basis`` says what that covers."""
     window_sum = pl.col("bytes").fill_null(0).cum_sum().over("device")
     has_totals = pl.col("total_allocated").is_not_null().all().over("device")
+    # The CUDA (and other device) caching allocators report everything alive
+    # on the device; torch's CPU allocator counts only what it allocated while
+    # a profiler ran, so a CPU total leaves out memory held before the window.
+    whole = has_totals & (pl.col("device_type") != CPU_DEVICE_TYPE)
     return events.with_columns(
         allocated=pl.when(has_totals).then(pl.col("total_allocated")).otherwise(window_sum),
         reserved=pl.col("total_reserved"),
-        basis=pl.when(has_totals).then(pl.lit(ALLOCATOR)).otherwise(pl.lit(WINDOW_SUM)),
+        basis=pl.when(whole).then(pl.lit(ALLOCATOR)).otherwise(pl.lit(WINDOW_SUM)),
     )
+
+
+def _per_device() -> list[pl.Expr]:
+    """The figures every view shows per device, from a curve of :func:`_with_allocated`."""
+    return [
+        pl.col("allocated").max().alias("peak_allocated"),
+        pl.col("basis").first().alias("basis"),
+        # Alive before the first event: known only where the totals cover the whole device.
+        pl.when(pl.col("basis").first() == ALLOCATOR)
+        .then(pl.col("allocated").first() - pl.col("bytes").fill_null(0).first())
+        .alias("live_at_start"),
+    ]
+
+
+def peak_memory(trace: Trace) -> pl.DataFrame:
+    """Per device: ``device`` label, ``device_type``, ``device_id``,
+    ``peak_allocated``, ``basis`` and ``live_at_start`` (bytes alive when the
+    window opened, null where the trace cannot tell).
+
+    The one definition of peak memory: :func:`memory_peaks` gives the same
+    numbers with the op at the peak, and the GPU table of the overview
+    (:func:`kinetolens.analysis.gpu_metrics.gpu_metrics`) reads this.
+    """
+    mem = trace.memory.with_row_index("seq").with_columns(device_label()).sort("ts", "seq")
+    curve = _with_allocated(mem)
+    return curve.group_by("device").agg(
+        pl.col("device_type").first(), pl.col("device_id").first(), *_per_device()
+    ).sort("device")
 
 
 def memory_curve(events: pl.DataFrame) -> pl.DataFrame:
@@ -157,6 +203,7 @@ def memory_peaks(events: pl.DataFrame) -> pl.DataFrame:
         )
     )
     totals = curve.group_by("device").agg(
+        *[e for e in _per_device() if e.meta.output_name() != "peak_allocated"],
         events=pl.len(),
         allocations=(pl.col("bytes") > 0).sum(),
         frees=(pl.col("bytes") < 0).sum(),
@@ -167,7 +214,6 @@ def memory_peaks(events: pl.DataFrame) -> pl.DataFrame:
         first_ts=pl.col("ts").first(),
         last_ts=pl.col("ts").last(),
         unattributed_events=pl.col("op_id").is_null().sum(),
-        basis=pl.col("basis").first(),
     )
     return at_peak.join(totals, on="device").sort("peak_allocated", descending=True)
 

@@ -11,7 +11,8 @@ comes from :func:`op_instances`; this module only groups and orders them.
 ``gbps`` (summed work over summed time) are the same under every aggregate.
 Attributes that are not the key (``in_shapes``, ``dtypes``, ``direction``,
 a kernel's ``op``) are the group's value when all its calls agree, else
-say the group is mixed (:mod:`kinetolens.analysis.group_labels`).
+say the group is mixed (:mod:`kinetolens.analysis.group_labels`).  A
+kernel name's ``blocks_per_sm`` and ``occupancy`` are weighted by duration.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import polars as pl
 
 from kinetolens.analysis.group_labels import counts, listed, mixed
 from kinetolens.analysis.op_times import op_instances
-from kinetolens.analysis.overview import step_windows
+from kinetolens.analysis.overview import STEP_PREFIX, step_windows
 from kinetolens.analysis.work import kernel_work
 from kinetolens.model.trace import Trace
 
@@ -52,11 +53,14 @@ def default_order(trace: Trace, by: str, aggregate: str) -> str:
     return "device_total_us" if by == "kernel" else time_basis(trace)  # kernels have only device time
 
 
-def step_time_ns(trace: Trace) -> int:
+def step_time_ns(trace: Trace, step: int | None = None) -> int:
     """Wall time the shares are taken of: the steps' windows as the overview
     cuts them (disjoint, so GPU work that runs past a step is not counted
-    twice), or the whole trace's window when it has no steps."""
+    twice), or the whole trace's window when it has no steps; only ``step``'s
+    window when one is given."""
     windows = step_windows(trace)
+    if step is not None:
+        windows = windows.filter(pl.col("step") == step)
     return int((windows["end"] - windows["start"]).sum()) if windows.height else 0
 
 
@@ -69,10 +73,10 @@ def time_basis(trace: Trace) -> str:
     return "device_total_us" if trace.kernels.height else "host_total_us"
 
 
-def _with_step_share(table: pl.DataFrame, trace: Trace) -> pl.DataFrame:
+def _with_step_share(table: pl.DataFrame, trace: Trace, step: int | None) -> pl.DataFrame:
     """The group's summed time (``_basis_ns``, whatever the aggregate) as a
-    percentage of all steps' wall time; drops the helper."""
-    total = step_time_ns(trace)
+    percentage of the wall time of the steps it was taken over; drops the helper."""
+    total = step_time_ns(trace, step)
     share = pl.col("_basis_ns") / total * 100.0 if total else pl.lit(None, pl.Float64)
     return table.with_columns(step_share_pct=share).drop("_basis_ns")
 
@@ -84,6 +88,30 @@ def _with_achieved(table: pl.DataFrame) -> pl.DataFrame:
         tflops_s=pl.col("_flops_sum") / ns / 1e3,
         gbps=pl.col("_bytes_sum") / ns,
     ).drop("_flops_sum", "_bytes_sum", "_work_ns")
+
+
+def without_step_ranges(inst: pl.DataFrame) -> pl.DataFrame:
+    """:func:`op_instances` rows without the ``ProfilerStep#N`` ranges, and the
+    ops directly inside one made top-level.
+
+    Older traces record the ranges as ops (``cpu_op``): they are the steps
+    the shares are of, not ops, and as every op's top-level op they would
+    take the whole step in module and source groupings.
+    """
+    step_range = pl.col("name").str.starts_with(STEP_PREFIX)
+    in_step = pl.col("parent_id").is_in(inst.filter(step_range)["op_id"].implode())
+    return inst.filter(~step_range).with_columns(
+        top_op_id=pl.when(in_step).then(pl.col("op_id")).otherwise(pl.col("top_op_id"))
+    )
+
+
+def weighted_mean(col: str, weight: str) -> pl.Expr:
+    """Mean of ``col`` over a group's rows weighted by ``weight`` (rows without
+    ``col`` left out): a kernel name's occupancy is that of the time it ran,
+    as torch-tb-profiler reports it, not that of its average launch."""
+    known = pl.col(col).is_not_null()
+    total = pl.col(weight).filter(known).sum()
+    return pl.when(total > 0).then((pl.col(col) * pl.col(weight)).filter(known).sum() / total)
 
 
 def _agg(col: str, how: str) -> pl.Expr:
@@ -111,7 +139,7 @@ def op_stats(
         return _kernel_stats(trace, aggregate, step)
     inst = op_instances(trace)
     if not include_annotations:
-        inst = inst.filter(pl.col("kind") == "op")
+        inst = without_step_ranges(inst).filter(pl.col("kind") == "op")
     if step is not None:
         inst = inst.filter(pl.col("step") == step)
     keys = GROUPINGS[by]
@@ -139,7 +167,7 @@ def op_stats(
         dtypes=counts("dtypes"),
         direction=counts("direction"),
     ).with_columns(mixed("in_shapes"), mixed("dtypes"), listed("direction"))
-    return _with_step_share(_with_achieved(grouped), trace)
+    return _with_step_share(_with_achieved(grouped), trace, step)
 
 
 def _kernel_stats(trace: Trace, aggregate: str, step: int | None) -> pl.DataFrame:
@@ -155,8 +183,8 @@ def _kernel_stats(trace: Trace, aggregate: str, step: int | None) -> pl.DataFram
         max_us=pl.col("dur").max() / 1000.0,
         min_us=pl.col("dur").min() / 1000.0,
         op=counts("op", missing="(no op)"),
-        blocks_per_sm=pl.col("blocks_per_sm").mean(),
-        occupancy=pl.col("occupancy").mean(),
+        blocks_per_sm=weighted_mean("blocks_per_sm", "dur"),
+        occupancy=weighted_mean("occupancy", "dur"),
         flops=_agg("flops", aggregate),
         bytes=_agg("work_bytes", aggregate),
         _flops_sum=pl.col("flops").sum(),
@@ -165,7 +193,7 @@ def _kernel_stats(trace: Trace, aggregate: str, step: int | None) -> pl.DataFram
         # Kernels have only device time, even in a CPU-only trace (where the table is empty).
         _basis_ns=pl.col("dur").sum(),
     ).with_columns(listed("op"))
-    return _with_step_share(_with_achieved(grouped), trace)
+    return _with_step_share(_with_achieved(grouped), trace, step)
 
 
 def order_and_filter(

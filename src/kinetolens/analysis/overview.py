@@ -9,17 +9,12 @@ These are torch-tb-profiler's Overview rules; kinetolens reads communication
 more widely (every ``nccl:``/``gloo:`` op, ``record_param_comms`` and NCCL
 kernels by name), see :func:`category_intervals`.
 
-Steps are ``trace.steps`` made disjoint: a step starts when its host range
-starts or when the previous step's GPU work ends, whichever is later, and
-ends when its own GPU work ends.  Without that, GPU work running a step
-behind the host (common: the host queues step N+1 while the GPU still runs
-step N) would be counted in two steps.  The first step also starts no
-earlier than the end of GPU work queued before the profiled steps that
-drains before the first step's own GPU work begins.  Every step is kept:
-torch-tb-profiler would drop a last step that launched under 80% of the
-previous step's GPU activities (guessing the profiler cut it short), but no
-reference trace triggers that, and a short last step is still real time.
-A trace without
+Steps are the disjoint windows of ``trace.steps`` (see
+:mod:`kinetolens.model.steps`): a step starts when its host range starts or
+when the previous step's GPU work ends, whichever is later, and ends when
+its own GPU work ends.  Every step gets a row, a last step the profiler cut
+short too (it is real time); means leave it out (:func:`average_breakdown`
+of :func:`complete_rows`), as torch-tb-profiler drops it.  A trace without
 ``ProfilerStep#N`` ranges gets one window (``step`` null): its host ops'
 span extended over the GPU work they launched.
 
@@ -85,48 +80,17 @@ def is_comm_kernel(kernels: pl.DataFrame) -> pl.Expr:
 def step_windows(trace: Trace) -> pl.DataFrame:
     """Disjoint [start, end) wall-time windows, one per step (ns).
 
-    See the module docstring for why starts are pushed past the previous
-    step's GPU work.
+    The steps' own windows (:mod:`kinetolens.model.steps`, the one
+    definition of a step's time); without steps, one whole-trace window.
     """
     steps = trace.steps
     if steps.height == 0:
         return _whole_trace_window(trace)
-    steps = steps.sort("ts")
-    first = steps.row(0, named=True)
-    start0 = max(int(first["ts"]), _queued_before_first_step(trace, int(first["step"])))
-    own_end = pl.max_horizontal("end", "cpu_end")
-    windows = steps.select(
-        "step",
-        ts=pl.when(pl.int_range(pl.len()) == 0).then(pl.lit(start0)).otherwise(pl.col("ts")),
-        own_end=own_end,
-    )
-    # A step ends no earlier than it starts, and starts where the previous
-    # one ended: both are a running maximum of the steps' own ends.
-    ends = pl.max_horizontal("own_end", "ts").cum_max()
-    return windows.select(
-        "step",
-        start=pl.max_horizontal("ts", ends.shift(1)).fill_null(pl.col("ts")),
-        end=ends,
-    ).cast(_WINDOW_SCHEMA)
+    return steps.sort("ts").select("step", "start", "end").cast(_WINDOW_SCHEMA)
 
 
 def _launched(kernels: pl.DataFrame) -> pl.DataFrame:
     return kernels.filter(pl.col("kind").cast(pl.String).is_in(_GPU_ACTIVITY) & (pl.col("dur") >= 0))
-
-
-def _queued_before_first_step(trace: Trace, first_step: int) -> int:
-    """End of GPU work not launched by any step that drains before the first
-    step's own GPU work starts (the first step cannot have run then)."""
-    k = _launched(trace.kernels)
-    if k.height == 0 or "step" not in k.columns or "launch_ts" not in k.columns:
-        return -(2**62)
-    in_step = pl.col("launch_ts").is_not_null() & pl.col("step").is_not_null()
-    first_gpu = k.filter(in_step & (pl.col("step") == first_step))["ts"].min()
-    if first_gpu is None:
-        return -(2**62)
-    ends = k.filter(~in_step).select(end=pl.col("ts") + pl.col("dur")).filter(pl.col("end") < first_gpu)["end"]
-    best = ends.max()
-    return int(best) if best is not None else -(2**62)  # type: ignore[arg-type]
 
 
 def _whole_trace_window(trace: Trace) -> pl.DataFrame:
@@ -248,11 +212,23 @@ def _segments(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
 
 
 def step_breakdown(trace: Trace) -> pl.DataFrame:
-    """One row per step: ``step`` and nanoseconds per category, plus ``total``.
+    """One row per step: ``step`` and nanoseconds per category, plus ``total``
+    and ``complete`` (false for a last step the profiler cut short).
 
     ``kernel + memcpy + ... + other == total``, the step's wall time.
     """
-    return breakdown(category_intervals(trace), step_windows(trace))
+    table = breakdown(category_intervals(trace), step_windows(trace))
+    complete = trace.steps.select("step", "complete") if "complete" in trace.steps.columns else None
+    if complete is None or table.height == 0 or table["step"].null_count() == table.height:
+        return table.with_columns(complete=pl.lit(True))
+    return table.join(complete, on="step", how="left", maintain_order="left").with_columns(
+        pl.col("complete").fill_null(True)
+    )
+
+
+def complete_rows(breakdown: pl.DataFrame) -> pl.DataFrame:
+    """The rows of whole steps (every row when nothing marks one incomplete)."""
+    return breakdown.filter(pl.col("complete")) if "complete" in breakdown.columns else breakdown
 
 
 def breakdown(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
@@ -277,7 +253,9 @@ def breakdown(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
 
 
 def average_breakdown(breakdown: pl.DataFrame) -> dict[str, float]:
-    """Mean nanoseconds per category over the rows (steps) of a breakdown."""
+    """Mean nanoseconds per category over the whole steps of a breakdown (a
+    last step cut short is left out; see :func:`complete_rows`)."""
+    breakdown = complete_rows(breakdown) if complete_rows(breakdown).height else breakdown
     if breakdown.height == 0:
         return {c: 0.0 for c in COLUMNS}
     means = breakdown.select([pl.col(c).cast(pl.Float64).mean() for c in COLUMNS]).row(0, named=True)

@@ -661,9 +661,32 @@ def recommendations(trace: Trace) -> list[Finding]:
     return findings(RuleContext(trace))
 
 
+def damaged_inputs(trace: Trace) -> str | None:
+    """Why the trace's numbers cannot be trusted for advice, or None.
+
+    A file cut short loses every event written after the cut; Kineto writes
+    host ops before runtime calls, kernels and memory events, so a cut can
+    take all GPU work while the host ops still look whole.  Every rule reads
+    the step breakdown or the kernels, so none is run on such a trace.
+    """
+    cut = [w for w in trace.warnings if w.kind == "truncated JSON" or "ends early" in w.detail]
+    if not cut:
+        return None
+    lost = []
+    if trace.devices and trace.kernels.height == 0:
+        lost.append(f"every GPU kernel (the file lists {len(trace.devices)} GPUs)")
+    if trace.runtime.height == 0 and trace.devices:
+        lost.append("every runtime call")
+    what = f", including {' and '.join(lost)}" if lost else ""
+    return f"the file is truncated ({cut[0].detail}): events written after the cut are missing{what}"
+
+
 def findings(ctx: RuleContext) -> list[Finding]:
     """:func:`recommendations` over a context a caller already holds (the
-    summary shows the step breakdown and GPU utilization too, computed once)."""
+    summary shows the step breakdown and GPU utilization too, computed once).
+    None on a trace whose inputs are damaged (:func:`damaged_inputs`)."""
+    if damaged_inputs(ctx.trace) is not None:
+        return []
     found = [f for rule in RULES for f in rule(ctx)]
     return sorted(found, key=lambda f: -f.saving_ms)  # stable: ties keep RULES order
 

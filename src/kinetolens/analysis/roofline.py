@@ -41,6 +41,7 @@ import polars as pl
 
 from kinetolens.analysis.counters import kernel_measured, op_measured
 from kinetolens.analysis.group_labels import counts, listed
+from kinetolens.analysis.ops import weighted_mean
 from kinetolens.analysis.tensor_cores import kernel_tensor_cores, matrix_dtype
 from kinetolens.analysis.work import carried_work, kernel_work
 from kinetolens.errors import TraceError
@@ -452,8 +453,8 @@ def kernel_groups(table: pl.DataFrame, roof: pl.DataFrame | None, by: str = "nam
         max_us=pl.col("dur_us").max(),
         min_us=pl.col("dur_us").min(),
         tc=pl.col("tc").mode().first(),
-        blocks_per_sm=pl.col("blocks_per_sm").mean(),
-        occupancy=pl.col("occupancy").mean(),
+        blocks_per_sm=weighted_mean("blocks_per_sm", "dur_us"),
+        occupancy=weighted_mean("occupancy", "dur_us"),
         flops=pl.col("flops").sum(),
         bytes=pl.col("bytes").sum(),
         _ideal=pl.col("_ideal_us").filter(known).sum(),

@@ -16,8 +16,9 @@ import polars as pl
 
 from kinetolens import __version__
 from kinetolens.analysis.gpu_metrics import gpu_metrics
-from kinetolens.analysis.overview import COLUMNS, average_breakdown, step_breakdown
-from kinetolens.analysis.recommendations import RuleContext, findings
+from kinetolens.analysis.memory import BASIS_NOTES, peak_memory
+from kinetolens.analysis.overview import COLUMNS, average_breakdown, complete_rows, step_breakdown
+from kinetolens.analysis.recommendations import RuleContext, damaged_inputs, findings
 from kinetolens.model.trace import Trace
 
 SCHEMA_VERSION = 2
@@ -55,29 +56,75 @@ def attribution(trace: Trace) -> dict[str, Any]:
     }
 
 
+def unrecorded_launches(trace: Trace) -> dict[str, Any]:
+    """Kernel time whose launch the trace does not hold, and what that means.
+
+    Such kernels were launched before the profiler started (or CUPTI dropped
+    the launch record): no tool can name their op, module or source line.
+    ``share`` is of all kernel time, ``in_steps_share`` the part of it that
+    ran inside the steps (counted in their kernel time, without an op);
+    ``note`` says so in one line, or is null when every launch is recorded.
+    """
+    kernels = trace.kernels.filter(pl.col("kind") == "kernel")
+    orphan = pl.col("launch_id").is_null() & (pl.col("external_id").fill_null(0) == 0)
+    share = _fraction(kernels, orphan)
+    in_steps = _fraction(kernels, orphan & pl.col("step").is_not_null())
+    note = None
+    if share:
+        where = f"{in_steps:.1%} of it inside steps, with no op" if in_steps else "all of it before the first step, in no step"
+        note = f"{share:.1%} of kernel time: launched before profiling began, so no op is known ({where})"
+    return {"share": share, "in_steps_share": in_steps, "note": note}
+
+
 def _us(ns: float) -> float:
     return float(ns) / 1000.0
+
+
+def incomplete_note(steps: pl.DataFrame) -> str | None:
+    """One line naming the step cut short and the evidence, or None."""
+    cut = steps.filter(~pl.col("complete")) if "complete" in steps.columns else steps.clear()
+    if cut.height == 0:
+        return None
+    row = cut.row(0, named=True)
+    return f"step {row['step']} was cut short when profiling stopped ({row['cut_reason']}): left out of the means"
 
 
 def steps_block(trace: Trace, table: pl.DataFrame | None = None) -> dict[str, Any]:
     """Steps with their time breakdown in microseconds.
 
-    ``mean_us`` is the mean of the steps' disjoint wall-time windows, so it
-    equals ``average_us.total``.  Without ProfilerStep ranges ``count`` is 0
-    and ``breakdown_us`` holds one row (``step`` null) for the whole trace.
+    A step's time is its window (:mod:`kinetolens.model.steps`), the same in
+    every view.  ``mean_us`` is the mean over the whole steps, so it equals
+    ``average_us.total``; a last step the profiler cut short keeps its row
+    (``complete`` false) and is named in ``incomplete`` but counts in
+    neither.  Without ProfilerStep ranges ``count`` is 0 and
+    ``breakdown_us`` holds one row (``step`` null) for the whole trace.
     """
     table = step_breakdown(trace) if table is None else table
     real = table.filter(pl.col("step").is_not_null())
+    whole = complete_rows(real)
     rows = [
-        {"step": row["step"], **{c: _us(row[c]) for c in COLUMNS}} for row in table.iter_rows(named=True)
+        {"step": row["step"], **{c: _us(row[c]) for c in COLUMNS}, "complete": bool(row.get("complete", True))}
+        for row in table.iter_rows(named=True)
     ]
     return {
         "count": real.height,
         "ids": [int(s) for s in real["step"].to_list()],
-        "mean_us": _us(real["total"].mean()) if real.height else None,  # type: ignore[arg-type]
+        "incomplete": [int(s) for s in real.filter(~pl.col("step").is_in(whole["step"].implode()))["step"].to_list()],
+        "mean_us": _us(whole["total"].mean()) if whole.height else None,  # type: ignore[arg-type]
+        "incomplete_note": incomplete_note(trace.steps),
+        "damaged": damaged_inputs(trace) is not None,
         "breakdown_us": rows,
         "average_us": {c: v / 1000.0 for c, v in average_breakdown(table).items()} if table.height else None,
     }
+
+
+def memory_block(trace: Trace) -> list[dict[str, Any]]:
+    """Peak memory per device (:func:`memory.peak_memory`, the memory view's
+    numbers) with what each peak covers, in words."""
+    return [
+        {**row, "note": BASIS_NOTES[row["basis"]]}
+        for row in peak_memory(trace).drop("device_type").to_dicts()
+    ]
 
 
 def gpu_block(trace: Trace, table: pl.DataFrame | None = None) -> list[dict[str, Any]]:
@@ -130,7 +177,10 @@ def summarize(trace: Trace) -> dict[str, Any]:
             "memset": counts.get("memset", 0),
             "memory": trace.memory.height,
         },
+        "memory": memory_block(trace),
         "attribution": attribution(trace),
+        "unrecorded_launches": unrecorded_launches(trace),
         "recommendations": [f.to_dict() for f in findings(shared)],
+        "recommendations_withheld": damaged_inputs(trace),
         "warnings": [{"kind": w.kind, "count": w.count, "detail": w.detail} for w in trace.warnings],
     }

@@ -29,9 +29,10 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from kinetolens.errors import TraceWarning
 from kinetolens.model.nesting import outermost_marked
 from kinetolens.model.trace import Trace
-from kinetolens.registry.flops import REGISTRY, OpArgs, evaluate
+from kinetolens.registry.flops import REGISTRY, FormulaError, OpArgs, Work, evaluate
 
 _KEY = ["name", "input_dims", "input_types", "concrete_inputs"]
 
@@ -42,9 +43,37 @@ _WORK_SCHEMA = {"op_id": pl.Int64, **_RESULT_SCHEMA}
 _OP_COLUMNS = ["op_id", "parent_id", "depth", *_KEY, "fwd_op_id"]
 
 
-def _evaluate_ops(ops: pl.DataFrame) -> pl.DataFrame:
+#: The kind of the counted warning a failing FLOP formula leaves on the trace.
+FORMULA_FAILED = "FLOP formula failed"
+
+
+class _Failures:
+    """Formula errors met while evaluating a trace: calls and first reason per op name."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {}
+        self.reasons: dict[str, str] = {}
+
+    def evaluate(self, op: OpArgs, calls: int = 1) -> Work | None:
+        try:
+            return evaluate(op)
+        except FormulaError as err:
+            self.calls[op.name] = self.calls.get(op.name, 0) + calls
+            self.reasons.setdefault(op.name, err.reason)
+            return None
+
+    def warnings(self) -> list[TraceWarning]:
+        return [
+            TraceWarning(FORMULA_FAILED, n, f"{name}: {self.reasons[name]}; those calls have no FLOPs, bytes or roofline")
+            for name, n in sorted(self.calls.items())
+        ]
+
+
+def _evaluate_ops(ops: pl.DataFrame, failures: _Failures | None = None) -> pl.DataFrame:
     """Work of every registered op call (``op_id, flops, bytes, formula``, by
-    op_id), computing each distinct argument set once."""
+    op_id), computing each distinct argument set once; formula errors are
+    counted per call in ``failures``."""
+    failures = failures if failures is not None else _Failures()
     cols = ["op_id", *_KEY, "fwd_op_id"]
     present = [c for c in cols if c in ops.columns]
     cand = ops.select(present).filter(pl.col("name").is_in(list(REGISTRY)))
@@ -73,14 +102,14 @@ def _evaluate_ops(ops: pl.DataFrame) -> pl.DataFrame:
     single = []
     for op_id, name, dims, types, concrete, fwd_id in cand.filter("bwd_key").select(cand.columns[:6]).iter_rows():
         fwd = fwd_rows.get(fwd_id) if name in needs_fwd else None
-        work = evaluate(OpArgs.parse(name, dims, types, concrete, fwd, OpArgs.parse(*bwd_rows[op_id])))
+        work = failures.evaluate(OpArgs.parse(name, dims, types, concrete, fwd, OpArgs.parse(*bwd_rows[op_id])))
         if work is not None:
             single.append((op_id, work.flops, work.bytes, work.formula))
     plain = cand.filter(~pl.col("bwd_key"))
     shared = []
-    for name, dims, types, concrete, fwd_id in plain.select(keys).unique().iter_rows():
+    for name, dims, types, concrete, fwd_id, calls in plain.group_by(keys).len().iter_rows():
         fwd = fwd_rows.get(fwd_id) if fwd_id is not None else None
-        work = evaluate(OpArgs.parse(name, dims, types, concrete, fwd))
+        work = failures.evaluate(OpArgs.parse(name, dims, types, concrete, fwd), calls)
         if work is not None:
             shared.append((name, dims, types, concrete, fwd_id, work.flops, work.bytes, work.formula))
     found = pl.DataFrame(
@@ -181,9 +210,19 @@ class CarriedWork:
 
 def carried_work(trace: Trace) -> CarriedWork:
     """Evaluate the formulas of all ops once and find which op carries each
-    kernel's work (see the module docstring)."""
+    kernel's work (see the module docstring).
+
+    A formula that fails for a reason other than its arguments (a bug) leaves
+    its calls without work and a counted :class:`TraceWarning` naming the op
+    on ``trace.warnings`` (kind :data:`FORMULA_FAILED`), which every view
+    that lists the trace's warnings shows.
+    """
     ordered = trace.ops.select(c for c in _OP_COLUMNS if c in trace.ops.columns).sort("op_id")
-    works = _evaluate_ops(ordered)
+    failures = _Failures()
+    works = _evaluate_ops(ordered, failures)
+    for warning in failures.warnings():
+        if warning not in trace.warnings:  # every analysis evaluates afresh: one warning per failure
+            trace.warnings.append(warning)
     carrier = _carriers(ordered, works)
     ops = works.filter(carrier.gather(works["op_id"]) == works["op_id"])
     k = trace.kernels.filter(pl.col("op_id").is_not_null()).select(

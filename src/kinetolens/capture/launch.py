@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,8 @@ from kinetolens.capture.layout import TRACE_SUFFIX, new_run_dir, point_latest
 from kinetolens.capture.runner import ENV_CONFIG
 
 SITE_DIR = Path(__file__).resolve().parent / "_site"
+#: Exit status when the command succeeded but profiling could not start.
+PROFILING_FAILED = 2
 
 # Defaults for the child's environment, each kept if the user set it.
 # Inductor's C++ (CPU) kernels are invisible to the profiler unless each is
@@ -47,6 +51,27 @@ class LaunchResult:
     run_dir: Path
     traces: list[Path] = field(default_factory=list)
     started: bool = True  # False when the command could not be executed
+    #: What its Python processes reported (see ``runner.STATUS_EVENTS``):
+    #: any armed, any imported torch, any began profiling.
+    armed: bool = False
+    torch: bool = False
+    profiling: bool = False
+    #: Why profiling could not start or went wrong, each reason once.
+    failures: list[str] = field(default_factory=list)
+
+
+
+def _read_status(folder: Path, result: LaunchResult) -> None:
+    """Fold what the processes noted (``PID.EVENT`` files) into ``result``."""
+    for entry in sorted(folder.iterdir()):
+        event = entry.suffix.lstrip(".")
+        if event in ("armed", "torch", "profiling"):
+            setattr(result, event, True)
+        elif event == "failed":
+            for line in entry.read_text(encoding="utf-8", errors="replace").splitlines():
+                reason = line.replace("kinetolens.profile: ", "").strip()
+                if reason and reason not in result.failures:
+                    result.failures.append(reason)
 
 
 def _existing_traces(run_dir: Path) -> set[Path]:
@@ -83,15 +108,40 @@ def launch(command: Sequence[str], config: dict[str, Any]) -> LaunchResult:
     config["command"] = list(command)
     run_dir = new_run_dir(logdir, str(config["run"]))  # this run's own folder
     config["logdir"], config["run"] = str(run_dir.parent), run_dir.name
+    before = _existing_traces(run_dir)
+    status = Path(tempfile.mkdtemp(prefix="kinetolens-run-"))
+    try:
+        config["status_dir"] = str(status)
+        return _run(command, config, run_dir, before, status)
+    finally:
+        shutil.rmtree(status, ignore_errors=True)
+        _settle(run_dir)
+
+
+def _settle(run_dir: Path) -> None:
+    """``latest`` moves to a run folder that holds traces; an empty one goes."""
+    if _existing_traces(run_dir):
+        point_latest(run_dir)
+        return
+    try:
+        run_dir.rmdir()
+    except OSError:  # something else was written there: keep it
+        pass
+
+
+def _run(command: Sequence[str], config: dict[str, Any], run_dir: Path, before: set[Path], status: Path) -> LaunchResult:
     env = child_environment(config)
     try:
         child = subprocess.Popen(list(command), env=env)
     except FileNotFoundError:
         print(f"kinetolens: command not found: {command[0]}", file=sys.stderr)
-        return _finished(127, run_dir, started=False)
+        return LaunchResult(127, run_dir, started=False)
     except PermissionError:
         print(f"kinetolens: permission denied: {command[0]}", file=sys.stderr)
-        return _finished(126, run_dir, started=False)
+        return LaunchResult(126, run_dir, started=False)
+    except OSError as exc:  # not executable (ENOEXEC), a directory, ...
+        print(f"kinetolens: cannot run {command[0]}: {exc.strerror}", file=sys.stderr)
+        return LaunchResult(126, run_dir, started=False)
 
     previous: dict[int, Any] = {}
 
@@ -111,17 +161,40 @@ def launch(command: Sequence[str], config: dict[str, Any]) -> LaunchResult:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    return _finished(exit_status(returncode), run_dir)
+    traces = sorted(_existing_traces(run_dir) - before)
+    result = LaunchResult(exit_status(returncode), run_dir, traces)
+    _read_status(status, result)
+    if result.exit_code == 0 and result.failures and not traces:
+        # The command succeeded, the profile it was run for did not.
+        result.exit_code = PROFILING_FAILED
+    return result
 
 
-def _finished(exit_code: int, run_dir: Path, started: bool = True) -> LaunchResult:
-    """The result; ``latest`` moves to a run that wrote traces, an empty run folder goes."""
-    traces = sorted(_existing_traces(run_dir))
-    if traces:
-        point_latest(run_dir)
-    else:
-        try:
-            run_dir.rmdir()
-        except OSError:  # something else was written there: keep it
-            pass
-    return LaunchResult(exit_code, run_dir, traces, started)
+def no_trace_reason(result: LaunchResult, command: Sequence[str], skip_warmup: int) -> str:
+    """Why a launch that started wrote no trace, from what its processes noted."""
+    if result.failures:
+        return "; ".join(result.failures)
+    if result.profiling:
+        return (
+            f"no process got through skip + warmup = {skip_warmup} steps after profiling began (it begins "
+            "after the second optimizer step, or at the first kinetolens.step() call)"
+        )
+    program = Path(command[0]).name if command else "the command"
+    if result.exit_code != 0:
+        ended = f"{program} exited with status {result.exit_code}"
+        if not result.armed:
+            return f"{ended}, and started no Python process that kinetolens could watch"
+        if not result.torch:
+            return f"{ended} before importing torch"
+        return f"{ended} before profiling began (after the second optimizer step, or at the first kinetolens.step())"
+    if not result.armed:
+        return (
+            f"{program} started no Python process that kinetolens could watch "
+            "(kinetolens run profiles Python programs; python -S and -I skip its start-up hook)"
+        )
+    if not result.torch:
+        return f"{program} never imported torch"
+    return (
+        "no optimizer stepped twice and kinetolens.step() was never called, so profiling never began "
+        "(it begins after the second optimizer step, or at the first kinetolens.step() call)"
+    )

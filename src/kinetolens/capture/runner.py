@@ -74,6 +74,25 @@ def _say(message: str) -> None:
     print(f"kinetolens: {message}", file=sys.stderr, flush=True)
 
 
+#: What a process tells the launcher, one empty file per event (``PID.EVENT``)
+#: in the launcher's status folder: it was armed, it imported torch, it began
+#: profiling.  A failure is a ``PID.failed`` file holding the reason.
+STATUS_EVENTS = ("armed", "torch", "profiling", "failed")
+
+
+def _note(config: dict[str, Any], event: str, detail: str = "") -> bool:
+    """Tell the launcher about ``event``; False when there is no launcher to tell."""
+    folder = config.get("status_dir")
+    if not folder:
+        return False
+    try:
+        with open(os.path.join(folder, f"{os.getpid()}.{event}"), "a", encoding="utf-8") as fh:
+            fh.write(detail + "\n" if detail else "")
+    except OSError:
+        return False
+    return True
+
+
 class OptimizerClock:
     """Calls ``on_step`` each time the first optimizer seen finishes a step.
 
@@ -151,8 +170,10 @@ class Session:
         self.use_clock = True
         _MARKERS.append(self.marker)
         when_imported("torch", self._on_torch)
+        _note(config, "armed")
 
     def _on_torch(self, _torch: ModuleType) -> None:
+        _note(self.config, "torch")
         if self.use_clock and self.state == "armed" and self.clock is None:
             try:
                 self.clock = OptimizerClock(self.on_step)
@@ -193,6 +214,7 @@ class Session:
             return
         self.prof = prof
         self.state = "running"
+        _note(self.config, "profiling")
         # Registered after torch's own exit handlers, so it runs before them.
         atexit.register(self.close)
 
@@ -209,7 +231,10 @@ class Session:
             os.environ.pop("PYTHONPATH", None)
 
     def _fail(self, what: str, exc: BaseException) -> None:
-        _say(f"{what}: {type(exc).__name__}: {exc}")
+        # The launcher reports it once, after the command (every rank of a
+        # torchrun job would otherwise print the same line).
+        if not _note(self.config, "failed", f"{what}: {exc}"):
+            _say(f"{what}: {type(exc).__name__}: {exc}")
         self.close()
 
     def close(self) -> None:
@@ -231,7 +256,8 @@ class Session:
                     warnings.simplefilter("ignore", RuntimeWarning)
                     prof.__exit__(None, None, None)
             except Exception as exc:
-                _say(f"could not write the last trace: {type(exc).__name__}: {exc}")
+                if not _note(self.config, "failed", f"could not write the last trace: {exc}"):
+                    _say(f"could not write the last trace: {type(exc).__name__}: {exc}")
 
 
 _SESSION: Session | None = None

@@ -20,6 +20,7 @@ from kinetolens.analysis.ops import (
     op_stats,
     order_and_filter,
 )
+from kinetolens.analysis.memory import ALLOCATOR, BASIS_NOTES, WINDOW_SUM
 from kinetolens.analysis.roofline import LOST_COLUMNS, with_time_lost
 from kinetolens.analysis.summary import summarize
 from kinetolens.cli.checks import ROWS, WIDTH, check_step, check_time_range, regex, require_kernels
@@ -27,6 +28,7 @@ from kinetolens.cli.diff_command import short_name
 from kinetolens.cli.render import emit, emit_json
 from kinetolens.loader import load
 from kinetolens.registry.gpus import gpu_spec
+from kinetolens.views.memory_flow_svg import human_bytes
 
 
 def _format(csv: bool, tsv: bool, json_: bool) -> str:
@@ -58,7 +60,8 @@ def summary_command(trace: str, json_: bool, no_cache: bool) -> None:
     table.add_row("rank / world size", f"{info['rank'] if info['rank'] is not None else '-'} / {info['world_size'] or '-'}")
     steps = info["steps"]
     mean = f", mean {steps['mean_us'] / 1000:.3f} ms" if steps["mean_us"] else ""
-    table.add_row("steps", f"{steps['count']} {steps['ids'][:8]}{mean}")
+    cut = f" ({len(steps['incomplete'])} cut short, not in the mean)" if steps.get("incomplete") else ""
+    table.add_row("steps", f"{steps['count']} {steps['ids'][:8]}{mean}{cut}")
     ev = info["events"]
     table.add_row("events", ", ".join(f"{k} {v:,}" for k, v in ev.items()))
     a = info["attribution"]
@@ -66,14 +69,30 @@ def summary_command(trace: str, json_: bool, no_cache: bool) -> None:
     table.add_row("  with an op", _pct(a["op"]))
     table.add_row("  with a module", _pct(a["module"]))
     table.add_row("  with a source line", _pct(a["source"]))
+    unrecorded = info["unrecorded_launches"]
+    if unrecorded["note"]:
+        table.add_row("  launch not recorded", unrecorded["note"])
     table.add_row("backward kernel time", f"{a['backward_time_us'] / 1000:.3f} ms")
     table.add_row("  with its forward op", _pct(a["backward_with_forward_op"]))
+    for m in info["memory"]:
+        table.add_row(f"peak memory {m['device']}", _peak_text(m))
     for w in info["warnings"]:
         table.add_row("warning", f"{w['kind']}: {w['detail']} ({w['count']}x)")
     console.print(table)
     _print_breakdown(console, steps)
     _print_gpus(console, info["gpu"], info["devices"])
     _print_recommendations(console, info["recommendations"])
+    if info["recommendations_withheld"]:
+        console.print(f"No recommendations: {info['recommendations_withheld']}.", markup=False, highlight=False)
+
+
+def _peak_text(m: dict) -> str:
+    """The peak with what it covers: everything alive (and what was alive at the start), or the window only."""
+    peak = human_bytes(m["peak_allocated"])
+    if m["basis"] == ALLOCATOR:
+        start = m["live_at_start"]
+        return peak if start is None else f"{peak} ({human_bytes(start)} alive when profiling started)"
+    return f"{peak}, {m['note']}"
 
 
 #: Recommendations shown in the terminal (all of them are in --json).
@@ -128,13 +147,22 @@ def _print_breakdown(console: Console, steps: dict) -> None:
         cells = (_share(row[c], row["total"]) for c in BREAKDOWN_HEADERS)
         table.add_row(label, f"{row['total'] / 1000:,.1f}", *cells, style=style)
 
-    for row in rows[:MAX_STEP_ROWS]:
-        add(str(row["step"]) if row["step"] is not None else "all", row)
-    if len(rows) > MAX_STEP_ROWS:
-        table.add_row(f"+{len(rows) - MAX_STEP_ROWS}", *([""] * (len(BREAKDOWN_HEADERS) + 1)))
+    shown = rows[:MAX_STEP_ROWS]
+    cut = [r for r in rows if not r.get("complete", True)]
+    if cut and cut[-1] not in shown:
+        shown = [*rows[: MAX_STEP_ROWS - 1], cut[-1]]
+    for row in shown:
+        label = str(row["step"]) if row["step"] is not None else "all"
+        add(f"{label}*" if not row.get("complete", True) else label, row, style=None if row.get("complete", True) else "dim")
+    if len(rows) > len(shown):
+        table.add_row(f"+{len(rows) - len(shown)}", *([""] * (len(BREAKDOWN_HEADERS) + 1)))
     if len(rows) > 1:
         add("mean", avg, style="bold")
     table.caption = "mean ms: " + ", ".join(f"{h} {avg[c] / 1000:,.3f}" for c, h in BREAKDOWN_HEADERS.items())
+    if steps.get("incomplete_note"):
+        table.caption += f"\n* {steps['incomplete_note']}"
+    if steps.get("damaged"):
+        table.caption += "\n! the file is truncated: these steps lack every event written after the cut"
     console.print(table)
 
 
@@ -154,9 +182,11 @@ def _print_gpus(console: Console, gpus: list[dict], devices: list[dict]) -> None
             _pct(g["sm_efficiency"]),
             _pct(g["occupancy"]),
             _pct(g["tensor_core_share"]),
-            "-" if peak is None else f"{peak / 2**20:,.1f} MiB",
+            "-" if peak is None else human_bytes(peak) + ("" if g["peak_basis"] == ALLOCATOR else "*"),
         )
     table.caption = "util: time a kernel ran; SM eff, occup.: estimates; TC: kernel time on Tensor Cores"
+    if any(g["peak_allocated_bytes"] is not None and g["peak_basis"] != ALLOCATOR for g in gpus):
+        table.caption += f"\n* {BASIS_NOTES[WINDOW_SUM]}"
     console.print(table)
 
 

@@ -156,10 +156,12 @@ def run_command(
     Steps are optimizer steps: profiling begins once the first optimizer to
     step has stepped twice (start-up stays out of the trace).  Loops without
     an optimizer can mark steps with kinetolens.step().  The command's
-    output and exit status pass through unchanged.
+    output and exit status pass through unchanged, except that a command
+    that succeeded while profiling could not start (counters this machine
+    cannot collect, say) exits with status 2.
     """
     from kinetolens.capture.counters import resolve
-    from kinetolens.capture.launch import launch
+    from kinetolens.capture.launch import launch, no_trace_reason
 
     counter_names = None
     if counters is not None:
@@ -187,13 +189,11 @@ def run_command(
     if result.traces:
         for trace in result.traces:
             click.echo(f"kinetolens: wrote {trace}", err=True)
+        for failure in result.failures:  # e.g. a later window that could not be written
+            click.echo(f"kinetolens: warning: {failure}", err=True)
     elif result.started:
-        click.echo(
-            f"kinetolens: no trace written to {result.run_dir}: no process got through "
-            f"skip + warmup = {skip + warmup} steps after profiling began (it begins after "
-            f"the second optimizer step, or at the first kinetolens.step() call)",
-            err=True,
-        )
+        reason = no_trace_reason(result, command, skip + warmup)
+        click.echo(f"kinetolens: no trace written to {result.run_dir}: {reason}", err=True)
     # SystemExit, not ctx.exit(): the main entry point runs click with
     # standalone_mode=False, which would swallow an Exit code.
     sys.exit(result.exit_code)

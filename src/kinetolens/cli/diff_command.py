@@ -62,7 +62,7 @@ def _side_line(info: dict[str, Any]) -> str:
 
 
 def environment_line(env: dict[str, Any]) -> str:
-    """What both sides share, and what neither records, for the summary table."""
+    """What both sides share, what differs and what a side does not record, for the summary table."""
     same = [f"{ENVIRONMENT[k]} {env['baseline'][k]}" for k in ENVIRONMENT if k not in env["differs"] + env["unknown"]]
     parts = [f"same {', '.join(same)}"] if same else []
     if env["differs"]:

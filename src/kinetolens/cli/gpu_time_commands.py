@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 import polars as pl
 
-from kinetolens.analysis.gpu_streams import without_last_step
 from kinetolens.analysis.idle import (
     KERNEL_WAIT_US,
     comm_comp_overlap,
@@ -27,6 +26,7 @@ from kinetolens.cli.checks import MICROSECONDS
 from kinetolens.cli.render import emit, emit_json
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
+from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
 
 #: Rows of the short-kernel table shown in the terminal.
@@ -39,7 +39,7 @@ def _trace(path: str, no_cache: bool, keep_last_step: bool) -> Trace:
     trace = load(path, cache=not no_cache)
     if trace.kernels.height == 0:
         raise TraceError(path, "has no GPU kernels, memcpys or memsets to analyze")
-    return trace if keep_last_step else without_last_step(trace)
+    return trace if keep_last_step else without_incomplete_steps(trace)
 
 
 def _emit_tables(
@@ -83,7 +83,7 @@ def _for_terminal(frame: pl.DataFrame) -> pl.DataFrame:
 
 _keep_last_step = click.option(
     "--keep-last-step", is_flag=True,
-    help="Keep work launched in the last ProfilerStep (by default it is dropped: the profiler usually cuts it off).",
+    help="Keep the last ProfilerStep even when the profiler cut it short (by default such a step is dropped).",
 )
 _no_cache = click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
 _json = click.option("--json", "json_", is_flag=True, help="All tables as one JSON object (see docs/idle.md).")

@@ -56,7 +56,9 @@ def memory_command(trace: str, svg_path: str | None, json_: bool, device: str | 
     category is shown.
     """
     if is_memory_timeline(trace):
-        _timeline_report(trace, svg_path, json_)
+        _timeline_report(trace, json_)
+        if svg_path is not None:  # after the report: --svg never hides what can be shown
+            raise TraceError(trace, f"a raw memory timeline has no addresses, so there is no memory-flow picture ({svg_path} not written)")
         return
     loaded = load(trace, cache=not no_cache)
     samples = memory_samples(loaded)
@@ -65,12 +67,12 @@ def memory_command(trace: str, svg_path: str | None, json_: bool, device: str | 
         if samples.height == 0:
             raise TraceError(
                 trace,
-                "has no [memory] events; record with torch.profiler.profile(profile_memory=True) "
-                "or kinetolens.profile(sample_rate=N)",
+                "has no [memory] events" + (" to draw" if svg_path is not None else "")
+                + "; record with torch.profiler.profile(profile_memory=True) or kinetolens.profile(sample_rate=N)",
             )
-        if svg_path is not None:
-            raise TraceError(trace, "has no [memory] events (only memory samples), so there is no memory-flow picture")
         _samples_only_report(trace, samples, sampled, json_)
+        if svg_path is not None:
+            raise TraceError(trace, f"has no [memory] events (only memory samples), so there is no memory-flow picture ({svg_path} not written)")
         return
     events = memory_events(loaded)
     if device is not None:
@@ -85,7 +87,11 @@ def memory_command(trace: str, svg_path: str | None, json_: bool, device: str | 
     allocs = allocations(events)
     leaked = leaks(allocs)
 
-    wrote = _write_svg(trace, svg_path, events, peaks, allocs) if svg_path is not None else None
+    no_picture = None
+    try:
+        wrote = _write_svg(trace, svg_path, events, peaks, allocs) if svg_path is not None else None
+    except TraceError as exc:  # said after the tables, which do not need the picture
+        wrote, no_picture = None, exc
 
     if json_:
         emit_json({
@@ -105,12 +111,14 @@ def memory_command(trace: str, svg_path: str | None, json_: bool, device: str | 
         _print_sampled(sampled, origin)
     if wrote:
         click.echo(f"wrote {svg_path} ({wrote})", err=True)
+    if no_picture is not None:
+        raise no_picture
 
 
 def _write_svg(trace: str, path: str, events: pl.DataFrame, peaks: pl.DataFrame, allocs: pl.DataFrame) -> str:
     """One device per picture: the one chosen with --device, else the one with the highest peak."""
     if not pairable(events):
-        raise TraceError(trace, "its memory events carry no addresses (PyTorch < 1.10), so there is no memory-flow picture")
+        raise TraceError(trace, f"its memory events carry no addresses (PyTorch < 1.10), so there is no memory-flow picture ({path} not written)")
     label = str(peaks["device"][0])
     mine = events.filter(pl.col("device") == label)
     window = (int(mine["ts"].min()), int(mine["ts"].max()))  # type: ignore[arg-type]
@@ -121,6 +129,7 @@ def _write_svg(trace: str, path: str, events: pl.DataFrame, peaks: pl.DataFrame,
         title=f"memory flow, {label} (peak allocated {peak}): {Path(trace).name}",
     )
     try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(svg, encoding="utf-8")
     except OSError as exc:
         raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
@@ -212,10 +221,8 @@ def _print_sampled(sampled: pl.DataFrame, origin: int) -> None:
                     "memory event.", markup=False, highlight=False)
 
 
-def _timeline_report(trace: str, svg_path: str | None, json_: bool) -> None:
+def _timeline_report(trace: str, json_: bool) -> None:
     """torch's raw memory timeline has categories but no addresses or ops."""
-    if svg_path is not None:
-        raise TraceError(trace, "a raw memory timeline has no addresses, so there is no memory-flow picture")
     timeline = category_timeline(read_memory_timeline(trace))
     peak = category_peak(timeline)
     if json_:

@@ -40,6 +40,7 @@ def report_command(trace_or_run: str, output: str | None, fmt: str | None, title
             sys.stdout.write(text)
             return
         try:
+            Path(output).parent.mkdir(parents=True, exist_ok=True)
             Path(output).write_text(text, encoding="utf-8")
         except OSError as exc:
             raise TraceError(output, f"cannot write report ({exc.strerror or exc})") from None

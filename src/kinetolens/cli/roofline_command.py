@@ -18,6 +18,7 @@ from kinetolens.analysis.roofline import (
     require_roofs,
     roofline_by,
 )
+from kinetolens.analysis.work import FORMULA_FAILED
 from kinetolens.cli.checks import WIDTH
 from kinetolens.cli.render import emit
 from kinetolens.errors import TraceError
@@ -125,6 +126,7 @@ def _write_chart(path: str, ops: pl.DataFrame, spec: GpuSpec, title: str) -> Non
             raise TraceError(path, f"{suffix} charts need the kaleido package (pip install kaleido); .html works without it") from None
     fig = roofline_figure(ops, spec, title)
     try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         if suffix == ".html":
             fig.write_html(path, include_plotlyjs=True, full_html=True)
         else:
@@ -177,6 +179,7 @@ def roofline_command(
         f"{spec.name} ({spec.origin}): DRAM {spec.dram_gbps:,.0f} GB/s. Ops with a roofline: {total:,.1f} us on the GPU, "
         f"{lost:,.1f} us lost to the roof, {lost75:,.1f} us below {REALISTIC:.0%} of it{note}",
         *_caveat_lines(ops),
+        *(f"warning: {w}" for w in t.warnings if w.kind == FORMULA_FAILED),
     ]
     if dropped:
         lines.append(f"Not shown at this width: {', '.join(dropped)} (wider terminal or -w; --json/--csv have every column).")

@@ -3,9 +3,18 @@
 Old traces (2020-2021) write ``Operator``/``Kernel``/``Runtime``; current ones
 ``cpu_op``/``kernel``/``cuda_runtime``.  Everything downstream works with the
 normalized ``kind`` below, never with raw category strings.
+
+Some accelerators put all their device activity in one category: MTIA's
+``mtia_ccp_events`` holds compute (``pe_exe``, executables such as
+``merge``), DMA transfers (``dma_request``) and stream waits and event
+records (``event_wait``, ``event_record``).  For those categories the name
+decides (:data:`DEVICE_NAME_KINDS`, :func:`device_kind`): a 7 ms event
+wait is the stream waiting, not kernel time.
 """
 
 from __future__ import annotations
+
+import polars as pl
 
 # Host-side ranges.
 OP = "op"                      # an ATen / framework operator
@@ -19,6 +28,7 @@ HOST_OTHER = "host_other"
 KERNEL = "kernel"
 MEMCPY = "memcpy"
 MEMSET = "memset"
+DEVICE_SYNC = "device_sync"   # a stream waiting on an event, or recording one
 GPU_ANNOTATION = "gpu_annotation"
 PROFILER_RANGE = "profiler_range"  # CUPTI range profiler: one per kernel, counters in args
 DEVICE_OTHER = "device_other"
@@ -52,6 +62,15 @@ DEVICE_KINDS = {
 
 GPU_ACTIVITY = (KERNEL, MEMCPY, MEMSET)
 
+#: Device categories that mix compute, copies and waits: their events are typed by name.
+NAME_TYPED_DEVICE_CATS = ("mtia_ccp_events", "privateuse1_kernel")
+#: (regex on the event name, kind) for those categories, first match wins;
+#: other names stay kernels.
+DEVICE_NAME_KINDS: tuple[tuple[str, str], ...] = (
+    (r"(?i)^dma", MEMCPY),
+    (r"(?i)^(event_|wait|sync)", DEVICE_SYNC),
+)
+
 
 def classify(cat: str | None) -> tuple[bool, str]:
     """Return (is_device_side, kind) for an ``X`` event's category."""
@@ -60,3 +79,14 @@ def classify(cat: str | None) -> tuple[bool, str]:
     if kind is not None:
         return True, kind
     return False, HOST_KINDS.get(key, HOST_OTHER)
+
+
+def device_kind(cat: pl.Expr, name: pl.Expr, kind: pl.Expr) -> pl.Expr:
+    """``kind``, except for events of :data:`NAME_TYPED_DEVICE_CATS`, typed by
+    :data:`DEVICE_NAME_KINDS` (a String expression)."""
+    typed: pl.Expr = pl.lit(KERNEL)
+    for pattern, named in reversed(DEVICE_NAME_KINDS):
+        typed = pl.when(name.str.contains(pattern)).then(pl.lit(named)).otherwise(typed)
+    return pl.when(cat.cast(pl.String).str.to_lowercase().is_in(NAME_TYPED_DEVICE_CATS)).then(typed).otherwise(
+        kind.cast(pl.String)
+    )

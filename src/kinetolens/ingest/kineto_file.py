@@ -256,8 +256,10 @@ def _read_checked(opened: OpenedFile, data: Any, warnings: list[TraceWarning]) -
         problem = _describe_decode_error(exc, data, opened.compressed)
         if "truncated" not in problem:
             raise TraceError(path, problem) from None
+        size = len(data)
         data, dropped = _recover_truncated(path, data, legacy)
-        warnings.append(TraceWarning("truncated JSON", 1, f"dropped the last {dropped} bytes"))
+        kept = f"kept {size - dropped:,} of {size:,} bytes ({(size - dropped) / size:.2%}) up to the last complete event"
+        warnings.append(TraceWarning("truncated JSON", 1, f"the file ends mid-event: {kept}"))
         top = _EVENTS.decode(data) if legacy else _TOP.decode(data)
 
     metadata: dict[str, Any] = {}

@@ -22,10 +22,12 @@ from kinetolens.errors import TraceWarning
 from kinetolens.ingest.categories import (
     ANNOTATION,
     GPU_ACTIVITY,
+    NAME_TYPED_DEVICE_CATS,
     OP,
     PYTHON,
     RUNTIME,
     SYNC,
+    device_kind,
 )
 from kinetolens.ingest.kineto import RawTables
 from kinetolens.ingest.kineto_values import nulls
@@ -77,7 +79,8 @@ def build_trace(raw: RawTables, path: str) -> Trace:
     ops = ops.with_columns(pl.coalesce(pl.lit(supplied[c]), c).alias(c) for c in supplied.columns)
     ops = _directions(ops, raw.flows)
     runtime = _link_launches(runtime, ops)
-    kernels = _link_kernels(raw.device, runtime, ops)
+    device = _typed_by_name(raw.device)
+    kernels = _link_kernels(device, runtime, ops)
     steps = build_steps(ops, kernels)
     ops, runtime, kernels = assign_steps(steps, ops, runtime, kernels)
 
@@ -97,11 +100,24 @@ def build_trace(raw: RawTables, path: str) -> Trace:
         memory=raw.memory,
         flows=raw.flows,
         steps=steps,
-        device_events=raw.device.filter(~pl.col("kind").is_in(GPU_ACTIVITY)),
+        device_events=device.filter(~pl.col("kind").is_in(GPU_ACTIVITY)),
         threads=raw.threads,
         processes=raw.processes,
         warnings=warnings,
     )
+
+
+def _typed_by_name(device: pl.DataFrame) -> pl.DataFrame:
+    """Device events of categories that mix compute, copies and waits (MTIA),
+    typed by name: see :func:`kinetolens.ingest.categories.device_kind`.
+
+    Other traces pass through untouched (one look at the distinct categories).
+    """
+    cats = {str(c).lower() for c in device["cat"].unique().to_list() if c is not None}
+    if not cats.intersection(NAME_TYPED_DEVICE_CATS):
+        return device
+    kind = device_kind(pl.col("cat"), pl.col("name"), pl.col("kind")).cast(device.schema["kind"])
+    return device.with_columns(kind.alias("kind"))
 
 
 def _rows_in_order(host: pl.DataFrame, keep: pl.Expr, *, longest_first: bool) -> pl.DataFrame:

@@ -12,6 +12,8 @@ registers them all.  Adding an op is one ``@register`` entry.
 
 from __future__ import annotations
 
+import math
+
 from kinetolens.registry import (  # noqa: F401  (importing registers the families)
     flops_attention,
     flops_conv,
@@ -21,26 +23,49 @@ from kinetolens.registry import (  # noqa: F401  (importing registers the famili
 )
 from kinetolens.registry.flops_base import REGISTRY, Entry, OpArgs, Work
 
-__all__ = ["REGISTRY", "Entry", "OpArgs", "Work", "compute", "evaluate", "lookup"]
+__all__ = ["REGISTRY", "Entry", "FormulaError", "OpArgs", "Work", "compute", "evaluate", "lookup"]
+
+
+class FormulaError(Exception):
+    """A formula failed on an op call for a reason other than its arguments:
+    a bug in the formula, to be counted and reported, never a silent "no FLOPs"."""
+
+    def __init__(self, op_name: str, reason: str) -> None:
+        self.op_name = op_name
+        self.reason = reason
+        super().__init__(f"FLOP formula for {op_name} failed: {reason}")
 
 
 def lookup(name: str) -> Entry | None:
     return REGISTRY.get(name)
 
 
+def _valid(work: Work) -> bool:
+    """FLOPs finite and not negative, bytes too where known."""
+    flops_ok = isinstance(work.flops, (int, float)) and math.isfinite(work.flops) and work.flops >= 0
+    bytes_ok = work.bytes is None or (isinstance(work.bytes, (int, float)) and math.isfinite(work.bytes) and work.bytes >= 0)
+    return flops_ok and bytes_ok
+
+
 def evaluate(op: OpArgs) -> Work | None:
     """The op's work, or None when it has no formula or its arguments do not fit one.
 
-    A formula meeting arguments it does not expect (a missing shape, an
-    unusual overload) gives no number rather than a wrong one or an error.
+    Arguments a formula does not expect (a missing or inconsistent shape, an
+    unusual overload) make it return None: no number rather than a wrong one.
+    Anything else a formula raises, or an impossible result (negative or
+    non-finite), is a :class:`FormulaError` naming the op: a coding bug must
+    not quietly remove ops from FLOPs, roofline and recommendations.
     """
     entry = REGISTRY.get(op.name)
     if entry is None:
         return None
     try:
-        return entry.fn(op)
-    except (IndexError, KeyError, TypeError, ValueError, ZeroDivisionError, AttributeError):
-        return None
+        work = entry.fn(op)
+    except Exception as exc:  # noqa: BLE001 - every failure is reported, by the caller, with the op's name
+        raise FormulaError(op.name, f"{type(exc).__name__}: {exc}") from exc
+    if work is not None and not _valid(work):
+        raise FormulaError(op.name, f"impossible result {work.flops!r} FLOPs, {work.bytes!r} bytes")
+    return work
 
 
 def compute(

@@ -30,14 +30,18 @@ from kinetolens.registry.flops_base import (
 
 
 def _dims(q: Tensor, k: Tensor, v: Tensor, heads_second: bool) -> tuple[int, int, int, int, int, int] | None:
+    """(B, H, Lq, Lk, Dqk, Dv), or None when the shapes do not fit one
+    another as ``torch.utils.flop_counter`` asserts: one batch, K and V with
+    the same heads and length, Q and K the same head dim, query heads a
+    multiple of key/value heads (grouped-query attention)."""
     if len(q.shape) != 4 or len(k.shape) != 4 or len(v.shape) != 4:
         return None
     if heads_second:
-        b, h, lq, dqk = q.shape
-        lk, dv = k.shape[2], v.shape[3]
+        (b, h, lq, dqk), (bk, hk, lk, dk), (bv, hv, lv, dv) = q.shape, k.shape, v.shape
     else:
-        b, lq, h, dqk = q.shape
-        lk, dv = k.shape[1], v.shape[3]
+        (b, lq, h, dqk), (bk, lk, hk, dk), (bv, lv, hv, dv) = q.shape, k.shape, v.shape
+    if not (b == bk == bv and hk == hv and lk == lv and dqk == dk) or hk <= 0 or h % hk:
+        return None
     return b, h, lq, lk, dqk, dv
 
 
@@ -72,6 +76,8 @@ def attention_backward(op: OpArgs, causal: bool, heads_second: bool, first: int)
     if dims is None:
         return None
     b, h, lq, lk, dqk, dv = dims
+    if go.shape != ((b, h, lq, dv) if heads_second else (b, lq, h, dv)):
+        return None  # the output's gradient has the output's shape
     factor, note = _causal_note(causal)
     flops = 2.0 * b * h * lq * lk * (3 * dqk + 2 * dv) * factor
     out = size_of(b * h * lq * dv, q.dtype)

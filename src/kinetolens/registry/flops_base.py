@@ -245,13 +245,19 @@ def register(
     needs_forward: bool = False,
     needs_backward: bool = False,
 ) -> Callable[[Formula], Formula]:
-    """Register ``fn`` for op names (``aten::`` is added where missing)."""
+    """Register ``fn`` for op names (``aten::`` is added where missing).
+
+    A name registered twice is an error (as in ``torch.utils.flop_counter``):
+    the second formula would silently replace the first.
+    """
     names = [names] if isinstance(names, str) else list(names)
     defer = frozenset(defers_to) if defers_to is not None else None
 
     def deco(fn: Formula) -> Formula:
         for n in names:
             full = n if "::" in n else f"aten::{n}"
+            if full in REGISTRY:
+                raise ValueError(f"{full} has a FLOP formula already ({REGISTRY[full].fn.__qualname__}); not registering {fn.__qualname__}")
             REGISTRY[full] = Entry(full, fn, family, composite, defer, needs_forward, needs_backward)
         return fn
 

@@ -15,6 +15,10 @@ gets no count: guessing ``stride=1`` would overcount a strided layer 4x.
 Traces that record no dtypes at all still get FLOPs (shapes suffice), with
 bytes unknown.
 
+Shapes must fit as the convolution itself requires (input channels =
+weight's ``C_in/groups * groups``, the gradient's batch and channels those of
+the output) or the call gets no number.
+
 Backward: the data gradient (dgrad) and the weight gradient (wgrad) each do
 the forward's FLOPs; ``output_mask`` says which ran.  Grouped convolutions
 count ``C_in / groups`` in both, which is what the weight gradient really
@@ -57,6 +61,8 @@ def conv_forward(
 ) -> Work | None:
     if x is None or w is None or len(x.shape) < 3 or len(w.shape) != len(x.shape):
         return None
+    if not _channels_fit(x.shape, w.shape, transposed, groups):
+        return None
     nd = len(x.shape) - 2
     stride = stride or [1] * nd
     dilation = dilation or [1] * nd
@@ -64,14 +70,17 @@ def conv_forward(
     if padding == "valid":
         padding = [0] * nd
     derived = ""
+    lists = (padding, stride, dilation, output_padding)
     if padding == "same":
         spatial = x.shape[2:]
-    elif isinstance(padding, list) and len(padding) == nd and len(stride) == nd and len(dilation) == nd:
-        spatial = out_spatial(x, w, stride, padding, dilation, transposed, output_padding)
+    elif all(isinstance(v, list) and len(v) == nd for v in lists) and min(stride) > 0 and min(dilation) > 0:
+        spatial = out_spatial(x, w, stride, padding, dilation, transposed, output_padding)  # type: ignore[arg-type]
     elif not transposed and (grad := _output_from_gradient(bwd, x, w)) is not None:
         spatial, derived = grad.shape[2:], ", output from its gradient"
     else:
         return None
+    if min(spatial) <= 0:
+        return None  # padding, stride and kernel that give no output: arguments misread
     n = x.shape[0]
     if transposed:
         if groups is None:
@@ -86,6 +95,17 @@ def conv_forward(
     kind = f"conv_transpose{nd}d" if transposed else f"conv{nd}d"
     expr = "N*in" if transposed else "N*out"
     return Work(flops, moved, f"{label.split('::')[-1]} {kind} 2*{expr}*prod(weight){derived}")
+
+
+def _channels_fit(x: tuple[int, ...], w: tuple[int, ...], transposed: bool, groups: int | None) -> bool:
+    """Input channels agree with the weight (``[C_out, C_in/groups, ...]``,
+    transposed ``[C_in, C_out/groups, ...]``), as the convolution itself
+    requires; ``groups`` None when not recorded."""
+    if transposed:
+        return x[1] == w[0] and (groups is None or (groups > 0 and w[0] % groups == 0))
+    if groups is not None:
+        return groups > 0 and x[1] == w[1] * groups and w[0] % groups == 0
+    return w[1] > 0 and x[1] % w[1] == 0
 
 
 #: Where the output's gradient sits among a linked backward op's inputs;
@@ -125,6 +145,11 @@ def _ints(op: OpArgs, i: int, nd: int) -> list[int] | None:
     return op.int_list(i, nd)
 
 
+def _groups(op: OpArgs, i: int) -> int | None:
+    v = op.value(i)
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
 def _nd(op: OpArgs) -> int:
     x = _tensor(op, 0)
     return len(x.shape) - 2 if x and len(x.shape) >= 3 else 0
@@ -152,7 +177,7 @@ def conv_nd(op: OpArgs) -> Work | None:
     padding = pad if pad in ("same", "valid") else _ints(op, 4, nd)
     return conv_forward(
         op.name, _tensor(op, 0), _tensor(op, 1), _tensor(op, 2), _ints(op, 3, nd), padding, _ints(op, 5, nd),
-        False, None, None,
+        False, None, _groups(op, 6),
     )
 
 
@@ -173,7 +198,7 @@ def cudnn_convolution(op: OpArgs) -> Work | None:
     nd = _nd(op)
     return conv_forward(
         op.name, _tensor(op, 0), _tensor(op, 1), None, _ints(op, 3, nd), _ints(op, 2, nd), _ints(op, 4, nd),
-        False, None, None, op.bwd,
+        False, None, _groups(op, 5), op.bwd,
     )
 
 
@@ -194,7 +219,7 @@ def mkldnn_convolution(op: OpArgs) -> Work | None:
     nd = _nd(op)
     return conv_forward(
         op.name, _tensor(op, 0), _tensor(op, 1), _tensor(op, 2), _ints(op, 4, nd), _ints(op, 3, nd), _ints(op, 5, nd),
-        False, None, None, op.bwd,
+        False, None, _groups(op, 6), op.bwd,
     )
 
 
@@ -236,9 +261,13 @@ def convolution_backward(op: OpArgs) -> Work | None:
     """(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding,
     groups, output_mask)."""
     go, x, w = _tensor(op, 0), _tensor(op, 1), _tensor(op, 2)
-    if go is None or x is None or w is None or len(go.shape) < 3:
+    if go is None or x is None or w is None or len(go.shape) < 3 or not (len(x.shape) == len(w.shape) == len(go.shape)):
         return None
     transposed = op.flag(7)
+    if go.shape[0] != x.shape[0] or not _channels_fit(x.shape, w.shape, transposed, _groups(op, 9)):
+        return None
+    if go.shape[1] != (w.shape[1] * (_groups(op, 9) or 1) if transposed else w.shape[0]):
+        return None
     mask = op.value(10)
     if not (isinstance(mask, list) and len(mask) == 3):
         mask = [True, True, op.value(3) is not None]
@@ -278,7 +307,7 @@ def cudnn_backward_input(op: OpArgs) -> Work | None:
     if x_shape is None:
         x = _forward_tensor(op, 0)
         x_shape = x.shape if x else None
-    if go is None or w is None or len(go.shape) < 3:
+    if go is None or w is None or len(go.shape) < 3 or len(w.shape) != len(go.shape) or go.shape[1] != w.shape[0]:
         return None
     flops = _pass_flops(go, x_shape or go.shape, w, False)
     grad_in = size_of(math.prod(x_shape), go.dtype) if x_shape else None
@@ -291,7 +320,7 @@ def cudnn_backward_weight(op: OpArgs) -> Work | None:
 
     go, x = _tensor(op, 1), _tensor(op, 2)
     size = op.int_list(0)
-    if go is None or x is None or len(go.shape) < 3 or x.shape[0] != go.shape[0]:
+    if go is None or x is None or len(go.shape) < 3 or len(x.shape) != len(go.shape) or x.shape[0] != go.shape[0]:
         return None
     if size:
         w_numel = math.prod(size)
@@ -308,7 +337,9 @@ def cudnn_backward_weight(op: OpArgs) -> Work | None:
 def cudnn_convolution_backward(op: OpArgs) -> Work | None:
     """Older cuDNN API: (self, grad_output, weight, padding, stride, dilation, groups, ..., output_mask)."""
     x, go, w = _tensor(op, 0), _tensor(op, 1), _tensor(op, 2)
-    if x is None or go is None or w is None or len(go.shape) < 3:
+    if x is None or go is None or w is None or len(go.shape) < 3 or not (len(x.shape) == len(w.shape) == len(go.shape)):
+        return None
+    if go.shape[0] != x.shape[0] or go.shape[1] != w.shape[0]:
         return None
     mask = op.value(len(op) - 1)
     if not (isinstance(mask, list) and len(mask) >= 2):

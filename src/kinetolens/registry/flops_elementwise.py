@@ -104,7 +104,7 @@ def clone(op: OpArgs) -> Work | None:
 def index_select(op: OpArgs) -> Work | None:
     """(self, dim, index): reads the selected slices and the index, writes them."""
     x, dim, index = op.tensor(0), op.value(1), op.tensor(2)
-    if x is None or index is None or not isinstance(dim, int) or not x.shape:
+    if x is None or index is None or not isinstance(dim, int) or not -len(x.shape) <= dim < len(x.shape):
         return None
     shape = list(x.shape)
     shape[dim] = index.numel
@@ -126,7 +126,7 @@ def embedding(op: OpArgs) -> Work | None:
 def embedding_dense_backward(op: OpArgs) -> Work | None:
     """(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq): scatter-add into the table."""
     go, idx, rows = op.tensor(0), op.tensor(1), op.value(2)
-    if go is None or idx is None or not isinstance(rows, int) or not go.shape:
+    if go is None or idx is None or not isinstance(rows, int) or rows < 0 or not go.shape:
         return None
     table = size_of(rows * go.shape[-1], go.dtype)
     return Work(float(go.numel), total(go.nbytes, idx.nbytes, table), "embedding_dense_backward 1*grad")
@@ -142,7 +142,7 @@ def embedding_backward(op: OpArgs) -> Work | None:
 def upsample_nearest(op: OpArgs) -> Work | None:
     """(self, output_size, scales...): a gather, no arithmetic; reads the input, writes the output."""
     x, size = op.tensor(0), op.int_list(1)
-    if x is None or not size or len(x.shape) != len(size) + 2:
+    if x is None or not size or len(x.shape) != len(size) + 2 or min(size) <= 0:
         return None
     out = size_of(x.shape[0] * x.shape[1] * math.prod(size), x.dtype)
     return Work(0.0, total(x.nbytes, out), f"{_base(op.name)} read+write")

@@ -1,5 +1,9 @@
 """Matrix products: 2*M*N*K FLOPs (one multiply and one add per term).
 
+Shapes must fit, as ``torch.utils.flop_counter`` asserts: the inner
+dimensions (and batch sizes) agree, or the call gets no number: recorded
+arguments that do not fit are an overload the formula does not know.
+
 A bias or ``beta*C`` added by addmm/baddbmm is read (bytes) but its M*N adds
 are not counted, as ``torch.utils.flop_counter`` does: the number is the
 matrix-unit work that Tensor Core peaks are quoted for.
@@ -30,10 +34,15 @@ def _gemm(a: Tensor, b: Tensor, batch: int, m: int, n: int, k: int, extra: list[
     return Work(2.0 * batch * m * n * k, moved, f"{label} 2*{shape}{m}*{n}*{k}")
 
 
+def _batched_fit(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """[B, M, K] @ [B, K, N]: same batch, same inner dimension."""
+    return len(a) == 3 and len(b) == 3 and a[0] == b[0] and a[2] == b[1]
+
+
 @register("mm", "gemm")
 def mm(op: OpArgs) -> Work | None:
     a, b = op.tensor(0), op.tensor(1)
-    if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2:
+    if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2 or a.shape[1] != b.shape[0]:
         return None
     (m, k), (_, n) = a.shape, b.shape
     return _gemm(a, b, 1, m, n, k, [], a.dtype, "mm")
@@ -42,7 +51,7 @@ def mm(op: OpArgs) -> Work | None:
 @register("addmm", "gemm")
 def addmm(op: OpArgs) -> Work | None:
     bias, a, b = op.tensor(0), op.tensor(1), op.tensor(2)
-    if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2:
+    if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2 or a.shape[1] != b.shape[0]:
         return None
     (m, k), (_, n) = a.shape, b.shape
     return _gemm(a, b, 1, m, n, k, [bias] if bias else [], a.dtype, "addmm")
@@ -52,7 +61,7 @@ def addmm(op: OpArgs) -> Work | None:
 def mv(op: OpArgs) -> Work | None:
     first = 1 if op.name.endswith("addmv") else 0
     a, v = op.tensor(first), op.tensor(first + 1)
-    if a is None or v is None or len(a.shape) != 2:
+    if a is None or v is None or len(a.shape) != 2 or v.shape != (a.shape[1],):
         return None
     m, k = a.shape
     extra = [t for t in [op.tensor(0)] if first and t is not None]
@@ -62,7 +71,7 @@ def mv(op: OpArgs) -> Work | None:
 @register("bmm", "gemm")
 def bmm(op: OpArgs) -> Work | None:
     a, b = op.tensor(0), op.tensor(1)
-    if a is None or b is None or len(a.shape) != 3 or len(b.shape) != 3:
+    if a is None or b is None or not _batched_fit(a.shape, b.shape):
         return None
     (bs, m, k), (_, _, n) = a.shape, b.shape
     return _gemm(a, b, bs, m, n, k, [], a.dtype, "bmm")
@@ -71,7 +80,7 @@ def bmm(op: OpArgs) -> Work | None:
 @register("baddbmm", "gemm")
 def baddbmm(op: OpArgs) -> Work | None:
     c, a, b = op.tensor(0), op.tensor(1), op.tensor(2)
-    if a is None or b is None or len(a.shape) != 3 or len(b.shape) != 3:
+    if a is None or b is None or not _batched_fit(a.shape, b.shape):
         return None
     (bs, m, k), (_, _, n) = a.shape, b.shape
     return _gemm(a, b, bs, m, n, k, [c] if c else [], a.dtype, "baddbmm")
@@ -81,7 +90,7 @@ def baddbmm(op: OpArgs) -> Work | None:
 def scaled_mm(op: OpArgs) -> Work | None:
     """FP8 GEMM: (a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)."""
     a, b = op.tensor(0), op.tensor(1)
-    if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2:
+    if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2 or a.shape[1] != b.shape[0]:
         return None
     code = op.value(6)
     out_dtype = SCALAR_TYPE_CODES.get(code) if isinstance(code, int) else a.dtype
@@ -102,7 +111,7 @@ def matmul(op: OpArgs) -> Work | None:
     if len(sb) == 1:
         sb = [*sb, 1]
     batch = broadcast([tuple(sa[:-2]), tuple(sb[:-2])])
-    if batch is None:
+    if batch is None or sa[-1] != sb[-2]:
         return None
     m, k, n = sa[-2], sa[-1], sb[-1]
     return _gemm(a, b, math.prod(batch), m, n, k, [], a.dtype, "matmul")
@@ -112,7 +121,7 @@ def matmul(op: OpArgs) -> Work | None:
 def linear(op: OpArgs) -> Work | None:
     """x[..., K] @ W[N, K].T (+ bias)."""
     x, w, bias = op.tensor(0), op.tensor(1), op.tensor(2)
-    if x is None or w is None or not x.shape or len(w.shape) != 2:
+    if x is None or w is None or not x.shape or len(w.shape) != 2 or x.shape[-1] != w.shape[1]:
         return None
     n, k = w.shape
     rows = math.prod(x.shape[:-1])
@@ -137,7 +146,11 @@ def einsum(op: OpArgs) -> Work | None:
         letters = _LETTERS.findall(term)
         if len(letters) != len(t.shape):
             return None
-        sizes.update(zip(letters, t.shape))
+        for letter, size in zip(letters, t.shape):
+            seen = sizes.setdefault(letter, size)
+            if seen != size and 1 not in (seen, size):
+                return None  # the same index with two sizes
+            sizes[letter] = max(seen, size)
     out_letters = _LETTERS.findall(rhs) if "->" in eq else sorted(
         c for c in sizes if (terms[0] + terms[1]).count(c) == 1
     )

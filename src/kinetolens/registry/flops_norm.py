@@ -223,7 +223,7 @@ def cudnn_batch_norm_backward(op: OpArgs) -> Work | None:
 def group_norm(op: OpArgs) -> Work | None:
     """(input, num_groups, weight, bias, eps, cudnn_enabled)."""
     x, groups = op.tensor(0), op.value(1)
-    if x is None or not isinstance(groups, int) or not x.shape:
+    if x is None or not isinstance(groups, int) or groups <= 0 or not x.shape:
         return None
     return _norm_forward(op, x, op.tensor(2), op.tensor(3), x.shape[0] * groups, 5, "group_norm")
 
@@ -232,7 +232,7 @@ def group_norm(op: OpArgs) -> Work | None:
 def native_group_norm(op: OpArgs) -> Work | None:
     """(input, weight, bias, N, C, HxW, group, eps)."""
     x, n, groups = op.tensor(0), op.value(3), op.value(6)
-    if x is None or not isinstance(n, int) or not isinstance(groups, int):
+    if x is None or not isinstance(n, int) or not isinstance(groups, int) or n <= 0 or groups <= 0:
         return None
     return _norm_forward(op, x, op.tensor(1), op.tensor(2), n * groups, 5, "native_group_norm")
 
@@ -241,7 +241,7 @@ def native_group_norm(op: OpArgs) -> Work | None:
 def native_group_norm_backward(op: OpArgs) -> Work | None:
     """(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask)."""
     n, groups = op.value(5), op.value(8)
-    if not isinstance(n, int) or not isinstance(groups, int):
+    if not isinstance(n, int) or not isinstance(groups, int) or n <= 0 or groups <= 0:
         return None
     return _norm_backward(op.tensor(0), op.tensor(1), op.tensor(4), n * groups, _mask(op, 9), 8, 2, True,
                           "native_group_norm_backward")

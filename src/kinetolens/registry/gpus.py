@@ -116,6 +116,12 @@ SPECS: Mapping[str, GpuSpec] = MappingProxyType({s.name: s for s in (
           fp64=30.0, fp64_tensor=60.0, fp32=60.0, tf32=417.5, fp16=835.5, bf16=835.5, fp8=1670.5, int8=1670.5),
     # NVIDIA H200 Tensor Core GPU datasheet (SXM; same compute as H100 SXM, sparse figures halved).
     _spec("H200", "NVIDIA H200 datasheet (SXM)", 4800.0, 132, 141.0, **_H100_SXM),
+    _spec("H200-NVL", "NVIDIA H200 datasheet (NVL)", 4800.0, 132, 141.0,
+          fp64=30.0, fp64_tensor=60.0, fp32=60.0, tf32=417.5, fp16=835.5, bf16=835.5, fp8=1670.5, int8=1670.5),
+    # NVIDIA GH200 Grace Hopper Superchip datasheet, its GPU (H100-class compute, sparse figures halved):
+    # 96 GB HBM3 at 4 TB/s or 144 GB HBM3e at 4.9 TB/s.
+    _spec("GH200-96GB", "NVIDIA GH200 datasheet (HBM3)", 4000.0, 132, 96.0, **_H100_SXM),
+    _spec("GH200-144GB", "NVIDIA GH200 datasheet (HBM3e)", 4900.0, 132, 144.0, **_H100_SXM),
     # NVIDIA HGX B200 datasheet, per GPU (1/8 of the 8-GPU board; sparse figures halved).
     _spec("B200", "NVIDIA HGX B200 datasheet (per GPU)", 8000.0, 148, 180.0,
           fp64=37.0, fp64_tensor=37.0, fp32=75.0, tf32=1125.0, fp16=2250.0, bf16=2250.0, fp8=4500.0, int8=4500.0),
@@ -138,31 +144,39 @@ SPECS: Mapping[str, GpuSpec] = MappingProxyType({s.name: s for s in (
 
 _GIB = 1 << 30
 
-#: Ordered (device-name pattern, minimum memory in GiB or None, spec name): first match wins.
+#: Ordered (device-name pattern, minimum memory in GiB or None, spec name):
+#: first match wins.  Product names are whole words: "GH200" is not an
+#: "H200", "RTX A1000" not an "A100", "H100 NVL" not an "H100 SXM".  A name
+#: whose variants differ in bandwidth and that the memory size cannot
+#: settle (GH200 without ``totalGlobalMem``) gets no spec rather than a
+#: neighbour's.
 MATCHES: tuple[tuple[re.Pattern[str], float | None, str], ...] = tuple(
     (re.compile(p, re.IGNORECASE), mem, name)
     for p, mem, name in (
-        (r"V100S", None, "V100S-PCIe"),
-        (r"V100-PCIE|V100 PCIe", None, "V100-PCIe"),
-        (r"V100", None, "V100-SXM2"),  # SXM2 and DGX Station (DGXS) parts
+        (r"\bV100S\b", None, "V100S-PCIe"),
+        (r"\bV100-PCIE|\bV100 PCIe", None, "V100-PCIe"),
+        (r"\bV100\b", None, "V100-SXM2"),  # SXM2 and DGX Station (DGXS) parts
         (r"\bT4\b", None, "T4"),
-        (r"A100.*PCIE", 60, "A100-PCIe-80GB"),
-        (r"A100.*PCIE", None, "A100-PCIe-40GB"),
-        (r"A100", 60, "A100-SXM4-80GB"),
-        (r"A100", None, "A100-SXM4-40GB"),  # SXM4-40GB and Meta's PG509-200 board
+        (r"\bA100\b.*PCIE", 60, "A100-PCIe-80GB"),
+        (r"\bA100\b.*PCIE", None, "A100-PCIe-40GB"),
+        (r"\bA100\b", 60, "A100-SXM4-80GB"),
+        (r"\bA100\b", None, "A100-SXM4-40GB"),  # SXM4-40GB and Meta's PG509-200 board
         (r"\bA10\b(?!G)", None, "A10"),
         (r"\bL40S\b", None, "L40S"),
         (r"\bL4\b", None, "L4"),
-        (r"H100.*NVL", None, "H100-NVL"),
-        (r"H100.*PCIE", None, "H100-PCIe"),
-        (r"H100", None, "H100-SXM"),  # "H100 80GB HBM3" and "H100 SXM5"
-        (r"H200", None, "H200"),
-        (r"GB200", None, "GB200"),
-        (r"B200", None, "B200"),
-        (r"GP100", None, "Quadro-GP100"),
-        (r"MI300X", None, "MI300X"),
-        (r"MI250X", None, "MI250X-GCD"),
-        (r"MI250", None, "MI250-GCD"),
+        (r"\bH100\b.*NVL", None, "H100-NVL"),
+        (r"\bH100\b.*PCIE", None, "H100-PCIe"),
+        (r"\bH100\b", None, "H100-SXM"),  # "H100 80GB HBM3" and "H100 SXM5"
+        (r"\bGH200\b", 120, "GH200-144GB"),
+        (r"\bGH200\b", 60, "GH200-96GB"),
+        (r"\bH200\b.*NVL", None, "H200-NVL"),
+        (r"\bH200\b", None, "H200"),
+        (r"\bGB200\b", None, "GB200"),
+        (r"\bB200\b", None, "B200"),
+        (r"\bGP100\b", None, "Quadro-GP100"),
+        (r"\bMI300X\b", None, "MI300X"),
+        (r"\bMI250X\b", None, "MI250X-GCD"),
+        (r"\bMI250\b", None, "MI250-GCD"),
     )
 )
 

@@ -15,6 +15,7 @@ when asked for.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
@@ -101,6 +102,8 @@ class LocalExecutor:
     def __init__(
         self, workers: int | None = None, memory_budget: int | None = None
     ) -> None:
+        if workers is not None and workers < 1:
+            raise ValueError(f"workers must be at least 1, not {workers}")
         self.workers = workers
         self.memory_budget = memory_budget
 
@@ -129,13 +132,18 @@ class LocalExecutor:
 
 
 class DaskExecutor:
-    """The same work on a ``dask.distributed`` cluster at ``address``."""
+    """The same work on a ``dask.distributed`` cluster at ``address``.
+
+    Before Dask's client (which retries until its timeout) the scheduler's
+    port is tried once, so a wrong or dead address fails in
+    ``probe_timeout_s`` at most, at once where the port is closed."""
 
     name = "dask"
 
-    def __init__(self, address: str, connect_timeout_s: float = 30.0) -> None:
+    def __init__(self, address: str, connect_timeout_s: float = 10.0, probe_timeout_s: float = 3.0) -> None:
         self.address = address
         self.connect_timeout_s = connect_timeout_s
+        self.probe_timeout_s = probe_timeout_s
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         try:
@@ -144,6 +152,7 @@ class DaskExecutor:
             raise TraceError(
                 self.address, "the Dask executor needs `pip install kinetolens[dask]`"
             ) from exc
+        self._probe()
         try:
             client = Client(
                 self.address, timeout=self.connect_timeout_s, set_as_default=False
@@ -155,6 +164,23 @@ class DaskExecutor:
         with client:
             futures = client.map(fn, list(items), pure=False)
             return list(client.gather(futures))
+
+    def _probe(self) -> None:
+        """One TCP connection to the scheduler's host and port (TCP and TLS addresses)."""
+        from distributed.comm.addressing import parse_address, parse_host_port
+
+        try:
+            scheme, location = parse_address(self.address)
+            if scheme not in ("tcp", "tls"):
+                return
+            host, port = parse_host_port(location)
+        except ValueError as exc:
+            raise TraceError(self.address, f"not a Dask scheduler address ({exc})") from None
+        try:
+            socket.create_connection((host, port), timeout=self.probe_timeout_s).close()
+        except OSError as exc:
+            why = exc.strerror or ("timed out" if isinstance(exc, TimeoutError) else str(exc))
+            raise TraceError(self.address, f"cannot reach the Dask scheduler ({why})") from None
 
 
 def _path_of(item: Any) -> str | None:
@@ -175,12 +201,10 @@ def executor_for(spec: str | None = None) -> Executor:
     if spec == "local":
         return LocalExecutor()
     if spec.startswith("local:"):
-        try:
-            return LocalExecutor(workers=max(1, int(spec.split(":", 1)[1])))
-        except ValueError:
-            raise TraceError(
-                spec, "expected local:N with N a number of workers"
-            ) from None
+        n = spec.split(":", 1)[1]
+        if not n.isdigit() or int(n) < 1:
+            raise TraceError(spec, "expected local:N with N a number of workers, 1 or more")
+        return LocalExecutor(workers=int(n))
     if spec.startswith("dask://"):
         return DaskExecutor("tcp://" + spec[len("dask://") :])
     if spec.startswith(("tcp://", "tls://", "inproc://")):

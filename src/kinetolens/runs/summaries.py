@@ -165,9 +165,9 @@ def cache_location(cache: bool | str | Path) -> str | None:
     """Where the per-rank caches go: None (no cache), a local directory or a URL."""
     if cache is False:
         return None
-    if cache is True:
-        return default_cache_location()
-    return cache if is_url(cache) else str(Path(cache))
+    where = default_cache_location() if cache is True else cache
+    # absolute before it travels: a Dask worker would read a relative one against its own directory
+    return where if is_url(where) else str(Path(where).expanduser().resolve())
 
 
 def _job(t: WorkerTrace | RemoteTrace, cache: str | None) -> RankJob:

@@ -216,6 +216,7 @@ def write_chrome_trace(trace: Trace, path: str | Path) -> int:
     doc = chrome_trace(trace)
     payload = msgspec.json.encode(doc)
     try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)  # as the table exports do
         if str(path).endswith(".gz"):
             with gzip.open(path, "wb", compresslevel=6) as fh:
                 fh.write(payload)

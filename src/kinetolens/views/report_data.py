@@ -24,6 +24,7 @@ from kinetolens.analysis.roofline import op_roofline, roofline_by
 from kinetolens.analysis.summary import summarize
 from kinetolens.errors import TraceError
 from kinetolens.logdir import one_run
+from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
 from kinetolens.registry.gpus import GpuSpec, gpu_spec
 from kinetolens.views import figures
@@ -106,6 +107,7 @@ def collect(trace: Trace, title: str | None = None, note: str | None = None) -> 
     ranked = pl.col(basis)
     spec, roof_ops, roof_modules, roof_note = _roofline(trace)
     events = memory_events(trace)
+    whole = without_incomplete_steps(trace)  # what `kinetolens idle` covers
     return ReportData(
         trace=trace,
         title=title or Path(trace.path).name,
@@ -120,8 +122,8 @@ def collect(trace: Trace, title: str | None = None, note: str | None = None) -> 
         modules=op_stats(trace, by="module").sort(ranked, descending=True, nulls_last=True),
         memory=memory_curve(events),
         memory_peaks=memory_peaks(events),
-        temporal=temporal_breakdown(trace),
-        idle=idle_breakdown(trace),
+        temporal=temporal_breakdown(whole),
+        idle=idle_breakdown(whole),
         spec=spec,
         roofline_ops=roof_ops,
         roofline_modules=roof_modules,

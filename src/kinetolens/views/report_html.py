@@ -84,6 +84,7 @@ def overview_frame(data: ReportData) -> pl.DataFrame:
         ("trace", data.trace.path),
         ("steps profiled", f"{steps['count']} ({', '.join(map(str, steps['ids'][:10]))}{' ...' if steps['count'] > 10 else ''})"),
         ("mean step time", None if steps["mean_us"] is None else f"{steps['mean_us'] / 1000:.3f} ms"),
+        ("step cut short", steps.get("incomplete_note")),
         ("trace span", f"{s['span_us'] / 1000:.3f} ms"),
         ("rank / world size", f"{s['rank']} / {s['world_size']}" if s["rank"] is not None else None),
         ("ops ranked by", data.basis),
@@ -101,6 +102,7 @@ def overview_frame(data: ReportData) -> pl.DataFrame:
     if a.get("kernel_time_us"):
         rows.append(("kernel time attributed to an op / module / source line",
                      " / ".join(_pct(a.get(k)) or "-" for k in ("op", "module", "source"))))  # fmt: skip
+    rows.append(("kernels whose launch was not recorded", s["unrecorded_launches"]["note"]))
     rows.extend(("warning", str(w)) for w in data.trace.warnings)
     return pl.DataFrame(
         [r for r in rows if r[1] is not None], schema={"what": pl.String, "value": pl.String}, orient="row"
@@ -180,6 +182,7 @@ def render_html(data: ReportData, standalone: bool = True) -> str:
 def write_html(data: ReportData, path: str | Path) -> None:
     """Write the self-contained report; a :class:`TraceError` names ``path`` if it cannot be written."""
     try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(render_html(data), encoding="utf-8")
     except OSError as exc:
         raise TraceError(path, f"cannot write report ({exc.strerror or exc})") from None

@@ -61,7 +61,10 @@ def render_md(data: ReportData) -> str:
     out += ["## Overview\n", frame_md(overview_frame(data), rows=None), "\n### Step time (mean per step)\n",
             frame_md(breakdown_frame(data), rows=None)]  # fmt: skip
     out.append("\n## Recommendations\n")
-    if not data.findings:
+    withheld = data.summary.get("recommendations_withheld")
+    if withheld:
+        out.append(f"No recommendations: {withheld}.\n")
+    elif not data.findings:
         out.append("No rule fired: nothing obvious to change in this trace.\n")
     for i, f in enumerate(data.findings, 1):
         out.append(

@@ -5,9 +5,12 @@ assets).  Handlers are plain functions, which Starlette runs in its thread
 pool, so a slow table for one trace never holds up another request; loads
 themselves run in the store's own pool and a request for a trace that is
 not loaded yet answers ``202`` with the load's progress.  Errors answer one
-line of JSON with a 4xx status (unknown run, bad parameter) or, for a trace
-that cannot be loaded, ``{"state": "error"}`` with its :class:`TraceError`;
-no traceback ever leaves the server.
+line of JSON with a 4xx status (unknown run, a parameter the view refuses:
+:class:`~.sources.BadParameter`) or, for a trace that cannot be loaded,
+``{"state": "error"}`` with its :class:`TraceError`.  Anything else raised
+while answering (a ``KeyError`` or ``ValueError`` inside an analysis
+included) is the server's fault: logged with its traceback, answered 500
+with one line; no traceback ever leaves the server.
 """
 
 from __future__ import annotations
@@ -20,14 +23,17 @@ from typing import Any
 
 import msgspec
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from kinetolens.errors import TraceError
 from kinetolens.views.dashboard import compare, pages
-from kinetolens.views.dashboard.sources import Ctx, find_source, table
-from kinetolens.views.dashboard.state import Loaded, TraceStore, UnknownTrace, worker_id
+from kinetolens.views.dashboard.hosts import HostCheck
+from kinetolens.views.dashboard.sources import BadParameter, Ctx, find_source, table
+from kinetolens.views.dashboard.state import Loaded, TraceStore, UnknownTrace, file_key, worker_id
 from kinetolens.views.dashboard.tables import page
 
 STATIC = Path(__file__).with_name("static")
@@ -91,42 +97,56 @@ class Dashboard:
 
     def _ctx(self, request: Request) -> Ctx:
         q = request.query_params
-        loaded = self._loaded(q.get("run", ""), q.get("worker", ""))
         step_text = q.get("step") or ""
         try:
             step = int(step_text) if step_text else None
         except ValueError:
-            raise ValueError(f"step must be a step number, not {step_text!r}") from None
+            raise BadParameter(f"step must be a step number, not {step_text!r}") from None
+        w = self.store.lookup(q.get("run", ""), q.get("worker", ""))
+        loaded = self.store.get(w)  # its load queued with the ranks', not one poll after them
+        ranks, ranks_key, waiting = None, (), []
+        if q.get("ranks") == "all":
+            ranks, ranks_key, waiting = self._digests(q.get("run", ""))
+        if loaded is None:
+            status = self.store.status(w)
+            if status["state"] == "error":
+                raise Failed(status["error"])
+            if not waiting:
+                raise Pending(status)
+            if worker_id(w) not in waiting:
+                waiting.insert(0, worker_id(w))
+        if waiting:
+            raise Pending({"state": "loading", "waiting_for": waiting, "loaded": len(ranks or [])})
         other = None
         if q.get("other_run") and q.get("other_worker"):
             other = self._loaded(q["other_run"], q["other_worker"])
-        ranks = None
-        if q.get("ranks") == "all":
-            pending = []
-            ranks = []
-            for w in self.store.run_workers(q.get("run", "")):
-                got = self.store.get(w)
-                if got is None:
-                    status = self.store.status(w)
-                    if status["state"] == "error":
-                        continue  # a broken rank is shown in the left panel, the others still compare
-                    pending.append(worker_id(w))
-                else:
-                    ranks.append(got)
-            if pending:
-                raise Pending({"state": "loading", "waiting_for": pending, "loaded": len(ranks)})
-        return Ctx(loaded, step, q, other=other, ranks=ranks)
+        return Ctx(loaded, step, q, other=other, ranks=ranks, ranks_key=ranks_key)
+
+    def _digests(self, run: str) -> tuple[list[Any], tuple[Any, ...], list[str]]:
+        """Every rank's digest, the files they stand for, and the ranks still loading.
+
+        Digests are kept per file, whole traces only in the small LRU, so
+        the view finishes however many ranks the run has."""
+        digests, keys, waiting = [], [], []
+        for i, w in enumerate(self.store.run_workers(run)):
+            got = self.store.digest(w, w.rank if w.rank is not None else i)
+            if got is not None:
+                digests.append(got)
+                keys.append(file_key(w.path))
+            elif self.store.status(w)["state"] != "error":  # a broken rank is shown in the left panel
+                waiting.append(worker_id(w))
+        return digests, tuple(keys), waiting
 
     def _guard(self, fn: Any, request: Request) -> Response:
         try:
             return fn(request)
-        except UnknownTrace as exc:
+        except (UnknownTrace, TraceError) as exc:  # TraceError: the logdir itself is gone
             return json({"error": str(exc)}, 404)
         except Pending as exc:
             return json(exc.status, 202)
         except Failed as exc:
             return json({"state": "error", "error": exc.error}, 200)
-        except (ValueError, KeyError) as exc:
+        except BadParameter as exc:
             return json({"error": " ".join(str(exc).split())}, 400)
         except Exception as exc:
             log.exception("dashboard request %s failed", request.url.path)
@@ -140,14 +160,17 @@ class Dashboard:
         return FileResponse(_plotly_js(), media_type="application/javascript")
 
     def runs(self, request: Request) -> Response:
-        out = []
-        for run, traces in self.store.runs().items():
-            workers = [
-                {"id": worker_id(w), "worker": w.worker, "span": w.span, "rank": w.rank, **self.store.status(w)}
-                for w in traces
-            ]
-            out.append({"run": run, "workers": workers})
-        return json({"logdir": str(self.store.logdir), "runs": out, "perfetto": _perfetto_export() is not None})
+        def go(r: Request) -> Response:
+            out = []
+            for run, traces in self.store.runs().items():
+                workers = [
+                    {"id": worker_id(w), "worker": w.worker, "span": w.span, "rank": w.rank, **self.store.status(w)}
+                    for w in traces
+                ]
+                out.append({"run": run, "workers": workers})
+            return json({"logdir": str(self.store.logdir), "runs": out, "perfetto": _perfetto_export() is not None})
+
+        return self._guard(go, request)
 
     def status(self, request: Request) -> Response:
         def go(r: Request) -> Response:
@@ -180,7 +203,7 @@ class Dashboard:
             frame = table(ctx, name)
             return json(page(
                 frame, sort=q.get("sort") or None, descending=q.get("desc", "1") != "0", search=q.get("q", ""),
-                offset=int(q.get("offset", "0") or 0), limit=int(q.get("limit", "50") or 50),
+                offset=ctx.whole("offset", 0), limit=ctx.whole("limit", 50),
             ))  # fmt: skip
 
         return self._guard(go, request)
@@ -223,9 +246,12 @@ class Dashboard:
         return self._guard(go, request)
 
 
-def create_app(logdir: str | Path, *, cache: bool = True, keep: int = 6) -> Starlette:
-    """The dashboard app over ``logdir`` (its runs are listed again on each runs request)."""
-    store = TraceStore(logdir, cache=cache, keep=keep)
+def create_app(logdir: str | Path, *, cache: bool = True, keep: int = 6, host: str = "127.0.0.1") -> Starlette:
+    """The dashboard app over ``logdir`` (its runs are listed again on each runs request).
+
+    ``host``: the address it is served on; requests naming another host
+    than that or a loopback name are refused (:mod:`.hosts`)."""
+    store = TraceStore(logdir, cache=cache, keep=keep, digest=compare.rank_digest)
     d = Dashboard(store)
     routes = [
         Route("/", d.index),
@@ -243,6 +269,6 @@ def create_app(logdir: str | Path, *, cache: bool = True, keep: int = 6) -> Star
         yield
         store.close()
 
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(HostCheck, bound=host)])
     app.state.store = store
     return app

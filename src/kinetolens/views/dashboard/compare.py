@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -19,7 +21,7 @@ import polars as pl
 from kinetolens.analysis.idle import comm_comp_overlap, temporal_breakdown
 from kinetolens.views import figures
 from kinetolens.views.dashboard.pages import Block, figure, table, text
-from kinetolens.views.dashboard.sources import Ctx
+from kinetolens.views.dashboard.sources import BadParameter, Ctx
 
 DIFF_LEVELS = ("step", "module", "op", "kernel")
 
@@ -33,20 +35,51 @@ def _optional(module: str) -> Any | None:
 
 # -- distributed --------------------------------------------------------------
 
-def _ranks(ctx: Ctx) -> list[Any]:
-    return [x.trace for x in (ctx.ranks or [ctx.loaded])]
+@dataclass(frozen=True)
+class RankDigest:
+    """What the Distributed view reads from one rank: small tables, kept per file.
+
+    The store keeps these instead of whole traces, so a run of more ranks
+    than loaded traces kept still shows every rank (each loaded once)."""
+
+    #: ``analysis.distributed.rank_summary`` (None where that module is missing).
+    summary: Any | None
+    #: ``temporal_breakdown``: compute, non-compute, idle (one row; none without GPU work).
+    temporal: pl.DataFrame
+    #: ``comm_comp_overlap``: communication overlapped by compute.
+    overlap: pl.DataFrame
+
+
+def rank_digest(trace: Any, rank: int | None = None) -> RankDigest:
+    """One rank's digest; ``rank`` is its rank where the trace does not say."""
+    dist = _optional("kinetolens.analysis.distributed")
+    return RankDigest(
+        summary=dist.rank_summary(trace, rank) if dist is not None else None,
+        temporal=temporal_breakdown(trace),
+        overlap=comm_comp_overlap(trace),
+    )
+
+
+def _digests(ctx: Ctx) -> list[RankDigest]:
+    """Every rank's digest (the page asks for ``ranks=all``), else the trace's own."""
+    if ctx.ranks is not None:
+        return ctx.ranks
+    return [ctx.memo(("digest", None), lambda: rank_digest(ctx.trace))]
 
 
 def _summaries(ctx: Ctx) -> list[Any]:
-    """Each rank's ``RankSummary`` (``analysis.distributed``), computed once per loaded trace."""
-    dist = importlib.import_module("kinetolens.analysis.distributed")
-    ranks = ctx.ranks or [ctx.loaded]
-    return [x.memo("rank_summary", lambda x=x, i=i: dist.rank_summary(x.trace, i)) for i, x in enumerate(ranks)]
+    """Each rank's ``RankSummary`` (``analysis.distributed``)."""
+    return [d.summary for d in _digests(ctx)]
+
+
+def _temporal(ctx: Ctx) -> list[pl.DataFrame]:
+    """Each rank's temporal breakdown, ranks without GPU work left out."""
+    return [d.temporal for d in _digests(ctx) if d.temporal.height]
 
 
 def rank_overlap(ctx: Ctx) -> pl.DataFrame:
     """Per rank: compute, non-compute and idle share of the GPU span, and communication overlapped by compute."""
-    parts = [temporal_breakdown(t).join(comm_comp_overlap(t), on="rank", how="left") for t in _ranks(ctx)]
+    parts = [d.temporal.join(d.overlap, on="rank", how="left") for d in _digests(ctx)]
     parts = [p for p in parts if p.height]
     return pl.concat(parts).sort("rank") if parts else pl.DataFrame(schema={"rank": pl.Int64})
 
@@ -79,12 +112,28 @@ def _temporal_figure(temporal: list[pl.DataFrame]) -> Any:
     return fig
 
 
+def _same_rank_twice(ranks: list[RankDigest]) -> str | None:
+    """The first rank two traces claim, named with both files (as ``kinetolens dist`` refuses it)."""
+    seen: dict[int, str] = {}
+    for d in ranks:
+        s = d.summary
+        if s is None:
+            continue
+        if s.rank in seen:
+            return f"rank {s.rank} appears twice ({Path(seen[s.rank]).name}, {Path(s.path).name})"
+        seen[s.rank] = s.path
+    return None
+
+
 def distributed(ctx: Ctx) -> list[Block]:
-    traces = _ranks(ctx)
+    ranks = _digests(ctx)
+    twice = _same_rank_twice(ranks)
+    if twice is not None:
+        return [text(f"No cross-rank view: {twice}; every figure would count that rank twice.", "warn")]
     blocks: list[Block] = []
-    if len(traces) < 2:
+    if len(ranks) < 2:
         blocks.append(text("This run has one trace; the Distributed view compares the ranks of a run."))
-    temporal = [p for p in (temporal_breakdown(t) for t in traces) if p.height]
+    temporal = _temporal(ctx)
     if _optional("kinetolens.analysis.distributed") is None or _optional("kinetolens.analysis.stragglers") is None:
         blocks.append(text("Collective statistics and stragglers: not available in this installation.", "warn"))
         tables = {}
@@ -106,7 +155,7 @@ def distributed(ctx: Ctx) -> list[Block]:
 
 def _diff(ctx: Ctx) -> Any:
     if ctx.other is None:
-        raise ValueError("pick a second run to compare with")
+        raise BadParameter("pick a second run to compare with")
     other = ctx.other
     diff = importlib.import_module("kinetolens.analysis.diff")
     return ctx.memo(("diff", other.trace.path), lambda: diff.compare(ctx.trace, other.trace, levels=DIFF_LEVELS))

@@ -25,6 +25,7 @@ from kinetolens.views.dashboard import extra_figures
 from kinetolens.views.dashboard.sources import (
     KERNEL_GROUPS,
     OP_GROUPS,
+    BadParameter,
     Ctx,
     kernel_rows,
     memory_window,
@@ -196,7 +197,7 @@ def timeline(ctx: Ctx) -> list[Block]:
     if ctx.step is not None:
         chosen = windows.filter(pl.col("step") == ctx.step)
         if chosen.height == 0:
-            raise ValueError(f"no step {ctx.step}")
+            raise BadParameter(f"no step {ctx.step}")
         row = chosen.row(0, named=True)
     assert row is not None
     label = "whole trace" if row["step"] is None else f"step {row['step']}"

@@ -9,6 +9,7 @@ does not: sources select, join and group analysis results for display.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,13 @@ OP_GROUPS = ("op", "op+shape", "module", "source")
 NO_MODULE = "(no module)"
 
 
+class BadParameter(ValueError):
+    """A request parameter a view cannot use: the request's fault, answered 400.
+
+    Raised only where a parameter is read; any other exception from an
+    analysis is the server's fault (500, logged), whatever its type."""
+
+
 @dataclass
 class Ctx:
     """What a source needs: the trace, the step (None = all) and the page's parameters."""
@@ -47,9 +55,12 @@ class Ctx:
     loaded: Loaded
     step: int | None
     args: Mapping[str, str]
-    #: The second trace of a diff, and every rank's trace for the Distributed view.
+    #: The second trace of a diff.
     other: Loaded | None = None
-    ranks: list[Loaded] | None = None
+    #: Every rank's digest for the Distributed view (:class:`.compare.RankDigest`),
+    #: and what identifies them: their files (path, size, mtime).
+    ranks: list[Any] | None = None
+    ranks_key: tuple[Any, ...] = ()
 
     @property
     def trace(self):  # type: ignore[no-untyped-def]
@@ -61,7 +72,7 @@ class Ctx:
     def choice(self, name: str, allowed: tuple[str, ...]) -> str:
         value = self.args.get(name) or allowed[0]
         if value not in allowed:
-            raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+            raise BadParameter(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
         return value
 
     def number(self, name: str) -> float | None:
@@ -69,9 +80,21 @@ class Ctx:
         if raw in (None, ""):
             return None
         try:
-            return float(raw)  # type: ignore[arg-type]
+            value = float(raw)  # type: ignore[arg-type]
         except ValueError:
-            raise ValueError(f"{name} must be a number, not {raw!r}") from None
+            value = math.nan
+        if not math.isfinite(value):
+            raise BadParameter(f"{name} must be a number, not {raw!r}")
+        return value
+
+    def whole(self, name: str, default: int) -> int:
+        raw = self.args.get(name) or ""
+        if raw == "":
+            return default
+        try:
+            return int(raw)
+        except ValueError:
+            raise BadParameter(f"{name} must be a whole number, not {raw!r}") from None
 
 
 def spec_of(ctx: Ctx) -> GpuSpec | None:
@@ -255,6 +278,6 @@ def table(ctx: Ctx, name: str) -> pl.DataFrame:
     source = find_source(name)
     if source is None:
         raise KeyError(name)
-    others = tuple(x.trace.path for x in [ctx.other, *(ctx.ranks or [])] if x is not None)
-    key = ("table", name, ctx.step, others, tuple((a, ctx.args.get(a, "")) for a in SOURCE_ARGS))
+    other = ctx.other.trace.path if ctx.other is not None else None
+    key = ("table", name, ctx.step, other, ctx.ranks_key, tuple((a, ctx.args.get(a, "")) for a in SOURCE_ARGS))
     return ctx.memo(key, lambda: rounded(source(ctx)))

@@ -5,8 +5,14 @@ queues its load on a small thread pool and answers at once with its status
 (``queued``, ``loading`` with the seconds spent, ``error`` with the one-line
 :class:`~kinetolens.errors.TraceError`), so the page can show progress and a
 large trace loading never holds up requests for others.  Loaded traces sit
-in a small LRU; each keeps a memo of the analysis results computed for it,
-so a table that is sorted, filtered and paged is computed once.
+in a small LRU; each keeps a bounded memo of the analysis results computed
+for it, so a table that is sorted, filtered and paged is computed once.
+
+A view over a run's ranks never needs every rank's trace in memory at once:
+each rank is loaded once and reduced to a small per-rank *digest* (the
+summaries the cross-rank analyses read), which is kept for as long as the
+file stays the same and in the logdir.  A run of 64 ranks thus needs 64
+loads and 64 digests, however few whole traces the LRU keeps.
 
 Runs and workers are looked up by name in the list :func:`find_runs`
 discovered; a name from a request is never joined into a path, so no
@@ -31,6 +37,11 @@ from kinetolens.model.trace import Trace
 
 T = TypeVar("T")
 
+#: Results kept per loaded trace (base analyses, tables per step and
+#: parameters, pictures): the least recently used beyond this are dropped,
+#: so dragging a memory range to ever new places cannot grow it without end.
+MEMO_ENTRIES = 64
+
 
 class UnknownTrace(LookupError):
     """A run or worker name that is not among the discovered traces."""
@@ -46,16 +57,21 @@ class Loaded:
     """A loaded trace and the analysis results computed for it so far."""
 
     trace: Trace
-    _memo: dict[Any, Future[Any]] = field(default_factory=dict)
+    _memo: OrderedDict[Any, Future[Any]] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def memo(self, key: Any, compute: Callable[[], T]) -> T:
-        """``compute()`` once per key, even when requests ask for it at the same time."""
+        """``compute()`` once per key, even when requests ask for it at the same time;
+        the :data:`MEMO_ENTRIES` most recently used results are kept."""
         with self._lock:
             fut = self._memo.get(key)
             owner = fut is None
             if owner:
                 fut = self._memo[key] = Future()
+                while len(self._memo) > MEMO_ENTRIES:
+                    self._memo.popitem(last=False)  # a waiter on it holds its own reference
+            else:
+                self._memo.move_to_end(key)
         assert fut is not None
         if owner:
             try:
@@ -72,9 +88,13 @@ class _Job:
     started_at: float | None = None
     finished_at: float | None = None
     error: str | None = None
+    #: Make the digest as soon as the trace is loaded (a run view waits on it),
+    #: with this rank where the trace does not say.
+    digest: bool = False
+    rank: int | None = None
 
 
-def _file_key(path: Path) -> tuple[str, int, int]:
+def file_key(path: Path) -> tuple[str, int, int]:
     """A trace is the same trace while its path, size and mtime stay the same."""
     try:
         st = path.stat()
@@ -86,22 +106,49 @@ def _file_key(path: Path) -> tuple[str, int, int]:
 class TraceStore:
     """The logdir's traces, loaded on demand in the background, the recent ones kept."""
 
-    def __init__(self, logdir: str | Path, *, cache: bool = True, keep: int = 6, loaders: int = 2) -> None:
+    def __init__(
+        self,
+        logdir: str | Path,
+        *,
+        cache: bool = True,
+        keep: int = 6,
+        loaders: int = 2,
+        digest: Callable[[Trace, int | None], Any] | None = None,
+    ) -> None:
+        # A diff needs two traces in memory at once: with one, loading either evicts the other, forever.
+        if keep < 2:
+            raise ValueError(f"keep must be at least 2 loaded traces (a diff holds two), not {keep}")
         self.logdir = Path(logdir)
         self.cache = cache
         self.keep = keep
+        self._digest_of = digest
         self._pool = ThreadPoolExecutor(max_workers=loaders, thread_name_prefix="kinetolens-load")
         self._lock = threading.Lock()
         self._runs: dict[str, list[WorkerTrace]] = {}
         self._jobs: dict[tuple[str, int, int], _Job] = {}
         self._loaded: OrderedDict[tuple[str, int, int], Loaded] = OrderedDict()
+        self._digests: dict[tuple[str, int, int], Future[Any]] = {}
 
     # -- discovery -----------------------------------------------------
     def runs(self) -> dict[str, list[WorkerTrace]]:
-        """List the logdir again, so runs written since the last call appear."""
-        found = find_runs(self.logdir)
+        """List the logdir again, so runs written since the last call appear.
+
+        Load states and digests of files gone from the logdir, or rewritten
+        since, are forgotten: what the store keeps is bounded by the logdir.
+        """
+        try:
+            found = find_runs(self.logdir)
+        except TraceError:  # the logdir itself is gone: so are its runs
+            with self._lock:
+                self._runs = {}
+            raise
+        current = {file_key(w.path) for traces in found.values() for w in traces}
         with self._lock:
             self._runs = found
+            for key in [k for k in self._digests if k not in current]:
+                del self._digests[key]
+            for key in [k for k, j in self._jobs.items() if k not in current and j.state not in ("queued", "loading")]:
+                del self._jobs[key]  # (a load under way still reports to its job)
         return found
 
     def lookup(self, run: str, worker: str) -> WorkerTrace:
@@ -129,7 +176,7 @@ class TraceStore:
     # -- loading -------------------------------------------------------
     def status(self, w: WorkerTrace) -> dict[str, Any]:
         """Where the trace's load stands, without starting one."""
-        key = _file_key(w.path)
+        key = file_key(w.path)
         with self._lock:
             job = self._jobs.get(key)
             if key in self._loaded:
@@ -151,7 +198,7 @@ class TraceStore:
 
     def get(self, w: WorkerTrace) -> Loaded | None:
         """The loaded trace, or None after making sure its load is under way."""
-        key = _file_key(w.path)
+        key = file_key(w.path)
         with self._lock:
             hit = self._loaded.get(key)
             if hit is not None:
@@ -163,6 +210,43 @@ class TraceStore:
             self._jobs[key] = _Job("queued", time.monotonic())
         self._pool.submit(self._load, key, w.path)
         return None
+
+    def digest(self, w: WorkerTrace, rank: int | None = None) -> Any | None:
+        """The trace's digest (the ``digest`` function given to the store, on
+        the loaded trace and ``rank``, its rank where the trace does not say),
+        or None after making sure it is under way.  A failed load raises
+        nothing here: :meth:`status` says ``error``.  A digest that raised
+        raises again, on every call, as the request's own failure."""
+        if self._digest_of is None:
+            raise RuntimeError("this store was made without a digest function")
+        key = file_key(w.path)
+        with self._lock:
+            done = self._digests.get(key)
+            loaded = self._loaded.get(key) if done is None else None
+            if done is None and loaded is None:
+                job = self._jobs.get(key)
+                if job is not None and job.state in ("queued", "loading"):
+                    job.digest, job.rank = True, rank
+                    return None
+                if job is not None and job.state == "error":
+                    return None
+                self._jobs[key] = _Job("queued", time.monotonic(), digest=True, rank=rank)
+        if done is not None:
+            return done.result()
+        if loaded is not None:
+            return self._make_digest(key, loaded, rank).result()
+        self._pool.submit(self._load, key, w.path)
+        return None
+
+    def _make_digest(self, key: tuple[str, int, int], loaded: Loaded, rank: int | None) -> Future[Any]:
+        fut: Future[Any] = Future()
+        try:
+            assert self._digest_of is not None
+            fut.set_result(loaded.memo(("digest", rank), lambda: self._digest_of(loaded.trace, rank)))  # type: ignore[misc]
+        except Exception as exc:  # noqa: BLE001 - kept, and raised to whoever asks for it
+            fut.set_exception(exc)
+        with self._lock:
+            return self._digests.setdefault(key, fut)
 
     def _load(self, key: tuple[str, int, int], path: Path) -> None:
         with self._lock:
@@ -177,11 +261,20 @@ class TraceStore:
             message = " ".join(f"{type(exc).__name__}: {exc}".split())
             self._finish(key, error=f"{path}: cannot load: {message}")
             return
-        self._finish(key, loaded=Loaded(trace))
+        loaded = Loaded(trace)
+        with self._lock:
+            wanted, rank = job.digest and self._digest_of is not None, job.rank
+        if wanted:
+            # here, before the LRU may drop the trace again: a run of more
+            # ranks than `keep` would otherwise reload its ranks forever
+            self._make_digest(key, loaded, rank)
+        self._finish(key, loaded=loaded)
 
     def _finish(self, key: tuple[str, int, int], *, loaded: Loaded | None = None, error: str | None = None) -> None:
         with self._lock:
-            job = self._jobs[key]
+            job = self._jobs.get(key)
+            if job is None:  # forgotten meanwhile: the file changed or went away
+                return
             job.finished_at = time.monotonic()
             if loaded is None:
                 job.state, job.error = "error", error

@@ -45,6 +45,7 @@ async function getJSON(url) {
 // ---- left panel ---------------------------------------------------------------
 async function loadRuns() {
   const { body } = await getJSON("/api/runs");
+  if (body.error) { $("#content").replaceChildren(el("p", { class: "error" }, body.error)); return; }
   S.runs = body.runs || [];
   S.perfetto = !!body.perfetto;
   const runSel = $("#run");
@@ -262,6 +263,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#step").addEventListener("change", e => { S.step = e.target.value; loadView(); });
   setInterval(async () => {  // new runs appear without a restart
     const { body } = await getJSON("/api/runs");
+    if (body.error) return;  // the logdir is gone for now: keep what is shown
     const names = (body.runs || []).map(r => r.run).join("\n");
     if (names !== S.runs.map(r => r.run).join("\n")) {
       S.runs = body.runs; const keep = S.run;

@@ -1,0 +1,106 @@
+"""One definition of each headline number, the same in summary, report, dashboard and API.
+
+# issue 17, points 11, 12 and 29
+"""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+import kinetolens
+from kinetolens.analysis.memory import ALLOCATOR, WINDOW_SUM, memory_events, memory_peaks, peak_memory
+from kinetolens.analysis.summary import summarize
+from kinetolens.views import report_data
+from kinetolens.views.dashboard import pages, sources
+from kinetolens.views.dashboard.sources import Ctx
+from kinetolens.views.dashboard.state import Loaded
+from kinetolens.views.report_html import overview_frame
+from tests.conftest import trace_path
+
+QWEN = "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+RESNET = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+
+
+def _cards(blocks: list[dict]) -> dict[str, str]:
+    return {k: v for b in blocks if b.get("type") == "cards" for k, v in b["items"]}
+
+
+@pytest.fixture(scope="module")
+def qwen() -> kinetolens.Trace:
+    return kinetolens.load(trace_path(QWEN))
+
+
+def test_step_time_is_one_number_everywhere(qwen: kinetolens.Trace) -> None:
+    # issue 17, point 11: the step's host range is 47.15 ms and it opens with a 14.1 ms
+    # cudaDeviceSynchronize on the previous step's kernels; its time is its 35.18 ms window.
+    api_ms = float(qwen.steps["dur"].mean()) / 1e6  # type: ignore[arg-type]
+    summary_ms = summarize(qwen)["steps"]["mean_us"] / 1000
+    report = report_data.collect(qwen)
+    report_ms = report.summary["steps"]["mean_us"] / 1000
+    breakdown_ms = float(report.breakdown["total"].mean()) / 1e6  # type: ignore[arg-type]
+    dashboard = _cards(pages.overview(Ctx(Loaded(qwen), None, {})))["mean step"]
+    assert api_ms == pytest.approx(35.183362)  # regression pin (kinetolens' own output)
+    assert summary_ms == pytest.approx(api_ms) and report_ms == pytest.approx(api_ms)
+    assert breakdown_ms == pytest.approx(api_ms)
+    assert dashboard == f"{api_ms:,.3f} ms"
+    row = qwen.steps.row(0, named=True)
+    assert (row["cpu_end"] - row["ts"]) / 1e6 == pytest.approx(47.151395)  # the host range, named cpu_end
+    assert row["end"] - row["start"] == row["dur"]
+
+
+@pytest.mark.parametrize("rel", [QWEN, RESNET])
+def test_peak_memory_is_one_number_everywhere(rel: str) -> None:
+    # issue 17, point 11: the resnet trace has no allocator totals; its GPU peak used to be "-"
+    # in the summary and 2.6 GiB in the memory view.
+    trace = kinetolens.load(trace_path(rel))
+    view = {r["device"]: r for r in memory_peaks(memory_events(trace)).to_dicts()}
+    api = {r["device"]: r for r in peak_memory(trace).to_dicts()}
+    summary = summarize(trace)
+    in_summary = {m["device"]: m for m in summary["memory"]}
+    gpu_table = {f"GPU{g['device']}": g for g in summary["gpu"]}
+    dashboard_gpus = {f"GPU{g['device']}": g for g in sources.gpus(Ctx(Loaded(trace), None, {})).to_dicts()}
+    dashboard_cards = _cards(pages.memory(Ctx(Loaded(trace), None, {})))
+    report = report_data.collect(trace)
+    in_report = {r["device"]: r for r in report.memory_peaks.to_dicts()}
+    assert set(view) == set(api) == set(in_summary) == set(in_report)
+    for device, row in view.items():
+        peak = row["peak_allocated"]
+        assert api[device]["peak_allocated"] == in_summary[device]["peak_allocated"] == in_report[device]["peak_allocated"] == peak
+        assert api[device]["basis"] == in_summary[device]["basis"] == row["basis"]
+        assert dashboard_cards[f"{device} peak allocated"] == f"{peak / 2**20:,.1f} MiB"
+        if device.startswith("GPU"):
+            assert gpu_table[device]["peak_allocated_bytes"] == dashboard_gpus[device]["peak_allocated_bytes"] == peak
+    if rel == RESNET:
+        assert view["GPU0"]["peak_allocated"] == 2_791_636_480 and view["GPU0"]["basis"] == WINDOW_SUM
+
+
+def test_kernels_launched_before_profiling_are_explained(qwen: kinetolens.Trace) -> None:
+    # issue 17, point 12: 30% of the Qwen kernel time has no launch record (no op, ever).
+    kernels = qwen.kernels.filter(pl.col("kind") == "kernel")
+    orphan = kernels.filter(pl.col("launch_id").is_null() & (pl.col("external_id").fill_null(0) == 0))
+    share = float(orphan["dur"].sum()) / float(kernels["dur"].sum())
+    block = summarize(qwen)["unrecorded_launches"]
+    assert block["share"] == pytest.approx(share) and 0.29 < share < 0.31
+    # They drain before the step's window opens: no step claims them, so per-step views
+    # (ops --step, kernels --step) add up to the step's own kernel time.
+    assert orphan["step"].null_count() == orphan.height and block["in_steps_share"] in (None, 0.0)
+    assert block["note"].startswith(f"{share:.1%} of kernel time: launched before profiling began")
+    report = dict(overview_frame(report_data.collect(qwen)).iter_rows())
+    assert report["kernels whose launch was not recorded"] == block["note"]
+
+
+def test_every_launch_recorded_says_nothing() -> None:
+    # issue 17, point 12
+    block = summarize(kinetolens.load(trace_path(RESNET)))["unrecorded_launches"]
+    assert block["note"] is None and not block["share"]
+
+
+def test_memory_peaks_say_what_they_cover(qwen: kinetolens.Trace) -> None:
+    # issue 17, point 29: the CPU allocator counts only what it allocated while profiling;
+    # a GPU allocator's totals give the bytes alive when the window opened.
+    peaks = {r["device"]: r for r in summarize(qwen)["memory"]}
+    assert peaks["CPU"]["basis"] == WINDOW_SUM and peaks["CPU"]["live_at_start"] is None
+    assert "not counted" in peaks["CPU"]["note"]
+    assert peaks["GPU0"]["basis"] == ALLOCATOR
+    assert peaks["GPU0"]["live_at_start"] == 984_742_400  # regression pin: 939.1 MiB of weights before the window

@@ -1,0 +1,97 @@
+"""``kinetolens run`` says what happened when no trace was written.
+
+Issue 17, point 17: a script that never started (``python missing.py``)
+and counters that cannot be collected were both reported as "no process got
+through skip + warmup steps after profiling began", which never began.
+Each case runs the real CLI on a real command.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+
+def kl_run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, COLUMNS="200")
+    return subprocess.run(
+        [sys.executable, "-m", "kinetolens.cli.main", "run", "--logdir", str(tmp_path / "runs"), *args],
+        cwd=tmp_path, capture_output=True, text=True, timeout=180, env=env,
+    )  # fmt: skip
+
+
+def reported(proc: subprocess.CompletedProcess[str], run: str, tmp_path: Path) -> str:
+    """The launcher's one line about the missing trace."""
+    lines = [x for x in proc.stderr.splitlines() if x.startswith("kinetolens:")]
+    assert len(lines) == 1, proc.stderr
+    prefix = f"kinetolens: no trace written to {tmp_path / 'runs' / run}: "
+    assert lines[0].startswith(prefix), lines[0]
+    assert "warmup" not in lines[0] and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0][len(prefix) :]
+
+
+# issue 17, point 17
+def test_script_that_does_not_exist(tmp_path: Path) -> None:
+    proc = kl_run(tmp_path, "--", sys.executable, "missing.py")
+    assert proc.returncode == 2, proc.stderr  # python's own status for a missing script
+    assert "missing.py" in proc.stderr  # python's message passes through
+    assert reported(proc, "missing", tmp_path) == f"{Path(sys.executable).name} exited with status 2 before importing torch"
+
+
+# issue 17, point 17
+def test_script_that_fails_after_importing_torch(tmp_path: Path) -> None:
+    proc = kl_run(tmp_path, "--run", "crash", "--", sys.executable, "-c", "import torch, sys; sys.exit(7)")
+    assert proc.returncode == 7, proc.stderr
+    assert "exited with status 7 before profiling began" in reported(proc, "crash", tmp_path)
+
+
+# issue 17, point 17
+def test_script_that_never_imports_torch(tmp_path: Path) -> None:
+    proc = kl_run(tmp_path, "--run", "plain", "--", sys.executable, "-c", "print('hi')")
+    assert proc.returncode == 0 and proc.stdout == "hi\n", proc.stderr
+    assert reported(proc, "plain", tmp_path) == f"{Path(sys.executable).name} never imported torch"
+
+
+# issue 17, point 17
+def test_command_that_is_not_python(tmp_path: Path) -> None:
+    proc = kl_run(tmp_path, "--", "true")
+    assert proc.returncode == 0, proc.stderr
+    assert "started no Python process" in reported(proc, "true", tmp_path)
+
+
+def _cupti_ok() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.backends.cuda.is_built()
+
+
+# issue 17, point 17
+@pytest.mark.skipif(_cupti_ok(), reason="this machine can collect CUPTI counters")
+def test_counters_that_cannot_be_collected(tmp_path: Path) -> None:
+    """Two processes arm (a parent that starts a child): the reason is said once."""
+    script = tmp_path / "job.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import subprocess, sys
+            import torch, kinetolens
+            if len(sys.argv) == 1:
+                subprocess.run([sys.executable, __file__, "child"], check=True)
+            for _ in range(4):
+                torch.ones(4) * 2
+                kinetolens.step()
+            print("done")
+            """
+        )
+    )
+    proc = kl_run(tmp_path, "--counters", "roofline", "--", sys.executable, str(script))
+    assert proc.returncode == 2, proc.stderr  # the job succeeded, the profile did not
+    assert proc.stdout == "done\ndone\n"
+    reason = reported(proc, "job", tmp_path)
+    assert reason.startswith("could not start profiling: cannot collect hardware counters (")
+    assert "CUDA" in reason

@@ -1,0 +1,87 @@
+"""A truncated trace: analyses whose inputs were cut say so or stay silent.
+
+# issue 17, point 13
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import kinetolens
+from kinetolens.analysis.summary import summarize
+from kinetolens.views import report_data
+from kinetolens.views.report_md import render_md
+from tests.conftest import trace_path
+
+RESNET = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+#: Kineto writes host ops first: cut at 40% of the JSON, no kernel, launch or memory event is left.
+KEEP = 0.4
+
+
+@pytest.fixture(scope="module")
+def cut_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    data = gzip.decompress(trace_path(RESNET).read_bytes())
+    path = tmp_path_factory.mktemp("cut") / "worker0.pt.trace.json"
+    path.write_bytes(data[: int(len(data) * KEEP)])
+    return path
+
+
+@pytest.fixture(scope="module")
+def cut_gzip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The whole trace gzipped, then the gzip stream cut (a copy that stopped early)."""
+    packed = gzip.compress(gzip.decompress(trace_path(RESNET).read_bytes()))
+    path = tmp_path_factory.mktemp("cutgz") / "worker0.pt.trace.json.gz"
+    path.write_bytes(packed[: int(len(packed) * KEEP)])
+    return path
+
+
+@pytest.mark.parametrize("which", ["cut_json", "cut_gzip"])
+def test_no_advice_from_a_trace_that_lost_its_kernels(which: str, request: pytest.FixtureRequest) -> None:
+    # issue 17, point 13: this used to recommend fixing "input loading stalls" (40% of each step
+    # in DataLoader with no GPU work running): the GPU work was in the part of the file that was lost.
+    trace = kinetolens.load(request.getfixturevalue(which), cache=False)
+    assert trace.kernels.height == 0 and trace.ops.height > 0 and trace.steps.height > 0
+    info = summarize(trace)
+    assert info["recommendations"] == []
+    withheld = info["recommendations_withheld"]
+    assert withheld.startswith("the file is truncated") and "every GPU kernel (the file lists 4 GPUs)" in withheld
+    assert info["steps"]["damaged"] is True
+    md = render_md(report_data.collect(trace))
+    assert f"No recommendations: {withheld}." in md and "Input loading" not in md
+
+
+def test_the_warning_says_what_share_of_the_file_was_kept(cut_json: Path) -> None:
+    # issue 17, point 13
+    (warning,) = [w for w in kinetolens.load(cut_json, cache=False).warnings if w.kind == "truncated JSON"]
+    m = re.fullmatch(r"the file ends mid-event: kept ([\d,]+) of ([\d,]+) bytes \((\d+\.\d\d)%\) up to the last complete event",
+                     warning.detail)
+    assert m, warning.detail
+    kept, size = (int(g.replace(",", "")) for g in m.groups()[:2])
+    assert size == cut_json.stat().st_size and kept < size
+    assert float(m[3]) == pytest.approx(100 * kept / size, abs=0.01)
+
+
+def test_terminal_summary_of_a_truncated_trace(cut_json: Path) -> None:
+    # issue 17, point 13: what a user sees at 80 columns.
+    out = subprocess.run(
+        [sys.executable, "-m", "kinetolens.cli.main", "summary", str(cut_json), "--no-cache"],
+        capture_output=True, text=True, check=True,
+        env={**os.environ, "COLUMNS": "80"},
+    ).stdout
+    flat = " ".join(out.split())
+    assert "No recommendations: the file is truncated" in flat
+    assert "these steps lack every event written after the cut" in flat
+    assert "Input loading" not in flat and "What to change first" not in flat
+
+
+def test_a_whole_trace_still_gets_advice() -> None:
+    # issue 17, point 13: the rule only silences damaged inputs.
+    info = summarize(kinetolens.load(trace_path(RESNET)))
+    assert info["recommendations_withheld"] is None and info["recommendations"]
