@@ -112,10 +112,13 @@ def launch(command: Sequence[str], config: dict[str, Any]) -> LaunchResult:
     status = Path(tempfile.mkdtemp(prefix="kinetolens-run-"))
     try:
         config["status_dir"] = str(status)
-        return _run(command, config, run_dir, before, status)
+        result = _run(command, config, run_dir, before, status)
     finally:
         shutil.rmtree(status, ignore_errors=True)
         _settle(run_dir)
+    if not result.traces:  # its empty folder is gone: name the run instead
+        result.run_dir = run_dir.parent
+    return result
 
 
 def _settle(run_dir: Path) -> None:
