@@ -167,11 +167,7 @@ def test_step_is_torch_step_while_running(cm_run: dict[str, Any]) -> None:
 
 
 def test_loads_with_kinetolens_load(cm_run: dict[str, Any]) -> None:
-    try:
-        load = kinetolens.load
-    except AttributeError:
-        pytest.skip("kinetolens.load is not available yet")
-    trace = load(cm_run["prof"].trace_files[0])
+    trace = kinetolens.load(cm_run["prof"].trace_files[0])
     assert trace is not None
 
 

@@ -85,3 +85,12 @@ def test_gh200_without_memory_size_is_a_clear_error(tmp_path: Path, capsys: pyte
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "unknown GPU 'NVIDIA GH200 480GB'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_gpu_spec_given_twice_is_an_error() -> None:
+    # issue 17, points 2 and 23 (same fault elsewhere): as with FLOP formulas,
+    # a second entry of one name must not silently replace the first.
+    from kinetolens.registry import gpus
+
+    with pytest.raises(ValueError, match="H200"):
+        gpus._table(SPECS["H200"], SPECS["H100-SXM"], SPECS["H200"])

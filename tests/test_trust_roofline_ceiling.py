@@ -138,3 +138,19 @@ def test_cli_marks_an_assumed_ceiling_and_fits_100_columns() -> None:
     mm = next(line for line in lines if "│ aten::mm " in line)
     assert "bf16 TC " in mm
     assert "Tensor Core peak assumed for 1 call" in result.output.replace("\n", " ")
+
+
+def test_where_reads_the_dtype_of_its_values_not_its_condition() -> None:
+    # issue 17, point 1 (same fault elsewhere): torch.where(cond, a, b)
+    # computes in a's and b's dtype; its first input is the bool condition.
+    t = load(str(trace_path("hta/trace_diff/control/control.json.gz")))
+    ops = roofline.op_roofline(t, gpu_spec(t)).filter(pl.col("name") == "aten::where")
+    types = t.ops.filter(pl.col("name") == "aten::where").select("op_id", "input_types")
+    ops = ops.join(types, on="op_id")
+    assert ops.height > 0
+    # With two Scalars the condition is the only tensor whose dtype is recorded.
+    expected = {'["bool", "float", "float"]': "fp32", '["bool", "long", "long"]': "int64",
+                '["bool", "Scalar", "Scalar"]': "bool"}  # fmt: skip
+    assert set(ops["input_types"]) <= set(expected)
+    for row in ops.iter_rows(named=True):
+        assert row["precision"] == row["dtype"] == expected[row["input_types"]], row

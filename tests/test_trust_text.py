@@ -204,3 +204,19 @@ def test_nsys_text_columns_that_are_not_utf8(tmp_path: Path) -> None:
 def test_clean_files_have_no_text_warning() -> None:
     assert not [w for w in clean().warnings if w.kind == "invalid text replaced"]
     assert isinstance(clean().kernels, pl.DataFrame)
+
+
+# issue 17, point 15 (the same fault in file names)
+def test_file_name_that_is_not_utf8(tmp_path: Path) -> None:
+    """A Latin-1 file name reaches Python as lone surrogates, which the cache
+    key, the cache's metadata and every JSON writer refused with a traceback."""
+    path = Path(os.fsdecode(bytes(tmp_path) + b"/caf\xe9.json.gz"))
+    shutil.copyfile(BERT, path)
+    shown = str(tmp_path) + "/caf\ufffd.json.gz"
+    for _ in range(2):  # the second run reads what the first cached
+        proc = run_cli("summary", "--json", str(path))
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+        assert json.loads(proc.stdout)["events"] == json.loads(run_cli("summary", "--json", "--no-cache", str(BERT)).stdout)["events"]
+    proc = run_cli("report", "--format", "md", str(path))
+    assert proc.returncode == 0 and shown in proc.stdout, proc.stderr
+    assert kinetolens.load(path).path == shown

@@ -33,7 +33,7 @@ import msgspec
 import polars as pl
 
 from kinetolens import __version__
-from kinetolens.errors import TraceWarning
+from kinetolens.errors import TraceWarning, shown_path
 from kinetolens.model.trace import TABLES, Trace
 
 ENV_DIR = "KINETOLENS_CACHE_DIR"
@@ -94,7 +94,8 @@ def key_of(source_ident: str) -> str:
     """Cache key of a source identified by ``source_ident`` (where it is, and
     what changes when its content does: size and mtime, or an ETag)."""
     ident = f"{source_ident}|{_code_fingerprint()}"
-    return hashlib.sha256(ident.encode()).hexdigest()[:32]
+    # surrogateescape: a file name that is not UTF-8 keeps its own bytes
+    return hashlib.sha256(ident.encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
 def cache_key(path: Path) -> str:
@@ -139,7 +140,7 @@ def write_entry(entry: Path, source: str, trace: Trace) -> None:
 
 
 def read_cached(cache_dir: Path, path: Path) -> Trace | None:
-    return read_keyed(cache_dir, cache_key(path), str(path))
+    return read_keyed(cache_dir, cache_key(path), shown_path(path))
 
 
 def read_keyed(cache_dir: Path, key: str, source: str) -> Trace | None:
@@ -163,7 +164,7 @@ def read_keyed(cache_dir: Path, key: str, source: str) -> Trace | None:
 
 def write_cached(cache_dir: Path, path: Path, trace: Trace) -> None:
     """Best effort: a cache that cannot be written never fails a load."""
-    write_keyed(cache_dir, cache_key(path), str(path), trace)
+    write_keyed(cache_dir, cache_key(path), shown_path(path), trace)
 
 
 def write_keyed(cache_dir: Path, key: str, source: str, trace: Trace) -> None:

@@ -12,6 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+def shown_path(path: str | Path) -> str:
+    """``path`` as text that can be printed and written as JSON.
+
+    A file name that is not UTF-8 reaches Python with its bytes as lone
+    surrogates, which no UTF-8 writer accepts; they become U+FFFD.  For
+    display and metadata only: open files with the path itself.
+    """
+    return str(path).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 class TraceError(Exception):
     """A trace file that cannot be loaded.  ``str(err)`` is one line."""
 

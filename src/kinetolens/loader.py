@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kinetolens.cache import default_cache_dir, read_cached, write_cached
-from kinetolens.errors import TraceError
+from kinetolens.errors import TraceError, shown_path
 from kinetolens.formats import RUN_METADATA_KEY
 from kinetolens.ingest import read_raw
 from kinetolens.ingest.kineto_counter_events import read_counter_events
@@ -37,7 +37,7 @@ def load(path: str | Path, *, cache: bool | str | Path = True) -> Trace:
         if cached is not None:
             return _with_run_metadata(cached, p)
     raw = read_raw(p)
-    trace = build_trace(raw, str(p))
+    trace = build_trace(raw, shown_path(p))  # the name shown and stored; p opens the file
     if trace.format == "kineto-json" and (trace.device_events["kind"] == "profiler_range").any():
         trace.kernel_counters, counter_warnings = read_profiler_counters(p)
         trace.warnings.extend(counter_warnings)

@@ -42,10 +42,11 @@ import polars as pl
 from kinetolens.analysis.counters import kernel_measured, op_measured
 from kinetolens.analysis.group_labels import counts, listed
 from kinetolens.analysis.ops import weighted_mean
-from kinetolens.analysis.tensor_cores import kernel_tensor_cores, matrix_dtype
+from kinetolens.analysis.tensor_cores import MATRIX_OPS, kernel_tensor_cores, matrix_dtype
 from kinetolens.analysis.work import carried_work, kernel_work
 from kinetolens.errors import TraceError
 from kinetolens.model.trace import Trace
+from kinetolens.registry.dtypes import canonical
 from kinetolens.registry.flops import REGISTRY
 from kinetolens.registry.flops_base import json_list
 from kinetolens.registry.gpus import GpuSpec
@@ -237,16 +238,27 @@ def _bytes_ratio() -> pl.Expr:
     return pl.when(pl.col("bytes") > 0).then(pl.col("measured_bytes") / pl.col("bytes")).alias("bytes_ratio")
 
 
+def _op_dtype(name: str, dims: list, types: list) -> str | None:
+    """The dtype an op computes in: a matrix op's first operand's; any other
+    op's first non-bool tensor input's (``where``'s condition and a masked
+    op's mask are bool, the values they select are not)."""
+    if name in MATRIX_OPS or tensor_core_op(name):
+        return matrix_dtype(name, dims, types)
+    found = [d for d in (canonical(str(t)) if t else None for t in types) if d is not None]
+    return next((d for d in found if d != "bool"), found[0] if found else None)
+
+
 def _op_dtypes(trace: Trace, ids: list[int] | None = None) -> dict[int, str]:
     ops = trace.ops.select("op_id", "name", "input_dims", "input_types")
     if ids is not None:
         ops = ops.filter(pl.col("op_id").is_in(ids))
     out = {}
-    for op_id, name, dims, types in ops.iter_rows():
-        d = matrix_dtype(name, json_list(dims), json_list(types))
+    for name, dims, types in ops.select("name", "input_dims", "input_types").unique().iter_rows():
+        d = _op_dtype(name, json_list(dims), json_list(types))
         if d is not None:
-            out[op_id] = d
-    return out
+            out[(name, dims, types)] = d
+    keys = ops.select("op_id", "name", "input_dims", "input_types").iter_rows()
+    return {op_id: out[(n, d, t)] for op_id, n, d, t in keys if (n, d, t) in out}
 
 
 def _op_tc(verdicts: list[str]) -> str:

@@ -33,6 +33,7 @@ from kinetolens.ingest.kineto import RawTables
 from kinetolens.ingest.kineto_values import nulls
 from kinetolens.model import direction as dirn
 from kinetolens.model.autograd_order import pair_by_order
+from kinetolens.model.backward_names import fits
 from kinetolens.model.frames import MODULE_PREFIX, per_distinct, source_from_call_stack, user_frame
 from kinetolens.model.nesting import enclosing, nearest_marked, outermost_marked
 from kinetolens.model.steps import assign_steps, build_steps
@@ -77,7 +78,7 @@ def build_trace(raw: RawTables, path: str) -> Trace:
     supplied = ops.select(c for c in SUPPLIED_COLUMNS if c in ops.columns)
     ops, runtime = _attach_python(ops.drop(supplied.columns), runtime, python)
     ops = ops.with_columns(pl.coalesce(pl.lit(supplied[c]), c).alias(c) for c in supplied.columns)
-    ops = _directions(ops, raw.flows)
+    ops, mismatched = _directions(ops, raw.flows)
     runtime = _link_launches(runtime, ops)
     device = _typed_by_name(raw.device)
     kernels = _link_kernels(device, runtime, ops)
@@ -88,6 +89,14 @@ def build_trace(raw: RawTables, path: str) -> Trace:
     if overlaps:
         warnings.append(
             TraceWarning("ranges overlap without nesting", overlaps, "kept, attached to the range they start in")
+        )
+    if mismatched:
+        warnings.append(
+            TraceWarning(
+                "backward ops whose sequence number names an op of another kind",
+                mismatched,
+                "left without a forward op (e.g. NativeLayerNormBackward0 -> aten::addmm)",
+            )
         )
     return Trace(
         path=path,
@@ -243,10 +252,14 @@ def _frame_paths(names: pl.Series, parent: pl.Series) -> tuple[pl.Series, pl.Ser
     return module.alias("module"), source.alias("source")
 
 
-def _directions(ops: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
-    """Direction of every op; forward op, module and source for backward ops."""
+def _directions(ops: pl.DataFrame, flows: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Direction of every op; forward op, module and source for backward ops.
+
+    Also returns how many backward nodes were left unlinked because the only
+    forward op found was of another kind (:mod:`kinetolens.model.backward_names`).
+    """
     direction, bwd_root = _backward_roots(ops)
-    fwd_op, fwd_link = _forward_ops(ops, flows, direction, bwd_root)
+    fwd_op, fwd_link, mismatched = _forward_ops(ops, flows, direction, bwd_root)
     ops = ops.with_columns(
         direction.cast(pl.Categorical()).alias("direction"),
         fwd_op.alias("fwd_op_id"),
@@ -272,7 +285,7 @@ def _directions(ops: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
             "fwd_op",
         )
     )
-    return ops.with_columns(inherited.get_columns())
+    return ops.with_columns(inherited.get_columns()), mismatched
 
 
 def _backward_roots(ops: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
@@ -324,28 +337,43 @@ def _engine_gap_owners(ops: pl.DataFrame, own: pl.Series) -> dict[int, int]:
     ``evaluate_function`` range).  Only threads without annotations qualify:
     the engine's worker threads record none, while a thread that also runs
     the training loop (where the gap between two backward passes holds the
-    optimizer and the next forward) has step and optimizer ranges.
+    optimizer and the next forward) has step and optimizer ranges.  A CPU
+    training loop without step ranges runs both on one thread: there a gap
+    that ends a backward pass (the next node is numbered above the last one:
+    the engine runs one pass's nodes in decreasing order) and holds ops
+    numbered above the last node (they ran after its pass was recorded) is
+    the next forward pass, not engine work.
     """
     tops = (
-        ops.select("op_id", "group", "kind", "parent_id", own=own.cast(pl.String))
+        ops.select("op_id", "group", "kind", "parent_id", "sequence_number", own=own.cast(pl.String))
         .filter(pl.col("parent_id").is_null())
     )
     annotated = set(tops.filter(pl.col("kind") == ANNOTATION)["group"].to_list())
     owner: dict[int, int] = {}
     last_node: dict[int, int] = {}
+    last_seq: dict[int, int] = {}
     pending: dict[int, list[int]] = {}
-    for i, g, d in zip(tops["op_id"].to_list(), tops["group"].to_list(), tops["own"].to_list()):
+    newest: dict[int, int] = {}  # the highest number a pending op carries
+    rows = zip(tops["op_id"].to_list(), tops["group"].to_list(), tops["own"].to_list(), tops["sequence_number"].to_list())
+    for i, g, d, seq in rows:
         if g in annotated:
             continue
         if d == dirn.BPROP:
             node = last_node.get(g)
-            if node is not None:
+            last = last_seq.get(g)
+            forward = last is not None and seq is not None and seq > last and newest.get(g, -1) > last
+            if node is not None and not forward:
                 for j in pending.get(g, []):
                     owner[j] = node
             last_node[g] = i
+            if seq is not None:
+                last_seq[g] = seq
             pending[g] = []
+            newest[g] = -1
         elif g in last_node and d == dirn.FPROP:
             pending[g].append(i)
+            if seq is not None:
+                newest[g] = max(newest.get(g, -1), seq)
     return owner
 
 
@@ -354,12 +382,15 @@ _PAIRS_SCHEMA = {"root": I64, "fwd_op": I64, "link": pl.String}
 
 def _forward_ops(
     ops: pl.DataFrame, flows: pl.DataFrame, direction: pl.Series, bwd_root: pl.Series
-) -> tuple[pl.Series, pl.Series]:
-    """Forward op of every backward op, and how it was found.
+) -> tuple[pl.Series, pl.Series, int]:
+    """Forward op of every backward op, how it was found, and how many nodes
+    lost their only candidate to the name check.
 
     ``fwdbwd`` flows first, then autograd sequence numbers; a trace with no
     sequence numbers at all falls back to creation order
-    (``kinetolens.model.autograd_order``).
+    (``kinetolens.model.autograd_order``).  A pair whose forward op cannot
+    have created a node of that name is dropped
+    (:func:`kinetolens.model.backward_names.fits`).
     """
     roots = bwd_root.drop_nulls().unique().alias("root")
     found = [_fwdbwd_pairs(ops, flows).with_columns(link=pl.lit("fwdbwd_flow"))]
@@ -371,12 +402,27 @@ def _forward_ops(
             pl.DataFrame({"root": list(ordered), "fwd_op": list(ordered.values())}, schema={"root": I64, "fwd_op": I64})
             .with_columns(link=pl.lit("creation_order"))
         )
+    candidates = _fitting(ops["name"], pl.concat([f.select(list(_PAIRS_SCHEMA)).cast(_PAIRS_SCHEMA) for f in found]))
     # A flow's pair wins over the other rules' pair for the same root.
-    pairs = pl.concat([f.select(list(_PAIRS_SCHEMA)).cast(_PAIRS_SCHEMA) for f in found]).unique(
-        subset="root", keep="first", maintain_order=True
-    )
+    pairs = candidates.filter("fits").unique(subset="root", keep="first", maintain_order=True)
+    mismatched = candidates["root"].n_unique() - pairs.height
     each = bwd_root.alias("root").to_frame().join(pairs, on="root", how="left", maintain_order="left")
-    return each["fwd_op"], each["link"]
+    return each["fwd_op"], each["link"], mismatched
+
+
+def _fitting(names: pl.Series, pairs: pl.DataFrame) -> pl.DataFrame:
+    """``pairs`` with ``fits``: whether the root's name admits the forward op's.
+
+    The check runs once per distinct pair of names (a few hundred at most).
+    """
+    named = pairs.with_columns(grad_fn=names.gather(pairs["root"]), fwd_name=names.gather(pairs["fwd_op"]))
+    verdicts = named.select("grad_fn", "fwd_name").unique()
+    verdicts = verdicts.with_columns(
+        fits=pl.Series([fits(g, f) for g, f in verdicts.iter_rows()], dtype=pl.Boolean)
+    )
+    return named.join(verdicts, on=["grad_fn", "fwd_name"], how="left", maintain_order="left").drop(
+        "grad_fn", "fwd_name"
+    )
 
 
 def _sequence_pairs(ops: pl.DataFrame, direction: pl.Series, roots: pl.Series) -> pl.DataFrame:

@@ -90,7 +90,16 @@ def _spec(name: str, source: str, gbps: float, sms: int | None, memory_gb: float
 _A100 = {"fp64": 9.7, "fp64_tensor": 19.5, "fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0, "int8": 624.0}
 _H100_SXM = {"fp64": 34.0, "fp64_tensor": 67.0, "fp32": 67.0, "tf32": 494.5, "fp16": 989.5, "bf16": 989.5, "fp8": 1979.0, "int8": 1979.0}
 
-SPECS: Mapping[str, GpuSpec] = MappingProxyType({s.name: s for s in (
+def _table(*specs: GpuSpec) -> Mapping[str, GpuSpec]:
+    """Specs by name; a name given twice is an error, not a silent replacement."""
+    names = [s.name for s in specs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"GPU spec(s) {twice} given twice")
+    return MappingProxyType({s.name: s for s in specs})
+
+
+SPECS: Mapping[str, GpuSpec] = _table(
     # NVIDIA Tesla V100 GPU Accelerator datasheet (2018); 80 SMs: Volta architecture whitepaper.
     _spec("V100-SXM2", "NVIDIA Tesla V100 datasheet (SXM2)", 900.0, 80, 32.0, fp64=7.8, fp32=15.7, fp16=125.0),
     _spec("V100-PCIe", "NVIDIA Tesla V100 datasheet (PCIe)", 900.0, 80, 32.0, fp64=7.0, fp32=14.0, fp16=112.0),
@@ -139,7 +148,7 @@ SPECS: Mapping[str, GpuSpec] = MappingProxyType({s.name: s for s in (
     # AMD Instinct MI300X datasheet (sparse figures halved).
     _spec("MI300X", "AMD Instinct MI300X datasheet", 5300.0, 304, 192.0,
           fp64=81.7, fp64_tensor=163.4, fp32=163.4, tf32=653.7, fp16=1307.4, bf16=1307.4, fp8=2614.9, int8=2614.9),
-)})
+)
 # fmt: on
 
 _GIB = 1 << 30
