@@ -310,3 +310,21 @@ def test_runs_removed_while_serving_are_one_line_answers(tmp_path: Path) -> None
         assert srv.get_json(view("keep")) == (404, body)
     finally:
         srv.stop()
+
+
+def test_empty_memory_range_and_unknown_step_are_said(server: ThreadServer) -> None:
+    # issue 17, point 23 (error classes): the memory-flow picture of a range dragged past the last
+    # event was a 500 (IndexError in the server); a step the trace lacks gave empty tables
+    # (0 calls, 0 us) on every view but the timeline, which said "no step"
+    server.wait_ready("h100", "qwen.pt.trace.json.gz")
+    base = {"run": "h100", "worker": "qwen.pt.trace.json.gz"}
+    status, body = server.get("/api/memory_flow.svg?" + urlencode({**base, "start_ms": "100000"}))
+    assert status == 200 and body.startswith(b"<svg") and b"No memory events in this range." in body
+    status, body = server.get("/api/memory_flow.svg?" + urlencode(base))
+    assert status == 200 and b"No memory events" not in body  # the whole trace: the picture
+    for path in ("/api/view/operators", "/api/view/kernels", "/api/view/timeline", "/api/table/ops",
+                 "/api/table/kernels", "/api/table/modules"):  # fmt: skip
+        assert server.get_json(f"{path}?" + urlencode({**base, "step": "99999"})) == (
+            400, {"error": "no step 99999 in this trace"}), path
+    step = server.get_json("/api/view/operators?" + urlencode(base))[1]["steps"][0]
+    assert server.get_json("/api/table/ops?" + urlencode({**base, "step": step}))[0] == 200

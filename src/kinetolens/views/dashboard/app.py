@@ -16,6 +16,7 @@ with one line; no traceback ever leaves the server.
 from __future__ import annotations
 
 import contextlib
+import html
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -78,6 +79,12 @@ def _perfetto_export() -> Any | None:
     return None
 
 
+def _note_svg(message: str) -> str:
+    """A picture that says why there is no picture (an <img> shows it where a JSON error would break)."""
+    return ('<svg xmlns="http://www.w3.org/2000/svg" width="640" height="40" font-family="sans-serif" '
+            f'font-size="13"><text x="8" y="24">{html.escape(message)}</text></svg>')  # fmt: skip
+
+
 class Dashboard:
     """Routes bound to one store."""
 
@@ -117,6 +124,9 @@ class Dashboard:
                 waiting.insert(0, worker_id(w))
         if waiting:
             raise Pending({"state": "loading", "waiting_for": waiting, "loaded": len(ranks or [])})
+        if step is not None and step not in loaded.memo("step_numbers", lambda: set(loaded.trace.steps["step"].to_list())):
+            # every view and table alike: empty tables for a step the trace lacks would read as "nothing ran"
+            raise BadParameter(f"no step {step} in this trace")
         other = None
         if q.get("other_run") and q.get("other_worker"):
             other = self._loaded(q["other_run"], q["other_worker"])
@@ -219,6 +229,8 @@ class Dashboard:
 
             def svg() -> str:
                 events, _ = memory_window(ctx)
+                if events.height == 0:  # a range dragged past the last event, or a trace without memory records
+                    return _note_svg("No memory events in this range.")
                 label = str(memory_peaks(events)["device"][0])
                 mine = events.filter(events["device"] == label)
                 window = (int(mine["ts"].min()), int(mine["ts"].max()))  # type: ignore[arg-type]
