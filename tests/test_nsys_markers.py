@@ -228,7 +228,6 @@ def test_a_broken_marker_stays_a_named_range() -> None:
 # --------------------------------------------------------------------------- end to end on a real export
 
 
-@pytest.mark.skipif(not SAXPY.exists(), reason=f"nsys fixture not found under {NSYS}")
 def test_kernels_of_a_real_export_get_op_module_shapes_and_source(markers: list[str], tmp_path: Path) -> None:
     """The real saxpy export (nsys 2022.2, 5 'saxpy' NVTX ranges, each around
     one kernel launch) with those ranges' text replaced by real markers, an

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kinetolens.errors import TraceError
-from kinetolens.formats import METADATA_SUFFIX
+from kinetolens.formats import LATEST_RUN, METADATA_SUFFIX
 
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json", ".sqlite")
 _RANK = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
@@ -94,14 +94,15 @@ def find_runs(logdir: str | Path) -> dict[str, list[WorkerTrace]]:
     A run is named by its path relative to ``logdir`` (``"."`` for traces
     directly in it).  Hidden directories are skipped, and so are run
     directories removed while they are listed (a logdir being written to or
-    cleaned up while ``serve`` lists it).  A missing ``logdir`` is a
-    :class:`TraceError`.
+    cleaned up while ``serve`` lists it), and links (the ``latest`` link of
+    ``kinetolens run`` is a second name for a run).  A missing ``logdir`` is
+    a :class:`TraceError`.
     """
     root = Path(logdir)
     if not root.is_dir():
         raise TraceError(root, "no such directory" if not root.exists() else "is not a directory")
     runs: dict[str, list[WorkerTrace]] = {}
-    for d in sorted([root, *(p for p in root.rglob("*") if p.is_dir())]):
+    for d in sorted([root, *(p for p in root.rglob("*") if p.is_dir() and not p.is_symlink())]):
         rel = d.relative_to(root)
         if any(part.startswith(".") for part in rel.parts):
             continue
@@ -119,14 +120,16 @@ def one_run(path: str | Path) -> list[WorkerTrace]:
     """The traces of the one run a directory stands for.
 
     A run directory is itself; a logdir holding exactly one run is that run;
-    a logdir of several runs is ambiguous and an error, as is a directory
-    without traces.  Commands that take "a trace or a run" resolve
+    a folder of runs with a ``latest`` link (``kinetolens run``'s
+    ``LOGDIR/NAME``) is the run it points to; a logdir of several runs is
+    otherwise ambiguous and an error, as is a directory without traces.  Commands that take "a trace or a run" resolve
     directories through this, so they agree on what a directory means.
     """
     p = Path(path)
     if not p.is_dir():
         raise TraceError(p, "no such directory" if not p.exists() else "is not a directory")
-    traces = run_traces(p)
+    latest = p / LATEST_RUN
+    traces = run_traces(p) or (run_traces(latest.resolve()) if latest.is_dir() else [])
     if traces:
         return traces
     runs = find_runs(p)

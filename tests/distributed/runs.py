@@ -58,12 +58,12 @@ class DistributedRun:
     mode: str  # "torchrun" or "spawn"
     world_size: int
     logdir: Path
+    #: The folder of the run's traces: ``kinetolens run`` gives each run its
+    #: own, ``LOGDIR/RUN/<start time>`` (``LOGDIR/RUN/latest`` links to the
+    #: newest); ``kinetolens.profile`` writes to ``LOGDIR/RUN``.
+    run_dir: Path
     traces: tuple[Path, ...]  # one per rank, in rank order
     output: str  # the job's stderr (and kinetolens' report)
-
-    @property
-    def run_dir(self) -> Path:
-        return self.logdir.resolve() / RUN_NAME
 
 
 def rank_of(trace: Path) -> int:
@@ -103,8 +103,11 @@ def profile_ddp(mode: str, world_size: int, logdir: Path, extra: tuple[str, ...]
         pytest.fail(f"{mode} DDP job with {world_size} ranks ran past {TIMEOUT_S}s:\n{exc.stderr!s:.3000}")
     if res.returncode != 0:
         pytest.fail(f"{mode} DDP job with {world_size} ranks exited {res.returncode}:\n{res.stderr[-3000:]}")
-    traces = sorted((logdir / RUN_NAME).glob(f"*{TRACE_SUFFIX}"), key=rank_of)
-    return DistributedRun(mode, world_size, logdir, tuple(traces), res.stderr)
+    run_dir = logdir.resolve() / RUN_NAME
+    if mode == "torchrun":
+        run_dir = (run_dir / "latest").resolve()
+    traces = sorted(run_dir.glob(f"*{TRACE_SUFFIX}"), key=rank_of)
+    return DistributedRun(mode, world_size, logdir, run_dir, tuple(traces), res.stderr)
 
 
 def shared_run(

@@ -47,7 +47,10 @@ def dist_command(
     if no_cache and cache_dir is not None:
         raise click.UsageError("--no-cache and --cache-dir exclude each other")
     cache = False if no_cache else (cache_dir if cache_dir is not None else True)
-    summaries = summarize_run(run_dir, executor, cache=cache)
+    notes: list[str] = []
+    summaries = summarize_run(run_dir, executor, cache=cache, notes=notes)
+    for note in notes:  # on stderr: --json output stays one JSON document
+        click.echo(f"kinetolens: note: {note}", err=True)
     straggling = stragglers(summaries)
     tables = {
         "ranks": step_times(summaries),
