@@ -19,6 +19,7 @@ from typing import Any
 import polars as pl
 
 from kinetolens.analysis.idle import comm_comp_overlap, temporal_breakdown
+from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.views import figures
 from kinetolens.views.dashboard.pages import Block, figure, table, text
 from kinetolens.views.dashboard.sources import BadParameter, Ctx
@@ -55,8 +56,8 @@ def rank_digest(trace: Any, rank: int | None = None) -> RankDigest:
     dist = _optional("kinetolens.analysis.distributed")
     return RankDigest(
         summary=dist.rank_summary(trace, rank) if dist is not None else None,
-        temporal=temporal_breakdown(trace),
-        overlap=comm_comp_overlap(trace),
+        temporal=temporal_breakdown(without_incomplete_steps(trace)),  # as `kinetolens idle` and the report
+        overlap=comm_comp_overlap(without_incomplete_steps(trace)),
     )
 
 
