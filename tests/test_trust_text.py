@@ -220,3 +220,17 @@ def test_file_name_that_is_not_utf8(tmp_path: Path) -> None:
     proc = run_cli("report", "--format", "md", str(path))
     assert proc.returncode == 0 and shown in proc.stdout, proc.stderr
     assert kinetolens.load(path).path == shown
+
+
+# issue 17, point 15 (the same fault in the run metadata beside a trace)
+def test_run_metadata_with_a_lone_surrogate_escape(tmp_path: Path) -> None:
+    """``kinetolens run -- python café.py`` (a Latin-1 name) records the command
+    as json.dump writes it, ``"caf\\udce9.py"``: the whole file was dropped."""
+    from kinetolens.formats import RUN_METADATA_KEY, metadata_name
+
+    trace = tmp_path / "worker0.pt.trace.json.gz"
+    shutil.copyfile(BERT, trace)
+    meta = {"schema": "kinetolens.capture/1", "torch_version": "2.13.0", "launch_command": ["python", "caf\udce9.py"]}
+    (tmp_path / metadata_name(trace.name)).write_text(json.dumps(meta))
+    run = kinetolens.load(trace, cache=False).metadata[RUN_METADATA_KEY]
+    assert run["launch_command"] == ["python", "caf\ufffd.py"] and run["torch_version"] == "2.13.0"
