@@ -20,6 +20,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from kinetolens import __version__
+from kinetolens.analysis.memory import ALLOCATOR, BASIS_NOTES
 from kinetolens.analysis.overview import CATEGORIES, OTHER
 from kinetolens.errors import TraceError
 from kinetolens.views.report_data import TOP_ROWS, ReportData
@@ -97,7 +98,10 @@ def overview_frame(data: ReportData) -> pl.DataFrame:
         rows.append((f"GPU {dev} SM efficiency", _pct(g.get("sm_efficiency"))))
         rows.append((f"GPU {dev} Tensor Core share of kernel time", _pct(g.get("tensor_core_share"))))
         peak = g.get("peak_allocated_bytes")
-        rows.append((f"GPU {dev} peak allocated", None if peak is None else f"{peak / 2**30:.3f} GiB"))
+        counts = "" if g.get("peak_basis") in (None, ALLOCATOR) else f" ({BASIS_NOTES[g['peak_basis']]})"
+        start = g.get("live_at_start_bytes")
+        counts += "" if start is None else f" ({start / 2**30:.3f} GiB alive when profiling started)"
+        rows.append((f"GPU {dev} peak allocated", None if peak is None else f"{peak / 2**30:.3f} GiB{counts}"))
     a = s["attribution"]
     if a.get("kernel_time_us"):
         rows.append(("kernel time attributed to an op / module / source line",
@@ -124,6 +128,17 @@ def breakdown_frame(data: ReportData) -> pl.DataFrame:
     )
 
 
+def memory_frame(data: ReportData) -> pl.DataFrame:
+    """Peak per device with what it counts (the memory view's numbers, :func:`memory.peak_memory`)."""
+    return data.memory_peaks.select(
+        "device",
+        peak_allocated_gib=pl.col("peak_allocated") / 2**30,
+        alive_at_start_gib=pl.col("live_at_start") / 2**30,
+        peak_op="peak_op",
+        counts=pl.col("basis").replace_strict(BASIS_NOTES, default=None, return_dtype=pl.String),
+    )
+
+
 def _tables(data: ReportData) -> dict[str, Markup]:
     basis = data.basis
     op_cols = ["name", "calls", basis, "device_self_us", "host_total_us", "step_share_pct", "tflops_s", "gbps", "in_shapes", "dtypes"]
@@ -133,8 +148,7 @@ def _tables(data: ReportData) -> dict[str, Markup]:
         "ops": frame_html(data.ops, list(dict.fromkeys(op_cols))),
         "kernels": frame_html(data.kernel_names, ["name", "calls", "device_total_us", "mean_us", "op", "occupancy", "step_share_pct", "tflops_s", "gbps"]),
         "modules": frame_html(data.modules, list(dict.fromkeys(["module", "calls", basis, "host_total_us", "step_share_pct", "tflops_s"]))),
-        "memory": frame_html(data.memory_peaks.with_columns(peak_allocated_gib=pl.col("peak_allocated") / 2**30),
-                             ["device", "peak_allocated_gib", "peak_op", "basis"], rows=None),
+        "memory": frame_html(memory_frame(data), rows=None),
     }  # fmt: skip
     if data.roofline_modules is not None:
         tables["roofline"] = frame_html(
