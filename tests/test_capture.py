@@ -336,7 +336,7 @@ def test_run_profiles_unmodified_script(tmp_path: Path) -> None:
     assert res.stdout == f"pid {pid}\nargs ['9', '3']\n"  # stdout untouched
     assert "to stderr" in res.stderr
 
-    traces = sorted((logdir / "train_script").glob("*.pt.trace.json.gz"))
+    traces = sorted((logdir / "train_script" / "latest").resolve().glob("*.pt.trace.json.gz"))
     assert len(traces) == 1, res.stderr
     trace = traces[0]
     assert_trace_name(trace, f"{HOST}_{pid}")  # the child wrote it, not the launcher
@@ -387,7 +387,7 @@ def test_run_module_with_markers(tmp_path: Path) -> None:
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert res.stdout == "inference done\n"
-    (trace,) = (logdir / "infer").glob("*.pt.trace.json.gz")
+    (trace,) = (logdir / "infer" / "latest").glob("*.pt.trace.json.gz")
     evs = events(trace)
     # without an optimizer the first marker starts profiling
     assert step_names(evs) == ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"]

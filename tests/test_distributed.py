@@ -5,6 +5,7 @@ and real gloo DDP runs (two torchrun ranks, four spawned ranks)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -26,7 +27,6 @@ from kinetolens.analysis.distributed import (
     step_times,
 )
 from kinetolens.cli.main import main
-from kinetolens.errors import TraceError
 from kinetolens.runs import summarize_run
 from tests.conftest import GOLDEN, trace_path
 from tests.distributed.runs import DistributedRun, spawn_4, torchrun_2  # noqa: F401
@@ -171,12 +171,16 @@ def test_bad_run_directories(
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "holds no trace files" in err
-    # two files claiming the same rank would double-count it
+    # two files claiming the same rank would double-count it: the newest is
+    # used, and a note says so (issue 17, point 27)
     src = trace_path(f"{PAIR}/sampled_rank-0.json.gz")
     shutil.copy(src, tmp_path / "rank-0.json.gz")
     shutil.copy(src, tmp_path / "copy_rank-5.json.gz")
-    with pytest.raises(TraceError, match="rank 0 appears twice"):
-        summarize_run(tmp_path)
+    os.utime(tmp_path / "rank-0.json.gz", ns=(1, 1))  # the older of the two
+    notes: list[str] = []
+    (only,) = summarize_run(tmp_path, notes=notes)
+    assert only.rank == 0 and Path(only.path).name == "copy_rank-5.json.gz"
+    assert len(notes) == 1 and "more than one trace of rank 0" in notes[0] and "rank-0.json.gz" in notes[0]
 
 
 # --- real gloo DDP runs -------------------------------------------------------

@@ -104,3 +104,51 @@ def test_memory_peaks_say_what_they_cover(qwen: kinetolens.Trace) -> None:
     assert "not counted" in peaks["CPU"]["note"]
     assert peaks["GPU0"]["basis"] == ALLOCATOR
     assert peaks["GPU0"]["live_at_start"] == 984_742_400  # regression pin: 939.1 MiB of weights before the window
+
+
+def _cli(*args: str) -> str:
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "kinetolens.cli.main", *args], capture_output=True, text=True, check=True,
+        env={**os.environ, "COLUMNS": "80"},
+    ).stdout
+
+
+def test_terminal_views_say_what_a_memory_peak_counts() -> None:
+    # issue 17, point 29: next to the number, in the summary and the memory view.
+    path = str(trace_path(QWEN))
+    summary = " ".join(_cli("summary", path).split())
+    assert "peak memory CPU │ 16 B, allocated while profiling only" in summary
+    assert "peak memory GPU0 │ 1.9 GiB (939.1 MiB alive when profiling started)" in summary
+    memory = _cli("memory", path)
+    rows: dict[str, list[str]] = {}
+    for line in memory.splitlines():
+        if line.strip().startswith(("GPU0 ", "CPU ")):
+            rows.setdefault(line.split()[0], line.split())  # the table comes before the "peak at" lines
+    assert rows["GPU0"][1:6] == ["1.9", "GiB", "all", "939.1", "MiB"]
+    assert rows["CPU"][1:5] == ["16", "B", "window", "-"]
+    assert "counts window: allocated while profiling only" in " ".join(memory.split())
+
+
+def test_calls_of_a_module_are_the_times_it_ran(qwen: kinetolens.Trace) -> None:
+    # issue 17, point 11: one attention module showed 29 calls in `ops --aggregate-by module`
+    # (its top-level ops) and 15 in `roofline --by module` (those carrying work); it ran once.
+    from kinetolens.analysis.modules import module_calls
+    from kinetolens.analysis.ops import op_stats
+    from kinetolens.analysis.roofline import roofline_by
+    from kinetolens.registry.gpus import gpu_spec
+
+    module = "Qwen2Model_0.Qwen2DecoderLayer_0.Qwen2Attention_0"
+    ran = qwen.python.filter(pl.col("name") == "nn.Module: Qwen2Attention_0").height
+    assert ran == 1
+    ops_row = op_stats(qwen, by="module").filter(pl.col("module") == module).row(0, named=True)
+    roof_row = roofline_by(qwen, gpu_spec(qwen), by="module").filter(pl.col("module") == module).row(0, named=True)
+    counted = module_calls(qwen).filter(pl.col("module") == module)["calls"].item()
+    assert ops_row["calls"] == roof_row["calls"] == counted == ran
+    # What each view counted before, kept under a name that says so (regression pins).
+    assert (ops_row["ops"], roof_row["ops"]) == (29, 15)
+    dashboard = sources.ops(Ctx(Loaded(qwen), None, {"group": "module"}))
+    assert dashboard.filter(pl.col("module") == module)["calls"].item() == ran

@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 
 from kinetolens import load
+from kinetolens.analysis import launch
 from kinetolens.analysis.summary import attribution
 from kinetolens.ingest.categories import DEVICE_SYNC, KERNEL, MEMCPY, device_kind
 from tests.conftest import trace_path
@@ -17,16 +18,17 @@ from tests.conftest import trace_path
 MTIA = "hta/mtia_inference_trace/mtia_inference_rank_0.json.gz"
 
 
-def _device_time_by_name() -> dict[str, tuple[int, float]]:
-    """name -> (events, total µs) of the MTIA device events, read from the JSON."""
+def _device_time_by_name() -> dict[str, tuple[int, float, int]]:
+    """name -> (events, total µs, total ``size`` bytes) of the MTIA device events, read from the JSON."""
     with gzip.open(trace_path(MTIA), "rt") as fh:
         events = json.load(fh)["traceEvents"]
-    out: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    out: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0])
     for e in events:
         if e.get("ph") == "X" and e.get("cat") == "mtia_ccp_events":
             out[e["name"]][0] += 1
             out[e["name"]][1] += e["dur"]
-    return {k: (int(n), us) for k, (n, us) in out.items()}
+            out[e["name"]][2] += e["args"].get("size", 0)
+    return {k: (int(n), us, int(size)) for k, (n, us, size) in out.items()}
 
 
 # issue 17, point 7
@@ -43,6 +45,11 @@ def test_mtia_dma_requests_are_copies_and_event_waits_are_not_kernel_time() -> N
         assert n == truth[name][0] and us == pytest.approx(truth[name][1])
     compute_us = sum(truth[k][1] for k in ("pe_exe", "merge", "remote"))
     assert attribution(trace)["kernel_time_us"] == pytest.approx(compute_us)
+    # A DMA request's ``size`` is its byte count, so it has a bandwidth.
+    dma = launch.memory_bandwidth(trace)
+    assert dma["name"].unique().to_list() == ["dma_request"]
+    assert dma.height == truth["dma_request"][0] and dma["bytes"].sum() == truth["dma_request"][2] > 0
+    assert dma["memory_bw_gbps"].null_count() == 0
 
 
 # issue 17, point 7

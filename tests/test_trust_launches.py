@@ -102,7 +102,7 @@ def test_a_graph_launch_counts_once_with_the_kernels_it_released() -> None:
     assert int(short["count"].sum()) == stats.filter(
         (pl.col("kernels") == 1) & (pl.col("gpu_duration_us") < pl.col("cpu_duration_us"))
     ).height
-    table = launch.graph_launches(stats).row(0, named=True)
+    table = launch.multi_kernel_launches(stats).row(0, named=True)
     assert (table["launch"], table["launches"], table["kernels"], table["max_kernels"]) == (
         "hipGraphLaunch", 25, 361, max(released.values())
     )
@@ -122,7 +122,7 @@ def test_a_graph_launch_is_one_queue_entry() -> None:
 
 
 # issue 17, point 4
-def test_launches_command_reports_graph_launches() -> None:
+def test_launches_command_reports_multi_kernel_launches() -> None:
     from click.testing import CliRunner
 
     from kinetolens.cli.main import cli
@@ -130,9 +130,9 @@ def test_launches_command_reports_graph_launches() -> None:
     result = CliRunner().invoke(cli, ["launches", str(trace_path(GRAPHS)), "--json", "--no-cache"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
-    assert [(r["launch"], r["launches"], r["kernels"]) for r in doc["graph_launches"]] == [("hipGraphLaunch", 25, 361)]
+    assert [(r["launch"], r["launches"], r["kernels"]) for r in doc["multi_kernel_launches"]] == [("hipGraphLaunch", 25, 361)]
     counts = {r["metric"]: r["count"] for r in doc["launch_summary"]}
     assert counts == {"cpu_duration": 87, "gpu_duration": 87, "launch_delay": 87}  # 62 + 25 calls, not 62 + 361
     table = CliRunner().invoke(cli, ["launches", str(trace_path(GRAPHS)), "--no-cache"], env={"COLUMNS": "100"})
-    assert "graph launches (µs)" in table.output and "hipGraphLaunch" in table.output
+    assert "multi kernel launches (µs)" in table.output and "hipGraphLaunch" in table.output
     assert "cpu_duration" in table.output  # not folded across two lines at 100 columns

@@ -95,3 +95,22 @@ def test_counters_that_cannot_be_collected(tmp_path: Path) -> None:
     reason = reported(proc, "job", tmp_path)
     assert reason.startswith("could not start profiling: cannot collect hardware counters (")
     assert "CUDA" in reason
+
+
+# issue 17, point 17 (a script whose file name is not UTF-8)
+def test_script_name_that_is_not_utf8(tmp_path: Path) -> None:
+    """torch's stack recording refuses such a file name; the reason and the way
+    around it are said, and --no-stack does record."""
+    name = os.fsdecode(b"caf\xe9.py")
+    (tmp_path / name).write_text(
+        "import torch\nm = torch.nn.Linear(4, 4)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for _ in range(6):\n    m(torch.ones(2, 4)).sum().backward()\n    opt.step()\n"
+    )
+    proc = kl_run(tmp_path, "--run", "latin", "--", sys.executable, name)
+    # 2 when the script then exits 0; torch 2.13 may also crash at exit after
+    # the failed step (SIGSEGV, 139), which passes through as the child's status.
+    assert proc.returncode in (2, 139), proc.stderr
+    reason = reported(proc, "latin", tmp_path)
+    assert "utf-8" in reason.lower() and "--no-stack" in reason, reason
+    proc = kl_run(tmp_path, "--run", "latin", "--no-stack", "--", sys.executable, name)
+    assert proc.returncode == 0 and "kinetolens: wrote " in proc.stderr, proc.stderr

@@ -135,41 +135,55 @@ def test_unreachable_scheduler_fails_within_seconds(run_dir: Path) -> None:
     assert time.monotonic() - t0 < 4
 
 
-@pytest.fixture
-def scheduler_elsewhere(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """A Dask scheduler and one worker process, each a separate process whose
-    working directory is not the client's; yields the address and that directory."""
-    pytest.importorskip("distributed")
-    elsewhere = tmp_path / "worker-cwd"
-    elsewhere.mkdir()
-    info = tmp_path / "scheduler.json"
+def start_cluster(where: Path, workers: int) -> tuple[str, list[subprocess.Popen[bytes]]]:
+    """A Dask scheduler and ``workers`` worker processes, each a separate
+    process working in ``where``; their address and the processes."""
+    info = where / "scheduler.json"
     env = dict(os.environ)
+    quiet = {"cwd": where, "env": env, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     procs = [subprocess.Popen(
         [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0",
-         "--no-dashboard", "--scheduler-file", str(info)],
-        cwd=elsewhere, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]  # fmt: skip
+         "--no-dashboard", "--scheduler-file", str(info)], **quiet)]  # type: ignore[call-overload]  # fmt: skip
     try:
         deadline = time.monotonic() + 60
         while not info.exists() or not info.read_text().strip():
             assert time.monotonic() < deadline, "the scheduler did not start"
             time.sleep(0.2)
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file", str(info), "--nthreads", "1",
-             "--nworkers", "1", "--no-dashboard", "--host", "127.0.0.1"],
-            cwd=elsewhere, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
         address = json.loads(info.read_text())["address"]
-        from distributed import Client
+        if workers:
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file", str(info), "--nthreads", "1",
+                 "--nworkers", str(workers), "--no-dashboard", "--host", "127.0.0.1"], **quiet))  # type: ignore[call-overload]  # fmt: skip
+            from distributed import Client
 
-        with Client(address, timeout=30) as client:
-            client.wait_for_workers(1, timeout=60)
+            with Client(address, timeout=30) as client:
+                client.wait_for_workers(workers, timeout=60)
+    except BaseException:
+        stop(procs)
+        raise
+    return address, procs
+
+
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in reversed(procs):
+        p.terminate()
+        try:
+            p.wait(15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+@pytest.fixture
+def scheduler_elsewhere(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A scheduler and one worker whose working directory is not the client's."""
+    pytest.importorskip("distributed")
+    elsewhere = tmp_path / "worker-cwd"
+    elsewhere.mkdir()
+    address, procs = start_cluster(elsewhere, workers=1)
+    try:
         yield address, elsewhere
     finally:
-        for p in reversed(procs):
-            p.terminate()
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs)
 
 
 def test_relative_cache_dir_is_the_clients_on_dask_workers(
@@ -187,3 +201,34 @@ def test_relative_cache_dir_is_the_clients_on_dask_workers(
     written = [p for p in (here / "rel-cache").rglob("*") if p.is_file()]
     assert len(written) >= 4  # one entry per rank, where the client said
     assert not (elsewhere / "rel-cache").exists()
+
+
+@pytest.mark.parametrize(("spec", "problem"), [
+    ("inproc://x", "unknown executor"),  # such a scheduler lives in one process; none runs in kinetolens'
+    ("tcp://127.0.0.1", "missing port"),
+    ("dask://127.0.0.1:99999", "port 99999 is not 1-65535"),
+])  # fmt: skip
+def test_bad_scheduler_addresses_are_one_line_errors(run_dir: Path, spec: str, problem: str) -> None:
+    # issue 17, point 28 (the same fault): these ended in a Dask traceback, inproc:// after 20 s
+    pytest.importorskip("distributed")
+    t0 = time.monotonic()
+    result = kinetolens("dist", str(run_dir), "--executor", spec, "--no-cache", timeout=90)
+    assert result.returncode == 2
+    err = result.stderr.strip()
+    assert err.count("\n") == 0 and problem in err and "Traceback" not in err, err
+    assert time.monotonic() - t0 < 10
+
+
+def test_scheduler_without_workers_is_an_error_not_a_wait(run_dir: Path, tmp_path: Path) -> None:
+    # issue 17, point 28 (the same fault): a scheduler whose workers never came waited without end
+    pytest.importorskip("distributed")
+    from kinetolens.runs import summarize_run
+
+    address, procs = start_cluster(tmp_path, workers=0)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(TraceError, match="no workers"):
+            summarize_run(run_dir, DaskExecutor(address, workers_timeout_s=2), cache=False)
+        assert time.monotonic() - t0 < 20
+    finally:
+        stop(procs)

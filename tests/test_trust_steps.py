@@ -113,3 +113,19 @@ def test_idle_keeps_a_whole_last_step() -> None:
 
     assert kept == pytest.approx(temporal_breakdown(kinetolens.load(path)).row(0, named=True)["kernel_span_us"])
     assert pl.DataFrame(json.loads(out)["temporal_breakdown"]).height == 1
+
+
+def test_advice_and_diff_judge_whole_steps_only(cut_trace: Path) -> None:
+    # issue 17, point 26, the same fault elsewhere: per-step savings and diff means
+    # divided by a step count that included the cut step.
+    from kinetolens.analysis.diff import compare
+    from kinetolens.analysis.recommendations import recommendations
+
+    trace = kinetolens.load(cut_trace, cache=False)
+    whole = without_incomplete_steps(trace)
+    assert [f.to_dict() for f in recommendations(trace)] == [f.to_dict() for f in recommendations(whole)]
+    assert summarize(trace)["recommendations"] == [f.to_dict() for f in recommendations(whole)]
+    mean_us = summarize(trace)["steps"]["mean_us"]
+    info = compare(trace, trace).summary
+    assert info["baseline"]["mean_step_us"] == pytest.approx(mean_us)
+    assert info["baseline"]["steps"] == [4]

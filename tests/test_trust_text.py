@@ -220,3 +220,36 @@ def test_file_name_that_is_not_utf8(tmp_path: Path) -> None:
     proc = run_cli("report", "--format", "md", str(path))
     assert proc.returncode == 0 and shown in proc.stdout, proc.stderr
     assert kinetolens.load(path).path == shown
+
+
+# issue 17, point 15 (the same fault in the run metadata beside a trace)
+def test_run_metadata_with_a_lone_surrogate_escape(tmp_path: Path) -> None:
+    """``kinetolens run -- python café.py`` (a Latin-1 name) records the command
+    as json.dump writes it, ``"caf\\udce9.py"``: the whole file was dropped."""
+    from kinetolens.formats import RUN_METADATA_KEY, metadata_name
+
+    trace = tmp_path / "worker0.pt.trace.json.gz"
+    shutil.copyfile(BERT, trace)
+    meta = {"schema": "kinetolens.capture/1", "torch_version": "2.13.0", "launch_command": ["python", "caf\udce9.py"]}
+    (tmp_path / metadata_name(trace.name)).write_text(json.dumps(meta))
+    run = kinetolens.load(trace, cache=False).metadata[RUN_METADATA_KEY]
+    assert run["launch_command"] == ["python", "caf\ufffd.py"] and run["torch_version"] == "2.13.0"
+
+
+@pytest.mark.parametrize(
+    ("text", "decoded", "count"),
+    [
+        (rb'"\ud83d\ude00"', "\U0001f600", 0),  # a well-formed pair is text, kept
+        (rb'"\\udc80"', "\\udc80", 0),  # an escaped backslash, then letters
+        (rb'"\udc80"', "\ufffd", 1),
+        (rb'"\ud800\ud800"', "\ufffd\ufffd", 2),
+        (rb'"\ude00\ud83d"', "\ufffd\ufffd", 2),  # halves in the wrong order
+        (rb'"\ud83d\ude00\ude00"', "\U0001f600\ufffd", 1),
+        (b'"caf\xe9 \xff\xfe"', "caf\ufffd \ufffd", 2),
+    ],
+)
+def test_repair_replaces_only_what_is_not_text(text: bytes, decoded: str, count: int) -> None:
+    from kinetolens.ingest.text_repair import repair_json_text
+
+    repaired = repair_json_text(text)
+    assert json.loads(repaired.data) == decoded and repaired.count == count

@@ -11,6 +11,9 @@ from __future__ import annotations
 TRACE_SUFFIX = ".pt.trace.json.gz"
 #: kinetolens' run metadata beside a trace (a name tb-profiler's pattern skips).
 METADATA_SUFFIX = ".kinetolens.json"
+#: The link ``kinetolens run`` keeps to a run name's newest run folder:
+#: ``LOGDIR/NAME/latest -> <start time>``.
+LATEST_RUN = "latest"
 #: Key of ``Trace.metadata`` under which the loader puts that file's contents.
 RUN_METADATA_KEY = "kinetolens_run"
 

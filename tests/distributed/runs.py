@@ -9,7 +9,8 @@ per test session however many tests or modules ask for it:
   profile themselves with ``kinetolens.profile``;
 * :func:`slow_loader_2`: two spawned ranks training from a ``DataLoader``
   whose batches take :data:`DELAY_MS` longer to load on rank 1, with DDP's
-  gradients in several buckets (a planted straggler).
+  gradients in several buckets (a planted straggler); both exit in the
+  middle of the last recorded step (:data:`CUT_STEP`).
 
 Use them from any test module by importing the fixtures::
 
@@ -45,6 +46,10 @@ TIMEOUT_S = 300
 #: this much later than rank 0.
 DELAY_MS = 50.0
 SLOW_RANK = 1
+#: The recorded steps of :func:`slow_loader_2`: two whole, then one the
+#: processes exit in.
+WHOLE_STEPS = [2, 3]
+CUT_STEP = 4
 
 # (mode, world size, extra job arguments, session base dir) -> run; a
 # session's runs are shared by every module that imports the fixtures.
@@ -58,12 +63,12 @@ class DistributedRun:
     mode: str  # "torchrun" or "spawn"
     world_size: int
     logdir: Path
+    #: The folder of the run's traces: ``kinetolens run`` gives each run its
+    #: own, ``LOGDIR/RUN/<start time>`` (``LOGDIR/RUN/latest`` links to the
+    #: newest); ``kinetolens.profile`` writes to ``LOGDIR/RUN``.
+    run_dir: Path
     traces: tuple[Path, ...]  # one per rank, in rank order
     output: str  # the job's stderr (and kinetolens' report)
-
-    @property
-    def run_dir(self) -> Path:
-        return self.logdir.resolve() / RUN_NAME
 
 
 def rank_of(trace: Path) -> int:
@@ -103,8 +108,11 @@ def profile_ddp(mode: str, world_size: int, logdir: Path, extra: tuple[str, ...]
         pytest.fail(f"{mode} DDP job with {world_size} ranks ran past {TIMEOUT_S}s:\n{exc.stderr!s:.3000}")
     if res.returncode != 0:
         pytest.fail(f"{mode} DDP job with {world_size} ranks exited {res.returncode}:\n{res.stderr[-3000:]}")
-    traces = sorted((logdir / RUN_NAME).glob(f"*{TRACE_SUFFIX}"), key=rank_of)
-    return DistributedRun(mode, world_size, logdir, tuple(traces), res.stderr)
+    run_dir = logdir.resolve() / RUN_NAME
+    if mode == "torchrun":
+        run_dir = (run_dir / "latest").resolve()
+    traces = sorted(run_dir.glob(f"*{TRACE_SUFFIX}"), key=rank_of)
+    return DistributedRun(mode, world_size, logdir, run_dir, tuple(traces), res.stderr)
 
 
 def shared_run(
@@ -136,5 +144,5 @@ def spawn_4(tmp_path_factory: pytest.TempPathFactory) -> DistributedRun:
 @pytest.fixture(scope="session")
 def slow_loader_2(tmp_path_factory: pytest.TempPathFactory) -> DistributedRun:
     """Two spawned ranks; rank :data:`SLOW_RANK` loads each batch :data:`DELAY_MS` later."""
-    extra = ("--delay-ms", str(DELAY_MS), "--slow-rank", str(SLOW_RANK))
+    extra = ("--delay-ms", str(DELAY_MS), "--slow-rank", str(SLOW_RANK), "--cut-last-step")
     return shared_run(tmp_path_factory, "spawn", 2, extra)

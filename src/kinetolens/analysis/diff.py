@@ -51,6 +51,7 @@ from kinetolens.analysis.op_times import op_instances
 from kinetolens.analysis.ops import without_step_ranges
 from kinetolens.analysis.overview import COLUMNS, step_breakdown
 from kinetolens.formats import RUN_METADATA_KEY
+from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
 from kinetolens.registry.gpus import trace_device
 
@@ -218,6 +219,7 @@ class _TraceFacts:
 
 
 def _facts(trace: Trace) -> _TraceFacts:
+    trace = without_incomplete_steps(trace)  # a step the profiler cut short is not a step to compare
     breakdown = step_breakdown(trace)
     has_steps = trace.steps.height > 0
     # Annotations (record_function ranges) are rows too: a user range that

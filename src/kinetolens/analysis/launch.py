@@ -5,9 +5,9 @@
   to the start on the GPU (0 when the work started before the call
   returned).  A CUDA/HIP graph launch is one call that releases many kernels
   under one correlation id: it counts once, with the number it released.
-* :func:`launch_summary` / :func:`short_kernels` / :func:`graph_launches`:
+* :func:`launch_summary` / :func:`short_kernels` / :func:`multi_kernel_launches`:
   the distribution of those three, the kernels whose launch costs more than
-  they run, and what graph launches released.
+  they run, and what launches of several activities (graphs) released.
 * :func:`queue_length` / :func:`queue_length_summary`: outstanding launches
   per stream over time (+1 when a launch call starts, -1 when its work
   starts).
@@ -139,8 +139,10 @@ def short_kernels(stats: pl.DataFrame, short_us: float = SHORT_LAUNCH_US) -> pl.
     )
 
 
-def graph_launches(stats: pl.DataFrame) -> pl.DataFrame:
-    """Launch calls that released more than one activity (CUDA/HIP graph launches), per API.
+def multi_kernel_launches(stats: pl.DataFrame) -> pl.DataFrame:
+    """Launch calls that released more than one activity, per API.
+
+    CUDA/HIP graph launches; on MTIA, copies split into several DMA requests.
 
     Columns: ``rank, launch, launches, kernels`` (released in all),
     ``max_kernels`` (by one call), ``mean_cpu_us, mean_gpu_us`` (summed over
@@ -192,11 +194,11 @@ def queue_length_summary(trace: Trace, calls: Collection[str] | None = None) -> 
 
 
 def _copy_kind(name: pl.Expr) -> pl.Expr:
-    """``Memset``, ``Memcpy HtoD`` / ``DtoH`` / ``DtoD`` / ..., or ``Memcpy Unknown``."""
+    """``Memset``, ``Memcpy HtoD`` / ``DtoH`` / ``DtoD`` / ..., or the name itself (MTIA's ``dma_request``)."""
     return (
         pl.when(name.str.starts_with("Memset")).then(pl.lit("Memset"))
         .when(name.str.starts_with("Memcpy")).then(name.str.slice(0, MEMCPY_KIND_CHARS))
-        .otherwise(pl.lit("Memcpy Unknown"))
+        .otherwise(name)
     )
 
 

@@ -40,6 +40,7 @@ from kinetolens.analysis.tensor_cores import (
     matrix_roots,
     op_tensor_core_eligibility,
 )
+from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
 from kinetolens.registry.gpus import gpu_spec, trace_device
 
@@ -657,8 +658,9 @@ RULES: list[Callable[[RuleContext], list[Finding]]] = [
 
 
 def recommendations(trace: Trace) -> list[Finding]:
-    """Every rule's findings, the largest estimated saving per step first."""
-    return findings(RuleContext(trace))
+    """Every rule's findings over the steps that ran whole, the largest
+    estimated saving per step first."""
+    return findings(RuleContext(without_incomplete_steps(trace)))
 
 
 def damaged_inputs(trace: Trace) -> str | None:

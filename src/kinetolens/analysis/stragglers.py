@@ -65,7 +65,7 @@ CAUSES: dict[str, str] = {
     "memcpy": "memory copies",
     "memset": "memory sets",
     "runtime": "CUDA runtime calls",
-    OTHER: "time outside any profiled op",
+    OTHER: "time in no op",
 }
 assert set(CAUSES) == (set(CATEGORIES) | {OTHER}) - {"communication"}
 
@@ -181,8 +181,13 @@ def stragglers(summaries: list[RankSummary]) -> pl.DataFrame:
         others_wait_ns=pl.col("sync_ns").sum().over(key) - pl.col("sync_ns")
     )
     total_wait = float(calls["sync_ns"].sum())
+    # Lateness per whole step (a step the profiler cut short is left out).
+    whole = pl.concat(
+        [s.steps.select(rank=pl.lit(s.rank, pl.Int64), step="step") for s in summaries]
+    )
     late_per_step = (
-        calls.group_by("rank", "step")
+        calls.join(whole, on=["rank", "step"], how="semi", nulls_equal=True)
+        .group_by("rank", "step")
         .agg(late=pl.col("late_ns").max())
         .group_by("rank")
         .agg(late_ms=pl.col("late").mean() / NS_PER_MS)
@@ -197,7 +202,7 @@ def stragglers(summaries: list[RankSummary]) -> pl.DataFrame:
             if total_wait > 0
             else pl.lit(0.0),
         )
-        .join(late_per_step, on="rank")
+        .join(late_per_step, on="rank", how="left")
         .join(_waiting_caused(calls, summaries), left_on="rank", right_on="blamed", how="left")
         .with_columns(
             cost_ms_per_step=pl.col("caused_ns").fill_null(0)

@@ -19,6 +19,7 @@ from kinetolens.analysis.gpu_metrics import gpu_metrics
 from kinetolens.analysis.memory import BASIS_NOTES, peak_memory
 from kinetolens.analysis.overview import COLUMNS, average_breakdown, complete_rows, step_breakdown
 from kinetolens.analysis.recommendations import RuleContext, damaged_inputs, findings
+from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
 
 SCHEMA_VERSION = 2
@@ -133,7 +134,11 @@ def gpu_block(trace: Trace, table: pl.DataFrame | None = None) -> list[dict[str,
 
 def summarize(trace: Trace) -> dict[str, Any]:
     """Stable, documented JSON for ``kinetolens summary --json``."""
-    shared = RuleContext(trace)  # the breakdown and utilization, computed once for the blocks and the rules
+    # The rules judge whole steps; the breakdown and utilization are computed
+    # once for the blocks and the rules when no step was cut short.
+    whole = without_incomplete_steps(trace)
+    shared = RuleContext(whole)
+    mine = shared if whole is trace else RuleContext(trace)
     kinds = trace.kernels.group_by("kind").len() if trace.kernels.height else None
     counts = {str(k): int(v) for k, v in kinds.iter_rows()} if kinds is not None else {}
     devices = [
@@ -165,8 +170,8 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "devices": devices,
         "devices_used": used,
         "span_us": span_us,
-        "steps": steps_block(trace, shared.breakdown),
-        "gpu": gpu_block(trace, shared.gpu_metrics),
+        "steps": steps_block(trace, mine.breakdown),
+        "gpu": gpu_block(trace, mine.gpu_metrics),
         "events": {
             "ops": int(trace.ops.filter(pl.col("kind") == "op").height),
             "annotations": int(trace.ops.filter(pl.col("kind") == "annotation").height),

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kinetolens.capture.layout import TRACE_SUFFIX
+from kinetolens.capture.layout import TRACE_SUFFIX, new_run_dir, point_latest
 from kinetolens.capture.runner import ENV_CONFIG
 
 SITE_DIR = Path(__file__).resolve().parent / "_site"
@@ -106,14 +106,30 @@ def launch(command: Sequence[str], config: dict[str, Any]) -> LaunchResult:
     logdir = Path(config.get("logdir", "./kinetolens-runs")).expanduser().resolve()
     config["logdir"] = str(logdir)
     config["command"] = list(command)
-    run_dir = logdir / str(config["run"])
+    run_dir = new_run_dir(logdir, str(config["run"]))  # this run's own folder
+    config["logdir"], config["run"] = str(run_dir.parent), run_dir.name
     before = _existing_traces(run_dir)
     status = Path(tempfile.mkdtemp(prefix="kinetolens-run-"))
     try:
         config["status_dir"] = str(status)
-        return _run(command, config, run_dir, before, status)
+        result = _run(command, config, run_dir, before, status)
     finally:
         shutil.rmtree(status, ignore_errors=True)
+        _settle(run_dir)
+    if not result.traces:  # its empty folder is gone: name the run instead
+        result.run_dir = run_dir.parent
+    return result
+
+
+def _settle(run_dir: Path) -> None:
+    """``latest`` moves to a run folder that holds traces; an empty one goes."""
+    if _existing_traces(run_dir):
+        point_latest(run_dir)
+        return
+    try:
+        run_dir.rmdir()
+    except OSError:  # something else was written there: keep it
+        pass
 
 
 def _run(command: Sequence[str], config: dict[str, Any], run_dir: Path, before: set[Path], status: Path) -> LaunchResult:

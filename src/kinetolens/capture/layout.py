@@ -8,6 +8,13 @@ does not match, so it never mistakes it for a trace).
 
 Files appear atomically (written under a dot-name, then renamed), so a
 watcher never opens a half-written trace.
+
+``kinetolens run`` gives every invocation its own run folder,
+``LOGDIR/NAME/<YYYYmmdd-HHMMSS>`` (:func:`new_run_dir`), and points
+``LOGDIR/NAME/latest`` at the newest one that holds traces
+(:func:`point_latest`): running a script twice must not mix two runs' ranks
+in one folder, and ``LOGDIR/NAME`` (or ``LOGDIR/NAME/latest``) still names
+"the last run of this script" for every command.
 """
 
 from __future__ import annotations
@@ -22,7 +29,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kinetolens.formats import TRACE_SUFFIX, metadata_name
+from kinetolens.formats import LATEST_RUN, TRACE_SUFFIX, metadata_name
+
+#: Run folder names: the local start time, sortable as text.
+RUN_STAMP = "%Y%m%d-%H%M%S"
 
 # Level 6 is ~3x faster than gzip's default 9 on trace JSON for a file only
 # a few percent larger; export time is time the profiled job stands still.
@@ -89,3 +99,37 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.partial")
     tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
     os.replace(tmp, path)
+
+
+def new_run_dir(logdir: Path, name: str) -> Path:
+    """Create and return a fresh ``logdir/name/<start time>`` folder.
+
+    Two runs started within the same second get ``-2``, ``-3``, ... suffixes:
+    the folder is created here, so the name is taken atomically.
+    """
+    parent = logdir / name
+    parent.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime(RUN_STAMP)
+    for n in range(1, 10_000):
+        path = parent / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"{parent}: no free run folder name for {stamp}")
+
+
+def point_latest(run_dir: Path) -> Path | None:
+    """Point ``run_dir.parent/latest`` at ``run_dir`` (a relative link,
+    replaced atomically); the link, or None where links cannot be made."""
+    link = run_dir.parent / LATEST_RUN
+    tmp = run_dir.parent / f".{LATEST_RUN}.{os.getpid()}"
+    try:
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(run_dir.name, target_is_directory=True)
+        os.replace(tmp, link)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        return None
+    return link

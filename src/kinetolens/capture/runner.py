@@ -231,10 +231,14 @@ class Session:
             os.environ.pop("PYTHONPATH", None)
 
     def _fail(self, what: str, exc: BaseException) -> None:
+        hint = ""
+        if "utf-8" in str(exc).lower() and self.config.get("with_stack"):
+            # torch's Python tracer refuses source file names that are not UTF-8.
+            hint = " (a Python file name that is not UTF-8? --no-stack records without stacks)"
         # The launcher reports it once, after the command (every rank of a
         # torchrun job would otherwise print the same line).
-        if not _note(self.config, "failed", f"{what}: {exc}"):
-            _say(f"{what}: {type(exc).__name__}: {exc}")
+        if not _note(self.config, "failed", f"{what}: {exc}{hint}"):
+            _say(f"{what}: {type(exc).__name__}: {exc}{hint}")
         self.close()
 
     def close(self) -> None:

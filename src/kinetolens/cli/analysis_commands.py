@@ -215,7 +215,7 @@ def kernels_command(
     cols = [c.strip() for c in columns.split(",") if c.strip()]
     unknown = [c for c in cols if c not in KERNEL_COLUMNS]
     if unknown:
-        raise click.BadParameter(f"unknown column(s) {', '.join(unknown)}; see -h", param_hint="-c")
+        raise click.BadParameter(f"unknown column(s) {', '.join(unknown)}; choose from {', '.join(KERNEL_COLUMNS)}", param_hint="-c")
     loaded = load(trace, cache=not no_cache)
     require_kernels(trace, loaded)
     check_step(trace, loaded, step)

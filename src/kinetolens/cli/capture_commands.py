@@ -104,7 +104,7 @@ def demo_command(logdir: Path, steps: int, warmup: int, device: str, no_analysis
     default=DEFAULT_LOGDIR,
     show_default=True,
     type=click.Path(file_okay=False, path_type=Path),
-    help="Root directory; traces go to LOGDIR/RUN/.",
+    help="Root directory; each run writes LOGDIR/RUN/<start time>/, LOGDIR/RUN/latest links to the newest.",
 )
 @click.option("--run", "run_name", default=None, help="Run name (default: the script or module name).")
 @click.option(

@@ -15,7 +15,7 @@ from kinetolens.analysis.idle import (
 )
 from kinetolens.analysis.launch import (
     SHORT_LAUNCH_US,
-    graph_launches,
+    multi_kernel_launches,
     launch_stats,
     launch_summary,
     memory_bw_summary,
@@ -126,7 +126,7 @@ def launches_command(trace: str, json_: bool, csv: bool, short_us: float, keep_l
     _emit_tables({
         "launch_summary": launch_summary(stats),
         "short_kernels": short if json_ or csv else short.head(SHORT_ROWS),
-        "graph_launches": graph_launches(stats),
+        "multi_kernel_launches": multi_kernel_launches(stats),
         "queue_length": queue_length_summary(t),
         "memory_bandwidth_gbps": memory_bw_summary(t),
-    }, json_, csv, optional=("graph_launches",), compact=True)
+    }, json_, csv, optional=("multi_kernel_launches",), compact=True)

@@ -7,9 +7,13 @@ from pathlib import Path
 
 import click
 import polars as pl
+from rich import box
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from kinetolens.analysis.memory import (
+    BASIS_NOTES,
     WINDOW_SUM,
     category_peak,
     category_timeline,
@@ -150,19 +154,33 @@ def _print_summary(
     table = peaks.select(
         "device",
         pl.col("peak_allocated").alias("peak"),
-        _since("peak_ts", origin).alias("at_ms"),
-        pl.col("peak_op").alias("op"),
-        pl.col("peak_module").alias("module"),
+        pl.when(pl.col("basis") == WINDOW_SUM).then(pl.lit("window")).otherwise(pl.lit("all")).alias("counts"),
+        pl.col("live_at_start").alias("at_start"),
         pl.col("peak_reserved").alias("reserved"),
         pl.col("final_allocated").alias("final"),
         pl.col("allocations").alias("allocs"),
         "frees",
     )
-    emit(_bytes_columns(table, ["peak", "reserved", "final"]),
-         title=f"memory peaks (allocated bytes; at_ms from the first memory event): {trace}")
+    shown = _bytes_columns(table, ["peak", "reserved", "final", "at_start"])
+    grid = Table(title=f"memory peaks (allocated bytes): {trace}", header_style="bold", box=box.SIMPLE_HEAD,
+                 collapse_padding=True)
+    for name in shown.columns:
+        grid.add_column(name, justify="left" if name in ("device", "counts") else "right", no_wrap=True)
+    for row in shown.iter_rows():
+        grid.add_row(*(Text("-" if v is None else f"{v:,}" if isinstance(v, int) else str(v)) for v in row))
+    console.print(grid)
+    at = peaks.select("device", _since("peak_ts", origin).alias("at_ms"), "peak_op", "peak_module")
+    for device, at_ms, op, module in at.iter_rows():
+        where = f" in {op}" if op else ""
+        where += f" ({module})" if module else ""
+        console.print(f"{device} peak at {at_ms:,.3f} ms from the first memory event{where}", markup=False,
+                      highlight=False)
+    if (peaks["basis"] != WINDOW_SUM).any():
+        console.print("counts all: everything alive on the device; at_start: what was alive when profiling started.",
+                      markup=False, highlight=False)
     if (peaks["basis"] == WINDOW_SUM).any():
-        console.print("basis window_sum: the trace has no allocator totals; allocated bytes count from 0 at the "
-                      "first event of the window (memory held before it is not included).")
+        console.print(f"counts window: {BASIS_NOTES[WINDOW_SUM]} (the CPU allocator, and GPU traces without "
+                      "allocator totals, count from 0 when profiling starts).", markup=False, highlight=False)
     ops = stats.head(top).select(
         "device",
         "op",

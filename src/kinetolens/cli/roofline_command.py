@@ -75,10 +75,12 @@ def _print_table(table: pl.DataFrame, title: str, width: int | None) -> list[str
     cells = {c: ["-" if v is None else fmt(v) for v in shown[c].to_list()] for c, _, fmt in cols}
     sizes = {c: max([len(w) for w in header.split()] + [len(v) for v in cells[c]]) for c, header, _ in cols}
     console = Console(width=width, soft_wrap=False)
+    keys = [str(k) for k in shown[key].to_list()]
+    want = min(MIN_KEY, max([len(key), *(len(k) for k in keys)]))  # short keys leave room for columns
     dropped = []
     for c in NARROW_DROPS:
         free = console.width - 1 - sum(sizes[c2] + 3 for c2, _, _ in cols) - 3
-        if free >= MIN_KEY:
+        if free >= want:
             break
         dropped += [h for c2, h, _ in cols if c2 == c]
         cols = [col for col in cols if col[0] != c]
@@ -89,8 +91,7 @@ def _print_table(table: pl.DataFrame, title: str, width: int | None) -> list[str
     for c, header, _ in cols:
         justify = "left" if c in ("bound", "roof") else "right"
         out.add_column(header, justify=justify, min_width=sizes[c], max_width=sizes[c])  # headers wrap, values never
-    for i, k in enumerate(shown[key].to_list()):
-        k = str(k)
+    for i, k in enumerate(keys):
         out.add_row(Text(k if len(k) <= tail else "…" + k[-tail + 1 :]), *(Text(cells[c][i]) for c, _, _ in cols))
     console.print(out)
     return dropped

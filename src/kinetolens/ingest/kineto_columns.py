@@ -304,7 +304,8 @@ def device_frame(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[
     occ = pl.Series(_get("occupancy", a), dtype=pl.Float64, strict=False)
     theo = pl.Series(_get("theoretical_occupancy", a), dtype=pl.Float64, strict=False)
     cols["occupancy"] = coalesce(occ, theo).alias("occupancy")
-    cols.update(_int_args(a, {"bytes": "bytes"}))
+    sizes = _int_args(a, {"bytes": "bytes", "size": "size"})
+    cols["bytes"] = coalesce(sizes["bytes"], sizes["size"]).alias("bytes")
     cols["memory_bw_gbps"] = pl.Series("memory_bw_gbps", _get("memory_bw_gbps", a), dtype=pl.Float64, strict=False)
     return cols
 

@@ -102,6 +102,7 @@ class DeviceArgs(LinkArgs, gc=False):
     occupancy: float | None = msgspec.field(default=None, name="est. achieved occupancy %")
     theoretical_occupancy: float | None = msgspec.field(default=None, name="theoretical occupancy %")
     bytes: int | None = None
+    size: int | None = None  # an MTIA DMA request's bytes
     # Kineto's bytes / exact ns duration: the written ``dur`` may be whole µs.
     memory_bw_gbps: float | None = msgspec.field(default=None, name="memory bandwidth (GB/s)")
 

@@ -53,12 +53,18 @@ RULES: tuple[Rule, ...] = (
     _rule(r"fmha_cutlass[FB]_f32", UNKNOWN, "fp32 memory-efficient attention: SIMT or TF32 depends on the build"),
     _rule(r"nvjet_[sd]{3}_", UNKNOWN, "fp32/fp64 nvjet variant: FMA or Tensor Core pipe not named"),
     _rule(r"tinygemm|_weight_int4pack_mm|int4mm", YES, "PyTorch int4 GEMM (mma.sync)"),
+    # Inductor names a kernel after the ops it fused: "fmha", "mm" in a
+    # pointwise or reduction kernel's name say nothing about the kernel.
+    _rule(r"^triton_(poi|red|per)_", NO, "Triton pointwise / reduction kernel"),
+    _rule(r"^SubTensorOp|^Op(\dd)?Tensor", NO, "MIOpen tensor arithmetic (elementwise)"),
+    _rule(r"Im2d2Col|Col2Im2d", NO, "MIOpen im2col / col2im transform"),
     # -- matrix-instruction families -----------------------------------------
     _rule(r"xmma", YES, "cuBLAS/cuDNN xmma kernel (MMA instructions)"),
     _rule(r"w?gmma|warpgroup", YES, "Hopper warpgroup MMA (wgmma)"),
     _rule(r"[hid]mma|tcgen05", YES, "MMA instruction named in the kernel (hmma/imma/dmma/tcgen05)"),
     _rule(r"wmma", YES, "WMMA (Tensor Core API)"),
-    _rule(r"tensorop|tensor_op|MmaTensorOp", YES, "CUTLASS tensor-op kernel"),
+    # Not ``ck::tensor_operation``: every composable-kernel name has that namespace.
+    _rule(r"tensorop|tensor_op(?!eration)|MmaTensorOp", YES, "CUTLASS tensor-op kernel"),
     _rule(r"nvjet", YES, "cuBLAS nvjet GEMM (Hopper/Blackwell Tensor Cores)"),
     _rule(
         r"[hsicdz](?:884|1688|16816|8816|16832|161616)(?!\d)|tensor\d+x\d+x\d+",
@@ -69,6 +75,7 @@ RULES: tuple[Rule, ...] = (
     _rule(r"(^|_)(bmm|gemm|batchedGemm)_.*_sm1\d\d[af]?$", YES, "TensorRT-LLM GEMM for sm100 (tcgen05)"),
     _rule(r"^Cijk_.*(MFMA|_MI\d+x\d+x\d+)", YES, "rocBLAS/hipBLASLt Tensile kernel with MFMA"),
     _rule(r"xdl|xdlops|mfma", YES, "ROCm composable-kernel XDL / MFMA kernel"),
+    _rule(r"^igemm_\w+_gtcx", YES, "MIOpen implicit-GEMM convolution on xdlops (gtcx: MFMA)"),
     # -- CUDA-core math libraries ------------------------------------------------
     _rule(r"(maxwell|kepler|pascal|volta|turing)_(s|d|c|z|gc|gz)(gemm|cudnn|scudnn)", NO, "CUDA-core cuBLAS/cuDNN kernel"),
     _rule(r"ampere_(s|c|gc)(gemm|cudnn|scudnn)|_scudnn_", NO, "CUDA-core fp32/complex cuBLAS/cuDNN kernel"),
@@ -83,7 +90,6 @@ RULES: tuple[Rule, ...] = (
     _rule(r"^nccl|ncclDevKernel|ncclKernel|all_?reduce|allgather|all_gather|reduce_scatter|multimem|cross_device", NO, "communication"),
     _rule(r"^(Memcpy|Memset)|memcpy|memset|copy_page|CatArray|_copy_|copy_kernel|direct_copy", NO, "copy / fill"),
     _rule(r"^dma_|event_record|event_wait|spin_kernel", NO, "DMA / synchronization"),
-    _rule(r"triton_(poi|red|per)_", NO, "Triton pointwise / reduction kernel"),
     _rule(
         r"at::native::|at::cuda::|at_cuda_detail::|cub::|thrust::|c10::cuda::|cunn_",
         NO,

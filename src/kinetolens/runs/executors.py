@@ -136,14 +136,24 @@ class DaskExecutor:
 
     Before Dask's client (which retries until its timeout) the scheduler's
     port is tried once, so a wrong or dead address fails in
-    ``probe_timeout_s`` at most, at once where the port is closed."""
+    ``probe_timeout_s`` at most, at once where the port is closed.  A
+    scheduler that has no worker ``workers_timeout_s`` after the work was
+    submitted (time for an adaptive cluster to start one) is an error, not
+    a wait without end."""
 
     name = "dask"
 
-    def __init__(self, address: str, connect_timeout_s: float = 10.0, probe_timeout_s: float = 3.0) -> None:
+    def __init__(
+        self,
+        address: str,
+        connect_timeout_s: float = 10.0,
+        probe_timeout_s: float = 3.0,
+        workers_timeout_s: float = 120.0,
+    ) -> None:
         self.address = address
         self.connect_timeout_s = connect_timeout_s
         self.probe_timeout_s = probe_timeout_s
+        self.workers_timeout_s = workers_timeout_s
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         try:
@@ -157,12 +167,18 @@ class DaskExecutor:
             client = Client(
                 self.address, timeout=self.connect_timeout_s, set_as_default=False
             )
-        except (OSError, TimeoutError) as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever Dask raises, one line naming the address
             raise TraceError(
-                self.address, f"cannot reach the Dask scheduler ({exc})"
+                self.address, f"cannot reach the Dask scheduler ({type(exc).__name__}: {exc})"
             ) from exc
         with client:
             futures = client.map(fn, list(items), pure=False)
+            if not client.scheduler_info().get("workers"):
+                try:
+                    client.wait_for_workers(1, timeout=self.workers_timeout_s)
+                except TimeoutError:
+                    raise TraceError(self.address, f"the Dask scheduler has no workers (none joined in "
+                                                   f"{self.workers_timeout_s:g} s)") from None  # fmt: skip
             return list(client.gather(futures))
 
     def _probe(self) -> None:
@@ -174,6 +190,8 @@ class DaskExecutor:
             if scheme not in ("tcp", "tls"):
                 return
             host, port = parse_host_port(location)
+            if not 0 < port < 65536:
+                raise ValueError(f"port {port} is not 1-65535")
         except ValueError as exc:
             raise TraceError(self.address, f"not a Dask scheduler address ({exc})") from None
         try:
@@ -192,8 +210,8 @@ def executor_for(spec: str | None = None) -> Executor:
     """The executor a ``--executor`` value names.
 
     ``None``: Dask at ``$DASK_SCHEDULER_ADDRESS`` when set, else local.
-    ``local`` or ``local:N`` (N workers); ``dask://HOST:PORT`` or
-    ``tcp://HOST:PORT``: a Dask scheduler.
+    ``local`` or ``local:N`` (N workers, 1 or more); ``dask://HOST:PORT``,
+    ``tcp://HOST:PORT`` or ``tls://HOST:PORT``: a Dask scheduler.
     """
     if spec is None:
         env = os.environ.get(DASK_ENV)
@@ -207,7 +225,8 @@ def executor_for(spec: str | None = None) -> Executor:
         return LocalExecutor(workers=int(n))
     if spec.startswith("dask://"):
         return DaskExecutor("tcp://" + spec[len("dask://") :])
-    if spec.startswith(("tcp://", "tls://", "inproc://")):
+    # (not inproc://: such a scheduler lives inside one process, and none runs in this one)
+    if spec.startswith(("tcp://", "tls://")):
         return DaskExecutor(spec)
     raise TraceError(
         spec,

@@ -5,17 +5,28 @@ Each rank's trace is loaded with the normal :func:`kinetolens.load` cache
 :class:`~kinetolens.analysis.distributed.RankSummary` comes back.  The
 cross-rank analyses then run on the list of summaries in this process.
 The run and the cache may be fsspec URLs (:mod:`kinetolens.runs.storage`).
+
+A folder that several runs wrote into (a script run twice with the same run
+name, or several profiling windows of one job) holds more than one trace per
+rank.  Each rank's newest trace is used (by the millisecond stamp in its
+name, else the file's modification time) and the choice is reported in
+``notes``: comparing rank 0 of one run with rank 1 of another, or counting a
+rank twice, would make every cross-rank figure wrong.  A folder holding no
+traces of its own but a ``latest`` pointer (``kinetolens run`` makes one per
+run name) stands for the run it points to.
 """
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
 from kinetolens.analysis.distributed import RankSummary, rank_summary
 from kinetolens.cache import default_cache_location, is_url
 from kinetolens.errors import TraceError
-from kinetolens.logdir import WorkerTrace, run_traces
+from kinetolens.formats import LATEST_RUN
+from kinetolens.logdir import WorkerTrace, newest_per_rank, run_traces, trace_age
 from kinetolens.runs.executors import Executor, executor_for
 from kinetolens.runs.storage import RemoteTrace, load_source, remote_rank_traces
 
@@ -37,8 +48,12 @@ def summarize_file(job: RankJob) -> RankSummary:
     return rank_summary(load_source(job.path, job.cache), job.rank)
 
 
-def rank_traces(run_dir: str | Path) -> list[WorkerTrace] | list[RemoteTrace]:
-    """The run's traces, one per rank; a clear error for an empty or missing directory."""
+def rank_traces(
+    run_dir: str | Path, notes: list[str] | None = None
+) -> list[WorkerTrace] | list[RemoteTrace]:
+    """The run's traces; a clear error for an empty or missing directory.
+    A directory with no traces but a ``latest`` pointer is the run it points
+    to (said in ``notes``)."""
     if is_url(run_dir):
         return remote_rank_traces(str(run_dir))
     d = Path(run_dir)
@@ -49,41 +64,73 @@ def rank_traces(run_dir: str | Path) -> list[WorkerTrace] | list[RemoteTrace]:
             d, "is a file, expected a run directory holding one trace per rank"
         )
     traces = run_traces(d)
+    latest = d / LATEST_RUN
+    if not traces and latest.is_dir():
+        traces = run_traces(latest.resolve())
+        if traces and notes is not None:
+            notes.append(f"{d}: using its latest run, {latest.resolve().name}")
     if not traces:
         raise TraceError(d, "holds no trace files (*.json, *.json.gz, *.sqlite)")
     return traces
+
+
+RunTrace = WorkerTrace | RemoteTrace
+
+
+def _name(t: RunTrace) -> str:
+    return t.path.name if isinstance(t, WorkerTrace) else posixpath.basename(t.url)
 
 
 def summarize_run(
     run_dir: str | Path,
     executor: Executor | str | None = None,
     cache: bool | str | Path = True,
+    notes: list[str] | None = None,
 ) -> list[RankSummary]:
     """Summaries of every rank of ``run_dir`` (a directory or an fsspec URL),
     in rank order.  ``cache``: True for ``$KINETOLENS_CACHE_DIR`` or the
     default, False for none, else a directory or an fsspec URL.
 
-    Two files claiming the same rank are an error: the cross-rank figures
-    would silently count that rank twice.
+    One trace per rank: where several files are of one rank (by name, or,
+    once loaded, by the rank they record) the newest is used, and a line
+    saying so is appended to ``notes``.
     """
-    traces = rank_traces(run_dir)
+    traces, left_out = newest_per_rank(rank_traces(run_dir, notes))
     ex = (
         executor
         if executor is not None and not isinstance(executor, str)
         else executor_for(executor)
     )
     where = cache_location(cache)
-    jobs = [_job(t, where) for t in traces]
-    summaries = ex.map(summarize_file, jobs)
-    seen: dict[int, str] = {}
-    for s in summaries:
-        if s.rank in seen:
-            raise TraceError(
-                run_dir,
-                f"rank {s.rank} appears twice ({Path(seen[s.rank]).name}, {Path(s.path).name})",
-            )
-        seen[s.rank] = s.path
-    return sorted(summaries, key=lambda s: s.rank)
+    summaries = ex.map(summarize_file, [_job(t, where) for t in traces])
+    newest: dict[int, tuple[RankSummary, RunTrace]] = {}
+    for s, t in zip(summaries, traces, strict=True):
+        if s.rank not in newest or trace_age(t) > trace_age(newest[s.rank][1]):
+            newest[s.rank] = (s, t)
+    older = [(t.rank, t) for t in left_out] + [
+        (s.rank, t) for s, t in zip(summaries, traces, strict=True) if newest[s.rank][0] is not s
+    ]
+    if older and notes is not None:
+        notes.append(_left_out_note(run_dir, newest, older))
+    return [s for s, _ in sorted(newest.values(), key=lambda st: st[0].rank)]
+
+
+def _left_out_note(
+    run_dir: str | Path,
+    newest: dict[int, tuple[RankSummary, RunTrace]],
+    older: list[tuple[int | None, RunTrace]],
+) -> str:
+    """One line: which ranks had several traces, the newest kept for the
+    first of them, and the older ones left out."""
+    ranks = sorted({r for r, _ in older if r is not None})
+    shown = ", ".join(str(r) for r in ranks[:8]) + (", ..." if len(ranks) > 8 else "")
+    names = sorted(_name(t) for _, t in older)
+    kept = f" (rank {ranks[0]}: {_name(newest[ranks[0]][1])})" if ranks and ranks[0] in newest else ""
+    return (
+        f"{run_dir}: more than one trace of rank {shown} (several runs or profiling windows in one "
+        f"folder); using each rank's newest{kept} and leaving out {len(older)} older: "
+        f"{', '.join(names[:3])}{', ...' if len(names) > 3 else ''}"
+    )
 
 
 def cache_location(cache: bool | str | Path) -> str | None:

@@ -20,6 +20,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from kinetolens import __version__
+from kinetolens.analysis.memory import ALLOCATOR, BASIS_NOTES
 from kinetolens.analysis.overview import CATEGORIES, OTHER
 from kinetolens.errors import TraceError
 from kinetolens.views.report_data import TOP_ROWS, ReportData
@@ -37,8 +38,8 @@ def _environment() -> Environment:
     )
 
 
-def _format(value: Any) -> tuple[str, bool]:
-    """Cell text and whether it is a number (right-aligned)."""
+def _format(value: Any, limit: int | None = CELL_CHARS) -> tuple[str, bool]:
+    """Cell text and whether it is a number (right-aligned); ``limit=None`` keeps sentences whole."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-", True
     if isinstance(value, bool):
@@ -50,10 +51,12 @@ def _format(value: Any) -> tuple[str, bool]:
             return f"{value:.3g}", True
         return (f"{value:,.3f}" if abs(value) < 1000 else f"{value:,.1f}"), True
     text = str(value)
-    return (text if len(text) <= CELL_CHARS else "…" + text[-(CELL_CHARS - 1):]), False
+    return (text if limit is None or len(text) <= limit else "…" + text[-(limit - 1):]), False
 
 
-def frame_html(frame: pl.DataFrame, columns: list[str] | None = None, rows: int | None = TOP_ROWS) -> Markup:
+def frame_html(
+    frame: pl.DataFrame, columns: list[str] | None = None, rows: int | None = TOP_ROWS, cell_chars: int | None = CELL_CHARS
+) -> Markup:
     """An escaped HTML table of the first ``rows`` rows of ``frame`` (``None``: all)."""
     cols = [c for c in (columns or frame.columns) if c in frame.columns]
     shown = frame.select(cols) if rows is None else frame.select(cols).head(rows)
@@ -62,7 +65,7 @@ def frame_html(frame: pl.DataFrame, columns: list[str] | None = None, rows: int 
     for row in shown.iter_rows():
         cells = []
         for v in row:
-            text, numeric = _format(v)
+            text, numeric = _format(v, cell_chars)
             cls = "num" if numeric else "name"
             cells.append(f'<td class="{cls}">{html.escape(text)}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
@@ -97,7 +100,10 @@ def overview_frame(data: ReportData) -> pl.DataFrame:
         rows.append((f"GPU {dev} SM efficiency", _pct(g.get("sm_efficiency"))))
         rows.append((f"GPU {dev} Tensor Core share of kernel time", _pct(g.get("tensor_core_share"))))
         peak = g.get("peak_allocated_bytes")
-        rows.append((f"GPU {dev} peak allocated", None if peak is None else f"{peak / 2**30:.3f} GiB"))
+        counts = "" if g.get("peak_basis") in (None, ALLOCATOR) else f" ({BASIS_NOTES[g['peak_basis']]})"
+        start = g.get("live_at_start_bytes")
+        counts += "" if start is None else f" ({start / 2**30:.3f} GiB alive when profiling started)"
+        rows.append((f"GPU {dev} peak allocated", None if peak is None else f"{peak / 2**30:.3f} GiB{counts}"))
     a = s["attribution"]
     if a.get("kernel_time_us"):
         rows.append(("kernel time attributed to an op / module / source line",
@@ -124,17 +130,27 @@ def breakdown_frame(data: ReportData) -> pl.DataFrame:
     )
 
 
+def memory_frame(data: ReportData) -> pl.DataFrame:
+    """Peak per device with what it counts (the memory view's numbers, :func:`memory.peak_memory`)."""
+    return data.memory_peaks.select(
+        "device",
+        peak_allocated_gib=pl.col("peak_allocated") / 2**30,
+        alive_at_start_gib=pl.col("live_at_start") / 2**30,
+        peak_op="peak_op",
+        counts=pl.col("basis").replace_strict(BASIS_NOTES, default=None, return_dtype=pl.String),
+    )
+
+
 def _tables(data: ReportData) -> dict[str, Markup]:
     basis = data.basis
     op_cols = ["name", "calls", basis, "device_self_us", "host_total_us", "step_share_pct", "tflops_s", "gbps", "in_shapes", "dtypes"]
     tables = {
-        "overview": frame_html(overview_frame(data), rows=None),
+        "overview": frame_html(overview_frame(data), rows=None, cell_chars=None),
         "breakdown": frame_html(breakdown_frame(data), rows=None),
         "ops": frame_html(data.ops, list(dict.fromkeys(op_cols))),
         "kernels": frame_html(data.kernel_names, ["name", "calls", "device_total_us", "mean_us", "op", "occupancy", "step_share_pct", "tflops_s", "gbps"]),
         "modules": frame_html(data.modules, list(dict.fromkeys(["module", "calls", basis, "host_total_us", "step_share_pct", "tflops_s"]))),
-        "memory": frame_html(data.memory_peaks.with_columns(peak_allocated_gib=pl.col("peak_allocated") / 2**30),
-                             ["device", "peak_allocated_gib", "peak_op", "basis"], rows=None),
+        "memory": frame_html(memory_frame(data), rows=None, cell_chars=None),
     }  # fmt: skip
     if data.roofline_modules is not None:
         tables["roofline"] = frame_html(

@@ -15,7 +15,7 @@ import polars as pl
 from kinetolens import __version__
 from kinetolens.analysis.kernels import tensor_core_time
 from kinetolens.views.report_data import ReportData
-from kinetolens.views.report_html import breakdown_frame, overview_frame
+from kinetolens.views.report_html import breakdown_frame, memory_frame, overview_frame
 
 #: Rows per ranked table in markdown.
 MD_ROWS = 10
@@ -23,7 +23,7 @@ MD_ROWS = 10
 MD_CELL_CHARS = 80
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, limit: int | None = MD_CELL_CHARS) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     if isinstance(value, float):
@@ -32,21 +32,24 @@ def _cell(value: Any) -> str:
         text = f"{value:,}"
     else:
         text = str(value)
-        if len(text) > MD_CELL_CHARS:
-            text = "…" + text[-(MD_CELL_CHARS - 1):]
+        if limit is not None and len(text) > limit:
+            text = "…" + text[-(limit - 1):]
     # A pipe would end the cell; a newline would end the row.
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
-def frame_md(frame: pl.DataFrame, columns: list[str] | None = None, rows: int | None = MD_ROWS) -> str:
-    """A markdown table of the first ``rows`` rows (numbers right-aligned)."""
+def frame_md(
+    frame: pl.DataFrame, columns: list[str] | None = None, rows: int | None = MD_ROWS, cell_chars: int | None = MD_CELL_CHARS
+) -> str:
+    """A markdown table of the first ``rows`` rows (numbers right-aligned);
+    ``cell_chars=None`` keeps whole sentences whole."""
     cols = [c for c in (columns or frame.columns) if c in frame.columns]
     if not cols or frame.height == 0:
         return "_(none)_\n"
     shown = frame.select(cols) if rows is None else frame.select(cols).head(rows)
     align = ["---:" if frame.schema[c].is_numeric() else ":---" for c in cols]
     lines = ["| " + " | ".join(cols) + " |", "| " + " | ".join(align) + " |"]
-    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in shown.iter_rows()]
+    lines += ["| " + " | ".join(_cell(v, cell_chars) for v in row) + " |" for row in shown.iter_rows()]
     if rows is not None and frame.height > rows:
         lines.append(f"\n_{rows} of {frame.height:,} rows._")
     return "\n".join(lines) + "\n"
@@ -58,7 +61,7 @@ def render_md(data: ReportData) -> str:
     out = [f"# kinetolens report: {data.title}\n", f"_{data.trace.path} · {data.trace.format} · kinetolens {__version__}_\n"]
     if data.note:
         out.append(f"> {data.note}\n")
-    out += ["## Overview\n", frame_md(overview_frame(data), rows=None), "\n### Step time (mean per step)\n",
+    out += ["## Overview\n", frame_md(overview_frame(data), rows=None, cell_chars=None), "\n### Step time (mean per step)\n",
             frame_md(breakdown_frame(data), rows=None)]  # fmt: skip
     out.append("\n## Recommendations\n")
     withheld = data.summary.get("recommendations_withheld")
@@ -86,8 +89,7 @@ def render_md(data: ReportData) -> str:
         out.append(f"On {data.spec.name} ({data.spec.dram_gbps:,.0f} GB/s DRAM); modules by time lost to the roof:\n\n")
         out.append(frame_md(data.roofline_modules, ["module", "device_us", "pct_of_roof", "lost_us", "bound", "precision"]))
     out.append("\n## Memory\n")
-    peaks = data.memory_peaks.with_columns(peak_allocated_gib=pl.col("peak_allocated") / 2**30)
-    out.append(frame_md(peaks, ["device", "peak_allocated_gib", "peak_op", "basis"], rows=None))
+    out.append(frame_md(memory_frame(data), rows=None, cell_chars=None))
     out.append("\n## GPU idle time\n")
     out.append(frame_md(data.temporal, ["rank", "kernel_span_us", "compute_pct", "non_compute_pct", "idle_pct"], rows=None))
     out.append(frame_md(data.idle.filter(pl.col("idle_us") > 0), ["rank", "stream", "idle_category", "idle_us", "idle_ratio"], rows=None))
