@@ -76,7 +76,7 @@ def build_trace(raw: RawTables, path: str) -> Trace:
     # A reader may name an op's module and call site itself (nsys ranges
     # written by kinetolens.nvtx); those win over Python frames.
     supplied = ops.select(c for c in SUPPLIED_COLUMNS if c in ops.columns)
-    ops, runtime = _attach_python(ops.drop(supplied.columns), runtime, python)
+    ops, runtime, python_module = _attach_python(ops.drop(supplied.columns), runtime, python)
     ops = ops.with_columns(pl.coalesce(pl.lit(supplied[c]), c).alias(c) for c in supplied.columns)
     ops, mismatched = _directions(ops, raw.flows)
     runtime = _link_launches(runtime, ops)
@@ -105,7 +105,7 @@ def build_trace(raw: RawTables, path: str) -> Trace:
         ops=ops.drop("group"),
         runtime=runtime.drop("group"),
         kernels=kernels,
-        python=python.drop("group", "py_row"),
+        python=python.drop("group", "py_row").with_columns(python_module),
         memory=raw.memory,
         flows=raw.flows,
         steps=steps,
@@ -178,13 +178,14 @@ def _nest_ops(ops: pl.DataFrame, runtime: pl.DataFrame) -> tuple[pl.DataFrame, p
 
 def _attach_python(
     ops: pl.DataFrame, runtime: pl.DataFrame, python: pl.DataFrame
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """nn.Module path and user source line for ops and launches."""
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.Series]:
+    """nn.Module path and user source line for ops and launches, and the
+    module path of each Python frame (a module frame's own path)."""
     call_stack_source = pl.lit(per_distinct(ops["call_stack"], source_from_call_stack))
     if python.height == 0:
         ops = ops.with_columns(module=pl.lit(None, pl.String), source=call_stack_source)
         runtime = runtime.with_columns(module=pl.lit(None, pl.String), source=pl.lit(None, pl.String))
-        return ops, runtime
+        return ops, runtime, pl.Series("module", [], pl.String)
     n_py, n_ops = python.height, ops.height
     frame = pl.concat(
         [
@@ -213,7 +214,7 @@ def _attach_python(
         lookup(modules, "module", n_py + n_ops, runtime.height),
         lookup(sources, "source", n_py + n_ops, runtime.height),
     )
-    return ops, runtime
+    return ops, runtime, module_of
 
 
 def _frame_paths(names: pl.Series, parent: pl.Series) -> tuple[pl.Series, pl.Series]:
