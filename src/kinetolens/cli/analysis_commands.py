@@ -162,7 +162,7 @@ def _print_breakdown(console: Console, steps: dict) -> None:
     if steps.get("incomplete_note"):
         table.caption += f"\n* {steps['incomplete_note']}"
     if steps.get("damaged"):
-        table.caption += "\n! the file is truncated: these steps lack every event written after the cut"
+        table.caption += "\n! the file is damaged (see below): these steps lack the events it lost"
     console.print(table)
 
 
