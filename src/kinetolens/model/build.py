@@ -8,7 +8,8 @@ Links built here (each a column, not an object graph):
   traces often carry mismatched ids, which is why other tools show 0 device
   time for them);
 * op -> parent op / top-level op (per-thread nesting);
-* op -> nn.Module path and user source line (python_function ranges);
+* op -> nn.Module path (python_function ranges) and user source: the call
+  line (``Call stack`` args) or else the enclosing user function;
 * op -> direction (fprop/bprop/optimizer/other) and, for backward ops, the
   forward op they differentiate (``fwdbwd`` flows, else sequence numbers);
 * everything -> profiler step.
@@ -34,7 +35,7 @@ from kinetolens.ingest.kineto_values import nulls
 from kinetolens.model import direction as dirn
 from kinetolens.model.autograd_order import pair_by_order
 from kinetolens.model.backward_names import fits
-from kinetolens.model.frames import MODULE_PREFIX, per_distinct, source_from_call_stack, user_frame
+from kinetolens.model.frames import MODULE_PREFIX, enclosing_function, per_distinct, source_from_call_stack
 from kinetolens.model.nesting import enclosing, nearest_marked, outermost_marked
 from kinetolens.model.steps import assign_steps, build_steps
 from kinetolens.model.trace import Trace
@@ -207,9 +208,10 @@ def _attach_python(
     def lookup(values: pl.Series, name: str, start: int, count: int) -> pl.Series:
         return values.gather(nest.parent.slice(start, count).replace(-1, n_py)).alias(name)
 
+    # A call stack holds the exact call line; a frame only its function.
     ops = ops.with_columns(
         lookup(modules, "module", n_py, n_ops), lookup(sources, "source", n_py, n_ops)
-    ).with_columns(pl.coalesce("source", call_stack_source).alias("source"))
+    ).with_columns(pl.coalesce(call_stack_source, "source").alias("source"))
     runtime = runtime.with_columns(
         lookup(modules, "module", n_py + n_ops, runtime.height),
         lookup(sources, "source", n_py + n_ops, runtime.height),
@@ -224,14 +226,14 @@ def _frame_paths(names: pl.Series, parent: pl.Series) -> tuple[pl.Series, pl.Ser
 
     Whole columns, no Python step per frame: a trace taken with stacks has
     a frame event for every module call and function of every step.
-    ``user_frame`` runs once per distinct frame name; the source is the
-    nearest user frame (pointer jumping); a module's path is its short name
+    ``enclosing_function`` runs once per distinct frame name; the source is
+    the nearest user frame, as ``in func (file:line)`` (pointer jumping); a module's path is its short name
     prefixed by the paths of the module frames around it, joined by pointer
     jumping too (each round prefixes the path of the module frame as far
     above as the last round reached, doubling the reach).
     """
     parent = parent.replace(-1, None)
-    user = per_distinct(names, user_frame)
+    user = per_distinct(names, enclosing_function)
     source_row = nearest_marked(parent, user.is_not_null())
     source = user.gather(source_row)
 
