@@ -66,10 +66,17 @@ base = anon_mib()
 cols = [pl.Series(range(i, i + 1000)) for i in range(20000)]
 held = anon_mib() - base
 del cols
-for _ in range(20):  # 0.2 s of a program that goes on allocating a little
+# A program that goes on allocating a little: the resident size after 0.2 s,
+# and the lowest by 0.4 s (a busy machine may run fewer of the allocations
+# that let jemalloc purge).
+start, at_200ms, lowest = time.monotonic(), None, held
+while time.monotonic() - start < 0.4:
     time.sleep(0.01)
     pl.Series(range(1000)).sum()
-print(held, anon_mib() - base)
+    lowest = min(lowest, anon_mib() - base)
+    if at_200ms is None and time.monotonic() - start >= 0.2:
+        at_200ms = anon_mib() - base
+print(held, at_200ms, lowest)
 """
 
 
@@ -88,12 +95,12 @@ def test_freed_columns_leave_the_resident_size_within_a_fraction_of_a_second(sta
     if user_conf is not None:
         env["_RJEM_MALLOC_CONF"] = user_conf  # polars' own decay: 0.5 s dirty, then 1 s "muzzy"
     out = subprocess.run([sys.executable, "-c", FREED, start], env=env, capture_output=True, text=True, check=True)
-    held, left = map(float, out.stdout.split())
+    held, at_200ms, lowest = map(float, out.stdout.split())
     assert held > 100  # ~160 MiB of columns were resident
     if tuned:
-        assert left < held / 4, (held, left)
-    else:  # polars' defaults: the freed pages are still resident
-        assert left > held / 2, (held, left)
+        assert lowest < held / 4, (held, at_200ms, lowest)
+    else:  # polars' defaults: the freed pages are still resident after 0.2 s
+        assert at_200ms > held / 2, (held, at_200ms, lowest)
 
 
 FAULTS = """

@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from kinetolens.model.build import _frame_paths
-from kinetolens.model.frames import MODULE_PREFIX, user_frame
+from kinetolens.model.frames import MODULE_PREFIX, enclosing_function
 
 FRAMES = [
     "nn.Module: Linear_0",
@@ -41,7 +41,7 @@ def walk(names: list[str | None], parents: list[int]) -> tuple[list[str | None],
             module_of[i] = f"{parent_module}.{short}" if parent_module else short
         else:
             module_of[i] = parent_module
-        source_of[i] = user_frame(name) or parent_source
+        source_of[i] = enclosing_function(name) or parent_source
     return module_of, source_of
 
 

@@ -96,7 +96,8 @@ def test_time_lost_sums_agree_across_groupings(qwen) -> None:
     for col in ("device_us", "lost_us", "lost_75_us"):
         assert by_op[col].sum() == pytest.approx(ops[col].sum())
         assert by_module[col].sum() == pytest.approx(ops[col].sum())
-    assert by_op["calls"].sum() == ops.height == by_module["calls"].sum()
+    # A module row's calls are the times the module ran; its op calls are ``ops`` (issue 17, point 11).
+    assert by_op["calls"].sum() == ops.height == by_module["ops"].sum()
     known = ops.filter(pl.col("ideal_us").is_not_null())
     # Lost time is device minus ideal per call, never below zero, and more against 75%.
     assert known["lost_us"].to_list() == pytest.approx((known["device_us"] - known["ideal_us"]).clip(0).to_list())

@@ -105,11 +105,18 @@ torch.manual_seed(0)
 conv, bn, emb, ln = nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Embedding(20, 8), nn.LayerNorm(8)
 lin, head = nn.Linear(8, 8), nn.Linear(8, 3, bias=False)
 img, tok = torch.randn(2, 3, 6, 6), torch.randint(0, 20, (2, 4))
+class Scale(torch.autograd.Function):  # a custom node: "ScaleBackward" <- the "Scale" range
+    @staticmethod
+    def forward(ctx, x):
+        return x.mul(2)
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
 def loss():
     x = F.max_pool2d(F.relu(bn(conv(img))), 2).flatten(1)[:, :8]
     h = lin(ln(emb(tok))).reshape(2, 4, 8)
     a = F.scaled_dot_product_attention(h, h, h).transpose(1, 2).contiguous().view(2, -1)
-    y = torch.matmul(a[:, :8] + x, torch.ones(8, 8)).to(torch.float64).float()
+    y = torch.matmul(Scale.apply(a[:, :8]) + x, torch.ones(8, 8)).to(torch.float64).float()
     return F.cross_entropy(head(y), torch.zeros(2, dtype=torch.long))
 loss().backward()
 with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as p:
@@ -136,5 +143,6 @@ def test_cpu_training_loop_links_every_node(tmp_path: Path) -> None:
     assert roots.height >= 40 and roots["fwd_op"].null_count() == 0
     assert all(fits(g, f) for g, f in roots.select("name", "fwd_op").iter_rows())
     assert not [w for w in trace.warnings if w.kind == MISMATCH]
+    assert roots.filter(pl.col("name").str.ends_with("ScaleBackward"))["fwd_op"].to_list() == ["Scale", "Scale"]
     convs = trace.ops.filter(pl.col("name") == "aten::conv2d")
     assert convs.height == 2 and (convs["direction"].cast(pl.String) == "fprop").all()

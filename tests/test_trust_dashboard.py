@@ -268,6 +268,11 @@ def test_ranks_named_only_by_their_files_keep_their_ranks(tmp_path: Path) -> Non
         assert status == 200, body
         status, page, _ = srv.poll("/api/table/dist_steps?" + urlencode({**q, "sort": "rank", "desc": "0"}))
         assert [r[0] for r in page["rows"]] == list(range(8))
+        # the same ranks in the overlap table and on the GPU-time bars, not "rank None" eight times
+        status, page, _ = srv.poll("/api/table/dist_overlap?" + urlencode({**q, "sort": "rank", "desc": "0"}))
+        assert [r[0] for r in page["rows"]] == list(range(8))
+        fig = next(b for b in body["blocks"] if b["type"] == "figure")["figure"]
+        assert fig["data"][0]["y"] == [f"rank {r}" for r in range(8)]
     finally:
         srv.stop()
 

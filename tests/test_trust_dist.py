@@ -2,6 +2,7 @@
 straggler: two spawned ranks, rank 1 loading each batch 50 ms later (a sleep
 in its ``Dataset.__getitem__``), DDP's gradients in several buckets whose
 all-reduces run together on gloo's two threads (tests/distributed/ddp_job.py).
+Both ranks exit in the middle of the third recorded step.
 """
 
 from __future__ import annotations
@@ -15,11 +16,21 @@ torch = pytest.importorskip("torch")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
+import kinetolens
+from kinetolens.analysis.collectives import comm_overlap_per_step
 from kinetolens.analysis.distributed import RankSummary, collective_stats, matched_calls, step_times
 from kinetolens.analysis.stragglers import straggler_findings, stragglers
 from kinetolens.cli.main import main
 from kinetolens.runs import summarize_run
-from tests.distributed.runs import DELAY_MS, SLOW_RANK, DistributedRun, slow_loader_2, spawn_4  # noqa: F401
+from tests.distributed.runs import (  # noqa: F401
+    CUT_STEP,
+    DELAY_MS,
+    SLOW_RANK,
+    WHOLE_STEPS,
+    DistributedRun,
+    slow_loader_2,
+    spawn_4,
+)
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +47,9 @@ def test_concurrent_buckets_really_overlap(slow: list[RankSummary]) -> None:
     assert (c["ts"] < ends).sum() >= 2, "no overlapping collectives"
 
 
-def test_waiting_is_never_more_than_the_step(slow: list[RankSummary]) -> None:
+def test_waiting_is_never_more_than_the_step(
+    slow: list[RankSummary], slow_loader_2: DistributedRun  # noqa: F811
+) -> None:
     # issue 17, point 24: the waits of concurrent calls are a union, not a sum
     steps = {r["rank"]: r for r in step_times(slow).iter_rows(named=True)}
     row = stragglers(slow).filter(pl.col("rank") == SLOW_RANK).row(0, named=True)
@@ -44,10 +57,11 @@ def test_waiting_is_never_more_than_the_step(slow: list[RankSummary]) -> None:
     assert row["cost_ms_per_step"] <= waiter["step_ms"]
     # rank 0 waits about the planted delay each step, within its communication
     assert 0.9 * DELAY_MS <= row["cost_ms_per_step"] <= waiter["comm_ms"] + 1e-6
-    # the collective's time is the ranks' time in communication, never more
+    # the collective's time is the ranks' time in communication (every step,
+    # the cut one too: the table covers the trace), never more
     (stats,) = collective_stats(slow).iter_rows(named=True)
-    comm_total_ms = sum(r["comm_ms"] * r["steps"] for r in steps.values()) / len(steps)
-    assert stats["time_ms"] <= comm_total_ms + 1e-6
+    comm_ns = [comm_overlap_per_step(kinetolens.load(t))["comm_ns"].sum() for t in slow_loader_2.traces]
+    assert stats["time_ms"] <= sum(comm_ns) / len(comm_ns) / 1e6 + 1e-6
     assert 0 <= stats["sync_ms"] <= stats["time_ms"]
     assert stats["transfer_ms"] == pytest.approx(stats["time_ms"] - stats["sync_ms"])
 
@@ -81,6 +95,17 @@ def test_straggler_found_and_explained(slow: list[RankSummary]) -> None:
     assert finding.saving_ms == pytest.approx(row["cost_ms_per_step"])
 
 
+def test_ranks_compared_on_whole_steps(slow: list[RankSummary]) -> None:
+    # issue 17, points 24-25 with point 26's rule: a step the profiler cut
+    # short is in no per-step figure, on any rank
+    for s in slow:
+        assert s.cut_steps == [CUT_STEP]
+        assert s.steps["step"].to_list() == WHOLE_STEPS == s.breakdown["step"].to_list()
+    assert step_times(slow)["steps"].to_list() == [len(WHOLE_STEPS)] * 2
+    # its collectives are still calls of the run
+    assert any((s.calls["step"] == CUT_STEP).any() for s in slow)
+
+
 def test_no_straggler_without_a_planted_delay(spawn_4: DistributedRun) -> None:  # noqa: F811
     # issue 17, points 24-25: four even ranks: nobody flagged, waits within a step
     summaries = summarize_run(spawn_4.run_dir, "local:1", cache=False)
@@ -98,7 +123,9 @@ def test_cli_names_the_cause(
     # issue 17, points 24-25, as a user reads `kinetolens dist` at 100 columns
     monkeypatch.setenv("COLUMNS", "100")
     main(["dist", str(slow_loader_2.run_dir), "--executor", "local:1", "--no-cache"])
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
+    assert f"step {CUT_STEP} of rank 0, 1 was cut short by the end of profiling" in captured.err
     assert f"rank {SLOW_RANK} is late" in out.lower()
     assert "data loading takes" in out
     assert max(len(line) for line in out.splitlines()) <= 100

@@ -114,3 +114,17 @@ def test_script_name_that_is_not_utf8(tmp_path: Path) -> None:
     assert "utf-8" in reason.lower() and "--no-stack" in reason, reason
     proc = kl_run(tmp_path, "--run", "latin", "--no-stack", "--", sys.executable, name)
     assert proc.returncode == 0 and "kinetolens: wrote " in proc.stderr, proc.stderr
+
+
+# issue 17, point 17 (a run folder that cannot be made)
+def test_logdir_that_cannot_be_created(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    logdir = tmp_path / "file" / "runs"
+    proc = subprocess.run(
+        [sys.executable, "-m", "kinetolens.cli.main", "run", "--logdir", str(logdir), "--",
+         sys.executable, "-c", "print('ran')"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr  # refused before the command ran
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("kinetolens: error: ") and "cannot create the run folder" in line, line

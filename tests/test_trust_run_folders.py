@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
+from kinetolens.cli.diff_command import side_paths
 from kinetolens.cli.main import main
 from kinetolens.logdir import find_runs, one_run
 from kinetolens.runs import summarize_run
@@ -104,3 +105,7 @@ def test_dist_uses_the_newest_trace_of_each_rank(
     assert newest[0].name in note
     summaries = summarize_run(shared, "local:1", cache=False)
     assert [Path(s.path).name for s in summaries] == [newest[0].name, newest[1].name]
+    # the same class of fault in the other commands that take a run folder:
+    # `diff` averaged all four traces and `report` covered the oldest rank 0
+    assert [t.path.name for t in one_run(shared)] == [newest[0].name, newest[1].name]
+    assert [p.name for p in side_paths(str(shared))] == [newest[0].name, newest[1].name]

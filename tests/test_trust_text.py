@@ -234,3 +234,22 @@ def test_run_metadata_with_a_lone_surrogate_escape(tmp_path: Path) -> None:
     (tmp_path / metadata_name(trace.name)).write_text(json.dumps(meta))
     run = kinetolens.load(trace, cache=False).metadata[RUN_METADATA_KEY]
     assert run["launch_command"] == ["python", "caf\ufffd.py"] and run["torch_version"] == "2.13.0"
+
+
+@pytest.mark.parametrize(
+    ("text", "decoded", "count"),
+    [
+        (rb'"\ud83d\ude00"', "\U0001f600", 0),  # a well-formed pair is text, kept
+        (rb'"\\udc80"', "\\udc80", 0),  # an escaped backslash, then letters
+        (rb'"\udc80"', "\ufffd", 1),
+        (rb'"\ud800\ud800"', "\ufffd\ufffd", 2),
+        (rb'"\ude00\ud83d"', "\ufffd\ufffd", 2),  # halves in the wrong order
+        (rb'"\ud83d\ude00\ude00"', "\U0001f600\ufffd", 1),
+        (b'"caf\xe9 \xff\xfe"', "caf\ufffd \ufffd", 2),
+    ],
+)
+def test_repair_replaces_only_what_is_not_text(text: bytes, decoded: str, count: int) -> None:
+    from kinetolens.ingest.text_repair import repair_json_text
+
+    repaired = repair_json_text(text)
+    assert json.loads(repaired.data) == decoded and repaired.count == count

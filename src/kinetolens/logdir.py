@@ -16,11 +16,25 @@ ranks is listed before any of them is loaded.  The loaded trace's own
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from kinetolens.errors import TraceError
 from kinetolens.formats import LATEST_RUN, METADATA_SUFFIX
+
+
+class _Named(Protocol):
+    """A trace record as listed: a local :class:`WorkerTrace` or one at a URL."""
+
+    @property
+    def span(self) -> str | None: ...
+    @property
+    def rank(self) -> int | None: ...
+
+
+T = TypeVar("T", bound=_Named)
 
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json", ".sqlite")
 _RANK = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
@@ -80,6 +94,39 @@ def trace_order(t: WorkerTrace) -> tuple[int, int, str, str]:
     return (t.rank is None, t.rank if t.rank is not None else 0, t.worker, t.span or "")
 
 
+def trace_age(t: _Named) -> tuple[int, int, str]:
+    """Sort key, oldest first: the millisecond stamp of the name, else the
+    file's modification time, else the name.  Takes any trace record with
+    ``span`` and ``path`` (or ``url``, for traces at a URL: no mtime there)."""
+    stamp = int(t.span) if t.span is not None and t.span.isdigit() else -1
+    path = getattr(t, "path", None)
+    try:
+        mtime = path.stat().st_mtime_ns if isinstance(path, Path) else 0
+    except OSError:
+        mtime = 0
+    return (stamp, mtime, path.name if isinstance(path, Path) else str(getattr(t, "url", "")))
+
+
+def newest_per_rank(traces: Sequence[T]) -> tuple[list[T], list[T]]:
+    """``(kept, left_out)``: each rank's newest trace (:func:`trace_age`) and
+    the older ones, where a folder holds several traces of a rank (two runs
+    written into one folder, several profiling windows).  Traces whose name
+    gives no rank are all kept."""
+    by_rank: dict[int, list[T]] = {}
+    kept: list[T] = []
+    for t in traces:
+        if t.rank is None:
+            kept.append(t)
+        else:
+            by_rank.setdefault(t.rank, []).append(t)
+    left_out: list[T] = []
+    for group in by_rank.values():
+        group = sorted(group, key=trace_age)
+        kept.append(group[-1])
+        left_out += group[:-1]
+    return sorted(kept, key=trace_order), left_out  # type: ignore[arg-type]
+
+
 def run_traces(run_dir: str | Path, run: str | None = None) -> list[WorkerTrace]:
     """The traces directly inside ``run_dir``, ordered by rank, then worker and span."""
     d = Path(run_dir)
@@ -122,7 +169,9 @@ def one_run(path: str | Path) -> list[WorkerTrace]:
     A run directory is itself; a logdir holding exactly one run is that run;
     a folder of runs with a ``latest`` link (``kinetolens run``'s
     ``LOGDIR/NAME``) is the run it points to; a logdir of several runs is
-    otherwise ambiguous and an error, as is a directory without traces.  Commands that take "a trace or a run" resolve
+    otherwise ambiguous and an error, as is a directory without traces.
+    A run is one trace per rank: where a folder holds several traces of a
+    rank, the newest (:func:`newest_per_rank`).  Commands that take "a trace or a run" resolve
     directories through this, so they agree on what a directory means.
     """
     p = Path(path)
@@ -131,11 +180,11 @@ def one_run(path: str | Path) -> list[WorkerTrace]:
     latest = p / LATEST_RUN
     traces = run_traces(p) or (run_traces(latest.resolve()) if latest.is_dir() else [])
     if traces:
-        return traces
+        return newest_per_rank(traces)[0]
     runs = find_runs(p)
     if not runs:
         raise TraceError(p, "directory holds no traces (.json, .json.gz, .sqlite)")
     if len(runs) > 1:
         names = ", ".join(sorted(runs)[:5]) + (", ..." if len(runs) > 5 else "")
         raise TraceError(p, f"directory holds {len(runs)} runs ({names}); give one run directory")
-    return next(iter(runs.values()))
+    return newest_per_rank(next(iter(runs.values())))[0]

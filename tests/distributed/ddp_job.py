@@ -17,6 +17,9 @@ small so that four ranks fit in seconds on a two-core machine.
 batches take D ms longer to load on rank R (a planted straggler), on a model
 of several layers whose gradients DDP splits into buckets of ``--bucket-kb``
 (several all-reduces per step, in flight together on gloo's two threads).
+``--cut-last-step`` makes every rank exit in the middle of its last step,
+after the gradient all-reduces, while it is being profiled: the traces end
+with a step cut short (spawn mode then records three steps, the last cut).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -54,6 +58,7 @@ class Slowdown:
     rank: int
     delay_ms: float
     bucket_kb: float = 4.0
+    cut_last_step: bool = False
 
 
 class SlowBatches(torch.utils.data.Dataset):
@@ -95,9 +100,11 @@ def train(steps: int, on_step: Callable[[], None] | None = None, slow: Slowdown 
             torch.nn.Sequential(*layers), bucket_cap_mb=slow.bucket_kb / 1024
         )
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    for batch in _batches(steps, slow):
+    for i, batch in enumerate(_batches(steps, slow)):
         loss = model(batch).square().mean()
         loss.backward()
+        if slow is not None and slow.cut_last_step and i == steps - 1:
+            sys.exit(0)  # inside the profiling window, mid-step
         opt.step()
         opt.zero_grad()
         logged = loss.detach().clone()
@@ -125,9 +132,11 @@ def _spawned_rank(
     import kinetolens
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
+    cut = slow is not None and slow.cut_last_step
+    schedule = {**SPAWN_SCHEDULE, "steps": SPAWN_SCHEDULE["steps"] + 1} if cut else SPAWN_SCHEDULE
     try:
-        with kinetolens.profile(logdir=logdir, run=run, **SPAWN_SCHEDULE) as prof:
-            train(SPAWN_STEPS, prof.step, slow)
+        with kinetolens.profile(logdir=logdir, run=run, **schedule) as prof:
+            train(SPAWN_STEPS + cut, prof.step, slow)
     finally:
         shut_down()
 
@@ -147,8 +156,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--delay-ms", type=float, help="load each batch this much later on --slow-rank")
     parser.add_argument("--slow-rank", type=int, default=1)
     parser.add_argument("--bucket-kb", type=float, default=4.0, help="DDP bucket size with --delay-ms")
+    parser.add_argument("--cut-last-step", action="store_true", help="with --delay-ms: exit mid-step at the end")
     args = parser.parse_args(argv)
-    slow = Slowdown(args.slow_rank, args.delay_ms, args.bucket_kb) if args.delay_ms is not None else None
+    slow = (
+        Slowdown(args.slow_rank, args.delay_ms, args.bucket_kb, args.cut_last_step)
+        if args.delay_ms is not None
+        else None
+    )
     if args.spawn:
         spawn(args.spawn, args.logdir, args.run, slow)
         return

@@ -9,7 +9,8 @@ per test session however many tests or modules ask for it:
   profile themselves with ``kinetolens.profile``;
 * :func:`slow_loader_2`: two spawned ranks training from a ``DataLoader``
   whose batches take :data:`DELAY_MS` longer to load on rank 1, with DDP's
-  gradients in several buckets (a planted straggler).
+  gradients in several buckets (a planted straggler); both exit in the
+  middle of the last recorded step (:data:`CUT_STEP`).
 
 Use them from any test module by importing the fixtures::
 
@@ -45,6 +46,10 @@ TIMEOUT_S = 300
 #: this much later than rank 0.
 DELAY_MS = 50.0
 SLOW_RANK = 1
+#: The recorded steps of :func:`slow_loader_2`: two whole, then one the
+#: processes exit in.
+WHOLE_STEPS = [2, 3]
+CUT_STEP = 4
 
 # (mode, world size, extra job arguments, session base dir) -> run; a
 # session's runs are shared by every module that imports the fixtures.
@@ -139,5 +144,5 @@ def spawn_4(tmp_path_factory: pytest.TempPathFactory) -> DistributedRun:
 @pytest.fixture(scope="session")
 def slow_loader_2(tmp_path_factory: pytest.TempPathFactory) -> DistributedRun:
     """Two spawned ranks; rank :data:`SLOW_RANK` loads each batch :data:`DELAY_MS` later."""
-    extra = ("--delay-ms", str(DELAY_MS), "--slow-rank", str(SLOW_RANK))
+    extra = ("--delay-ms", str(DELAY_MS), "--slow-rank", str(SLOW_RANK), "--cut-last-step")
     return shared_run(tmp_path_factory, "spawn", 2, extra)

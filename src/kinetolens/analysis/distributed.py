@@ -4,8 +4,8 @@ Two stages, so that a run of hundreds of ranks never holds more than one
 trace in memory per worker:
 
 1. :func:`rank_summary` turns one rank's trace into a :class:`RankSummary`:
-   a few small tables (per step computation / communication / overlap, one
-   row per collective call).  It is picklable and a few kilobytes, cheap to
+   a few small tables (per whole step computation / communication / overlap
+   and the step-time breakdown, one row per collective call).  It is picklable and a few kilobytes, cheap to
    send back from a worker process or a Dask cluster.
 2. Pure functions of a list of summaries: step time per rank and its spread
    (:func:`step_times`), collective calls matched across ranks with their
@@ -42,6 +42,7 @@ from kinetolens.analysis.collectives import (
 )
 from kinetolens.analysis.gpu_streams import union_intervals
 from kinetolens.analysis.overview import COLUMNS, step_breakdown
+from kinetolens.model.steps import incomplete_steps
 from kinetolens.model.trace import Trace
 
 NS_PER_MS = 1e6
@@ -69,6 +70,10 @@ class RankSummary:
             schema={"step": pl.Int64, **{c: pl.Int64 for c in COLUMNS}}
         )
     )
+    #: Steps the profiler cut short (:func:`kinetolens.model.steps.incomplete_steps`):
+    #: left out of ``steps`` and ``breakdown``, so that ranks are compared on
+    #: whole steps only.
+    cut_steps: list[int] = field(default_factory=list)
 
 
 def rank_summary(trace: Trace, rank: int | None = None) -> RankSummary:
@@ -84,15 +89,18 @@ def rank_summary(trace: Trace, rank: int | None = None) -> RankSummary:
         if "module" in trace.ops.columns
         else pl.Series([], dtype=pl.String)
     )
+    cut = incomplete_steps(trace.steps)
+    whole = ~pl.col("step").is_in(cut).fill_null(False)
     return RankSummary(
         rank=int(the_rank),
         world_size=trace.world_size,
         path=trace.path,
         backend=backend if isinstance(backend, str) else None,
-        steps=comm_overlap_per_step(trace),
+        steps=comm_overlap_per_step(trace).filter(whole),
         calls=collective_calls(trace),
         uses_data_parallel=bool(modules.str.contains(r"(^|\.)DataParallel_\d+").any()),
-        breakdown=step_breakdown(trace),
+        breakdown=step_breakdown(trace).filter(whole),
+        cut_steps=cut,
     )
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import polars as pl
 
 from kinetolens.analysis.group_labels import counts, listed, mixed
+from kinetolens.analysis.modules import with_module_calls
 from kinetolens.analysis.op_times import op_instances
 from kinetolens.analysis.overview import STEP_PREFIX, step_windows
 from kinetolens.analysis.work import kernel_work
@@ -199,7 +200,8 @@ def op_stats(
         dtypes=counts("dtypes"),
         direction=counts("direction"),
     ).with_columns(mixed("in_shapes"), mixed("dtypes"), listed("direction"))
-    return _with_step_share(_with_achieved(grouped), trace, step)
+    table = _with_step_share(_with_achieved(grouped), trace, step)
+    return with_module_calls(table, trace, step) if by == "module" else table  # calls: times the module ran
 
 
 def _kernel_stats(trace: Trace, aggregate: str, step: int | None) -> pl.DataFrame:

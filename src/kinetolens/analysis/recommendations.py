@@ -33,7 +33,7 @@ import polars as pl
 from kinetolens.analysis.gpu_metrics import gpu_metrics
 from kinetolens.analysis.idle import comm_comp_overlap, idle_gaps
 from kinetolens.analysis.launch import launch_stats, short_kernels
-from kinetolens.analysis.memory import memory_events, memory_peaks
+from kinetolens.analysis.memory import WINDOW_SUM, memory_events, memory_peaks
 from kinetolens.analysis.overview import average_breakdown, step_breakdown, step_windows
 from kinetolens.analysis.tensor_cores import (
     _capability,
@@ -415,7 +415,8 @@ def memory_capacity(ctx: RuleContext) -> list[Finding]:
                 rule="memory_near_capacity",
                 title=f"{row['device']} memory near capacity",
                 evidence=(
-                    f"peak allocated {row['peak_allocated'] / (1 << 30):.2f} GiB = {share:.1%} of "
+                    f"peak allocated {'at least ' if row['basis'] == WINDOW_SUM else ''}"
+                    f"{row['peak_allocated'] / (1 << 30):.2f} GiB = {share:.1%} of "
                     f"{total / (1 << 30):.2f} GiB, at {row['peak_op']}"
                     + (f" in {row['peak_module']}" if row["peak_module"] else "")
                 ),

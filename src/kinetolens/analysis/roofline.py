@@ -41,6 +41,7 @@ import polars as pl
 
 from kinetolens.analysis.counters import kernel_measured, op_measured
 from kinetolens.analysis.group_labels import counts, listed
+from kinetolens.analysis.modules import with_module_calls
 from kinetolens.analysis.ops import weighted_mean
 from kinetolens.analysis.tensor_cores import MATRIX_OPS, kernel_tensor_cores, matrix_dtype
 from kinetolens.analysis.work import carried_work, kernel_work
@@ -369,6 +370,8 @@ def roofline_by(trace: Trace, spec: GpuSpec | None, by: str = "op", *, step: int
         ).drop("_b", "_mb")
         cols += ["measured_flops", "measured_bytes", "bytes_ratio"]
     out = out.select(cols).sort(["lost_us", *keys], descending=[True] + [False] * len(keys), nulls_last=True)
+    if by == "module":
+        return with_module_calls(out, trace, step)  # calls: times the module ran; ops: calls carrying work
     return out.rename({"name": "op"}) if "name" in keys else out
 
 

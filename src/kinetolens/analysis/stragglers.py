@@ -60,14 +60,23 @@ _MAD_SCALE = 1.4826
 #: Communication is left out: waiting at collectives is the effect.
 CAUSES: dict[str, str] = {
     "dataloader": "data loading",
-    "cpu_exec": "host work (CPU ops)",
+    "cpu_exec": "host work",
     "kernel": "GPU kernels",
     "memcpy": "memory copies",
     "memset": "memory sets",
     "runtime": "CUDA runtime calls",
-    OTHER: "time outside any profiled op",
+    OTHER: "idle time",
 }
 assert set(CAUSES) == (set(CATEGORIES) | {OTHER}) - {"communication"}
+#: What to do about each cause; the default: shorten it or balance it.
+CHANGES: dict[str, str] = {
+    "dataloader": "Load this rank's batches faster (DataLoader workers, prefetching, faster storage) or give "
+    "every rank equally costly samples",
+    "kernel": "Find why this rank's GPU kernels take longer (a slower or throttled GPU, larger or uneven inputs "
+    "or shards) and balance the work or replace the node",
+    OTHER: "Find what this rank does outside any profiled op (input I/O, unprofiled Python, a slow device) "
+    "and balance or remove it",
+}
 
 SCHEMA = {
     "rank": pl.Int64,
@@ -181,8 +190,13 @@ def stragglers(summaries: list[RankSummary]) -> pl.DataFrame:
         others_wait_ns=pl.col("sync_ns").sum().over(key) - pl.col("sync_ns")
     )
     total_wait = float(calls["sync_ns"].sum())
+    # Lateness per whole step (a step the profiler cut short is left out).
+    whole = pl.concat(
+        [s.steps.select(rank=pl.lit(s.rank, pl.Int64), step="step") for s in summaries]
+    )
     late_per_step = (
-        calls.group_by("rank", "step")
+        calls.join(whole, on=["rank", "step"], how="semi", nulls_equal=True)
+        .group_by("rank", "step")
         .agg(late=pl.col("late_ns").max())
         .group_by("rank")
         .agg(late_ms=pl.col("late").mean() / NS_PER_MS)
@@ -197,7 +211,7 @@ def stragglers(summaries: list[RankSummary]) -> pl.DataFrame:
             if total_wait > 0
             else pl.lit(0.0),
         )
-        .join(late_per_step, on="rank")
+        .join(late_per_step, on="rank", how="left")
         .join(_waiting_caused(calls, summaries), left_on="rank", right_on="blamed", how="left")
         .with_columns(
             cost_ms_per_step=pl.col("caused_ns").fill_null(0)
@@ -290,7 +304,7 @@ def straggler_findings(
                     + _why(row)
                 ),
                 change=(
-                    f"Shorten this rank's {CAUSES[cat]} or balance it across ranks"
+                    CHANGES.get(cat, f"Shorten this rank's {CAUSES[cat]} or balance it across ranks")
                     if because
                     else "Find what delays this rank before its collectives: a slower or throttled GPU, "
                     "uneven input sizes or sharding; balance the work or replace the node"

@@ -24,6 +24,7 @@ from typing import Any
 
 from kinetolens.capture.layout import TRACE_SUFFIX, new_run_dir, point_latest
 from kinetolens.capture.runner import ENV_CONFIG
+from kinetolens.errors import TraceError
 
 SITE_DIR = Path(__file__).resolve().parent / "_site"
 #: Exit status when the command succeeded but profiling could not start.
@@ -106,7 +107,11 @@ def launch(command: Sequence[str], config: dict[str, Any]) -> LaunchResult:
     logdir = Path(config.get("logdir", "./kinetolens-runs")).expanduser().resolve()
     config["logdir"] = str(logdir)
     config["command"] = list(command)
-    run_dir = new_run_dir(logdir, str(config["run"]))  # this run's own folder
+    try:
+        run_dir = new_run_dir(logdir, str(config["run"]))  # this run's own folder
+    except OSError as exc:  # before the command starts: it would run for nothing
+        where = Path(exc.filename) if exc.filename else logdir
+        raise TraceError(where, f"cannot create the run folder ({exc.strerror or exc})") from None
     config["logdir"], config["run"] = str(run_dir.parent), run_dir.name
     before = _existing_traces(run_dir)
     status = Path(tempfile.mkdtemp(prefix="kinetolens-run-"))

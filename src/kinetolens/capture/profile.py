@@ -328,16 +328,24 @@ class Profile:
         self.trace_files.append(path)
 
     def _exporter(self, prof: torch.profiler.profile) -> Callable[[str], None]:
-        """torch's export, followed by the memory samples of the window when sampling."""
+        """torch's export, followed by the ops' exact call lines when stacks
+        are recorded (``capture.call_sites``) and the window's memory samples
+        when sampling."""
         sampler = self._sampler
-        if sampler is None:
+        with_stack = self.options["with_stack"]
+        if sampler is None and not with_stack:
             return prof.export_chrome_trace
 
         def export(json_path: str) -> None:
-            from kinetolens.capture.memory_sampling import insert_samples
-
             prof.export_chrome_trace(json_path)
-            insert_samples(Path(json_path), sampler.drain(), sampler.device)
+            if with_stack:
+                from kinetolens.capture.call_sites import write_call_stacks
+
+                write_call_stacks(Path(json_path), prof)
+            if sampler is not None:
+                from kinetolens.capture.memory_sampling import insert_samples
+
+                insert_samples(Path(json_path), sampler.drain(), sampler.device)
 
         return export
 

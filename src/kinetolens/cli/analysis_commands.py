@@ -66,7 +66,7 @@ def summary_command(trace: str, json_: bool, no_cache: bool) -> None:
     ev = info["events"]
     table.add_row("events", ", ".join(f"{k} {v:,}" for k, v in ev.items()))
     a = info["attribution"]
-    table.add_row("kernel time", f"{a['kernel_time_us'] / 1000:.3f} ms")
+    table.add_row("kernel time", f"{a['kernel_time_us'] / 1000:.3f} ms (every kernel in the file, summed)")
     table.add_row("  with an op", _pct(a["op"]))
     table.add_row("  with a module", _pct(a["module"]))
     table.add_row("  with a source line", _pct(a["source"]))

@@ -49,6 +49,15 @@ def dist_command(
     cache = False if no_cache else (cache_dir if cache_dir is not None else True)
     notes: list[str] = []
     summaries = summarize_run(run_dir, executor, cache=cache, notes=notes)
+    cut: dict[tuple[int, ...], list[int]] = {}
+    for s in summaries:
+        if s.cut_steps:
+            cut.setdefault(tuple(s.cut_steps), []).append(s.rank)
+    for steps, ranks in cut.items():
+        notes.append(
+            f"step {', '.join(map(str, steps))} of rank {', '.join(map(str, ranks))} was cut short by the end "
+            "of profiling: left out of the per-step figures"
+        )
     for note in notes:  # on stderr: --json output stays one JSON document
         click.echo(f"kinetolens: note: {note}", err=True)
     straggling = stragglers(summaries)
@@ -72,7 +81,7 @@ def dist_command(
     console = Console(soft_wrap=False)
     world = overview["world_size"]
     console.print(
-        f"{overview['ranks']} rank(s)" + (f" of world size {world}" if world else "")
+        f"{overview['ranks']} rank{'' if overview['ranks'] == 1 else 's'}" + (f" of world size {world}" if world else "")
         + (f", {overview['backend']}" if overview["backend"] else ""),
         highlight=False,
     )  # fmt: skip
@@ -89,7 +98,7 @@ def dist_command(
 TITLES = {
     "ranks": "per rank (ms per step)",
     "steps": "step time across ranks (ms)",
-    "collectives": "collectives (per rank: ms over all steps, bandwidth in GB/s as nccl-tests)",
+    "collectives": "collectives (per rank: ms over the trace, bandwidth in GB/s as nccl-tests)",
     "stragglers": "arrival at collectives (late: ms after the earliest rank, per step)",
 }
 HEADERS = {

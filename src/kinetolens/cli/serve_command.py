@@ -28,11 +28,12 @@ def serve_command(logdir: Path, host: str, port: int, no_cache: bool, keep: int)
     import uvicorn
 
     from kinetolens.views.dashboard import create_app
+    from kinetolens.views.dashboard.hosts import host_name, is_loopback
 
     if not logdir.is_dir():
         raise click.BadParameter(f"{logdir} is not a directory", param_hint="--logdir")
     app = create_app(logdir, cache=not no_cache, keep=keep, host=host)
-    if host != LOOPBACK and host != "localhost":
+    if not is_loopback(host_name(host)):
         click.echo(f"kinetolens: warning: serving on {host}: anyone who can reach it can read these traces", err=True)
     sock = listen(host, port)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
@@ -49,10 +50,14 @@ def listen(host: str, port: int) -> socket.socket:
         family, kind, proto, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]  # fmt: skip
         sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
         sock.listen(2048)  # connections made once the address is printed wait for the server
     except OSError as exc:
+        sock.close()
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     sock.set_inheritable(True)
     return sock

@@ -23,14 +23,10 @@ REPLACEMENT = "\ufffd"
 _SLICE = 1 << 20
 #: Bytes that ``surrogateescape`` kept (one lone surrogate per invalid byte).
 _ESCAPED = re.compile("[\udc80-\udcff]+")
-#: A ``\\uD800``-``\\uDFFF`` escape that is not half of a well-formed pair.
-#: An even run of backslashes before it is escaped backslashes, so the
-#: escape really starts a character.
-_LONE_SURROGATE = re.compile(
-    rb"(?<!\\)((?:\\\\)*)"
-    rb"(?:\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
-    rb"|(?<![\\]u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2})"
-)
+#: A JSON escape of either half of a UTF-16 surrogate pair.  A literal
+#: prefix, so the scan of a whole file is fast; pairing is checked per match.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_LOW_ESCAPE = re.compile(rb"\\u[dD][c-fC-F][0-9a-fA-F]{2}")
 
 
 class InvalidText(Exception):
@@ -97,10 +93,34 @@ def repair_json_text(data: Any) -> Repaired:
         off = end
     fixed = bytes(out)
     del out
-    m = _LONE_SURROGATE.search(fixed)
-    if m is not None:
-        if first < 0:
-            first = m.start() + len(m.group(1))
-        fixed, k = _LONE_SURROGATE.subn(rb"\1\\ufffd", fixed)
-        count += k
+    lone = _lone_surrogates(fixed)
+    if lone:
+        first = lone[0][0] if first < 0 else first
+        count += len(lone)
+        parts, at = [], 0
+        for start, end in lone:
+            parts += [fixed[at:start], rb"\ufffd"]
+            at = end
+        parts.append(fixed[at:])
+        fixed = b"".join(parts)
     return Repaired(fixed, count, max(first, 0))
+
+
+def _lone_surrogates(data: bytes) -> list[tuple[int, int]]:
+    """Spans of ``\\udXXX`` escapes that are not half of a well-formed pair."""
+    spans: list[tuple[int, int]] = []
+    pair_end = -1
+    for m in _SURROGATE_ESCAPE.finditer(data):
+        start, end = m.span()
+        if start < pair_end:
+            continue  # the low half of the pair just kept
+        slashes = start
+        while slashes > 0 and data[slashes - 1] == 0x5C:
+            slashes -= 1
+        if (start - slashes) % 2:
+            continue  # an escaped backslash followed by text "udXXX"
+        if data[start + 3] in b"89abAB" and _LOW_ESCAPE.match(data, end):
+            pair_end = end + 6
+            continue
+        spans.append((start, end))
+    return spans

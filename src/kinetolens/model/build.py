@@ -8,7 +8,8 @@ Links built here (each a column, not an object graph):
   traces often carry mismatched ids, which is why other tools show 0 device
   time for them);
 * op -> parent op / top-level op (per-thread nesting);
-* op -> nn.Module path and user source line (python_function ranges);
+* op -> nn.Module path (python_function ranges) and user source: the call
+  line (``Call stack`` args) or else the enclosing user function;
 * op -> direction (fprop/bprop/optimizer/other) and, for backward ops, the
   forward op they differentiate (``fwdbwd`` flows, else sequence numbers);
 * everything -> profiler step.
@@ -34,7 +35,7 @@ from kinetolens.ingest.kineto_values import nulls
 from kinetolens.model import direction as dirn
 from kinetolens.model.autograd_order import pair_by_order
 from kinetolens.model.backward_names import fits
-from kinetolens.model.frames import MODULE_PREFIX, per_distinct, source_from_call_stack, user_frame
+from kinetolens.model.frames import MODULE_PREFIX, enclosing_function, per_distinct, source_from_call_stack
 from kinetolens.model.nesting import enclosing, nearest_marked, outermost_marked
 from kinetolens.model.steps import assign_steps, build_steps
 from kinetolens.model.trace import Trace
@@ -76,7 +77,7 @@ def build_trace(raw: RawTables, path: str) -> Trace:
     # A reader may name an op's module and call site itself (nsys ranges
     # written by kinetolens.nvtx); those win over Python frames.
     supplied = ops.select(c for c in SUPPLIED_COLUMNS if c in ops.columns)
-    ops, runtime = _attach_python(ops.drop(supplied.columns), runtime, python)
+    ops, runtime, python_module = _attach_python(ops.drop(supplied.columns), runtime, python)
     ops = ops.with_columns(pl.coalesce(pl.lit(supplied[c]), c).alias(c) for c in supplied.columns)
     ops, mismatched = _directions(ops, raw.flows)
     runtime = _link_launches(runtime, ops)
@@ -105,7 +106,7 @@ def build_trace(raw: RawTables, path: str) -> Trace:
         ops=ops.drop("group"),
         runtime=runtime.drop("group"),
         kernels=kernels,
-        python=python.drop("group", "py_row"),
+        python=python.drop("group", "py_row").with_columns(python_module),
         memory=raw.memory,
         flows=raw.flows,
         steps=steps,
@@ -178,13 +179,14 @@ def _nest_ops(ops: pl.DataFrame, runtime: pl.DataFrame) -> tuple[pl.DataFrame, p
 
 def _attach_python(
     ops: pl.DataFrame, runtime: pl.DataFrame, python: pl.DataFrame
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """nn.Module path and user source line for ops and launches."""
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.Series]:
+    """nn.Module path and user source line for ops and launches, and the
+    module path of each Python frame (a module frame's own path)."""
     call_stack_source = pl.lit(per_distinct(ops["call_stack"], source_from_call_stack))
     if python.height == 0:
         ops = ops.with_columns(module=pl.lit(None, pl.String), source=call_stack_source)
         runtime = runtime.with_columns(module=pl.lit(None, pl.String), source=pl.lit(None, pl.String))
-        return ops, runtime
+        return ops, runtime, pl.Series("module", [], pl.String)
     n_py, n_ops = python.height, ops.height
     frame = pl.concat(
         [
@@ -206,14 +208,15 @@ def _attach_python(
     def lookup(values: pl.Series, name: str, start: int, count: int) -> pl.Series:
         return values.gather(nest.parent.slice(start, count).replace(-1, n_py)).alias(name)
 
+    # A call stack holds the exact call line; a frame only its function.
     ops = ops.with_columns(
         lookup(modules, "module", n_py, n_ops), lookup(sources, "source", n_py, n_ops)
-    ).with_columns(pl.coalesce("source", call_stack_source).alias("source"))
+    ).with_columns(pl.coalesce(call_stack_source, "source").alias("source"))
     runtime = runtime.with_columns(
         lookup(modules, "module", n_py + n_ops, runtime.height),
         lookup(sources, "source", n_py + n_ops, runtime.height),
     )
-    return ops, runtime
+    return ops, runtime, module_of
 
 
 def _frame_paths(names: pl.Series, parent: pl.Series) -> tuple[pl.Series, pl.Series]:
@@ -223,14 +226,14 @@ def _frame_paths(names: pl.Series, parent: pl.Series) -> tuple[pl.Series, pl.Ser
 
     Whole columns, no Python step per frame: a trace taken with stacks has
     a frame event for every module call and function of every step.
-    ``user_frame`` runs once per distinct frame name; the source is the
-    nearest user frame (pointer jumping); a module's path is its short name
+    ``enclosing_function`` runs once per distinct frame name; the source is
+    the nearest user frame, as ``in func (file:line)`` (pointer jumping); a module's path is its short name
     prefixed by the paths of the module frames around it, joined by pointer
     jumping too (each round prefixes the path of the module frame as far
     above as the last round reached, doubling the reach).
     """
     parent = parent.replace(-1, None)
-    user = per_distinct(names, user_frame)
+    user = per_distinct(names, enclosing_function)
     source_row = nearest_marked(parent, user.is_not_null())
     source = user.gather(source_row)
 

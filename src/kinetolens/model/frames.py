@@ -1,8 +1,19 @@
-"""Which python_function frames are the user's code, and nn.Module names.
+"""Which frames are the user's code, what source an op is given, and
+nn.Module names.
 
-Kept as data: a frame is internal when its file path contains one of
-``INTERNAL_PATH_PARTS``.  The innermost frame that is not internal is the
-source line we report for an op, as PyProf's program trace did.
+Two kinds of source, told apart by their form:
+
+* ``file:line``: the line that made the call leading to the op.  From a
+  Kineto ``Call stack`` arg (kinetolens capture writes one from torch's
+  tracer, see ``kinetolens.capture.call_sites``; torch < 2 wrote them too)
+  or an NVTX marker's call site.
+* ``in func (file:line)``: only the enclosing user function is known.  A
+  ``python_function`` frame is named by the line where its function was
+  *entered* (its ``def``, or where profiling began for frames already
+  running), never the line that ran the op, so that line is shown as the
+  function's place, not as the op's call site.
+
+Which files are the user's is ``kinetolens.user_code``'s rule.
 """
 
 from __future__ import annotations
@@ -13,46 +24,40 @@ from functools import lru_cache
 
 import polars as pl
 
+from kinetolens.user_code import INTERNAL_PATH_PARTS, is_user_file
+
+__all__ = ["INTERNAL_PATH_PARTS", "MODULE_PREFIX", "enclosing_function", "per_distinct", "source_from_call_stack", "user_frame"]
+
 MODULE_PREFIX = "nn.Module: "
-
-INTERNAL_PATH_PARTS = (
-    "torch/",
-    "site-packages/",
-    "dist-packages/",
-    "<built-in",
-    "<frozen",
-    "threading.py",
-    "runpy.py",
-    "contextlib.py",
-    "functools.py",
-    "typing.py",
-    "kinetolens/",
-    "lib/python3",
-    "torchinductor_",  # inductor's default cache dir: /tmp/torchinductor_<user>/
-)
-
-#: Inductor's generated wrapper modules, wherever $TORCHINDUCTOR_CACHE_DIR
-#: puts them: ``<dir>/<2 chars>/c<hash>.py``.  Their frames are the compiler's
-#: code, not the user's; the source line is the user frame that called them.
-_GENERATED = re.compile(r"/[a-z0-9]{2}/c[a-z0-9]{40,}\.py$")
 
 _FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.*)$")
 
 
+def _user_match(name: str) -> re.Match[str] | None:
+    match = _FRAME.match(name)
+    if match is None or not is_user_file(match["file"]):
+        return None
+    return match
+
+
 @lru_cache(maxsize=1 << 16)
 def user_frame(name: str) -> str | None:
-    """``file:line`` when ``name`` is a frame of user code, else None.
+    """``file:line`` when ``name`` (``file(line): func``) is a frame of user
+    code, else None.
 
     Cached: call stacks (``source_from_call_stack``) repeat the same few
     thousand frames in every distinct stack.
     """
-    match = _FRAME.match(name)
-    if match is None:
-        return None
-    file = match["file"]
-    if any(part in file for part in INTERNAL_PATH_PARTS) or _GENERATED.search(file):
-        return None
-    return f"{file}:{match['line']}"
+    match = _user_match(name)
+    return None if match is None else f"{match['file']}:{match['line']}"
+
+
+@lru_cache(maxsize=1 << 16)
+def enclosing_function(name: str) -> str | None:
+    """``in func (file:line)`` when the ``python_function`` frame ``name`` is
+    user code, else None: the line is where ``func`` was entered."""
+    match = _user_match(name)
+    return None if match is None else f"in {match['func']} ({match['file']}:{match['line']})"
 
 
 def source_from_call_stack(stack: str | None) -> str | None:

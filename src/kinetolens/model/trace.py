@@ -15,8 +15,10 @@ Tables (times in integer nanoseconds, ``end = ts + dur``):
 * ``runtime``: CUDA runtime/driver calls with the ``op_id`` they ran under
   and ``op_link`` (``external_id``, ``containment`` or
   ``after_backward_node``).
-* ``python``: python_function ranges (with_stack / with_modules).
-* ``steps``: ProfilerStep ranges extended over the GPU work they launched.
+* ``python``: python_function ranges (with_stack / with_modules), with the
+  ``module`` path they run in (an ``nn.Module:`` frame's own path).
+* ``steps``: ProfilerStep ranges as disjoint windows over their GPU work
+  (``start``, ``end``, ``dur``), flagged ``complete`` (see ``model.steps``).
 * ``memory``, ``flows``, ``device_events`` (GPU annotations, CUPTI ranges),
   ``threads``, ``processes``.
 * ``kernel_counters``: CUPTI range-profiler counter values, one row per

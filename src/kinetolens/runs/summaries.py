@@ -19,7 +19,6 @@ run name) stands for the run it points to.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from kinetolens.analysis.distributed import RankSummary, rank_summary
 from kinetolens.cache import default_cache_location, is_url
 from kinetolens.errors import TraceError
 from kinetolens.formats import LATEST_RUN
-from kinetolens.logdir import WorkerTrace, run_traces
+from kinetolens.logdir import WorkerTrace, newest_per_rank, run_traces, trace_age
 from kinetolens.runs.executors import Executor, executor_for
 from kinetolens.runs.storage import RemoteTrace, load_source, remote_rank_traces
 
@@ -78,33 +77,6 @@ def rank_traces(
 RunTrace = WorkerTrace | RemoteTrace
 
 
-def _age(t: RunTrace) -> tuple[int, int, str]:
-    """Sort key, oldest first: the name's millisecond stamp, else the file's
-    modification time, else the name."""
-    stamp = int(t.span) if t.span is not None and t.span.isdigit() else -1
-    mtime = t.path.stat().st_mtime_ns if isinstance(t, WorkerTrace) else 0
-    name = t.path.name if isinstance(t, WorkerTrace) else t.url
-    return (stamp, mtime, name)
-
-
-def newest_per_rank(traces: Sequence[RunTrace]) -> tuple[list[RunTrace], list[RunTrace]]:
-    """``(kept, left_out)``: each rank's newest trace (by :func:`_age`); traces
-    whose name gives no rank are all kept (their rank is read on loading)."""
-    by_rank: dict[int, list[RunTrace]] = {}
-    kept: list[RunTrace] = []
-    for t in traces:
-        if t.rank is None:
-            kept.append(t)
-        else:
-            by_rank.setdefault(t.rank, []).append(t)
-    left_out: list[RunTrace] = []
-    for group in by_rank.values():
-        group = sorted(group, key=_age)
-        kept.append(group[-1])
-        left_out += group[:-1]
-    return kept, left_out
-
-
 def _name(t: RunTrace) -> str:
     return t.path.name if isinstance(t, WorkerTrace) else posixpath.basename(t.url)
 
@@ -133,7 +105,7 @@ def summarize_run(
     summaries = ex.map(summarize_file, [_job(t, where) for t in traces])
     newest: dict[int, tuple[RankSummary, RunTrace]] = {}
     for s, t in zip(summaries, traces, strict=True):
-        if s.rank not in newest or _age(t) > _age(newest[s.rank][1]):
+        if s.rank not in newest or trace_age(t) > trace_age(newest[s.rank][1]):
             newest[s.rank] = (s, t)
     older = [(t.rank, t) for t in left_out] + [
         (s.rank, t) for s, t in zip(summaries, traces, strict=True) if newest[s.rank][0] is not s

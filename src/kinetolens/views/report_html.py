@@ -38,8 +38,8 @@ def _environment() -> Environment:
     )
 
 
-def _format(value: Any) -> tuple[str, bool]:
-    """Cell text and whether it is a number (right-aligned)."""
+def _format(value: Any, limit: int | None = CELL_CHARS) -> tuple[str, bool]:
+    """Cell text and whether it is a number (right-aligned); ``limit=None`` keeps sentences whole."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-", True
     if isinstance(value, bool):
@@ -51,10 +51,12 @@ def _format(value: Any) -> tuple[str, bool]:
             return f"{value:.3g}", True
         return (f"{value:,.3f}" if abs(value) < 1000 else f"{value:,.1f}"), True
     text = str(value)
-    return (text if len(text) <= CELL_CHARS else "…" + text[-(CELL_CHARS - 1):]), False
+    return (text if limit is None or len(text) <= limit else "…" + text[-(limit - 1):]), False
 
 
-def frame_html(frame: pl.DataFrame, columns: list[str] | None = None, rows: int | None = TOP_ROWS) -> Markup:
+def frame_html(
+    frame: pl.DataFrame, columns: list[str] | None = None, rows: int | None = TOP_ROWS, cell_chars: int | None = CELL_CHARS
+) -> Markup:
     """An escaped HTML table of the first ``rows`` rows of ``frame`` (``None``: all)."""
     cols = [c for c in (columns or frame.columns) if c in frame.columns]
     shown = frame.select(cols) if rows is None else frame.select(cols).head(rows)
@@ -63,7 +65,7 @@ def frame_html(frame: pl.DataFrame, columns: list[str] | None = None, rows: int 
     for row in shown.iter_rows():
         cells = []
         for v in row:
-            text, numeric = _format(v)
+            text, numeric = _format(v, cell_chars)
             cls = "num" if numeric else "name"
             cells.append(f'<td class="{cls}">{html.escape(text)}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
@@ -143,12 +145,12 @@ def _tables(data: ReportData) -> dict[str, Markup]:
     basis = data.basis
     op_cols = ["name", "calls", basis, "device_self_us", "host_total_us", "step_share_pct", "tflops_s", "gbps", "in_shapes", "dtypes"]
     tables = {
-        "overview": frame_html(overview_frame(data), rows=None),
+        "overview": frame_html(overview_frame(data), rows=None, cell_chars=None),
         "breakdown": frame_html(breakdown_frame(data), rows=None),
         "ops": frame_html(data.ops, list(dict.fromkeys(op_cols))),
         "kernels": frame_html(data.kernel_names, ["name", "calls", "device_total_us", "mean_us", "op", "occupancy", "step_share_pct", "tflops_s", "gbps"]),
         "modules": frame_html(data.modules, list(dict.fromkeys(["module", "calls", basis, "host_total_us", "step_share_pct", "tflops_s"]))),
-        "memory": frame_html(memory_frame(data), rows=None),
+        "memory": frame_html(memory_frame(data), rows=None, cell_chars=None),
     }  # fmt: skip
     if data.roofline_modules is not None:
         tables["roofline"] = frame_html(

@@ -52,12 +52,18 @@ class RankDigest:
 
 
 def rank_digest(trace: Any, rank: int | None = None) -> RankDigest:
-    """One rank's digest; ``rank`` is its rank where the trace does not say."""
+    """One rank's digest; ``rank`` is its rank where the trace does not say.
+
+    Every table of the digest carries the rank the summary settled on, so a
+    rank known only from its file name is that rank in every table and bar."""
     dist = _optional("kinetolens.analysis.distributed")
+    summary = dist.rank_summary(trace, rank) if dist is not None else None
+    settled = summary.rank if summary is not None else (trace.rank if trace.rank is not None else rank)
+    tag = pl.lit(settled, pl.Int64).alias("rank")
     return RankDigest(
-        summary=dist.rank_summary(trace, rank) if dist is not None else None,
-        temporal=temporal_breakdown(without_incomplete_steps(trace)),  # as `kinetolens idle` and the report
-        overlap=comm_comp_overlap(without_incomplete_steps(trace)),
+        summary=summary,
+        temporal=temporal_breakdown(without_incomplete_steps(trace)).with_columns(tag),  # as `kinetolens idle`
+        overlap=comm_comp_overlap(without_incomplete_steps(trace)).with_columns(tag),  # and the report
     )
 
 

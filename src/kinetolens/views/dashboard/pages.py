@@ -85,6 +85,7 @@ def overview(ctx: Ctx) -> list[Block]:
         ["rank", _rank(t)],
         ["steps", str(steps["count"])],
         ["mean step", _ms(steps["mean_us"])],
+        *([["step cut short", steps["incomplete_note"]]] if steps.get("incomplete_note") else []),
         ["kernel time", _ms(attr["kernel_time_us"])],
         ["kernels attributed to an op", _pct(attr["op"])],
         ["to a module", _pct(attr["module"])],
@@ -164,7 +165,9 @@ def memory(ctx: Ctx) -> list[Block]:
     events, _ = memory_window(ctx)
     device = ctx.args.get("device", "")
     peaks = memory_peaks(events)
-    cards = [[f"{d} peak allocated", f"{p / 2**20:,.1f} MiB"] for d, p in peaks.select("device", "peak_allocated").iter_rows()]
+    ranged = " in the range" if ctx.number("start_ms") is not None or ctx.number("end_ms") is not None else ""
+    cards = [[f"{d} peak allocated{ranged}", f"{p / 2**20:,.1f} MiB" + ("" if b == "allocator" else " (allocated while profiling only)")]
+             for d, p, b in peaks.select("device", "peak_allocated", "basis").iter_rows()]  # fmt: skip
 
     def curve_figure() -> Block:
         # the whole curve, whatever range is chosen: the slider on it is what picks the range;

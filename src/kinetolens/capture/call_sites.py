@@ -1,0 +1,109 @@
+"""The exact line of user code that led to each op, written into the trace.
+
+torch names each ``python_function`` event by the line where its function
+was *entered*, so from the exported trace alone an op inside ``forward``
+maps to the ``def`` line and module-level code to the line where profiling
+started.  torch's Python tracer does record more than it exports: for every
+call of a Python or C function, the line its caller was executing.  When a
+window's trace is written, :func:`write_call_stacks` walks torch's event
+tree once and gives each op a Kineto ``Call stack`` arg (the field torch < 2
+wrote, which kinetolens and TensorBoard's plugin read): the user frames
+above the op, innermost first, each at the line that made the call toward
+the op.  Nothing is added to a step; the cost is at export.
+
+Only what was recorded is written: an op the innermost user frame ran
+without calling a function (an operator such as ``h * 2`` in ``forward``)
+gets no stack, and the model shows it as ``in forward (file:line)``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from kinetolens.user_code import is_user_file
+
+#: An op's or annotation's event as torch's export writes it, up to the
+#: first arg, which is always its ``External id`` (= the op's correlation
+#: id in the event tree).  Group 1 ends where the stack is inserted.
+_OP_EVENT = re.compile(rb'("cat": "(?:cpu_op|user_annotation)",[^{}]*?"args": \{\s*"External id": (\d+),)')
+_STACK_ARG = b'"Call stack"'
+
+
+def op_call_stacks(event_tree: list[Any]) -> dict[int, str]:
+    """Correlation id -> ``Call stack`` for each op with a recorded call line.
+
+    ``event_tree``: ``kineto_results.experimental_event_tree()``.  Walked
+    once, without recursion (Python stacks nest deeply).  Along each path,
+    ``frames`` are the user frames known at their call line and ``exact``
+    says whether the innermost user frame is among them.  A user function
+    whose body is a single line (``def f(x): return g(x)``) calls at its
+    entry line and is shown as its function, which is true too.
+    """
+    from torch._C._profiler import _EventType
+
+    py_call, c_call, torch_op = _EventType.PyCall, _EventType.PyCCall, _EventType.TorchOp
+    user: dict[str, bool] = {}
+
+    def is_user(path: str) -> bool:
+        known = user.get(path)
+        if known is None:
+            known = user[path] = is_user_file(path)
+        return known
+
+    stacks: dict[int, str] = {}
+    joined: dict[tuple[str, ...], str] = {}
+    # (event, frames, exact, entry line of the Python frame running it (None at a root))
+    todo: list[tuple[Any, tuple[str, ...], bool, int | None]] = [(r, (), False, None) for r in reversed(event_tree)]
+    while todo:
+        event, frames, exact, entry = todo.pop()
+        tag = event.tag
+        if tag == torch_op:
+            if exact and frames:
+                text = joined.get(frames)
+                if text is None:
+                    text = joined[frames] = ";".join(frames)
+                stacks[event.correlation_id] = text
+        elif tag == py_call or tag == c_call:
+            fields = event.extra_fields
+            caller = fields.caller
+            # A call "made" at the line its caller was entered at is no
+            # call line: a root frame's caller is itself, and code that
+            # torch.compile rewrote reports its def line for every call.
+            line = caller.line_number
+            if entry is not None and line != entry and is_user(caller.file_name):
+                frames = (f"{caller.file_name}({line}): {caller.function_name}", *frames)
+                exact = True
+            if tag == py_call:
+                entry = fields.callsite.line_number
+                if is_user(fields.callsite.file_name):
+                    exact = False  # inside a user function: its lines are not recorded
+        todo.extend((child, frames, exact, entry) for child in reversed(event.children))
+    return stacks
+
+
+def insert_call_stacks(trace: bytes, stacks: dict[int, str]) -> bytes:
+    """``trace`` (torch's chrome export) with ``stacks`` as ``Call stack``
+    args of its ops; unchanged when torch wrote stacks itself."""
+    if not stacks or _STACK_ARG in trace:
+        return trace
+    encoded = {cid: b'"Call stack": ' + json.dumps(text).encode() + b", " for cid, text in stacks.items()}
+
+    def add(match: re.Match[bytes]) -> bytes:
+        arg = encoded.get(int(match[2]))
+        return match[1] if arg is None else match[1] + arg
+
+    return _OP_EVENT.sub(add, trace)
+
+
+def write_call_stacks(json_path: Path, prof: Any) -> None:
+    """Add the call stacks of ``prof``'s last window (a stopped
+    ``torch.profiler.profile``) to its exported trace at ``json_path``."""
+    results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    if results is None:
+        return
+    stacks = op_call_stacks(results.experimental_event_tree())
+    if stacks:
+        json_path.write_bytes(insert_call_stacks(json_path.read_bytes(), stacks))

@@ -1,0 +1,157 @@
+"""Source lines that do not mislead (issue 18: source lines).
+
+torch names a ``python_function`` frame by the line where its function was
+entered, so an op inside ``forward`` used to show the ``def`` line as its
+source and module-level code the line where profiling began.  kinetolens'
+capture now writes each op's exact call line (``capture.call_sites``); ops
+whose line torch did not record show the enclosing function as
+``in func (file:line)``.  Real captures of a small training script, through
+``kinetolens.profile`` and ``kinetolens run``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import kinetolens
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    import kinetolens
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = nn.Linear(8, 16)
+            self.fc2 = nn.Linear(16, 4)
+
+        def forward(self, x):  # DEF
+            h = self.fc1(x)  # FC1
+            h = torch.relu(h)  # RELU
+            h = h * 2  # MUL
+            h = h.softmax(-1)  # SOFTMAX
+            return self.fc2(h)  # FC2
+
+
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(4, 8), torch.randn(4, 4)
+
+
+    def train_step():
+        out = model(x)  # MODEL
+        loss = F.mse_loss(out, y)  # LOSS
+        opt.zero_grad()  # ZERO
+        loss.backward()  # BACKWARD
+        opt.step()  # STEP
+
+
+    if sys.argv[1:] == ["profile"]:
+        with kinetolens.profile(logdir="runs", run="profiled", steps=2, warmup=1) as prof:
+            for _ in range(4):
+                train_step()
+                prof.step()
+    else:
+        for _ in range(8):
+            train_step()
+    """
+)
+
+
+def line_of(tag: str) -> int:
+    return next(i for i, text in enumerate(SCRIPT.splitlines(), 1) if text.endswith(f"# {tag}"))
+
+
+def _run(tmp_path: Path, *command: str) -> Path:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    env = dict(os.environ, COLUMNS="200")
+    proc = subprocess.run(
+        [*command, str(script)] if command[-1] != "profile" else [sys.executable, str(script), "profile"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    traces = sorted((tmp_path / "runs").rglob("*.pt.trace.json.gz"))
+    assert len(traces) == 1, proc.stderr
+    return traces[0]
+
+
+@pytest.fixture(scope="module", params=["kinetolens.profile", "kinetolens run"])
+def captured(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    tmp_path = tmp_path_factory.mktemp("source_lines")
+    if request.param == "kinetolens.profile":
+        trace = _run(tmp_path, "profile")
+    else:
+        trace = _run(tmp_path, sys.executable, "-m", "kinetolens.cli.main", "run", "--logdir", "runs",
+                     "--steps", "2", "--warmup", "1", "--", sys.executable)  # fmt: skip
+    # torch names files relative to the sys.path entry they were found under
+    # (here the script's directory, as python puts it first on sys.path).
+    return trace, Path("train.py")
+
+
+def _sources(ops: pl.DataFrame, name: str) -> set[str]:
+    return set(ops.filter(pl.col("name") == name)["source"].to_list())
+
+
+# issue 18: source lines
+def test_training_step_lines(captured: tuple[Path, Path]) -> None:
+    """Loss, backward, zero_grad and step each get their own line, and so
+    does each line of ``forward`` that calls a function; before, all of the
+    step's ops showed ``train_step``'s ``def`` line (or, under ``kinetolens
+    run``, the line of ``<module>`` where profiling began)."""
+    trace, script = captured
+    ops = kinetolens.load(trace).ops
+
+    def at(tag: str) -> set[str]:
+        return {f"{script}:{line_of(tag)}"}
+
+    assert _sources(ops, "aten::mse_loss") == at("LOSS")
+    assert _sources(ops, "Optimizer.zero_grad#SGD.zero_grad") == at("ZERO")
+    assert _sources(ops, "Optimizer.step#SGD.step") == at("STEP")
+    # The autograd engine's ops run inside loss.backward() on this CPU thread.
+    assert set(ops.filter(pl.col("name").str.starts_with("autograd::engine::"))["source"].to_list()) == at("BACKWARD")
+    linears = ops.filter(pl.col("name") == "aten::linear").sort("ts")
+    assert set(linears["source"].to_list()) == at("FC1") | at("FC2")
+    assert linears["source"].to_list()[:2] == [f"{script}:{line_of('FC1')}", f"{script}:{line_of('FC2')}"]
+    assert _sources(ops, "aten::relu") == at("RELU")
+    assert _sources(ops, "aten::softmax") == at("SOFTMAX")
+
+
+# issue 18: source lines
+def test_operator_without_call_shows_its_function(captured: tuple[Path, Path]) -> None:
+    """``h * 2`` calls no function: torch records no line for it, so the
+    source names the enclosing function and the line it was entered at,
+    in a form that cannot be read as a call site."""
+    trace, script = captured
+    ops = kinetolens.load(trace).ops
+    forward = ops.filter((pl.col("name") == "aten::mul") & (pl.col("direction") == "fprop"))
+    assert forward.height == 2  # one per recorded step
+    assert set(forward["source"].to_list()) == {f"in forward ({script}:{line_of('DEF')})"}
+
+
+# issue 18: source lines
+def test_cli_ops_by_source_shows_both_kinds(captured: tuple[Path, Path]) -> None:
+    trace, script = captured
+    proc = subprocess.run(
+        [sys.executable, "-m", "kinetolens.cli.main", "ops", "--aggregate-by", "source", "--top", "50", str(trace)],
+        capture_output=True, text=True, timeout=120, env=dict(os.environ, COLUMNS="250"),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    for tag in ("LOSS", "BACKWARD", "FC1", "FC2", "RELU", "SOFTMAX"):
+        assert f"{script}:{line_of(tag)} " in proc.stdout, tag
+    assert f"in forward ({script}:{line_of('DEF')})" in proc.stdout
