@@ -1,42 +1,278 @@
-"""Render tables to the terminal (rich) or as CSV / TSV / JSON."""
+"""Render tables to the terminal (rich) or as CSV / TSV / JSON.
+
+Every terminal table fits the width it is given (``-w``, else ``COLUMNS``,
+else the terminal's): numbers keep their whole width and never wrap, text
+cells take what is left, wrap to at most two lines and are cut in the middle
+beyond that (:func:`kinetolens.views.units.middle`); columns that still do
+not fit are left out, last first, and named under the table.  Output that
+goes to a pipe or a file, with no width given, is printed at full width so
+no header or row is split.  Values are formatted by column name through
+:mod:`kinetolens.views.units` (times in the unit that fits, FLOPs, bytes,
+counts as integers).
+"""
 
 from __future__ import annotations
 
+import math
+import os
+import shutil
 import sys
+import textwrap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 import polars as pl
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from kinetolens.views import units
 
-def _cell(value: Any) -> Text:
-    """Cells are plain text: kernel names such as ``[lambda(int) (instance 1)]``
-    would otherwise be read as rich markup and vanish."""
-    if value is None or (isinstance(value, float) and value != value):
-        return Text("-")
+#: Narrowest a text column is squeezed to before columns are left out.
+MIN_TEXT = 10
+#: Lines a cell may take.
+CELL_LINES = 2
+#: Columns that hold identifiers, printed as they are (no thousands separator).
+ID_COLUMNS = {"idx", "step", "device", "stream", "rank", "pid", "tid", "id", "sub", "regs", "smem", "world_size"}
+#: Float columns that count things: printed as integers.
+COUNT_COLUMNS = {"calls", "count", "instances", "launches", "kernels", "n", "events"}
+#: Header words shortened so that tables fit 80 columns.
+HEADER_WORDS = {"tflops_s": "TFLOP/s", "tflops": "TFLOP/s", "achieved_tflops": "TFLOP/s", "gbps": "GB/s"}
+
+
+def terminal_width(width: int | None = None) -> int | None:
+    """The width to fit: ``-w``, else ``COLUMNS``, else the terminal's; ``None``
+    (no limit) when writing to a pipe or a file."""
+    if width:
+        return width
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    return None
+
+
+def console(width: int | None = None) -> Console:
+    """A rich console at the fitted width; unlimited (but no soft wrapping) off a terminal."""
+    w = terminal_width(width)
+    return Console(width=w or 100_000, soft_wrap=False, highlight=False)
+
+
+@dataclass
+class Column:
+    """One terminal column: header, formatted cells, alignment."""
+
+    name: str
+    header: str
+    cells: list[str]
+    numeric: bool
+
+    @property
+    def natural(self) -> int:
+        """Width with the header on one line."""
+        return max([len(self.header), *(len(c) for c in self.cells)])
+
+    @property
+    def tight(self) -> int:
+        """Width with the header in two lines; text cells are squeezed further by :func:`_widths`."""
+        return max([header_width(self.header), *(len(c) for c in self.cells)])
+
+
+def header_width(header: str) -> int:
+    """Narrowest a header renders in two lines at most (split at a space)."""
+    words = header.split()
+    if len(words) < 2:
+        return len(header)
+    return min(max(len(" ".join(words[:i])), len(" ".join(words[i:]))) for i in range(1, len(words)))
+
+
+def _is_time(name: str) -> bool:
+    return name.endswith("_us") or name == "us"
+
+
+def _base(name: str) -> str:
+    return name[: -len("_us")] if name.endswith("_us") else "" if name == "us" else name
+
+
+def _number(value: Any) -> str:
+    if units.missing(value):
+        return "-"
     if isinstance(value, float):
-        return Text(f"{value:,.3f}" if abs(value) < 1000 else f"{value:,.1f}")
-    return Text(str(value))
+        if value.is_integer() and abs(value) >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:,.0f}" if abs(value) >= 1000 else units.sig(value, 4) if abs(value) >= 1 else units.sig(value, 3)
+    return str(value)
 
 
-def emit(frame: pl.DataFrame, fmt: str = "table", *, title: str | None = None, width: int | None = None) -> None:
-    if fmt == "csv":
-        sys.stdout.write(frame.write_csv())
-    elif fmt == "tsv":
-        sys.stdout.write(frame.write_csv(separator="\t"))
-    elif fmt == "json":
-        sys.stdout.write(msgspec.json.encode(frame.to_dicts()).decode() + "\n")
+def _decimals_for(series: pl.Series) -> Callable[[Any], str]:
+    """Floats with one number of decimals per column (about four significant
+    figures for its largest value), so the column lines up: 1,946 / 66.35 / 1.523."""
+    finite = series.cast(pl.Float64).filter(series.cast(pl.Float64).is_finite()).abs()
+    biggest = finite.max() if finite.len() else None
+    if not isinstance(biggest, (int, float)) or biggest == 0:
+        return _number
+    integral = bool((finite == finite.round(0)).all())
+    decimals = 0 if integral else min(max(3 - math.floor(math.log10(biggest)), 0), 3)
+    return lambda v: "-" if units.missing(v) else f"{v:,.{decimals}f}" if isinstance(v, float) else str(v)
+
+
+def format_column(name: str, series: pl.Series, header: str | None = None) -> Column:
+    """Cells and header for one column, chosen by its name and type."""
+    values = series.to_list()
+    numeric = series.dtype.is_numeric()
+    fmt: Callable[[Any], str]
+    head = header
+    if numeric and _is_time(name):
+        biggest = series.abs().max() if series.len() else None
+        unit, scale = units.time_unit(biggest if isinstance(biggest, (int, float)) else None)
+        fmt = lambda v: units.in_unit(v, scale)  # noqa: E731
+        head = head or f"{_base(name).replace('_', ' ')} {unit}".strip()
+    elif numeric and (name == "flops" or name.endswith("_flops")):
+        fmt = units.flops
+    elif numeric and (name == "bytes" or name.endswith("_bytes")):
+        memoryish = any(w in name for w in ("alloc", "reserved", "peak", "live", "mem"))
+        fmt = units.memory if memoryish else units.traffic
+    elif numeric and name in ID_COLUMNS:
+        fmt = lambda v: "-" if units.missing(v) else str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)  # noqa: E731
+    elif numeric and (series.dtype.is_integer() or name in COUNT_COLUMNS or name.startswith("n_") or name.endswith("_count")):
+        fmt = units.count
+    elif numeric:
+        fmt = _decimals_for(series)
     else:
-        table = Table(title=title, show_lines=False, header_style="bold")
-        for name in frame.columns:
-            numeric = frame.schema[name].is_numeric()
-            table.add_column(name, justify="right" if numeric else "left", overflow="fold")
-        for row in frame.iter_rows():
-            table.add_row(*(_cell(v) for v in row))
-        Console(width=width, soft_wrap=False).print(table)
+        fmt = lambda v: "-" if v is None else str(v)  # noqa: E731
+    if head is None:
+        head = HEADER_WORDS.get(name, name.replace("_", " "))
+    return Column(name, head, [fmt(v) for v in values], numeric)
+
+
+def fit_cell(text: str, width: int, lines: int = CELL_LINES) -> str:
+    """``text`` in at most ``lines`` lines of ``width``: wrapped at spaces where
+    that is enough, else cut in the middle and folded."""
+    if len(text) <= width:
+        return text
+    wrapped = textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False)
+    if len(wrapped) <= lines:
+        return "\n".join(wrapped)
+    cut = units.middle(text, width * lines)
+    return "\n".join(cut[i : i + width] for i in range(0, len(cut), width))
+
+
+def _widths(cols: list[Column], width: int | None, gap: int) -> tuple[list[Column], list[int], list[str]]:
+    """Column widths that fit ``width``: headers on one line if they can, else
+    on two; text columns squeezed (at most to ``MIN_TEXT``); columns left out,
+    last first, when even that does not fit."""
+    dropped: list[str] = []
+    cols = list(cols)
+    natural = [c.natural for c in cols]
+    if width is None or sum(natural) + gap * (len(cols) - 1) <= width:
+        return cols, natural, dropped
+    tight = [c.tight for c in cols]
+    if sum(tight) + gap * (len(cols) - 1) <= width:
+        return cols, tight, dropped
+
+    def fixed(i: int) -> bool:
+        return cols[i].numeric or tight[i] <= MIN_TEXT
+
+    # Numbers keep one-line headers while the text still fits in two lines.
+    text_need = sum((tight[i] + 1) // 2 for i in range(len(cols)) if not fixed(i))
+    wide = [natural[i] if cols[i].numeric else tight[i] for i in range(len(cols))]
+    if sum(wide[i] for i in range(len(cols)) if fixed(i)) + text_need + gap * (len(cols) - 1) <= width:
+        tight = wide
+
+    while len(cols) > 1 and sum(tight[i] if fixed(i) else MIN_TEXT for i in range(len(cols))) + gap * (len(cols) - 1) > width:
+        dropped.insert(0, cols.pop().name)
+        tight.pop()
+    room = width - gap * (len(cols) - 1) - sum(tight[i] for i in range(len(cols)) if fixed(i))
+    flexible = [i for i in range(len(cols)) if not fixed(i)]
+    widths = list(tight)
+    # Water-fill: the narrowest needs first, each up to its own width.
+    for k, i in enumerate(sorted(flexible, key=lambda j: tight[j])):
+        share = room // (len(flexible) - k)
+        widths[i] = max(min(tight[i], share), min(MIN_TEXT, tight[i]))
+        room -= widths[i]
+    return cols, widths, dropped
+
+
+def table_text(
+    frame: pl.DataFrame,
+    *,
+    title: str | None = None,
+    caption: str | None = None,
+    width: int | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[Table, list[str]]:
+    """A rich table of ``frame`` fitted to ``width`` (``None``: natural widths),
+    and the columns it left out."""
+    headers = headers or {}
+    cols = [format_column(n, frame[n], headers.get(n)) for n in frame.columns]
+    gap = 2
+    cols, widths, dropped = _widths(cols, width, gap)
+    table = Table(
+        title=title, header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+        collapse_padding=True, caption_justify="left", title_justify="left",
+    )
+    for col, w in zip(cols, widths):
+        table.add_column(
+            fit_cell(col.header, w), justify="right" if col.numeric else "left", no_wrap=True,
+            min_width=w, max_width=w, overflow="crop",
+        )
+    for row in zip(*(c.cells for c in cols)) if cols else ():
+        table.add_row(*(Text(fit_cell(v, w)) for v, w in zip(row, widths)))
+    notes = [caption] if caption else []
+    if dropped:
+        notes.append(f"not shown at this width: {', '.join(dropped)} (-w or -c to choose)")
+    if notes:
+        table.caption = "\n".join(notes)
+    return table, dropped
+
+
+def print_table(
+    frame: pl.DataFrame,
+    *,
+    title: str | None = None,
+    caption: str | None = None,
+    width: int | None = None,
+    headers: dict[str, str] | None = None,
+    out: Console | None = None,
+) -> list[str]:
+    """Print ``frame`` fitted to the terminal; returns the columns left out."""
+    con = out or console(width)
+    w = terminal_width(width) if out is None else (None if con.width >= 100_000 else con.width)
+    table, dropped = table_text(frame, title=title, caption=caption, width=w, headers=headers)
+    con.print(table)
+    return dropped
+
+
+def emit(
+    frame: pl.DataFrame,
+    fmt: str = "table",
+    *,
+    title: str | None = None,
+    width: int | None = None,
+    caption: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> None:
+    if fmt == "csv":
+        sys.stdout.write(units.clock_round(frame).write_csv())
+    elif fmt == "tsv":
+        sys.stdout.write(units.clock_round(frame).write_csv(separator="\t"))
+    elif fmt == "json":
+        sys.stdout.write(msgspec.json.encode(units.clock_round(frame).to_dicts()).decode() + "\n")
+    else:
+        print_table(frame, title=title, caption=caption, width=width, headers=headers)
+
+
+def pick_columns(available: Sequence[str], by_width: Sequence[tuple[int, Sequence[str]]], width: int | None) -> list[str]:
+    """Default columns for a width: the first ``(max_width, columns)`` entry
+    whose max_width is at least ``width`` (no width: the last, widest set)."""
+    for limit, cols in by_width:
+        if width is not None and width <= limit:
+            return [c for c in cols if c in available]
+    return [c for c in by_width[-1][1] if c in available]
 
 
 def emit_json(payload: Any) -> None:
