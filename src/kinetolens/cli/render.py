@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -130,7 +131,7 @@ def format_column(name: str, series: pl.Series, header: str | None = None) -> Co
         biggest = series.abs().max() if series.len() else None
         unit, scale = units.time_unit(biggest if isinstance(biggest, (int, float)) else None)
         fmt = lambda v: units.in_unit(v, scale)  # noqa: E731
-        head = head or f"{_base(name).replace('_', ' ')} {unit}".strip()
+        head = re.sub(r"\bus$", unit, head) if head else f"{_base(name).replace('_', ' ')} {unit}".strip()
     elif numeric and (name == "flops" or name.endswith("_flops")):
         fmt = units.flops
     elif numeric and (name == "bytes" or name.endswith("_bytes")):
@@ -146,6 +147,7 @@ def format_column(name: str, series: pl.Series, header: str | None = None) -> Co
         fmt = lambda v: "-" if v is None else str(v)  # noqa: E731
     if head is None:
         head = HEADER_WORDS.get(name, name.replace("_", " "))
+    head = " ".join(head.split())
     return Column(name, head, [fmt(v) for v in values], numeric)
 
 
@@ -154,17 +156,25 @@ def fit_cell(text: str, width: int, lines: int = CELL_LINES) -> str:
     that is enough, else cut in the middle and folded."""
     if len(text) <= width:
         return text
-    wrapped = textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False)
-    if len(wrapped) <= lines:
-        return "\n".join(wrapped)
+    body = text.lstrip(" ")
+    indent = text[: len(text) - len(body)]
+    if len(indent) < width // 2:  # tree rows keep their indentation on both lines
+        wrapped = textwrap.wrap(
+            body, width, initial_indent=indent, subsequent_indent=indent, break_long_words=True, break_on_hyphens=False
+        )
+        if len(wrapped) <= lines:
+            return "\n".join(wrapped)
     cut = units.middle(text, width * lines)
     return "\n".join(cut[i : i + width] for i in range(0, len(cut), width))
 
 
-def _widths(cols: list[Column], width: int | None, gap: int) -> tuple[list[Column], list[int], list[str]]:
+def _widths(
+    cols: list[Column], width: int | None, gap: int, droppable: Sequence[str] = ()
+) -> tuple[list[Column], list[int], list[str]]:
     """Column widths that fit ``width``: headers on one line if they can, else
-    on two; text columns squeezed (at most to ``MIN_TEXT``); columns left out,
-    last first, when even that does not fit."""
+    on two; text columns squeezed (at most to ``MIN_TEXT``); columns left out
+    when even that does not fit: those in ``droppable`` (last named first),
+    then the last ones."""
     dropped: list[str] = []
     cols = list(cols)
     natural = [c.natural for c in cols]
@@ -183,9 +193,11 @@ def _widths(cols: list[Column], width: int | None, gap: int) -> tuple[list[Colum
     if sum(wide[i] for i in range(len(cols)) if fixed(i)) + text_need + gap * (len(cols) - 1) <= width:
         tight = wide
 
+    queue = [c for c in droppable if c in {col.name for col in cols[1:]}]
     while len(cols) > 1 and sum(tight[i] if fixed(i) else MIN_TEXT for i in range(len(cols))) + gap * (len(cols) - 1) > width:
-        dropped.insert(0, cols.pop().name)
-        tight.pop()
+        at = next(i for i, c in enumerate(cols) if c.name == queue.pop()) if queue else len(cols) - 1
+        dropped.append(cols.pop(at).name)
+        tight.pop(at)
     room = width - gap * (len(cols) - 1) - sum(tight[i] for i in range(len(cols)) if fixed(i))
     flexible = [i for i in range(len(cols)) if not fixed(i)]
     widths = list(tight)
@@ -204,13 +216,14 @@ def table_text(
     caption: str | None = None,
     width: int | None = None,
     headers: dict[str, str] | None = None,
+    droppable: Sequence[str] = (),
 ) -> tuple[Table, list[str]]:
     """A rich table of ``frame`` fitted to ``width`` (``None``: natural widths),
     and the columns it left out."""
     headers = headers or {}
     cols = [format_column(n, frame[n], headers.get(n)) for n in frame.columns]
     gap = 2
-    cols, widths, dropped = _widths(cols, width, gap)
+    cols, widths, dropped = _widths(cols, width, gap, droppable)
     table = Table(
         title=title, header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
         collapse_padding=True, caption_justify="left", title_justify="left",
@@ -237,14 +250,32 @@ def print_table(
     caption: str | None = None,
     width: int | None = None,
     headers: dict[str, str] | None = None,
+    droppable: Sequence[str] = (),
     out: Console | None = None,
 ) -> list[str]:
     """Print ``frame`` fitted to the terminal; returns the columns left out."""
     con = out or console(width)
     w = terminal_width(width) if out is None else (None if con.width >= 100_000 else con.width)
-    table, dropped = table_text(frame, title=title, caption=caption, width=w, headers=headers)
+    table, dropped = table_text(frame, title=title, caption=caption, width=w, headers=headers, droppable=droppable)
     con.print(table)
     return dropped
+
+
+def print_fitted(
+    frame: pl.DataFrame,
+    *,
+    key: str,
+    title: str | None = None,
+    caption: str | None = None,
+    width: int | None = None,
+    headers: dict[str, str] | None = None,
+    droppable: Sequence[str] = (),
+) -> list[str]:
+    """:func:`print_table` for tables keyed by a name column (``key``, first):
+    the columns in ``droppable`` go first, last named first, where the row
+    does not fit.  Returns the columns left out."""
+    del key  # the key is the first column, which is never left out
+    return print_table(frame, title=title, caption=caption, width=width, headers=headers, droppable=droppable)
 
 
 def emit(
