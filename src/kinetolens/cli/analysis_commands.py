@@ -25,10 +25,10 @@ from kinetolens.analysis.op_tree import collapse, op_tree
 from kinetolens.analysis.roofline import LOST_COLUMNS, with_time_lost
 from kinetolens.analysis.summary import summarize
 from kinetolens.cli.checks import ROWS, WIDTH, check_step, check_time_range, regex, require_kernels
-from kinetolens.cli.diff_command import short_name
 from kinetolens.cli.render import emit, emit_json, pick_columns, print_fitted, terminal_width
 from kinetolens.loader import load
 from kinetolens.registry.gpus import gpu_spec
+from kinetolens.registry.kernel_names import short_names
 from kinetolens.views.memory_flow_svg import human_bytes
 
 
@@ -396,7 +396,7 @@ def ops_command(
         notes.append(f"more columns with -c: {', '.join(c for c in table.columns if c not in shown)}")
         table = table.select(shown)
     if by == "kernel" and "name" in table.columns:  # templated kernel names run to hundreds of characters
-        table = table.with_columns(pl.col("name").map_elements(short_name, return_dtype=pl.String))
+        table = table.with_columns(short_names(pl.Series(table["name"])).alias("name"))
     if by in ("op", "op+shape") and not inclusive and aggregate != "count":
         notes.append("ranked by self time: each op's own kernels, so nested ops do not repeat them (--inclusive: total)")
     _print_ops(table, GROUPINGS[by], title, "\n".join(notes), width)
@@ -416,7 +416,7 @@ def _ops_view(
         top_level = shown.filter(pl.col("depth") == 0)
         if top_level.height > top:
             shown = shown.filter(pl.col("path").is_in(_subtrees(shown, top_level["path"].head(top).to_list())))
-        short = pl.col("name").map_elements(short_name, return_dtype=pl.String)
+        short = short_names(shown["name"])
         names = pl.when(pl.col("kind") == "kernel").then(short).otherwise(pl.col("name"))
         frame = shown.select(
             op=pl.concat_str(pl.lit("  ").repeat_by(pl.col("depth")).list.join(""), names),

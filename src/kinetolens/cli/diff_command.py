@@ -9,26 +9,24 @@ step time is more than PCT percent above the baseline's.
 
 from __future__ import annotations
 
-import math
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 import polars as pl
-from rich import box
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from kinetolens.analysis.diff import ENVIRONMENT, LEVEL_KEYS, LEVELS, RunDiff, compare, environment_warning
 from kinetolens.cli.checks import WIDTH
-from kinetolens.cli.render import emit, emit_json
+from kinetolens.cli.render import console as render_console
+from kinetolens.cli.render import emit, emit_json, print_pairs, print_table
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
 from kinetolens.logdir import one_run
 from kinetolens.model.trace import Trace
+from kinetolens.registry.kernel_names import short_names
 
 #: Rows shown in the terminal unless ``-t`` says otherwise.
 DEFAULT_TOP = 20
@@ -77,35 +75,38 @@ def _print_summary(console: Console, diff: RunDiff, baseline: str, experiment: s
     warning = environment_warning(s["environment"])
     if warning:
         console.print(Text(f"Warning: {warning}.", style="bold yellow"))
-    table = Table(title="kinetolens diff", show_header=False, box=box.SIMPLE)
-    table.add_column("what", style="bold")
-    table.add_column("value", overflow="fold")
-    table.add_row("environment", environment_line(s["environment"]))
-    table.add_row("baseline", f"{baseline}: {_side_line(s['baseline'])}")
-    table.add_row("experiment", f"{experiment}: {_side_line(s['experiment'])}")
+    rows = [
+        ("environment", environment_line(s["environment"])),
+        ("baseline", f"{baseline}: {_side_line(s['baseline'])}"),
+        ("experiment", f"{experiment}: {_side_line(s['experiment'])}"),
+    ]
     if s["regression_pct"] is not None:
         word = "slower" if s["step_delta_us"] > 0 else "faster"
-        table.add_row("step time", f"{s['step_delta_us'] / 1000:+,.3f} ms ({abs(s['regression_pct']):.1f}% {word})")
-    table.add_row("time basis", f"{s['basis']} (self time per op)")
+        rows.append(("step time", f"{s['step_delta_us'] / 1000:+,.3f} ms ({abs(s['regression_pct']):.1f}% {word})"))
+    rows.append(("time basis", f"{s['basis']} (self time per op)"))
     for level, counts in s["counts"].items():
-        table.add_row(level, ", ".join(f"{n} {status}" for status, n in counts.items() if n))
-    console.print(table)
+        rows.append((level, ", ".join(f"{n} {status}" for status, n in counts.items() if n)))
+    print_pairs(rows, title="kinetolens diff", out=console)
     expl = s["explained_by"]
     if not expl or not expl["ops"]:
         return
-    ops = Table(title="Ops that explain the step-time change", box=box.SIMPLE_HEAD, header_style="bold")
-    ops.add_column("op", overflow="fold")
-    ops.add_column("status")
-    ops.add_column("delta ms", justify="right")
-    ops.add_column("% of step delta", justify="right")
-    for row in expl["ops"]:
-        share = "-" if row["share_pct"] is None else f"{row['share_pct']:.1f}"
-        ops.add_row(row["name"], row["status"], f"{row['delta_us'] / 1000:+,.3f}", share)
-    ops.caption = (
+    ops = pl.DataFrame(
+        {
+            "op": [r["name"] for r in expl["ops"]],
+            "status": [r["status"] for r in expl["ops"]],
+            "delta_us": [float(r["delta_us"]) for r in expl["ops"]],
+            "share_pct": [r["share_pct"] for r in expl["ops"]],
+        },
+        schema={"op": pl.String, "status": pl.String, "delta_us": pl.Float64, "share_pct": pl.Float64},
+    )
+    caption = (
         f"explained {expl['explained_us'] / 1000:+,.3f} ms, unexplained {expl['unexplained_us'] / 1000:+,.3f} ms "
         f"(all ops net {expl['all_ops_net_us'] / 1000:+,.3f} ms)"
     )
-    console.print(ops)
+    print_table(
+        ops, title="Ops that explain the step-time change", caption=caption, out=console,
+        headers={"share_pct": "% of step delta"},
+    )
 
 
 #: Terminal headers (the JSON/CSV keep the full column names).
@@ -117,29 +118,6 @@ SHORT_HEADERS = {
 }
 #: Terminal words for the statuses, so the column stays narrow.
 SHORT_STATUS = {"appeared": "new", "disappeared": "gone"}
-#: Longest name shown in the terminal; --json and --csv keep whole names.
-NAME_CHARS = 72
-_TEMPLATE = re.compile(r"<[^<>]*>")
-_ARGS = re.compile(r"\([^()]*\)")
-
-
-def short_name(name: str, chars: int = NAME_CHARS) -> str:
-    """A kernel or op name that fits a terminal column: template and call
-    arguments folded to ``<…>``/``(…)`` (innermost first), then cut in the middle."""
-    if len(name) <= chars:
-        return name
-    name = name.removeprefix("void ")
-    while _TEMPLATE.search(name):  # innermost first; the marker has no brackets
-        name = _TEMPLATE.sub("\x00", name)
-    name = name.replace("\x00", "<…>")
-    if len(name) > chars:
-        name = _ARGS.sub("(…)", name)
-    if len(name) > chars:
-        half = (chars - 1) // 2
-        name = f"{name[:half]}…{name[-half:]}"
-    return name
-
-
 def _arrow(base: str, exp: str) -> pl.Expr:
     """``2 → 3``: a before/after pair in one narrow column."""
     fmt = [pl.col(c).round(2).cast(pl.String).str.replace(r"\.0$", "") for c in (base, exp)]
@@ -156,33 +134,15 @@ def _terminal_columns(level: str, table: pl.DataFrame) -> pl.DataFrame:
     cols: list[str | pl.Expr] = [*keys, "status", "baseline_us", "experiment_us", "delta_us", "delta_pct"]
     if "baseline_calls" in table.columns:
         cols.append(_arrow("baseline_calls", "experiment_calls").alias("calls"))
-    shown = table.select(cols).with_columns(
-        *(pl.col(k).map_elements(short_name, return_dtype=pl.String) for k in keys),
-        pl.col("status").replace(SHORT_STATUS),
-    )
-    return shown.rename(SHORT_HEADERS, strict=False)
+    shown = table.select(cols).with_columns(pl.col("status").replace(SHORT_STATUS))
+    if level == "kernel":  # whole signatures run to hundreds of characters; --json and --csv keep them
+        shown = shown.with_columns(short_names(shown["name"]).alias("name"))
+    return shown
 
 
-def _number(value: object) -> Text:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return Text("-")
-    if isinstance(value, float):
-        return Text(f"{value:,.1f}")
-    return Text(str(value))
-
-
-def _print_table(console: Console, frame: pl.DataFrame, keys: list[str], title: str) -> None:
-    """Numbers never wrap; the name columns take the rest of the width and fold."""
-    table = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
-    for name in frame.columns:
-        if name in keys:
-            table.add_column(name, overflow="fold", ratio=1, min_width=20)
-        else:
-            numeric = frame.schema[name].is_numeric()
-            table.add_column(name, justify="right" if numeric else "left", no_wrap=True)
-    for row in frame.iter_rows():
-        table.add_row(*(_number(v) for v in row))
-    console.print(table)
+def _print_table(console: Console, frame: pl.DataFrame, title: str) -> None:
+    """Numbers never wrap; the name columns take the rest of the width, two lines at most."""
+    print_table(frame, title=title, headers=SHORT_HEADERS, out=console, same_time_unit=True)
 
 
 def _gate(diff: RunDiff, limit_pct: float) -> None:
@@ -243,10 +203,10 @@ def diff_command(
             click.echo(f"kinetolens: warning: {warning}", err=True)
         emit(table.head(top) if top else table, "csv" if csv_ else "tsv")
     else:
-        console = Console(width=width)
+        console = render_console(width)
         _print_summary(console, diff, baseline, experiment)
         shown = _terminal_columns(level, table).head(top or DEFAULT_TOP)
         more = f" (top {shown.height} of {table.height} by |delta|)" if table.height > shown.height else ""
-        _print_table(console, shown, list(LEVEL_KEYS[level]), f"{level} per step, us{more}")
+        _print_table(console, shown, f"{level} per step{more}")
     if fail_if_slower is not None:
         _gate(diff, fail_if_slower)

@@ -32,8 +32,12 @@ from rich.text import Text
 
 from kinetolens.views import units
 
+#: Console width standing for "no limit" (output to a pipe or a file).
+UNLIMITED = 100_000
 #: Narrowest a text column is squeezed to before columns are left out.
 MIN_TEXT = 10
+#: Share of the text room the first column (the row's name) gets against each other text column.
+KEY_WEIGHT = 3
 #: Lines a cell may take.
 CELL_LINES = 2
 #: Columns that hold identifiers, printed as they are (no thousands separator).
@@ -60,7 +64,7 @@ def terminal_width(width: int | None = None) -> int | None:
 def console(width: int | None = None) -> Console:
     """A rich console at the fitted width; unlimited (but no soft wrapping) off a terminal."""
     w = terminal_width(width)
-    return Console(width=w or 100_000, soft_wrap=False, highlight=False)
+    return Console(width=w or UNLIMITED, soft_wrap=False, highlight=False)
 
 
 @dataclass
@@ -121,16 +125,24 @@ def _decimals_for(series: pl.Series) -> Callable[[Any], str]:
     return lambda v: "-" if units.missing(v) else f"{v:,.{decimals}f}" if isinstance(v, float) else str(v)
 
 
-def format_column(name: str, series: pl.Series, header: str | None = None) -> Column:
-    """Cells and header for one column, chosen by its name and type."""
+def _biggest(series: pl.Series) -> float | None:
+    finite = series.cast(pl.Float64)
+    finite = finite.filter(finite.is_finite()).abs()
+    big = finite.max() if finite.len() else None
+    return float(big) if isinstance(big, (int, float)) else None
+
+
+def format_column(name: str, series: pl.Series, header: str | None = None, time_us: float | None = None) -> Column:
+    """Cells and header for one column, chosen by its name and type; ``time_us``
+    (a table's biggest time) sets the unit of its times where they share one."""
     values = series.to_list()
     numeric = series.dtype.is_numeric()
     fmt: Callable[[Any], str]
     head = header
     if numeric and _is_time(name):
-        biggest = series.abs().max() if series.len() else None
-        unit, scale = units.time_unit(biggest if isinstance(biggest, (int, float)) else None)
-        fmt = lambda v: units.in_unit(v, scale)  # noqa: E731
+        unit, scale = units.time_unit(time_us if time_us is not None else _biggest(series))
+        signed = name.startswith("delta")
+        fmt = lambda v: units.in_unit(v, scale) if not signed or units.missing(v) or v <= 0 else "+" + units.in_unit(v, scale)  # noqa: E731
         head = re.sub(r"\bus$", unit, head) if head else f"{_base(name).replace('_', ' ')} {unit}".strip()
     elif numeric and (name == "flops" or name.endswith("_flops")):
         fmt = units.flops
@@ -147,7 +159,7 @@ def format_column(name: str, series: pl.Series, header: str | None = None) -> Co
         fmt = lambda v: "-" if v is None else str(v)  # noqa: E731
     if head is None:
         head = HEADER_WORDS.get(name, name.replace("_", " "))
-    head = " ".join(head.split())
+    head = " ".join(head.replace("\n/", "/").split())
     return Column(name, head, [fmt(v) for v in values], numeric)
 
 
@@ -195,17 +207,22 @@ def _widths(
 
     queue = [c for c in droppable if c in {col.name for col in cols[1:]}]
     while len(cols) > 1 and sum(tight[i] if fixed(i) else MIN_TEXT for i in range(len(cols))) + gap * (len(cols) - 1) > width:
-        at = next(i for i, c in enumerate(cols) if c.name == queue.pop()) if queue else len(cols) - 1
+        victim = queue.pop() if queue else cols[-1].name
+        at = next(i for i, c in enumerate(cols) if c.name == victim)
         dropped.append(cols.pop(at).name)
         tight.pop(at)
     room = width - gap * (len(cols) - 1) - sum(tight[i] for i in range(len(cols)) if fixed(i))
     flexible = [i for i in range(len(cols)) if not fixed(i)]
     widths = list(tight)
-    # Water-fill: the narrowest needs first, each up to its own width.
-    for k, i in enumerate(sorted(flexible, key=lambda j: tight[j])):
-        share = room // (len(flexible) - k)
+    # Weighted water-fill, smallest need per weight first, each up to its own
+    # width; the first column (the row's name) weighs KEY_WEIGHT times more.
+    weight = {i: KEY_WEIGHT if i == 0 else 1 for i in flexible}
+    left = sum(weight.values())
+    for i in sorted(flexible, key=lambda j: tight[j] / weight[j]):
+        share = room * weight[i] // left
         widths[i] = max(min(tight[i], share), min(MIN_TEXT, tight[i]))
         room -= widths[i]
+        left -= weight[i]
     return cols, widths, dropped
 
 
@@ -217,20 +234,25 @@ def table_text(
     width: int | None = None,
     headers: dict[str, str] | None = None,
     droppable: Sequence[str] = (),
+    same_time_unit: bool = False,
+    show_header: bool = True,
 ) -> tuple[Table, list[str]]:
     """A rich table of ``frame`` fitted to ``width`` (``None``: natural widths),
-    and the columns it left out."""
+    and the columns it left out.  ``same_time_unit``: every time column in
+    the unit of the biggest (tables whose times are compared)."""
     headers = headers or {}
-    cols = [format_column(n, frame[n], headers.get(n)) for n in frame.columns]
+    times = [frame[c] for c in frame.columns if _is_time(c) and frame.schema[c].is_numeric()]
+    biggest = max((b for b in map(_biggest, times) if b is not None), default=None) if same_time_unit else None
+    cols = [format_column(n, frame[n], headers.get(n), biggest) for n in frame.columns]
     gap = 2
     cols, widths, dropped = _widths(cols, width, gap, droppable)
     table = Table(
         title=title, header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-        collapse_padding=True, caption_justify="left", title_justify="left",
+        collapse_padding=True, caption_justify="left", title_justify="left", show_header=show_header,
     )
     for col, w in zip(cols, widths):
         table.add_column(
-            fit_cell(col.header, w), justify="right" if col.numeric else "left", no_wrap=True,
+            fit_cell(col.header, w), style="bold" if not show_header and col is cols[0] else None, justify="right" if col.numeric else "left", no_wrap=True,
             min_width=w, max_width=w, overflow="crop",
         )
     for row in zip(*(c.cells for c in cols)) if cols else ():
@@ -251,14 +273,25 @@ def print_table(
     width: int | None = None,
     headers: dict[str, str] | None = None,
     droppable: Sequence[str] = (),
+    same_time_unit: bool = False,
+    show_header: bool = True,
     out: Console | None = None,
 ) -> list[str]:
-    """Print ``frame`` fitted to the terminal; returns the columns left out."""
+    """Print ``frame`` fitted to the terminal (or to ``out``'s width); returns the columns left out."""
     con = out or console(width)
-    w = terminal_width(width) if out is None else (None if con.width >= 100_000 else con.width)
-    table, dropped = table_text(frame, title=title, caption=caption, width=w, headers=headers, droppable=droppable)
+    w = terminal_width(width) if out is None else (None if con.width >= UNLIMITED else con.width)
+    table, dropped = table_text(
+        frame, title=title, caption=caption, width=w, headers=headers, droppable=droppable,
+        same_time_unit=same_time_unit, show_header=show_header,
+    )
     con.print(table)
     return dropped
+
+
+def print_pairs(rows: Sequence[tuple[str, str]], *, title: str | None = None, out: Console) -> None:
+    """A two-column ``what: value`` table (summaries), values in two lines at most."""
+    frame = pl.DataFrame({"what": [r[0] for r in rows], "value": [r[1] for r in rows]}, schema={"what": pl.String, "value": pl.String})
+    print_table(frame, title=title, show_header=False, out=out)
 
 
 def print_fitted(
