@@ -141,8 +141,7 @@ def format_column(name: str, series: pl.Series, header: str | None = None, time_
     head = header
     if numeric and _is_time(name):
         unit, scale = units.time_unit(time_us if time_us is not None else _biggest(series))
-        signed = name.startswith("delta")
-        fmt = lambda v: units.in_unit(v, scale) if not signed or units.missing(v) or v <= 0 else "+" + units.in_unit(v, scale)  # noqa: E731
+        fmt = lambda v: units.in_unit(v, scale)  # noqa: E731
         head = re.sub(r"\bus$", unit, head) if head else f"{_base(name).replace('_', ' ')} {unit}".strip()
     elif numeric and (name == "flops" or name.endswith("_flops")):
         fmt = units.flops
@@ -157,6 +156,9 @@ def format_column(name: str, series: pl.Series, header: str | None = None, time_
         fmt = _decimals_for(series)
     else:
         fmt = lambda v: "-" if v is None else str(v)  # noqa: E731
+    if numeric and name.startswith("delta"):  # changes carry their sign: +44.435, -7.622
+        unsigned = fmt
+        fmt = lambda v: "+" + unsigned(v) if not units.missing(v) and v > 0 else unsigned(v)  # noqa: E731
     if head is None:
         head = HEADER_WORDS.get(name, name.replace("_", " "))
     head = " ".join(head.replace("\n/", "/").split())
