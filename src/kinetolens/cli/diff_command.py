@@ -22,7 +22,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from kinetolens.analysis.diff import ENVIRONMENT, LEVEL_KEYS, LEVELS, RunDiff, compare, environment_warning
+from kinetolens.analysis.diff import (
+    ENVIRONMENT,
+    LEVEL_KEYS,
+    LEVELS,
+    STEP_LABELS,
+    RunDiff,
+    compare,
+    environment_warning,
+)
 from kinetolens.cli.checks import WIDTH
 from kinetolens.cli.render import emit, emit_json
 from kinetolens.errors import TraceError
@@ -32,6 +40,11 @@ from kinetolens.model.trace import Trace
 
 #: Rows shown in the terminal unless ``-t`` says otherwise.
 DEFAULT_TOP = 20
+#: Levels of the default terminal view after the step categories, and their rows.
+DEFAULT_VIEW: tuple[str, ...] = ("op", "kernel")
+DEFAULT_VIEW_TOP = 10
+#: Table of ``--json``/``--csv``/``--tsv`` when no ``--level`` is given.
+DEFAULT_LEVEL = "op"
 #: Exit status of a gate that fails (bad input is 2, as everywhere).
 EXIT_SLOWER = 1
 
@@ -72,25 +85,64 @@ def environment_line(env: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _print_summary(console: Console, diff: RunDiff, baseline: str, experiment: str) -> None:
+def _print_lead(console: Console, diff: RunDiff) -> None:
+    """What a reader needs first: the environment warning, the step-time change
+    and the step-time categories that made it, largest change first."""
     s = diff.summary
     warning = environment_warning(s["environment"])
     if warning:
         console.print(Text(f"Warning: {warning}.", style="bold yellow"))
+    if s["regression_pct"] is not None:
+        word = "slower" if s["step_delta_us"] > 0 else "faster"
+        base, exp = s["baseline"]["mean_step_us"], s["experiment"]["mean_step_us"]
+        line = (
+            f"Step time {base / 1000:,.3f} → {exp / 1000:,.3f} ms: {s['step_delta_us'] / 1000:+,.3f} ms "
+            f"({abs(s['regression_pct']):.1f}% {word})"
+        )
+        big = s["largest_step_change"]
+        if big is not None:
+            line += f"; largest change: {STEP_LABELS[big['category']]} {big['delta_us'] / 1000:+,.3f} ms"
+        console.print(Text(line, style="bold"))
+    steps = diff.tables.get("step")
+    if steps is None:
+        return
+    steps = steps.filter((pl.col("baseline_us") != 0) | (pl.col("experiment_us") != 0))
+    table = Table(
+        title="Step time by category, ms per step (largest change first)",
+        header_style="bold", box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False,
+    )  # fmt: skip
+    for name in ("category", "status", "base ms", "exp ms", "delta ms", "delta %"):
+        table.add_column(name, justify="left" if name in ("category", "status") else "right", no_wrap=True)
+    for row in steps.iter_rows(named=True):
+        pct = "-" if row["delta_pct"] is None else f"{row['delta_pct']:+.1f}"
+        table.add_row(
+            STEP_LABELS.get(row["category"], row["category"]),
+            row["status"],
+            *(f"{row[c] / 1000:,.3f}" for c in ("baseline_us", "experiment_us")),
+            f"{row['delta_us'] / 1000:+,.3f}",
+            pct,
+            style="bold" if row["category"] == "total" else None,
+        )
+    console.print(table)
+
+
+def _print_summary(console: Console, diff: RunDiff, baseline: str, experiment: str) -> None:
+    s = diff.summary
     table = Table(title="kinetolens diff", show_header=False, box=box.SIMPLE)
     table.add_column("what", style="bold")
     table.add_column("value", overflow="fold")
     table.add_row("environment", environment_line(s["environment"]))
     table.add_row("baseline", f"{baseline}: {_side_line(s['baseline'])}")
     table.add_row("experiment", f"{experiment}: {_side_line(s['experiment'])}")
-    if s["regression_pct"] is not None:
-        word = "slower" if s["step_delta_us"] > 0 else "faster"
-        table.add_row("step time", f"{s['step_delta_us'] / 1000:+,.3f} ms ({abs(s['regression_pct']):.1f}% {word})")
     table.add_row("time basis", f"{s['basis']} (self time per op)")
     for level, counts in s["counts"].items():
-        table.add_row(level, ", ".join(f"{n} {status}" for status, n in counts.items() if n))
+        if level != "step":
+            table.add_row(level, ", ".join(f"{n} {status}" for status, n in counts.items() if n))
     console.print(table)
-    expl = s["explained_by"]
+
+
+def _print_explained(console: Console, diff: RunDiff) -> None:
+    expl = diff.summary["explained_by"]
     if not expl or not expl["ops"]:
         return
     ops = Table(title="Ops that explain the step-time change", box=box.SIMPLE_HEAD, header_style="bold")
@@ -115,8 +167,6 @@ SHORT_HEADERS = {
     "delta_us": "delta us",
     "delta_pct": "delta %",
 }
-#: Terminal words for the statuses, so the column stays narrow.
-SHORT_STATUS = {"appeared": "new", "disappeared": "gone"}
 #: Longest name shown in the terminal; --json and --csv keep whole names.
 NAME_CHARS = 72
 _TEMPLATE = re.compile(r"<[^<>]*>")
@@ -158,7 +208,6 @@ def _terminal_columns(level: str, table: pl.DataFrame) -> pl.DataFrame:
         cols.append(_arrow("baseline_calls", "experiment_calls").alias("calls"))
     shown = table.select(cols).with_columns(
         *(pl.col(k).map_elements(short_name, return_dtype=pl.String) for k in keys),
-        pl.col("status").replace(SHORT_STATUS),
     )
     return shown.rename(SHORT_HEADERS, strict=False)
 
@@ -205,10 +254,13 @@ def _gate(diff: RunDiff, limit_pct: float) -> None:
 @click.argument("baseline", type=str)
 @click.argument("experiment", type=str)
 @click.option(
-    "-l", "--level", type=click.Choice(LEVELS), default="op", show_default=True,
-    help="Table to show: step breakdown, module, op, op and shapes, kernel.",
+    "-l", "--level", type=click.Choice(LEVELS), default=None,
+    help="Table to show: step breakdown, module, op, op and shapes, kernel "
+    f"(default: the top ops and kernels; {DEFAULT_LEVEL} for --json/--csv/--tsv).",
 )
-@click.option("-t", "--top", type=click.IntRange(min=1), default=None, help=f"Rows to show (terminal default {DEFAULT_TOP}; JSON/CSV default all).")
+@click.option("-t", "--top", type=click.IntRange(min=1), default=None,
+              help=f"Rows to show (terminal default {DEFAULT_TOP}, {DEFAULT_VIEW_TOP} per table without --level; "
+              "JSON/CSV default all).")
 @click.option("--json", "json_", is_flag=True, help="Summary and the level's table as JSON.")
 @click.option("--csv", "csv_", is_flag=True, help="The level's table as CSV.")
 @click.option("--tsv", is_flag=True, help="The level's table as TSV.")
@@ -218,35 +270,49 @@ def _gate(diff: RunDiff, limit_pct: float) -> None:
 @click.option("-w", "--width", type=WIDTH, help="Terminal width for the tables.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
 def diff_command(
-    baseline: str, experiment: str, level: str, top: int | None, json_: bool, csv_: bool, tsv: bool,
+    baseline: str, experiment: str, level: str | None, top: int | None, json_: bool, csv_: bool, tsv: bool,
     fail_if_slower: float | None, exact_names: bool, width: int | None, no_cache: bool,
 ) -> None:
-    """Compare EXPERIMENT with BASELINE per step: step breakdown, modules, ops,
-    ops by shape and kernels, with time and call deltas, what appeared and
-    disappeared, and the ops that explain the step-time change.
+    """Compare EXPERIMENT with BASELINE per step: first the step-time
+    categories that changed most (data loading, GPU kernels, CPU execution,
+    ...), then ops and kernels with time and call deltas, what is new and
+    gone, and the ops that explain the step-time change.
 
     Each side is a trace file, a run directory (its ranks are averaged) or a
-    logdir with one run.  Times are microseconds per step."""
+    logdir with one run.  Times are per step: ms for the step categories, us
+    for the tables."""
+    machine = json_ or csv_ or tsv
+    levels = [level or DEFAULT_LEVEL] if machine else ["step", *([level] if level else DEFAULT_VIEW)]
     diff = compare(
         _load_side(baseline, not no_cache),
         _load_side(experiment, not no_cache),
-        levels=[level],
+        levels=list(dict.fromkeys(levels)),
         exact_names=exact_names,
     )
-    table = diff.tables[level]
-    if json_:
-        rows = table.head(top) if top else table
-        emit_json({"summary": diff.summary, "level": level, "rows": rows.to_dicts()})
-    elif csv_ or tsv:
-        warning = environment_warning(diff.summary["environment"])
-        if warning:  # the table goes to stdout, so the warning to stderr
-            click.echo(f"kinetolens: warning: {warning}", err=True)
-        emit(table.head(top) if top else table, "csv" if csv_ else "tsv")
+    if machine:
+        shown_level = level or DEFAULT_LEVEL
+        table = diff.tables[shown_level]
+        if json_:
+            rows = table.head(top) if top else table
+            emit_json({"summary": diff.summary, "level": shown_level, "rows": rows.to_dicts()})
+        else:
+            warning = environment_warning(diff.summary["environment"])
+            if warning:  # the table goes to stdout, so the warning to stderr
+                click.echo(f"kinetolens: warning: {warning}", err=True)
+            emit(table.head(top) if top else table, "csv" if csv_ else "tsv")
     else:
         console = Console(width=width)
+        _print_lead(console, diff)
         _print_summary(console, diff, baseline, experiment)
-        shown = _terminal_columns(level, table).head(top or DEFAULT_TOP)
-        more = f" (top {shown.height} of {table.height} by |delta|)" if table.height > shown.height else ""
-        _print_table(console, shown, list(LEVEL_KEYS[level]), f"{level} per step, us{more}")
+        _print_explained(console, diff)
+        for shown_level in [level] if level else DEFAULT_VIEW:
+            if level == "step":
+                break  # the lead table is the step level
+            table = diff.tables[shown_level]
+            if table.height == 0:
+                continue
+            shown = _terminal_columns(shown_level, table).head(top or (DEFAULT_TOP if level else DEFAULT_VIEW_TOP))
+            more = f" (top {shown.height} of {table.height} by |delta|)" if table.height > shown.height else ""
+            _print_table(console, shown, list(LEVEL_KEYS[shown_level]), f"{shown_level} per step, us{more}")
     if fail_if_slower is not None:
         _gate(diff, fail_if_slower)
