@@ -5,8 +5,9 @@ trace in memory per worker:
 
 1. :func:`rank_summary` turns one rank's trace into a :class:`RankSummary`:
    a few small tables (per whole step computation / communication / overlap
-   and the step-time breakdown, one row per collective call).  It is picklable and a few kilobytes, cheap to
-   send back from a worker process or a Dask cluster.
+   and the step-time breakdown, one row per collective call).  It is
+   picklable and a few kilobytes, cheap to send back from a worker process
+   or a Dask cluster.
 2. Pure functions of a list of summaries: step time per rank and its spread
    (:func:`step_times`), collective calls matched across ranks with their
    synchronizing and data-transfer time (:func:`matched_calls`), collective
