@@ -238,7 +238,8 @@ def collective_stats(summaries: list[RankSummary]) -> pl.DataFrame:
     rank (the union of their intervals: concurrent calls count once), mean
     over ranks; ``sync_ms`` the union of their waits, and ``transfer_ms`` the
     rest.  Only timed calls count (see :func:`matched_calls`);
-    ``untimed_calls`` says how many per rank had no measured time.
+    ``untimed_calls`` says how many per rank had no measured time (where
+    none had, the times and bandwidths are null).
 
     ``algbw_gbps`` is the message bytes of the timed calls over their
     transfer time, ``busbw_gbps`` nccl-tests' bus bandwidth: algbw times
@@ -286,7 +287,7 @@ def collective_stats(summaries: list[RankSummary]) -> pl.DataFrame:
         )
         .join(per_collective, on=["collective", "kind"], how="left")
         .with_columns(
-            (pl.col("time_ms", "sync_ms") / ranks).fill_null(0.0),
+            pl.col("time_ms", "sync_ms") / ranks,  # null: no call was timed
             algbw_gbps=pl.when(with_bw).then(pl.col("bw_bytes") / pl.col("bw_ns")),
             busbw_gbps=pl.when(with_bw).then(pl.col("bw_bus") / pl.col("bw_ns")),
         )
