@@ -219,16 +219,15 @@ def summarize(path: pl.DataFrame, length_us: float) -> pl.DataFrame:
 
 
 def top_items(path: pl.DataFrame, by: str, length_us: float, n: int = 10) -> pl.DataFrame:
-    """The path's time per ``by`` value, largest first, with the bound it is mostly."""
+    """The path's time per ``by`` value and bound, largest first (a kernel's
+    own time and its launch delay are two rows)."""
     p = path.filter((pl.col("us") > 0) & pl.col(by).is_not_null())
     if p.height == 0:
         return pl.DataFrame(schema={by: pl.String, "bound_by": pl.String, "us": pl.Float64, "pct": pl.Float64})
-    per = p.group_by(by, "bound_by").agg(us=pl.col("us").sum())
     return (
-        per.sort("us", descending=True)
-        .group_by(by, maintain_order=True)
-        .agg(bound_by=pl.col("bound_by").first(), us=pl.col("us").sum())
-        .sort("us", descending=True)
+        p.group_by(by, "bound_by")
+        .agg(us=pl.col("us").sum())
+        .sort("us", by, descending=[True, False])
         .head(n)
         .with_columns(pct=100 * pl.col("us") / length_us if length_us else pl.lit(0.0))
     )

@@ -62,6 +62,7 @@ BLOCKING_CALLS = (
 )
 #: Device synchronizations without a ``cuda_sync`` record (older traces).
 DEVICE_SYNC_CALLS = ("cudaDeviceSynchronize", "hipDeviceSynchronize")
+STREAM_SYNC_CALLS = ("cudaStreamSynchronize", "hipStreamSynchronize")
 EVENT_RECORD_CALLS = ("cudaEventRecord", "hipEventRecord", "cudaEventRecordWithFlags", "hipEventRecordWithFlags")
 GPU_ACTIVITY = ("kernel", "memcpy", "memset")
 
@@ -113,8 +114,9 @@ def _cpu_events(trace: Trace, start: int, end: int) -> pl.DataFrame:
     in_window = pl.col("ts").is_between(start, end) & (pl.col("dur") > 0)
     kind = pl.col("kind").cast(pl.String)
     ops = trace.ops
-    loaders = ops.filter((kind == "annotation") & _is_dataloader(pl.col("name")))
-    ops_in = ops.filter(in_window & ((kind == "op") | ((kind == "annotation") & _is_dataloader(pl.col("name")))))
+    # Older traces write the DataLoader's range as an op, newer ones as an annotation.
+    loaders = ops.filter(_is_dataloader(pl.col("name")))
+    ops_in = ops.filter(in_window & ((kind == "op") | _is_dataloader(pl.col("name"))))
     op_names = ops.select("op_id", op=pl.col("name"))
     rt = trace.runtime.filter(in_window & (kind == "runtime")).join(op_names, on="op_id", how="left")
     frames = [
@@ -358,18 +360,26 @@ def _sync_edges(trace: Trace, cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFr
         targets = pl.concat([device.select("eid", "end", "device", "stream", "s_end"), stream.select("eid", "end", "device", "stream", "s_end")])
         event = matched.filter(pl.col("sync_name") == "Event Sync")
     else:
-        targets = calls.filter(pl.col("name").is_in(DEVICE_SYNC_CALLS)).join(streams, how="cross").select(
-            "eid", "end", "device", "stream", s_end="end"
-        )
+        # No cuda_sync records (older traces): a device or stream sync waits for
+        # every stream (the trace does not say which), as far as it returned
+        # after the stream's last activity; a blocking copy for its own copy.
+        waits = calls.filter(pl.col("name").is_in(DEVICE_SYNC_CALLS + STREAM_SYNC_CALLS))
+        targets = waits.join(streams, how="cross").select("eid", "end", "device", "stream", s_end="end")
         event = calls.clear()
-    k = gpu.select("device", "stream", "ts", k_eid="eid").sort("ts")
+        own = (
+            calls.filter(pl.col("name").is_in(BLOCKING_CALLS))
+            .join(gpu.select("launch_id", k_eid="eid", k_end="end"), on="launch_id", how="inner")
+            .filter(pl.col("k_end") <= pl.col("end"))
+            .select(src=2 * pl.col("k_eid") + 1, dst=2 * pl.col("eid") + 1)
+        )
+    k = gpu.select("device", "stream", "ts", k_eid="eid", k_end="end").sort("ts")
     last = (
         targets.sort("s_end")
         .join_asof(k, left_on="s_end", right_on="ts", by=["device", "stream"], strategy="backward", check_sortedness=False)
-        .filter(pl.col("k_eid").is_not_null())
+        .filter(pl.col("k_eid").is_not_null() & (sync.height > 0 or pl.col("k_end") <= pl.col("end")))
         .select(src=2 * pl.col("k_eid") + 1, dst=2 * pl.col("eid") + 1)
     )
-    parts = [last]
+    parts = [last] if sync.height else [last, own]
     if event.height:
         launches = _launches(trace)
         ev = (
