@@ -55,7 +55,7 @@ def summary_command(trace: str, json_: bool, no_cache: bool) -> None:
     table = Table(title=f"kinetolens summary: {trace}", show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value")
-    dev = ", ".join(f"{d['name']} (id {d['id']})" for d in info["devices"] if d["name"]) or "-"
+    dev = ", ".join(f"{d['name']} (id {d['id']})" for d in info["devices"] if d["name"]) or _run_device(info["device"])
     table.add_row("format", info["format"])
     table.add_row("devices", dev)
     table.add_row("rank / world size", f"{info['rank'] if info['rank'] is not None else '-'} / {info['world_size'] or '-'}")
@@ -85,6 +85,13 @@ def summary_command(trace: str, json_: bool, no_cache: bool) -> None:
     _print_recommendations(console, info["recommendations"])
     if info["recommendations_withheld"]:
         console.print(f"No recommendations: {info['recommendations_withheld']}.", markup=False, highlight=False)
+
+
+def _run_device(device: dict | None) -> str:
+    """``CPU: AMD EPYC 7B13`` from the capture's run metadata, where the trace names no GPU."""
+    if not device or not device.get("name"):
+        return "-"
+    return f"{str(device.get('type') or '').upper()}: {device['name']}".lstrip(": ")
 
 
 def _peak_text(m: dict) -> str:
