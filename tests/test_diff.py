@@ -25,7 +25,7 @@ import pytest
 
 import kinetolens
 from kinetolens.analysis.diff import NO_OP, compare, normalize_module, normalize_name
-from kinetolens.cli.diff_command import short_name
+from kinetolens.registry.kernel_names import short_kernel_name
 from kinetolens.cli.main import main
 from tests.conftest import GOLDEN, trace_path
 
@@ -132,10 +132,10 @@ def test_op_calls_per_step_match_the_raw_json(pair: dict[str, Any]) -> None:
         assert row["experiment_calls"] == pytest.approx(re_[name]), name
     assert _row(ops, name="aten::mm")["baseline_calls"] == 182 and _row(ops, name="aten::mm")["experiment_calls"] == 46
     # torch.compile in the test run: its graphs appear, the eager bmm/tanh vanish.
-    assert _row(ops, name="CompiledFunction")["status"] == "appeared"
-    assert _row(ops, name="CompiledFunctionBackward")["status"] == "appeared"
+    assert _row(ops, name="CompiledFunction")["status"] == "new"
+    assert _row(ops, name="CompiledFunctionBackward")["status"] == "new"
     bmm = _row(ops, name="aten::bmm")
-    assert (bmm["status"], bmm["baseline_calls"], bmm["experiment_calls"]) == ("disappeared", 15, 0)
+    assert (bmm["status"], bmm["baseline_calls"], bmm["experiment_calls"]) == ("gone", 15, 0)
     # Backward ops run on the autograd thread: they are counted.
     assert _row(ops, name="autograd::engine::evaluate_function: AddmmBackward0")["baseline_calls"] == pytest.approx(
         rb["autograd::engine::evaluate_function: AddmmBackward0"]
@@ -157,7 +157,7 @@ def test_kernels_per_step_match_the_raw_json(pair: dict[str, Any]) -> None:
     assert dtod["experiment_calls"] == pytest.approx(768.0, abs=1e-3)
     # A100 vs V100: Volta GEMM kernels appear, and no kernel is ranked by anything but |delta|.
     volta = _row(kernels, name="volta_sgemm_128x32_nt")
-    assert volta["status"] == "appeared" and volta["experiment_calls"] == pytest.approx(pair["raw_exp"]["kernels"]["volta_sgemm_128x32_nt"][0])
+    assert volta["status"] == "new" and volta["experiment_calls"] == pytest.approx(pair["raw_exp"]["kernels"]["volta_sgemm_128x32_nt"][0])
     deltas = kernels["delta_us"].abs().to_list()
     assert deltas == sorted(deltas, reverse=True)
 
@@ -168,7 +168,7 @@ def test_op_self_times_add_up_to_gpu_time(pair: dict[str, Any]) -> None:
     ops = pair["diff"].tables["op"]
     assert ops["baseline_us"].sum() == pytest.approx(pair["raw_base"]["kernel_us"])
     assert ops["experiment_us"].sum() == pytest.approx(pair["raw_exp"]["kernel_us"])
-    assert _row(ops, name=NO_OP)["status"] == "appeared"
+    assert _row(ops, name=NO_OP)["status"] == "new"
     shapes = pair["diff"].tables["op_shape"]
     assert shapes["experiment_us"].sum() == pytest.approx(pair["raw_exp"]["kernel_us"])
 
@@ -269,16 +269,16 @@ def test_added_layer_appears(cpu_runs: dict[str, Any]) -> None:
     ops = d.tables["op"]
     for name in ("aten::gelu", "aten::gelu_backward", "GeluBackward0"):
         row = _row(ops, name=name)
-        assert (row["status"], row["baseline_calls"], row["experiment_calls"]) == ("appeared", 0, 1), name
+        assert (row["status"], row["baseline_calls"], row["experiment_calls"]) == ("new", 0, 1), name
     # Call counts per step are exact: two Linear layers more, each one addmm forward.
     addmm = _row(ops, name="aten::addmm")
     assert (addmm["baseline_calls"], addmm["experiment_calls"]) == (2, 4)
     shaped = _row(d.tables["op_shape"], name="aten::addmm", shapes="[[2048], [256, 1024], [1024, 2048]]")
-    assert shaped["status"] == "appeared"
+    assert shaped["status"] == "new"
     modules = d.tables["module"]
     linear = _row(modules, module="Sequential.Linear")
     assert (linear["baseline_instances"], linear["experiment_instances"]) == (2, 4)
-    assert _row(modules, module="Sequential.GELU")["status"] == "appeared"
+    assert _row(modules, module="Sequential.GELU")["status"] == "new"
 
 
 def test_slowdown_is_explained_by_the_new_work(cpu_runs: dict[str, Any]) -> None:
@@ -297,7 +297,7 @@ def test_exact_names_pair_different_layers(cpu_runs: dict[str, Any]) -> None:
     t = cpu_runs["traces"]
     exact = compare(t["base"], t["slow"], levels=["module"], exact_names=True).tables["module"]
     assert set(exact["module"]) >= {"Sequential_0.Linear_1", "Sequential_0.Linear_3"}
-    assert _row(exact, module="Sequential_0.Linear_3")["status"] == "appeared"
+    assert _row(exact, module="Sequential_0.Linear_3")["status"] == "new"
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -375,11 +375,12 @@ def test_terminal_view(pair: dict[str, Any], capsys: pytest.CaptureFixture[str],
     assert code == 0
     assert "+46.584 ms (60.1% slower)" in out
     assert "Memcpy DtoD (Device -> Device)" in out and "3 → 768 " in out
-    # Template and call arguments are folded so a kernel name fits; the JSON keeps it whole.
+    # Kernel names are shown in their short form (the JSON keeps them whole); issue 18
     full = next(n for n in pair["diff"].tables["kernel"]["name"] if n.startswith("void split_embedding_backward"))
     assert len(full) > 300
-    assert short_name(full) == "split_embedding_backward_codegen_ro…weighted_kernel_cta_per_row_1<…>(…)"
-    assert short_name("aten::mm") == "aten::mm"
+    short = short_kernel_name(full)
+    assert short == "split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_cta_per_row_1<float>"
+    assert short[:50] in out  # wrapped onto a second line at 120 columns
     logdir = cpu_runs["logdir"]
     code, out, _ = _cli(capsys, str(logdir / "base"), str(logdir / "slow"), "-l", "module", "-w", "120")
     assert "Sequential.Linear [2 → 4 instances]" in out

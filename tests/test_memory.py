@@ -335,9 +335,16 @@ def test_torch_svg_one_box_per_allocation(torch_run: dict[str, Any], tmp_path: P
     assert "alive_at_end" in proc.stdout
     root = ET.parse(out).getroot()
     boxes = root.find(f".//{SVG}g[@id='allocations']")
-    assert boxes is not None and root.find(f".//{SVG}g[@id='merged']") is None
+    assert boxes is not None
+    # Every allocation is drawn once: as its own box, or, when it is smaller
+    # than a pixel both ways (a short-lived small block on a slow machine), in
+    # a 1-px mark whose title counts it.
+    merged = root.find(f".//{SVG}g[@id='merged']")
+    marks = [] if merged is None else [m.find(f"{SVG}title").text or "" for m in merged]  # type: ignore[union-attr]
+    in_marks = sum(int(t.split(" allocations under one pixel")[0]) for t in marks)
     table = allocations(memory_events(kinetolens.load(torch_run["path"], cache=False)))
-    assert len(boxes) == table.height
+    assert len(boxes) + in_marks == table.height
+    assert len(boxes) >= table.height - 4
     titles = [b.find(f"{SVG}title").text or "" for b in boxes]  # type: ignore[union-attr]
     assert sum("4.0 MiB" in t and "aten::empty" in t for t in titles) == 1
     legend = root.find(f".//{SVG}g[@id='legend']")

@@ -20,17 +20,24 @@ BERT = "tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz"
 def test_step_share_uses_host_time_when_the_trace_has_no_kernels() -> None:
     trace = kinetolens.load(trace_path(CPU_ONLY), cache=False)
     assert trace.kernels.height == 0
-    stats = op_stats(trace)
-    top = stats.sort("host_total_us", descending=True).row(0, named=True)
-    assert top["step_share_pct"] == pytest.approx(top["host_total_us"] * 1000.0 / step_time_ns(trace) * 100.0)
-    assert top["step_share_pct"] > 0
+    # issue 18: ops rank and share by (host) self time, and only time inside a step counts toward
+    # the share of the steps' wall time: this trace's four aten::empty calls all lie outside its one step.
+    from kinetolens.analysis.ops import rank_basis
+
+    assert rank_basis(trace) == "host_self_us"
+    top = op_stats(trace).sort("host_self_us", descending=True).row(0, named=True)
+    assert top["name"] == "aten::empty" and top["host_self_us"] > 0
+    assert top["step_share_pct"] == 0.0
+    inclusive = op_stats(trace, inclusive=True).row(0, named=True)
+    assert inclusive["step_share_pct"] == 0.0
 
 
 def test_step_share_uses_device_time_when_the_trace_has_kernels() -> None:
     trace = kinetolens.load(trace_path(BERT), cache=False)
-    stats = op_stats(trace).filter(pl.col("device_total_us") > 0)
+    step = int(trace.steps["step"][0])
+    stats = op_stats(trace, step=step).filter(pl.col("device_self_us") > 0)  # issue 18: the share is of self time
     row = stats.row(0, named=True)
-    assert row["step_share_pct"] == pytest.approx(row["device_total_us"] * 1000.0 / step_time_ns(trace) * 100.0)
+    assert row["step_share_pct"] == pytest.approx(row["device_self_us"] * 1000.0 / step_time_ns(trace, step) * 100.0)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

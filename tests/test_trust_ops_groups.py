@@ -196,7 +196,7 @@ def test_step_share_of_one_step_is_of_that_step(resnet: kinetolens.Trace) -> Non
 
     golden = json.loads((GOLDEN / "tb_plugin" / f"{RESNET.replace('/', '__')}.json").read_text())
     step6_us = golden["step_costs_us"][golden["steps"].index("6")]["Total"]
-    table = op_stats(resnet, step=6)
+    table = op_stats(resnet, step=6, inclusive=True)  # issue 18: the share of the total is inclusive's
     row = _row(table, "aten::cudnn_convolution_backward")
     assert row["step_share_pct"] == pytest.approx(row["device_total_us"] / step6_us * 100.0, rel=1e-6)
     assert row["step_share_pct"] == pytest.approx(26.0, abs=0.05)

@@ -77,7 +77,7 @@ def test_terminal_summary_of_a_truncated_trace(cut_json: Path) -> None:
     ).stdout
     flat = " ".join(out.split())
     assert "No recommendations: the file is truncated" in flat
-    assert "these steps lack every event written after the cut" in flat
+    assert "the file is damaged (see below): these steps lack the events it lost" in flat
     assert "Input loading" not in flat and "What to change first" not in flat
 
 
@@ -85,3 +85,20 @@ def test_a_whole_trace_still_gets_advice() -> None:
     # issue 17, point 13: the rule only silences damaged inputs.
     info = summarize(kinetolens.load(trace_path(RESNET)))
     assert info["recommendations_withheld"] is None and info["recommendations"]
+
+
+def test_no_advice_when_many_events_were_malformed(tmp_path: Path) -> None:
+    # issue 17, point 13, the same fault elsewhere: half the kernels of a trace unreadable
+    # (a "ts" that is not a number) used to leave "low GPU utilization 2.6%" as advice.
+    import json
+
+    doc = json.loads(gzip.decompress(trace_path("tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz").read_bytes()))
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    for e in kernels[1::2]:
+        e["ts"] = "bad"
+    path = tmp_path / "half.json"
+    path.write_text(json.dumps(doc))
+    info = summarize(kinetolens.load(path, cache=False))
+    assert info["recommendations"] == []
+    assert info["recommendations_withheld"].startswith(f"{len(kernels[1::2])} events (")
+    assert "malformed and skipped" in info["recommendations_withheld"]

@@ -72,6 +72,20 @@ EXPLAIN_TOP = 10
 #: Ops that moved less than this percentage of the step delta explain nothing
 #: worth listing.
 EXPLAIN_MIN_PCT = 1.0
+#: Words the views use for the step level's categories (:data:`~kinetolens.analysis.overview.COLUMNS`).
+STEP_LABELS: dict[str, str] = {
+    "kernel": "GPU kernels",
+    "memcpy": "memcpy",
+    "memset": "memset",
+    "communication": "communication",
+    "runtime": "CUDA runtime",
+    "dataloader": "data loading",
+    "cpu_exec": "CPU execution",
+    "other": "other (nothing busy)",
+    "total": "step time",
+}
+#: Row statuses: only in the experiment, only in the baseline, moved, within :data:`SAME_PCT`.
+STATUSES: tuple[str, ...] = ("new", "gone", "changed", "same")
 #: Label of rows whose key is missing (ops outside any module, ops without shapes).
 NO_KEY = "-"
 #: Op-level row for GPU work no op launched (NCCL kernels of a communication
@@ -341,9 +355,9 @@ def _join_sides(base: pl.DataFrame, exp: pl.DataFrame, level: str) -> pl.DataFra
         same = delta.abs() <= b_us.abs() * SAME_PCT / 100.0
     status = (
         pl.when(b_present.not_() & e_present)
-        .then(pl.lit("appeared"))
+        .then(pl.lit("new"))
         .when(b_present & e_present.not_())
-        .then(pl.lit("disappeared"))
+        .then(pl.lit("gone"))
         .when(same)
         .then(pl.lit("same"))
         .otherwise(pl.lit("changed"))
@@ -369,9 +383,8 @@ def _join_sides(base: pl.DataFrame, exp: pl.DataFrame, level: str) -> pl.DataFra
             pl.col("instances_exp").fill_null(0.0).cast(pl.Int64).alias("experiment_instances"),
         ]
     out = joined.select(cols)
-    if level == "step":
-        order = {c: i for i, c in enumerate(COLUMNS)}
-        return out.sort(pl.col("category").replace_strict(order, return_dtype=pl.Int32))
+    if level == "step":  # the parts by |delta|, then the total they add up to
+        return out.sort(pl.col("category") == "total", pl.col("delta_us").abs(), descending=[False, True])
     return out.sort(pl.col("delta_us").abs(), *keys, descending=[True, *([False] * len(keys))])
 
 
@@ -383,13 +396,14 @@ class RunDiff:
     """The comparison of a baseline with an experiment: a summary and one table per level.
 
     Tables (times in microseconds per step, calls per step; see the module
-    docstring): key columns, ``status`` (``appeared``, ``disappeared``,
-    ``changed``, ``same``), ``baseline_us``, ``experiment_us``, ``delta_us``,
+    docstring): key columns, ``status`` (``new``, ``gone``, ``changed``,
+    ``same``), ``baseline_us``, ``experiment_us``, ``delta_us``,
     ``delta_pct`` (null where the baseline is 0), ``baseline_calls``,
     ``experiment_calls``, ``delta_calls``; op levels add inclusive
     ``baseline_total_us``/``experiment_total_us``, the module level
     ``baseline_instances``/``experiment_instances`` (distinct module
-    instances merged into the row).  Rows are ordered by ``|delta_us|``.
+    instances merged into the row).  Rows are ordered by ``|delta_us|``
+    (the step level's ``total`` row last).
     """
 
     summary: dict[str, Any]
@@ -405,6 +419,17 @@ def _side_info(side: _Side) -> dict[str, Any]:
         "has_steps": all(f.trace.steps.height > 0 for f in side.facts),
         "mean_step_us": None if mean is None else mean / 1000.0,
     }
+
+
+def largest_step_change(step_table: pl.DataFrame) -> dict[str, Any] | None:
+    """The step-time category that moved most (``data loading -58 ms`` says why
+    a step got faster before any op does), or None when none moved beyond
+    :data:`SAME_PCT`."""
+    moved = step_table.filter((pl.col("category") != "total") & (pl.col("status") != "same"))
+    if moved.height == 0:
+        return None
+    row = moved.sort(pl.col("delta_us").abs(), descending=True).row(0, named=True)
+    return {k: row[k] for k in ("category", "baseline_us", "experiment_us", "delta_us", "delta_pct")}
 
 
 def explain(op_table: pl.DataFrame, step_delta_us: float, top: int = EXPLAIN_TOP) -> dict[str, Any]:
@@ -459,8 +484,8 @@ def compare(
     torch, CUDA, world size of each side, which differ, which are not
     recorded), both sides' mean step time (mean over ranks of each rank's
     mean step), ``step_delta_us``, ``regression_pct`` (positive: the
-    experiment is slower) and :func:`explain`'s ops, computed from the op
-    table whatever ``levels`` asks for.
+    experiment is slower), :func:`largest_step_change` and :func:`explain`'s
+    ops, computed from the step and op tables whatever ``levels`` asks for.
     """
     unknown = [lv for lv in levels if lv not in LEVELS]
     if unknown:
@@ -470,7 +495,7 @@ def compare(
     exp = _Side([_facts(t) for t in exp_traces])
     device = base.has_gpu and exp.has_gpu
     tables: dict[str, pl.DataFrame] = {}
-    for level in dict.fromkeys([*levels, "op"]):
+    for level in dict.fromkeys([*levels, "op", "step"]):
         tables[level] = _join_sides(
             _side_per_step(base, level, device, exact_names), _side_per_step(exp, level, device, exact_names), level
         )
@@ -483,6 +508,7 @@ def compare(
         "step_delta_us": None,
         "regression_pct": None,
         "explained_by": None,
+        "largest_step_change": largest_step_change(tables["step"]),
     }
     if b_mean is not None and e_mean is not None:
         delta_us = (e_mean - b_mean) / 1000.0
@@ -490,11 +516,12 @@ def compare(
         summary["regression_pct"] = (e_mean / b_mean - 1.0) * 100.0 if b_mean else None
         summary["explained_by"] = explain(tables["op"], delta_us, top)
     summary["counts"] = {
-        level: {s: int((t["status"] == s).sum()) for s in ("appeared", "disappeared", "changed", "same")}
+        level: {s: int((t["status"] == s).sum()) for s in STATUSES}
         for level, t in tables.items()
     }
-    if "op" not in levels:
-        tables.pop("op")
+    for level in ("op", "step"):
+        if level not in levels:
+            tables.pop(level)
     return RunDiff(summary=summary, tables=tables)
 
 

@@ -7,12 +7,21 @@ comes from :func:`op_instances`; this module only groups and orders them.
 ``aggregate`` says how a group's times, FLOPs and bytes are taken: ``sum``,
 ``mean``, ``max`` or ``min`` over its calls; ``count`` ranks groups by
 ``calls`` and keeps the sums (a count of microseconds means nothing).
-``calls``, ``step_share_pct`` (of the summed time), ``tflops_s`` and
+``calls``, ``step_share_pct`` (of the summed ranking time), ``tflops_s`` and
 ``gbps`` (summed work over summed time) are the same under every aggregate.
 Attributes that are not the key (``in_shapes``, ``dtypes``, ``direction``,
 a kernel's ``op``) are the group's value when all its calls agree, else
 say the group is mixed (:mod:`kinetolens.analysis.group_labels`).  A
 kernel name's ``blocks_per_sm`` and ``occupancy`` are weighted by duration.
+
+Ops nest (``aten::conv2d`` > ``aten::convolution`` > ``aten::_convolution``
+> ``aten::cudnn_convolution``), so their total times count the same GPU
+work once per level.  Op groupings therefore rank by *self* time and take
+their step share of it, as torch-tb-profiler's operator view does: each
+microsecond of GPU time is in one row and the shares sum to at most 100%.
+``inclusive=True`` ranks by total time instead (shares then overlap).
+Module and source groupings keep only top-level ops, whose totals are
+already disjoint.
 """
 
 from __future__ import annotations
@@ -47,11 +56,23 @@ def additive(column: str, aggregate: str) -> bool:
     return column in ALWAYS_ADDITIVE or (column in _SUMMED and aggregate in ("sum", "count"))
 
 
-def default_order(trace: Trace, by: str, aggregate: str) -> str:
+def default_order(trace: Trace, by: str, aggregate: str, *, inclusive: bool = False) -> str:
     """The column a table of ``op_stats(trace, by=by, aggregate=aggregate)`` is ranked by."""
     if aggregate == "count":
         return "calls"
-    return "device_total_us" if by == "kernel" else time_basis(trace)  # kernels have only device time
+    if by == "kernel":
+        return "device_total_us"  # kernels have only device time
+    return rank_basis(trace, by, inclusive=inclusive)
+
+
+def rank_basis(trace: Trace, by: str = "op", *, inclusive: bool = False) -> str:
+    """The time column that ranks ``by`` groups and makes their step share:
+    self time for op groupings (nested ops would count their children's
+    work again), total time for the rest or with ``inclusive``."""
+    basis = time_basis(trace)
+    if by in ("op", "op+shape") and not inclusive:
+        return basis.replace("_total_", "_self_")
+    return "device_total_us" if by == "kernel" else basis
 
 
 def step_time_ns(trace: Trace, step: int | None = None) -> int:
@@ -63,6 +84,13 @@ def step_time_ns(trace: Trace, step: int | None = None) -> int:
     if step is not None:
         windows = windows.filter(pl.col("step") == step)
     return int((windows["end"] - windows["start"]).sum()) if windows.height else 0
+
+
+def in_steps(trace: Trace) -> pl.Expr:
+    """Rows (with a ``step`` column) whose time a step share may count: those
+    inside a step when the trace has steps (work before the first or after
+    the last step is not in the wall time the share is of), else all."""
+    return pl.col("step").is_not_null() if trace.steps.height else pl.lit(True)
 
 
 def time_basis(trace: Trace) -> str:
@@ -130,8 +158,11 @@ def op_stats(
     aggregate: str = "sum",
     include_annotations: bool = False,
     step: int | None = None,
+    inclusive: bool = False,
 ) -> pl.DataFrame:
-    """One row per group with calls and the four times in microseconds."""
+    """One row per group with calls and the four times in microseconds;
+    ``step_share_pct`` is of :func:`rank_basis` (self time for op groupings
+    unless ``inclusive``)."""
     if by not in GROUPINGS:
         raise ValueError(f"unknown grouping {by!r}; choose from {', '.join(GROUPINGS)}")
     if aggregate not in AGGREGATES:
@@ -155,6 +186,7 @@ def op_stats(
         "host_total_us": "host_total",
     }
     basis = times[time_basis(trace)]
+    share_basis = times[rank_basis(trace, by, inclusive=inclusive)]
     grouped = inst.group_by(keys).agg(
         calls=pl.len(),
         **{out: _agg(src, aggregate) / 1000.0 for out, src in times.items()},
@@ -163,7 +195,7 @@ def op_stats(
         _flops_sum=pl.col("flops_total").sum(),
         _bytes_sum=pl.col("bytes_total").sum(),
         _work_ns=pl.col(basis).filter(pl.col("flops_total").is_not_null() | pl.col("bytes_total").is_not_null()).sum(),
-        _basis_ns=pl.col(basis).sum(),
+        _basis_ns=pl.col(share_basis).filter(in_steps(trace)).sum(),
         in_shapes=counts("shapes"),
         dtypes=counts("dtypes"),
         direction=counts("direction"),

@@ -33,7 +33,7 @@ import polars as pl
 from kinetolens.analysis.gpu_metrics import gpu_metrics
 from kinetolens.analysis.idle import comm_comp_overlap, idle_gaps
 from kinetolens.analysis.launch import launch_stats, short_kernels
-from kinetolens.analysis.memory import memory_events, memory_peaks
+from kinetolens.analysis.memory import WINDOW_SUM, memory_events, memory_peaks
 from kinetolens.analysis.overview import average_breakdown, step_breakdown, step_windows
 from kinetolens.analysis.tensor_cores import (
     _capability,
@@ -415,7 +415,8 @@ def memory_capacity(ctx: RuleContext) -> list[Finding]:
                 rule="memory_near_capacity",
                 title=f"{row['device']} memory near capacity",
                 evidence=(
-                    f"peak allocated {row['peak_allocated'] / (1 << 30):.2f} GiB = {share:.1%} of "
+                    f"peak allocated {'at least ' if row['basis'] == WINDOW_SUM else ''}"
+                    f"{row['peak_allocated'] / (1 << 30):.2f} GiB = {share:.1%} of "
                     f"{total / (1 << 30):.2f} GiB, at {row['peak_op']}"
                     + (f" in {row['peak_module']}" if row["peak_module"] else "")
                 ),
@@ -663,24 +664,36 @@ def recommendations(trace: Trace) -> list[Finding]:
     return findings(RuleContext(without_incomplete_steps(trace)))
 
 
+#: Malformed events skipped, as a share of all events, above which no advice is given.
+SKIPPED_EVENTS_SHARE = 0.001
+
+
 def damaged_inputs(trace: Trace) -> str | None:
     """Why the trace's numbers cannot be trusted for advice, or None.
 
     A file cut short loses every event written after the cut; Kineto writes
     host ops before runtime calls, kernels and memory events, so a cut can
-    take all GPU work while the host ops still look whole.  Every rule reads
-    the step breakdown or the kernels, so none is run on such a trace.
+    take all GPU work while the host ops still look whole.  Events skipped
+    as malformed may be any of them (half the kernels of a trace, say).
+    Every rule reads the step breakdown or the kernels, so none is run on
+    such a trace.
     """
     cut = [w for w in trace.warnings if w.kind == "truncated JSON" or "ends early" in w.detail]
-    if not cut:
-        return None
-    lost = []
-    if trace.devices and trace.kernels.height == 0:
-        lost.append(f"every GPU kernel (the file lists {len(trace.devices)} GPUs)")
-    if trace.runtime.height == 0 and trace.devices:
-        lost.append("every runtime call")
-    what = f", including {' and '.join(lost)}" if lost else ""
-    return f"the file is truncated ({cut[0].detail}): events written after the cut are missing{what}"
+    if cut:
+        lost = []
+        if trace.devices and trace.kernels.height == 0:
+            lost.append(f"every GPU kernel (the file lists {len(trace.devices)} GPUs)")
+        if trace.runtime.height == 0 and trace.devices:
+            lost.append("every runtime call")
+        what = f", including {' and '.join(lost)}" if lost else ""
+        return f"the file is truncated ({cut[0].detail}): events written after the cut are missing{what}"
+    skipped = sum(w.count for w in trace.warnings if w.kind == "malformed events skipped")
+    if skipped:
+        kept = sum(t.height for t in (trace.ops, trace.runtime, trace.kernels, trace.python, trace.memory))
+        share = skipped / (skipped + kept)
+        if share >= SKIPPED_EVENTS_SHARE:
+            return f"{skipped:,} events ({share:.1%}) were malformed and skipped; which kernels or ops they were is unknown"
+    return None
 
 
 def findings(ctx: RuleContext) -> list[Finding]:

@@ -60,14 +60,23 @@ _MAD_SCALE = 1.4826
 #: Communication is left out: waiting at collectives is the effect.
 CAUSES: dict[str, str] = {
     "dataloader": "data loading",
-    "cpu_exec": "host work (CPU ops)",
+    "cpu_exec": "host work",
     "kernel": "GPU kernels",
     "memcpy": "memory copies",
     "memset": "memory sets",
     "runtime": "CUDA runtime calls",
-    OTHER: "time in no op",
+    OTHER: "idle time",
 }
 assert set(CAUSES) == (set(CATEGORIES) | {OTHER}) - {"communication"}
+#: What to do about each cause; the default: shorten it or balance it.
+CHANGES: dict[str, str] = {
+    "dataloader": "Load this rank's batches faster (DataLoader workers, prefetching, faster storage) or give "
+    "every rank equally costly samples",
+    "kernel": "Find why this rank's GPU kernels take longer (a slower or throttled GPU, larger or uneven inputs "
+    "or shards) and balance the work or replace the node",
+    OTHER: "Find what this rank does outside any profiled op (input I/O, unprofiled Python, a slow device) "
+    "and balance or remove it",
+}
 
 SCHEMA = {
     "rank": pl.Int64,
@@ -295,7 +304,7 @@ def straggler_findings(
                     + _why(row)
                 ),
                 change=(
-                    f"Shorten this rank's {CAUSES[cat]} or balance it across ranks"
+                    CHANGES.get(cat, f"Shorten this rank's {CAUSES[cat]} or balance it across ranks")
                     if because
                     else "Find what delays this rank before its collectives: a slower or throttled GPU, "
                     "uneven input sizes or sharding; balance the work or replace the node"

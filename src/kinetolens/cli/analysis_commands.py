@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import click
 import polars as pl
 from rich import box
@@ -11,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from kinetolens.analysis.annotations import annotation_stats
 from kinetolens.analysis.kernels import DEFAULT_COLUMNS, KERNEL_COLUMNS, kernel_table
 from kinetolens.analysis.ops import (
     AGGREGATES,
@@ -19,15 +18,17 @@ from kinetolens.analysis.ops import (
     default_order,
     op_stats,
     order_and_filter,
+    rank_basis,
 )
 from kinetolens.analysis.memory import ALLOCATOR, BASIS_NOTES, WINDOW_SUM
+from kinetolens.analysis.op_tree import collapse, op_tree
 from kinetolens.analysis.roofline import LOST_COLUMNS, with_time_lost
 from kinetolens.analysis.summary import summarize
 from kinetolens.cli.checks import ROWS, WIDTH, check_step, check_time_range, regex, require_kernels
-from kinetolens.cli.diff_command import short_name
-from kinetolens.cli.render import emit, emit_json
+from kinetolens.cli.render import emit, emit_json, pick_columns, print_fitted, terminal_width
 from kinetolens.loader import load
 from kinetolens.registry.gpus import gpu_spec
+from kinetolens.registry.kernel_names import short_names
 from kinetolens.views.memory_flow_svg import human_bytes
 
 
@@ -54,7 +55,7 @@ def summary_command(trace: str, json_: bool, no_cache: bool) -> None:
     table = Table(title=f"kinetolens summary: {trace}", show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value")
-    dev = ", ".join(f"{d['name']} (id {d['id']})" for d in info["devices"] if d["name"]) or "-"
+    dev = ", ".join(f"{d['name']} (id {d['id']})" for d in info["devices"] if d["name"]) or _run_device(info["device"])
     table.add_row("format", info["format"])
     table.add_row("devices", dev)
     table.add_row("rank / world size", f"{info['rank'] if info['rank'] is not None else '-'} / {info['world_size'] or '-'}")
@@ -84,6 +85,13 @@ def summary_command(trace: str, json_: bool, no_cache: bool) -> None:
     _print_recommendations(console, info["recommendations"])
     if info["recommendations_withheld"]:
         console.print(f"No recommendations: {info['recommendations_withheld']}.", markup=False, highlight=False)
+
+
+def _run_device(device: dict | None) -> str:
+    """``CPU: AMD EPYC 7B13`` from the capture's run metadata, where the trace names no GPU."""
+    if not device or not device.get("name"):
+        return "-"
+    return f"{str(device.get('type') or '').upper()}: {device['name']}".lstrip(": ")
 
 
 def _peak_text(m: dict) -> str:
@@ -162,7 +170,7 @@ def _print_breakdown(console: Console, steps: dict) -> None:
     if steps.get("incomplete_note"):
         table.caption += f"\n* {steps['incomplete_note']}"
     if steps.get("damaged"):
-        table.caption += "\n! the file is truncated: these steps lack every event written after the cut"
+        table.caption += "\n! the file is damaged (see below): these steps lack the events it lost"
     console.print(table)
 
 
@@ -199,20 +207,34 @@ class _ColumnHelp(click.Command):
 
 @click.command("kernels", cls=_ColumnHelp)
 @click.argument("trace", type=str)
-@click.option("-c", "--columns", default=",".join(DEFAULT_COLUMNS), show_default=True, help="Comma-separated columns.")
+@click.option(
+    "-c", "--columns", default=None,
+    help="Comma-separated columns.  Default: those that fit the terminal (80, 120 or wider columns); "
+    f"in --csv/--tsv/--json: {','.join(DEFAULT_COLUMNS)}.",
+)
 @click.option("--csv", is_flag=True, help="CSV output.")
 @click.option("--tsv", is_flag=True, help="Tab-separated output.")
 @click.option("--json", "json_", is_flag=True, help="JSON records.")
 @click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width for the table.")
 @click.option("--step", type=int, default=None, help="Only kernels of this profiler step.")
 @click.option("-n", "--limit", type=ROWS, default=None, help="At most this many rows.")
+@click.option("--full-names", is_flag=True, help="Show kernels' whole recorded names, not their short form.")
 @click.option("--no-cache", is_flag=True)
 def kernels_command(
-    trace: str, columns: str, csv: bool, tsv: bool, json_: bool, width: int | None, step: int | None,
-    limit: int | None, no_cache: bool,
+    trace: str, columns: str | None, csv: bool, tsv: bool, json_: bool, width: int | None, step: int | None,
+    limit: int | None, full_names: bool, no_cache: bool,
 ) -> None:
-    """One row per GPU kernel: layer, op, shapes, direction, time (PyProf's report)."""
-    cols = [c.strip() for c in columns.split(",") if c.strip()]
+    """One row per GPU kernel: layer, op, shapes, direction, time (PyProf's report).
+
+    Kernel names are shown in a short form (no argument list, namespaces or
+    template plumbing); --full-names shows them as recorded."""
+    fmt = _format(csv, tsv, json_)
+    if columns is None and fmt == "table":
+        cols = pick_columns(KERNEL_COLUMNS, KERNEL_COLUMNS_BY_WIDTH, terminal_width(width))
+    else:
+        cols = [c.strip() for c in (columns or ",".join(DEFAULT_COLUMNS)).split(",") if c.strip()]
+    if full_names and fmt == "table":
+        cols = [c for c in dict.fromkeys("kernel" if c == "short_name" else c for c in cols)]
     unknown = [c for c in cols if c not in KERNEL_COLUMNS]
     if unknown:
         raise click.BadParameter(f"unknown column(s) {', '.join(unknown)}; choose from {', '.join(KERNEL_COLUMNS)}", param_hint="-c")
@@ -222,7 +244,15 @@ def kernels_command(
     table = kernel_table(loaded, step=step).select(cols)
     if limit is not None:
         table = table.head(limit)
-    emit(table, _format(csv, tsv, json_), width=width)
+    emit(table, fmt, width=width, headers={"short_name": "kernel"} if "kernel" not in cols else None)
+
+
+#: Default terminal columns of ``kinetolens kernels`` by terminal width (up to 80, up to 120, wider).
+KERNEL_COLUMNS_BY_WIDTH = (
+    (99, ["idx", "dir", "op", "short_name", "dur_us", "tc"]),
+    (139, ["idx", "step", "dir", "module", "op", "short_name", "params", "dur_us", "tc", "stream"]),
+    (1 << 30, [c for c in DEFAULT_COLUMNS if c != "kernel"]),
+)
 
 
 #: Terminal headers of the ops table (-c, --json and --csv keep the full names).
@@ -244,40 +274,31 @@ OPS_HEADERS = {
 
 def ops_terminal_columns(table: pl.DataFrame, by: str, basis: str) -> list[str]:
     """What ``kinetolens ops`` shows in the terminal without -c: the key, calls,
-    times, step share, achieved rates and roofline, and the calls' direction;
-    shapes, dtypes, FLOPs and bytes are in -c, --json and --csv."""
+    times (the ranking one first), step share, achieved rates and roofline,
+    and the calls' direction; shapes, dtypes, FLOPs and bytes are in -c,
+    --json and --csv."""
     if by == "kernel":
         wanted = ["name", "calls", "device_total_us", "mean_us", "step_share_pct", "tflops_s", "gbps", "occupancy", "op"]
     else:
-        second = "host_total_us" if basis == "device_total_us" else "host_self_us"
-        times = [basis, "device_self_us", second] if basis == "device_total_us" else [basis, second]
+        side = "host_self_us" if basis.endswith("_self_us") else "host_total_us"
+        pair = basis.replace("_self_", "_total_") if basis.endswith("_self_us") else basis.replace("_total_", "_self_")
+        times = [basis, pair, side] if basis.startswith("device") else [basis, pair]
         wanted = [*GROUPINGS[by], "calls", *times, "step_share_pct", "tflops_s", "gbps", *LOST_COLUMNS, "direction"]
     return [c for c in dict.fromkeys(wanted) if c in table.columns]
 
 
-def _ops_number(value: object) -> Text:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return Text("-")
-    if isinstance(value, float):
-        return Text(f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}")
-    return Text(str(value))
+#: Terminal columns dropped first (last named first) where the width is short.
+OPS_DROPPABLE = (
+    "pct_of_roof", "tflops_s", "step_share_pct", "device_total_us", "device_self_us", "lost_us", "mean_us",
+    "host_self_us", "host_total_us", "gbps", "occupancy", "shapes", "op", "direction",
+)  # fmt: skip
 
 
-def _print_ops(frame: pl.DataFrame, keys: list[str], title: str, caption: str, width: int | None) -> None:
-    """Numbers never wrap; key and text columns fold into the width left."""
-    table = Table(
-        title=title, caption=caption, header_style="bold", box=box.SIMPLE_HEAD, collapse_padding=True,
-        pad_edge=False, caption_justify="left",
-    )
-    for name in frame.columns:
-        header = OPS_HEADERS.get(name, name)
-        if frame.schema[name].is_numeric():
-            table.add_column(header, justify="right", no_wrap=True)
-        else:
-            table.add_column(header, overflow="fold", min_width=12)
-    for row in frame.iter_rows():
-        table.add_row(*(_ops_number(v) for v in row))
-    Console(width=width).print(table)
+def _print_ops(frame: pl.DataFrame, keys: list[str], title: str, caption: str, width: int | None) -> list[str]:
+    """Numbers never wrap; the key folds onto two lines at most; columns that do not fit are left out."""
+    key = keys[0] if keys[0] in frame.columns else frame.columns[0]
+    droppable = [c for c in OPS_DROPPABLE if c in frame.columns and c != key and c != frame.columns[1]]
+    return print_fitted(frame, key=key, title=title, caption=caption, width=width, headers=OPS_HEADERS, droppable=droppable)
 
 
 @click.command("ops")
@@ -291,9 +312,22 @@ def _print_ops(frame: pl.DataFrame, keys: list[str], title: str, caption: str, w
 @click.option(
     "--order-by",
     default=None,
-    help="Column; prefix + for ascending.  Default: device_total_us, or host_total_us for CPU-only traces, "
-    "or calls with --aggregate count.  "
+    help="Column; prefix + for ascending.  Default: device_self_us (host_self_us for CPU-only traces; "
+    "the total for module and source groupings; see --inclusive), or calls with --aggregate count.  "
     "lost_us: time lost to the roofline (needs a GPU in the spec table; see docs/roofline.md).",
+)
+@click.option(
+    "--inclusive", is_flag=True,
+    help="Rank ops by total time (their children's included) instead of self time; shares then overlap.",
+)
+@click.option("--tree", is_flag=True, help="Ops as a call tree: top-level ops, the ops they call, their kernels.")
+@click.option(
+    "--min-share", type=click.FloatRange(min=0.0), default=1.0, show_default=True,
+    help="With --tree: fold nodes under this percent of the step into 'N more'.",
+)
+@click.option(
+    "--annotations", is_flag=True,
+    help="The annotations (ProfilerStep#N, record_function and nccl:* ranges) instead of the ops.",
 )
 @click.option("--min-time", type=float, default=None, help="Only rows with at least this time (us).")
 @click.option("--max-time", type=float, default=None, help="Only rows with at most this time (us).")
@@ -310,7 +344,7 @@ def _print_ops(frame: pl.DataFrame, keys: list[str], title: str, caption: str, w
 def ops_command(
     trace: str, top: int, by: str, aggregate: str, order_by: str | None, min_time: float | None, max_time: float | None,
     name_regex: str | None, step: int | None, columns: str | None, csv: bool, json_: bool, width: int | None,
-    no_cache: bool,
+    no_cache: bool, inclusive: bool = False, tree: bool = False, min_share: float = 1.0, annotations: bool = False,
 ) -> None:
     """Top ops by device/host time (MegEngine profile_analyze options).
 
@@ -318,13 +352,20 @@ def ops_command(
     groupings), lost_us is the group's total time lost to its roofline and
     pct_of_roof its percent of roof, as kinetolens roofline computes them;
     --order-by lost_us ranks ops by what they would save at 100% of it.
+
+    Ops rank by self time (the GPU time of the kernels they launched
+    themselves), so nested ops (aten::conv2d > ... > aten::cudnn_convolution)
+    do not repeat the same work; --inclusive ranks by total time.
     """
     check_time_range(min_time, max_time)
     loaded = load(trace, cache=not no_cache)
     check_step(trace, loaded, step)
+    if tree or annotations:
+        _ops_view(loaded, trace, tree=tree, min_share=min_share, top=top, step=step, json_=json_, csv=csv, width=width)
+        return
     if order_by is None:
-        order_by = default_order(loaded, by, aggregate)
-    stats = op_stats(loaded, by=by, aggregate=aggregate, step=step)
+        order_by = default_order(loaded, by, aggregate, inclusive=inclusive)
+    stats = op_stats(loaded, by=by, aggregate=aggregate, step=step, inclusive=inclusive)
     spec = gpu_spec(loaded)
     if spec is not None and spec.dram_gbps:
         stats = with_time_lost(stats, loaded, spec, by, step=step)
@@ -358,10 +399,58 @@ def ops_command(
     if aggregate not in ("sum", "count"):
         notes.append(f"times, FLOPs, bytes: {aggregate} per call; % step, TFLOP/s, GB/s, lost us: of their sum")
     if not columns:
-        shown = ops_terminal_columns(table, by, default_order(loaded, by, "sum"))
+        shown = ops_terminal_columns(table, by, rank_basis(loaded, by, inclusive=inclusive))
         notes.append(f"more columns with -c: {', '.join(c for c in table.columns if c not in shown)}")
         table = table.select(shown)
     if by == "kernel" and "name" in table.columns:  # templated kernel names run to hundreds of characters
-        table = table.with_columns(pl.col("name").map_elements(short_name, return_dtype=pl.String))
-    caption = "\n".join(notes)
-    _print_ops(table, GROUPINGS[by], title, caption, width)
+        table = table.with_columns(short_names(pl.Series(table["name"])).alias("name"))
+    if by in ("op", "op+shape") and not inclusive and aggregate != "count":
+        notes.append("ranked by self time: each op's own kernels, so nested ops do not repeat them (--inclusive: total)")
+    _print_ops(table, GROUPINGS[by], title, "\n".join(notes), width)
+
+
+def _ops_view(
+    loaded, trace: str, *, tree: bool, min_share: float, top: int, step: int | None, json_: bool, csv: bool,
+    width: int | None,
+) -> None:
+    """``ops --tree`` and ``ops --annotations``."""
+    if tree:
+        full = op_tree(loaded, step=step)
+        if json_ or csv:
+            emit(full, _format(csv, False, json_))
+            return
+        shown = collapse(full, min_share)
+        top_level = shown.filter(pl.col("depth") == 0)
+        if top_level.height > top:
+            shown = shown.filter(pl.col("path").is_in(_subtrees(shown, top_level["path"].head(top).to_list())))
+        short = short_names(shown["name"])
+        names = pl.when(pl.col("kind") == "kernel").then(short).otherwise(pl.col("name"))
+        frame = shown.select(
+            op=pl.concat_str(pl.lit("  ").repeat_by(pl.col("depth")).list.join(""), names),
+            calls="calls", device_total_us="device_total_us", device_self_us="device_self_us",
+            host_total_us="host_total_us", step_share_pct="step_share_pct",
+        )  # fmt: skip
+        caption = f"nodes under {min_share:g}% of the step folded into 'N more' (--min-share); kernels shortened"
+        print_fitted(
+            frame, key="op", title=f"op call tree (top {top} top-level ops)", caption=caption, width=width,
+            headers=OPS_HEADERS, droppable=["step_share_pct", "device_self_us", "host_total_us"],
+        )
+        return
+    table = annotation_stats(loaded, step=step).head(top)
+    if json_ or csv:
+        emit(table, _format(csv, False, json_))
+        return
+    caption = "self: not inside a nested annotation; % step is of the self time, so the shares sum to at most 100%"
+    print_fitted(
+        table, key="name", title=f"annotations (top {top})", caption=caption, width=width, headers=OPS_HEADERS,
+        droppable=["step_share_pct", "device_self_us", "host_total_us"],
+    )
+
+
+def _subtrees(tree: pl.DataFrame, roots: list[str]) -> list[str]:
+    """Paths of ``tree`` under (or at) one of ``roots``."""
+    keep = set(roots)
+    for path, parent in tree.select("path", "parent").iter_rows():
+        if parent in keep:
+            keep.add(path)
+    return list(keep)

@@ -9,29 +9,40 @@ step time is more than PCT percent above the baseline's.
 
 from __future__ import annotations
 
-import math
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 import polars as pl
-from rich import box
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
-from kinetolens.analysis.diff import ENVIRONMENT, LEVEL_KEYS, LEVELS, RunDiff, compare, environment_warning
+from kinetolens.analysis.diff import (
+    ENVIRONMENT,
+    LEVEL_KEYS,
+    LEVELS,
+    STEP_LABELS,
+    RunDiff,
+    compare,
+    environment_warning,
+)
 from kinetolens.cli.checks import WIDTH
-from kinetolens.cli.render import emit, emit_json
+from kinetolens.cli.render import console as render_console
+from kinetolens.cli.render import emit, emit_json, print_pairs, print_table
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
 from kinetolens.logdir import one_run
 from kinetolens.model.trace import Trace
+from kinetolens.registry.kernel_names import short_names
 
 #: Rows shown in the terminal unless ``-t`` says otherwise.
 DEFAULT_TOP = 20
+#: Levels of the default terminal view after the step categories, and their rows.
+DEFAULT_VIEW: tuple[str, ...] = ("op", "kernel")
+DEFAULT_VIEW_TOP = 10
+#: Table of ``--json``/``--csv``/``--tsv`` when no ``--level`` is given.
+DEFAULT_LEVEL = "op"
 #: Exit status of a gate that fails (bad input is 2, as everywhere).
 EXIT_SLOWER = 1
 
@@ -72,40 +83,73 @@ def environment_line(env: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _print_summary(console: Console, diff: RunDiff, baseline: str, experiment: str) -> None:
+def _print_lead(console: Console, diff: RunDiff) -> None:
+    """What a reader needs first: the environment warning, the step-time change
+    and the step-time categories that made it, largest change first."""
     s = diff.summary
     warning = environment_warning(s["environment"])
     if warning:
         console.print(Text(f"Warning: {warning}.", style="bold yellow"))
-    table = Table(title="kinetolens diff", show_header=False, box=box.SIMPLE)
-    table.add_column("what", style="bold")
-    table.add_column("value", overflow="fold")
-    table.add_row("environment", environment_line(s["environment"]))
-    table.add_row("baseline", f"{baseline}: {_side_line(s['baseline'])}")
-    table.add_row("experiment", f"{experiment}: {_side_line(s['experiment'])}")
     if s["regression_pct"] is not None:
         word = "slower" if s["step_delta_us"] > 0 else "faster"
-        table.add_row("step time", f"{s['step_delta_us'] / 1000:+,.3f} ms ({abs(s['regression_pct']):.1f}% {word})")
-    table.add_row("time basis", f"{s['basis']} (self time per op)")
+        base, exp = s["baseline"]["mean_step_us"], s["experiment"]["mean_step_us"]
+        line = (
+            f"Step time {base / 1000:,.3f} → {exp / 1000:,.3f} ms: {s['step_delta_us'] / 1000:+,.3f} ms "
+            f"({abs(s['regression_pct']):.1f}% {word})"
+        )
+        big = s["largest_step_change"]
+        if big is not None:
+            line += f"; largest change: {STEP_LABELS[big['category']]} {big['delta_us'] / 1000:+,.3f} ms"
+        console.print(Text(line, style="bold"))
+    steps = diff.tables.get("step")
+    if steps is None:
+        return
+    steps = steps.filter((pl.col("baseline_us") != 0) | (pl.col("experiment_us") != 0)).select(
+        category=pl.col("category").replace(STEP_LABELS),
+        status="status", baseline_us="baseline_us", experiment_us="experiment_us", delta_us="delta_us",
+        delta_pct="delta_pct",
+    )  # fmt: skip
+    print_table(
+        steps, title="Step time by category, per step (largest change first)", headers=SHORT_HEADERS, out=console,
+        same_time_unit=True,
+    )
+
+
+def _print_summary(console: Console, diff: RunDiff, baseline: str, experiment: str) -> None:
+    s = diff.summary
+    rows = [
+        ("environment", environment_line(s["environment"])),
+        ("baseline", f"{baseline}: {_side_line(s['baseline'])}"),
+        ("experiment", f"{experiment}: {_side_line(s['experiment'])}"),
+        ("time basis", f"{s['basis']} (self time per op)"),
+    ]
     for level, counts in s["counts"].items():
-        table.add_row(level, ", ".join(f"{n} {status}" for status, n in counts.items() if n))
-    console.print(table)
-    expl = s["explained_by"]
+        if level != "step":
+            rows.append((level, ", ".join(f"{n} {status}" for status, n in counts.items() if n)))
+    print_pairs(rows, title="kinetolens diff", out=console)
+
+
+def _print_explained(console: Console, diff: RunDiff) -> None:
+    expl = diff.summary["explained_by"]
     if not expl or not expl["ops"]:
         return
-    ops = Table(title="Ops that explain the step-time change", box=box.SIMPLE_HEAD, header_style="bold")
-    ops.add_column("op", overflow="fold")
-    ops.add_column("status")
-    ops.add_column("delta ms", justify="right")
-    ops.add_column("% of step delta", justify="right")
-    for row in expl["ops"]:
-        share = "-" if row["share_pct"] is None else f"{row['share_pct']:.1f}"
-        ops.add_row(row["name"], row["status"], f"{row['delta_us'] / 1000:+,.3f}", share)
-    ops.caption = (
+    ops = pl.DataFrame(
+        {
+            "op": [r["name"] for r in expl["ops"]],
+            "status": [r["status"] for r in expl["ops"]],
+            "delta_us": [float(r["delta_us"]) for r in expl["ops"]],
+            "share_pct": [r["share_pct"] for r in expl["ops"]],
+        },
+        schema={"op": pl.String, "status": pl.String, "delta_us": pl.Float64, "share_pct": pl.Float64},
+    )
+    caption = (
         f"explained {expl['explained_us'] / 1000:+,.3f} ms, unexplained {expl['unexplained_us'] / 1000:+,.3f} ms "
         f"(all ops net {expl['all_ops_net_us'] / 1000:+,.3f} ms)"
     )
-    console.print(ops)
+    print_table(
+        ops, title="Ops that explain the step-time change", caption=caption, out=console,
+        headers={"share_pct": "% of step delta"},
+    )
 
 
 #: Terminal headers (the JSON/CSV keep the full column names).
@@ -115,31 +159,6 @@ SHORT_HEADERS = {
     "delta_us": "delta us",
     "delta_pct": "delta %",
 }
-#: Terminal words for the statuses, so the column stays narrow.
-SHORT_STATUS = {"appeared": "new", "disappeared": "gone"}
-#: Longest name shown in the terminal; --json and --csv keep whole names.
-NAME_CHARS = 72
-_TEMPLATE = re.compile(r"<[^<>]*>")
-_ARGS = re.compile(r"\([^()]*\)")
-
-
-def short_name(name: str, chars: int = NAME_CHARS) -> str:
-    """A kernel or op name that fits a terminal column: template and call
-    arguments folded to ``<…>``/``(…)`` (innermost first), then cut in the middle."""
-    if len(name) <= chars:
-        return name
-    name = name.removeprefix("void ")
-    while _TEMPLATE.search(name):  # innermost first; the marker has no brackets
-        name = _TEMPLATE.sub("\x00", name)
-    name = name.replace("\x00", "<…>")
-    if len(name) > chars:
-        name = _ARGS.sub("(…)", name)
-    if len(name) > chars:
-        half = (chars - 1) // 2
-        name = f"{name[:half]}…{name[-half:]}"
-    return name
-
-
 def _arrow(base: str, exp: str) -> pl.Expr:
     """``2 → 3``: a before/after pair in one narrow column."""
     fmt = [pl.col(c).round(2).cast(pl.String).str.replace(r"\.0$", "") for c in (base, exp)]
@@ -156,33 +175,15 @@ def _terminal_columns(level: str, table: pl.DataFrame) -> pl.DataFrame:
     cols: list[str | pl.Expr] = [*keys, "status", "baseline_us", "experiment_us", "delta_us", "delta_pct"]
     if "baseline_calls" in table.columns:
         cols.append(_arrow("baseline_calls", "experiment_calls").alias("calls"))
-    shown = table.select(cols).with_columns(
-        *(pl.col(k).map_elements(short_name, return_dtype=pl.String) for k in keys),
-        pl.col("status").replace(SHORT_STATUS),
-    )
-    return shown.rename(SHORT_HEADERS, strict=False)
+    shown = table.select(cols)
+    if level == "kernel":  # whole signatures run to hundreds of characters; --json and --csv keep them
+        shown = shown.with_columns(short_names(shown["name"]).alias("name"))
+    return shown
 
 
-def _number(value: object) -> Text:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return Text("-")
-    if isinstance(value, float):
-        return Text(f"{value:,.1f}")
-    return Text(str(value))
-
-
-def _print_table(console: Console, frame: pl.DataFrame, keys: list[str], title: str) -> None:
-    """Numbers never wrap; the name columns take the rest of the width and fold."""
-    table = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
-    for name in frame.columns:
-        if name in keys:
-            table.add_column(name, overflow="fold", ratio=1, min_width=20)
-        else:
-            numeric = frame.schema[name].is_numeric()
-            table.add_column(name, justify="right" if numeric else "left", no_wrap=True)
-    for row in frame.iter_rows():
-        table.add_row(*(_number(v) for v in row))
-    console.print(table)
+def _print_table(console: Console, frame: pl.DataFrame, title: str) -> None:
+    """Numbers never wrap; the name columns take the rest of the width, two lines at most."""
+    print_table(frame, title=title, headers=SHORT_HEADERS, out=console, same_time_unit=True)
 
 
 def _gate(diff: RunDiff, limit_pct: float) -> None:
@@ -205,10 +206,13 @@ def _gate(diff: RunDiff, limit_pct: float) -> None:
 @click.argument("baseline", type=str)
 @click.argument("experiment", type=str)
 @click.option(
-    "-l", "--level", type=click.Choice(LEVELS), default="op", show_default=True,
-    help="Table to show: step breakdown, module, op, op and shapes, kernel.",
+    "-l", "--level", type=click.Choice(LEVELS), default=None,
+    help="Table to show: step breakdown, module, op, op and shapes, kernel "
+    f"(default: the top ops and kernels; {DEFAULT_LEVEL} for --json/--csv/--tsv).",
 )
-@click.option("-t", "--top", type=click.IntRange(min=1), default=None, help=f"Rows to show (terminal default {DEFAULT_TOP}; JSON/CSV default all).")
+@click.option("-t", "--top", type=click.IntRange(min=1), default=None,
+              help=f"Rows to show (terminal default {DEFAULT_TOP}, {DEFAULT_VIEW_TOP} per table without --level; "
+              "JSON/CSV default all).")
 @click.option("--json", "json_", is_flag=True, help="Summary and the level's table as JSON.")
 @click.option("--csv", "csv_", is_flag=True, help="The level's table as CSV.")
 @click.option("--tsv", is_flag=True, help="The level's table as TSV.")
@@ -218,35 +222,49 @@ def _gate(diff: RunDiff, limit_pct: float) -> None:
 @click.option("-w", "--width", type=WIDTH, help="Terminal width for the tables.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
 def diff_command(
-    baseline: str, experiment: str, level: str, top: int | None, json_: bool, csv_: bool, tsv: bool,
+    baseline: str, experiment: str, level: str | None, top: int | None, json_: bool, csv_: bool, tsv: bool,
     fail_if_slower: float | None, exact_names: bool, width: int | None, no_cache: bool,
 ) -> None:
-    """Compare EXPERIMENT with BASELINE per step: step breakdown, modules, ops,
-    ops by shape and kernels, with time and call deltas, what appeared and
-    disappeared, and the ops that explain the step-time change.
+    """Compare EXPERIMENT with BASELINE per step: first the step-time
+    categories that changed most (data loading, GPU kernels, CPU execution,
+    ...), then ops and kernels with time and call deltas, what is new and
+    gone, and the ops that explain the step-time change.
 
     Each side is a trace file, a run directory (its ranks are averaged) or a
-    logdir with one run.  Times are microseconds per step."""
+    logdir with one run.  Times are per step: ms for the step categories, us
+    for the tables."""
+    machine = json_ or csv_ or tsv
+    levels = [level or DEFAULT_LEVEL] if machine else ["step", *([level] if level else DEFAULT_VIEW)]
     diff = compare(
         _load_side(baseline, not no_cache),
         _load_side(experiment, not no_cache),
-        levels=[level],
+        levels=list(dict.fromkeys(levels)),
         exact_names=exact_names,
     )
-    table = diff.tables[level]
-    if json_:
-        rows = table.head(top) if top else table
-        emit_json({"summary": diff.summary, "level": level, "rows": rows.to_dicts()})
-    elif csv_ or tsv:
-        warning = environment_warning(diff.summary["environment"])
-        if warning:  # the table goes to stdout, so the warning to stderr
-            click.echo(f"kinetolens: warning: {warning}", err=True)
-        emit(table.head(top) if top else table, "csv" if csv_ else "tsv")
+    if machine:
+        shown_level = level or DEFAULT_LEVEL
+        table = diff.tables[shown_level]
+        if json_:
+            rows = table.head(top) if top else table
+            emit_json({"summary": diff.summary, "level": shown_level, "rows": rows.to_dicts()})
+        else:
+            warning = environment_warning(diff.summary["environment"])
+            if warning:  # the table goes to stdout, so the warning to stderr
+                click.echo(f"kinetolens: warning: {warning}", err=True)
+            emit(table.head(top) if top else table, "csv" if csv_ else "tsv")
     else:
-        console = Console(width=width)
+        console = render_console(width)
+        _print_lead(console, diff)
         _print_summary(console, diff, baseline, experiment)
-        shown = _terminal_columns(level, table).head(top or DEFAULT_TOP)
-        more = f" (top {shown.height} of {table.height} by |delta|)" if table.height > shown.height else ""
-        _print_table(console, shown, list(LEVEL_KEYS[level]), f"{level} per step, us{more}")
+        _print_explained(console, diff)
+        for shown_level in [level] if level else DEFAULT_VIEW:
+            if level == "step":
+                break  # the lead table is the step level
+            table = diff.tables[shown_level]
+            if table.height == 0:
+                continue
+            shown = _terminal_columns(shown_level, table).head(top or (DEFAULT_TOP if level else DEFAULT_VIEW_TOP))
+            more = f" (top {shown.height} of {table.height} by |delta|)" if table.height > shown.height else ""
+            _print_table(console, shown, f"{shown_level} per step{more}")
     if fail_if_slower is not None:
         _gate(diff, fail_if_slower)

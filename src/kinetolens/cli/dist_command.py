@@ -81,7 +81,7 @@ def dist_command(
     console = Console(soft_wrap=False)
     world = overview["world_size"]
     console.print(
-        f"{overview['ranks']} rank(s)" + (f" of world size {world}" if world else "")
+        f"{overview['ranks']} rank{'' if overview['ranks'] == 1 else 's'}" + (f" of world size {world}" if world else "")
         + (f", {overview['backend']}" if overview["backend"] else ""),
         highlight=False,
     )  # fmt: skip

@@ -107,7 +107,7 @@ def idle_command(trace: str, json_: bool, csv: bool, kernel_wait_us: float, keep
         "idle_by_stream": idle_breakdown(t, kernel_wait_us),
         "idle_gap_stats": idle_gap_stats(t, kernel_wait_us),
         "comm_comp_overlap": comm_comp_overlap(t),
-    }, json_, csv)
+    }, json_, csv, compact=True)
 
 
 @click.command("launches")

@@ -20,11 +20,13 @@ from kinetolens.cli.cache_command import cache_command
 from kinetolens.cli.capture_commands import demo_command, run_command
 from kinetolens.cli.checks import one_line
 from kinetolens.cli.counters_command import counters_command
+from kinetolens.cli.critical_path_command import critical_path_command
 from kinetolens.cli.diff_command import diff_command
 from kinetolens.cli.dist_command import dist_command
 from kinetolens.cli.export_command import export_command
 from kinetolens.cli.gpu_time_commands import idle_command, launches_command
 from kinetolens.cli.memory_command import memory_command
+from kinetolens.cli.modules_command import modules_command
 from kinetolens.cli.report_command import report_command
 from kinetolens.cli.roofline_command import roofline_command
 from kinetolens.cli.serve_command import serve_command
@@ -42,6 +44,7 @@ def cli() -> None:
 cli.add_command(summary_command, "summary")
 cli.add_command(kernels_command, "kernels")
 cli.add_command(ops_command, "ops")
+cli.add_command(modules_command, "modules")
 cli.add_command(demo_command, "demo")
 cli.add_command(run_command, "run")
 cli.add_command(memory_command, "memory")
@@ -55,6 +58,7 @@ cli.add_command(diff_command, "diff")
 cli.add_command(report_command, "report")
 cli.add_command(export_command, "export")
 cli.add_command(cache_command, "cache")
+cli.add_command(critical_path_command, "critical-path")
 
 
 def main(argv: list[str] | None = None) -> None:

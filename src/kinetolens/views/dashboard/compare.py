@@ -175,6 +175,11 @@ def _diff_source(level: str) -> Callable[[Ctx], pl.DataFrame]:
     return source
 
 
+def _largest(change: dict[str, Any] | None, labels: dict[str, str]) -> str:
+    """``data loading -58.076 ms``: the step-time category that moved most, first on the page as in ``kinetolens diff``."""
+    return "-" if change is None else f"{labels[change['category']]} {change['delta_us'] / 1000:+,.3f} ms"
+
+
 def diff_view(ctx: Ctx) -> list[Block]:
     if _optional("kinetolens.analysis.diff") is None:
         return [text("Diff: not available in this installation (kinetolens.analysis.diff is missing).", "warn")]
@@ -190,6 +195,7 @@ def diff_view(ctx: Ctx) -> list[Block]:
         ["experiment mean step", "-" if e is None else f"{e / 1000:,.3f} ms"],
         ["step delta", "-" if delta is None else f"{delta / 1000:+,.3f} ms"],
         ["change", "-" if pct is None else f"{pct:+.1f}%"],
+        ["largest step change", _largest(summary["largest_step_change"], diff.STEP_LABELS)],
         ["time basis", summary["basis"]],
     ]
     warning = diff.environment_warning(summary["environment"])

@@ -85,6 +85,7 @@ def overview(ctx: Ctx) -> list[Block]:
         ["rank", _rank(t)],
         ["steps", str(steps["count"])],
         ["mean step", _ms(steps["mean_us"])],
+        *([["step cut short", steps["incomplete_note"]]] if steps.get("incomplete_note") else []),
         ["kernel time", _ms(attr["kernel_time_us"])],
         ["kernels attributed to an op", _pct(attr["op"])],
         ["to a module", _pct(attr["module"])],

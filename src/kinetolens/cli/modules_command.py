@@ -1,0 +1,90 @@
+"""``kinetolens modules``: the nn.Module tree, or its roll-up by module class."""
+
+from __future__ import annotations
+
+import click
+import polars as pl
+
+from kinetolens.analysis.module_tree import by_depth, by_type, module_tree
+from kinetolens.cli.checks import WIDTH, check_step
+from kinetolens.cli.render import emit, print_fitted
+from kinetolens.loader import load
+from kinetolens.registry.gpus import gpu_spec
+
+#: Depth the terminal tree stops at without --depth (the model, its layers, their blocks).
+TERMINAL_DEPTH = 2
+HEADERS = {
+    "fwd_total_us": "fwd\ntotal us",
+    "bwd_total_us": "bwd\ntotal us",
+    "fwd_self_us": "fwd\nself us",
+    "bwd_self_us": "bwd\nself us",
+    "self_us": "self\nus",
+    "total_us": "total\nus",
+    "mean_us": "mean\nus",
+    "min_us": "min\nus",
+    "max_us": "max\nus",
+    "step_share_pct": "%\nstep",
+    "tflops_s": "TFLOP\n/s",
+    "pct_of_roof": "%\nroof",
+    "count": "n",
+}
+TREE_COLUMNS = ("module", "fwd_total_us", "bwd_total_us", "self_us", "step_share_pct", "tflops_s", "pct_of_roof")
+TYPE_COLUMNS = ("type", "count", "total_us", "mean_us", "min_us", "max_us", "step_share_pct", "tflops_s", "pct_of_roof")
+#: Dropped first (last named first) where the terminal is narrow.
+DROPPABLE = ("pct_of_roof", "tflops_s", "step_share_pct", "total_us", "self_us", "min_us", "max_us", "bwd_total_us")
+
+
+@click.command("modules")
+@click.argument("trace", type=str)
+@click.option("--depth", type=click.IntRange(min=0), default=None, help=f"Deepest level shown (0: the roots; terminal default {TERMINAL_DEPTH}).")
+@click.option(
+    "--by", "by", type=click.Choice(["tree", "type"]), default="tree", show_default=True,
+    help="tree: every module under its parent; type: one row per module class (Qwen2Attention x24).",
+)
+@click.option("--step", type=int, default=None, help="Only this profiler step.")
+@click.option("--csv", is_flag=True)
+@click.option("--json", "json_", is_flag=True)
+@click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width for the table.")
+@click.option("--no-cache", is_flag=True)
+def modules_command(
+    trace: str, depth: int | None, by: str, step: int | None, csv: bool, json_: bool, width: int | None, no_cache: bool
+) -> None:
+    """GPU time per nn.Module: forward and backward, self and total, FLOPs and % of roofline.
+
+    A module's self time is its own kernels'; its total adds its children's.
+    Kernels outside every module (the optimizer, copies) are '(no module)'.
+    Needs a trace recorded with with_stack=True or with_modules=True.
+    """
+    loaded = load(trace, cache=not no_cache)
+    check_step(trace, loaded, step)
+    tree = module_tree(loaded, gpu_spec(loaded), step=step)
+    if tree.filter(pl.col("path") != "(no module)").height == 0:
+        raise click.UsageError(f"{trace}: no nn.Module hierarchy in this trace (profile with with_stack=True or with_modules=True)")
+    machine = csv or json_
+    if by == "type":
+        table = by_type(by_depth(tree, depth))
+        if machine:
+            emit(table, "csv" if csv else "json")
+            return
+        caption = "per module class: times summed over its instances; mean, min, max: of one instance's total"
+        print_fitted(
+            table.select(TYPE_COLUMNS), key="type", title="modules by type", caption=caption, width=width,
+            headers=HEADERS, droppable=[c for c in DROPPABLE if c in TYPE_COLUMNS],
+        )
+        return
+    if machine:
+        emit(by_depth(tree, depth), "csv" if csv else "json")
+        return
+    shown = by_depth(tree, TERMINAL_DEPTH if depth is None else depth)
+    frame = shown.select(
+        module=pl.concat_str(pl.lit("  ").repeat_by(pl.col("depth")).list.join(""), pl.col("name")),
+        **{c: c for c in TREE_COLUMNS[1:]},
+    )
+    notes = ["self: the module's own kernels; total adds its children's"]
+    deeper = tree.height - shown.height
+    if deeper:
+        notes.append(f"{deeper} deeper modules not shown (--depth N; --by type rolls repeated layers up)")
+    print_fitted(
+        frame, key="module", title="modules", caption="\n".join(notes), width=width, headers=HEADERS,
+        droppable=[c for c in DROPPABLE if c in TREE_COLUMNS],
+    )

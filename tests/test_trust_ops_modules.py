@@ -1,0 +1,175 @@
+"""Ops ranked by self time, annotations and the op tree apart, and the nn.Module tree (issue 18)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+
+import kinetolens
+from kinetolens.analysis.ops import op_stats
+from kinetolens.registry.gpus import gpu_spec
+from tests.conftest import trace_path
+
+RESNET = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+QWEN = "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+#: The same convolution, level by level: conv2d > convolution > _convolution > cudnn_convolution.
+CONV_CHAIN = {"aten::conv2d", "aten::convolution", "aten::_convolution", "aten::cudnn_convolution"}
+CONV_BACKWARD_CHAIN = {"CudnnConvolutionBackward", "aten::cudnn_convolution_backward"}
+
+
+def _cli(*args: str, columns: int | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    if columns is not None:
+        env["COLUMNS"] = str(columns)
+    return subprocess.run(
+        [sys.executable, "-m", "kinetolens.cli.main", *args], capture_output=True, text=True, timeout=300, env=env
+    )
+
+
+@pytest.fixture(scope="module")
+def resnet() -> kinetolens.Trace:
+    return kinetolens.load(trace_path(RESNET))
+
+
+@pytest.fixture(scope="module")
+def qwen() -> kinetolens.Trace:
+    return kinetolens.load(trace_path(QWEN))
+
+
+def test_default_top_ops_hold_each_gpu_work_once() -> None:
+    # issue 18, ops: the default top 10 of the V100 ResNet-50 trace listed the same convolution four
+    # times (conv2d, convolution, _convolution, cudnn_convolution, ranked by total time) and the shares
+    # summed past 100%.  Ranked by self device time, as torch-tb-profiler's operator view does, each
+    # kernel's time is in one row.
+    proc = _cli("ops", str(trace_path(RESNET)), "-t", "10", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    names = [r["name"] for r in rows]
+    assert len(rows) == 10
+    assert len(CONV_CHAIN & set(names)) <= 1, names
+    assert len(CONV_BACKWARD_CHAIN & set(names)) == 0, names  # their self time is zero: the work is in _weight/_input
+    assert not any(n.startswith("ProfilerStep") for n in names)
+    assert names[:3] == [
+        "aten::cudnn_convolution_backward_weight", "aten::cudnn_convolution_backward_input", "aten::cudnn_convolution",
+    ]  # fmt: skip
+    assert [r["device_self_us"] for r in rows] == sorted((r["device_self_us"] for r in rows), reverse=True)
+
+
+def test_self_shares_sum_to_at_most_100_and_inclusive_ranks_by_total(resnet: kinetolens.Trace) -> None:
+    # issue 18, ops: step shares of self time never sum past 100%; --inclusive ranks by total time.
+    stats = op_stats(resnet)
+    assert stats["step_share_pct"].sum() <= 100.0
+    assert op_stats(resnet, inclusive=True)["step_share_pct"].sum() > 100.0  # nested totals overlap
+    proc = _cli("ops", str(trace_path(RESNET)), "-t", "3", "--json", "--inclusive")
+    assert proc.returncode == 0, proc.stderr
+    assert {r["name"] for r in json.loads(proc.stdout)[:2]} == CONV_BACKWARD_CHAIN  # same total, tied
+
+
+def test_annotations_are_their_own_table(resnet: kinetolens.Trace) -> None:
+    # issue 18, ops: ProfilerStep#N ranges are in `ops --annotations`, as one row, not among the ops.
+    from kinetolens.analysis.annotations import annotation_stats
+
+    table = annotation_stats(resnet)
+    assert table["name"].to_list() == ["ProfilerStep#*"]
+    assert table["calls"][0] == resnet.steps.height
+    assert table["step_share_pct"].sum() <= 100.0
+    proc = _cli("ops", str(trace_path(RESNET)), "--annotations", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [r["name"] for r in json.loads(proc.stdout)] == ["ProfilerStep#*"]
+
+
+def test_op_tree_puts_the_convolution_chain_under_one_branch(resnet: kinetolens.Trace) -> None:
+    # issue 18, ops --tree: aten::conv2d > aten::convolution > aten::_convolution > aten::cudnn_convolution
+    # > its kernels, each level with the same total, the kernels carrying the self time.
+    from kinetolens.analysis.op_tree import collapse, op_tree
+
+    tree = op_tree(resnet)
+    sep = "\x1f"
+    chain = sep.join(["aten::conv2d", "aten::convolution", "aten::_convolution", "aten::cudnn_convolution"])
+    row = tree.filter(pl.col("path") == chain).row(0, named=True)
+    top = tree.filter(pl.col("path") == "aten::conv2d").row(0, named=True)
+    assert row["depth"] == 3 and row["device_total_us"] == top["device_total_us"] == row["device_self_us"]
+    kernels = tree.filter((pl.col("parent") == chain) & (pl.col("kind") == "kernel"))
+    assert kernels["device_total_us"].sum() == pytest.approx(row["device_self_us"])
+    # Top-level ops' totals hold each kernel once.
+    tops = tree.filter(pl.col("depth") == 0)
+    assert tops["device_total_us"].sum() == pytest.approx(op_stats(resnet)["device_self_us"].sum())
+    folded = collapse(tree, 2.0)
+    assert folded.height < tree.height and (folded["kind"] == "more").any()
+
+
+def test_module_tree_self_times_hold_every_kernel_once(qwen: kinetolens.Trace) -> None:
+    # issue 18, modules: a tree (parent, depth), self and total device time, FLOPs and % of roof.
+    from kinetolens.analysis.module_tree import NO_MODULE, module_tree
+
+    tree = module_tree(qwen, gpu_spec(qwen))
+    kernel_us = qwen.kernels["dur"].sum() / 1000.0
+    assert tree["self_us"].sum() == pytest.approx(kernel_us)
+    assert tree.filter(pl.col("depth") == 0)["total_us"].sum() == pytest.approx(kernel_us)
+    paths = set(tree["path"].to_list())
+    assert all(p in paths for p in tree["parent"].drop_nulls().to_list())
+    attn = tree.filter(pl.col("path") == "Qwen2Model_0.Qwen2DecoderLayer_0.Qwen2Attention_0").row(0, named=True)
+    assert attn["parent"] == "Qwen2Model_0.Qwen2DecoderLayer_0" and attn["depth"] == 2 and attn["type"] == "Qwen2Attention"
+    children = tree.filter(pl.col("parent") == attn["path"])
+    assert attn["total_us"] == pytest.approx(attn["self_us"] + children["total_us"].sum())
+    assert attn["flops"] > 0 and 0 < attn["pct_of_roof"] < 100 and attn["tflops_s"] > 0
+    assert NO_MODULE in paths  # the kernels outside every module (this run's prefill before the step)
+
+
+def test_modules_by_type_rolls_up_the_24_attention_layers(qwen: kinetolens.Trace) -> None:
+    # issue 18, modules --by type: the module column holds paths of Class_N segments
+    # ("Qwen2Model_0.Qwen2DecoderLayer_3.Qwen2Attention_3"); the type is the class without the suffix.
+    proc = _cli("modules", str(trace_path(QWEN)), "--by", "type", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    attention = [r for r in rows if r["type"] == "Qwen2Attention"]
+    assert len(attention) == 1 and attention[0]["count"] == 24
+    a = attention[0]
+    assert a["min_us"] <= a["mean_us"] <= a["max_us"] and a["total_us"] == pytest.approx(a["mean_us"] * 24)
+    assert {r["type"]: r["count"] for r in rows}["Qwen2DecoderLayer"] == 24
+    from kinetolens.analysis.module_tree import by_type, module_tree
+
+    assert by_type(module_tree(qwen)).filter(pl.col("type") == "Qwen2Attention")["count"][0] == 24
+
+
+def _rows_fit(out: str, width: int, rows: int) -> None:
+    """No line over ``width``; the body (after the header rule) holds ``rows`` rows of at most two lines each."""
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= width, out
+    rule = next(i for i, line in enumerate(lines) if line.strip() and set(line.strip()) == {"─"})
+    starts = 0
+    run = 0
+    for line in lines[rule + 1 :]:
+        if starts == rows and len(line.split()) != 1:
+            break
+        if len(line.split()) >= 2:  # a row's first line: the key and its numbers
+            starts += 1
+            run = 0
+        else:  # the key folded onto a second line
+            run += 1
+            assert run <= 1, out
+    assert starts == rows, out
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_ops_and_modules_fit_80_and_120_columns(width: int) -> None:
+    # issue 18: at COLUMNS=80 and 120 no line is over the width and no row over two lines.
+    resnet, qwen = str(trace_path(RESNET)), str(trace_path(QWEN))
+    for args, rows in (
+        (["ops", resnet, "-t", "10"], 10),
+        (["ops", resnet, "--annotations"], 1),
+        (["modules", qwen, "--by", "type"], 10),
+        (["modules", qwen, "--depth", "1"], 27),
+    ):
+        proc = _cli(*args, columns=width)
+        assert proc.returncode == 0, proc.stderr
+        _rows_fit(proc.stdout, width, rows)
+    proc = _cli("ops", resnet, "--tree", "-t", "5", columns=width)
+    assert proc.returncode == 0, proc.stderr
+    assert max(len(line) for line in proc.stdout.splitlines()) <= width
+    assert "aten::cudnn_convolution" in proc.stdout
