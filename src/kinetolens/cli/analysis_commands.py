@@ -72,6 +72,7 @@ def summary_command(trace: str, json_: bool, no_cache: bool, capture: str | None
     table.add_row("  with an op", _pct(a["op"]))
     table.add_row("  with a module", _pct(a["module"]))
     table.add_row("  with a source line", _pct(a["source"]))
+    table.add_row("    at its call line", _pct(a.get("source_call_line")))
     unrecorded = info["unrecorded_launches"]
     if unrecorded["note"]:
         table.add_row("  launch not recorded", unrecorded["note"])
