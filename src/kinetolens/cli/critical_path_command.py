@@ -26,6 +26,7 @@ from kinetolens.cli.render import emit_json
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
 from kinetolens.model.steps import without_incomplete_steps
+from kinetolens.views.units import duration, middle, percent
 
 #: How each bound reads in the terminal.
 LABELS = {
@@ -43,17 +44,8 @@ NAME_CHARS = 60
 MAX_STEP_ROWS = 12
 
 
-def _time(us: float) -> str:
-    if us >= 1_000_000:
-        return f"{us / 1e6:,.2f} s"
-    if us >= 1000:
-        return f"{us / 1000:,.2f} ms"
-    return f"{us:,.1f} us"
-
-
 def _short(name: str | None, chars: int = NAME_CHARS) -> str:
-    name = name or "-"
-    return name if len(name) <= chars else name[: chars - 1] + "…"
+    return middle(name or "-", chars)
 
 
 @click.command()
@@ -141,13 +133,13 @@ def _print(console: Console, paths: list[CriticalPath], summary: pl.DataFrame, l
         _print_steps(console, paths)
     console.print(Text(title, style="bold"))
     console.print(
-        f"length {_time(length)}, span {_time(span)} ({_time(max(span - length, 0.0))} untraced between ops)"
+        f"length {duration(length)}, span {duration(span)} ({duration(max(span - length, 0.0))} untraced between ops)"
     )
     table = Table(box=box.SIMPLE_HEAD, header_style="bold", collapse_padding=True)
     for header, justify in (("bound by", "left"), ("time", "right"), ("share", "right"), ("edges", "right")):
         table.add_column(header, justify=justify)  # type: ignore[arg-type]
     for row in summary.iter_rows(named=True):
-        table.add_row(LABELS.get(row["bound_by"], row["bound_by"]), _time(row["us"]), f"{row['pct']:.1f} %", str(row["edges"]))
+        table.add_row(LABELS.get(row["bound_by"], row["bound_by"]), duration(row["us"]), percent(row["pct"] / 100), str(row["edges"]))
     console.print(table)
     # The name takes what the bound, time and share columns leave.
     chars = max(16, min(NAME_CHARS, console.width - 42))
@@ -162,7 +154,7 @@ def _print(console: Console, paths: list[CriticalPath], summary: pl.DataFrame, l
         t.add_column("time", justify="right", no_wrap=True, min_width=9)
         t.add_column("share", justify="right", no_wrap=True, min_width=6)
         for row in frame.iter_rows(named=True):
-            t.add_row(Text(_short(row[by], chars)), LABELS.get(row["bound_by"], row["bound_by"]), _time(row["us"]), f"{row['pct']:.1f} %")
+            t.add_row(Text(_short(row[by], chars)), LABELS.get(row["bound_by"], row["bound_by"]), duration(row["us"]), percent(row["pct"] / 100))
         console.print(t)
 
 
@@ -175,10 +167,10 @@ def _print_steps(console: Console, paths: list[CriticalPath]) -> None:
     for row in rows[:MAX_STEP_ROWS]:
         t.add_row(
             str(row["step"]) if row["step"] is not None else row["window"],
-            _time(row["length_us"]),
-            _time(row["span_us"]),
+            duration(row["length_us"]),
+            duration(row["span_us"]),
             LABELS.get(row["top_bound"] or "", row["top_bound"] or "-"),
-            f"{row['top_pct']:.1f} %" if row["top_pct"] is not None else "-",
+            percent(row["top_pct"] / 100) if row["top_pct"] is not None else "-",
         )
     if len(rows) > MAX_STEP_ROWS:
         t.add_row(f"+{len(rows) - MAX_STEP_ROWS}", "", "", "", "")
