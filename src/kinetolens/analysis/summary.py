@@ -165,6 +165,7 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "kinetolens_version": __version__,
         "trace": trace.path,
         "format": trace.format,
+        "kind": shared.kind.to_dict(),
         "rank": trace.rank,
         "world_size": trace.world_size,
         "devices": devices,
