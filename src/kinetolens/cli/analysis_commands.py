@@ -59,7 +59,7 @@ def summary_command(trace: str, json_: bool, no_cache: bool) -> None:
     table.add_row("format", info["format"])
     gpu = info["kind"]["gpu"]
     if not gpu:
-        dev = f"{'CPU only' if dev == '-' else dev} (no GPU listed or used: GPU rows left out)"
+        dev = f"{'CPU only' if dev == '-' else dev} (no GPU: GPU rows left out)"
     table.add_row("devices", dev)
     table.add_row("rank / world size", f"{info['rank'] if info['rank'] is not None else '-'} / {info['world_size'] or '-'}")
     steps = info["steps"]
