@@ -25,6 +25,7 @@ from kinetolens.analysis.op_tree import collapse, op_tree
 from kinetolens.analysis.roofline import LOST_COLUMNS, with_time_lost
 from kinetolens.analysis.summary import summarize
 from kinetolens.cli.checks import ROWS, WIDTH, check_step, check_time_range, regex, require_kernels
+from kinetolens.cli.load_options import capture_option
 from kinetolens.cli.render import emit, emit_json, pick_columns, print_fitted, terminal_width
 from kinetolens.loader import load
 from kinetolens.registry.gpus import gpu_spec
@@ -44,9 +45,10 @@ def _pct(value: float | None) -> str:
 @click.argument("trace", type=str)
 @click.option("--json", "json_", is_flag=True, help="Stable JSON (see docs/summary-json.md).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
-def summary_command(trace: str, json_: bool, no_cache: bool) -> None:
+@capture_option
+def summary_command(trace: str, json_: bool, no_cache: bool, capture: str | None = None) -> None:
     """What TRACE is, and how well its kernels are attributed."""
-    t = load(trace, cache=not no_cache)
+    t = load(trace, capture=capture, cache=not no_cache)
     info = summarize(t)
     if json_:
         emit_json(info)
@@ -241,9 +243,10 @@ class _ColumnHelp(click.Command):
 @click.option("-n", "--limit", type=ROWS, default=None, help="At most this many rows.")
 @click.option("--full-names", is_flag=True, help="Show kernels' whole recorded names, not their short form.")
 @click.option("--no-cache", is_flag=True)
+@capture_option
 def kernels_command(
     trace: str, columns: str | None, csv: bool, tsv: bool, json_: bool, width: int | None, step: int | None,
-    limit: int | None, full_names: bool, no_cache: bool,
+    limit: int | None, full_names: bool, no_cache: bool, capture: str | None = None,
 ) -> None:
     """One row per GPU kernel: layer, op, shapes, direction, time (PyProf's report).
 
@@ -259,7 +262,7 @@ def kernels_command(
     unknown = [c for c in cols if c not in KERNEL_COLUMNS]
     if unknown:
         raise click.BadParameter(f"unknown column(s) {', '.join(unknown)}; choose from {', '.join(KERNEL_COLUMNS)}", param_hint="-c")
-    loaded = load(trace, cache=not no_cache)
+    loaded = load(trace, capture=capture, cache=not no_cache)
     require_kernels(trace, loaded)
     check_step(trace, loaded, step)
     table = kernel_table(loaded, step=step).select(cols)
@@ -362,10 +365,12 @@ def _print_ops(frame: pl.DataFrame, keys: list[str], title: str, caption: str, w
 @click.option("--json", "json_", is_flag=True)
 @click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width for the table.")
 @click.option("--no-cache", is_flag=True)
+@capture_option
 def ops_command(
     trace: str, top: int, by: str, aggregate: str, order_by: str | None, min_time: float | None, max_time: float | None,
     name_regex: str | None, step: int | None, columns: str | None, csv: bool, json_: bool, width: int | None,
     no_cache: bool, inclusive: bool = False, tree: bool = False, min_share: float = 1.0, annotations: bool = False,
+    capture: str | None = None,
 ) -> None:
     """Top ops by device/host time (MegEngine profile_analyze options).
 
@@ -379,7 +384,7 @@ def ops_command(
     do not repeat the same work; --inclusive ranks by total time.
     """
     check_time_range(min_time, max_time)
-    loaded = load(trace, cache=not no_cache)
+    loaded = load(trace, capture=capture, cache=not no_cache)
     check_step(trace, loaded, step)
     if tree or annotations:
         _ops_view(loaded, trace, tree=tree, min_share=min_share, top=top, step=step, json_=json_, csv=csv, width=width)

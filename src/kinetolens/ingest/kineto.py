@@ -86,6 +86,7 @@ HOST_SCHEMA: dict[str, pl.DataType] = {
     "python_parent_id": pl.Int64(),
     "python_module_id": pl.Int64(),
     "cbid": pl.Int64(),
+    "kernel": pl.String(),
     "collective_name": pl.String(),
     "in_msg_nelems": pl.Int64(),
     "out_msg_nelems": pl.Int64(),

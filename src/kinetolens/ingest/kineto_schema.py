@@ -73,9 +73,12 @@ class RuntimeArgs(LinkArgs, gc=False):
     """A runtime or driver call's (or a sync's) args: of the host fields, only
     the links and ``cbid`` occur on them (checked on every stored trace), and
     reading the other HostArgs fields from each of them cost about a tenth
-    of the host columns' time (``df_index_resolver``: 100 -> 90 ms)."""
+    of the host columns' time (``df_index_resolver``: 100 -> 90 ms).
+    ROCm names the kernel a launch enqueues (``kernel``): a graph capture
+    trace's only record of the kernels captured, which never run then."""
 
     cbid: int | None = None
+    kernel: str | None = None
 
 
 class PythonArgs(msgspec.Struct, gc=False):
