@@ -229,10 +229,11 @@ def _frame_paths(names: pl.Series, parent: pl.Series) -> tuple[pl.Series, pl.Ser
     Whole columns, no Python step per frame: a trace taken with stacks has
     a frame event for every module call and function of every step.
     ``enclosing_function`` runs once per distinct frame name; the source is
-    the nearest user frame, as ``in func (file:line)`` (pointer jumping); a module's path is its short name
-    prefixed by the paths of the module frames around it, joined by pointer
-    jumping too (each round prefixes the path of the module frame as far
-    above as the last round reached, doubling the reach).
+    the nearest user frame, as ``in func (file:line)`` (pointer jumping); a
+    module's path is its short name prefixed by the paths of the module
+    frames around it, joined by pointer jumping too (each round prefixes the
+    path of the module frame as far above as the last round reached,
+    doubling the reach).
     """
     parent = parent.replace(-1, None)
     user = per_distinct(names, enclosing_function)
@@ -304,7 +305,8 @@ def _backward_roots(ops: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
     """
     labels = [dirn.FPROP, dirn.BPROP, dirn.OPTIMIZER, dirn.OTHER]
     own = ops.select(
-        dirn.own_direction(pl.col("name"), pl.col("kind").cast(pl.String)).cast(pl.Enum(labels))
+        dirn.own_direction(pl.col("name"), pl.col("kind").cast(pl.String), dirn.pytorch_names(ops["name"]))
+        .cast(pl.Enum(labels))
     ).to_series()
     owner = _engine_gap_owners(ops, own)
     gap = pl.DataFrame({"op_id": list(owner), "node": list(owner.values())}, schema={"op_id": I64, "node": I64})

@@ -23,7 +23,7 @@ from kinetolens import __version__
 from kinetolens.analysis.memory import ALLOCATOR, BASIS_NOTES
 from kinetolens.analysis.overview import CATEGORIES, OTHER
 from kinetolens.errors import TraceError
-from kinetolens.views.report_data import TOP_ROWS, ReportData
+from kinetolens.views.report_data import SOURCES_NOTE, TOP_ROWS, ReportData
 
 #: Text cells longer than this keep their tail (the innermost module, the kernel's name end).
 CELL_CHARS = 120
@@ -150,6 +150,7 @@ def _tables(data: ReportData) -> dict[str, Markup]:
         "ops": frame_html(data.ops, list(dict.fromkeys(op_cols))),
         "kernels": frame_html(data.kernel_names, ["name", "calls", "device_total_us", "mean_us", "op", "occupancy", "step_share_pct", "tflops_s", "gbps"]),
         "modules": frame_html(data.modules, list(dict.fromkeys(["module", "calls", basis, "host_total_us", "step_share_pct", "tflops_s"]))),
+        "sources": frame_html(data.sources, list(dict.fromkeys(["source", "calls", basis, "host_total_us", "step_share_pct"]))),
         "memory": frame_html(memory_frame(data), rows=None, cell_chars=None),
     }  # fmt: skip
     if data.roofline_modules is not None:
@@ -189,6 +190,7 @@ def render_html(data: ReportData, standalone: bool = True) -> str:
         plotly_js=Markup(js),
         tables=_tables(data),
         charts=_charts(data),
+        sources_note=SOURCES_NOTE,
     )
     if not standalone:
         page = f"<script>{js}</script>\n{page}"

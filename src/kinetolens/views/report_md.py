@@ -14,7 +14,7 @@ import polars as pl
 
 from kinetolens import __version__
 from kinetolens.analysis.kernels import tensor_core_time
-from kinetolens.views.report_data import ReportData
+from kinetolens.views.report_data import SOURCES_NOTE, ReportData
 from kinetolens.views.report_html import breakdown_frame, memory_frame, overview_frame
 
 #: Rows per ranked table in markdown.
@@ -81,6 +81,7 @@ def render_md(data: ReportData) -> str:
         total = float(tc["us"].sum()) or 1.0
         out.append("\nGPU time by Tensor Core use: " + ", ".join(f"{t} {100 * us / total:.1f}%" for t, us in tc.iter_rows()) + "\n")
     out += ["\n## Modules\n", frame_md(data.modules, list(dict.fromkeys(["module", "calls", basis, "step_share_pct"])))]
+    out += ["\n## Source lines\n", SOURCES_NOTE + "\n\n", frame_md(data.sources, list(dict.fromkeys(["source", "calls", basis, "step_share_pct"])))]
     out.append("\n## Roofline\n")
     if data.roofline_modules is None:
         out.append(f"No roofline: {data.roofline_note}.\n")
