@@ -59,14 +59,37 @@ def summary_command(trace: str, json_: bool, no_cache: bool, capture: str | None
     table.add_column("value")
     dev = ", ".join(f"{d['name']} (id {d['id']})" for d in info["devices"] if d["name"]) or _run_device(info["device"])
     table.add_row("format", info["format"])
+    gpu = info["kind"]["gpu"]
+    if not gpu:
+        dev = f"{'CPU only' if dev == '-' else dev} (no GPU: GPU rows left out)"
     table.add_row("devices", dev)
     table.add_row("rank / world size", f"{info['rank'] if info['rank'] is not None else '-'} / {info['world_size'] or '-'}")
     steps = info["steps"]
     mean = f", mean {steps['mean_us'] / 1000:.3f} ms" if steps["mean_us"] else ""
     cut = f" ({len(steps['incomplete'])} cut short, not in the mean)" if steps.get("incomplete") else ""
     table.add_row("steps", f"{steps['count']} {steps['ids'][:8]}{mean}{cut}")
-    ev = info["events"]
+    ev = {k: v for k, v in info["events"].items() if gpu or k not in GPU_EVENTS}
     table.add_row("events", ", ".join(f"{k} {v:,}" for k, v in ev.items()))
+    if gpu:
+        _add_attribution(table, info)
+    for m in info["memory"]:
+        table.add_row(f"peak memory {m['device']}", _peak_text(m))
+    for w in info["warnings"]:
+        table.add_row("warning", f"{w['kind']}: {w['detail']} ({w['count']}x)")
+    console.print(table)
+    _print_breakdown(console, steps, gpu)
+    _print_gpus(console, info["gpu"], info["devices"])
+    _print_recommendations(console, info["recommendations"])
+    if info["recommendations_withheld"]:
+        console.print(f"No recommendations: {info['recommendations_withheld']}.", markup=False, highlight=False)
+
+
+#: Event counts that only a GPU program has (left out of a CPU-only summary).
+GPU_EVENTS = ("runtime", "kernels", "memcpy", "memset")
+
+
+def _add_attribution(table: Table, info: dict) -> None:
+    """Kernel time and how much of it has an op, module, source line, forward op."""
     a = info["attribution"]
     table.add_row("kernel time", f"{a['kernel_time_us'] / 1000:.3f} ms (every kernel in the file, summed)")
     table.add_row("  with an op", _pct(a["op"]))
@@ -76,18 +99,9 @@ def summary_command(trace: str, json_: bool, no_cache: bool, capture: str | None
     unrecorded = info["unrecorded_launches"]
     if unrecorded["note"]:
         table.add_row("  launch not recorded", unrecorded["note"])
-    table.add_row("backward kernel time", f"{a['backward_time_us'] / 1000:.3f} ms")
-    table.add_row("  with its forward op", _pct(a["backward_with_forward_op"]))
-    for m in info["memory"]:
-        table.add_row(f"peak memory {m['device']}", _peak_text(m))
-    for w in info["warnings"]:
-        table.add_row("warning", f"{w['kind']}: {w['detail']} ({w['count']}x)")
-    console.print(table)
-    _print_breakdown(console, steps)
-    _print_gpus(console, info["gpu"], info["devices"])
-    _print_recommendations(console, info["recommendations"])
-    if info["recommendations_withheld"]:
-        console.print(f"No recommendations: {info['recommendations_withheld']}.", markup=False, highlight=False)
+    if info["kind"]["pytorch"]:
+        table.add_row("backward kernel time", f"{a['backward_time_us'] / 1000:.3f} ms")
+        table.add_row("  with its forward op", _pct(a["backward_with_forward_op"]))
 
 
 def _run_device(device: dict | None) -> str:
@@ -115,8 +129,9 @@ def _print_recommendations(console: Console, findings: list[dict]) -> None:
         return
     table = Table(title="What to change first (estimated saving per step)")
     table.add_column("ms", justify="right")
-    table.add_column("finding")
-    table.add_column("change")
+    # Folded, never cut: a kernel's name is the evidence.
+    table.add_column("finding", overflow="fold")
+    table.add_column("change", overflow="fold")
     for f in findings[:TOP_RECOMMENDATIONS]:
         table.add_row(f"{f['saving_ms']:.2f}", f"{f['title']}: {f['evidence']}", f["change"])
     console.print(table)
@@ -137,25 +152,31 @@ BREAKDOWN_HEADERS = {
 }
 
 
+#: Breakdown categories only GPU work fills (always 0 without a GPU).
+GPU_CATEGORIES = ("kernel", "memcpy", "memset", "runtime")
+
+
 def _share(part: float, whole: float) -> str:
     return f"{part / whole * 100:.1f}" if whole else "-"
 
 
-def _print_breakdown(console: Console, steps: dict) -> None:
-    """Each step's wall time (ms) and the share (%) of each category in it."""
+def _print_breakdown(console: Console, steps: dict, gpu: bool = True) -> None:
+    """Each step's wall time (ms) and the share (%) of each category in it
+    (without the GPU categories, always 0, for a program without a GPU)."""
     rows, avg = steps["breakdown_us"], steps["average_us"]
     if not rows or avg is None:
         return
+    headers = {c: h for c, h in BREAKDOWN_HEADERS.items() if gpu or c not in GPU_CATEGORIES}
     table = Table(
         title="Step time breakdown (% of each step)", header_style="bold", box=box.SIMPLE_HEAD, collapse_padding=True, caption_justify="left"
     )
     table.add_column("step")
     table.add_column("ms", justify="right")
-    for header in BREAKDOWN_HEADERS.values():
+    for header in headers.values():
         table.add_column(header, justify="right")
 
     def add(label: str, row: dict, style: str | None = None) -> None:
-        cells = (_share(row[c], row["total"]) for c in BREAKDOWN_HEADERS)
+        cells = (_share(row[c], row["total"]) for c in headers)
         table.add_row(label, f"{row['total'] / 1000:,.1f}", *cells, style=style)
 
     shown = rows[:MAX_STEP_ROWS]
@@ -166,10 +187,10 @@ def _print_breakdown(console: Console, steps: dict) -> None:
         label = str(row["step"]) if row["step"] is not None else "all"
         add(f"{label}*" if not row.get("complete", True) else label, row, style=None if row.get("complete", True) else "dim")
     if len(rows) > len(shown):
-        table.add_row(f"+{len(rows) - len(shown)}", *([""] * (len(BREAKDOWN_HEADERS) + 1)))
+        table.add_row(f"+{len(rows) - len(shown)}", *([""] * (len(headers) + 1)))
     if len(rows) > 1:
         add("mean", avg, style="bold")
-    table.caption = "mean ms: " + ", ".join(f"{h} {avg[c] / 1000:,.3f}" for c, h in BREAKDOWN_HEADERS.items())
+    table.caption = "mean ms: " + ", ".join(f"{h} {avg[c] / 1000:,.3f}" for c, h in headers.items())
     if steps.get("incomplete_note"):
         table.caption += f"\n* {steps['incomplete_note']}"
     if steps.get("damaged"):

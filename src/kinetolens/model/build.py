@@ -305,7 +305,8 @@ def _backward_roots(ops: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
     """
     labels = [dirn.FPROP, dirn.BPROP, dirn.OPTIMIZER, dirn.OTHER]
     own = ops.select(
-        dirn.own_direction(pl.col("name"), pl.col("kind").cast(pl.String)).cast(pl.Enum(labels))
+        dirn.own_direction(pl.col("name"), pl.col("kind").cast(pl.String), dirn.pytorch_names(ops["name"]))
+        .cast(pl.Enum(labels))
     ).to_series()
     owner = _engine_gap_owners(ops, own)
     gap = pl.DataFrame({"op_id": list(owner), "node": list(owner.values())}, schema={"op_id": I64, "node": I64})
