@@ -7,7 +7,6 @@ import polars as pl
 from rich import box
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
 from kinetolens.analysis.annotations import annotation_stats
 from kinetolens.analysis.kernels import DEFAULT_COLUMNS, KERNEL_COLUMNS, kernel_table
