@@ -109,3 +109,16 @@ def test_gloo_keeps_its_host_time(spawn_4: DistributedRun) -> None:  # noqa: F81
         assert s.calls["timed"].all() and (s.calls["kernels"] == 0).all()
     stats = collective_stats(summaries).row(0, named=True)
     assert stats["untimed_calls"] == 0 and stats["algbw_gbps"] > 0
+
+
+def test_trace_without_kernels_has_no_bandwidth(tmp_path: Path) -> None:
+    # issue 17, point 5: HTA's rank_non_gpu trace records NCCL all-to-alls
+    # (backend nccl) but no GPU activity at all: six calls, none timed
+    run = tmp_path / "run"
+    run.mkdir()
+    src = trace_path("hta/rank_non_gpu/rank_non_gpu.json.gz")
+    (run / src.name).write_bytes(src.read_bytes())
+    (row,) = collective_stats(summarize_run(run, "local:1", cache=False)).iter_rows(named=True)
+    assert row["busbw_gbps"] is None and row["algbw_gbps"] is None
+    assert (row["calls"], row["untimed_calls"]) == (6, 6)
+    assert row["time_ms"] is None and row["transfer_ms"] is None

@@ -14,8 +14,8 @@ Where the call ran:
   one's end.  The host range is only the enqueue: a call whose kernels were
   not captured (or not tied to it) keeps its host range but is marked
   ``timed = False``, and the cross-rank figures (waiting, transfer time, bus
-  bandwidth) leave it out: microseconds of enqueue for megabytes would read
-  as terabytes per second.
+  bandwidth) leave it out: microseconds of enqueue for 78 MB read as
+  ~800 GB/s on an A100 pair that moved it at 6 GB/s.
 * gloo (and any other library that works on the host): the ``gloo:*`` range
   itself, on gloo's worker thread, which does the transfer (and the
   waiting) on the CPU.

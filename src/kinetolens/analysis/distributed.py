@@ -5,8 +5,9 @@ trace in memory per worker:
 
 1. :func:`rank_summary` turns one rank's trace into a :class:`RankSummary`:
    a few small tables (per whole step computation / communication / overlap
-   and the step-time breakdown, one row per collective call).  It is picklable and a few kilobytes, cheap to
-   send back from a worker process or a Dask cluster.
+   and the step-time breakdown, one row per collective call).  It is
+   picklable and a few kilobytes, cheap to send back from a worker process
+   or a Dask cluster.
 2. Pure functions of a list of summaries: step time per rank and its spread
    (:func:`step_times`), collective calls matched across ranks with their
    synchronizing and data-transfer time (:func:`matched_calls`), collective
@@ -237,7 +238,8 @@ def collective_stats(summaries: list[RankSummary]) -> pl.DataFrame:
     rank (the union of their intervals: concurrent calls count once), mean
     over ranks; ``sync_ms`` the union of their waits, and ``transfer_ms`` the
     rest.  Only timed calls count (see :func:`matched_calls`);
-    ``untimed_calls`` says how many per rank had no measured time.
+    ``untimed_calls`` says how many per rank had no measured time (where
+    none had, the times and bandwidths are null).
 
     ``algbw_gbps`` is the message bytes of the timed calls over their
     transfer time, ``busbw_gbps`` nccl-tests' bus bandwidth: algbw times
@@ -285,7 +287,7 @@ def collective_stats(summaries: list[RankSummary]) -> pl.DataFrame:
         )
         .join(per_collective, on=["collective", "kind"], how="left")
         .with_columns(
-            (pl.col("time_ms", "sync_ms") / ranks).fill_null(0.0),
+            pl.col("time_ms", "sync_ms") / ranks,  # null: no call was timed
             algbw_gbps=pl.when(with_bw).then(pl.col("bw_bytes") / pl.col("bw_ns")),
             busbw_gbps=pl.when(with_bw).then(pl.col("bw_bus") / pl.col("bw_ns")),
         )

@@ -7,6 +7,7 @@ import polars as pl
 from kinetolens.analysis.params import dtypes_expr, shapes_expr
 from kinetolens.analysis.tensor_cores import kernel_tensor_cores
 from kinetolens.analysis.work import kernel_work
+from kinetolens.registry.kernel_names import short_names
 from kinetolens.model.trace import Trace
 
 #: Column name -> meaning, in default display order (``kinetolens kernels -h``).
@@ -19,7 +20,8 @@ KERNEL_COLUMNS: dict[str, str] = {
     "top_op": "outermost PyTorch op on the launching thread",
     "fwd_op": "for backward kernels, the forward op they differentiate",
     "sub": "index of this kernel among its op call's kernels (dgrad=0, wgrad=1 ...)",
-    "kernel": "kernel name (memcpy/memset included)",
+    "kernel": "kernel name as recorded, the whole C++ signature (memcpy/memset included)",
+    "short_name": "readable kernel name: no argument list, namespaces or template plumbing",
     "kind": "kernel / memcpy / memset",
     "params": "input shapes and dtypes (backward: the forward op's)",
     "dur_us": "silicon time in microseconds",
@@ -41,7 +43,10 @@ KERNEL_COLUMNS: dict[str, str] = {
     "start_us": "start time, microseconds from the first kernel",
 }
 
-DEFAULT_COLUMNS = ["idx", "step", "dir", "module", "op", "fwd_op", "sub", "kernel", "params", "dur_us", "tc", "device", "stream", "grid", "block", "source"]
+DEFAULT_COLUMNS = [
+    "idx", "step", "dir", "module", "op", "fwd_op", "sub", "kernel", "short_name", "params", "dur_us", "tc", "device",
+    "stream", "grid", "block", "source",
+]  # fmt: skip
 
 
 def _dims(prefix: str) -> pl.Expr:
@@ -99,7 +104,10 @@ def kernel_table(trace: Trace, step: int | None = None) -> pl.DataFrame:
         launch=pl.col("launch"),
         start_us=(pl.col("ts") - first) / 1000.0,
     )
-    return table.sort("idx")
+    # once per distinct name, not per row: a trace has ~100 names over ~100k kernels
+    table = table.with_columns(short_name=short_names(table["kernel"]))
+    order = list(KERNEL_COLUMNS)
+    return table.select(sorted(table.columns, key=order.index)).sort("idx")
 
 
 def tensor_core_time(table: pl.DataFrame) -> pl.DataFrame:

@@ -19,6 +19,7 @@ from kinetolens.analysis.gpu_metrics import gpu_metrics
 from kinetolens.analysis.memory import BASIS_NOTES, peak_memory
 from kinetolens.analysis.overview import COLUMNS, average_breakdown, complete_rows, step_breakdown
 from kinetolens.analysis.recommendations import RuleContext, damaged_inputs, findings
+from kinetolens.formats import RUN_METADATA_KEY
 from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
 
@@ -132,6 +133,29 @@ def gpu_block(trace: Trace, table: pl.DataFrame | None = None) -> list[dict[str,
     return (gpu_metrics(trace) if table is None else table).to_dicts()
 
 
+def run_identity(trace: Trace) -> dict[str, Any]:
+    """Rank, world size and device of the process that wrote ``trace``.
+
+    Kineto writes ``distributedInfo`` only for distributed jobs and
+    ``deviceProperties`` only for GPUs; the ``*.kinetolens.json`` that
+    ``kinetolens.profile`` writes beside each trace records all three for
+    every capture (a single CPU process is rank 0 of 1).  The trace's own
+    fields win where both exist.
+    """
+    run = trace.metadata.get(RUN_METADATA_KEY)
+    run = run if isinstance(run, dict) else {}
+    device = run.get("device")
+
+    def whole(value: Any) -> int | None:
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    return {
+        "rank": trace.rank if trace.rank is not None else whole(run.get("rank")),
+        "world_size": trace.world_size if trace.world_size is not None else whole(run.get("world_size")),
+        "device": {"type": device.get("type"), "name": device.get("name")} if isinstance(device, dict) else None,
+    }
+
+
 def summarize(trace: Trace) -> dict[str, Any]:
     """Stable, documented JSON for ``kinetolens summary --json``."""
     # The rules judge whole steps; the breakdown and utilization are computed
@@ -165,8 +189,7 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "kinetolens_version": __version__,
         "trace": trace.path,
         "format": trace.format,
-        "rank": trace.rank,
-        "world_size": trace.world_size,
+        **run_identity(trace),
         "devices": devices,
         "devices_used": used,
         "span_us": span_us,

@@ -24,10 +24,10 @@ from kinetolens.analysis.op_tree import collapse, op_tree
 from kinetolens.analysis.roofline import LOST_COLUMNS, with_time_lost
 from kinetolens.analysis.summary import summarize
 from kinetolens.cli.checks import ROWS, WIDTH, check_step, check_time_range, regex, require_kernels
-from kinetolens.cli.diff_command import short_name
-from kinetolens.cli.render import emit, emit_json, print_fitted
+from kinetolens.cli.render import emit, emit_json, pick_columns, print_fitted, terminal_width
 from kinetolens.loader import load
 from kinetolens.registry.gpus import gpu_spec
+from kinetolens.registry.kernel_names import short_names
 from kinetolens.views.memory_flow_svg import human_bytes
 
 
@@ -54,7 +54,7 @@ def summary_command(trace: str, json_: bool, no_cache: bool) -> None:
     table = Table(title=f"kinetolens summary: {trace}", show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value")
-    dev = ", ".join(f"{d['name']} (id {d['id']})" for d in info["devices"] if d["name"]) or "-"
+    dev = ", ".join(f"{d['name']} (id {d['id']})" for d in info["devices"] if d["name"]) or _run_device(info["device"])
     table.add_row("format", info["format"])
     table.add_row("devices", dev)
     table.add_row("rank / world size", f"{info['rank'] if info['rank'] is not None else '-'} / {info['world_size'] or '-'}")
@@ -84,6 +84,13 @@ def summary_command(trace: str, json_: bool, no_cache: bool) -> None:
     _print_recommendations(console, info["recommendations"])
     if info["recommendations_withheld"]:
         console.print(f"No recommendations: {info['recommendations_withheld']}.", markup=False, highlight=False)
+
+
+def _run_device(device: dict | None) -> str:
+    """``CPU: AMD EPYC 7B13`` from the capture's run metadata, where the trace names no GPU."""
+    if not device or not device.get("name"):
+        return "-"
+    return f"{str(device.get('type') or '').upper()}: {device['name']}".lstrip(": ")
 
 
 def _peak_text(m: dict) -> str:
@@ -199,20 +206,34 @@ class _ColumnHelp(click.Command):
 
 @click.command("kernels", cls=_ColumnHelp)
 @click.argument("trace", type=str)
-@click.option("-c", "--columns", default=",".join(DEFAULT_COLUMNS), show_default=True, help="Comma-separated columns.")
+@click.option(
+    "-c", "--columns", default=None,
+    help="Comma-separated columns.  Default: those that fit the terminal (80, 120 or wider columns); "
+    f"in --csv/--tsv/--json: {','.join(DEFAULT_COLUMNS)}.",
+)
 @click.option("--csv", is_flag=True, help="CSV output.")
 @click.option("--tsv", is_flag=True, help="Tab-separated output.")
 @click.option("--json", "json_", is_flag=True, help="JSON records.")
 @click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width for the table.")
 @click.option("--step", type=int, default=None, help="Only kernels of this profiler step.")
 @click.option("-n", "--limit", type=ROWS, default=None, help="At most this many rows.")
+@click.option("--full-names", is_flag=True, help="Show kernels' whole recorded names, not their short form.")
 @click.option("--no-cache", is_flag=True)
 def kernels_command(
-    trace: str, columns: str, csv: bool, tsv: bool, json_: bool, width: int | None, step: int | None,
-    limit: int | None, no_cache: bool,
+    trace: str, columns: str | None, csv: bool, tsv: bool, json_: bool, width: int | None, step: int | None,
+    limit: int | None, full_names: bool, no_cache: bool,
 ) -> None:
-    """One row per GPU kernel: layer, op, shapes, direction, time (PyProf's report)."""
-    cols = [c.strip() for c in columns.split(",") if c.strip()]
+    """One row per GPU kernel: layer, op, shapes, direction, time (PyProf's report).
+
+    Kernel names are shown in a short form (no argument list, namespaces or
+    template plumbing); --full-names shows them as recorded."""
+    fmt = _format(csv, tsv, json_)
+    if columns is None and fmt == "table":
+        cols = pick_columns(KERNEL_COLUMNS, KERNEL_COLUMNS_BY_WIDTH, terminal_width(width))
+    else:
+        cols = [c.strip() for c in (columns or ",".join(DEFAULT_COLUMNS)).split(",") if c.strip()]
+    if full_names and fmt == "table":
+        cols = [c for c in dict.fromkeys("kernel" if c == "short_name" else c for c in cols)]
     unknown = [c for c in cols if c not in KERNEL_COLUMNS]
     if unknown:
         raise click.BadParameter(f"unknown column(s) {', '.join(unknown)}; choose from {', '.join(KERNEL_COLUMNS)}", param_hint="-c")
@@ -222,7 +243,15 @@ def kernels_command(
     table = kernel_table(loaded, step=step).select(cols)
     if limit is not None:
         table = table.head(limit)
-    emit(table, _format(csv, tsv, json_), width=width)
+    emit(table, fmt, width=width, headers={"short_name": "kernel"} if "kernel" not in cols else None)
+
+
+#: Default terminal columns of ``kinetolens kernels`` by terminal width (up to 80, up to 120, wider).
+KERNEL_COLUMNS_BY_WIDTH = (
+    (99, ["idx", "dir", "op", "short_name", "dur_us", "tc"]),
+    (139, ["idx", "step", "dir", "module", "op", "short_name", "params", "dur_us", "tc", "stream"]),
+    (1 << 30, [c for c in DEFAULT_COLUMNS if c != "kernel"]),
+)
 
 
 #: Terminal headers of the ops table (-c, --json and --csv keep the full names).
@@ -373,7 +402,7 @@ def ops_command(
         notes.append(f"more columns with -c: {', '.join(c for c in table.columns if c not in shown)}")
         table = table.select(shown)
     if by == "kernel" and "name" in table.columns:  # templated kernel names run to hundreds of characters
-        table = table.with_columns(pl.col("name").map_elements(short_name, return_dtype=pl.String))
+        table = table.with_columns(short_names(pl.Series(table["name"])).alias("name"))
     if by in ("op", "op+shape") and not inclusive and aggregate != "count":
         notes.append("ranked by self time: each op's own kernels, so nested ops do not repeat them (--inclusive: total)")
     _print_ops(table, GROUPINGS[by], title, "\n".join(notes), width)
@@ -393,7 +422,7 @@ def _ops_view(
         top_level = shown.filter(pl.col("depth") == 0)
         if top_level.height > top:
             shown = shown.filter(pl.col("path").is_in(_subtrees(shown, top_level["path"].head(top).to_list())))
-        short = pl.col("name").map_elements(short_name, return_dtype=pl.String)
+        short = short_names(shown["name"])
         names = pl.when(pl.col("kind") == "kernel").then(short).otherwise(pl.col("name"))
         frame = shown.select(
             op=pl.concat_str(pl.lit("  ").repeat_by(pl.col("depth")).list.join(""), names),

@@ -9,17 +9,13 @@ step time is more than PCT percent above the baseline's.
 
 from __future__ import annotations
 
-import math
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 import polars as pl
-from rich import box
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from kinetolens.analysis.diff import (
@@ -32,11 +28,13 @@ from kinetolens.analysis.diff import (
     environment_warning,
 )
 from kinetolens.cli.checks import WIDTH
-from kinetolens.cli.render import emit, emit_json
+from kinetolens.cli.render import console as render_console
+from kinetolens.cli.render import emit, emit_json, print_pairs, print_table
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
 from kinetolens.logdir import one_run
 from kinetolens.model.trace import Trace
+from kinetolens.registry.kernel_names import short_names
 
 #: Rows shown in the terminal unless ``-t`` says otherwise.
 DEFAULT_TOP = 20
@@ -106,58 +104,52 @@ def _print_lead(console: Console, diff: RunDiff) -> None:
     steps = diff.tables.get("step")
     if steps is None:
         return
-    steps = steps.filter((pl.col("baseline_us") != 0) | (pl.col("experiment_us") != 0))
-    table = Table(
-        title="Step time by category, ms per step (largest change first)",
-        header_style="bold", box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False,
+    steps = steps.filter((pl.col("baseline_us") != 0) | (pl.col("experiment_us") != 0)).select(
+        category=pl.col("category").replace(STEP_LABELS),
+        status="status", baseline_us="baseline_us", experiment_us="experiment_us", delta_us="delta_us",
+        delta_pct="delta_pct",
     )  # fmt: skip
-    for name in ("category", "status", "base ms", "exp ms", "delta ms", "delta %"):
-        table.add_column(name, justify="left" if name in ("category", "status") else "right", no_wrap=True)
-    for row in steps.iter_rows(named=True):
-        pct = "-" if row["delta_pct"] is None else f"{row['delta_pct']:+.1f}"
-        table.add_row(
-            STEP_LABELS.get(row["category"], row["category"]),
-            row["status"],
-            *(f"{row[c] / 1000:,.3f}" for c in ("baseline_us", "experiment_us")),
-            f"{row['delta_us'] / 1000:+,.3f}",
-            pct,
-            style="bold" if row["category"] == "total" else None,
-        )
-    console.print(table)
+    print_table(
+        steps, title="Step time by category, per step (largest change first)", headers=SHORT_HEADERS, out=console,
+        same_time_unit=True,
+    )
 
 
 def _print_summary(console: Console, diff: RunDiff, baseline: str, experiment: str) -> None:
     s = diff.summary
-    table = Table(title="kinetolens diff", show_header=False, box=box.SIMPLE)
-    table.add_column("what", style="bold")
-    table.add_column("value", overflow="fold")
-    table.add_row("environment", environment_line(s["environment"]))
-    table.add_row("baseline", f"{baseline}: {_side_line(s['baseline'])}")
-    table.add_row("experiment", f"{experiment}: {_side_line(s['experiment'])}")
-    table.add_row("time basis", f"{s['basis']} (self time per op)")
+    rows = [
+        ("environment", environment_line(s["environment"])),
+        ("baseline", f"{baseline}: {_side_line(s['baseline'])}"),
+        ("experiment", f"{experiment}: {_side_line(s['experiment'])}"),
+        ("time basis", f"{s['basis']} (self time per op)"),
+    ]
     for level, counts in s["counts"].items():
         if level != "step":
-            table.add_row(level, ", ".join(f"{n} {status}" for status, n in counts.items() if n))
-    console.print(table)
+            rows.append((level, ", ".join(f"{n} {status}" for status, n in counts.items() if n)))
+    print_pairs(rows, title="kinetolens diff", out=console)
 
 
 def _print_explained(console: Console, diff: RunDiff) -> None:
     expl = diff.summary["explained_by"]
     if not expl or not expl["ops"]:
         return
-    ops = Table(title="Ops that explain the step-time change", box=box.SIMPLE_HEAD, header_style="bold")
-    ops.add_column("op", overflow="fold")
-    ops.add_column("status")
-    ops.add_column("delta ms", justify="right")
-    ops.add_column("% of step delta", justify="right")
-    for row in expl["ops"]:
-        share = "-" if row["share_pct"] is None else f"{row['share_pct']:.1f}"
-        ops.add_row(row["name"], row["status"], f"{row['delta_us'] / 1000:+,.3f}", share)
-    ops.caption = (
+    ops = pl.DataFrame(
+        {
+            "op": [r["name"] for r in expl["ops"]],
+            "status": [r["status"] for r in expl["ops"]],
+            "delta_us": [float(r["delta_us"]) for r in expl["ops"]],
+            "share_pct": [r["share_pct"] for r in expl["ops"]],
+        },
+        schema={"op": pl.String, "status": pl.String, "delta_us": pl.Float64, "share_pct": pl.Float64},
+    )
+    caption = (
         f"explained {expl['explained_us'] / 1000:+,.3f} ms, unexplained {expl['unexplained_us'] / 1000:+,.3f} ms "
         f"(all ops net {expl['all_ops_net_us'] / 1000:+,.3f} ms)"
     )
-    console.print(ops)
+    print_table(
+        ops, title="Ops that explain the step-time change", caption=caption, out=console,
+        headers={"share_pct": "% of step delta"},
+    )
 
 
 #: Terminal headers (the JSON/CSV keep the full column names).
@@ -167,29 +159,6 @@ SHORT_HEADERS = {
     "delta_us": "delta us",
     "delta_pct": "delta %",
 }
-#: Longest name shown in the terminal; --json and --csv keep whole names.
-NAME_CHARS = 72
-_TEMPLATE = re.compile(r"<[^<>]*>")
-_ARGS = re.compile(r"\([^()]*\)")
-
-
-def short_name(name: str, chars: int = NAME_CHARS) -> str:
-    """A kernel or op name that fits a terminal column: template and call
-    arguments folded to ``<…>``/``(…)`` (innermost first), then cut in the middle."""
-    if len(name) <= chars:
-        return name
-    name = name.removeprefix("void ")
-    while _TEMPLATE.search(name):  # innermost first; the marker has no brackets
-        name = _TEMPLATE.sub("\x00", name)
-    name = name.replace("\x00", "<…>")
-    if len(name) > chars:
-        name = _ARGS.sub("(…)", name)
-    if len(name) > chars:
-        half = (chars - 1) // 2
-        name = f"{name[:half]}…{name[-half:]}"
-    return name
-
-
 def _arrow(base: str, exp: str) -> pl.Expr:
     """``2 → 3``: a before/after pair in one narrow column."""
     fmt = [pl.col(c).round(2).cast(pl.String).str.replace(r"\.0$", "") for c in (base, exp)]
@@ -206,32 +175,15 @@ def _terminal_columns(level: str, table: pl.DataFrame) -> pl.DataFrame:
     cols: list[str | pl.Expr] = [*keys, "status", "baseline_us", "experiment_us", "delta_us", "delta_pct"]
     if "baseline_calls" in table.columns:
         cols.append(_arrow("baseline_calls", "experiment_calls").alias("calls"))
-    shown = table.select(cols).with_columns(
-        *(pl.col(k).map_elements(short_name, return_dtype=pl.String) for k in keys),
-    )
-    return shown.rename(SHORT_HEADERS, strict=False)
+    shown = table.select(cols)
+    if level == "kernel":  # whole signatures run to hundreds of characters; --json and --csv keep them
+        shown = shown.with_columns(short_names(shown["name"]).alias("name"))
+    return shown
 
 
-def _number(value: object) -> Text:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return Text("-")
-    if isinstance(value, float):
-        return Text(f"{value:,.1f}")
-    return Text(str(value))
-
-
-def _print_table(console: Console, frame: pl.DataFrame, keys: list[str], title: str) -> None:
-    """Numbers never wrap; the name columns take the rest of the width and fold."""
-    table = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
-    for name in frame.columns:
-        if name in keys:
-            table.add_column(name, overflow="fold", ratio=1, min_width=20)
-        else:
-            numeric = frame.schema[name].is_numeric()
-            table.add_column(name, justify="right" if numeric else "left", no_wrap=True)
-    for row in frame.iter_rows():
-        table.add_row(*(_number(v) for v in row))
-    console.print(table)
+def _print_table(console: Console, frame: pl.DataFrame, title: str) -> None:
+    """Numbers never wrap; the name columns take the rest of the width, two lines at most."""
+    print_table(frame, title=title, headers=SHORT_HEADERS, out=console, same_time_unit=True)
 
 
 def _gate(diff: RunDiff, limit_pct: float) -> None:
@@ -301,7 +253,7 @@ def diff_command(
                 click.echo(f"kinetolens: warning: {warning}", err=True)
             emit(table.head(top) if top else table, "csv" if csv_ else "tsv")
     else:
-        console = Console(width=width)
+        console = render_console(width)
         _print_lead(console, diff)
         _print_summary(console, diff, baseline, experiment)
         _print_explained(console, diff)
@@ -313,6 +265,6 @@ def diff_command(
                 continue
             shown = _terminal_columns(shown_level, table).head(top or (DEFAULT_TOP if level else DEFAULT_VIEW_TOP))
             more = f" (top {shown.height} of {table.height} by |delta|)" if table.height > shown.height else ""
-            _print_table(console, shown, list(LEVEL_KEYS[shown_level]), f"{shown_level} per step, us{more}")
+            _print_table(console, shown, f"{shown_level} per step{more}")
     if fail_if_slower is not None:
         _gate(diff, fail_if_slower)

@@ -1,9 +1,26 @@
-"""Render tables to the terminal (rich) or as CSV / TSV / JSON."""
+"""Render tables to the terminal (rich) or as CSV / TSV / JSON.
+
+Every terminal table fits the width it is given (``-w``, else ``COLUMNS``,
+else the terminal's): numbers keep their whole width and never wrap, text
+cells take what is left, wrap to at most two lines and are cut in the middle
+beyond that (:func:`kinetolens.views.units.middle`); columns that still do
+not fit are left out, last first, and named under the table.  Output that
+goes to a pipe or a file, with no width given, is printed at full width so
+no header or row is split.  Values are formatted by column name through
+:mod:`kinetolens.views.units` (times in the unit that fits, FLOPs, bytes,
+counts as integers).
+"""
 
 from __future__ import annotations
 
 import math
+import os
+import re
+import shutil
 import sys
+import textwrap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -13,53 +30,270 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from kinetolens.views import units
 
-def _cell(value: Any) -> Text:
-    """Cells are plain text: kernel names such as ``[lambda(int) (instance 1)]``
-    would otherwise be read as rich markup and vanish."""
-    if value is None or (isinstance(value, float) and value != value):
-        return Text("-")
-    if isinstance(value, float):
-        return Text(f"{value:,.3f}" if abs(value) < 1000 else f"{value:,.1f}")
-    return Text(str(value))
-
-
-def emit(frame: pl.DataFrame, fmt: str = "table", *, title: str | None = None, width: int | None = None) -> None:
-    if fmt == "csv":
-        sys.stdout.write(frame.write_csv())
-    elif fmt == "tsv":
-        sys.stdout.write(frame.write_csv(separator="\t"))
-    elif fmt == "json":
-        sys.stdout.write(msgspec.json.encode(frame.to_dicts()).decode() + "\n")
-    else:
-        table = Table(title=title, show_lines=False, header_style="bold")
-        for name in frame.columns:
-            numeric = frame.schema[name].is_numeric()
-            table.add_column(name, justify="right" if numeric else "left", overflow="fold")
-        for row in frame.iter_rows():
-            table.add_row(*(_cell(v) for v in row))
-        Console(width=width, soft_wrap=False).print(table)
+#: Console width standing for "no limit" (output to a pipe or a file).
+UNLIMITED = 100_000
+#: Narrowest a text column is squeezed to before columns are left out.
+MIN_TEXT = 10
+#: Share of the text room the first column (the row's name) gets against each other text column.
+KEY_WEIGHT = 3
+#: Lines a cell may take.
+CELL_LINES = 2
+#: Columns that hold identifiers, printed as they are (no thousands separator).
+ID_COLUMNS = {"idx", "step", "device", "stream", "rank", "pid", "tid", "id", "sub", "regs", "smem", "world_size"}
+#: Float columns that count things: printed as integers.
+COUNT_COLUMNS = {"calls", "count", "instances", "launches", "kernels", "n", "events"}
+#: Header words shortened so that tables fit 80 columns.
+HEADER_WORDS = {"tflops_s": "TFLOP/s", "tflops": "TFLOP/s", "achieved_tflops": "TFLOP/s", "gbps": "GB/s"}
 
 
-def emit_json(payload: Any) -> None:
-    sys.stdout.write(msgspec.json.format(msgspec.json.encode(payload), indent=2).decode() + "\n")
+def terminal_width(width: int | None = None) -> int | None:
+    """The width to fit: ``-w``, else ``COLUMNS``, else the terminal's; ``None``
+    (no limit) when writing to a pipe or a file."""
+    if width:
+        return width
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    return None
 
 
-def number_text(value: object) -> str:
-    """A number as the terminal tables show it: thousands separated, three significant digits below 10."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+def console(width: int | None = None) -> Console:
+    """A rich console at the fitted width; unlimited (but no soft wrapping) off a terminal."""
+    w = terminal_width(width)
+    return Console(width=w or UNLIMITED, soft_wrap=False, highlight=False)
+
+
+@dataclass
+class Column:
+    """One terminal column: header, formatted cells, alignment."""
+
+    name: str
+    header: str
+    cells: list[str]
+    numeric: bool
+
+    @property
+    def natural(self) -> int:
+        """Width with the header on one line."""
+        return max([len(self.header), *(len(c) for c in self.cells)])
+
+    @property
+    def tight(self) -> int:
+        """Width with the header in two lines; text cells are squeezed further by :func:`_widths`."""
+        return max([header_width(self.header), *(len(c) for c in self.cells)])
+
+
+def header_width(header: str) -> int:
+    """Narrowest a header renders in two lines at most (split at a space)."""
+    words = header.split()
+    if len(words) < 2:
+        return len(header)
+    return min(max(len(" ".join(words[:i])), len(" ".join(words[i:]))) for i in range(1, len(words)))
+
+
+def _is_time(name: str) -> bool:
+    return name.endswith("_us") or name == "us"
+
+
+def _base(name: str) -> str:
+    return name[: -len("_us")] if name.endswith("_us") else "" if name == "us" else name
+
+
+def _number(value: Any) -> str:
+    if units.missing(value):
         return "-"
     if isinstance(value, float):
-        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}" if abs(value) >= 10000 else str(value)
+        if value.is_integer() and abs(value) >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:,.0f}" if abs(value) >= 1000 else units.sig(value, 4) if abs(value) >= 1 else units.sig(value, 3)
     return str(value)
 
 
-#: Narrowest a folded key column gets before lower-priority columns are dropped.
-MIN_KEY_WIDTH = 16
-#: Widest a text column other than the key gets (longer values end in an ellipsis).
-MAX_TEXT_WIDTH = 24
+def _decimals_for(series: pl.Series) -> Callable[[Any], str]:
+    """Floats with one number of decimals per column (about four significant
+    figures for its largest value), so the column lines up: 1,946 / 66.35 / 1.523."""
+    finite = series.cast(pl.Float64).filter(series.cast(pl.Float64).is_finite()).abs()
+    biggest = finite.max() if finite.len() else None
+    if not isinstance(biggest, (int, float)) or biggest == 0:
+        return _number
+    integral = bool((finite == finite.round(0)).all())
+    decimals = 0 if integral else min(max(3 - math.floor(math.log10(biggest)), 0), 3)
+    return lambda v: "-" if units.missing(v) else f"{v:,.{decimals}f}" if isinstance(v, float) else str(v)
+
+
+def _biggest(series: pl.Series) -> float | None:
+    finite = series.cast(pl.Float64)
+    finite = finite.filter(finite.is_finite()).abs()
+    big = finite.max() if finite.len() else None
+    return float(big) if isinstance(big, (int, float)) else None
+
+
+def format_column(name: str, series: pl.Series, header: str | None = None, time_us: float | None = None) -> Column:
+    """Cells and header for one column, chosen by its name and type; ``time_us``
+    (a table's biggest time) sets the unit of its times where they share one."""
+    values = series.to_list()
+    numeric = series.dtype.is_numeric()
+    fmt: Callable[[Any], str]
+    head = header
+    if numeric and _is_time(name):
+        unit, scale = units.time_unit(time_us if time_us is not None else _biggest(series))
+        fmt = lambda v: units.in_unit(v, scale)  # noqa: E731
+        head = re.sub(r"\bus$", unit, head) if head else f"{_base(name).replace('_', ' ')} {unit}".strip()
+    elif numeric and (name == "flops" or name.endswith("_flops")):
+        fmt = units.flops
+    elif numeric and (name == "bytes" or name.endswith("_bytes")):
+        memoryish = any(w in name for w in ("alloc", "reserved", "peak", "live", "mem"))
+        fmt = units.memory if memoryish else units.traffic
+    elif numeric and name in ID_COLUMNS:
+        fmt = lambda v: "-" if units.missing(v) else str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)  # noqa: E731
+    elif numeric and (series.dtype.is_integer() or name in COUNT_COLUMNS or name.startswith("n_") or name.endswith("_count")):
+        fmt = units.count
+    elif numeric:
+        fmt = _decimals_for(series)
+    else:
+        fmt = lambda v: "-" if v is None else str(v)  # noqa: E731
+    if numeric and name.startswith("delta"):  # changes carry their sign: +44.435, -7.622
+        unsigned = fmt
+        fmt = lambda v: "+" + unsigned(v) if not units.missing(v) and v > 0 else unsigned(v)  # noqa: E731
+    if head is None:
+        head = HEADER_WORDS.get(name, name.replace("_", " "))
+    head = " ".join(head.replace("\n/", "/").split())
+    return Column(name, head, [fmt(v) for v in values], numeric)
+
+
+def fit_cell(text: str, width: int, lines: int = CELL_LINES) -> str:
+    """``text`` in at most ``lines`` lines of ``width``: wrapped at spaces where
+    that is enough, else cut in the middle and folded."""
+    if len(text) <= width:
+        return text
+    body = text.lstrip(" ")
+    indent = text[: len(text) - len(body)]
+    if len(indent) < width // 2:  # tree rows keep their indentation on both lines
+        wrapped = textwrap.wrap(
+            body, width, initial_indent=indent, subsequent_indent=indent, break_long_words=True, break_on_hyphens=False
+        )
+        if len(wrapped) <= lines:
+            return "\n".join(wrapped)
+    cut = units.middle(text, width * lines)
+    return "\n".join(cut[i : i + width] for i in range(0, len(cut), width))
+
+
+def _widths(
+    cols: list[Column], width: int | None, gap: int, droppable: Sequence[str] = ()
+) -> tuple[list[Column], list[int], list[str]]:
+    """Column widths that fit ``width``: headers on one line if they can, else
+    on two; text columns squeezed (at most to ``MIN_TEXT``); columns left out
+    when even that does not fit: those in ``droppable`` (last named first),
+    then the last ones."""
+    dropped: list[str] = []
+    cols = list(cols)
+    natural = [c.natural for c in cols]
+    if width is None or sum(natural) + gap * (len(cols) - 1) <= width:
+        return cols, natural, dropped
+    tight = [c.tight for c in cols]
+    if sum(tight) + gap * (len(cols) - 1) <= width:
+        return cols, tight, dropped
+
+    def fixed(i: int) -> bool:
+        return cols[i].numeric or tight[i] <= MIN_TEXT
+
+    # Numbers keep one-line headers while the text still fits in two lines.
+    text_need = sum((tight[i] + 1) // 2 for i in range(len(cols)) if not fixed(i))
+    wide = [natural[i] if cols[i].numeric else tight[i] for i in range(len(cols))]
+    if sum(wide[i] for i in range(len(cols)) if fixed(i)) + text_need + gap * (len(cols) - 1) <= width:
+        tight = wide
+
+    queue = [c for c in droppable if c in {col.name for col in cols[1:]}]
+    while len(cols) > 1 and sum(tight[i] if fixed(i) else MIN_TEXT for i in range(len(cols))) + gap * (len(cols) - 1) > width:
+        victim = queue.pop() if queue else cols[-1].name
+        at = next(i for i, c in enumerate(cols) if c.name == victim)
+        dropped.append(cols.pop(at).name)
+        tight.pop(at)
+    room = width - gap * (len(cols) - 1) - sum(tight[i] for i in range(len(cols)) if fixed(i))
+    flexible = [i for i in range(len(cols)) if not fixed(i)]
+    widths = list(tight)
+    # Weighted water-fill, smallest need per weight first, each up to its own
+    # width; the first column (the row's name) weighs KEY_WEIGHT times more.
+    weight = {i: KEY_WEIGHT if i == 0 else 1 for i in flexible}
+    left = sum(weight.values())
+    for i in sorted(flexible, key=lambda j: tight[j] / weight[j]):
+        share = room * weight[i] // left
+        widths[i] = max(min(tight[i], share), min(MIN_TEXT, tight[i]))
+        room -= widths[i]
+        left -= weight[i]
+    return cols, widths, dropped
+
+
+def table_text(
+    frame: pl.DataFrame,
+    *,
+    title: str | None = None,
+    caption: str | None = None,
+    width: int | None = None,
+    headers: dict[str, str] | None = None,
+    droppable: Sequence[str] = (),
+    same_time_unit: bool = False,
+    show_header: bool = True,
+) -> tuple[Table, list[str]]:
+    """A rich table of ``frame`` fitted to ``width`` (``None``: natural widths),
+    and the columns it left out.  ``same_time_unit``: every time column in
+    the unit of the biggest (tables whose times are compared)."""
+    headers = headers or {}
+    times = [frame[c] for c in frame.columns if _is_time(c) and frame.schema[c].is_numeric()]
+    biggest = max((b for b in map(_biggest, times) if b is not None), default=None) if same_time_unit else None
+    cols = [format_column(n, frame[n], headers.get(n), biggest) for n in frame.columns]
+    gap = 2
+    cols, widths, dropped = _widths(cols, width, gap, droppable)
+    table = Table(
+        title=title, header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+        collapse_padding=True, caption_justify="left", title_justify="left", show_header=show_header,
+    )
+    for col, w in zip(cols, widths):
+        table.add_column(
+            fit_cell(col.header, w), style="bold" if not show_header and col is cols[0] else None, justify="right" if col.numeric else "left", no_wrap=True,
+            min_width=w, max_width=w, overflow="crop",
+        )
+    for row in zip(*(c.cells for c in cols)) if cols else ():
+        table.add_row(*(Text(fit_cell(v, w)) for v, w in zip(row, widths)))
+    notes = [caption] if caption else []
+    if dropped:
+        notes.append(f"not shown at this width: {', '.join(dropped)} (-w or -c to choose)")
+    if notes:
+        table.caption = "\n".join(notes)
+    return table, dropped
+
+
+def print_table(
+    frame: pl.DataFrame,
+    *,
+    title: str | None = None,
+    caption: str | None = None,
+    width: int | None = None,
+    headers: dict[str, str] | None = None,
+    droppable: Sequence[str] = (),
+    same_time_unit: bool = False,
+    show_header: bool = True,
+    out: Console | None = None,
+) -> list[str]:
+    """Print ``frame`` fitted to the terminal (or to ``out``'s width); returns the columns left out."""
+    con = out or console(width)
+    w = terminal_width(width) if out is None else (None if con.width >= UNLIMITED else con.width)
+    table, dropped = table_text(
+        frame, title=title, caption=caption, width=w, headers=headers, droppable=droppable,
+        same_time_unit=same_time_unit, show_header=show_header,
+    )
+    con.print(table)
+    return dropped
+
+
+def print_pairs(rows: Sequence[tuple[str, str]], *, title: str | None = None, out: Console) -> None:
+    """A two-column ``what: value`` table (summaries), values in two lines at most."""
+    frame = pl.DataFrame({"what": [r[0] for r in rows], "value": [r[1] for r in rows]}, schema={"what": pl.String, "value": pl.String})
+    print_table(frame, title=title, show_header=False, out=out)
 
 
 def print_fitted(
@@ -70,67 +304,42 @@ def print_fitted(
     caption: str | None = None,
     width: int | None = None,
     headers: dict[str, str] | None = None,
-    droppable: list[str] | tuple[str, ...] = (),
+    droppable: Sequence[str] = (),
 ) -> list[str]:
-    """Print ``frame`` to fit the terminal: numbers never wrap, other text
-    columns stay on one line, and ``key`` (names) folds onto at most two.
+    """:func:`print_table` for tables keyed by a name column (``key``, first):
+    the columns in ``droppable`` go first, last named first, where the row
+    does not fit.  Returns the columns left out."""
+    del key  # the key is the first column, which is never left out
+    return print_table(frame, title=title, caption=caption, width=width, headers=headers, droppable=droppable)
 
-    Where the row does not fit, the columns in ``droppable`` go first (last
-    named first), then the longest keys are cut with an ellipsis.  Returns
-    the dropped columns, for a caption pointing to ``-c``.
-    """
-    console = Console(width=width, soft_wrap=False)
-    total = console.width
-    headers = headers or {}
-    cells = {c: [number_text(v) for v in frame[c].to_list()] for c in frame.columns}
 
-    def col_width(c: str) -> int:
-        head = max(len(line) for line in headers.get(c, c).split("\n"))
-        natural = max([head, *(len(s) for s in cells[c])])
-        return natural if frame.schema[c].is_numeric() else min(natural, MAX_TEXT_WIDTH)
+def emit(
+    frame: pl.DataFrame,
+    fmt: str = "table",
+    *,
+    title: str | None = None,
+    width: int | None = None,
+    caption: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> None:
+    if fmt == "csv":
+        sys.stdout.write(units.clock_round(frame).write_csv())
+    elif fmt == "tsv":
+        sys.stdout.write(units.clock_round(frame).write_csv(separator="\t"))
+    elif fmt == "json":
+        sys.stdout.write(msgspec.json.encode(units.clock_round(frame).to_dicts()).decode() + "\n")
+    else:
+        print_table(frame, title=title, caption=caption, width=width, headers=headers)
 
-    shown = list(frame.columns)
-    dropped: list[str] = []
-    queue = [c for c in droppable if c in shown]
-    key_len = max([len(s) for s in cells[key]] or [1])
-    while True:
-        others = sum(col_width(c) for c in shown if c != key)
-        avail = total - others - (len(shown) - 1)  # the box draws one space between columns
-        if avail >= min(key_len, max(MIN_KEY_WIDTH, -(-key_len // 2))) or not queue:
-            break
-        drop = queue.pop()
-        shown.remove(drop)
-        dropped.append(drop)
-    key_width = max(4, min(key_len, avail))
-    limit = 2 * key_width
-    widths = {c: col_width(c) for c in shown if c != key}
-    slack = avail - key_width
-    for c in shown:  # room left over: long text values (a direction list) in full
-        if c != key and not frame.schema[c].is_numeric() and slack > 0:
-            natural = max([len(headers.get(c, c)), *(len(s) for s in cells[c])])
-            grow = min(slack, natural - widths[c])
-            widths[c] += grow
-            slack -= grow
 
-    def cut(text: str) -> str:
-        return text if len(text) <= limit else text[: limit - 1] + "…"
+def pick_columns(available: Sequence[str], by_width: Sequence[tuple[int, Sequence[str]]], width: int | None) -> list[str]:
+    """Default columns for a width: the first ``(max_width, columns)`` entry
+    whose max_width is at least ``width`` (no width: the last, widest set)."""
+    for limit, cols in by_width:
+        if width is not None and width <= limit:
+            return [c for c in cols if c in available]
+    return [c for c in by_width[-1][1] if c in available]
 
-    if dropped:
-        left_out = f"left out at this width: {', '.join(dropped)} (widen the terminal or use -w, -c)"
-        caption = f"{caption}\n{left_out}" if caption else left_out
-    table = Table(
-        title=title, caption=caption, header_style="bold", box=box.SIMPLE_HEAD, padding=0,
-        pad_edge=False, caption_justify="left", show_edge=False,
-    )
-    for c in shown:
-        header = headers.get(c, c)
-        if c == key:
-            table.add_column(header, overflow="fold", width=key_width)
-        elif frame.schema[c].is_numeric():
-            table.add_column(header, justify="right", no_wrap=True, width=widths[c])
-        else:
-            table.add_column(header, no_wrap=True, overflow="ellipsis", width=widths[c])
-    for i in range(frame.height):
-        table.add_row(*(Text(cut(cells[c][i]) if c == key else cells[c][i]) for c in shown))
-    console.print(table)
-    return dropped
+
+def emit_json(payload: Any) -> None:
+    sys.stdout.write(msgspec.json.format(msgspec.json.encode(payload), indent=2).decode() + "\n")

@@ -1,0 +1,264 @@
+"""What bounds a step: the longest path through its dependency graph.
+
+The path (:mod:`kinetolens.analysis.dependency_graph`) runs through CPU
+ops, launches, kernels and synchronizations; its length is the sum of its
+edges' weights, and each edge says what bounded that stretch:
+
+* ``cpu``: an op or runtime call running on a CPU thread;
+* ``data_loading``: CPU time inside a DataLoader ``__next__``;
+* ``launch_overhead``: a runtime launch call -> its kernel starting, on an empty stream;
+* ``kernel_gap``: idle time between a kernel and the next one queued on its stream;
+* ``gpu_compute``: kernels; ``gpu_memory``: memcpy / memset; ``communication``: NCCL kernels;
+* ``sync_wait``: a GPU -> CPU or GPU -> GPU synchronization (0 us: the wait
+  itself is the GPU work the path goes through);
+* ``dependency``: one top-level op to the next on a thread (0 us).
+
+The length is below the path's span (its last minus its first timestamp)
+by the time between top-level ops that nothing traced covers.  The longest
+path is taken by rustworkx on the graph's edge arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from kinetolens.analysis.dependency_graph import DependencyGraph, build_graph
+from kinetolens.errors import TraceError
+from kinetolens.model.trace import Trace
+
+BOUND_BY = (
+    "cpu",
+    "data_loading",
+    "launch_overhead",
+    "kernel_gap",
+    "gpu_compute",
+    "gpu_memory",
+    "communication",
+    "sync_wait",
+)
+
+_PATH_SCHEMA = {
+    "order": pl.Int64,
+    "type": pl.String,
+    "bound_by": pl.String,
+    "us": pl.Float64,
+    "name": pl.String,
+    "op": pl.String,
+    "module": pl.String,
+    "source": pl.String,
+    "where": pl.String,
+    "ts_us": pl.Float64,
+}
+
+
+@dataclass
+class Window:
+    """The analysed window: CPU ops starting in ``[start, end]`` (ns) and what they launched."""
+
+    label: str
+    start: int
+    end: int
+    step: int | None = None
+
+
+@dataclass
+class CriticalPath:
+    window: Window
+    length_us: float
+    span_us: float
+    path: pl.DataFrame
+    summary: pl.DataFrame
+    nodes: int
+    edges: int
+
+    def top(self, by: str, n: int = 10) -> pl.DataFrame:
+        """The path's time per ``by`` (``name``, ``op``, ``module``, ``source``), largest first."""
+        return top_items(self.path, by, self.length_us, n)
+
+
+def step_window(trace: Trace, step: int) -> Window:
+    row = trace.steps.filter(pl.col("step") == step)
+    if row.height == 0:
+        have = ", ".join(str(s) for s in trace.steps["step"].to_list()) or "none"
+        raise TraceError(trace.path, f"has no step {step} (steps: {have})")
+    r = row.row(0, named=True)
+    return Window(label=str(r["name"]), start=int(r["ts"]), end=int(r["cpu_end"]), step=step)
+
+
+def annotation_window(trace: Trace, annotation: str, instance: int = 0) -> Window:
+    """HTA's window rule: the ``instance``-th (0-based, by start) host range whose name contains ``annotation``."""
+    ranges = pl.concat(
+        [trace.ops.select("name", "ts", "end"), trace.python.select("name", "ts", "end")]
+    ).filter(pl.col("name").str.contains(annotation, literal=True)).sort("ts")
+    if ranges.height == 0:
+        raise TraceError(trace.path, f"has no host range whose name contains {annotation!r}")
+    if not 0 <= instance < ranges.height:
+        raise TraceError(trace.path, f"has {ranges.height} ranges named like {annotation!r}; instance {instance} is out of range")
+    r = ranges.row(instance, named=True)
+    return Window(label=f"{r['name']} #{instance}", start=int(r["ts"]), end=int(r["end"]))
+
+
+def whole_window(trace: Trace) -> Window:
+    host = pl.concat([trace.ops.select("ts", "end"), trace.runtime.select("ts", "end")])
+    if host.height == 0:
+        raise TraceError(trace.path, "has no CPU ops or runtime calls to build a critical path from")
+    return Window(label="whole trace", start=int(host["ts"].min()), end=int(host["end"].max()))
+
+
+def step_windows(trace: Trace) -> list[Window]:
+    """One window per profiler step; the whole trace when it has none."""
+    if trace.steps.height == 0:
+        return [whole_window(trace)]
+    return [step_window(trace, int(s)) for s in trace.steps.sort("ts")["step"].to_list()]
+
+
+def critical_path(trace: Trace, window: Window) -> CriticalPath:
+    graph = build_graph(trace, window.start, window.end)
+    if graph.events.height == 0:
+        raise TraceError(trace.path, f"has no CPU ops or runtime calls in {window.label}")
+    nodes = longest_path(graph)
+    path = _path_table(graph, nodes)
+    length = float(path["us"].sum()) if path.height else 0.0
+    ts = graph.events.select(pl.concat_list("ts", "end")).to_series()
+    first, last = nodes[0], nodes[-1]
+    node_ts = lambda n: int(ts[n // 2][n % 2])  # noqa: E731
+    span = (node_ts(last) - node_ts(first)) / 1000 if len(nodes) > 1 else 0.0
+    return CriticalPath(
+        window=window,
+        length_us=length,
+        span_us=span,
+        path=path,
+        summary=summarize(path, length),
+        nodes=graph.nodes,
+        edges=graph.edges.height,
+    )
+
+
+def longest_path(graph: DependencyGraph) -> list[int]:
+    """Node ids along the heaviest path (rustworkx, weights in ns)."""
+    import rustworkx as rx
+
+    g = rx.PyDiGraph(check_cycle=False, multigraph=True, node_count_hint=graph.nodes, edge_count_hint=graph.edges.height)
+    g.add_nodes_from(range(graph.nodes))
+    e = graph.edges
+    g.add_edges_from(list(zip(e["src"].to_list(), e["dst"].to_list(), e["weight"].to_list())))
+    try:
+        return list(rx.dag_longest_path(g, weight_fn=lambda _u, _v, w: w))
+    except rx.DAGHasCycle:
+        raise TraceError("trace", "has events whose order contradicts their dependencies (a cycle); timestamps may be skewed") from None
+
+
+def _path_table(graph: DependencyGraph, nodes: list[int]) -> pl.DataFrame:
+    if len(nodes) < 2:
+        return pl.DataFrame(schema=_PATH_SCHEMA)
+    steps = pl.DataFrame({"src": nodes[:-1], "dst": nodes[1:]}, schema={"src": pl.Int64, "dst": pl.Int64}).with_row_index("order")
+    # Parallel edges: the heaviest is the one the path length counted.
+    edges = graph.edges.sort("weight", descending=True).unique(["src", "dst"], keep="first")
+    ev = graph.events
+    where = (
+        pl.when(pl.col("side") == "cpu")
+        .then(pl.format("thread {}", pl.col("tid")))
+        .otherwise(pl.format("stream {}", pl.col("stream")))
+    )
+    info = ev.select(
+        "eid",
+        "name",
+        "op",
+        "module",
+        "source",
+        "side",
+        "kind",
+        "data_loading",
+        "comm",
+        ts_us=pl.col("ts") / 1000,
+        where=where,
+    )
+    p = steps.join(edges, on=["src", "dst"], how="left").join(info, on="eid", how="left").sort("order")
+    bound = (
+        pl.when(pl.col("type") == "dependency")
+        .then(pl.lit("dependency"))
+        .when(pl.col("type") == "sync")
+        .then(pl.lit("sync_wait"))
+        .when(pl.col("type") == "launch")
+        .then(pl.lit("launch_overhead"))
+        .when(pl.col("type") == "kernel_gap")
+        .then(pl.lit("kernel_gap"))
+        .when(pl.col("type") == "cpu")
+        .then(pl.when(pl.col("data_loading").fill_null(False)).then(pl.lit("data_loading")).otherwise(pl.lit("cpu")))
+        .when(pl.col("comm").fill_null(False))
+        .then(pl.lit("communication"))
+        .when(pl.col("kind").is_in(["memcpy", "memset"]))
+        .then(pl.lit("gpu_memory"))
+        .otherwise(pl.lit("gpu_compute"))
+    )
+    return p.select(
+        pl.col("order").cast(pl.Int64),
+        "type",
+        bound_by=bound,
+        us=pl.col("weight") / 1000,
+        name="name",
+        op="op",
+        module="module",
+        source="source",
+        where="where",
+        ts_us="ts_us",
+    ).cast(_PATH_SCHEMA)
+
+
+def summarize(path: pl.DataFrame, length_us: float) -> pl.DataFrame:
+    """Time on the path per ``bound_by`` (us and % of the length), in :data:`BOUND_BY` order."""
+    s = path.filter(pl.col("bound_by") != "dependency").group_by("bound_by").agg(us=pl.col("us").sum(), edges=pl.len())
+    order = pl.DataFrame({"bound_by": list(BOUND_BY), "_o": list(range(len(BOUND_BY)))})
+    return (
+        s.join(order, on="bound_by", how="left")
+        .sort("_o")
+        .select("bound_by", "us", pct=(100 * pl.col("us") / length_us) if length_us else pl.lit(0.0), edges=pl.col("edges").cast(pl.Int64))
+    )
+
+
+def top_items(path: pl.DataFrame, by: str, length_us: float, n: int = 10) -> pl.DataFrame:
+    """The path's time per ``by`` value and bound, largest first (a kernel's
+    own time and its launch delay are two rows)."""
+    p = path.filter((pl.col("us") > 0) & pl.col(by).is_not_null())
+    if p.height == 0:
+        return pl.DataFrame(schema={by: pl.String, "bound_by": pl.String, "us": pl.Float64, "pct": pl.Float64})
+    return (
+        p.group_by(by, "bound_by")
+        .agg(us=pl.col("us").sum())
+        .sort("us", by, descending=[True, False])
+        .head(n)
+        .with_columns(pct=100 * pl.col("us") / length_us if length_us else pl.lit(0.0))
+    )
+
+
+def critical_paths(trace: Trace, windows: list[Window]) -> list[CriticalPath]:
+    return [critical_path(trace, w) for w in windows]
+
+
+def per_window(paths: list[CriticalPath]) -> pl.DataFrame:
+    """One row per window: its length, span and the bound that holds the most of it."""
+    rows = []
+    for cp in paths:
+        top = cp.summary.sort("us", descending=True)
+        rows.append(
+            {
+                "window": cp.window.label,
+                "step": cp.window.step,
+                "length_us": cp.length_us,
+                "span_us": cp.span_us,
+                "top_bound": top["bound_by"][0] if top.height else None,
+                "top_pct": float(top["pct"][0]) if top.height else None,
+            }
+        )
+    return pl.DataFrame(
+        rows,
+        schema={"window": pl.String, "step": pl.Int64, "length_us": pl.Float64, "span_us": pl.Float64, "top_bound": pl.String, "top_pct": pl.Float64},
+    )
+
+
+def combined(paths: list[CriticalPath]) -> tuple[pl.DataFrame, float]:
+    """All windows' path edges together, and their total length (us)."""
+    path = pl.concat([cp.path for cp in paths]) if paths else pl.DataFrame(schema=_PATH_SCHEMA)
+    return path, sum(cp.length_us for cp in paths)

@@ -1,0 +1,126 @@
+"""Numbers with units a person reads, and text cut to fit, for every view.
+
+The terminal tables, the report and the dashboard all format through this
+module so that one quantity reads the same everywhere: ``3.09 TFLOP``,
+``33.8 GB`` (traffic, decimal), ``2.60 GiB`` (memory, binary), ``12.4``
+under a ``TFLOP/s`` header, ``55.5%``, times in the unit that fits the
+column (us / ms / s).  CSV and JSON keep exact numbers; :func:`clock_round`
+only removes float noise below the trace clock's resolution.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import polars as pl
+
+#: The one ellipsis every view uses when it cuts text.
+ELLIPSIS = "…"
+_SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+_BINARY = ("B", "KiB", "MiB", "GiB", "TiB")
+#: Time units by size, in microseconds.
+TIME_UNITS = (("s", 1e6), ("ms", 1e3), ("us", 1.0))
+#: Decimal places of microsecond values in CSV / JSON: Kineto's clock ticks in nanoseconds.
+CLOCK_DECIMALS = 3
+
+
+def missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def middle(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters in the middle, where long names
+    (modules, kernels, files) differ least: ``model.lay…q_proj``."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return ELLIPSIS[:width]
+    head = (width - 1) // 2 + (width - 1) % 2
+    tail = width - 1 - head
+    return text[:head] + ELLIPSIS + (text[-tail:] if tail else "")
+
+
+def sig(value: float, digits: int = 3) -> str:
+    """About ``digits`` significant figures, never in exponent form: 12.4, 0.123, 1,234."""
+    if missing(value):
+        return "-"
+    if value == 0:
+        return "0"
+    mag = math.floor(math.log10(abs(value)))
+    decimals = max(digits - 1 - mag, 0)
+    return f"{value:,.{decimals}f}"
+
+
+def si(value: float | None, unit: str, digits: int = 3) -> str:
+    """``3.09 TFLOP``, ``33.8 GB``: decimal prefixes, three significant figures."""
+    if missing(value):
+        return "-"
+    for scale, prefix in _SI:
+        if abs(value) >= scale:
+            return f"{sig(value / scale, digits)} {prefix}{unit}"
+    return f"{sig(value, digits)} {unit}"
+
+
+def flops(value: float | None) -> str:
+    return si(value, "FLOP")
+
+
+def traffic(value: float | None) -> str:
+    """Bytes moved, in decimal units (bandwidths are quoted in GB/s)."""
+    return si(value, "B")
+
+
+def memory(value: float | None) -> str:
+    """Bytes held in memory, in binary units as allocators report them: ``2.60 GiB``."""
+    if missing(value):
+        return "-"
+    v = float(value)
+    for unit in _BINARY:
+        if abs(v) < 1024 or unit == _BINARY[-1]:
+            return f"{v:,.0f} B" if unit == "B" else f"{v:.3g} {unit}" if abs(v) < 100 else f"{v:,.0f} {unit}"
+        v /= 1024
+    return "-"  # pragma: no cover
+
+
+def percent(fraction: float | None, decimals: int = 1) -> str:
+    """A 0..1 fraction as ``55.5%``."""
+    return "-" if missing(fraction) else f"{fraction * 100:.{decimals}f}%"
+
+
+def count(value: float | int | None) -> str:
+    """Counts are integers: ``10``, ``1,024``."""
+    return "-" if missing(value) else f"{round(value):,}"
+
+
+def time_unit(us: float | None) -> tuple[str, float]:
+    """The unit (and its size in us) that shows ``us``-sized values in at most four integer digits."""
+    biggest = abs(us) if not missing(us) else 0.0
+    for unit, scale in TIME_UNITS:
+        if biggest >= 10 * scale:
+            return unit, scale
+    return "us", 1.0
+
+
+def duration(us: float | None) -> str:
+    """One time with its own unit: ``18.1 us``, ``3.09 ms``, ``1.20 s``."""
+    if missing(us):
+        return "-"
+    unit, scale = time_unit(us)
+    return f"{sig(us / scale, 3)} {unit}"
+
+
+def in_unit(us: float | None, scale: float) -> str:
+    """A time in a column's unit, to the microsecond (or 3 decimals of seconds)."""
+    if missing(us):
+        return "-"
+    v = us / scale
+    decimals = 1 if scale == 1.0 else 3 if scale == 1e3 else 3
+    return f"{v:,.{decimals}f}"
+
+
+def clock_round(frame: pl.DataFrame) -> pl.DataFrame:
+    """Float time columns (``*_us``) rounded to the clock's resolution, for CSV and JSON:
+    ``18.112`` rather than ``18.112000000000002``."""
+    cols = [c for c, t in frame.schema.items() if t in (pl.Float64, pl.Float32) and (c.endswith("_us") or c == "us")]
+    return frame.with_columns(pl.col(cols).round(CLOCK_DECIMALS)) if cols else frame

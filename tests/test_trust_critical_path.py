@@ -1,0 +1,156 @@
+"""The critical path of one rank, against HTA 0.5.0's ``golden/hta_critical_path``.
+
+HTA's figures are HTA's model, not ground truth (see the golden README).
+Where kinetolens labels an edge differently on purpose, the comparison maps
+our labels onto HTA's: HTA counts memcpy/memset as ``gpu_compute_bound``
+(we say ``gpu_memory``) and DataLoader time as ``cpu_bound`` (we say
+``data_loading``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from kinetolens import load
+from kinetolens.analysis.critical_path import annotation_window, critical_path, step_window
+from kinetolens.analysis.dependency_graph import build_graph
+from kinetolens.errors import TraceError
+from tests.conftest import GOLDEN, trace_path
+
+PARAM = "[param|pytorch.model.alex_net|0|0|0|measure|forward]"
+CASES = {
+    "alexnet": ("hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz", PARAM, 1),
+    "simple_add": ("hta/critical_path/simple_add/benchmark_result_493459_1694039959_trace.json.gz", PARAM, 1),
+    "cuda_event_sync": ("hta/critical_path/cuda_event_sync/event_sync_trace.json.gz", "ProfilerStep", 0),
+}
+#: Our bound_by -> HTA's.
+TO_HTA = {
+    "cpu": "cpu_bound",
+    "data_loading": "cpu_bound",
+    "gpu_compute": "gpu_compute_bound",
+    "gpu_memory": "gpu_compute_bound",
+    "communication": "gpu_communication_bound",
+    "kernel_gap": "gpu_kernel_kernel_overhead",
+    "launch_overhead": "gpu_kernel_launch_overhead",
+    "sync_wait": "",
+}
+
+
+def _golden(rel: str) -> dict:
+    return json.loads((GOLDEN / "hta_critical_path" / (rel.replace("/", "__") + ".json")).read_text())
+
+
+def _window_path(case: str):
+    rel, annotation, instance = CASES[case]
+    trace = load(trace_path(rel))
+    return trace, annotation_window(trace, annotation, instance)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_length_and_bounds_match_hta(case: str) -> None:
+    # issue 19, point 1: HTA's path length within 1%, its bound-by shares within 1 point.
+    rel, _, _ = CASES[case]
+    gold = _golden(rel)
+    trace, window = _window_path(case)
+    cp = critical_path(trace, window)
+    hta_len = gold["critical_path_length_us"]
+    assert cp.length_us == pytest.approx(hta_len, rel=0.01)
+    ours: dict[str, float] = {}
+    for row in cp.summary.iter_rows(named=True):
+        key = TO_HTA[row["bound_by"]]
+        ours[key] = ours.get(key, 0.0) + row["pct"]
+    for key, value in gold["summary"].items():
+        assert ours.get(key, 0.0) == pytest.approx(value["pct"], abs=1.0), key
+    assert sum(cp.summary["pct"]) == pytest.approx(100.0, abs=0.01)
+    # The time between top-level ops is not on the path, as in HTA: the span is longer.
+    assert cp.span_us >= cp.length_us
+    assert cp.span_us == pytest.approx(gold["path_span_us"], rel=0.03)
+
+
+def test_window_is_htas_instance_rule() -> None:
+    # issue 19, point 1: --annotation NAME --instance I picks the I-th range containing NAME.
+    gold = _golden(CASES["alexnet"][0])
+    trace, window = _window_path("alexnet")
+    assert (window.end - window.start) / 1000 == gold["window"]["annotation_events"][0]["dur"]
+    with pytest.raises(TraceError, match="out of range"):
+        annotation_window(trace, PARAM, 2)
+    with pytest.raises(TraceError, match="no host range"):
+        annotation_window(trace, "no such range", 0)
+
+
+def test_step_window_is_the_profiler_step() -> None:
+    # issue 19, point 1: --step N and HTA's ProfilerStep instance 0 are the same window.
+    trace, window = _window_path("cuda_event_sync")
+    by_step = critical_path(trace, step_window(trace, 100))
+    assert by_step.length_us == critical_path(trace, window).length_us == 2401.0
+    with pytest.raises(TraceError, match="no step 7"):
+        step_window(trace, 7)
+
+
+def test_nested_cpu_edges_are_htas() -> None:
+    # issue 19, point 1: nested ops chain through their children. HTA's test pins the
+    # first relu_ of simple_add: relu_ -> clamp_min_ -> cudaLaunchKernel -> back, 15/14/17/15/32 us.
+    trace, window = _window_path("simple_add")
+    g = build_graph(trace, window.start, window.end)
+    relu = g.events.filter(pl.col("name") == "aten::relu_").sort("ts").row(0, named=True)
+    cpu = {r["src"]: r for r in g.edges.filter(pl.col("type") == "cpu").iter_rows(named=True)}
+    node, weights, names = 2 * relu["eid"], [], []
+    while node != 2 * relu["eid"] + 1:
+        edge = cpu[node]
+        weights.append(edge["weight"] // 1000)
+        names.append(g.events["name"][edge["eid"]])
+        node = edge["dst"]
+    assert weights == [15, 14, 17, 15, 32]
+    assert names == ["aten::relu_", "aten::clamp_min_", "cudaLaunchKernel", "aten::clamp_min_", "aten::relu_"]
+
+
+def _sync_pairs(case: str) -> set[tuple[str, str]]:
+    trace, window = _window_path(case)
+    g = build_graph(trace, window.start, window.end)
+    names = g.events["name"]
+    return {(names[r["src"] // 2], names[r["dst"] // 2]) for r in g.edges.filter(pl.col("type") == "sync").iter_rows(named=True)}
+
+
+def test_gpu_to_cpu_syncs() -> None:
+    # issue 19, point 1: stream/event/device synchronizations are GPU -> CPU edges
+    # (HTA's test: spin_kernel -> cudaEventSynchronize and -> cudaDeviceSynchronize).
+    pairs = _sync_pairs("cuda_event_sync")
+    spin = "at::cuda::(anonymous namespace)::spin_kernel(long)"
+    assert (spin, "cudaEventSynchronize") in pairs
+    assert (spin, "cudaDeviceSynchronize") in pairs
+    assert ("Memcpy DtoH (Device -> Pageable)", "cudaStreamSynchronize") in pairs
+
+
+def test_event_record_stream_wait_links_streams() -> None:
+    # issue 19, point 1: cudaEventRecord -> cudaStreamWaitEvent is a GPU -> GPU edge
+    # (HTA's test: the fft2d_c2r_32x32 kernel on stream 20 -> a kernel on stream 7).
+    trace, window = _window_path("alexnet")
+    g = build_graph(trace, window.start, window.end)
+    ev = g.events
+    sync = g.edges.filter(pl.col("type") == "sync").with_columns(s=pl.col("src") // 2, d=pl.col("dst") // 2)
+    gpu_gpu = sync.filter((pl.col("dst") % 2 == 0)).join(ev.select(s="eid", s_name="name", s_stream="stream"), on="s").join(
+        ev.select(d="eid", d_stream="stream"), on="d"
+    )
+    assert gpu_gpu.filter(pl.col("s_name").str.starts_with("void fft2d_c2r_32x32") & (pl.col("s_stream") == 20) & (pl.col("d_stream") == 7)).height == 1
+    assert (gpu_gpu["s_stream"] != gpu_gpu["d_stream"]).all()
+
+
+def test_graph_launched_kernels_hang_off_their_launch() -> None:
+    # issue 19, point 1: kernels a CUDA/HIP graph launch releases depend on that launch
+    # (HTA leaves them out of its launch edges). vLLM's replay trace runs its kernels in hipGraphLaunch.
+    trace = load(trace_path("tracelens/inference/vllm_prefilldecode_piecewise/graph_execution.json.gz"))
+    from kinetolens.analysis.critical_path import whole_window
+
+    w = whole_window(trace)
+    g = build_graph(trace, w.start, w.end)
+    ev = g.events
+    launch = g.edges.filter(pl.col("type") == "launch").with_columns(r=pl.col("src") // 2, k=pl.col("dst") // 2)
+    graph_kernels = launch.join(ev.select(r="eid", rname="name"), on="r").filter(pl.col("rname") == "hipGraphLaunch")
+    replayed = trace.kernels.join(trace.runtime.select("launch_id", rname="name"), on="launch_id").filter(pl.col("rname") == "hipGraphLaunch")
+    assert graph_kernels.height == replayed.height == 361
+    cp = critical_path(trace, w)
+    on_path = cp.path.filter(pl.col("type") == "kernel")
+    assert on_path.height > 300
