@@ -165,7 +165,7 @@ def test_html_report_renders_every_chart_offline(tmp_path: Path) -> None:
     for chart in seen["charts"]:
         assert chart["svgs"] >= 1 and chart["height"] > 100, chart
         assert chart["marks"] > 0, chart  # something was drawn, not an empty frame
-    assert seen["sections"] == ["overview", "recommendations", "ops", "kernels", "modules", "roofline", "memory", "idle"]
+    assert seen["sections"] == ["overview", "recommendations", "ops", "kernels", "modules", "sources", "roofline", "memory", "idle"]
     # The numbers in the page are the analyses': first op row and the step count.
     assert "aten::addmm" in text and "197.598" in text
     assert "Low GPU utilization" in text

@@ -155,3 +155,18 @@ def test_cli_ops_by_source_shows_both_kinds(captured: tuple[Path, Path]) -> None
     for tag in ("LOSS", "BACKWARD", "FC1", "FC2", "RELU", "SOFTMAX"):
         assert f"{script}:{line_of(tag)} " in proc.stdout, tag
     assert f"in forward ({script}:{line_of('DEF')})" in proc.stdout
+
+
+# issue 18: source lines
+def test_report_has_source_lines(captured: tuple[Path, Path]) -> None:
+    trace, script = captured
+    proc = subprocess.run(
+        [sys.executable, "-m", "kinetolens.cli.main", "report", "--format", "md", "--no-cache", str(trace)],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    section = proc.stdout.split("## Source lines", 1)[1].split("\n## ", 1)[0]
+    assert "in func (file:line) means only the enclosing user function is known" in section
+    for tag in ("LOSS", "BACKWARD", "FC1", "FC2"):
+        assert f"| {script}:{line_of(tag)} |" in section, tag
+    assert f"| in forward ({script}:{line_of('DEF')}) |" in section

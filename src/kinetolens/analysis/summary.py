@@ -189,6 +189,7 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "kinetolens_version": __version__,
         "trace": trace.path,
         "format": trace.format,
+        "kind": shared.kind.to_dict(),
         **run_identity(trace),
         "devices": devices,
         "devices_used": used,

@@ -32,6 +32,11 @@ from kinetolens.views import figures
 
 #: Rows of each ranked table a report shows.
 TOP_ROWS = 15
+#: How to read the source lines table (both report formats).
+SOURCES_NOTE = (
+    "file:line is the line of user code that made the call leading to the op; "
+    "in func (file:line) means only the enclosing user function is known, entered at that line."
+)
 
 
 @dataclass
@@ -49,6 +54,7 @@ class ReportData:
     kernels: pl.DataFrame
     kernel_names: pl.DataFrame
     modules: pl.DataFrame
+    sources: pl.DataFrame
     memory: pl.DataFrame
     memory_peaks: pl.DataFrame
     temporal: pl.DataFrame
@@ -126,6 +132,7 @@ def collect(trace: Trace, title: str | None = None, note: str | None = None) -> 
         kernel_names=_kernel_names(trace),
         modules=op_stats(trace, by="module").sort(time_basis(trace), descending=True, nulls_last=True),
         module_tree=module_tree(trace, spec),
+        sources=op_stats(trace, by="source").sort(time_basis(trace), descending=True, nulls_last=True),
         memory=memory_curve(events),
         memory_peaks=memory_peaks(events),
         temporal=temporal_breakdown(whole),

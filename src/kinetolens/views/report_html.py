@@ -22,10 +22,11 @@ from markupsafe import Markup
 from kinetolens import __version__
 from kinetolens.analysis.memory import ALLOCATOR, BASIS_NOTES
 from kinetolens.analysis.module_tree import NO_MODULE, by_type
+from kinetolens.analysis.ops import time_basis
 from kinetolens.analysis.overview import CATEGORIES, OTHER
 from kinetolens.errors import TraceError
 from kinetolens.views.module_tree_html import module_tree_html
-from kinetolens.views.report_data import TOP_ROWS, ReportData
+from kinetolens.views.report_data import SOURCES_NOTE, TOP_ROWS, ReportData
 
 #: Text cells longer than this keep their tail (the innermost module, the kernel's name end).
 CELL_CHARS = 120
@@ -161,6 +162,7 @@ def _tables(data: ReportData) -> dict[str, Markup]:
         "ops": frame_html(data.ops, list(dict.fromkeys(op_cols))),
         "kernels": frame_html(data.kernel_names, ["name", "calls", "device_total_us", "mean_us", "op", "occupancy", "step_share_pct", "tflops_s", "gbps"]),
         "modules": _modules_html(data),
+        "sources": frame_html(data.sources, list(dict.fromkeys(["source", "calls", time_basis(data.trace), "host_total_us", "step_share_pct"]))),
         "memory": frame_html(memory_frame(data), rows=None, cell_chars=None),
     }  # fmt: skip
     if data.roofline_modules is not None:
@@ -200,6 +202,7 @@ def render_html(data: ReportData, standalone: bool = True) -> str:
         plotly_js=Markup(js),
         tables=_tables(data),
         charts=_charts(data),
+        sources_note=SOURCES_NOTE,
     )
     if not standalone:
         page = f"<script>{js}</script>\n{page}"

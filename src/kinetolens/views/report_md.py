@@ -15,7 +15,8 @@ import polars as pl
 from kinetolens import __version__
 from kinetolens.analysis.kernels import tensor_core_time
 from kinetolens.analysis.module_tree import NO_MODULE, by_depth, by_type
-from kinetolens.views.report_data import ReportData
+from kinetolens.analysis.ops import time_basis
+from kinetolens.views.report_data import SOURCES_NOTE, ReportData
 from kinetolens.views.report_html import breakdown_frame, memory_frame, overview_frame
 
 #: Rows per ranked table in markdown.
@@ -99,6 +100,8 @@ def render_md(data: ReportData) -> str:
         total = float(tc["us"].sum()) or 1.0
         out.append("\nGPU time by Tensor Core use: " + ", ".join(f"{t} {100 * us / total:.1f}%" for t, us in tc.iter_rows()) + "\n")
     out += ["\n## Modules\n", _modules_md(data)]
+    sources = ["source", "calls", time_basis(data.trace), "step_share_pct"]  # top-level ops: totals, disjoint
+    out += ["\n## Source lines\n", SOURCES_NOTE + "\n\n", frame_md(data.sources, sources)]
     out.append("\n## Roofline\n")
     if data.roofline_modules is None:
         out.append(f"No roofline: {data.roofline_note}.\n")
