@@ -58,6 +58,20 @@ def attribution(trace: Trace) -> dict[str, Any]:
         "backward_time_us": float(backward["dur"].sum()) / 1000.0 if backward.height else 0.0,
         "backward_with_forward_op": _fraction(differentiating, pl.col("fwd_op_id").is_not_null()),
         "gpu_activity_with_op": _fraction(gpu, pl.col("op_id").is_not_null()),
+        **_graph_replay(trace, kernels),
+    }
+
+
+def _graph_replay(trace: Trace, kernels: pl.DataFrame) -> dict[str, Any]:
+    """Kernel time replayed from CUDA/HIP graphs and how much of it has the
+    op that launched it at capture (``kinetolens.model.graph_replay``)."""
+    replayed = kernels.filter(pl.col("graph_id").is_not_null()) if "graph_id" in kernels.columns else kernels.clear()
+    ops = trace.ops
+    captured = ops.filter(pl.col("from_capture"))["op_id"] if "from_capture" in ops.columns else ops["op_id"].clear()
+    return {
+        "graph_replay_time_us": float(replayed["dur"].sum()) / 1000.0 if replayed.height else 0.0,
+        "graph_replay_with_capture_op": _fraction(replayed, pl.col("op_id").is_in(captured.implode())),
+        "graph_replay_with_module": _fraction(replayed, pl.col("module").is_not_null()),
     }
 
 
