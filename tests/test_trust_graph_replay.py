@@ -15,6 +15,7 @@ import polars as pl
 import pytest
 
 import kinetolens
+from kinetolens.analysis.summary import summarize
 from kinetolens.analysis.work import kernel_work
 from tests.conftest import GOLDEN, trace_path
 
@@ -211,3 +212,15 @@ def test_a_replay_missing_a_kernel_still_pairs() -> None:
     assert replayed["module"].is_not_null().all()
     assert not t.warnings
     assert replayed.filter(pl.col("op") == "aten::mm")["dur"].sum() / replayed["dur"].sum() > 0.5
+
+
+def test_summary_measures_replayed_attribution(paired: kinetolens.Trace) -> None:
+    # issue 20, point 1 (measure): summary reports the replayed kernel time
+    # and the share of it on its capture op and on a module; without the
+    # capture trace none is on a capture op (the op it shows then is the
+    # annotation around the launch, which is why `op` alone read 100%).
+    a = summarize(paired)["attribution"]
+    assert a["graph_replay_time_us"] == pytest.approx(149919.755)
+    assert a["graph_replay_with_capture_op"] == 1.0 and a["graph_replay_with_module"] == 1.0
+    bare = summarize(kinetolens.load(trace_path(REPLAY), capture=False, cache=False))["attribution"]
+    assert bare["op"] == 1.0 and bare["graph_replay_with_capture_op"] == 0.0
