@@ -225,3 +225,49 @@ def test_dir_lists_the_public_api_only() -> None:
     # issue 18, point 3: no helpers (importlib, TYPE_CHECKING, _LAZY) nor submodules in dir().
     kinetolens.load  # noqa: B018 - a first use imports submodules
     assert set(dir(kinetolens)) == set(kinetolens.__all__)
+
+
+# -- docs as reference ----------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+#: What a measurement diary sounds like: before/after figures, fractions saved, runs compared.
+DIARY = (
+    r"\binstead of \d",
+    r"\d\s*(->|→)\s*\d",
+    r"\d\s*%",
+    r"\ba (fifth|sixth|tenth|quarter|third) (of|off)\b",
+    r"\b(were|was) measured\b",
+    r"\bpeaks? at \d",
+)
+BENCH_DIARY = ("previous session", "previous run", "previous full run", "Tried", "Earlier", "What changed since",
+               "this round", "from the issue")  # fmt: skip
+
+
+def test_module_docstrings_say_why_not_what_was_measured() -> None:
+    # issue 18, point 4: docstrings of the allocator and Kineto readers give the reason briefly;
+    # the figures live in docs/BENCHMARKS.md (and the history in commit messages).
+    import ast
+    import re
+
+    for rel in ("_allocator.py", "ingest/kineto_schema.py", "ingest/kineto_parallel.py", "ingest/kineto_stream.py"):
+        tree = ast.parse((REPO / "src" / "kinetolens" / rel).read_text())
+        nodes = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef)))]
+        for node in nodes:
+            doc = ast.get_docstring(node) or ""
+            for pattern in DIARY:
+                found = re.search(pattern, doc)
+                assert not found, (rel, getattr(node, "name", "module"), found and found.group(0))
+
+
+def test_benchmarks_doc_is_method_tables_and_commands() -> None:
+    # issue 18, point 4: every section of docs/BENCHMARKS.md has its command and a current table,
+    # and none reads as a diary of earlier runs.
+    text = (REPO / "docs" / "BENCHMARKS.md").read_text()
+    for phrase in BENCH_DIARY:
+        assert phrase not in text, phrase
+    sections = text.split("\n## ")[1:]
+    assert len(sections) >= 5
+    for section in sections:
+        title = section.splitlines()[0]
+        assert "Command:" in section or "python3 bench/" in section, title
+        assert "|---" in section, title

@@ -7,7 +7,6 @@ import polars as pl
 from rich import box
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
 from kinetolens.analysis.annotations import annotation_stats
 from kinetolens.analysis.kernels import DEFAULT_COLUMNS, KERNEL_COLUMNS, kernel_table
@@ -95,9 +94,14 @@ def _add_attribution(table: Table, info: dict) -> None:
     table.add_row("  with an op", _pct(a["op"]))
     table.add_row("  with a module", _pct(a["module"]))
     table.add_row("  with a source line", _pct(a["source"]))
+    table.add_row("    at its call line", _pct(a.get("source_call_line")))
     unrecorded = info["unrecorded_launches"]
     if unrecorded["note"]:
         table.add_row("  launch not recorded", unrecorded["note"])
+    if a["graph_replay_time_us"]:
+        table.add_row("graph-replayed kernel time", f"{a['graph_replay_time_us'] / 1000:.3f} ms")
+        table.add_row("  with its capture op", _pct(a["graph_replay_with_capture_op"]))
+        table.add_row("  with a module", _pct(a["graph_replay_with_module"]))
     if info["kind"]["pytorch"]:
         table.add_row("backward kernel time", f"{a['backward_time_us'] / 1000:.3f} ms")
         table.add_row("  with its forward op", _pct(a["backward_with_forward_op"]))

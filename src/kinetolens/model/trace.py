@@ -71,11 +71,14 @@ class Trace:
         ``optimizer``); ``fwd_op_id``, ``fwd_op`` (a backward op's forward
         op) and ``fwd_link`` (how it was found: ``fwdbwd_flow``,
         ``sequence_number``, ``creation_order``); ``grad_fn`` (autograd
-        node); ``step`` (``ProfilerStep`` number).
+        node); ``step`` (``ProfilerStep`` number); ``from_capture`` (true
+        for ops copied from a CUDA/HIP graph's capture trace, instants at
+        the graph's replay: see ``kinetolens.model.graph_replay``).
     ``runtime``: CUDA runtime and driver calls (``cudaLaunchKernel``, ...).
         ``launch_id``; ``kind``, ``cat``, ``name``, ``pid``, ``tid``; ``ts``,
         ``dur``, ``end`` (ns); ``external_id``, ``correlation`` (links the
         GPU activity it launched); ``cbid`` (CUPTI callback id);
+        ``kernel`` (the kernel a launch enqueues, where ROCm names it);
         ``contained_op_id`` (innermost op enclosing it in time); ``op_id``
         (the op it ran under) and ``op_link`` (how: ``external_id``,
         ``containment``, ``after_backward_node``); ``module``, ``source``;
@@ -95,7 +98,9 @@ class Trace:
         ``top_op_id``, ``top_op`` (the op that launched it and its
         outermost op); ``direction``, ``grad_fn``, ``fwd_op_id``,
         ``fwd_op``; ``module``, ``source``; ``sub`` (0, 1, ...: its order
-        among its op's kernels); ``step``.
+        among its op's kernels); ``step``; ``graph_id``, ``graph_node``
+        (the CUDA/HIP graph it was replayed from and its position there;
+        null for eager kernels).
     ``python``: Python function ranges (``with_stack``/``with_modules``).
         ``kind``, ``cat``, ``name``, ``pid``, ``tid``; ``ts``, ``dur``,
         ``end`` (ns); ``python_id``, ``python_parent_id``,
@@ -105,7 +110,7 @@ class Trace:
         ``external_id``, ``correlation``, ``sequence_number``,
         ``fwd_thread_id``, ``record_function_id``, ``input_dims``,
         ``input_types``, ``concrete_inputs``, ``call_stack``, ``cbid``,
-        ``collective_name``, ``in_msg_nelems``, ``out_msg_nelems``,
+        ``kernel``, ``collective_name``, ``in_msg_nelems``, ``out_msg_nelems``,
         ``group_size``, ``comm_dtype``, ``process_group_name``.
     ``memory``: allocator events (``profile_memory``), one per allocation
         or free. ``pid``, ``tid``; ``ts`` (ns); ``device_type``,
@@ -128,7 +133,7 @@ class Trace:
         ``grid_x``, ``grid_y``, ``grid_z``, ``block_x``, ``block_y``,
         ``block_z``, ``registers_per_thread``, ``shared_memory``,
         ``blocks_per_sm``, ``warps_per_sm``, ``occupancy``, ``bytes``,
-        ``memory_bw_gbps``.
+        ``memory_bw_gbps``, ``graph_id``, ``graph_node``.
     ``threads``: ``pid``, ``tid``, ``name`` (thread names).
     ``processes``: ``pid``, ``name``, ``labels`` (process names, GPU labels).
     ``kernel_counters``: CUPTI range-profiler counters (``counters=``), one

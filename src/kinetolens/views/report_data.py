@@ -18,7 +18,8 @@ from kinetolens.analysis.distributed import RankSummary, collective_stats, run_o
 from kinetolens.analysis.idle import idle_breakdown, temporal_breakdown
 from kinetolens.analysis.kernels import kernel_table, tensor_core_time
 from kinetolens.analysis.memory import memory_curve, memory_events, memory_peaks
-from kinetolens.analysis.ops import op_stats, time_basis
+from kinetolens.analysis.module_tree import module_tree
+from kinetolens.analysis.ops import op_stats, rank_basis, time_basis
 from kinetolens.analysis.overview import step_breakdown
 from kinetolens.analysis.recommendations import Finding
 from kinetolens.analysis.roofline import op_roofline, roofline_by
@@ -91,6 +92,8 @@ class ReportData:
     roofline_modules: pl.DataFrame | None
     roofline_note: str | None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The nn.Module tree (:func:`kinetolens.analysis.module_tree.module_tree`).
+    module_tree: pl.DataFrame = field(default_factory=pl.DataFrame)
     #: Section (or chart) name -> the one line shown instead of it, saying
     #: why it is left out (:func:`left_out`); its chart and table are not drawn.
     omitted: dict[str, str] = field(default_factory=dict)
@@ -117,7 +120,9 @@ class ReportData:
                 self.kernel_names, value="device_total_us", top=TOP_ROWS, kind="pie", title="GPU time by kernel"
             ),
             "tensor_cores": figures.tensor_core_figure(self.kernels),
-            "modules": figures.module_icicle_figure(self.modules, value=self.basis, title=f"{self.basis} by module"),
+            "modules": figures.module_icicle_figure(
+                self.modules, value=time_basis(self.trace), title=f"{time_basis(self.trace)} by module"
+            ),
         }
         if self.spec is not None and self.roofline_ops is not None:
             figs["roofline"] = figures.roofline_figure(self.roofline_ops, self.spec, f"Roofline on {self.spec.name}")
@@ -223,7 +228,7 @@ def collect(
     """Run every analysis a report shows on ``trace`` (and, given the
     summaries of every rank of its run, the cross-rank section)."""
     summary = summarize(trace)
-    basis = time_basis(trace)
+    basis = rank_basis(trace)  # ops: self time, so nested ops do not repeat their children's work
     ranked = pl.col(basis)
     spec, roof_ops, roof_modules, roof_note = _roofline(trace)
     events = memory_events(trace)
@@ -239,8 +244,9 @@ def collect(
         ops=op_stats(trace).sort(ranked, descending=True, nulls_last=True),
         kernels=kernel_table(trace),
         kernel_names=_kernel_names(trace),
-        modules=op_stats(trace, by="module").sort(ranked, descending=True, nulls_last=True),
-        sources=op_stats(trace, by="source").sort(ranked, descending=True, nulls_last=True),
+        modules=op_stats(trace, by="module").sort(time_basis(trace), descending=True, nulls_last=True),
+        module_tree=module_tree(trace, spec),
+        sources=op_stats(trace, by="source").sort(time_basis(trace), descending=True, nulls_last=True),
         memory=memory_curve(events),
         memory_peaks=memory_peaks(events),
         temporal=temporal_breakdown(whole),

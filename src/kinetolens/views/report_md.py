@@ -15,6 +15,8 @@ import polars as pl
 
 from kinetolens import __version__
 from kinetolens.analysis.kernels import tensor_core_time
+from kinetolens.analysis.module_tree import NO_MODULE, by_depth, by_type
+from kinetolens.analysis.ops import time_basis
 from kinetolens.analysis.recommendations import Finding
 from kinetolens.views.report_data import SOURCES_NOTE, ReportData
 from kinetolens.views.report_html import CROSS_RANK_TABLES, breakdown_frame, memory_frame, overview_frame
@@ -57,6 +59,23 @@ def frame_md(
     return "\n".join(lines) + "\n"
 
 
+#: Levels of the module tree the markdown report shows (the HTML report opens any of them).
+MD_TREE_DEPTH = 1
+
+
+def _modules_md(data: ReportData) -> str:
+    """The module tree down to :data:`MD_TREE_DEPTH`, indented, and its roll-up by module class."""
+    tree = data.module_tree
+    if tree.height == 0 or tree.filter(pl.col("path") != NO_MODULE).height == 0:
+        return "No nn.Module hierarchy in this trace (profile with with_stack=True or with_modules=True).\n"
+    shown = by_depth(tree, MD_TREE_DEPTH).with_columns(
+        module=pl.concat_str(pl.lit("\u00a0\u00a0").repeat_by(pl.col("depth")).list.join(""), pl.col("name"))
+    )
+    cols = ["module", "fwd_total_us", "bwd_total_us", "self_us", "total_us", "step_share_pct", "tflops_s", "pct_of_roof"]
+    types = ["type", "count", "total_us", "mean_us", "min_us", "max_us", "step_share_pct", "tflops_s", "pct_of_roof"]
+    return frame_md(shown, cols, rows=None) + "\nBy module class:\n\n" + frame_md(by_type(tree), types)
+
+
 def render_md(data: ReportData) -> str:
     """The whole markdown report."""
     basis = data.basis
@@ -77,9 +96,9 @@ def render_md(data: ReportData) -> str:
     out += _section(data, "ops", "Top ops", lambda: [frame_md(data.ops, list(dict.fromkeys(["name", "calls", basis, "step_share_pct", "tflops_s", "in_shapes"])))])
     out += _section(data, "kernels", "Top kernels", lambda: [
         frame_md(data.kernel_names, ["name", "calls", "device_total_us", "mean_us", "op", "step_share_pct"]), _tensor_cores_md(data)])
-    out += _section(data, "modules", "Modules", lambda: [frame_md(data.modules, list(dict.fromkeys(["module", "calls", basis, "step_share_pct"])))])
-    out += _section(data, "sources", "Source lines", lambda: [
-        SOURCES_NOTE + "\n\n", frame_md(data.sources, list(dict.fromkeys(["source", "calls", basis, "step_share_pct"])))])
+    out += _section(data, "modules", "Modules", lambda: [_modules_md(data)])
+    sources = ["source", "calls", time_basis(data.trace), "step_share_pct"]  # top-level ops: totals, disjoint
+    out += _section(data, "sources", "Source lines", lambda: [SOURCES_NOTE + "\n\n", frame_md(data.sources, sources)])
     out += _section(data, "roofline", "Roofline", lambda: _roofline_md(data))
     out += _section(data, "memory", "Memory", lambda: [frame_md(memory_frame(data), rows=None, cell_chars=None)])
     out += _section(data, "idle", "GPU idle time", lambda: [
