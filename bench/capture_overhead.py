@@ -11,7 +11,9 @@ configuration always runs first or last):
   kinetolens uses (CPU [+ CUDA], record_shapes, with_stack, with_modules,
   profile_memory; warmup W, active A) and
   ``torch.profiler.tensorboard_trace_handler`` to write the trace;
-* ``kinetolens``: ``kinetolens.profile(steps=A, warmup=W)``.
+* ``kinetolens``: ``kinetolens.profile(steps=A, warmup=W)``, which also
+  writes each op's exact call line into the trace at export
+  (``kinetolens.capture.call_sites``; timed on its own as "call sites").
 
 A repetition runs W warmup + A recorded steps.  The steps timed are the
 recorded ones except the last: the last one's ``prof.step()`` closes the
@@ -25,6 +27,7 @@ so machine noise cancels better than in a ratio of medians).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import statistics
@@ -32,7 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 MODES = ("none", "torch", "kinetolens")
 TARGET = 1.02  # kinetolens at most 2% over bare torch.profiler
@@ -97,12 +100,33 @@ def run_once(mode: str, train_step: Callable[[], None], torch: Any, warmup: int,
         import kinetolens
 
         ctx = kinetolens.profile(logdir=tmp, run="kinetolens", steps=active, warmup=warmup)
-    with ctx as prof:
-        times = timed_steps(train_step, prof.step, n)
+    with _call_sites_timer() as call_sites_s:
+        with ctx as prof:
+            times = timed_steps(train_step, prof.step, n)
     # the last recorded step's prof.step() wrote the trace
     last = times[n - 1]
     typical = statistics.median(times[warmup : n - 1])
-    return {"step_s": typical, "export_s": max(last - typical, 0.0)}
+    return {"step_s": typical, "export_s": max(last - typical, 0.0), "call_sites_s": sum(call_sites_s)}
+
+
+@contextlib.contextmanager
+def _call_sites_timer() -> Iterator[list[float]]:
+    """Seconds spent writing call lines into traces (part of export)."""
+    from kinetolens.capture import call_sites
+
+    spent: list[float] = []
+    write = call_sites.write_call_stacks
+
+    def timed(*args: Any) -> None:
+        t0 = time.perf_counter()
+        write(*args)
+        spent.append(time.perf_counter() - t0)
+
+    call_sites.write_call_stacks = timed  # type: ignore[assignment]
+    try:
+        yield spent
+    finally:
+        call_sites.write_call_stacks = write  # type: ignore[assignment]
 
 
 def bench(reps: int, warmup: int, active: int, device: str) -> dict[str, Any]:
@@ -125,12 +149,14 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
     med = {m: statistics.median(r["step_s"] for r in runs[m]) for m in MODES}
     span = {m: (min(r["step_s"] for r in runs[m]), max(r["step_s"] for r in runs[m])) for m in MODES}
     export = {m: statistics.median(r["export_s"] for r in runs[m]) for m in MODES}
+    call_sites = statistics.median(r.get("call_sites_s", 0.0) for r in runs["kinetolens"])
     ratios = [k["step_s"] / t["step_s"] for k, t in zip(runs["kinetolens"], runs["torch"])]
     over_none = [t["step_s"] / n["step_s"] for t, n in zip(runs["torch"], runs["none"])]
     return {
         "median_step_s": med,
         "range_step_s": span,
         "median_export_s": export,
+        "median_call_sites_s": call_sites,
         "kinetolens_over_torch": statistics.median(ratios),
         "kinetolens_over_torch_range": (min(ratios), max(ratios)),
         "torch_over_none": statistics.median(over_none),
@@ -166,6 +192,8 @@ def markdown(result: dict[str, Any], summary: dict[str, Any], command: str, reps
         "",
         f"- kinetolens / bare torch.profiler step time: **{ratio:.3f}** (median of per-repetition ratios; "
         f"range {lo:.3f}–{hi:.3f}) → at most {TARGET:.2f}: {verdict}",
+        f"- of kinetolens' export, writing the ops' call lines (call sites): "
+        f"{summary['median_call_sites_s'] * 1e3:.0f} ms (median)",
     ]
     return "\n".join(lines) + "\n"
 

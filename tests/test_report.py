@@ -165,7 +165,7 @@ def test_html_report_renders_every_chart_offline(tmp_path: Path) -> None:
     for chart in seen["charts"]:
         assert chart["svgs"] >= 1 and chart["height"] > 100, chart
         assert chart["marks"] > 0, chart  # something was drawn, not an empty frame
-    assert seen["sections"] == ["overview", "recommendations", "ops", "kernels", "modules", "roofline", "memory", "idle"]
+    assert seen["sections"] == ["overview", "recommendations", "ops", "kernels", "modules", "sources", "roofline", "memory", "idle"]
     # The numbers in the page are the analyses': first op row and the step count.
     assert "aten::addmm" in text and "197.598" in text
     assert "Low GPU utilization" in text
@@ -189,8 +189,8 @@ def test_markdown_report_matches_the_analyses(bert: kinetolens.Trace) -> None:
         assert heading in md
     step_ms = step_breakdown(bert)["total"].item() / 1e6
     assert f"| mean step time | {step_ms:.3f} ms |" in md
-    top = op_stats(bert).sort("device_total_us", descending=True).row(0, named=True)
-    assert f"| {top['name']} | {top['calls']} | {top['device_total_us']:,.3f} |" in md
+    top = op_stats(bert).sort("device_self_us", descending=True).row(0, named=True)  # issue 18: ranked by self time
+    assert f"| {top['name']} | {top['calls']} | {top['device_self_us']:,.3f} |" in md
     # Every table row has as many cells as its header (pipes in names are escaped).
     for block in md.split("\n\n"):
         rows = [r for r in block.splitlines() if r.startswith("| ")]

@@ -95,3 +95,179 @@ def test_dashboard_diff_leads_with_the_step_category() -> None:
     assert tables[0] == "diff_step"
     step = dashboard_compare.SOURCES["diff_step"](ctx)
     assert step["category"].to_list()[0] == "dataloader" and step["category"].to_list()[-1] == "total"
+
+
+# -- summary of a kinetolens capture ---------------------------------------------
+
+_CAPTURE = """
+import sys, torch, kinetolens
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+x = torch.randn(8, 32)
+with kinetolens.profile(logdir=sys.argv[1], run="cpu", steps=2, warmup=1, profile_memory=False) as prof:
+    for _ in range(3):
+        model(x).sum().backward()
+        prof.step()
+print(prof.trace_files[0])
+"""
+
+
+def _capture(logdir: Path, **env: str) -> tuple[Path, str]:
+    """A real CPU capture with kinetolens.profile in a fresh process: (trace, its stderr)."""
+    pytest.importorskip("torch")
+    clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    proc = subprocess.run(
+        [sys.executable, "-c", _CAPTURE, str(logdir)], capture_output=True, text=True, timeout=300, env={**clean, **env}
+    )
+    assert proc.returncode == 0, proc.stderr
+    return Path(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    return _capture(tmp_path_factory.mktemp("single"))
+
+
+def _cpu_model() -> str:
+    """The CPU's name as the kernel reports it (what the capture's run metadata records)."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    pytest.skip("no /proc/cpuinfo model name on this machine")
+
+
+def _summary_rows(trace: Path) -> dict[str, str]:
+    proc = _cli("summary", str(trace), "--no-cache")
+    assert proc.returncode == 0, proc.stderr
+    rows = {}
+    for line in proc.stdout.splitlines():
+        cells = [c.strip() for c in line.strip("│┃ ").split("│")]
+        if len(cells) == 2 and cells[0]:
+            rows.setdefault(cells[0], cells[1])
+    return rows
+
+
+def test_summary_reads_rank_world_size_and_device_of_a_kinetolens_capture(captured: tuple[Path, str]) -> None:
+    # issue 18, point 2: a single-process CPU capture is rank 0 of 1 on this machine's CPU; the
+    # trace itself has no distributedInfo nor deviceProperties, the .kinetolens.json beside it does.
+    trace, _ = captured
+    rows = _summary_rows(trace)
+    assert rows["rank / world size"] == "0 / 1", rows
+    assert _cpu_model() in rows["devices"] and rows["devices"].startswith("CPU"), rows
+    info = json.loads(_cli("summary", str(trace), "--json").stdout)
+    assert (info["rank"], info["world_size"]) == (0, 1)
+    assert info["device"] == {"type": "cpu", "name": _cpu_model()}
+
+
+def test_summary_reads_the_launchers_rank(tmp_path: Path) -> None:
+    # issue 18, point 2: torchrun sets RANK and WORLD_SIZE before the job initializes
+    # torch.distributed; a capture made under them says so (not the 0 / 1 of a lone process).
+    trace, _ = _capture(tmp_path, RANK="1", WORLD_SIZE="2")
+    assert _summary_rows(trace)["rank / world size"] == "1 / 2"
+
+
+# -- Python API -------------------------------------------------------------------
+
+
+def _documented_tables() -> dict[str, str]:
+    """The table sections of Trace's docstring: ``name``: text, up to the next one."""
+    import re
+
+    doc = kinetolens.Trace.__doc__ or ""
+    heads = list(re.finditer(r"^    ``(\w+)``:", doc, re.MULTILINE))
+    ends = [h.start() for h in heads[1:]] + [doc.index("Properties:") if "Properties:" in doc else len(doc)]
+    return {h.group(1): doc[h.end() : end] for h, end in zip(heads, ends)}
+
+
+def test_help_trace_documents_every_table_and_column_with_units() -> None:
+    # issue 18, point 3: every table of a real loaded trace (a V100 ResNet-50 run: ops, kernels,
+    # runtime, memory, flows, steps...) has a section in help(Trace) that names each of its
+    # columns; times are said to be nanoseconds, where the CLI prints us and ms.
+    import pydoc
+    import re
+
+    from kinetolens.model.trace import TABLES
+
+    text = pydoc.render_doc(kinetolens.Trace, renderer=pydoc.plaintext)
+    assert "nanoseconds" in text and "us" in text and "ms" in text
+    sections = _documented_tables()
+    assert set(sections) == set(TABLES), set(TABLES) ^ set(sections)
+    trace = kinetolens.load(trace_path(RESNET_0))
+    for name in TABLES:
+        frame = getattr(trace, name)
+        missing = [c for c in frame.columns if f"``{c}``" not in sections[name]]
+        assert not missing, (name, missing)
+        if "ts" in frame.columns:
+            assert re.search(r"\bns\b", sections[name]), name
+
+
+def test_profile_has_a_real_signature_and_says_where_the_trace_went(captured: tuple[Path, str]) -> None:
+    # issue 18, point 3: inspect.signature shows the keywords (not **kwargs), each one documented,
+    # and a capture prints one line to stderr naming the trace it wrote.
+    import inspect
+
+    params = inspect.signature(kinetolens.profile).parameters
+    named = [p for p in params.values() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    assert {"logdir", "run", "steps", "warmup", "skip", "wait", "repeat", "with_stack", "sample_rate"} <= {
+        p.name for p in named
+    }
+    doc = kinetolens.profile.__doc__ or ""
+    for p in named:
+        assert p.name in doc, p.name
+    assert params["steps"].default is None and params["with_stack"].default is True
+    trace, stderr = captured
+    lines = [line for line in stderr.splitlines() if line.startswith("kinetolens:")]
+    assert lines == [f"kinetolens: trace written to {trace}"], stderr
+    assert trace.is_file()
+
+
+def test_dir_lists_the_public_api_only() -> None:
+    # issue 18, point 3: no helpers (importlib, TYPE_CHECKING, _LAZY) nor submodules in dir().
+    kinetolens.load  # noqa: B018 - a first use imports submodules
+    assert set(dir(kinetolens)) == set(kinetolens.__all__)
+
+
+# -- docs as reference ----------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+#: What a measurement diary sounds like: before/after figures, fractions saved, runs compared.
+DIARY = (
+    r"\binstead of \d",
+    r"\d\s*(->|→)\s*\d",
+    r"\d\s*%",
+    r"\ba (fifth|sixth|tenth|quarter|third) (of|off)\b",
+    r"\b(were|was) measured\b",
+    r"\bpeaks? at \d",
+)
+BENCH_DIARY = ("previous session", "previous run", "previous full run", "Tried", "Earlier", "What changed since",
+               "this round", "from the issue")  # fmt: skip
+
+
+def test_module_docstrings_say_why_not_what_was_measured() -> None:
+    # issue 18, point 4: docstrings of the allocator and Kineto readers give the reason briefly;
+    # the figures live in docs/BENCHMARKS.md (and the history in commit messages).
+    import ast
+    import re
+
+    for rel in ("_allocator.py", "ingest/kineto_schema.py", "ingest/kineto_parallel.py", "ingest/kineto_stream.py"):
+        tree = ast.parse((REPO / "src" / "kinetolens" / rel).read_text())
+        nodes = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef)))]
+        for node in nodes:
+            doc = ast.get_docstring(node) or ""
+            for pattern in DIARY:
+                found = re.search(pattern, doc)
+                assert not found, (rel, getattr(node, "name", "module"), found and found.group(0))
+
+
+def test_benchmarks_doc_is_method_tables_and_commands() -> None:
+    # issue 18, point 4: every section of docs/BENCHMARKS.md has its command and a current table,
+    # and none reads as a diary of earlier runs.
+    text = (REPO / "docs" / "BENCHMARKS.md").read_text()
+    for phrase in BENCH_DIARY:
+        assert phrase not in text, phrase
+    sections = text.split("\n## ")[1:]
+    assert len(sections) >= 5
+    for section in sections:
+        title = section.splitlines()[0]
+        assert "Command:" in section or "python3 bench/" in section, title
+        assert "|---" in section, title

@@ -21,6 +21,9 @@ import polars as pl
 import pytest
 
 import kinetolens
+from tests.conftest import TRACES
+
+BERT = TRACES / "tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz"
 
 SCRIPT = textwrap.dedent(
     """
@@ -155,3 +158,36 @@ def test_cli_ops_by_source_shows_both_kinds(captured: tuple[Path, Path]) -> None
     for tag in ("LOSS", "BACKWARD", "FC1", "FC2", "RELU", "SOFTMAX"):
         assert f"{script}:{line_of(tag)} " in proc.stdout, tag
     assert f"in forward ({script}:{line_of('DEF')})" in proc.stdout
+
+
+# issue 18: source lines
+def test_report_has_source_lines(captured: tuple[Path, Path]) -> None:
+    trace, script = captured
+    proc = subprocess.run(
+        [sys.executable, "-m", "kinetolens.cli.main", "report", "--format", "md", "--no-cache", str(trace)],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    section = proc.stdout.split("## Source lines", 1)[1].split("\n## ", 1)[0]
+    assert "in func (file:line) means only the enclosing user function is known" in section
+    for tag in ("LOSS", "BACKWARD", "FC1", "FC2"):
+        assert f"| {script}:{line_of(tag)} |" in section, tag
+    assert f"| in forward ({script}:{line_of('DEF')}) |" in section
+
+
+
+# issue 18: source lines
+def test_bare_torch_trace_says_only_functions_are_known() -> None:
+    """A trace from bare ``torch.profiler(with_stack=True)`` names frames by
+    their entry line only: the kernels table shows each kernel's function,
+    and the summary says how much kernel time has a call line (none)."""
+    from kinetolens.analysis.kernels import kernel_table
+    from kinetolens.analysis.summary import attribution
+
+    trace = kinetolens.load(BERT)
+    sources = kernel_table(trace)["source"]
+    assert sources.null_count() == 0
+    assert sources.str.starts_with("in ").all()
+    assert sources[0] == "in forward (transformers/models/bert/modeling_bert.py:181)"
+    shares = attribution(trace)
+    assert shares["source"] == 1.0 and shares["source_call_line"] == 0.0

@@ -48,4 +48,5 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    """The public API only: no helpers of this module, no submodules imported so far."""
+    return sorted(__all__)

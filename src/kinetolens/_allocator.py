@@ -8,21 +8,14 @@ training job's DataLoader workers, torchrun children and the user's own
 polars code keep their defaults.  A program that loads big traces itself may
 opt in by calling ``kinetolens.tune_allocator()`` before importing polars.
 
-polars allocates with jemalloc, which gives the threads of a process up to
-four arenas per core, and memory freed into one arena is not reused by
-another.  Loading a trace allocates and frees in turn on the main thread
-(decoding) and on polars' worker threads (joins, sorts), so each arena keeps
-its own freed memory and the process' peak grows by the sum.  With a single
-arena the same load of ``df_index_resolver`` (51 MiB of JSON) peaks at
-159 MiB instead of 176, in the same time on a 2-core machine
-(``docs/BENCHMARKS.md``).
-
-jemalloc also keeps freed pages for reuse: polars asks for 500 ms before
-dirty pages are purged and a further second before "muzzy" ones (pages
-already marked free with ``MADV_FREE``, which still count in the resident
-size until the kernel needs them) are.  A load and summary frees columns
-far faster than that: purging them within 20 ms takes a sixth off the
-peak of a 0.25-0.5 GB trace's load and summary.
+Why: loading a trace allocates and frees in turn on the main thread
+(decoding) and on polars' worker threads (joins, sorts), and frees columns
+faster than jemalloc's decay returns pages.  With polars' defaults each of
+up to four arenas per core keeps its own freed memory, and freed pages stay
+resident for up to 1.5 s, so the peak grows by what is kept.
+:data:`ALLOCATOR_OPTIONS` asks for one arena, returns large allocations at
+once and purges freed pages within 20 ms (measured effect on peak memory and
+time: ``docs/BENCHMARKS.md``, "Memory").
 
 jemalloc reads its options once, from ``_RJEM_MALLOC_CONF``, when polars'
 library loads; polars itself sets its decay options there at import and
@@ -43,17 +36,13 @@ ONE_ARENA = "narenas:1"
 #: Allocations from 16 KiB up (jemalloc's smallest "large" size; its default
 #: threshold is 8 MiB) are served by jemalloc's arena for oversize requests,
 #: which returns freed extents to the kernel at once instead of keeping them
-#: for reuse.  A model build and summary free many columns of a few tens of
+#: for reuse: a model build and summary free many columns of a few tens of
 #: KiB to a few MiB whose extents, kept, rarely fit the next request.
-#: Measured at the same CPU time: a 2 GB trace's load and summary peaks at
-#: 2.8 GiB instead of 3.3 (threshold 256 KiB or less), and going from 256 KiB
-#: to 16 KiB takes another 6 MiB off ``df_index_resolver``'s load.
 OVERSIZE = "oversize_threshold:16384"
 #: Dirty pages purged after 20 ms instead of polars' 500, muzzy ones at once
-#: (``MADV_DONTNEED``, so the resident size drops).  A 0.25 GB trace's load
-#: and summary peaks at ~375 MiB instead of ~445, 0.5 GB at ~740 instead of
-#: ~890, for 2-6% more time; 0 ms for dirty pages would save a little more
-#: (~355 MiB) for 25% more time, as every free then costs a system call.
+#: (``MADV_DONTNEED``, so the resident size drops): a load frees columns far
+#: faster than polars' decay.  Not 0 ms: every free would then cost a system
+#: call.
 DECAY = "dirty_decay_ms:20,muzzy_decay_ms:0"
 ALLOCATOR_OPTIONS = f"{ONE_ARENA},{OVERSIZE},{DECAY}"
 
@@ -119,8 +108,7 @@ def keep_freed_heap() -> None:
     about that size.  glibc maps and unmaps such buffers each time (its
     dynamic thresholds settle around the size of the last freed one and trim
     the heap above twice that), so every piece's buffers are page-faulted
-    afresh: on a 500 MB trace about 125,000 faults and 8% of the CPU time of
-    load and summary (docs/BENCHMARKS.md).  Pinning the thresholds at the
+    afresh.  Pinning the thresholds at the
     values glibc's own rule grows to keeps them for reuse.  The cost is up
     to 64 MiB of freed heap kept, worth it only beside a big trace's tables,
     so the reader calls this for files from 256 MiB of JSON.  No-op unless

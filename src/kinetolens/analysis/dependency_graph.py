@@ -10,7 +10,8 @@ nanoseconds, and built as polars tables (no Python loop per event):
   blocking call (device, stream or event synchronization, a synchronous
   copy) weighs 0: that wait is the GPU work it waits for, reached through a
   ``sync`` edge.
-* ``dependency``: one top-level op to the next on a thread, weight 0.  What
+* ``dependency``: a forward op -> its backward op on another thread (the
+  autograd engine's), and one top-level op to the next on a thread, weight 0.  What
   the thread did between two ops is not traced, so it is not counted (it is
   the difference between a path's span and its length).
 * ``launch``: runtime call start -> kernel start, weighing the launch delay
@@ -62,6 +63,7 @@ BLOCKING_CALLS = (
 )
 #: Device synchronizations without a ``cuda_sync`` record (older traces).
 DEVICE_SYNC_CALLS = ("cudaDeviceSynchronize", "hipDeviceSynchronize")
+STREAM_SYNC_CALLS = ("cudaStreamSynchronize", "hipStreamSynchronize")
 EVENT_RECORD_CALLS = ("cudaEventRecord", "hipEventRecord", "cudaEventRecordWithFlags", "hipEventRecordWithFlags")
 GPU_ACTIVITY = ("kernel", "memcpy", "memset")
 
@@ -101,6 +103,7 @@ def build_graph(trace: Trace, start: int, end: int) -> DependencyGraph:
         _cpu_edges(cpu),
         _gpu_edges(trace, cpu, gpu, wait_src),
         _sync_edges(trace, cpu, gpu),
+        _backward_edges(cpu),
     ]
     if wait_src.height:
         parts.append(wait_src.select(src=2 * pl.col("src_eid") + 1, dst=2 * pl.col("eid"), weight=pl.lit(0), type=pl.lit("sync"), eid=pl.lit(None)))
@@ -113,8 +116,9 @@ def _cpu_events(trace: Trace, start: int, end: int) -> pl.DataFrame:
     in_window = pl.col("ts").is_between(start, end) & (pl.col("dur") > 0)
     kind = pl.col("kind").cast(pl.String)
     ops = trace.ops
-    loaders = ops.filter((kind == "annotation") & _is_dataloader(pl.col("name")))
-    ops_in = ops.filter(in_window & ((kind == "op") | ((kind == "annotation") & _is_dataloader(pl.col("name")))))
+    # Older traces write the DataLoader's range as an op, newer ones as an annotation.
+    loaders = ops.filter(_is_dataloader(pl.col("name")))
+    ops_in = ops.filter(in_window & ((kind == "op") | _is_dataloader(pl.col("name"))))
     op_names = ops.select("op_id", op=pl.col("name"))
     rt = trace.runtime.filter(in_window & (kind == "runtime")).join(op_names, on="op_id", how="left")
     frames = [
@@ -131,6 +135,7 @@ def _cpu_events(trace: Trace, start: int, end: int) -> pl.DataFrame:
             end="end",
             op_id="op_id",
             launch_id=pl.lit(None, pl.Int64),
+            fwd_op_id="fwd_op_id",
         ),
         rt.select(
             side=pl.lit("cpu"),
@@ -145,6 +150,7 @@ def _cpu_events(trace: Trace, start: int, end: int) -> pl.DataFrame:
             end="end",
             op_id="op_id",
             launch_id="launch_id",
+            fwd_op_id=pl.lit(None, pl.Int64),
         ),
     ]
     cpu = pl.concat(frames, how="vertical_relaxed").with_columns(blocking=pl.col("name").is_in(BLOCKING_CALLS))
@@ -238,6 +244,19 @@ def _cpu_edges(cpu: pl.DataFrame) -> pl.DataFrame:
         .when(pl.col("is_start") == 0)
         .then(pl.col("eid"))
         .otherwise(pl.col("parent")),
+    )
+
+
+def _backward_edges(cpu: pl.DataFrame) -> pl.DataFrame:
+    """A backward op on another thread (the autograd engine's) starts after its forward op ends."""
+    fwd = cpu.filter((pl.col("kind") == "op") & pl.col("op_id").is_not_null()).select(
+        fwd_op_id="op_id", f_eid="eid", f_end="end", f_pid="pid", f_tid="tid"
+    )
+    return (
+        cpu.filter(pl.col("fwd_op_id").is_not_null())
+        .join(fwd, on="fwd_op_id", how="inner")
+        .filter(((pl.col("pid") != pl.col("f_pid")) | (pl.col("tid") != pl.col("f_tid"))) & (pl.col("f_end") <= pl.col("ts")))
+        .select(src=2 * pl.col("f_eid") + 1, dst=2 * pl.col("eid"), weight=pl.lit(0), type=pl.lit("dependency"), eid=pl.lit(None, pl.Int64))
     )
 
 
@@ -358,18 +377,26 @@ def _sync_edges(trace: Trace, cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFr
         targets = pl.concat([device.select("eid", "end", "device", "stream", "s_end"), stream.select("eid", "end", "device", "stream", "s_end")])
         event = matched.filter(pl.col("sync_name") == "Event Sync")
     else:
-        targets = calls.filter(pl.col("name").is_in(DEVICE_SYNC_CALLS)).join(streams, how="cross").select(
-            "eid", "end", "device", "stream", s_end="end"
-        )
+        # No cuda_sync records (older traces): a device or stream sync waits for
+        # every stream (the trace does not say which), as far as it returned
+        # after the stream's last activity; a blocking copy for its own copy.
+        waits = calls.filter(pl.col("name").is_in(DEVICE_SYNC_CALLS + STREAM_SYNC_CALLS))
+        targets = waits.join(streams, how="cross").select("eid", "end", "device", "stream", s_end="end")
         event = calls.clear()
-    k = gpu.select("device", "stream", "ts", k_eid="eid").sort("ts")
+        own = (
+            calls.filter(pl.col("name").is_in(BLOCKING_CALLS))
+            .join(gpu.select("launch_id", k_eid="eid", k_end="end"), on="launch_id", how="inner")
+            .filter(pl.col("k_end") <= pl.col("end"))
+            .select(src=2 * pl.col("k_eid") + 1, dst=2 * pl.col("eid") + 1)
+        )
+    k = gpu.select("device", "stream", "ts", k_eid="eid", k_end="end").sort("ts")
     last = (
         targets.sort("s_end")
         .join_asof(k, left_on="s_end", right_on="ts", by=["device", "stream"], strategy="backward", check_sortedness=False)
-        .filter(pl.col("k_eid").is_not_null())
+        .filter(pl.col("k_eid").is_not_null() & (sync.height > 0 or pl.col("k_end") <= pl.col("end")))
         .select(src=2 * pl.col("k_eid") + 1, dst=2 * pl.col("eid") + 1)
     )
-    parts = [last]
+    parts = [last] if sync.height else [last, own]
     if event.height:
         launches = _launches(trace)
         ev = (

@@ -38,7 +38,7 @@ KERNEL_COLUMNS: dict[str, str] = {
     "smem": "shared memory per block (bytes)",
     "occupancy": "estimated achieved occupancy (%)",
     "blocks_per_sm": "blocks per SM",
-    "source": "user source line (file:line) that launched it",
+    "source": "user code that launched it: file:line of the call, or in func (file:line) where only the enclosing function is known (the line it was entered at)",
     "launch": "the runtime/driver call that launched it",
     "start_us": "start time, microseconds from the first kernel",
 }

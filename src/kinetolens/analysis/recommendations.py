@@ -40,6 +40,7 @@ from kinetolens.analysis.tensor_cores import (
     matrix_roots,
     op_tensor_core_eligibility,
 )
+from kinetolens.analysis.trace_kind import TraceKind, trace_kind
 from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
 from kinetolens.registry.gpus import gpu_spec, trace_device
@@ -112,6 +113,11 @@ class RuleContext:
     """The trace plus the shared analyses rules read, each computed once."""
 
     trace: Trace
+
+    @cached_property
+    def kind(self) -> TraceKind:
+        """GPU or not, PyTorch or not: which rules apply and how advice is worded."""
+        return trace_kind(self.trace)
 
     @cached_property
     def breakdown(self) -> pl.DataFrame:
@@ -193,22 +199,27 @@ def dataloader_bound(ctx: RuleContext) -> list[Finding]:
     if not total or loading / total < DATALOADER_SHARE:
         return []
     share = loading / total
+    gpu = ctx.kind.gpu
     return [
         Finding(
             rule="dataloader_bound",
             title="Input loading stalls the step",
             evidence=(
                 f"{share:.1%} of the step ({loading / NS_PER_MS:.2f} of {total / NS_PER_MS:.2f} ms) is spent in "
-                f"DataLoader __next__ with no GPU work running, averaged over {ctx.steps} steps"
+                f"DataLoader __next__{' with no GPU work running' if gpu else ''}, averaged over {ctx.steps} steps"
             ),
             change=(
                 "Load batches in worker processes: DataLoader(num_workers>0, pin_memory=True, "
                 "persistent_workers=True), and move heavy preprocessing out of __getitem__ or onto the GPU"
+                if gpu
+                else "Load batches in worker processes: DataLoader(num_workers>0, persistent_workers=True), "
+                "and move heavy preprocessing out of __getitem__ (precompute it once, or cache decoded samples)"
             ),
             saving_ms=loading / NS_PER_MS,
             estimate=(
-                "the DataLoader's exclusive time per step (time no kernel, copy or runtime call ran); "
-                "worker processes can hide at most that"
+                "the DataLoader's exclusive time per step ("
+                + ("time no kernel, copy or runtime call ran" if gpu else "time no other op ran")
+                + "); worker processes can hide at most that"
             ),
             where={"op": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"},
         )
@@ -233,13 +244,19 @@ def synchronizations(ctx: RuleContext) -> list[Finding]:
             title="Host-device synchronizations drain the GPU queue",
             evidence=(
                 f"{cost.height} blocking calls in the profiled steps ({calls}); "
-                f"{scalar} under aten::item/_local_scalar_dense; the GPU then idled {idle_ms:.2f} ms per step "
+                + (f"{scalar} under aten::item/_local_scalar_dense; " if ctx.kind.pytorch else "")
+                + f"the GPU then idled {idle_ms:.2f} ms per step "
                 f"until the next launch" + (f"; most from {source}" if source else "")
             ),
             change=(
                 "Remove the sync from the hot loop: keep values on the GPU (accumulate losses as tensors, "
                 "log every N steps), avoid .item()/.cpu()/print of CUDA tensors and torch.cuda.synchronize(), "
                 "use non_blocking=True copies"
+                if ctx.kind.pytorch
+                else "Remove the blocking calls from the loop: cudaMemcpyAsync from pinned (cudaMallocHost) "
+                "memory on a stream instead of cudaMemcpy, and wait on an event (cudaEventRecord / "
+                "cudaStreamWaitEvent) only where the host needs the result, not cudaDeviceSynchronize "
+                "after every kernel"
             ),
             saving_ms=idle_ms,
             estimate="the GPU idle gap from each sync's return to the next GPU activity, per step",
@@ -282,6 +299,10 @@ def host_bound(ctx: RuleContext) -> list[Finding]:
             change=(
                 "Cut host overhead per step: torch.compile (fuses ops, fewer launches), CUDA graphs "
                 "(torch.cuda.graphs / mode='reduce-overhead'), or a larger batch so each launch does more work"
+                if ctx.kind.pytorch
+                else "Cut host work between launches: capture the repeated launch sequence in a CUDA graph "
+                "(cudaStreamBeginCapture / cudaGraphLaunch), fuse small kernels, give each launch more work, "
+                "and keep host-side computation and copies off the GPU's critical path"
             ),
             saving_ms=rest,
             estimate=(
@@ -315,6 +336,9 @@ def launch_overhead(ctx: RuleContext) -> list[Finding]:
             change=(
                 "Fuse elementwise chains (torch.compile), use fused/foreach optimizers "
                 "(foreach=True or fused=True), capture the step in a CUDA graph"
+                if ctx.kind.pytorch
+                else "Fuse small kernels into fewer larger ones (one kernel per loop body, not per array "
+                "operation), or capture the launch sequence in a CUDA graph (cudaGraphLaunch)"
             ),
             saving_ms=saving,
             estimate="launch time minus kernel time of the launch-bound kernels, per step",
@@ -424,6 +448,9 @@ def memory_capacity(ctx: RuleContext) -> list[Finding]:
                 change=(
                     "Leave headroom before scaling up: activation checkpointing, mixed precision, smaller micro-batch "
                     "with gradient accumulation, or free large tensors earlier"
+                    if ctx.kind.pytorch
+                    else "Leave headroom before scaling up: free or reuse large buffers earlier, or process the "
+                    "data in smaller chunks"
                 ),
                 saving_ms=0.0,
                 estimate="no time saving; the risk is out-of-memory errors and allocator cache flushes",
@@ -456,6 +483,10 @@ def exposed_communication(ctx: RuleContext) -> list[Finding]:
                 "Overlap collectives with compute: DDP gradient bucketing (bucket_cap_mb, no "
                 "find_unused_parameters), FSDP prefetch (backward_prefetch, forward_prefetch), async ops "
                 "(async_op=True) waited on as late as possible"
+                if ctx.kind.pytorch
+                else "Overlap communication with compute: non-blocking calls (MPI_Isend/MPI_Irecv, "
+                "MPI_Iallreduce, or NCCL on its own stream) started as soon as the data is ready and waited "
+                "on as late as possible"
             ),
             saving_ms=saving,
             estimate="exposed communication per step, capped by the compute time there is to hide it behind",
@@ -515,6 +546,10 @@ def excess_dram_traffic(ctx: RuleContext) -> list[Finding]:
                     "channels_last mismatches), tiles too small for the shape (check the kernel chosen; "
                     "cudnn.benchmark), unfused elementwise chains; Nsight Compute's memory workload analysis "
                     "shows where the traffic goes"
+                    if ctx.kind.pytorch
+                    else "Find why its kernels re-read operands: non-contiguous or transposed inputs, tiles too "
+                    "small for the shape, unfused kernels; Nsight Compute's memory workload analysis shows where "
+                    "the traffic goes"
                 ),
                 saving_ms=saving,
                 estimate=(
@@ -557,13 +592,22 @@ def below_roofline(ctx: RuleContext) -> list[Finding]:
     out = []
     for row in table.head(BELOW_ROOF_TOP).iter_rows(named=True):
         memory_bound = row["bound"] == "memory"
-        change = (
-            "It is memory-bound: fuse it with its neighbours (torch.compile), avoid layout copies "
-            "(.contiguous(), dtype casts, channels_last mismatches), keep activations in bf16/fp16"
-            if memory_bound
-            else "It is compute-bound: run it in bf16/fp16 or TF32 on Tensor Cores, pad M/N/K to multiples of 8 "
-            "(64 for best tiles), larger batches, or let torch.compile(mode='max-autotune') pick the kernels"
-        )
+        if ctx.kind.pytorch:
+            change = (
+                "It is memory-bound: fuse it with its neighbours (torch.compile), avoid layout copies "
+                "(.contiguous(), dtype casts, channels_last mismatches), keep activations in bf16/fp16"
+                if memory_bound
+                else "It is compute-bound: run it in bf16/fp16 or TF32 on Tensor Cores, pad M/N/K to multiples "
+                "of 8 (64 for best tiles), larger batches, or let torch.compile(mode='max-autotune') pick the kernels"
+            )
+        else:
+            change = (
+                "It is memory-bound: fuse it with the kernels before and after it, avoid extra copies and "
+                "layout transposes, use narrower data types"
+                if memory_bound
+                else "It is compute-bound: use Tensor Core math (TF32/FP16/BF16 cuBLAS or cuDNN calls), pad "
+                "M/N/K to multiples of 8, give each launch more work"
+            )
         out.append(
             Finding(
                 rule="below_roofline",
@@ -659,6 +703,30 @@ RULES: list[Callable[[RuleContext], list[Finding]]] = [
 ]
 
 
+#: What a rule needs of the program (:class:`TraceKind` fields): a rule
+#: whose needs the trace lacks is not run.  Rules about GPU time need a GPU;
+#: rules that read PyTorch's ops (DataLoader, aten matmuls and their dtypes,
+#: nn.DataParallel) need PyTorch.  Rules not listed apply to every trace.
+REQUIRES: dict[str, tuple[str, ...]] = {
+    "dataloader_bound": ("pytorch",),
+    "host_bound": ("gpu",),
+    "launch_overhead": ("gpu",),
+    "synchronizations": ("gpu",),
+    "fp32_tensor_cores": ("gpu", "pytorch"),
+    "misaligned_shapes": ("gpu", "pytorch"),
+    "below_roofline": ("gpu",),
+    "memory_capacity": ("gpu",),
+    "exposed_communication": ("gpu",),
+    "excess_dram_traffic": ("gpu",),
+    "data_parallel": ("pytorch",),
+}
+
+
+def applies(rule: Callable[[RuleContext], list[Finding]], kind: TraceKind) -> bool:
+    """Whether ``rule`` is meant for a program of this kind (:data:`REQUIRES`)."""
+    return all(getattr(kind, need) for need in REQUIRES.get(rule.__name__, ()))
+
+
 def recommendations(trace: Trace) -> list[Finding]:
     """Every rule's findings over the steps that ran whole, the largest
     estimated saving per step first."""
@@ -703,7 +771,7 @@ def findings(ctx: RuleContext) -> list[Finding]:
     None on a trace whose inputs are damaged (:func:`damaged_inputs`)."""
     if damaged_inputs(ctx.trace) is not None:
         return []
-    found = [f for rule in RULES for f in rule(ctx)]
+    found = [f for rule in RULES if applies(rule, ctx.kind) for f in rule(ctx)]
     return sorted(found, key=lambda f: -f.saving_ms)  # stable: ties keep RULES order
 
 

@@ -44,7 +44,7 @@ def op_call_stacks(event_tree: list[Any]) -> dict[int, str]:
     """
     from torch._C._profiler import _EventType
 
-    py_call, c_call, torch_op = _EventType.PyCall, _EventType.PyCCall, _EventType.TorchOp
+    py_call, c_call, torch_op, leaf = _EventType.PyCall, _EventType.PyCCall, _EventType.TorchOp, _EventType.Allocation
     user: dict[str, bool] = {}
 
     def is_user(path: str) -> bool:
@@ -66,6 +66,8 @@ def op_call_stacks(event_tree: list[Any]) -> dict[int, str]:
                 if text is None:
                     text = joined[frames] = ";".join(frames)
                 stacks[event.correlation_id] = text
+        elif tag == leaf:  # allocator events (profile_memory): a third of the tree
+            continue
         elif tag == py_call or tag == c_call:
             fields = event.extra_fields
             caller = fields.caller
@@ -80,7 +82,9 @@ def op_call_stacks(event_tree: list[Any]) -> dict[int, str]:
                 entry = fields.callsite.line_number
                 if is_user(fields.callsite.file_name):
                     exact = False  # inside a user function: its lines are not recorded
-        todo.extend((child, frames, exact, entry) for child in reversed(event.children))
+        children = event.children
+        if children:
+            todo.extend([(child, frames, exact, entry) for child in children[::-1]])
     return stacks
 
 

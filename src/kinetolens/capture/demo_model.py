@@ -101,6 +101,7 @@ def run_demo(
     generator = torch.Generator(device="cpu").manual_seed(0)
 
     with profile(logdir=logdir, run=run, steps=steps, warmup=warmup) as prof:
+        prof.announce = False  # ``kinetolens demo`` prints the trace's path itself
         for _ in range(warmup + steps):
             # Synthetic batch made on the host and copied, like a data loader.
             images = torch.randn(batch_size, 3, 32, 32, generator=generator).to(dev, non_blocking=True)

@@ -154,6 +154,9 @@ class Profile:
         self._sampler: Any = None
         #: Every trace written by this profile, oldest first.
         self.trace_files: list[Path] = []
+        #: Print each trace's path to stderr when it is written (``profile()`` does;
+        #: ``kinetolens run`` reports its traces itself).
+        self.announce = False
         #: Extra keys merged into each metadata file.
         self.extra_metadata: dict[str, Any] = {}
         self._prof: torch.profiler.profile | None = None
@@ -326,6 +329,8 @@ class Profile:
         layout.write_json(layout.metadata_path(path), meta)
         self._session_traces += 1
         self.trace_files.append(path)
+        if self.announce:
+            print(f"kinetolens: trace written to {path}", file=sys.stderr, flush=True)
 
     def _exporter(self, prof: torch.profiler.profile) -> Callable[[str], None]:
         """torch's export, followed by the ops' exact call lines when stacks
@@ -417,11 +422,35 @@ def profile(
 ) -> Profile: ...
 
 
-def profile(fn: Callable[..., Any] | None = None, /, **kwargs: Any) -> Any:
+def profile(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    logdir: str | Path = DEFAULT_LOGDIR,
+    run: str | None = None,
+    steps: int | None = None,
+    warmup: int | None = None,
+    skip: int = 0,
+    wait: int = 0,
+    repeat: int = 1,
+    activities: Iterable[Any] | None = None,
+    profile_device: bool = True,
+    record_shapes: bool = True,
+    with_stack: bool = True,
+    with_modules: bool = True,
+    profile_memory: bool = True,
+    with_flops: bool = False,
+    counters: Iterable[str] | str | None = None,
+    counters_per_kernel: bool = True,
+    sample_rate: int | None = None,
+    **torch_kwargs: Any,
+) -> Any:
     """Profile a block or a function with torch.profiler.
 
     ``with kinetolens.profile(steps=5, warmup=2) as prof: ... prof.step()``
-    or ``@kinetolens.profile()`` (also bare ``@kinetolens.profile``).
+    or ``@kinetolens.profile()`` (also bare ``@kinetolens.profile``).  Each
+    trace written prints one line to stderr, ``kinetolens: trace written to
+    PATH``; ``prof.trace_files`` lists them all.
 
     Args:
         logdir: root directory; traces go to ``logdir/run/``.
@@ -451,7 +480,13 @@ def profile(fn: Callable[..., Any] | None = None, /, **kwargs: Any) -> Any:
             installs nothing.
         torch_kwargs: any other torch.profiler.profile keyword.
     """
-    prof = Profile(**kwargs)
+    prof = Profile(
+        logdir=logdir, run=run, steps=steps, warmup=warmup, skip=skip, wait=wait, repeat=repeat,
+        activities=activities, profile_device=profile_device, record_shapes=record_shapes, with_stack=with_stack,
+        with_modules=with_modules, profile_memory=profile_memory, with_flops=with_flops, counters=counters,
+        counters_per_kernel=counters_per_kernel, sample_rate=sample_rate, **torch_kwargs,
+    )  # fmt: skip
+    prof.announce = True
     if fn is not None:
         return prof(fn)
     return prof

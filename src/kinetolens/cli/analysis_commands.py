@@ -28,6 +28,7 @@ from kinetolens.analysis.op_tree import collapse, op_tree
 from kinetolens.analysis.roofline import LOST_COLUMNS, with_time_lost
 from kinetolens.analysis.summary import summarize
 from kinetolens.cli.checks import ROWS, WIDTH, check_step, check_time_range, regex, require_kernels
+from kinetolens.cli.load_options import capture_option
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import emit, emit_json, pick_columns, print_fitted, print_pairs, terminal_width
 from kinetolens.loader import load
@@ -49,45 +50,74 @@ def _pct(value: float | None) -> str:
 @click.option("--json", "json_", is_flag=True, help="Stable JSON (see docs/summary-json.md).")
 @click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width for the tables.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
-def summary_command(trace: str, json_: bool, no_cache: bool, width: int | None = None) -> None:
+@capture_option
+def summary_command(
+    trace: str, json_: bool, no_cache: bool, capture: str | None = None, width: int | None = None
+) -> None:
     """What TRACE is, and how well its kernels are attributed."""
-    t = load(trace, cache=not no_cache)
+    t = load(trace, capture=capture, cache=not no_cache)
     info = summarize(t)
     if json_:
         emit_json(info)
         return
     console = render_console(width)
     table = _Pairs()
-    dev = ", ".join(f"{d['name']} (id {d['id']})" for d in info["devices"] if d["name"]) or "-"
+    dev = ", ".join(f"{d['name']} (id {d['id']})" for d in info["devices"] if d["name"]) or _run_device(info["device"])
     table.add_row("format", info["format"])
+    gpu = info["kind"]["gpu"]
+    if not gpu:
+        dev = f"{'CPU only' if dev == '-' else dev} (no GPU: GPU rows left out)"
     table.add_row("devices", dev)
     table.add_row("rank / world size", f"{info['rank'] if info['rank'] is not None else '-'} / {info['world_size'] or '-'}")
     steps = info["steps"]
     mean = f", mean {steps['mean_us'] / 1000:.3f} ms" if steps["mean_us"] else ""
     cut = f" ({len(steps['incomplete'])} cut short, not in the mean)" if steps.get("incomplete") else ""
     table.add_row("steps", f"{steps['count']} {steps['ids'][:8]}{mean}{cut}")
-    ev = info["events"]
+    ev = {k: v for k, v in info["events"].items() if gpu or k not in GPU_EVENTS}
     table.add_row("events", ", ".join(f"{k} {v:,}" for k, v in ev.items()))
-    a = info["attribution"]
-    table.add_row("kernel time", f"{a['kernel_time_us'] / 1000:.3f} ms (every kernel in the file, summed)")
-    table.add_row("  with an op", _pct(a["op"]))
-    table.add_row("  with a module", _pct(a["module"]))
-    table.add_row("  with a source line", _pct(a["source"]))
-    unrecorded = info["unrecorded_launches"]
-    if unrecorded["note"]:
-        table.add_row("  launch not recorded", table.note(unrecorded["note"]))
-    table.add_row("backward kernel time", f"{a['backward_time_us'] / 1000:.3f} ms")
-    table.add_row("  with its forward op", _pct(a["backward_with_forward_op"]))
+    if gpu:
+        _add_attribution(table, info)
     for m in info["memory"]:
         table.add_row(f"peak memory {m['device']}", _peak_text(m, table.note))
     for w in info["warnings"]:
         table.add_row("warning", f"{w['kind']}: {w['detail']} ({w['count']}x)")
     table.print(console, f"kinetolens summary: {trace}")
-    _print_breakdown(console, steps)
+    _print_breakdown(console, steps, gpu)
     _print_gpus(console, info["gpu"], info["devices"])
     _print_recommendations(console, info["recommendations"])
     if info["recommendations_withheld"]:
         console.print(f"No recommendations: {info['recommendations_withheld']}.", markup=False, highlight=False)
+
+
+#: Event counts that only a GPU program has (left out of a CPU-only summary).
+GPU_EVENTS = ("runtime", "kernels", "memcpy", "memset")
+
+
+def _add_attribution(table: _Pairs, info: dict) -> None:
+    """Kernel time and how much of it has an op, module, source line, forward op."""
+    a = info["attribution"]
+    table.add_row("kernel time", f"{a['kernel_time_us'] / 1000:.3f} ms (every kernel in the file, summed)")
+    table.add_row("  with an op", _pct(a["op"]))
+    table.add_row("  with a module", _pct(a["module"]))
+    table.add_row("  with a source line", _pct(a["source"]))
+    table.add_row("    at its call line", _pct(a.get("source_call_line")))
+    unrecorded = info["unrecorded_launches"]
+    if unrecorded["note"]:
+        table.add_row("  launch not recorded", table.note(unrecorded["note"]))
+    if a["graph_replay_time_us"]:
+        table.add_row("graph-replayed kernel time", f"{a['graph_replay_time_us'] / 1000:.3f} ms")
+        table.add_row("  with its capture op", _pct(a["graph_replay_with_capture_op"]))
+        table.add_row("  with a module", _pct(a["graph_replay_with_module"]))
+    if info["kind"]["pytorch"]:
+        table.add_row("backward kernel time", f"{a['backward_time_us'] / 1000:.3f} ms")
+        table.add_row("  with its forward op", _pct(a["backward_with_forward_op"]))
+
+
+def _run_device(device: dict | None) -> str:
+    """``CPU: AMD EPYC 7B13`` from the capture's run metadata, where the trace names no GPU."""
+    if not device or not device.get("name"):
+        return "-"
+    return f"{str(device.get('type') or '').upper()}: {device['name']}".lstrip(": ")
 
 
 class _Pairs:
@@ -133,9 +163,9 @@ TOP_RECOMMENDATIONS = 3
 
 
 def _print_recommendations(console: Console, findings: list[dict]) -> None:
-    """Numbered paragraphs (prose does not fit table cells of two lines)."""
     if not findings:
         return
+    # Wrapped paragraphs, never cut: the evidence (a kernel's name) is read whole.
     console.print(Text("What to change first (estimated saving per step)", style="bold"))
     width = min(console.width, 100_000)
     for i, f in enumerate(findings[:TOP_RECOMMENDATIONS], 1):
@@ -159,25 +189,31 @@ BREAKDOWN_HEADERS = {
 }
 
 
+#: Breakdown categories only GPU work fills (always 0 without a GPU).
+GPU_CATEGORIES = ("kernel", "memcpy", "memset", "runtime")
+
+
 def _share(part: float, whole: float) -> str:
     return f"{part / whole * 100:.1f}" if whole else "-"
 
 
-def _print_breakdown(console: Console, steps: dict) -> None:
-    """Each step's wall time (ms) and the share (%) of each category in it."""
+def _print_breakdown(console: Console, steps: dict, gpu: bool = True) -> None:
+    """Each step's wall time (ms) and the share (%) of each category in it
+    (without the GPU categories, always 0, for a program without a GPU)."""
     rows, avg = steps["breakdown_us"], steps["average_us"]
     if not rows or avg is None:
         return
+    headers = {c: h for c, h in BREAKDOWN_HEADERS.items() if gpu or c not in GPU_CATEGORIES}
     table = Table(
         title="Step time breakdown (% of each step)", header_style="bold", box=box.SIMPLE_HEAD, collapse_padding=True, caption_justify="left"
     )
     table.add_column("step")
     table.add_column("ms", justify="right")
-    for header in BREAKDOWN_HEADERS.values():
+    for header in headers.values():
         table.add_column(header, justify="right")
 
     def add(label: str, row: dict, style: str | None = None) -> None:
-        cells = (_share(row[c], row["total"]) for c in BREAKDOWN_HEADERS)
+        cells = (_share(row[c], row["total"]) for c in headers)
         table.add_row(label, f"{row['total'] / 1000:,.1f}", *cells, style=style)
 
     shown = rows[:MAX_STEP_ROWS]
@@ -188,10 +224,10 @@ def _print_breakdown(console: Console, steps: dict) -> None:
         label = str(row["step"]) if row["step"] is not None else "all"
         add(f"{label}*" if not row.get("complete", True) else label, row, style=None if row.get("complete", True) else "dim")
     if len(rows) > len(shown):
-        table.add_row(f"+{len(rows) - len(shown)}", *([""] * (len(BREAKDOWN_HEADERS) + 1)))
+        table.add_row(f"+{len(rows) - len(shown)}", *([""] * (len(headers) + 1)))
     if len(rows) > 1:
         add("mean", avg, style="bold")
-    table.caption = "mean ms: " + ", ".join(f"{h} {avg[c] / 1000:,.3f}" for c, h in BREAKDOWN_HEADERS.items())
+    table.caption = "mean ms: " + ", ".join(f"{h} {avg[c] / 1000:,.3f}" for c, h in headers.items())
     if steps.get("incomplete_note"):
         table.caption += f"\n* {steps['incomplete_note']}"
     if steps.get("damaged"):
@@ -245,9 +281,10 @@ class _ColumnHelp(click.Command):
 @click.option("-n", "--limit", type=ROWS, default=None, help="At most this many rows.")
 @click.option("--full-names", is_flag=True, help="Show kernels' whole recorded names, not their short form.")
 @click.option("--no-cache", is_flag=True)
+@capture_option
 def kernels_command(
     trace: str, columns: str | None, csv: bool, tsv: bool, json_: bool, width: int | None, step: int | None,
-    limit: int | None, full_names: bool, no_cache: bool,
+    limit: int | None, full_names: bool, no_cache: bool, capture: str | None = None,
 ) -> None:
     """One row per GPU kernel: layer, op, shapes, direction, time (PyProf's report).
 
@@ -263,7 +300,7 @@ def kernels_command(
     unknown = [c for c in cols if c not in KERNEL_COLUMNS]
     if unknown:
         raise click.BadParameter(f"unknown column(s) {', '.join(unknown)}; choose from {', '.join(KERNEL_COLUMNS)}", param_hint="-c")
-    loaded = load(trace, cache=not no_cache)
+    loaded = load(trace, capture=capture, cache=not no_cache)
     require_kernels(trace, loaded)
     check_step(trace, loaded, step)
     table = kernel_table(loaded, step=step).select(cols)
@@ -366,10 +403,12 @@ def _print_ops(frame: pl.DataFrame, keys: list[str], title: str, caption: str, w
 @click.option("--json", "json_", is_flag=True)
 @click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width for the table.")
 @click.option("--no-cache", is_flag=True)
+@capture_option
 def ops_command(
     trace: str, top: int, by: str, aggregate: str, order_by: str | None, min_time: float | None, max_time: float | None,
     name_regex: str | None, step: int | None, columns: str | None, csv: bool, json_: bool, width: int | None,
     no_cache: bool, inclusive: bool = False, tree: bool = False, min_share: float = 1.0, annotations: bool = False,
+    capture: str | None = None,
 ) -> None:
     """Top ops by device/host time (MegEngine profile_analyze options).
 
@@ -383,7 +422,7 @@ def ops_command(
     do not repeat the same work; --inclusive ranks by total time.
     """
     check_time_range(min_time, max_time)
-    loaded = load(trace, cache=not no_cache)
+    loaded = load(trace, capture=capture, cache=not no_cache)
     check_step(trace, loaded, step)
     if tree or annotations:
         _ops_view(loaded, trace, tree=tree, min_share=min_share, top=top, step=step, json_=json_, csv=csv, width=width)

@@ -20,6 +20,7 @@ from kinetolens.cli.cache_command import cache_command
 from kinetolens.cli.capture_commands import demo_command, run_command
 from kinetolens.cli.checks import one_line
 from kinetolens.cli.counters_command import counters_command
+from kinetolens.cli.critical_path_command import critical_path_command
 from kinetolens.cli.diff_command import diff_command
 from kinetolens.cli.dist_command import dist_command
 from kinetolens.cli.export_command import export_command
@@ -57,6 +58,7 @@ cli.add_command(diff_command, "diff")
 cli.add_command(report_command, "report")
 cli.add_command(export_command, "export")
 cli.add_command(cache_command, "cache")
+cli.add_command(critical_path_command, "critical-path")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -86,6 +86,7 @@ HOST_SCHEMA: dict[str, pl.DataType] = {
     "python_parent_id": pl.Int64(),
     "python_module_id": pl.Int64(),
     "cbid": pl.Int64(),
+    "kernel": pl.String(),
     "collective_name": pl.String(),
     "in_msg_nelems": pl.Int64(),
     "out_msg_nelems": pl.Int64(),
@@ -121,6 +122,9 @@ DEVICE_SCHEMA: dict[str, pl.DataType] = {
     "occupancy": pl.Float64(),
     "bytes": pl.Int64(),
     "memory_bw_gbps": pl.Float64(),
+    # CUDA >= 12 Kineto: the graph and node a replayed kernel or copy ran as.
+    "graph_id": pl.Int64(),
+    "graph_node": pl.Int64(),
 }
 
 MEMORY_SCHEMA: dict[str, pl.DataType] = {

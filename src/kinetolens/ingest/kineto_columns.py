@@ -274,6 +274,7 @@ def _host_columns(events: list[Event], kinds: list[str], ts_exact: bool, table: 
     cols["concrete_inputs"] = text_args("concrete_inputs", texts).alias("concrete_inputs")
     cols["call_stack"] = text_args("call_stack", shared_texts).alias("call_stack")
     cols.update(int_args("python_id", "python_parent_id", "python_module_id", "cbid"))
+    cols["kernel"] = text_args("kernel", _strings).alias("kernel")
     cols["collective_name"] = text_args("collective_name", _strings).alias("collective_name")
     cols.update(int_args("in_msg_nelems", "out_msg_nelems", "group_size"))
     cols["comm_dtype"] = text_args("comm_dtype", _strings).alias("comm_dtype")
@@ -307,6 +308,7 @@ def device_frame(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[
     sizes = _int_args(a, {"bytes": "bytes", "size": "size"})
     cols["bytes"] = coalesce(sizes["bytes"], sizes["size"]).alias("bytes")
     cols["memory_bw_gbps"] = pl.Series("memory_bw_gbps", _get("memory_bw_gbps", a), dtype=pl.Float64, strict=False)
+    cols.update(_int_args(a, {"graph_id": "graph_id", "graph_node": "graph_node_id"}))
     return cols
 
 

@@ -70,9 +70,8 @@ UNSUPPORTED = 2**64 - 1
 
 
 #: Below this many usable cores the main process (inflating, cutting and
-#: joining) and the workers compete for the same cores and the pool's
-#: overhead eats the gain (a 250 MB trace on 2 cores: 4.1 CPU s against 2.1
-#: serially, 0.8 s of it imports, and no faster; docs/BENCHMARKS.md).
+#: joining) and the workers compete for the same cores, and the pool's
+#: overhead (each worker imports polars afresh) eats the gain.
 MIN_AUTO_CORES = 4
 MAX_AUTO_WORKERS = 8
 

@@ -10,9 +10,8 @@ of the cyclic garbage collector.
 An event's ``args`` stay raw JSON text in the first pass and are decoded per
 table afterwards (all ops' args in one call, then all runtime calls', all
 kernels' ...), each with a struct of only its own fields: one struct holding
-every table's fields made each event's args object several times larger
-than needed, and
-allocating and freeing those was a fifth of the decode time.
+every table's fields would make each event's args object several times
+larger than it needs to be, and allocating those costs decode time.
 
 Shapes and call stacks stay ``msgspec.Raw`` (the JSON text): only ops that a
 report shows ever need them parsed, and nested tensor-list shapes do not fit a
@@ -71,11 +70,14 @@ class HostArgs(LinkArgs, gc=False):
 
 class RuntimeArgs(LinkArgs, gc=False):
     """A runtime or driver call's (or a sync's) args: of the host fields, only
-    the links and ``cbid`` occur on them (checked on every stored trace), and
-    reading the other HostArgs fields from each of them cost about a tenth
-    of the host columns' time (``df_index_resolver``: 100 -> 90 ms)."""
+    the links and ``cbid`` occur on them (checked on every stored trace), so
+    reading the other HostArgs fields from each of them would be wasted
+    time.  ROCm names the kernel a launch enqueues (``kernel``): a graph
+    capture trace's only record of the kernels captured, which never run
+    then."""
 
     cbid: int | None = None
+    kernel: str | None = None
 
 
 class PythonArgs(msgspec.Struct, gc=False):
@@ -105,6 +107,9 @@ class DeviceArgs(LinkArgs, gc=False):
     size: int | None = None  # an MTIA DMA request's bytes
     # Kineto's bytes / exact ns duration: the written ``dur`` may be whole µs.
     memory_bw_gbps: float | None = msgspec.field(default=None, name="memory bandwidth (GB/s)")
+    # The graph and graph node a replayed activity ran as (0 for eager work).
+    graph_id: int | None = msgspec.field(default=None, name="graph id")
+    graph_node_id: int | None = msgspec.field(default=None, name="graph node id")
 
 
 class MemoryArgs(msgspec.Struct, gc=False):

@@ -35,8 +35,7 @@ from kinetolens.ingest.text_repair import is_text_error
 
 #: Decoded structs and the column lists built from them take about ten
 #: times their text in Python memory, so the piece size sets the reader's
-#: high-water mark (~11 MiB at 1 MiB).  Smaller pieces, or blocks smaller
-#: than a piece, were measured slower (more per-piece and per-block work).
+#: high-water mark; smaller pieces cost more per-piece work.
 PIECE_BYTES = 1 << 20
 TAIL_WINDOW = 1 << 16
 MAX_CUT_TRIES = 8

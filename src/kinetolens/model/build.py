@@ -36,6 +36,7 @@ from kinetolens.model import direction as dirn
 from kinetolens.model.autograd_order import pair_by_order
 from kinetolens.model.backward_names import fits
 from kinetolens.model.frames import MODULE_PREFIX, enclosing_function, per_distinct, source_from_call_stack
+from kinetolens.model.graph_replay import mark_replays
 from kinetolens.model.nesting import enclosing, nearest_marked, outermost_marked
 from kinetolens.model.steps import assign_steps, build_steps
 from kinetolens.model.trace import Trace
@@ -50,11 +51,11 @@ def _thread_key() -> pl.Expr:
 #: What a runtime/driver call carries; the op arguments (shapes, stacks,
 #: collectives, sequence numbers) are never set on one, and a column of nulls
 #: still costs 8 bytes a row.
-RUNTIME_COLUMNS = ["kind", "cat", "name", "pid", "tid", "ts", "dur", "end", "group", "external_id", "correlation", "cbid"]
+RUNTIME_COLUMNS = ["kind", "cat", "name", "pid", "tid", "ts", "dur", "end", "group", "external_id", "correlation", "cbid", "kernel"]
 #: Op columns a reader may fill itself (``kinetolens.ingest.nsys_markers``).
 SUPPLIED_COLUMNS = ("module", "source")
 #: Launch-only fields, never set on an op.
-LAUNCH_ONLY_COLUMNS = ["correlation", "cbid"]
+LAUNCH_ONLY_COLUMNS = ["correlation", "cbid", "kernel"]
 
 
 def build_trace(raw: RawTables, path: str) -> Trace:
@@ -85,6 +86,7 @@ def build_trace(raw: RawTables, path: str) -> Trace:
     kernels = _link_kernels(device, runtime, ops)
     steps = build_steps(ops, kernels)
     ops, runtime, kernels = assign_steps(steps, ops, runtime, kernels)
+    ops, kernels = mark_replays(ops, kernels)
 
     warnings = list(raw.warnings)
     if overlaps:
@@ -227,10 +229,11 @@ def _frame_paths(names: pl.Series, parent: pl.Series) -> tuple[pl.Series, pl.Ser
     Whole columns, no Python step per frame: a trace taken with stacks has
     a frame event for every module call and function of every step.
     ``enclosing_function`` runs once per distinct frame name; the source is
-    the nearest user frame, as ``in func (file:line)`` (pointer jumping); a module's path is its short name
-    prefixed by the paths of the module frames around it, joined by pointer
-    jumping too (each round prefixes the path of the module frame as far
-    above as the last round reached, doubling the reach).
+    the nearest user frame, as ``in func (file:line)`` (pointer jumping); a
+    module's path is its short name prefixed by the paths of the module
+    frames around it, joined by pointer jumping too (each round prefixes the
+    path of the module frame as far above as the last round reached,
+    doubling the reach).
     """
     parent = parent.replace(-1, None)
     user = per_distinct(names, enclosing_function)
@@ -302,7 +305,8 @@ def _backward_roots(ops: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
     """
     labels = [dirn.FPROP, dirn.BPROP, dirn.OPTIMIZER, dirn.OTHER]
     own = ops.select(
-        dirn.own_direction(pl.col("name"), pl.col("kind").cast(pl.String)).cast(pl.Enum(labels))
+        dirn.own_direction(pl.col("name"), pl.col("kind").cast(pl.String), dirn.pytorch_names(ops["name"]))
+        .cast(pl.Enum(labels))
     ).to_series()
     owner = _engine_gap_owners(ops, own)
     gap = pl.DataFrame({"op_id": list(owner), "node": list(owner.values())}, schema={"op_id": I64, "node": I64})

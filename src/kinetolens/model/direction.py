@@ -6,6 +6,9 @@ A backward op is one run by the autograd engine: a node such as
 it.  Its forward op is the op that recorded the same
 autograd sequence number on the forward pass; Kineto's ``fwdbwd`` flows give
 the pair directly where present.
+
+Forward is PyTorch's notion: ranges of a program that is not PyTorch (an
+MPI or CUDA C++ program under Nsight Systems) are ``other``, never fprop.
 """
 
 from __future__ import annotations
@@ -26,13 +29,26 @@ OTHER = "other"
 _BACKWARD_NODE = re.compile(r"(^autograd::engine::evaluate_function: )|(Backward\d*$)|(^torch::autograd::)")
 OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#", "Optimizer.")
 OTHER_PREFIXES = ("ProfilerStep#", "enumerate(DataLoader)", "DataLoader")
+#: Op names only PyTorch records (its dispatcher, autograd engine, profiler
+#: steps, DataLoader and optimizers), in Kineto traces and in the NVTX ranges
+#: of ``torch.autograd.profiler.emit_nvtx`` alike.
+PYTORCH_PREFIXES = ("aten::", "autograd::", "torch::autograd::", "ProfilerStep#", "enumerate(DataLoader)", "Optimizer.")
 
 
-def own_direction(name: pl.Expr, kind: pl.Expr) -> pl.Expr:
+def pytorch_names(name: pl.Series) -> bool:
+    """Whether any of these op names is one only PyTorch records."""
+    text = name.cast(pl.String)
+    return bool(pl.select(pl.any_horizontal([text.str.starts_with(p) for p in PYTORCH_PREFIXES]).any()).item())
+
+
+def own_direction(name: pl.Expr, kind: pl.Expr, pytorch: bool = True) -> pl.Expr:
     """Direction an op has by itself, before inheriting from its parents.
 
     An expression over whole columns: this runs on every op of the trace.
+    ``pytorch`` false (no PyTorch op in the trace): every op is ``other``.
     """
+    if not pytorch:
+        return pl.repeat(pl.lit(OTHER), pl.len())
     other = pl.any_horizontal([name.str.starts_with(p) for p in OTHER_PREFIXES])
     return (
         pl.when(name.str.contains(_BACKWARD_NODE.pattern))

@@ -17,7 +17,8 @@ import polars as pl
 from kinetolens.analysis.idle import idle_breakdown, temporal_breakdown
 from kinetolens.analysis.kernels import kernel_table
 from kinetolens.analysis.memory import memory_curve, memory_events, memory_peaks
-from kinetolens.analysis.ops import op_stats, time_basis
+from kinetolens.analysis.module_tree import module_tree
+from kinetolens.analysis.ops import op_stats, rank_basis, time_basis
 from kinetolens.analysis.overview import step_breakdown
 from kinetolens.analysis.recommendations import Finding
 from kinetolens.analysis.roofline import op_roofline, roofline_by
@@ -31,6 +32,11 @@ from kinetolens.views import figures
 
 #: Rows of each ranked table a report shows.
 TOP_ROWS = 15
+#: How to read the source lines table (both report formats).
+SOURCES_NOTE = (
+    "file:line is the line of user code that made the call leading to the op; "
+    "in func (file:line) means only the enclosing user function is known, entered at that line."
+)
 
 
 @dataclass
@@ -48,6 +54,7 @@ class ReportData:
     kernels: pl.DataFrame
     kernel_names: pl.DataFrame
     modules: pl.DataFrame
+    sources: pl.DataFrame
     memory: pl.DataFrame
     memory_peaks: pl.DataFrame
     temporal: pl.DataFrame
@@ -57,6 +64,8 @@ class ReportData:
     roofline_modules: pl.DataFrame | None
     roofline_note: str | None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The nn.Module tree (:func:`kinetolens.analysis.module_tree.module_tree`).
+    module_tree: pl.DataFrame = field(default_factory=pl.DataFrame)
 
     def figures(self) -> dict[str, go.Figure]:
         """Section name -> figure, in report order."""
@@ -67,7 +76,9 @@ class ReportData:
                 self.kernel_names, value="device_total_us", top=TOP_ROWS, kind="pie", title="GPU time by kernel"
             ),
             "tensor_cores": figures.tensor_core_figure(self.kernels),
-            "modules": figures.module_icicle_figure(self.modules, value=self.basis, title=f"{self.basis} by module"),
+            "modules": figures.module_icicle_figure(
+                self.modules, value=time_basis(self.trace), title=f"{time_basis(self.trace)} by module"
+            ),
         }
         if self.spec is not None and self.roofline_ops is not None:
             figs["roofline"] = figures.roofline_figure(self.roofline_ops, self.spec, f"Roofline on {self.spec.name}")
@@ -103,7 +114,7 @@ def _kernel_names(trace: Trace) -> pl.DataFrame:
 def collect(trace: Trace, title: str | None = None, note: str | None = None) -> ReportData:
     """Run every analysis a report shows on ``trace``."""
     summary = summarize(trace)
-    basis = time_basis(trace)
+    basis = rank_basis(trace)  # ops: self time, so nested ops do not repeat their children's work
     ranked = pl.col(basis)
     spec, roof_ops, roof_modules, roof_note = _roofline(trace)
     events = memory_events(trace)
@@ -119,7 +130,9 @@ def collect(trace: Trace, title: str | None = None, note: str | None = None) -> 
         ops=op_stats(trace).sort(ranked, descending=True, nulls_last=True),
         kernels=kernel_table(trace),
         kernel_names=_kernel_names(trace),
-        modules=op_stats(trace, by="module").sort(ranked, descending=True, nulls_last=True),
+        modules=op_stats(trace, by="module").sort(time_basis(trace), descending=True, nulls_last=True),
+        module_tree=module_tree(trace, spec),
+        sources=op_stats(trace, by="source").sort(time_basis(trace), descending=True, nulls_last=True),
         memory=memory_curve(events),
         memory_peaks=memory_peaks(events),
         temporal=temporal_breakdown(whole),

@@ -21,9 +21,12 @@ from markupsafe import Markup
 
 from kinetolens import __version__
 from kinetolens.analysis.memory import ALLOCATOR, BASIS_NOTES
+from kinetolens.analysis.module_tree import NO_MODULE, by_type
+from kinetolens.analysis.ops import time_basis
 from kinetolens.analysis.overview import CATEGORIES, OTHER
 from kinetolens.errors import TraceError
-from kinetolens.views.report_data import TOP_ROWS, ReportData
+from kinetolens.views.module_tree_html import module_tree_html
+from kinetolens.views.report_data import SOURCES_NOTE, TOP_ROWS, ReportData
 
 #: Text cells longer than this keep their tail (the innermost module, the kernel's name end).
 CELL_CHARS = 120
@@ -141,15 +144,25 @@ def memory_frame(data: ReportData) -> pl.DataFrame:
     )
 
 
+def _modules_html(data: ReportData) -> Markup:
+    """The module tree, collapsible, and its roll-up by module class (the ``kinetolens modules`` tables)."""
+    tree = data.module_tree
+    if tree.height == 0 or tree.filter(pl.col("path") != NO_MODULE).height == 0:
+        return Markup("<p>No nn.Module hierarchy in this trace (profile with with_stack=True or with_modules=True).</p>")
+    types = frame_html(by_type(tree), ["type", "count", "total_us", "mean_us", "min_us", "max_us", "step_share_pct", "tflops_s", "pct_of_roof"])
+    return Markup(f"{module_tree_html(tree)}<h3>By module class</h3>{types}")
+
+
 def _tables(data: ReportData) -> dict[str, Markup]:
     basis = data.basis
-    op_cols = ["name", "calls", basis, "device_self_us", "host_total_us", "step_share_pct", "tflops_s", "gbps", "in_shapes", "dtypes"]
+    op_cols = ["name", "calls", basis, "device_total_us", "device_self_us", "host_total_us", "step_share_pct", "tflops_s", "gbps", "in_shapes", "dtypes"]
     tables = {
         "overview": frame_html(overview_frame(data), rows=None, cell_chars=None),
         "breakdown": frame_html(breakdown_frame(data), rows=None),
         "ops": frame_html(data.ops, list(dict.fromkeys(op_cols))),
         "kernels": frame_html(data.kernel_names, ["name", "calls", "device_total_us", "mean_us", "op", "occupancy", "step_share_pct", "tflops_s", "gbps"]),
-        "modules": frame_html(data.modules, list(dict.fromkeys(["module", "calls", basis, "host_total_us", "step_share_pct", "tflops_s"]))),
+        "modules": _modules_html(data),
+        "sources": frame_html(data.sources, list(dict.fromkeys(["source", "calls", time_basis(data.trace), "host_total_us", "step_share_pct"]))),
         "memory": frame_html(memory_frame(data), rows=None, cell_chars=None),
     }  # fmt: skip
     if data.roofline_modules is not None:
@@ -189,6 +202,7 @@ def render_html(data: ReportData, standalone: bool = True) -> str:
         plotly_js=Markup(js),
         tables=_tables(data),
         charts=_charts(data),
+        sources_note=SOURCES_NOTE,
     )
     if not standalone:
         page = f"<script>{js}</script>\n{page}"

@@ -14,7 +14,9 @@ import polars as pl
 
 from kinetolens import __version__
 from kinetolens.analysis.kernels import tensor_core_time
-from kinetolens.views.report_data import ReportData
+from kinetolens.analysis.module_tree import NO_MODULE, by_depth, by_type
+from kinetolens.analysis.ops import time_basis
+from kinetolens.views.report_data import SOURCES_NOTE, ReportData
 from kinetolens.views.report_html import breakdown_frame, memory_frame, overview_frame
 
 #: Rows per ranked table in markdown.
@@ -55,6 +57,23 @@ def frame_md(
     return "\n".join(lines) + "\n"
 
 
+#: Levels of the module tree the markdown report shows (the HTML report opens any of them).
+MD_TREE_DEPTH = 1
+
+
+def _modules_md(data: ReportData) -> str:
+    """The module tree down to :data:`MD_TREE_DEPTH`, indented, and its roll-up by module class."""
+    tree = data.module_tree
+    if tree.height == 0 or tree.filter(pl.col("path") != NO_MODULE).height == 0:
+        return "No nn.Module hierarchy in this trace (profile with with_stack=True or with_modules=True).\n"
+    shown = by_depth(tree, MD_TREE_DEPTH).with_columns(
+        module=pl.concat_str(pl.lit("\u00a0\u00a0").repeat_by(pl.col("depth")).list.join(""), pl.col("name"))
+    )
+    cols = ["module", "fwd_total_us", "bwd_total_us", "self_us", "total_us", "step_share_pct", "tflops_s", "pct_of_roof"]
+    types = ["type", "count", "total_us", "mean_us", "min_us", "max_us", "step_share_pct", "tflops_s", "pct_of_roof"]
+    return frame_md(shown, cols, rows=None) + "\nBy module class:\n\n" + frame_md(by_type(tree), types)
+
+
 def render_md(data: ReportData) -> str:
     """The whole markdown report."""
     basis = data.basis
@@ -80,7 +99,9 @@ def render_md(data: ReportData) -> str:
     if tc.height:
         total = float(tc["us"].sum()) or 1.0
         out.append("\nGPU time by Tensor Core use: " + ", ".join(f"{t} {100 * us / total:.1f}%" for t, us in tc.iter_rows()) + "\n")
-    out += ["\n## Modules\n", frame_md(data.modules, list(dict.fromkeys(["module", "calls", basis, "step_share_pct"])))]
+    out += ["\n## Modules\n", _modules_md(data)]
+    sources = ["source", "calls", time_basis(data.trace), "step_share_pct"]  # top-level ops: totals, disjoint
+    out += ["\n## Source lines\n", SOURCES_NOTE + "\n\n", frame_md(data.sources, sources)]
     out.append("\n## Roofline\n")
     if data.roofline_modules is None:
         out.append(f"No roofline: {data.roofline_note}.\n")

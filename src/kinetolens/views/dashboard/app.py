@@ -31,6 +31,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from kinetolens.errors import TraceError
+from kinetolens.logdir import newest_per_rank
 from kinetolens.views.dashboard import compare, pages
 from kinetolens.views.dashboard.hosts import HostCheck
 from kinetolens.views.dashboard.sources import BadParameter, Ctx, find_source, table
@@ -138,7 +139,7 @@ class Dashboard:
         Digests are kept per file, whole traces only in the small LRU, so
         the view finishes however many ranks the run has."""
         digests, keys, waiting = [], [], []
-        for i, w in enumerate(self.store.run_workers(run)):
+        for i, w in enumerate(newest_per_rank(self.store.run_workers(run))[0]):  # one trace per rank, as `dist`
             got = self.store.digest(w, w.rank if w.rank is not None else i)
             if got is not None:
                 digests.append(got)

@@ -1,0 +1,46 @@
+"""What kind of program a trace records: GPU or not, PyTorch or not.
+
+Advice and report sections depend on it: ``pin_memory`` means nothing to a
+job without a GPU, ``.item()`` and foreach optimizers nothing to an MPI or
+CUDA C++ program, and a kernels chart of a CPU-only trace is empty.  The
+answer is derived once here, from the model, so that rules and views read
+one flag instead of guessing from names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from kinetolens.model.direction import pytorch_names
+from kinetolens.model.trace import Trace
+
+#: Formats only the PyTorch profiler writes.
+PYTORCH_FORMATS = ("kineto",)
+
+
+@dataclass(frozen=True)
+class TraceKind:
+    """Facts about the profiled program that decide which advice applies."""
+
+    #: The program used a GPU: GPU activity recorded, or the file lists GPUs
+    #: (a profile of host activities only still ran on one).
+    gpu: bool
+    #: The program is PyTorch: written by the PyTorch profiler, or its ops
+    #: carry PyTorch's names (an Nsight Systems export of a PyTorch job).
+    pytorch: bool
+    #: Ops carry ``nn.Module`` paths (``with_modules`` / ``with_stack``).
+    modules: bool
+
+    def to_dict(self) -> dict[str, bool]:
+        return asdict(self)
+
+
+def trace_kind(trace: Trace) -> TraceKind:
+    """The :class:`TraceKind` of ``trace``."""
+    modules = "module" in trace.ops.columns and trace.ops["module"].null_count() < trace.ops.height
+    return TraceKind(
+        gpu=trace.kernels.height > 0 or bool(trace.devices),
+        pytorch=trace.format.startswith(PYTORCH_FORMATS) or pytorch_names(trace.ops["name"]),
+        modules=bool(modules),
+    )
+

@@ -1,0 +1,177 @@
+"""``kinetolens critical-path``: what bounds each step, along its longest dependency path."""
+
+from __future__ import annotations
+
+import click
+import polars as pl
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from kinetolens.analysis.critical_path import (
+    CriticalPath,
+    Window,
+    annotation_window,
+    combined,
+    critical_paths,
+    per_window,
+    step_window,
+    step_windows,
+    summarize,
+    top_items,
+)
+from kinetolens.cli.checks import ROWS, WIDTH
+from kinetolens.cli.render import emit_json
+from kinetolens.errors import TraceError
+from kinetolens.loader import load
+from kinetolens.model.steps import without_incomplete_steps
+from kinetolens.views.units import duration, middle, percent
+
+#: How each bound reads in the terminal.
+LABELS = {
+    "cpu": "CPU ops",
+    "data_loading": "data loading",
+    "launch_overhead": "launch overhead",
+    "kernel_gap": "kernel gaps",
+    "gpu_compute": "GPU compute",
+    "gpu_memory": "GPU memcpy/memset",
+    "communication": "communication",
+    "sync_wait": "sync wait",
+}
+#: Longest name shown in the terminal (kernel signatures run to thousands of characters).
+NAME_CHARS = 60
+MAX_STEP_ROWS = 12
+
+
+def _short(name: str | None, chars: int = NAME_CHARS) -> str:
+    return middle(name or "-", chars)
+
+
+@click.command()
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("--step", type=int, default=None, help="Only this profiler step (default: every complete step).")
+@click.option("--annotation", default=None, help="Window: a host range whose name contains this text (HTA's rule).")
+@click.option("--instance", type=click.IntRange(min=0), default=0, show_default=True, help="Which match of --annotation, from 0.")
+@click.option("-t", "--top", type=ROWS, default=10, show_default=True, help="Rows of the top tables.")
+@click.option("--json", "json_", is_flag=True, help="Every table as JSON, the path's edges in order included.")
+@click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width (default: the terminal's).")
+@click.option("--keep-last-step", is_flag=True, help="Keep a last step the profiler cut short.")
+@click.option("--no-cache", is_flag=True, help="Parse the trace again instead of reading the cache.")
+def critical_path_command(
+    trace: str,
+    step: int | None,
+    annotation: str | None,
+    instance: int,
+    top: int,
+    json_: bool,
+    width: int | None,
+    keep_last_step: bool,
+    no_cache: bool,
+) -> None:
+    """The longest dependency path through each step and what bounds it.
+
+    The path runs through CPU ops (nested), kernel launches, kernels and
+    copies on each stream, and stream/event/device synchronizations; its
+    length is split by what bounds each stretch (CPU, launch overhead,
+    kernel gaps, GPU compute, memcpy/memset, communication, data loading).
+    Time between top-level ops that nothing traced covers is not on it
+    (span - length).
+    """
+    if step is not None and annotation is not None:
+        raise click.UsageError("use --step or --annotation, not both")
+    t = load(trace, cache=not no_cache)
+    if step is None and annotation is None and not keep_last_step:
+        t = without_incomplete_steps(t)
+    windows: list[Window]
+    if annotation is not None:
+        windows = [annotation_window(t, annotation, instance)]
+    elif step is not None:
+        windows = [step_window(t, step)]
+    else:
+        windows = step_windows(t)
+    if not windows:
+        raise TraceError(trace, "has no step to analyse")
+    paths = critical_paths(t, windows)
+    path, length = combined(paths)
+    summary = summarize(path, length)
+    tops = {by: top_items(path, by, length, top) for by in ("name", "op", "module", "source")}
+    # An op's own time and its name are the same row twice: "By op" is for the kernels and calls they launch.
+    if json_:
+        emit_json(
+            {
+                "windows": per_window(paths).to_dicts(),
+                "length_us": length,
+                "summary": summary.to_dicts(),
+                "top": {by: frame.to_dicts() for by, frame in tops.items()},
+                "paths": [_path_json(cp) for cp in paths],
+            }
+        )
+        return
+    _print(Console(width=width, soft_wrap=False), paths, summary, length, tops)
+
+
+def _path_json(cp: CriticalPath) -> dict:
+    w = cp.window
+    return {
+        "window": {"label": w.label, "step": w.step, "start_ns": w.start, "end_ns": w.end},
+        "length_us": cp.length_us,
+        "span_us": cp.span_us,
+        "nodes": cp.nodes,
+        "edges": cp.edges,
+        "summary": cp.summary.to_dicts(),
+        "path": cp.path.to_dicts(),
+    }
+
+
+def _print(console: Console, paths: list[CriticalPath], summary: pl.DataFrame, length: float, tops: dict[str, pl.DataFrame]) -> None:
+    span = sum(cp.span_us for cp in paths)
+    if len(paths) == 1:
+        title = f"Critical path of {paths[0].window.label}"
+    else:
+        title = f"Critical path of {len(paths)} steps"
+        _print_steps(console, paths)
+    console.print(Text(title, style="bold"))
+    console.print(
+        f"length {duration(length)}, span {duration(span)} ({duration(max(span - length, 0.0))} untraced between ops)"
+    )
+    table = Table(box=box.SIMPLE_HEAD, header_style="bold", collapse_padding=True)
+    for header, justify in (("bound by", "left"), ("time", "right"), ("share", "right"), ("edges", "right")):
+        table.add_column(header, justify=justify)  # type: ignore[arg-type]
+    for row in summary.iter_rows(named=True):
+        table.add_row(LABELS.get(row["bound_by"], row["bound_by"]), duration(row["us"]), percent(row["pct"] / 100), str(row["edges"]))
+    console.print(table)
+    # The name takes what the bound, time and share columns leave.
+    chars = max(16, min(NAME_CHARS, console.width - 42))
+    shown = (("name", "On the path"), ("op", "By op"), ("module", "By module"), ("source", "By source line"))
+    for by, header in shown:
+        frame = tops[by]
+        if frame.height == 0:
+            continue
+        t = Table(title=header, title_justify="left", box=box.SIMPLE_HEAD, header_style="bold", collapse_padding=True)
+        t.add_column(by, no_wrap=True)
+        t.add_column("bound by", no_wrap=True, min_width=max(len(LABELS.get(b, b)) for b in frame["bound_by"]))
+        t.add_column("time", justify="right", no_wrap=True, min_width=9)
+        t.add_column("share", justify="right", no_wrap=True, min_width=6)
+        for row in frame.iter_rows(named=True):
+            t.add_row(Text(_short(row[by], chars)), LABELS.get(row["bound_by"], row["bound_by"]), duration(row["us"]), percent(row["pct"] / 100))
+        console.print(t)
+
+
+def _print_steps(console: Console, paths: list[CriticalPath]) -> None:
+    frame = per_window(paths)
+    t = Table(title="Per step", title_justify="left", box=box.SIMPLE_HEAD, header_style="bold", collapse_padding=True)
+    for header, justify in (("step", "left"), ("length", "right"), ("span", "right"), ("mostly", "left"), ("share", "right")):
+        t.add_column(header, justify=justify)  # type: ignore[arg-type]
+    rows = frame.to_dicts()
+    for row in rows[:MAX_STEP_ROWS]:
+        t.add_row(
+            str(row["step"]) if row["step"] is not None else row["window"],
+            duration(row["length_us"]),
+            duration(row["span_us"]),
+            LABELS.get(row["top_bound"] or "", row["top_bound"] or "-"),
+            percent(row["top_pct"] / 100) if row["top_pct"] is not None else "-",
+        )
+    if len(rows) > MAX_STEP_ROWS:
+        t.add_row(f"+{len(rows) - MAX_STEP_ROWS}", "", "", "", "")
+    console.print(t)

@@ -1,0 +1,56 @@
+"""``kinetolens critical-path`` as a user runs it, in a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import trace_path
+
+EVENT_SYNC = str(trace_path("hta/critical_path/cuda_event_sync/event_sync_trace.json.gz"))
+ALEXNET = str(trace_path("hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"))
+PARAM = "[param|pytorch.model.alex_net|0|0|0|measure|forward]"
+
+
+def _run(args: list[str], columns: int = 120) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, COLUMNS=str(columns), POLARS_MAX_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "kinetolens.cli.main", "critical-path", *args], capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_json_has_the_path_in_order() -> None:
+    # issue 19, point 1: --json carries the length, the bound-by split and the path's edges in order.
+    out = _run([ALEXNET, "--annotation", PARAM, "--instance", "1", "--json"])
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["length_us"] == 35834.0  # HTA 0.5.0's length for this window
+    (path,) = data["paths"]
+    assert [e["order"] for e in path["path"]] == list(range(len(path["path"])))
+    assert sum(e["us"] for e in path["path"]) == data["length_us"]
+    assert {r["bound_by"] for r in data["summary"]} >= {"cpu", "gpu_compute", "kernel_gap", "launch_overhead"}
+    assert data["top"]["name"][0]["name"] == "cudaMalloc"  # regression pin: 31.5 ms of the 35.8 ms
+
+
+def test_terminal_fits_80_columns() -> None:
+    # issue 19, point 1: one small summary table, then the top items, numbers with units.
+    for columns in (80, 120):
+        out = _run([EVENT_SYNC, "--step", "100"], columns)
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert max(len(line.rstrip()) for line in lines) <= columns
+        assert lines[0] == "Critical path of ProfilerStep#100"
+        assert lines[1].startswith("length 2,401 us, span 2,577 us (176 us untraced between ops)")
+        assert "CPU ops" in out.stdout and "97.3%" in out.stdout
+
+
+def test_bad_window_is_one_line() -> None:
+    # issue 19, point 1: a step or annotation the trace lacks: one line naming it, exit 2.
+    for args, words in (
+        ([EVENT_SYNC, "--step", "3"], ["no step 3"]),
+        ([EVENT_SYNC, "--annotation", "nope"], ["'nope'"]),
+        ([EVENT_SYNC, "--step", "100", "--annotation", "ProfilerStep"], ["--step or --annotation"]),
+    ):
+        out = _run(args)
+        assert out.returncode == 2 and out.stdout == ""
+        assert len(out.stderr.strip().splitlines()) == 1 and all(w in out.stderr for w in words), out.stderr
