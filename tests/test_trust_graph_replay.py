@@ -224,3 +224,20 @@ def test_summary_measures_replayed_attribution(paired: kinetolens.Trace) -> None
     assert a["graph_replay_with_capture_op"] == 1.0 and a["graph_replay_with_module"] == 1.0
     bare = summarize(kinetolens.load(trace_path(REPLAY), capture=False, cache=False))["attribution"]
     assert bare["op"] == 1.0 and bare["graph_replay_with_capture_op"] == 0.0
+
+
+def test_a_replay_under_no_op_is_named_by_its_graph(tmp_path: Path) -> None:
+    # issue 20, point 1: without a capture trace and without the annotation
+    # around the launches (removed from a copy of the real replay), replayed
+    # kernels are named by launch and graph, with the module and source line
+    # of the launch: never anonymous time.
+    doc = json.loads(gzip.decompress(trace_path(REPLAY).read_bytes()))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "user_annotation"]
+    replay = tmp_path / "replay.json"
+    replay.write_text(json.dumps(doc))
+    replayed = _replayed(kinetolens.load(replay, capture=False, cache=False))
+    assert replayed["op_id"].is_null().all()
+    counts = dict(replayed.group_by("op").len().iter_rows())
+    assert counts == {"hipGraphLaunch (graph 0)": 4, "hipGraphLaunch (graph 1)": 345, "hipGraphLaunch (graph 2)": 12}
+    assert replayed["module"].str.starts_with("GptOssForCausalLM_0").all()
+    assert replayed["source"].is_not_null().all()
