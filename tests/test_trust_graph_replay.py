@@ -148,10 +148,11 @@ def test_cli_picks_up_the_capture(tmp_path: Path) -> None:
     # --capture names it; a missing one is one line and exit 2.
     env_cmd = [sys.executable, "-m", "kinetolens.cli.main"]
     out = subprocess.run(
-        [*env_cmd, "kernels", str(trace_path(REPLAY)), "--csv", "-c", "op", "--no-cache"],
+        [*env_cmd, "kernels", str(trace_path(REPLAY)), "--csv", "-c", "op,graph", "--no-cache"],
         capture_output=True, text=True, check=True,
     ).stdout
     assert "vllm::moe_forward" in out and "execute_8192" not in out
+    assert "triton_poi_fused_0,0:0\n" in out and "aten::mm,\n" in out  # graph:node, empty when eager
     replay = tmp_path / "replay.json.gz"
     shutil.copy(trace_path(REPLAY), replay)
     out = subprocess.run(
