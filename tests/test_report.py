@@ -175,7 +175,7 @@ def test_cpu_only_html_report_still_renders(tmp_path: Path) -> None:
     out = tmp_path / "cpu.html"
     assert _run_cli("report", str(trace_path(CPU_ONLY)), "-o", str(out)).returncode == 0
     text = out.read_text()
-    assert "No roofline: no GPU kernels." in text
+    assert "Roofline left out: a CPU-only trace: no GPU was listed or used." in text  # issue 18, point 4
     seen = _open_offline(out, OUTPUT / "report_cpu_only.png")
     assert seen["errors"] == [] and all(c["svgs"] >= 1 for c in seen["charts"])
 

@@ -148,10 +148,11 @@ def test_cli_picks_up_the_capture(tmp_path: Path) -> None:
     # --capture names it; a missing one is one line and exit 2.
     env_cmd = [sys.executable, "-m", "kinetolens.cli.main"]
     out = subprocess.run(
-        [*env_cmd, "kernels", str(trace_path(REPLAY)), "--csv", "-c", "op", "--no-cache"],
+        [*env_cmd, "kernels", str(trace_path(REPLAY)), "--csv", "-c", "op,graph", "--no-cache"],
         capture_output=True, text=True, check=True,
     ).stdout
     assert "vllm::moe_forward" in out and "execute_8192" not in out
+    assert "triton_poi_fused_0,0:0\n" in out and "aten::mm,\n" in out  # graph:node, empty when eager
     replay = tmp_path / "replay.json.gz"
     shutil.copy(trace_path(REPLAY), replay)
     out = subprocess.run(
@@ -224,3 +225,20 @@ def test_summary_measures_replayed_attribution(paired: kinetolens.Trace) -> None
     assert a["graph_replay_with_capture_op"] == 1.0 and a["graph_replay_with_module"] == 1.0
     bare = summarize(kinetolens.load(trace_path(REPLAY), capture=False, cache=False))["attribution"]
     assert bare["op"] == 1.0 and bare["graph_replay_with_capture_op"] == 0.0
+
+
+def test_a_replay_under_no_op_is_named_by_its_graph(tmp_path: Path) -> None:
+    # issue 20, point 1: without a capture trace and without the annotation
+    # around the launches (removed from a copy of the real replay), replayed
+    # kernels are named by launch and graph, with the module and source line
+    # of the launch: never anonymous time.
+    doc = json.loads(gzip.decompress(trace_path(REPLAY).read_bytes()))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "user_annotation"]
+    replay = tmp_path / "replay.json"
+    replay.write_text(json.dumps(doc))
+    replayed = _replayed(kinetolens.load(replay, capture=False, cache=False))
+    assert replayed["op_id"].is_null().all()
+    counts = dict(replayed.group_by("op").len().iter_rows())
+    assert counts == {"hipGraphLaunch (graph 0)": 4, "hipGraphLaunch (graph 1)": 345, "hipGraphLaunch (graph 2)": 12}
+    assert replayed["module"].str.starts_with("GptOssForCausalLM_0").all()
+    assert replayed["source"].is_not_null().all()

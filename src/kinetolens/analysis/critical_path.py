@@ -121,10 +121,7 @@ def critical_path(trace: Trace, window: Window) -> CriticalPath:
     nodes = longest_path(graph)
     path = _path_table(graph, nodes)
     length = float(path["us"].sum()) if path.height else 0.0
-    ts = graph.events.select(pl.concat_list("ts", "end")).to_series()
-    first, last = nodes[0], nodes[-1]
-    node_ts = lambda n: int(ts[n // 2][n % 2])  # noqa: E731
-    span = (node_ts(last) - node_ts(first)) / 1000 if len(nodes) > 1 else 0.0
+    span = (_node_ts(graph, nodes[-1]) - _node_ts(graph, nodes[0])) / 1000 if len(nodes) > 1 else 0.0
     return CriticalPath(
         window=window,
         length_us=length,
@@ -134,6 +131,10 @@ def critical_path(trace: Trace, window: Window) -> CriticalPath:
         nodes=graph.nodes,
         edges=graph.edges.height,
     )
+
+
+def _node_ts(graph: DependencyGraph, node: int) -> int:
+    return int(graph.events["end" if node % 2 else "ts"][node // 2])
 
 
 def longest_path(graph: DependencyGraph) -> list[int]:
@@ -155,7 +156,11 @@ def _path_table(graph: DependencyGraph, nodes: list[int]) -> pl.DataFrame:
         return pl.DataFrame(schema=_PATH_SCHEMA)
     steps = pl.DataFrame({"src": nodes[:-1], "dst": nodes[1:]}, schema={"src": pl.Int64, "dst": pl.Int64}).with_row_index("order")
     # Parallel edges: the heaviest is the one the path length counted.
-    edges = graph.edges.sort("weight", descending=True).unique(["src", "dst"], keep="first")
+    edges = (
+        steps.join(graph.edges, on=["src", "dst"], how="inner")
+        .sort("order", "weight", descending=[False, True])
+        .unique("order", keep="first", maintain_order=True)
+    )
     ev = graph.events
     where = (
         pl.when(pl.col("side") == "cpu")
@@ -175,7 +180,7 @@ def _path_table(graph: DependencyGraph, nodes: list[int]) -> pl.DataFrame:
         ts_us=pl.col("ts") / 1000,
         where=where,
     )
-    p = steps.join(edges, on=["src", "dst"], how="left").join(info, on="eid", how="left").sort("order")
+    p = edges.join(info, on="eid", how="left").sort("order")
     bound = (
         pl.when(pl.col("type") == "dependency")
         .then(pl.lit("dependency"))

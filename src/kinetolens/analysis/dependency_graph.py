@@ -10,7 +10,8 @@ nanoseconds, and built as polars tables (no Python loop per event):
   blocking call (device, stream or event synchronization, a synchronous
   copy) weighs 0: that wait is the GPU work it waits for, reached through a
   ``sync`` edge.
-* ``dependency``: one top-level op to the next on a thread, weight 0.  What
+* ``dependency``: a forward op -> its backward op on another thread (the
+  autograd engine's), and one top-level op to the next on a thread, weight 0.  What
   the thread did between two ops is not traced, so it is not counted (it is
   the difference between a path's span and its length).
 * ``launch``: runtime call start -> kernel start, weighing the launch delay
@@ -102,6 +103,7 @@ def build_graph(trace: Trace, start: int, end: int) -> DependencyGraph:
         _cpu_edges(cpu),
         _gpu_edges(trace, cpu, gpu, wait_src),
         _sync_edges(trace, cpu, gpu),
+        _backward_edges(cpu),
     ]
     if wait_src.height:
         parts.append(wait_src.select(src=2 * pl.col("src_eid") + 1, dst=2 * pl.col("eid"), weight=pl.lit(0), type=pl.lit("sync"), eid=pl.lit(None)))
@@ -133,6 +135,7 @@ def _cpu_events(trace: Trace, start: int, end: int) -> pl.DataFrame:
             end="end",
             op_id="op_id",
             launch_id=pl.lit(None, pl.Int64),
+            fwd_op_id="fwd_op_id",
         ),
         rt.select(
             side=pl.lit("cpu"),
@@ -147,6 +150,7 @@ def _cpu_events(trace: Trace, start: int, end: int) -> pl.DataFrame:
             end="end",
             op_id="op_id",
             launch_id="launch_id",
+            fwd_op_id=pl.lit(None, pl.Int64),
         ),
     ]
     cpu = pl.concat(frames, how="vertical_relaxed").with_columns(blocking=pl.col("name").is_in(BLOCKING_CALLS))
@@ -240,6 +244,19 @@ def _cpu_edges(cpu: pl.DataFrame) -> pl.DataFrame:
         .when(pl.col("is_start") == 0)
         .then(pl.col("eid"))
         .otherwise(pl.col("parent")),
+    )
+
+
+def _backward_edges(cpu: pl.DataFrame) -> pl.DataFrame:
+    """A backward op on another thread (the autograd engine's) starts after its forward op ends."""
+    fwd = cpu.filter((pl.col("kind") == "op") & pl.col("op_id").is_not_null()).select(
+        fwd_op_id="op_id", f_eid="eid", f_end="end", f_pid="pid", f_tid="tid"
+    )
+    return (
+        cpu.filter(pl.col("fwd_op_id").is_not_null())
+        .join(fwd, on="fwd_op_id", how="inner")
+        .filter(((pl.col("pid") != pl.col("f_pid")) | (pl.col("tid") != pl.col("f_tid"))) & (pl.col("f_end") <= pl.col("ts")))
+        .select(src=2 * pl.col("f_eid") + 1, dst=2 * pl.col("eid"), weight=pl.lit(0), type=pl.lit("dependency"), eid=pl.lit(None, pl.Int64))
     )
 
 

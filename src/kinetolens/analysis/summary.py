@@ -20,6 +20,7 @@ from kinetolens.analysis.memory import BASIS_NOTES, peak_memory
 from kinetolens.analysis.overview import COLUMNS, average_breakdown, complete_rows, step_breakdown
 from kinetolens.analysis.recommendations import RuleContext, damaged_inputs, findings
 from kinetolens.formats import RUN_METADATA_KEY
+from kinetolens.model.frames import FUNCTION_ONLY_PREFIX
 from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
 
@@ -45,6 +46,8 @@ def attribution(trace: Trace) -> dict[str, Any]:
         "op": _fraction(kernels, pl.col("op_id").is_not_null()),
         "module": _fraction(kernels, pl.col("module").is_not_null()),
         "source": _fraction(kernels, pl.col("source").is_not_null()),
+        # The line that made the call, not only the enclosing function.
+        "source_call_line": _fraction(kernels, ~pl.col("source").str.starts_with(FUNCTION_ONLY_PREFIX)),
         "launch": _fraction(kernels, pl.col("launch_id").is_not_null()),
         # Kernels whose launch the file never recorded (launched before the
         # profiling window, or CUPTI dropped the runtime record) cannot be

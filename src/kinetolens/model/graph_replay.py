@@ -52,6 +52,8 @@ I64 = pl.Int64
 GRAPH_LAUNCH = r"GraphLaunch"
 #: Runtime calls that add a node to a graph being captured.
 _NODE_CALL = r"(?i)(launch|memcpy|memset)"
+#: Launch-like calls that add no GPU activity (host nodes).
+_NOT_A_NODE = r"(?i)(graphlaunch|hostfunc)"
 #: Least share of nodes a replay and a captured graph must have in common
 #: to be paired when no captured graph holds exactly the replay's nodes.
 MIN_SHARED = 0.9
@@ -66,7 +68,8 @@ def mark_replays(ops: pl.DataFrame, kernels: pl.DataFrame) -> tuple[pl.DataFrame
     replayed kernels are numbered here: ``graph_id`` by distinct node set in
     order of first replay, ``graph_node`` by GPU start within the replay.
     Without a capture trace a replay's kernels stay with the op around the
-    launch (the graph's owner).
+    launch (the graph's owner); under none, their ``op`` reads
+    ``hipGraphLaunch (graph 2)``, with no ``op_id``.
     """
     ops = ops.with_columns(from_capture=pl.lit(False))
     recorded = pl.col("graph_id").fill_null(0) > 0  # CUPTI writes graph id 0 on eager work
@@ -92,7 +95,12 @@ def mark_replays(ops: pl.DataFrame, kernels: pl.DataFrame) -> tuple[pl.DataFrame
             graph_node=pl.when(pl.col("rec_graph").is_not_null()).then("rec_node").otherwise("position"),
         )
     )
-    return ops, _set_by_kernel(kernels, labels, ["graph_id", "graph_node"])
+    kernels = _set_by_kernel(kernels, labels, ["graph_id", "graph_node"])
+    # A replay under no op at all is named by its launch and graph, never
+    # left anonymous (its module and source still come from the launch).
+    unowned = pl.col("op").is_null() & pl.col("kernel_id").is_in(nodes["kernel_id"].implode())
+    named = pl.format("{} (graph {})", pl.col("launch"), pl.col("graph_id"))
+    return ops, kernels.with_columns(op=pl.when(unowned).then(named).otherwise(pl.col("op")))
 
 
 def attach_capture(
@@ -181,7 +189,7 @@ def captured_nodes(runtime: pl.DataFrame) -> pl.DataFrame:
     ).filter(pl.col("end").is_not_null())
     calls = rt.filter(
         pl.col("kernel").is_not_null()
-        | (pl.col("name").str.contains(_NODE_CALL) & ~pl.col("name").str.contains(GRAPH_LAUNCH))
+        | (pl.col("name").str.contains(_NODE_CALL) & ~pl.col("name").str.contains(_NOT_A_NODE))
     )
     inside = (
         calls.join_asof(

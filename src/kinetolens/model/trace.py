@@ -133,7 +133,7 @@ class Trace:
         ``grid_x``, ``grid_y``, ``grid_z``, ``block_x``, ``block_y``,
         ``block_z``, ``registers_per_thread``, ``shared_memory``,
         ``blocks_per_sm``, ``warps_per_sm``, ``occupancy``, ``bytes``,
-        ``memory_bw_gbps``.
+        ``memory_bw_gbps``, ``graph_id``, ``graph_node``.
     ``threads``: ``pid``, ``tid``, ``name`` (thread names).
     ``processes``: ``pid``, ``name``, ``labels`` (process names, GPU labels).
     ``kernel_counters``: CUPTI range-profiler counters (``counters=``), one

@@ -159,12 +159,15 @@ def _tables(data: ReportData) -> dict[str, Markup]:
     tables = {
         "overview": frame_html(overview_frame(data), rows=None, cell_chars=None),
         "breakdown": frame_html(breakdown_frame(data), rows=None),
-        "ops": frame_html(data.ops, list(dict.fromkeys(op_cols))),
+        # A CPU-only trace's device columns are all zero: left out.
+        "ops": frame_html(data.ops, [c for c in dict.fromkeys(op_cols) if data.summary["kind"]["gpu"] or not c.startswith("device_")]),
         "kernels": frame_html(data.kernel_names, ["name", "calls", "device_total_us", "mean_us", "op", "occupancy", "step_share_pct", "tflops_s", "gbps"]),
         "modules": _modules_html(data),
         "sources": frame_html(data.sources, list(dict.fromkeys(["source", "calls", time_basis(data.trace), "host_total_us", "step_share_pct"]))),
         "memory": frame_html(memory_frame(data), rows=None, cell_chars=None),
     }  # fmt: skip
+    if data.cross_rank is not None:
+        tables.update(cross_rank_tables(data))
     if data.roofline_modules is not None:
         tables["roofline"] = frame_html(
             data.roofline_modules,
@@ -173,8 +176,31 @@ def _tables(data: ReportData) -> dict[str, Markup]:
     return tables
 
 
+#: Cross-rank tables: name -> (heading, columns), in report order (the ``kinetolens dist`` tables).
+CROSS_RANK_TABLES = {
+    "stragglers": ("Arrival at collectives (late: ms after the earliest rank, per step)",
+                   ["rank", "straggler", "late_ms", "last_share", "caused_share", "cost_ms_per_step", "differs_most", "excess_ms"]),
+    "ranks": ("Per rank (ms per step)", None),
+    "steps": ("Step time across ranks (ms)", None),
+    "collectives": ("Collectives (per rank: ms over the trace, bandwidth in GB/s as nccl-tests)", None),
+}  # fmt: skip
+
+
+def cross_rank_tables(data: ReportData) -> dict[str, Markup]:
+    """The cross-rank tables as HTML, keyed ``cross_<name>``, with their headings."""
+    assert data.cross_rank is not None
+    out = {}
+    for name, (heading, cols) in CROSS_RANK_TABLES.items():
+        frame = getattr(data.cross_rank, name)
+        if frame.height:
+            cols = [c for c in (cols or frame.columns) if c in frame.columns]
+            out[f"cross_{name}"] = Markup(f"<h3>{html.escape(heading)}</h3>") + frame_html(frame, cols, rows=None)
+    return out
+
+
 def _charts(data: ReportData) -> dict[str, Markup]:
-    return {
+    """Each chart as HTML, or the sentence that stands in for it (:data:`ReportData.chart_notes`)."""
+    charts = {
         name: Markup(
             pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=f"kl-chart-{name}",
                         default_height="100%", config={"displaylogo": False, "responsive": True})
@@ -182,6 +208,9 @@ def _charts(data: ReportData) -> dict[str, Markup]:
         )
         for name, fig in data.figures().items()
     }  # fmt: skip
+    for name, note in data.chart_notes.items():
+        charts[name] = Markup('<p class="kl-muted kl-chart-note">{}</p>').format(note)
+    return charts
 
 
 def plotly_js() -> str:
