@@ -141,6 +141,9 @@ def test_explicit_capture_and_cache_key(tmp_path: Path) -> None:
         assert _replayed(t)["op"].is_in(["aten::addmm", "vllm::moe_forward"]).any()
     again = kinetolens.load(replay, cache=cache)  # read back from the cache: still unpaired
     assert _replayed(again)["op"].str.starts_with("execute_").all()
+    cached = kinetolens.load(replay, capture=trace_path(CAPTURE_DIR), cache=cache)  # paired, from the cache
+    assert cached.kernels.equals(folder.kernels) and cached.ops.equals(folder.ops)
+    assert cached.metadata["graph_capture"] == folder.metadata["graph_capture"]
 
 
 def test_cli_picks_up_the_capture(tmp_path: Path) -> None:
