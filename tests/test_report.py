@@ -176,7 +176,7 @@ def test_cpu_only_html_report_still_renders(tmp_path: Path) -> None:
     out = tmp_path / "cpu.html"
     assert _run_cli("report", str(trace_path(CPU_ONLY)), "-o", str(out)).returncode == 0
     text = out.read_text()
-    assert "No roofline: no GPU kernels." in text
+    assert "Roofline left out: a CPU-only trace: no GPU was listed or used." in text  # issue 18, point 4
     seen = _open_offline(out, OUTPUT / "report_cpu_only.png")
     assert seen["errors"] == [] and all(c["svgs"] >= 1 for c in seen["charts"])
 
@@ -190,8 +190,8 @@ def test_markdown_report_matches_the_analyses(bert: kinetolens.Trace) -> None:
         assert heading in md
     step_ms = step_breakdown(bert)["total"].item() / 1e6
     assert f"| mean step time | {step_ms:.3f} ms |" in md
-    top = op_stats(bert).sort("device_total_us", descending=True).row(0, named=True)
-    assert f"| {top['name']} | {top['calls']} | {top['device_total_us']:,.3f} |" in md
+    top = op_stats(bert).sort("device_self_us", descending=True).row(0, named=True)  # issue 18: ranked by self time
+    assert f"| {top['name']} | {top['calls']} | {top['device_self_us']:,.3f} |" in md
     # Every table row has as many cells as its header (pipes in names are escaped).
     for block in md.split("\n\n"):
         rows = [r for r in block.splitlines() if r.startswith("| ")]

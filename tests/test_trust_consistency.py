@@ -122,14 +122,14 @@ def test_terminal_views_say_what_a_memory_peak_counts() -> None:
     # issue 17, point 29: next to the number, in the summary and the memory view.
     path = str(trace_path(QWEN))
     summary = " ".join(_cli("summary", path).split())
-    assert "peak memory CPU │ 16 B, allocated while profiling only" in summary
-    assert "peak memory GPU0 │ 1.9 GiB (939.1 MiB alive when profiling started)" in summary
+    assert "peak memory CPU 16 B, allocated while profiling only" in summary
+    assert "peak memory GPU0 1.95 GiB (939 MiB alive when profiling started)" in summary  # issue 18: 3 figures
     memory = _cli("memory", path)
     rows: dict[str, list[str]] = {}
     for line in memory.splitlines():
         if line.strip().startswith(("GPU0 ", "CPU ")):
             rows.setdefault(line.split()[0], line.split())  # the table comes before the "peak at" lines
-    assert rows["GPU0"][1:6] == ["1.9", "GiB", "all", "939.1", "MiB"]
+    assert rows["GPU0"][1:6] == ["1.95", "GiB", "all", "939", "MiB"]
     assert rows["CPU"][1:5] == ["16", "B", "window", "-"]
     assert "counts window: allocated while profiling only" in " ".join(memory.split())
 

@@ -154,3 +154,26 @@ def test_graph_launched_kernels_hang_off_their_launch() -> None:
     cp = critical_path(trace, w)
     on_path = cp.path.filter(pl.col("type") == "kernel")
     assert on_path.height > 300
+
+
+def test_backward_thread_follows_its_forward_ops() -> None:
+    # issue 19, point 1: the backward thread. Each backward op on the autograd engine's
+    # thread depends on its forward op on the main thread, so the path can run
+    # forward ops -> backward ops -> their kernels instead of stopping at the thread's edge.
+    trace = load(trace_path("kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"))
+    w = step_window(trace, 6)
+    g = build_graph(trace, w.start, w.end)
+    ev = g.events.select("eid", "tid", "ts", "end")
+    cross = (
+        g.edges.filter(pl.col("type") == "dependency")
+        .with_columns(s=pl.col("src") // 2, d=pl.col("dst") // 2)
+        .join(ev.rename({"eid": "s", "tid": "s_tid", "ts": "s_ts", "end": "s_end"}), on="s")
+        .join(ev.rename({"eid": "d", "tid": "d_tid", "ts": "d_ts", "end": "d_end"}), on="d")
+        .filter(pl.col("s_tid") != pl.col("d_tid"))
+    )
+    assert cross.height > 1000  # regression pin: 1119 forward -> backward links in step 6
+    assert (cross["s_end"] <= cross["d_ts"]).all()
+    cp = critical_path(trace, w)
+    threads = {x for x in cp.path["where"].drop_nulls().to_list() if x.startswith("thread")}
+    assert len(threads) == 2  # the path runs on the main and the backward thread
+    assert cp.summary.filter(pl.col("bound_by") == "gpu_compute")["pct"][0] > 20

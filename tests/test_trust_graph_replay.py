@@ -4,6 +4,8 @@ against its own per-op report."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import shutil
 import subprocess
 import sys
@@ -13,6 +15,7 @@ import polars as pl
 import pytest
 
 import kinetolens
+from kinetolens.analysis.summary import summarize
 from kinetolens.analysis.work import kernel_work
 from tests.conftest import GOLDEN, trace_path
 
@@ -138,6 +141,9 @@ def test_explicit_capture_and_cache_key(tmp_path: Path) -> None:
         assert _replayed(t)["op"].is_in(["aten::addmm", "vllm::moe_forward"]).any()
     again = kinetolens.load(replay, cache=cache)  # read back from the cache: still unpaired
     assert _replayed(again)["op"].str.starts_with("execute_").all()
+    cached = kinetolens.load(replay, capture=trace_path(CAPTURE_DIR), cache=cache)  # paired, from the cache
+    assert cached.kernels.equals(folder.kernels) and cached.ops.equals(folder.ops)
+    assert cached.metadata["graph_capture"] == folder.metadata["graph_capture"]
 
 
 def test_cli_picks_up_the_capture(tmp_path: Path) -> None:
@@ -145,10 +151,11 @@ def test_cli_picks_up_the_capture(tmp_path: Path) -> None:
     # --capture names it; a missing one is one line and exit 2.
     env_cmd = [sys.executable, "-m", "kinetolens.cli.main"]
     out = subprocess.run(
-        [*env_cmd, "kernels", str(trace_path(REPLAY)), "--csv", "-c", "op", "--no-cache"],
+        [*env_cmd, "kernels", str(trace_path(REPLAY)), "--csv", "-c", "op,graph", "--no-cache"],
         capture_output=True, text=True, check=True,
     ).stdout
     assert "vllm::moe_forward" in out and "execute_8192" not in out
+    assert "triton_poi_fused_0,0:0\n" in out and "aten::mm,\n" in out  # graph:node, empty when eager
     replay = tmp_path / "replay.json.gz"
     shutil.copy(trace_path(REPLAY), replay)
     out = subprocess.run(
@@ -160,3 +167,93 @@ def test_cli_picks_up_the_capture(tmp_path: Path) -> None:
         [*env_cmd, "summary", str(replay), "--capture", str(tmp_path / "absent")], capture_output=True, text=True
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def _with_recorded_graph_ids(src: Path, dst: Path) -> None:
+    """``src`` with the ids CUDA >= 12 Kineto writes on GPU work: ``graph id``
+    and ``graph node id`` on replayed kernels, ``graph id`` 0 on eager ones."""
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    launches = {
+        e["args"]["correlation"]: 1000 + i
+        for i, e in enumerate(x for x in doc["traceEvents"] if x.get("name") == "hipGraphLaunch")
+    }
+    for e in doc["traceEvents"]:
+        if e.get("cat") in ("kernel", "gpu_memcpy"):
+            graph = launches.get(e["args"].get("correlation"))
+            e["args"]["graph id"] = graph or 0
+            e["args"]["graph node id"] = 0 if graph is None else graph * 100 + int(e["ts"]) % 97
+    dst.write_bytes(gzip.compress(json.dumps(doc).encode()))
+
+
+def test_recorded_graph_ids_are_kept(tmp_path: Path) -> None:
+    # issue 20, point 1: graph and node ids where the trace records them
+    # (Kineto's "graph id"/"graph node id", added here to a copy of the real
+    # replay as CUDA >= 12 Kineto writes them); pairing with the capture
+    # still goes by sequence (recorded ids name the instantiated graph).
+    replay = tmp_path / "replay.json.gz"
+    _with_recorded_graph_ids(trace_path(REPLAY), replay)
+    bare = kinetolens.load(replay, cache=False)
+    replayed = _replayed(bare)
+    assert replayed["graph_id"].n_unique() == 25 and replayed["graph_id"].min() == 1000
+    assert (replayed["graph_node"] // 100 == replayed["graph_id"]).all()
+    eager = bare.kernels.filter(pl.col("launch") != "hipGraphLaunch")
+    assert eager["graph_id"].is_null().all()
+    paired = kinetolens.load(replay, capture=trace_path(CAPTURE_DIR), cache=False)
+    assert sorted(_replayed(paired)["graph_id"].unique().to_list()) == list(range(25))
+    assert _replayed(paired)["op"].is_in(["vllm::moe_forward"]).sum() == 72
+
+
+def test_a_replay_missing_a_kernel_still_pairs() -> None:
+    # issue 20, point 1: xDiT's capture trace also replays its (FULL) graph
+    # once, with one of the 994 captured kernels absent from the replay;
+    # paired with itself, every replayed kernel still takes its capture op.
+    capture = trace_path("tracelens/inference/xdit_flux.1/capture_traces/capture_trace_rank_0.json.gz")
+    t = kinetolens.load(capture, capture=capture, cache=False)
+    replayed = _replayed(t)
+    assert replayed.height == 993
+    from_capture = t.ops.filter("from_capture")["op_id"].implode()
+    assert replayed["op_id"].is_in(from_capture).all()
+    assert replayed["module"].is_not_null().all()
+    assert not t.warnings
+    assert replayed.filter(pl.col("op") == "aten::mm")["dur"].sum() / replayed["dur"].sum() > 0.5
+
+
+def test_summary_measures_replayed_attribution(paired: kinetolens.Trace) -> None:
+    # issue 20, point 1 (measure): summary reports the replayed kernel time
+    # and the share of it on its capture op and on a module; without the
+    # capture trace none is on a capture op (the op it shows then is the
+    # annotation around the launch, which is why `op` alone read 100%).
+    a = summarize(paired)["attribution"]
+    assert a["graph_replay_time_us"] == pytest.approx(149919.755)
+    assert a["graph_replay_with_capture_op"] == 1.0 and a["graph_replay_with_module"] == 1.0
+    bare = summarize(kinetolens.load(trace_path(REPLAY), capture=False, cache=False))["attribution"]
+    assert bare["op"] == 1.0 and bare["graph_replay_with_capture_op"] == 0.0
+
+
+def test_a_replay_under_no_op_is_named_by_its_graph(tmp_path: Path) -> None:
+    # issue 20, point 1: without a capture trace and without the annotation
+    # around the launches (removed from a copy of the real replay), replayed
+    # kernels are named by launch and graph, with the module and source line
+    # of the launch: never anonymous time.
+    doc = json.loads(gzip.decompress(trace_path(REPLAY).read_bytes()))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "user_annotation"]
+    replay = tmp_path / "replay.json"
+    replay.write_text(json.dumps(doc))
+    replayed = _replayed(kinetolens.load(replay, capture=False, cache=False))
+    assert replayed["op_id"].is_null().all()
+    counts = dict(replayed.group_by("op").len().iter_rows())
+    assert counts == {"hipGraphLaunch (graph 0)": 4, "hipGraphLaunch (graph 1)": 345, "hipGraphLaunch (graph 2)": 12}
+    assert replayed["module"].str.starts_with("GptOssForCausalLM_0").all()
+    assert replayed["source"].is_not_null().all()
+
+
+def test_a_capture_of_other_graphs_pairs_nothing_and_says_so() -> None:
+    # issue 20, point 1: pairing vLLM's replay with xDiT's capture trace finds
+    # no graph with its kernels; every replayed kernel keeps the op around its
+    # launch and a warning counts them.
+    other = trace_path("tracelens/inference/xdit_flux.1/capture_traces")
+    t = kinetolens.load(trace_path(REPLAY), capture=other, cache=False)
+    assert _replayed(t)["op"].str.starts_with("execute_").all()
+    assert not t.ops["from_capture"].any()
+    [warning] = [w for w in t.warnings if w.kind == "replayed kernels without a captured node"]
+    assert warning.count == 361

@@ -75,12 +75,25 @@ def test_annotations_are_their_own_table(resnet: kinetolens.Trace) -> None:
     from kinetolens.analysis.annotations import annotation_stats
 
     table = annotation_stats(resnet)
-    assert table["name"].to_list() == ["ProfilerStep#*"]
+    assert table["name"][0] == "ProfilerStep#*"
     assert table["calls"][0] == resnet.steps.height
     assert table["step_share_pct"].sum() <= 100.0
     proc = _cli("ops", str(trace_path(RESNET)), "--annotations", "--json")
     assert proc.returncode == 0, proc.stderr
-    assert [r["name"] for r in json.loads(proc.stdout)] == ["ProfilerStep#*"]
+    assert [r["name"] for r in json.loads(proc.stdout)][0] == "ProfilerStep#*"
+
+
+def test_record_function_ranges_of_older_traces_are_annotations(resnet: kinetolens.Trace) -> None:
+    # issue 18, ops: this 2021 trace records record_function ranges as ops (Optimizer.step#SGD.step,
+    # enumerate(DataLoader)#...); they are spans around work, so they go to the annotations table.
+    names = op_stats(resnet)["name"].to_list()
+    assert not [n for n in names if "#" in n]
+    assert "aten::add_" in names  # the optimizer's own ops stay
+    proc = _cli("ops", str(trace_path(RESNET)), "--annotations", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["name"]: r for r in json.loads(proc.stdout)}
+    assert {"Optimizer.step#SGD.step", "Optimizer.zero_grad#SGD.zero_grad"} <= set(rows)
+    assert rows["Optimizer.step#SGD.step"]["calls"] == 6
 
 
 def test_op_tree_puts_the_convolution_chain_under_one_branch(resnet: kinetolens.Trace) -> None:
@@ -162,9 +175,9 @@ def test_ops_and_modules_fit_80_and_120_columns(width: int) -> None:
     resnet, qwen = str(trace_path(RESNET)), str(trace_path(QWEN))
     for args, rows in (
         (["ops", resnet, "-t", "10"], 10),
-        (["ops", resnet, "--annotations"], 1),
+        (["ops", resnet, "--annotations"], 4),
         (["modules", qwen, "--by", "type"], 10),
-        (["modules", qwen, "--depth", "1"], 27),
+        (["modules", qwen, "--depth", "1"], 29),
     ):
         proc = _cli(*args, columns=width)
         assert proc.returncode == 0, proc.stderr
@@ -173,3 +186,55 @@ def test_ops_and_modules_fit_80_and_120_columns(width: int) -> None:
     assert proc.returncode == 0, proc.stderr
     assert max(len(line) for line in proc.stdout.splitlines()) <= width
     assert "aten::cudnn_convolution" in proc.stdout
+
+
+def test_report_ranks_ops_by_self_time_and_shows_the_module_tree(resnet: kinetolens.Trace, tmp_path) -> None:
+    # issue 18, report: its top-ops table and pie use the same self-time ranking as `kinetolens ops`,
+    # and its Modules section is the module tree (collapsible) with the roll-up by module class.
+    from kinetolens.views.report_data import collect
+
+    data = collect(resnet)
+    top = data.ops["name"].head(10).to_list()
+    assert len(CONV_CHAIN & set(top)) <= 1 and not any(n.startswith("ProfilerStep") for n in top)
+    pie = data.figures()["ops"]
+    assert pie.layout.title.text.endswith("device_self_us")
+    report = tmp_path / "qwen.html"
+    proc = _cli("report", str(trace_path(QWEN)), "-o", str(report))
+    assert proc.returncode == 0, proc.stderr
+    page = report.read_text()
+    assert page.count('class="kl-mtree"') == 1
+    assert 'title="Qwen2Model_0.Qwen2DecoderLayer_0.Qwen2Attention_0">Qwen2Attention_0<' in page
+    assert "<td class=\"name\">Qwen2Attention</td><td class=\"num\">24</td>" in page
+    assert "Qwen2Model_0.Qwen2DecoderLayer_0.Qwen2Attention_0.Linear_0</td>" not in page  # no flat path list
+
+
+def test_dashboard_module_page_is_the_tree_and_its_roll_up(tmp_path) -> None:
+    # issue 18, dashboard: the Modules table is the module tree (depth chosen on the page) or, with
+    # view=type, one row per class; the Operators pies rank by self time.
+    from urllib.parse import urlencode
+
+    from kinetolens.views.dashboard import create_app
+    from tests.dashboard_helpers import ThreadServer
+
+    run = tmp_path / "logdir" / "qwen"
+    run.mkdir(parents=True)
+    (run / "worker0.pt.trace.json.gz").symlink_to(trace_path(QWEN))
+    srv = ThreadServer(create_app(tmp_path / "logdir"))
+    try:
+        def rows(**extra: str) -> list[dict]:
+            q = urlencode({"run": "qwen", "worker": "worker0.pt.trace.json.gz", "limit": 500, **extra})
+            status, page, _ = srv.poll(f"/api/table/modules?{q}")
+            assert status == 200, page
+            names = [c["name"] for c in page["columns"]]
+            return [dict(zip(names, r, strict=True)) for r in page["rows"]]
+
+        tree = rows(depth="1")
+        assert [r["module"] for r in tree[:3]] == ["Qwen2Model_0", "\u00a0" * 3 + "Embedding_0", "\u00a0" * 3 + "Qwen2DecoderLayer_0"]
+        assert len(tree) == 29  # the model, its 27 children, (no module)
+        types = rows(view="type")
+        assert {r["type"]: r["count"] for r in types}["Qwen2Attention"] == 24
+        status, body, _ = srv.poll("/api/view/operators?" + urlencode({"run": "qwen", "worker": "worker0.pt.trace.json.gz"}))
+        assert status == 200
+        assert "Top 10 ops by device_self_us" in json.dumps(body)
+    finally:
+        srv.stop()

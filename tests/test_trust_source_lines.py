@@ -21,6 +21,9 @@ import polars as pl
 import pytest
 
 import kinetolens
+from tests.conftest import TRACES
+
+BERT = TRACES / "tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz"
 
 SCRIPT = textwrap.dedent(
     """
@@ -170,3 +173,21 @@ def test_report_has_source_lines(captured: tuple[Path, Path]) -> None:
     for tag in ("LOSS", "BACKWARD", "FC1", "FC2"):
         assert f"| {script}:{line_of(tag)} |" in section, tag
     assert f"| in forward ({script}:{line_of('DEF')}) |" in section
+
+
+
+# issue 18: source lines
+def test_bare_torch_trace_says_only_functions_are_known() -> None:
+    """A trace from bare ``torch.profiler(with_stack=True)`` names frames by
+    their entry line only: the kernels table shows each kernel's function,
+    and the summary says how much kernel time has a call line (none)."""
+    from kinetolens.analysis.kernels import kernel_table
+    from kinetolens.analysis.summary import attribution
+
+    trace = kinetolens.load(BERT)
+    sources = kernel_table(trace)["source"]
+    assert sources.null_count() == 0
+    assert sources.str.starts_with("in ").all()
+    assert sources[0] == "in forward (transformers/models/bert/modeling_bert.py:181)"
+    shares = attribution(trace)
+    assert shares["source"] == 1.0 and shares["source_call_line"] == 0.0

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from kinetolens.analysis.dependency_graph import DependencyGraph, build_graph
+from kinetolens.analysis.dependency_graph import DependencyGraph, TraceFacts, build_graph
 from kinetolens.errors import TraceError
 from kinetolens.model.trace import Trace
 
@@ -114,17 +114,15 @@ def step_windows(trace: Trace) -> list[Window]:
     return [step_window(trace, int(s)) for s in trace.steps.sort("ts")["step"].to_list()]
 
 
-def critical_path(trace: Trace, window: Window) -> CriticalPath:
-    graph = build_graph(trace, window.start, window.end)
+def critical_path(trace: Trace, window: Window, facts: TraceFacts | None = None) -> CriticalPath:
+    """The longest path of ``window``; ``facts`` shares whole-trace tables across windows."""
+    graph = build_graph(trace, window.start, window.end, facts)
     if graph.events.height == 0:
         raise TraceError(trace.path, f"has no CPU ops or runtime calls in {window.label}")
     nodes = longest_path(graph)
     path = _path_table(graph, nodes)
     length = float(path["us"].sum()) if path.height else 0.0
-    ts = graph.events.select(pl.concat_list("ts", "end")).to_series()
-    first, last = nodes[0], nodes[-1]
-    node_ts = lambda n: int(ts[n // 2][n % 2])  # noqa: E731
-    span = (node_ts(last) - node_ts(first)) / 1000 if len(nodes) > 1 else 0.0
+    span = (_node_ts(graph, nodes[-1]) - _node_ts(graph, nodes[0])) / 1000 if len(nodes) > 1 else 0.0
     return CriticalPath(
         window=window,
         length_us=length,
@@ -136,14 +134,17 @@ def critical_path(trace: Trace, window: Window) -> CriticalPath:
     )
 
 
+def _node_ts(graph: DependencyGraph, node: int) -> int:
+    return int(graph.events["end" if node % 2 else "ts"][node // 2])
+
+
 def longest_path(graph: DependencyGraph) -> list[int]:
     """Node ids along the heaviest path (rustworkx, weights in ns)."""
     import rustworkx as rx
 
     g = rx.PyDiGraph(check_cycle=False, multigraph=True, node_count_hint=graph.nodes, edge_count_hint=graph.edges.height)
     g.add_nodes_from(range(graph.nodes))
-    e = graph.edges
-    g.add_edges_from(list(zip(e["src"].to_list(), e["dst"].to_list(), e["weight"].to_list())))
+    g.add_edges_from(graph.edges.select("src", "dst", "weight").rows())
     try:
         return list(rx.dag_longest_path(g, weight_fn=lambda _u, _v, w: w))
     except rx.DAGHasCycle:
@@ -155,7 +156,11 @@ def _path_table(graph: DependencyGraph, nodes: list[int]) -> pl.DataFrame:
         return pl.DataFrame(schema=_PATH_SCHEMA)
     steps = pl.DataFrame({"src": nodes[:-1], "dst": nodes[1:]}, schema={"src": pl.Int64, "dst": pl.Int64}).with_row_index("order")
     # Parallel edges: the heaviest is the one the path length counted.
-    edges = graph.edges.sort("weight", descending=True).unique(["src", "dst"], keep="first")
+    edges = (
+        steps.join(graph.edges, on=["src", "dst"], how="inner")
+        .sort("order", "weight", descending=[False, True])
+        .unique("order", keep="first", maintain_order=True)
+    )
     ev = graph.events
     where = (
         pl.when(pl.col("side") == "cpu")
@@ -175,7 +180,7 @@ def _path_table(graph: DependencyGraph, nodes: list[int]) -> pl.DataFrame:
         ts_us=pl.col("ts") / 1000,
         where=where,
     )
-    p = steps.join(edges, on=["src", "dst"], how="left").join(info, on="eid", how="left").sort("order")
+    p = edges.join(info, on="eid", how="left").sort("order")
     bound = (
         pl.when(pl.col("type") == "dependency")
         .then(pl.lit("dependency"))
@@ -234,7 +239,8 @@ def top_items(path: pl.DataFrame, by: str, length_us: float, n: int = 10) -> pl.
 
 
 def critical_paths(trace: Trace, windows: list[Window]) -> list[CriticalPath]:
-    return [critical_path(trace, w) for w in windows]
+    facts = TraceFacts(trace)
+    return [critical_path(trace, w, facts) for w in windows]
 
 
 def per_window(paths: list[CriticalPath]) -> pl.DataFrame:

@@ -44,6 +44,7 @@ from kinetolens.analysis.trace_kind import TraceKind, trace_kind
 from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
 from kinetolens.registry.gpus import gpu_spec, trace_device
+from kinetolens.registry.kernel_names import short_kernel_name
 
 NS_PER_MS = 1e6
 
@@ -330,7 +331,7 @@ def launch_overhead(ctx: RuleContext) -> list[Finding]:
             evidence=(
                 f"{count / ctx.steps:.0f} kernels per step run shorter than their launch call "
                 f"({gpu_us / count:.1f} us on the GPU vs {cpu_us / count:.1f} us to launch on average); "
-                f"most launch time: {top['name']} x{top['count']}"
+                f"most launch time: {short_kernel_name(top['name'])} x{top['count']}"
             ),
             change=(
                 "Fuse elementwise chains (torch.compile), use fused/foreach optimizers "

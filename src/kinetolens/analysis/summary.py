@@ -20,6 +20,7 @@ from kinetolens.analysis.memory import BASIS_NOTES, peak_memory
 from kinetolens.analysis.overview import COLUMNS, average_breakdown, complete_rows, step_breakdown
 from kinetolens.analysis.recommendations import RuleContext, damaged_inputs, findings
 from kinetolens.formats import RUN_METADATA_KEY
+from kinetolens.model.frames import FUNCTION_ONLY_PREFIX
 from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
 
@@ -45,6 +46,8 @@ def attribution(trace: Trace) -> dict[str, Any]:
         "op": _fraction(kernels, pl.col("op_id").is_not_null()),
         "module": _fraction(kernels, pl.col("module").is_not_null()),
         "source": _fraction(kernels, pl.col("source").is_not_null()),
+        # The line that made the call, not only the enclosing function.
+        "source_call_line": _fraction(kernels, ~pl.col("source").str.starts_with(FUNCTION_ONLY_PREFIX)),
         "launch": _fraction(kernels, pl.col("launch_id").is_not_null()),
         # Kernels whose launch the file never recorded (launched before the
         # profiling window, or CUPTI dropped the runtime record) cannot be
@@ -55,6 +58,20 @@ def attribution(trace: Trace) -> dict[str, Any]:
         "backward_time_us": float(backward["dur"].sum()) / 1000.0 if backward.height else 0.0,
         "backward_with_forward_op": _fraction(differentiating, pl.col("fwd_op_id").is_not_null()),
         "gpu_activity_with_op": _fraction(gpu, pl.col("op_id").is_not_null()),
+        **_graph_replay(trace, kernels),
+    }
+
+
+def _graph_replay(trace: Trace, kernels: pl.DataFrame) -> dict[str, Any]:
+    """Kernel time replayed from CUDA/HIP graphs and how much of it has the
+    op that launched it at capture (``kinetolens.model.graph_replay``)."""
+    replayed = kernels.filter(pl.col("graph_id").is_not_null()) if "graph_id" in kernels.columns else kernels.clear()
+    ops = trace.ops
+    captured = ops.filter(pl.col("from_capture"))["op_id"] if "from_capture" in ops.columns else ops["op_id"].clear()
+    return {
+        "graph_replay_time_us": float(replayed["dur"].sum()) / 1000.0 if replayed.height else 0.0,
+        "graph_replay_with_capture_op": _fraction(replayed, pl.col("op_id").is_in(captured.implode())),
+        "graph_replay_with_module": _fraction(replayed, pl.col("module").is_not_null()),
     }
 
 

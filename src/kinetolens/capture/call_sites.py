@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,12 @@ def write_call_stacks(json_path: Path, prof: Any) -> None:
     results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
     if results is None:
         return
-    stacks = op_call_stacks(results.experimental_event_tree())
+    try:
+        stacks = op_call_stacks(results.experimental_event_tree())
+    except (AttributeError, ImportError, RuntimeError, TypeError) as exc:
+        # torch's event tree is an experimental API: a torch that changed it
+        # still gets its trace, with enclosing functions as sources.
+        warnings.warn(f"kinetolens.profile: ops' call lines not recorded ({exc})", RuntimeWarning, stacklevel=2)
+        return
     if stacks:
         json_path.write_bytes(insert_call_stacks(json_path.read_bytes(), stacks))

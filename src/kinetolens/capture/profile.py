@@ -466,7 +466,9 @@ def profile(
             CPU plus CUDA when available.
         profile_device: False for CPU only.
         record_shapes, with_stack, with_modules, profile_memory, with_flops:
-            passed to torch.profiler (all on except with_flops).
+            passed to torch.profiler (all on except with_flops).  With
+            with_stack, each op's call line is also written into the trace
+            when it is exported (see ``capture.call_sites``).
         counters: CUPTI hardware counters: preset names ("roofline",
             "tensor_cores", "memory"; see ``capture.counter_presets``) or
             metric names.  Needs a CUDA build and device; raises

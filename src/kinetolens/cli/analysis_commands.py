@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import textwrap
+from collections.abc import Callable
+
 import click
 import polars as pl
 from rich import box
@@ -26,7 +29,8 @@ from kinetolens.analysis.roofline import LOST_COLUMNS, with_time_lost
 from kinetolens.analysis.summary import summarize
 from kinetolens.cli.checks import ROWS, WIDTH, check_step, check_time_range, regex, require_kernels
 from kinetolens.cli.load_options import capture_option
-from kinetolens.cli.render import emit, emit_json, pick_columns, print_fitted, terminal_width
+from kinetolens.cli.render import console as render_console
+from kinetolens.cli.render import emit, emit_json, pick_columns, print_fitted, print_pairs, terminal_width
 from kinetolens.loader import load
 from kinetolens.registry.gpus import gpu_spec
 from kinetolens.registry.kernel_names import short_names
@@ -44,19 +48,20 @@ def _pct(value: float | None) -> str:
 @click.command("summary")
 @click.argument("trace", type=str)
 @click.option("--json", "json_", is_flag=True, help="Stable JSON (see docs/summary-json.md).")
+@click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width for the tables.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
 @capture_option
-def summary_command(trace: str, json_: bool, no_cache: bool, capture: str | None = None) -> None:
+def summary_command(
+    trace: str, json_: bool, no_cache: bool, capture: str | None = None, width: int | None = None
+) -> None:
     """What TRACE is, and how well its kernels are attributed."""
     t = load(trace, capture=capture, cache=not no_cache)
     info = summarize(t)
     if json_:
         emit_json(info)
         return
-    console = Console()
-    table = Table(title=f"kinetolens summary: {trace}", show_header=False)
-    table.add_column("what", style="bold")
-    table.add_column("value")
+    console = render_console(width)
+    table = _Pairs()
     dev = ", ".join(f"{d['name']} (id {d['id']})" for d in info["devices"] if d["name"]) or _run_device(info["device"])
     table.add_row("format", info["format"])
     gpu = info["kind"]["gpu"]
@@ -73,10 +78,10 @@ def summary_command(trace: str, json_: bool, no_cache: bool, capture: str | None
     if gpu:
         _add_attribution(table, info)
     for m in info["memory"]:
-        table.add_row(f"peak memory {m['device']}", _peak_text(m))
+        table.add_row(f"peak memory {m['device']}", _peak_text(m, table.note))
     for w in info["warnings"]:
         table.add_row("warning", f"{w['kind']}: {w['detail']} ({w['count']}x)")
-    console.print(table)
+    table.print(console, f"kinetolens summary: {trace}")
     _print_breakdown(console, steps, gpu)
     _print_gpus(console, info["gpu"], info["devices"])
     _print_recommendations(console, info["recommendations"])
@@ -88,16 +93,21 @@ def summary_command(trace: str, json_: bool, no_cache: bool, capture: str | None
 GPU_EVENTS = ("runtime", "kernels", "memcpy", "memset")
 
 
-def _add_attribution(table: Table, info: dict) -> None:
+def _add_attribution(table: _Pairs, info: dict) -> None:
     """Kernel time and how much of it has an op, module, source line, forward op."""
     a = info["attribution"]
     table.add_row("kernel time", f"{a['kernel_time_us'] / 1000:.3f} ms (every kernel in the file, summed)")
     table.add_row("  with an op", _pct(a["op"]))
     table.add_row("  with a module", _pct(a["module"]))
     table.add_row("  with a source line", _pct(a["source"]))
+    table.add_row("    at its call line", _pct(a.get("source_call_line")))
     unrecorded = info["unrecorded_launches"]
     if unrecorded["note"]:
-        table.add_row("  launch not recorded", unrecorded["note"])
+        table.add_row("  launch not recorded", table.note(unrecorded["note"]))
+    if a["graph_replay_time_us"]:
+        table.add_row("graph-replayed kernel time", f"{a['graph_replay_time_us'] / 1000:.3f} ms")
+        table.add_row("  with its capture op", _pct(a["graph_replay_with_capture_op"]))
+        table.add_row("  with a module", _pct(a["graph_replay_with_module"]))
     if info["kind"]["pytorch"]:
         table.add_row("backward kernel time", f"{a['backward_time_us'] / 1000:.3f} ms")
         table.add_row("  with its forward op", _pct(a["backward_with_forward_op"]))
@@ -110,13 +120,42 @@ def _run_device(device: dict | None) -> str:
     return f"{str(device.get('type') or '').upper()}: {device['name']}".lstrip(": ")
 
 
-def _peak_text(m: dict) -> str:
+class _Pairs:
+    """The summary's ``what: value`` rows; long explanations go under the
+    table as numbered notes, so each value stays within two lines."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str]] = []
+        self.notes: list[str] = []
+
+    def add_row(self, what: str, value: str) -> None:
+        self.rows.append((what, value))
+
+    def note(self, text: str) -> str:
+        """``text`` as a note; returns its marker, or ``text`` itself when short."""
+        head, sep, rest = text.partition(": ")
+        if len(text) <= NOTE_CHARS:
+            return text
+        self.notes.append(rest if sep else text)
+        return f"{head if sep else ''} [{len(self.notes)}]".strip()
+
+    def print(self, console: Console, title: str) -> None:
+        print_pairs(self.rows, title=title, out=console)
+        for i, text in enumerate(self.notes, 1):
+            console.print(Text(f"[{i}] {text}"))
+
+
+#: Longest explanation kept in a summary value; longer ones become notes under the table.
+NOTE_CHARS = 60
+
+
+def _peak_text(m: dict, note: Callable[[str], str] = str) -> str:
     """The peak with what it covers: everything alive (and what was alive at the start), or the window only."""
     peak = human_bytes(m["peak_allocated"])
     if m["basis"] == ALLOCATOR:
         start = m["live_at_start"]
         return peak if start is None else f"{peak} ({human_bytes(start)} alive when profiling started)"
-    return f"{peak}, {m['note']}"
+    return f"{peak}, {note(m['note'])}"
 
 
 #: Recommendations shown in the terminal (all of them are in --json).
@@ -126,14 +165,13 @@ TOP_RECOMMENDATIONS = 3
 def _print_recommendations(console: Console, findings: list[dict]) -> None:
     if not findings:
         return
-    table = Table(title="What to change first (estimated saving per step)")
-    table.add_column("ms", justify="right")
-    # Folded, never cut: a kernel's name is the evidence.
-    table.add_column("finding", overflow="fold")
-    table.add_column("change", overflow="fold")
-    for f in findings[:TOP_RECOMMENDATIONS]:
-        table.add_row(f"{f['saving_ms']:.2f}", f"{f['title']}: {f['evidence']}", f["change"])
-    console.print(table)
+    # Wrapped paragraphs, never cut: the evidence (a kernel's name) is read whole.
+    console.print(Text("What to change first (estimated saving per step)", style="bold"))
+    width = min(console.width, 100_000)
+    for i, f in enumerate(findings[:TOP_RECOMMENDATIONS], 1):
+        for text in (f"{i}. {f['saving_ms']:.2f} ms  {f['title']}: {f['evidence']}", f"change: {f['change']}"):
+            lead = "" if text[0].isdigit() else "   "
+            console.print(Text(textwrap.fill(text, width, initial_indent=lead, subsequent_indent="   ")))
 
 
 #: Step rows shown in the terminal; the average row covers all of them.

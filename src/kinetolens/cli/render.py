@@ -287,6 +287,7 @@ def print_table(
         same_time_unit=same_time_unit, show_header=show_header,
     )
     con.print(table)
+    con.line()  # tables in a row stay apart
     return dropped
 
 

@@ -122,6 +122,9 @@ DEVICE_SCHEMA: dict[str, pl.DataType] = {
     "occupancy": pl.Float64(),
     "bytes": pl.Int64(),
     "memory_bw_gbps": pl.Float64(),
+    # CUDA >= 12 Kineto: the graph and node a replayed kernel or copy ran as.
+    "graph_id": pl.Int64(),
+    "graph_node": pl.Int64(),
 }
 
 MEMORY_SCHEMA: dict[str, pl.DataType] = {

@@ -308,6 +308,7 @@ def device_frame(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[
     sizes = _int_args(a, {"bytes": "bytes", "size": "size"})
     cols["bytes"] = coalesce(sizes["bytes"], sizes["size"]).alias("bytes")
     cols["memory_bw_gbps"] = pl.Series("memory_bw_gbps", _get("memory_bw_gbps", a), dtype=pl.Float64, strict=False)
+    cols.update(_int_args(a, {"graph_id": "graph_id", "graph_node": "graph_node_id"}))
     return cols
 
 

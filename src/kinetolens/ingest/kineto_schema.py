@@ -107,6 +107,9 @@ class DeviceArgs(LinkArgs, gc=False):
     size: int | None = None  # an MTIA DMA request's bytes
     # Kineto's bytes / exact ns duration: the written ``dur`` may be whole µs.
     memory_bw_gbps: float | None = msgspec.field(default=None, name="memory bandwidth (GB/s)")
+    # The graph and graph node a replayed activity ran as (0 for eager work).
+    graph_id: int | None = msgspec.field(default=None, name="graph id")
+    graph_node_id: int | None = msgspec.field(default=None, name="graph node id")
 
 
 class MemoryArgs(msgspec.Struct, gc=False):

@@ -8,6 +8,7 @@ Device)``) so reports look the same whichever profiler recorded the trace.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import polars as pl
@@ -57,6 +58,8 @@ _QUERY_SCHEMA: dict[str, pl.DataType] = {
     "copy_kind": pl.Int64(),
     "src_kind": pl.Int64(),
     "dst_kind": pl.Int64(),
+    "graph_id": pl.Int64(),
+    "graph_node": pl.Int64(),
 }
 
 
@@ -75,6 +78,11 @@ def _common(db: Database, table: str, kind: str) -> list[str]:
     ]
 
 
+def _graph_columns(c: Callable[[str], str]) -> list[str]:
+    """The CUDA graph and graph node a replayed activity ran as (NULL for eager work)."""
+    return [f"{c('graphId')} AS graph_id", f"{c('graphNodeId')} AS graph_node"]
+
+
 def _kernel_sql(db: Database) -> str:
     t = KERNEL_TABLE
     c = lambda col: db.col(t, "t", col)
@@ -91,6 +99,7 @@ def _kernel_sql(db: Database) -> str:
         )),
         f"{smem} AS shared_memory",
         "NULL AS bytes", "NULL AS copy_kind", "NULL AS src_kind", "NULL AS dst_kind",
+        *_graph_columns(c),
     ]
     return f"SELECT {', '.join(cols)} FROM {quote(t)} AS t {' '.join(joins)}"
 
@@ -106,6 +115,7 @@ def _copy_sql(db: Database, table: str, kind: str) -> str:
         f"{c('copyKind')} AS copy_kind",
         f"{src} AS src_kind",
         f"{c('dstKind')} AS dst_kind",
+        *_graph_columns(c),
     ]
     return f"SELECT {', '.join(cols)} FROM {quote(table)} AS t"
 

@@ -26,9 +26,11 @@ import polars as pl
 
 from kinetolens.user_code import INTERNAL_PATH_PARTS, is_user_file
 
-__all__ = ["INTERNAL_PATH_PARTS", "MODULE_PREFIX", "enclosing_function", "per_distinct", "source_from_call_stack", "user_frame"]
+__all__ = ["FUNCTION_ONLY_PREFIX", "INTERNAL_PATH_PARTS", "MODULE_PREFIX", "enclosing_function", "per_distinct", "source_from_call_stack", "user_frame"]
 
 MODULE_PREFIX = "nn.Module: "
+#: A source that names only the enclosing function starts with this.
+FUNCTION_ONLY_PREFIX = "in "
 
 _FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.*)$")
 
@@ -57,7 +59,7 @@ def enclosing_function(name: str) -> str | None:
     """``in func (file:line)`` when the ``python_function`` frame ``name`` is
     user code, else None: the line is where ``func`` was entered."""
     match = _user_match(name)
-    return None if match is None else f"in {match['func']} ({match['file']}:{match['line']})"
+    return None if match is None else f"{FUNCTION_ONLY_PREFIX}{match['func']} ({match['file']}:{match['line']})"
 
 
 def source_from_call_stack(stack: str | None) -> str | None:

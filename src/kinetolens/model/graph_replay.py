@@ -29,10 +29,15 @@ call of them), numbered after the replay's own ops and flagged
 the launch's step: at replay they cost no CPU time.  Paired kernels then carry op, module, source, shapes and direction
 like eager kernels, so FLOPs and rooflines apply unchanged.
 
-Every kernel says whether it came from a graph: ``graph_id`` (the captured
-graph's index in the capture trace when paired, else the index of its
-distinct node sequence in the replay trace, by first replay) and
-``graph_node`` (its position in that graph); both null for eager kernels.
+Every kernel says whether it came from a graph: ``graph_id`` and
+``graph_node``, both null for eager kernels.  When paired they are the
+captured graph's index in the capture trace and the node's position in it;
+else the ids the trace recorded (CUDA >= 12 Kineto's ``graph id``/``graph
+node id``, nsys' ``graphId``/``graphNodeId``) or, where it recorded none,
+the index of the replay's distinct node set (by first replay) and the
+kernel's position in the replay.  Recorded ids name the instantiated
+graph, not the captured one, so pairing with a capture trace still goes by
+sequence.
 """
 
 from __future__ import annotations
@@ -47,6 +52,11 @@ I64 = pl.Int64
 GRAPH_LAUNCH = r"GraphLaunch"
 #: Runtime calls that add a node to a graph being captured.
 _NODE_CALL = r"(?i)(launch|memcpy|memset)"
+#: Launch-like calls that add no GPU activity (host nodes).
+_NOT_A_NODE = r"(?i)(graphlaunch|hostfunc)"
+#: Least share of nodes a replay and a captured graph must have in common
+#: to be paired when no captured graph holds exactly the replay's nodes.
+MIN_SHARED = 0.9
 #: A node's name when the capture trace does not name its kernels (CUDA).
 _UNNAMED = "<kernel>"
 
@@ -54,21 +64,43 @@ _UNNAMED = "<kernel>"
 def mark_replays(ops: pl.DataFrame, kernels: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """``from_capture`` (false) on ops and ``graph_id``/``graph_node`` on kernels.
 
+    Ids the trace recorded (CUDA >= 12 Kineto, nsys) are kept; other
+    replayed kernels are numbered here: ``graph_id`` by distinct node set in
+    order of first replay, ``graph_node`` by GPU start within the replay.
     Without a capture trace a replay's kernels stay with the op around the
-    launch (the graph's owner); ``graph_id`` numbers the distinct node
-    sequences in order of first replay.
+    launch (the graph's owner); under none, their ``op`` reads
+    ``hipGraphLaunch (graph 2)``, with no ``op_id``.
     """
     ops = ops.with_columns(from_capture=pl.lit(False))
+    recorded = pl.col("graph_id").fill_null(0) > 0  # CUPTI writes graph id 0 on eager work
+    if "graph_id" in kernels.columns:
+        kernels = kernels.with_columns(
+            graph_id=pl.when(recorded).then(pl.col("graph_id").cast(I64)),
+            graph_node=pl.when(recorded).then(pl.col("graph_node").cast(I64)),
+        )
+    else:
+        kernels = kernels.with_columns(graph_id=pl.lit(None, I64), graph_node=pl.lit(None, I64))
     nodes = _replayed_nodes(kernels, named=True)
     if nodes.height == 0:
-        return ops, kernels.with_columns(graph_id=pl.lit(None, I64), graph_node=pl.lit(None, I64))
+        return ops, kernels
     sigs = _signatures(nodes, "launch_id")
     first = sigs.group_by("sig").agg(pl.col("first_ts").min()).sort("first_ts").with_row_index("graph_id")
     launch_graph = sigs.join(first.select("sig", pl.col("graph_id").cast(I64)), on="sig", how="left")
-    labels = nodes.join(launch_graph.select("launch_id", "graph_id"), on="launch_id", how="left").select(
-        "kernel_id", "graph_id", graph_node="position"
+    labels = (
+        nodes.join(launch_graph.select("launch_id", "graph_id"), on="launch_id", how="left")
+        .join(kernels.select("kernel_id", rec_graph="graph_id", rec_node="graph_node"), on="kernel_id", how="left")
+        .select(
+            "kernel_id",
+            graph_id=pl.coalesce("rec_graph", "graph_id"),
+            graph_node=pl.when(pl.col("rec_graph").is_not_null()).then("rec_node").otherwise("position"),
+        )
     )
-    return ops, _set_by_kernel(kernels, labels, ["graph_id", "graph_node"])
+    kernels = _set_by_kernel(kernels, labels, ["graph_id", "graph_node"])
+    # A replay under no op at all is named by its launch and graph, never
+    # left anonymous (its module and source still come from the launch).
+    unowned = pl.col("op").is_null() & pl.col("kernel_id").is_in(nodes["kernel_id"].implode())
+    named = pl.format("{} (graph {})", pl.col("launch"), pl.col("graph_id"))
+    return ops, kernels.with_columns(op=pl.when(unowned).then(named).otherwise(pl.col("op")))
 
 
 def attach_capture(
@@ -86,7 +118,7 @@ def attach_capture(
     replayed = _replayed_nodes(kernels, named=named)
     if replayed.height == 0 or captured.height == 0:
         return ops, kernels, replayed.height
-    pairs = _pair_launches(_signatures(replayed, "launch_id"), _signatures(captured, "graph"))
+    pairs = _pair_launches(_signatures(replayed, "launch_id"), _signatures(captured, "graph"), replayed, captured)
     linked = (
         replayed.join(pairs, on="launch_id", how="inner")
         .join(captured.select("graph", "name", "occurrence", "node", "cap_op_id", "cap_module", "cap_source"),
@@ -157,7 +189,7 @@ def captured_nodes(runtime: pl.DataFrame) -> pl.DataFrame:
     ).filter(pl.col("end").is_not_null())
     calls = rt.filter(
         pl.col("kernel").is_not_null()
-        | (pl.col("name").str.contains(_NODE_CALL) & ~pl.col("name").str.contains(GRAPH_LAUNCH))
+        | (pl.col("name").str.contains(_NODE_CALL) & ~pl.col("name").str.contains(_NOT_A_NODE))
     )
     inside = (
         calls.join_asof(
@@ -219,19 +251,47 @@ def _signatures(nodes: pl.DataFrame, by: str) -> pl.DataFrame:
     )
 
 
-def _pair_launches(replays: pl.DataFrame, graphs: pl.DataFrame) -> pl.DataFrame:
+def _pair_launches(replays: pl.DataFrame, graphs: pl.DataFrame, replayed: pl.DataFrame,
+                   captured: pl.DataFrame) -> pl.DataFrame:
     """``launch_id -> graph``: the k-th replay of a node set takes the
-    (k mod n)-th of the n captured graphs holding it."""
-    graphs = graphs.sort("graph").with_columns(
+    (k mod n)-th of the n captured graphs holding it.
+
+    A node set no captured graph holds exactly (a kernel the profiler
+    dropped, a replay cut by the end of the trace) takes the captured graphs
+    sharing the most nodes with it, when they share at least
+    :data:`MIN_SHARED` of the larger of the two.
+    """
+    exact = replays.select("sig").unique().join(graphs.select("sig", "graph"), on="sig", how="inner")
+    loose = replays.join(exact.select("sig").unique(), on="sig", how="anti")
+    candidates = [exact]
+    if loose.height:
+        # One replay stands for each node set; scored against every graph.
+        sample = loose.sort("first_ts", "launch_id").unique("sig", keep="first").select("sig", "launch_id")
+        nodes = replayed.join(sample, on="launch_id", how="inner")
+        shared = (
+            nodes.join(captured.select("graph", "name", "occurrence"), on=["name", "occurrence"], how="inner")
+            .group_by("sig", "graph")
+            .agg(shared=pl.len())
+        )
+        sizes = nodes.group_by("sig").agg(n_replay=pl.len())
+        graph_sizes = captured.group_by("graph").agg(n_graph=pl.len())
+        scored = (
+            shared.join(sizes, on="sig").join(graph_sizes, on="graph")
+            .with_columns(score=pl.col("shared") / pl.max_horizontal("n_replay", "n_graph"))
+            .filter(pl.col("score") >= MIN_SHARED)
+            .filter(pl.col("score") == pl.col("score").max().over("sig"))
+        )
+        candidates.append(scored.select("sig", "graph"))
+    cand = pl.concat(candidates).sort("sig", "graph").with_columns(
         slot=pl.int_range(pl.len(), dtype=I64).over("sig"), n=pl.len().over("sig").cast(I64)
     )
-    counts = graphs.select("sig", "n").unique("sig")
+    counts = cand.select("sig", "n").unique("sig")
     replays = (
         replays.join(counts, on="sig", how="inner")
         .sort("first_ts", "launch_id")
         .with_columns(slot=pl.int_range(pl.len(), dtype=I64).over("sig") % pl.col("n"))
     )
-    return replays.join(graphs.select("sig", "slot", "graph"), on=["sig", "slot"], how="inner").select(
+    return replays.join(cand.select("sig", "slot", "graph"), on=["sig", "slot"], how="inner").select(
         "launch_id", "graph"
     )
 

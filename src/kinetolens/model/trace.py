@@ -78,6 +78,7 @@ class Trace:
         ``launch_id``; ``kind``, ``cat``, ``name``, ``pid``, ``tid``; ``ts``,
         ``dur``, ``end`` (ns); ``external_id``, ``correlation`` (links the
         GPU activity it launched); ``cbid`` (CUPTI callback id);
+        ``kernel`` (the kernel a launch enqueues, where ROCm names it);
         ``contained_op_id`` (innermost op enclosing it in time); ``op_id``
         (the op it ran under) and ``op_link`` (how: ``external_id``,
         ``containment``, ``after_backward_node``); ``module``, ``source``;
@@ -109,7 +110,7 @@ class Trace:
         ``external_id``, ``correlation``, ``sequence_number``,
         ``fwd_thread_id``, ``record_function_id``, ``input_dims``,
         ``input_types``, ``concrete_inputs``, ``call_stack``, ``cbid``,
-        ``collective_name``, ``in_msg_nelems``, ``out_msg_nelems``,
+        ``kernel``, ``collective_name``, ``in_msg_nelems``, ``out_msg_nelems``,
         ``group_size``, ``comm_dtype``, ``process_group_name``.
     ``memory``: allocator events (``profile_memory``), one per allocation
         or free. ``pid``, ``tid``; ``ts`` (ns); ``device_type``,
@@ -132,7 +133,7 @@ class Trace:
         ``grid_x``, ``grid_y``, ``grid_z``, ``block_x``, ``block_y``,
         ``block_z``, ``registers_per_thread``, ``shared_memory``,
         ``blocks_per_sm``, ``warps_per_sm``, ``occupancy``, ``bytes``,
-        ``memory_bw_gbps``.
+        ``memory_bw_gbps``, ``graph_id``, ``graph_node``.
     ``threads``: ``pid``, ``tid``, ``name`` (thread names).
     ``processes``: ``pid``, ``name``, ``labels`` (process names, GPU labels).
     ``kernel_counters``: CUPTI range-profiler counters (``counters=``), one

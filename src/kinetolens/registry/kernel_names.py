@@ -12,7 +12,8 @@ lambda's enclosing function, dtypes) and drops the rest:
   ``std::``); library namespaces (``cudnn::``, ``cutlass::``) stay on the kernel;
 * PyTorch's vector widths and block sizes (``<4, ...>``), ``Array<char*, 3>``,
   offset calculators and load/store policies;
-* template arguments nested more than two levels deep (their names stay).
+* template arguments nested more than two levels deep (their names stay),
+  and a kernel's trailing ``true``/``false`` switches.
 
 Names without a signature (cuBLAS ``sm90_xmma_gemm_...``, cuDNN
 ``volta_scudnn_...``, Triton, MIOpen ``igemm_...``) are kept whole, except
@@ -116,6 +117,8 @@ def short_kernel_name(name: str) -> str:
     head, args = _head_and_args(s)
     if args is None:
         return head
+    while args and args[-1] in ("true", "false"):  # trailing feature switches (flash attention has seven)
+        args.pop()
     kept = _keep(args, 1, torch)
     return f"{head}<{', '.join(kept)}>" if kept else head
 

@@ -160,6 +160,21 @@ def module_tree(modules: pl.DataFrame, value: str = "device_total_us") -> pl.Dat
     return pl.DataFrame(rows, schema=schema).sort("id")
 
 
+#: Most boxes one icicle level shows at once and stays readable (in its 500 px).
+ICICLE_MAX_BOXES = 40
+
+
+def _readable_depth(ids: pl.Series) -> int:
+    """Levels drawn at once: down to the deepest whose boxes stay readable
+    (24 decoder layers: yes; their 96 blocks: no, a click on a layer opens them)."""
+    per_level = ids.str.count_matches(".", literal=True).value_counts().sort(ids.name)
+    readable = per_level.filter(pl.col("count") <= ICICLE_MAX_BOXES)[ids.name].to_list()
+    depth = 0
+    while depth + 1 in readable:
+        depth += 1
+    return max(2, depth + 1)
+
+
 def module_icicle_figure(
     modules: pl.DataFrame, value: str = "device_total_us", title: str = "Time by module"
 ) -> go.Figure:
@@ -171,7 +186,7 @@ def module_icicle_figure(
                               labels=tree["label"].to_list(), values=tree["total"].to_list(),
                               branchvalues="total", customdata=tree["own"].to_list(),
                               hovertemplate="%{id}<br>%{value:,.1f} us (own %{customdata:,.1f} us)<extra></extra>",
-                              maxdepth=6))  # fmt: skip
+                              maxdepth=_readable_depth(tree["id"])))  # fmt: skip
     fig.update_layout(title=title, template=TEMPLATE, margin={"t": 50, "l": 10, "r": 10, "b": 10}, height=500)
     return fig
 

@@ -29,6 +29,8 @@ from xml.sax.saxutils import escape
 
 import polars as pl
 
+from kinetolens.views import units
+
 #: Colours for the ops that allocated the most bytes (Tableau 10), then grey.
 PALETTE = (
     "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
@@ -48,15 +50,8 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
 
 def human_bytes(n: float | None) -> str:
-    """``1536`` -> ``1.5 KiB``; binary units, as allocators round."""
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
+    """``1536`` -> ``1.50 KiB``; binary units, as allocators round (:func:`kinetolens.views.units.memory`)."""
+    return units.memory(n)
 
 
 def _text(s: object) -> str:

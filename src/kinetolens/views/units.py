@@ -78,7 +78,7 @@ def memory(value: float | None) -> str:
     v = float(value)
     for unit in _BINARY:
         if abs(v) < 1024 or unit == _BINARY[-1]:
-            return f"{v:,.0f} B" if unit == "B" else f"{v:.3g} {unit}" if abs(v) < 100 else f"{v:,.0f} {unit}"
+            return f"{v:,.0f} B" if unit == "B" else f"{sig(v, 3)} {unit}"
         v /= 1024
     return "-"  # pragma: no cover
 
@@ -93,11 +93,12 @@ def count(value: float | int | None) -> str:
     return "-" if missing(value) else f"{round(value):,}"
 
 
-def time_unit(us: float | None) -> tuple[str, float]:
-    """The unit (and its size in us) that shows ``us``-sized values in at most four integer digits."""
+def time_unit(us: float | None, digits: int = 4) -> tuple[str, float]:
+    """The unit (and its size in us) that shows ``us``-sized values in at most
+    ``digits`` integer digits (a column: 4, so 3,094 us stays in us; one value: 1)."""
     biggest = abs(us) if not missing(us) else 0.0
     for unit, scale in TIME_UNITS:
-        if biggest >= 10 * scale:
+        if biggest >= 10 ** (digits - 3) * scale:
             return unit, scale
     return "us", 1.0
 
@@ -106,7 +107,7 @@ def duration(us: float | None) -> str:
     """One time with its own unit: ``18.1 us``, ``3.09 ms``, ``1.20 s``."""
     if missing(us):
         return "-"
-    unit, scale = time_unit(us)
+    unit, scale = time_unit(us, digits=3)
     return f"{sig(us / scale, 3)} {unit}"
 
 

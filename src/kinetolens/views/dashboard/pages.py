@@ -17,7 +17,7 @@ import polars as pl
 from kinetolens.analysis.kernels import tensor_core_time
 from kinetolens.analysis.memory import memory_curve, memory_events, memory_peaks
 from kinetolens.analysis.memory_allocations import pairable
-from kinetolens.analysis.ops import op_stats, time_basis
+from kinetolens.analysis.ops import op_stats, rank_basis, time_basis
 from kinetolens.analysis.recommendations import damaged_inputs, recommendations_frame
 from kinetolens.analysis.overview import step_breakdown, step_windows
 from kinetolens.analysis.roofline import op_roofline
@@ -26,6 +26,7 @@ from kinetolens.views import figures, units
 from kinetolens.views.dashboard import extra_figures
 from kinetolens.views.dashboard.sources import (
     KERNEL_GROUPS,
+    MODULE_DEPTHS,
     OP_GROUPS,
     BadParameter,
     Ctx,
@@ -126,7 +127,7 @@ def operators(ctx: Ctx) -> list[Block]:
         why = ("this Nsight export holds no NVTX ranges, which are what become operators" if _nsys(ctx)
                else "it records no operator events")
         return [unavailable("Operators are", why), text("The Kernels and Timeline views show its GPU work.")]
-    basis = time_basis(ctx.trace)
+    basis = rank_basis(ctx.trace)  # self time: nested ops would count their children's kernels again
     by_op = ctx.memo(("op_stats", ctx.step), lambda: op_stats(ctx.trace, by="op", step=ctx.step))
     return [
         table(
@@ -187,7 +188,9 @@ def modules(ctx: Ctx) -> list[Block]:
         return [unavailable("Modules are", why)]
     return [
         figure(figures.module_icicle_figure(mods, value=time_basis(ctx.trace))),
-        table("modules", "Modules: forward and backward device time side by side", sort="device_total_us"),
+        table("modules", "Module tree: forward and backward device time, self and total, FLOPs, % of roof "
+              "(depth: levels shown; view type: one row per module class)", sort=None,
+              choices={"depth": list(MODULE_DEPTHS), "view": ["tree", "type"]}),
     ]
 
 

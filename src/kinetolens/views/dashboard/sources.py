@@ -21,8 +21,9 @@ from kinetolens.analysis.group_labels import counts, listed
 from kinetolens.analysis.kernels import kernel_table
 from kinetolens.analysis.memory import memory_events, op_memory_stats
 from kinetolens.analysis.memory_allocations import allocations
+from kinetolens.analysis.module_tree import by_depth, by_type, module_tree
 from kinetolens.analysis.op_times import op_instances
-from kinetolens.analysis.ops import op_stats, time_basis
+from kinetolens.analysis.ops import op_stats, rank_basis
 from kinetolens.analysis.overview import COLUMNS, average_breakdown, step_breakdown
 from kinetolens.analysis.recommendations import recommendations_frame
 from kinetolens.analysis.roofline import (
@@ -38,6 +39,8 @@ from kinetolens.views.dashboard.tables import rounded
 
 #: Groupings the pages offer (the analyses accept these names).
 OP_GROUPS = ("op", "op+shape", "module", "source")
+#: Depths the module tree offers (the first is the default).
+MODULE_DEPTHS = ("2", "1", "3", "4", "all")
 NO_MODULE = "(no module)"
 
 
@@ -135,7 +138,7 @@ def ops(ctx: Ctx) -> pl.DataFrame:
     spec = spec_of(ctx)
     if spec is not None:
         table = with_time_lost(table, ctx.trace, spec, by, step=ctx.step)
-    basis = time_basis(ctx.trace)
+    basis = rank_basis(ctx.trace, by)
     front = [c for c in table.columns if c not in ("in_shapes", "dtypes", "direction")]
     return table.select(front).sort(basis, descending=True)
 
@@ -184,22 +187,21 @@ def kernels(ctx: Ctx) -> pl.DataFrame:
 # -- modules ----------------------------------------------------------------
 
 def modules(ctx: Ctx) -> pl.DataFrame:
-    """Per module: host time, forward and backward device time side by side, FLOPs, % of roofline."""
-    # Work outside any module is one row: its null key is named before the join, which never matches nulls.
-    outside = pl.col("module").fill_null(NO_MODULE)
-    host = op_stats(ctx.trace, by="module", step=ctx.step).select(
-        outside, "calls", "host_total_us", "device_total_us", "flops", "tflops_s"
-    )
-    k = ctx.trace.kernels if ctx.step is None else ctx.trace.kernels.filter(pl.col("step") == ctx.step)
-    by_dir = k.group_by(outside).agg(
-        fwd_device_us=pl.col("dur").filter(pl.col("direction") == "fprop").sum() / 1000.0,
-        bwd_device_us=pl.col("dur").filter(pl.col("direction") == "bprop").sum() / 1000.0,
-    )
-    table = host.join(by_dir, on="module", how="full", coalesce=True)
-    spec = spec_of(ctx)
-    if spec is not None:
-        table = with_time_lost(table, ctx.trace, spec, "module", step=ctx.step)
-    return table.sort("device_total_us", descending=True, nulls_last=True)
+    """The nn.Module tree (parents first, indented) down to the chosen depth, or its roll-up by module class."""
+    tree = ctx.memo(("module_tree", ctx.step), lambda: module_tree(ctx.trace, spec_of(ctx), step=ctx.step))
+    depth = ctx.choice("depth", MODULE_DEPTHS)
+    if ctx.choice("view", ("tree", "type")) == "type":  # every class, whatever the depth shown
+        return by_type(tree).select(
+            "type", "count", "total_us", "mean_us", "min_us", "max_us", "step_share_pct", "tflops_s", "pct_of_roof",
+            "fwd_total_us", "bwd_total_us", "self_us", "flops",
+        )
+    tree = by_depth(tree, None if depth == "all" else int(depth))
+    indent = pl.lit("\u00a0\u00a0\u00a0").repeat_by(pl.col("depth")).list.join("")
+    return tree.select(
+        module=pl.concat_str(indent, "name"),
+        **{c: c for c in ("fwd_total_us", "bwd_total_us", "fwd_self_us", "bwd_self_us", "self_us", "total_us",
+                          "step_share_pct", "tflops_s", "pct_of_roof", "flops")},
+    )  # fmt: skip
 
 
 # -- roofline ---------------------------------------------------------------
@@ -271,7 +273,7 @@ FRACTIONS: dict[str, frozenset[str]] = {
 }
 
 #: Parameters that change a source's result (the rest only sort, filter and page it).
-SOURCE_ARGS = ("group", "key", "device", "start_ms", "end_ms")
+SOURCE_ARGS = ("group", "key", "device", "start_ms", "end_ms", "depth", "view")
 
 
 def find_source(name: str) -> Callable[[Ctx], pl.DataFrame] | None:

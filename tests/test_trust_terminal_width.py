@@ -1,0 +1,237 @@
+"""Terminal output a person reads at a glance: short kernel names, tables that
+fit 80 and 120 columns with rows of at most two lines, piped output not
+wrapped, numbers with units (issue 18)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+
+import kinetolens
+from kinetolens.analysis.kernels import kernel_table
+from kinetolens.cli.render import format_column, table_text
+from kinetolens.registry.kernel_names import short_kernel_name, short_names
+from kinetolens.views import units
+from tests.conftest import trace_path
+
+QWEN = "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+QWEN_MI300 = "tracelens/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+NSFW_MI300 = "tracelens/mi300/Falconsai_nsfw_image_detection__1016002.json.gz"
+RESNET = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+CONTROL = "hta/trace_diff/control/control.json.gz"
+TEST = "hta/trace_diff/test/test.json.gz"
+
+
+def cli(*args: str, columns: int | None) -> str:
+    """The CLI in a real subprocess writing to a pipe; ``columns`` as ``COLUMNS`` (None: unset)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    if columns is not None:
+        env["COLUMNS"] = str(columns)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kinetolens.cli.main", *args], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def body(out: str) -> list[str]:
+    """The lines of the first table after its header rule, up to its caption or the next table."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() and set(line.strip()) <= {"─", "━", " "}) + 1
+    rows = []
+    for line in lines[start:]:
+        if not line.strip() or line.startswith(("not shown at this width", "more columns with")):
+            break
+        rows.append(line)
+    return rows
+
+
+# -- short kernel names --------------------------------------------------------------
+
+
+# issue 18: short names of real CUDA (H100, V100) and ROCm (MI300) kernel names
+EXPECTED_SHORT = {
+    # template noise and argument lists dropped, the functor kept
+    "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>, at::detail::Array<char*, 3> >"
+    "(int, at::native::AddFunctor<float>, at::detail::Array<char*, 3>)": "vectorized_elementwise_kernel<AddFunctor<float>>",
+    # a lambda is named by the function it is in
+    "void at::native::vectorized_elementwise_kernel<4, at::native::bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)"
+    "::{lambda(float)#1}, std::array<char*, 2ul> >(int, at::native::bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)"
+    "::{lambda(float)#1}, std::array<char*, 2ul>)": "vectorized_elementwise_kernel<bfloat16_copy_kernel_cuda>",
+    # cuBLAS / cuDNN / MIOpen names without a signature stay whole
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas":
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+    "volta_scudnn_128x64_relu_interior_nn_v1": "volta_scudnn_128x64_relu_interior_nn_v1",
+    "Memcpy DtoH (Device -> Pinned)": "Memcpy DtoH (Device -> Pinned)",
+    # library namespaces and template arguments kept, the argument list dropped
+    "void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>(cudnn::winograd_nonfused::WinogradDataParams"
+    "<float, float>)": "cudnn::winograd_nonfused::winogradForwardData4x4<float, float>",
+    "void cutlass::Kernel2<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>(cutlass_80_simt_sgemm_128x32_8x5_nn_align1::Params)":
+    "cutlass::Kernel2<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>",
+}
+
+
+@pytest.mark.parametrize("rel", [QWEN, RESNET, QWEN_MI300, NSFW_MI300])
+def test_short_names_of_real_kernels(rel: str) -> None:
+    # issue 18: the kernels view's short_name column, over every distinct name of real traces
+    table = kernel_table(kinetolens.load(trace_path(rel)))
+    pairs = dict(table.select("kernel", "short_name").unique().iter_rows())
+    assert len(pairs) > 10
+    for raw, short in pairs.items():
+        assert short == short_kernel_name(raw)
+        assert 0 < len(short) <= len(raw)
+        assert not short.startswith("void ") and "at::native::" not in short and "(anonymous namespace)" not in short
+        if raw.startswith("void "):  # a C++ signature: no argument list left
+            assert not short.endswith(")"), short
+        assert len(short) <= 130, short  # the longest raw names run to 850 characters
+    for raw, short in EXPECTED_SHORT.items():
+        if raw in pairs:
+            assert pairs[raw] == short
+    # names kept whole
+    assert all(pairs[n] == n for n in pairs if n.startswith(("Memcpy", "Memset", "sm90_xmma", "igemm_", "volta_")))
+    if "mi300" in rel:  # Tensile GEMMs: cut after the macro and instruction tiles
+        tensile = [s for r, s in pairs.items() if r.startswith("Cijk_")]
+        assert tensile and all(re.fullmatch(r"Cijk_\w+_MT\d+x\d+x\d+_MI\d+x\d+x\d+", s) for s in tensile), tensile
+
+
+def test_expected_short_names() -> None:
+    # issue 18
+    for raw, short in EXPECTED_SHORT.items():
+        assert short_kernel_name(raw) == short
+    series = pl.Series(list(EXPECTED_SHORT) * 3 + [None])
+    assert short_names(series).to_list() == list(EXPECTED_SHORT.values()) * 3 + [None]
+
+
+# -- tables fit 80 and 120 columns ---------------------------------------------------------
+
+COMMANDS = {
+    "kernels-qwen": ["kernels", QWEN, "-n", "15", "--step", "6"],
+    "kernels-resnet": ["kernels", RESNET, "-n", "15"],
+    "kernels-mi300": ["kernels", QWEN_MI300, "-n", "15"],
+    "ops-qwen": ["ops", QWEN],
+    "ops-resnet": ["ops", RESNET],
+    "ops-kernel": ["ops", QWEN, "--aggregate-by", "kernel"],
+    "summary-qwen": ["summary", QWEN],
+    "summary-resnet": ["summary", RESNET],
+    "diff": ["diff", CONTROL, TEST],
+    "diff-kernel": ["diff", CONTROL, TEST, "-l", "kernel"],
+}
+
+
+@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_tables_fit_the_width(name: str, width: int) -> None:
+    # issue 18: no line wider than COLUMNS; before, kernels at 80 columns took 1,281 lines for 15 rows
+    args = [str(trace_path(a)) if a.endswith(".gz") else a for a in COMMANDS[name]]
+    out = cli(*args, columns=width)
+    too_wide = [line for line in out.splitlines() if len(line.rstrip()) > width]
+    assert not too_wide, too_wide[:3]
+    if args[0] == "kernels":
+        rows = body(out)
+        starts = [i for i, line in enumerate(rows) if re.match(r"\s*\d+\s", line)]
+        assert len(starts) == 15
+        assert all(b - a <= 2 for a, b in zip(starts, [*starts[1:], len(rows)])), "a row took more than two lines"
+    if args[0] == "ops":
+        assert len(body(out)) <= 2 * 20
+    lines = [line.replace("│", " ").replace("┃", " ").rstrip() for line in out.splitlines()]
+    if args[0] == "summary":  # the what / value table: a value's second line has no key
+        block = lines[: next(i for i, line in enumerate(lines) if "Step time breakdown" in line)]
+        assert longest_run(block, lambda line: bool(re.match(r"\s{10,}\S", line))) <= 1
+    if args[0] == "diff":  # every row's first line has its status
+        start = next(i for i, line in enumerate(lines) if re.match(r"(op|kernel) per step", line.strip()))
+        rows = body("\n".join(lines[start:]))
+        statuses = re.compile(r"\s(new|gone|changed|same|appeared|disappeared)\s")
+        assert len(rows) > 5 and longest_run(rows, lambda line: not statuses.search(line + " ")) <= 1
+
+
+def longest_run(lines: list[str], continues: object) -> int:
+    """The most consecutive lines for which ``continues`` holds (a row's lines after its first)."""
+    best = run = 0
+    for line in lines:
+        run = run + 1 if continues(line) else 0  # type: ignore[operator]
+        best = max(best, run)
+    return best
+
+
+@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("rel", [QWEN, RESNET])
+def test_every_cell_is_at_most_two_lines(rel: str, width: int) -> None:
+    # issue 18: the renderer itself, on the whole kernels table of a real trace
+    frame = kernel_table(kinetolens.load(trace_path(rel))).select(
+        "idx", "step", "dir", "module", "op", "short_name", "params", "dur_us", "tc", "stream", "source"
+    )
+    table, dropped = table_text(frame, width=width)
+    for column in table.columns:
+        for cell in [column.header, *column._cells]:
+            lines = str(getattr(cell, "plain", cell)).split("\n")
+            assert len(lines) <= 2 and all(len(line) <= (column.max_width or width) for line in lines)
+    assert sum(c.max_width or 0 for c in table.columns) + 2 * (len(table.columns) - 1) <= width
+    assert "idx" not in dropped and "short_name" not in dropped
+
+
+def test_full_names_and_short_names() -> None:
+    # issue 18: the short form by default, --full-names for the raw name
+    path = str(trace_path(RESNET))
+    short = cli("kernels", path, "-n", "40", "-c", "idx,short_name", columns=None)
+    full = cli("kernels", path, "-n", "40", "-c", "idx,short_name", "--full-names", columns=None)
+    assert "vectorized_elementwise_kernel<AddFunctor<float>>" in short and "at::native::" not in short
+    assert "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>" in full
+
+
+# -- piped output --------------------------------------------------------------------------
+
+
+def test_piped_output_is_not_wrapped() -> None:
+    # issue 18: `kinetolens ops T | less` used rich's default 80 columns and split headers
+    path = str(trace_path(QWEN))
+    out = cli("kernels", path, "-n", "15", "--step", "6", columns=None)
+    rows = body(out)
+    assert len(rows) == 15  # one line per row
+    header = out.splitlines()[0]
+    assert re.search(r"\bdur us\b", header) and "fwd op" in header  # headers whole, on one line
+    ops = cli("ops", path, "-t", "10", columns=None)
+    assert len(body(ops)) == 10
+    assert any(len(line) > 80 for line in ops.splitlines())
+
+
+# -- numbers -------------------------------------------------------------------------------
+
+
+def test_units() -> None:
+    # issue 18: numbers with units a person reads
+    assert units.flops(3_093_603_287_040.0) == "3.09 TFLOP"
+    assert units.traffic(33.8e9) == "33.8 GB"
+    assert units.percent(0.555) == "55.5%"
+    assert units.memory(2.60 * 2**30) == "2.60 GiB"
+    assert units.memory(34_000_779_264) == "31.7 GiB"
+    assert units.duration(18.112) == "18.1 us" and units.duration(3093.6) == "3.09 ms"
+    assert units.duration(1_200_000) == "1.20 s"
+    assert units.count(10.0) == "10" and units.count(1024) == "1,024"
+    assert units.middle("model.layers.0.self_attn.q_proj", 15) == "model.l….q_proj"
+
+
+def test_columns_carry_their_unit() -> None:
+    # issue 18: counts as integers, times in the unit that fits with the unit in the header
+    calls = format_column("calls", pl.Series([10.0, 3.0]))
+    assert calls.cells == ["10", "3"]
+    times = format_column("device_total_us", pl.Series([12_790.0, 53.1]))
+    assert times.header == "device total ms" and times.cells == ["12.790", "0.053"]
+    flops = format_column("flops", pl.Series([3_093_603_287_040.0]))
+    assert flops.cells == ["3.09 TFLOP"]
+    assert format_column("tflops_s", pl.Series([12.4])).header == "TFLOP/s"
+
+
+def test_csv_and_json_keep_exact_numbers_without_float_noise() -> None:
+    # issue 18: 18.112, not 18.112000000000002 (the clock ticks in nanoseconds)
+    path = str(trace_path(QWEN))
+    csv = cli("kernels", path, "--csv", "-c", "idx,dur_us,start_us", columns=None)
+    values = [v for line in csv.splitlines()[1:] for v in line.split(",")[1:]]
+    assert values and all(len(v.partition(".")[2]) <= 3 for v in values)
+    rows = json.loads(cli("kernels", path, "--json", "-c", "idx,dur_us", "-n", "5", columns=None))
+    assert rows[0]["dur_us"] == 18.112
