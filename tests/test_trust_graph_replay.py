@@ -245,3 +245,15 @@ def test_a_replay_under_no_op_is_named_by_its_graph(tmp_path: Path) -> None:
     assert counts == {"hipGraphLaunch (graph 0)": 4, "hipGraphLaunch (graph 1)": 345, "hipGraphLaunch (graph 2)": 12}
     assert replayed["module"].str.starts_with("GptOssForCausalLM_0").all()
     assert replayed["source"].is_not_null().all()
+
+
+def test_a_capture_of_other_graphs_pairs_nothing_and_says_so() -> None:
+    # issue 20, point 1: pairing vLLM's replay with xDiT's capture trace finds
+    # no graph with its kernels; every replayed kernel keeps the op around its
+    # launch and a warning counts them.
+    other = trace_path("tracelens/inference/xdit_flux.1/capture_traces")
+    t = kinetolens.load(trace_path(REPLAY), capture=other, cache=False)
+    assert _replayed(t)["op"].str.starts_with("execute_").all()
+    assert not t.ops["from_capture"].any()
+    [warning] = [w for w in t.warnings if w.kind == "replayed kernels without a captured node"]
+    assert warning.count == 361

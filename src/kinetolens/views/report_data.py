@@ -284,7 +284,7 @@ def resolve_target(path: str | Path) -> tuple[Path, str | None]:
     who = f"rank {first.rank}" if first.rank is not None else f"worker {first.worker}"
     span = f"ranks {min(ranks)}-{max(ranks)}" if ranks else "workers"
     note = (
-        f"Run {first.run!r} holds {len(traces)} traces ({span}); this report covers {who} "
-        f"({first.path.name}) in full, after the section comparing every rank (as `kinetolens dist`)."
+        f"Run {first.run!r} holds {len(traces)} traces ({span}): Across ranks compares them "
+        f"(as `kinetolens dist`); the rest of this report is {who} ({first.path.name})."
     )
     return first.path, note

@@ -24,6 +24,7 @@ from kinetolens.analysis.memory import ALLOCATOR, BASIS_NOTES
 from kinetolens.analysis.module_tree import NO_MODULE, by_type
 from kinetolens.analysis.ops import time_basis
 from kinetolens.analysis.overview import CATEGORIES, OTHER
+from kinetolens.analysis.stragglers import CAUSES
 from kinetolens.errors import TraceError
 from kinetolens.views.module_tree_html import module_tree_html
 from kinetolens.views.report_data import SOURCES_NOTE, TOP_ROWS, ReportData
@@ -186,16 +187,26 @@ CROSS_RANK_TABLES = {
 }  # fmt: skip
 
 
-def cross_rank_tables(data: ReportData) -> dict[str, Markup]:
-    """The cross-rank tables as HTML, keyed ``cross_<name>``, with their headings."""
+def cross_rank_frames(data: ReportData) -> dict[str, tuple[str, pl.DataFrame]]:
+    """The non-empty cross-rank tables with their headings and columns, the
+    cause category named as ``kinetolens dist`` names it (both formats)."""
     assert data.cross_rank is not None
     out = {}
     for name, (heading, cols) in CROSS_RANK_TABLES.items():
         frame = getattr(data.cross_rank, name)
         if frame.height:
-            cols = [c for c in (cols or frame.columns) if c in frame.columns]
-            out[f"cross_{name}"] = Markup(f"<h3>{html.escape(heading)}</h3>") + frame_html(frame, cols, rows=None)
+            if "differs_most" in frame.columns:
+                frame = frame.with_columns(pl.col("differs_most").replace(CAUSES))
+            out[name] = (heading, frame.select([c for c in (cols or frame.columns) if c in frame.columns]))
     return out
+
+
+def cross_rank_tables(data: ReportData) -> dict[str, Markup]:
+    """The cross-rank tables as HTML, keyed ``cross_<name>``, with their headings."""
+    return {
+        f"cross_{name}": Markup("<h3>{}</h3>").format(heading) + frame_html(frame, rows=None)
+        for name, (heading, frame) in cross_rank_frames(data).items()
+    }
 
 
 def _charts(data: ReportData) -> dict[str, Markup]:

@@ -19,7 +19,7 @@ from kinetolens.analysis.module_tree import NO_MODULE, by_depth, by_type
 from kinetolens.analysis.ops import time_basis
 from kinetolens.analysis.recommendations import Finding
 from kinetolens.views.report_data import SOURCES_NOTE, ReportData
-from kinetolens.views.report_html import CROSS_RANK_TABLES, breakdown_frame, memory_frame, overview_frame
+from kinetolens.views.report_html import breakdown_frame, cross_rank_frames, memory_frame, overview_frame
 
 #: Rows per ranked table in markdown.
 MD_ROWS = 10
@@ -84,15 +84,16 @@ def render_md(data: ReportData) -> str:
         out.append(f"> {data.note}\n")
     out += ["## Overview\n", frame_md(overview_frame(data), rows=None, cell_chars=None), "\n### Step time (mean per step)\n",
             frame_md(breakdown_frame(data), rows=None)]  # fmt: skip
-    out.append("\n## Recommendations\n")
+    if data.cross_rank is not None:
+        out += _cross_rank_md(data)
+    whose = f" for rank {data.trace.rank}" if data.cross_rank is not None and data.trace.rank is not None else ""
+    out.append(f"\n## Recommendations{whose}\n")
     withheld = data.summary.get("recommendations_withheld")
     if withheld:
         out.append(f"No recommendations: {withheld}.\n")
     elif not data.findings:
         out.append("No rule fired: nothing obvious to change in this trace.\n")
     out += [_card(i, f) for i, f in enumerate(data.findings, 1)]
-    if data.cross_rank is not None:
-        out += _cross_rank_md(data)
     out += _section(data, "ops", "Top ops", lambda: [frame_md(data.ops, list(dict.fromkeys(["name", "calls", basis, "step_share_pct", "tflops_s", "in_shapes"])))])
     out += _section(data, "kernels", "Top kernels", lambda: [
         frame_md(data.kernel_names, ["name", "calls", "device_total_us", "mean_us", "op", "step_share_pct"]), _tensor_cores_md(data)])
@@ -155,8 +156,6 @@ def _cross_rank_md(data: ReportData) -> list[str]:
     out += [_card(i, f) for i, f in enumerate(data.cross_rank.findings, 1)] or [
         "No straggler: no rank keeps the others waiting at collectives.\n"
     ]
-    for name, (heading, cols) in CROSS_RANK_TABLES.items():
-        frame = getattr(data.cross_rank, name)
-        if frame.height:
-            out += [f"\n### {heading}\n", frame_md(frame, cols, rows=None)]
+    for heading, frame in cross_rank_frames(data).values():
+        out += [f"\n### {heading}\n", frame_md(frame, rows=None)]
     return out
