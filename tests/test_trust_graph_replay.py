@@ -17,6 +17,7 @@ import pytest
 import kinetolens
 from kinetolens.analysis.summary import summarize
 from kinetolens.analysis.work import kernel_work
+from kinetolens.model.graph_replay import captured_nodes
 from tests.conftest import GOLDEN, trace_path
 
 CASE = "tracelens/inference/vllm_prefilldecode_piecewise"
@@ -245,3 +246,37 @@ def test_a_replay_under_no_op_is_named_by_its_graph(tmp_path: Path) -> None:
     assert counts == {"hipGraphLaunch (graph 0)": 4, "hipGraphLaunch (graph 1)": 345, "hipGraphLaunch (graph 2)": 12}
     assert replayed["module"].str.starts_with("GptOssForCausalLM_0").all()
     assert replayed["source"].is_not_null().all()
+
+
+def test_a_capture_of_other_graphs_pairs_nothing_and_says_so() -> None:
+    # issue 20, point 1: pairing vLLM's replay with xDiT's capture trace finds
+    # no graph with its kernels; every replayed kernel keeps the op around its
+    # launch and a warning counts them.
+    other = trace_path("tracelens/inference/xdit_flux.1/capture_traces")
+    t = kinetolens.load(trace_path(REPLAY), capture=other, cache=False)
+    assert _replayed(t)["op"].str.starts_with("execute_").all()
+    assert not t.ops["from_capture"].any()
+    [warning] = [w for w in t.warnings if w.kind == "replayed kernels without a captured node"]
+    assert warning.count == 361
+
+
+def test_nodes_captured_outside_every_op_keep_the_replay_owner(tmp_path: Path) -> None:
+    # issue 20, point 1: a capture trace without ops (its cpu_op and
+    # user_annotation events removed from a copy of the real one) still
+    # pairs every replayed kernel with its graph and node, and gives the
+    # module of the capture-time launch; the op stays the replay's owner.
+    src = next(trace_path(CAPTURE_DIR).glob("*.pt.trace.json.gz"))
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in ("cpu_op", "user_annotation")]
+    capture = tmp_path / "capture.json"
+    capture.write_text(json.dumps(doc))
+    t = kinetolens.load(trace_path(REPLAY), capture=capture, cache=False)
+    replayed = _replayed(t)
+    assert not t.warnings
+    assert replayed["op"].str.starts_with("execute_8192").all()
+    assert sorted(replayed["graph_id"].unique().to_list()) == list(range(25))
+    assert not t.ops["from_capture"].any()
+    launches = captured_nodes(kinetolens.load(capture, capture=False, cache=False).runtime)
+    both = replayed.join(launches, left_on=["graph_id", "graph_node"], right_on=["graph", "node"], how="inner")
+    assert both.height == 361 and (both["module"] == both["cap_module"]).all()
+    assert (both["source"] == both["cap_source"]).all()

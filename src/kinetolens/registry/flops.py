@@ -18,6 +18,7 @@ from kinetolens.registry import (  # noqa: F401  (importing registers the famili
     flops_attention,
     flops_conv,
     flops_elementwise,
+    flops_engines,
     flops_gemm,
     flops_norm,
 )
