@@ -15,7 +15,7 @@ edges' weights, and each edge says what bounded that stretch:
 
 The length is below the path's span (its last minus its first timestamp)
 by the time between top-level ops that nothing traced covers.  The longest
-path is taken by rustworkx on the graph's edge arrays.
+path is taken on the graph's edge arrays (:mod:`kinetolens.analysis.longest_path`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from kinetolens.analysis.dependency_graph import DependencyGraph, TraceFacts, build_graph
+from kinetolens.analysis.longest_path import CycleError
+from kinetolens.analysis.longest_path import longest_path as chain_longest_path
 from kinetolens.errors import TraceError
 from kinetolens.model.trace import Trace
 
@@ -139,15 +141,11 @@ def _node_ts(graph: DependencyGraph, node: int) -> int:
 
 
 def longest_path(graph: DependencyGraph) -> list[int]:
-    """Node ids along the heaviest path (rustworkx, weights in ns)."""
-    import rustworkx as rx
-
-    g = rx.PyDiGraph(check_cycle=False, multigraph=True, node_count_hint=graph.nodes, edge_count_hint=graph.edges.height)
-    g.add_nodes_from(range(graph.nodes))
-    g.add_edges_from(graph.edges.select("src", "dst", "weight").rows())
+    """Node ids along the heaviest path (weights in ns)."""
+    e = graph.edges
     try:
-        return list(rx.dag_longest_path(g, weight_fn=lambda _u, _v, w: w))
-    except rx.DAGHasCycle:
+        return chain_longest_path(e["src"].to_numpy(), e["dst"].to_numpy(), e["weight"].to_numpy(), graph.nodes)
+    except CycleError:
         raise TraceError("trace", "has events whose order contradicts their dependencies (a cycle); timestamps may be skewed") from None
 
 
