@@ -70,9 +70,12 @@ class Case:
         with open(path, newline="") as f:
             return list(csv.DictReader(f))
 
-    def work_of(self, r: dict[str, str], family: str) -> tuple[float, float]:
-        """Work of ``family`` at or below the calls matching the row (all calls agree)."""
+    def work_of(self, r: dict[str, str], family: str, counted_only: bool = False) -> tuple[float, float]:
+        """Work of ``family`` at or below the calls matching the row (all calls agree);
+        ``counted_only``: leave out calls without work."""
         results = set().union(*(p.work_of(r, family) for p in self.parts))
+        if counted_only:
+            results.discard((0.0, 0.0))
         assert results, f"no {r['name']} {r['Input Dims_first']} in the traces"
         assert len(results) == 1, f"{r['name']}: same shapes, different work {results}"
         return results.pop()
@@ -171,3 +174,28 @@ def test_fused_activation(case: Case) -> None:
         assert (flops, moved) == (pytest.approx(tl_flops, rel=1e-9), pytest.approx(tl_bytes, rel=1e-9))
     if case.golden.parent.name.startswith("sglang"):
         assert rows
+
+
+def test_paged_attention(case: Case) -> None:
+    # issue 20, point 3: paged / variable-length attention (vLLM unified attention, aiter batch prefill),
+    # its sequences from the engine's step annotation; exact match, FLOPs and bytes
+    # The capture trace's dummy batch has no step annotation: its attention calls get no number
+    # (the split into sequences is unknown); the replay trace's calls carry TraceLens' figures.
+    # Bytes: TraceLens moves one KV-cache token (2 KiB) more on the vLLM case (0.001%).
+    rows = [r for r in case.rows("InferenceAttention_fwd.csv") if r["param: H_Q"]]
+    assert rows
+    for r in rows:
+        flops, moved = case.work_of(r, "attention", counted_only=True)
+        tl_flops, tl_bytes = _golden(r)
+        assert (flops, moved) == (pytest.approx(tl_flops, rel=1e-9), pytest.approx(tl_bytes, rel=1e-5)), r["name"]
+
+
+def test_step_annotation() -> None:
+    # issue 20, point 3: both annotation formats vLLM writes
+    from kinetolens.registry.flops_paged_attention import step_batch
+
+    new = step_batch("execute_8192_context_9(sq8155sk8430sqsq7475785sqsk7671310)_generation_37(sq37sk34489sqsq37sqsk34489)")
+    assert new is not None and (new.context_seqs, new.context_sqsk, new.decode_seqs, new.decode_sk) == (9, 7671310, 37, 34489)
+    old = step_batch("execute_context_1(888_788544)_generation_0(0)")
+    assert old is not None and (old.context_sq, old.context_sk, old.context_sqsq, old.decode_seqs) == (888, 888, 788544, 0)
+    assert step_batch("execute_model") is None
