@@ -18,10 +18,11 @@ from kinetolens.analysis.module_tree import NO_MODULE, by_depth, by_type
 from kinetolens.analysis.ops import time_basis
 from kinetolens.views.report_data import SOURCES_NOTE, ReportData
 from kinetolens.views.report_html import breakdown_frame, memory_frame, overview_frame
+from kinetolens.views import units
 
 #: Rows per ranked table in markdown.
 MD_ROWS = 10
-#: Text cells keep their tail beyond this many characters.
+#: Text cells are cut in the middle beyond this many characters.
 MD_CELL_CHARS = 80
 
 
@@ -34,8 +35,8 @@ def _cell(value: Any, limit: int | None = MD_CELL_CHARS) -> str:
         text = f"{value:,}"
     else:
         text = str(value)
-        if limit is not None and len(text) > limit:
-            text = "…" + text[-(limit - 1):]
+        if limit is not None:
+            text = units.middle(text, limit)
     # A pipe would end the cell; a newline would end the row.
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
@@ -94,7 +95,7 @@ def render_md(data: ReportData) -> str:
             f"   {f.evidence}  \n   _Change:_ {f.change}\n"
         )
     out += ["\n## Top ops\n", frame_md(data.ops, list(dict.fromkeys(["name", "calls", basis, "step_share_pct", "tflops_s", "in_shapes"])))]
-    out += ["\n## Top kernels\n", frame_md(data.kernel_names, ["name", "calls", "device_total_us", "mean_us", "op", "step_share_pct"])]
+    out += ["\n## Top kernels\n", frame_md(data.kernel_names, ["kernel", "calls", "device_total_us", "mean_us", "op", "step_share_pct"])]
     tc = tensor_core_time(data.kernels)
     if tc.height:
         total = float(tc["us"].sum()) or 1.0
