@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+from kinetolens.views.units import duration
 from tests.conftest import trace_path
 
 EVENT_SYNC = str(trace_path("hta/critical_path/cuda_event_sync/event_sync_trace.json.gz"))
@@ -40,7 +41,8 @@ def test_terminal_fits_80_columns() -> None:
         lines = out.stdout.splitlines()
         assert max(len(line.rstrip()) for line in lines) <= columns
         assert lines[0] == "Critical path of ProfilerStep#100"
-        assert lines[1].startswith("length 2,401 us, span 2,577 us (176 us untraced between ops)")
+        # HTA's length, 2401 us; the span adds 176 us between top-level ops (regression pin)
+        assert lines[1] == f"length {duration(2401)}, span {duration(2577)} ({duration(176)} untraced between ops)"
         assert "CPU ops" in out.stdout and "97.3%" in out.stdout
 
 

@@ -141,6 +141,9 @@ def test_explicit_capture_and_cache_key(tmp_path: Path) -> None:
         assert _replayed(t)["op"].is_in(["aten::addmm", "vllm::moe_forward"]).any()
     again = kinetolens.load(replay, cache=cache)  # read back from the cache: still unpaired
     assert _replayed(again)["op"].str.starts_with("execute_").all()
+    cached = kinetolens.load(replay, capture=trace_path(CAPTURE_DIR), cache=cache)  # paired, from the cache
+    assert cached.kernels.equals(folder.kernels) and cached.ops.equals(folder.ops)
+    assert cached.metadata["graph_capture"] == folder.metadata["graph_capture"]
 
 
 def test_cli_picks_up_the_capture(tmp_path: Path) -> None:
@@ -148,10 +151,11 @@ def test_cli_picks_up_the_capture(tmp_path: Path) -> None:
     # --capture names it; a missing one is one line and exit 2.
     env_cmd = [sys.executable, "-m", "kinetolens.cli.main"]
     out = subprocess.run(
-        [*env_cmd, "kernels", str(trace_path(REPLAY)), "--csv", "-c", "op", "--no-cache"],
+        [*env_cmd, "kernels", str(trace_path(REPLAY)), "--csv", "-c", "op,graph", "--no-cache"],
         capture_output=True, text=True, check=True,
     ).stdout
     assert "vllm::moe_forward" in out and "execute_8192" not in out
+    assert "triton_poi_fused_0,0:0\n" in out and "aten::mm,\n" in out  # graph:node, empty when eager
     replay = tmp_path / "replay.json.gz"
     shutil.copy(trace_path(REPLAY), replay)
     out = subprocess.run(
@@ -241,3 +245,15 @@ def test_a_replay_under_no_op_is_named_by_its_graph(tmp_path: Path) -> None:
     assert counts == {"hipGraphLaunch (graph 0)": 4, "hipGraphLaunch (graph 1)": 345, "hipGraphLaunch (graph 2)": 12}
     assert replayed["module"].str.starts_with("GptOssForCausalLM_0").all()
     assert replayed["source"].is_not_null().all()
+
+
+def test_a_capture_of_other_graphs_pairs_nothing_and_says_so() -> None:
+    # issue 20, point 1: pairing vLLM's replay with xDiT's capture trace finds
+    # no graph with its kernels; every replayed kernel keeps the op around its
+    # launch and a warning counts them.
+    other = trace_path("tracelens/inference/xdit_flux.1/capture_traces")
+    t = kinetolens.load(trace_path(REPLAY), capture=other, cache=False)
+    assert _replayed(t)["op"].str.starts_with("execute_").all()
+    assert not t.ops["from_capture"].any()
+    [warning] = [w for w in t.warnings if w.kind == "replayed kernels without a captured node"]
+    assert warning.count == 361

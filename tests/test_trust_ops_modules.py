@@ -75,12 +75,25 @@ def test_annotations_are_their_own_table(resnet: kinetolens.Trace) -> None:
     from kinetolens.analysis.annotations import annotation_stats
 
     table = annotation_stats(resnet)
-    assert table["name"].to_list() == ["ProfilerStep#*"]
+    assert table["name"][0] == "ProfilerStep#*"
     assert table["calls"][0] == resnet.steps.height
     assert table["step_share_pct"].sum() <= 100.0
     proc = _cli("ops", str(trace_path(RESNET)), "--annotations", "--json")
     assert proc.returncode == 0, proc.stderr
-    assert [r["name"] for r in json.loads(proc.stdout)] == ["ProfilerStep#*"]
+    assert [r["name"] for r in json.loads(proc.stdout)][0] == "ProfilerStep#*"
+
+
+def test_record_function_ranges_of_older_traces_are_annotations(resnet: kinetolens.Trace) -> None:
+    # issue 18, ops: this 2021 trace records record_function ranges as ops (Optimizer.step#SGD.step,
+    # enumerate(DataLoader)#...); they are spans around work, so they go to the annotations table.
+    names = op_stats(resnet)["name"].to_list()
+    assert not [n for n in names if "#" in n]
+    assert "aten::add_" in names  # the optimizer's own ops stay
+    proc = _cli("ops", str(trace_path(RESNET)), "--annotations", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["name"]: r for r in json.loads(proc.stdout)}
+    assert {"Optimizer.step#SGD.step", "Optimizer.zero_grad#SGD.zero_grad"} <= set(rows)
+    assert rows["Optimizer.step#SGD.step"]["calls"] == 6
 
 
 def test_op_tree_puts_the_convolution_chain_under_one_branch(resnet: kinetolens.Trace) -> None:
@@ -162,7 +175,7 @@ def test_ops_and_modules_fit_80_and_120_columns(width: int) -> None:
     resnet, qwen = str(trace_path(RESNET)), str(trace_path(QWEN))
     for args, rows in (
         (["ops", resnet, "-t", "10"], 10),
-        (["ops", resnet, "--annotations"], 1),
+        (["ops", resnet, "--annotations"], 4),
         (["modules", qwen, "--by", "type"], 10),
         (["modules", qwen, "--depth", "1"], 29),
     ):

@@ -1,4 +1,5 @@
-"""Annotations: ``ProfilerStep#N``, ``record_function`` ranges, ``nccl:*`` ranges.
+"""Annotations: ``ProfilerStep#N``, ``record_function`` ranges, ``nccl:*`` ranges
+(:func:`kinetolens.analysis.ops.is_annotation`).
 
 They mark spans of the program, not work of their own, so they are a table
 of their own rather than rows among the ops (where a step range would take
@@ -14,20 +15,12 @@ from __future__ import annotations
 import polars as pl
 
 from kinetolens.analysis.op_times import op_instances
-from kinetolens.analysis.ops import in_steps, step_time_ns, time_basis
+from kinetolens.analysis.ops import in_steps, is_annotation, step_time_ns, time_basis
 from kinetolens.analysis.overview import STEP_PREFIX
 from kinetolens.model.trace import Trace
 
 #: The row the ``ProfilerStep#N`` ranges are merged into.
 STEPS_ROW = f"{STEP_PREFIX}*"
-
-
-def is_annotation() -> pl.Expr:
-    """Rows of :func:`op_instances` that are annotations rather than ops."""
-    name = pl.col("name")
-    return (
-        (pl.col("kind").cast(pl.String) == "annotation") | name.str.starts_with(STEP_PREFIX) | name.str.starts_with("nccl:")
-    )
 
 
 def annotation_stats(trace: Trace, *, step: int | None = None) -> pl.DataFrame:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from kinetolens.analysis.dependency_graph import DependencyGraph, build_graph
+from kinetolens.analysis.dependency_graph import DependencyGraph, TraceFacts, build_graph
 from kinetolens.errors import TraceError
 from kinetolens.model.trace import Trace
 
@@ -114,8 +114,9 @@ def step_windows(trace: Trace) -> list[Window]:
     return [step_window(trace, int(s)) for s in trace.steps.sort("ts")["step"].to_list()]
 
 
-def critical_path(trace: Trace, window: Window) -> CriticalPath:
-    graph = build_graph(trace, window.start, window.end)
+def critical_path(trace: Trace, window: Window, facts: TraceFacts | None = None) -> CriticalPath:
+    """The longest path of ``window``; ``facts`` shares whole-trace tables across windows."""
+    graph = build_graph(trace, window.start, window.end, facts)
     if graph.events.height == 0:
         raise TraceError(trace.path, f"has no CPU ops or runtime calls in {window.label}")
     nodes = longest_path(graph)
@@ -143,8 +144,7 @@ def longest_path(graph: DependencyGraph) -> list[int]:
 
     g = rx.PyDiGraph(check_cycle=False, multigraph=True, node_count_hint=graph.nodes, edge_count_hint=graph.edges.height)
     g.add_nodes_from(range(graph.nodes))
-    e = graph.edges
-    g.add_edges_from(list(zip(e["src"].to_list(), e["dst"].to_list(), e["weight"].to_list())))
+    g.add_edges_from(graph.edges.select("src", "dst", "weight").rows())
     try:
         return list(rx.dag_longest_path(g, weight_fn=lambda _u, _v, w: w))
     except rx.DAGHasCycle:
@@ -239,7 +239,8 @@ def top_items(path: pl.DataFrame, by: str, length_us: float, n: int = 10) -> pl.
 
 
 def critical_paths(trace: Trace, windows: list[Window]) -> list[CriticalPath]:
-    return [critical_path(trace, w) for w in windows]
+    facts = TraceFacts(trace)
+    return [critical_path(trace, w, facts) for w in windows]
 
 
 def per_window(paths: list[CriticalPath]) -> pl.DataFrame:

@@ -39,6 +39,7 @@ and the recorded work as the last launch before that record.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import polars as pl
 
@@ -90,19 +91,58 @@ class DependencyGraph:
         return 2 * self.events.height
 
 
-def build_graph(trace: Trace, start: int, end: int) -> DependencyGraph:
+class TraceFacts:
+    """The whole-trace tables every window's graph reads, computed once per trace."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+
+    @cached_property
+    def activity(self) -> pl.DataFrame:
+        """GPU activity with ``busy_until``: the end of every earlier activity on its stream."""
+        k = self.trace.kernels.filter(pl.col("kind").cast(pl.String).is_in(GPU_ACTIVITY) & (pl.col("dur") >= 0))
+        return k.sort("ts").with_columns(
+            busy_until=(pl.col("ts") + pl.col("dur")).cum_max().shift(1).over("device", "stream"),
+            comm=is_comm_kernel(k),
+        )
+
+    @cached_property
+    def launches(self) -> pl.DataFrame:
+        """Runtime calls that launched GPU activity: thread, start, and the stream and first activity launched."""
+        k = self.trace.kernels.filter(pl.col("launch_id").is_not_null()).group_by("launch_id").agg(
+            pl.col("kernel_id").sort_by("ts").first(), pl.col("stream").sort_by("ts").first(), pl.col("device").sort_by("ts").first()
+        )
+        return self.trace.runtime.select("launch_id", "pid", "tid", "ts").join(k, on="launch_id", how="inner").sort("ts")
+
+    @cached_property
+    def records(self) -> pl.DataFrame:
+        rt = self.trace.runtime
+        return rt.filter(pl.col("name").is_in(EVENT_RECORD_CALLS)).select("pid", "tid", record_ts="ts").sort("record_ts")
+
+    @cached_property
+    def calls(self) -> pl.DataFrame:
+        return self.trace.runtime.filter(pl.col("kind").cast(pl.String) == "runtime").select("launch_id", "correlation", "pid", "tid", "ts")
+
+    @cached_property
+    def sync(self) -> pl.DataFrame:
+        return self.trace.runtime.filter(pl.col("kind").cast(pl.String) == "sync")
+
+
+def build_graph(trace: Trace, start: int, end: int, facts: TraceFacts | None = None) -> DependencyGraph:
     """The graph of the CPU ops and runtime calls that start in ``[start, end]``
-    (ns, with a duration) and of the GPU activity they launched."""
+    (ns, with a duration) and of the GPU activity they launched.  Pass the
+    same ``facts`` for many windows of one trace."""
+    facts = facts if facts is not None and facts.trace is trace else TraceFacts(trace)
     cpu = _cpu_events(trace, start, end)
-    gpu = _gpu_events(trace, cpu)
+    gpu = _gpu_events(facts, cpu)
     events = pl.concat([cpu, gpu], how="diagonal_relaxed").with_row_index("eid").with_columns(pl.col("eid").cast(pl.Int64))
     cpu = events.filter(pl.col("side") == "cpu")
     gpu = events.filter(pl.col("side") == "gpu")
-    wait_src = _stream_waits(trace, cpu, gpu)
+    wait_src = _stream_waits(facts, cpu, gpu)
     parts = [
         _cpu_edges(cpu),
-        _gpu_edges(trace, cpu, gpu, wait_src),
-        _sync_edges(trace, cpu, gpu),
+        _gpu_edges(cpu, gpu, wait_src),
+        _sync_edges(facts, cpu, gpu),
         _backward_edges(cpu),
     ]
     if wait_src.height:
@@ -172,15 +212,11 @@ def _mark_data_loading(cpu: pl.DataFrame, loaders: pl.DataFrame) -> pl.DataFrame
     return marked.drop("_row", "dl_ts", "dl_end")
 
 
-def _gpu_events(trace: Trace, cpu: pl.DataFrame) -> pl.DataFrame:
+def _gpu_events(facts: TraceFacts, cpu: pl.DataFrame) -> pl.DataFrame:
     """The activity launched by the window's runtime calls, with the end of
     every earlier activity on its stream (whole trace): the stream was empty
     at the launch when that is before the launch."""
-    k = trace.kernels.filter(pl.col("kind").cast(pl.String).is_in(GPU_ACTIVITY) & (pl.col("dur") >= 0))
-    k = k.sort("ts").with_columns(
-        busy_until=(pl.col("ts") + pl.col("dur")).cum_max().shift(1).over("device", "stream"),
-        comm=is_comm_kernel(k),
-    )
+    k = facts.activity
     launches = cpu.filter(pl.col("launch_id").is_not_null()).select("launch_id", launch_ts="ts")
     k = k.join(launches, on="launch_id", how="inner")
     return k.select(
@@ -267,7 +303,7 @@ def _parent_join(b: pl.DataFrame, opened: pl.DataFrame) -> pl.DataFrame:
     return left.join_asof(right, left_on="p_pos", right_on="o_pos", by=["pid", "tid", "p_depth"], strategy="backward", check_sortedness=False)
 
 
-def _gpu_edges(trace: Trace, cpu: pl.DataFrame, gpu: pl.DataFrame, wait_src: pl.DataFrame) -> pl.DataFrame:
+def _gpu_edges(cpu: pl.DataFrame, gpu: pl.DataFrame, wait_src: pl.DataFrame) -> pl.DataFrame:
     if gpu.height == 0:
         return pl.DataFrame(schema=_EDGE_SCHEMA)
     launch_eid = cpu.filter(pl.col("launch_id").is_not_null()).select("launch_id", rt_eid="eid")
@@ -304,31 +340,24 @@ def _gpu_edges(trace: Trace, cpu: pl.DataFrame, gpu: pl.DataFrame, wait_src: pl.
     return pl.concat([run, launch, gap])
 
 
-def _launches(trace: Trace) -> pl.DataFrame:
-    """Runtime calls that launched GPU activity: thread, start, and the stream and first activity launched."""
-    k = trace.kernels.filter(pl.col("launch_id").is_not_null()).group_by("launch_id").agg(
-        pl.col("kernel_id").sort_by("ts").first(), pl.col("stream").sort_by("ts").first(), pl.col("device").sort_by("ts").first()
-    )
-    return trace.runtime.select("launch_id", "pid", "tid", "ts").join(k, on="launch_id", how="inner").sort("ts")
-
-
-def _records(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
+def _records(facts: TraceFacts, calls: pl.DataFrame) -> pl.DataFrame:
     """``calls`` with ``record_ts``: the last event record on their thread before them."""
-    rec = trace.runtime.filter(pl.col("name").is_in(EVENT_RECORD_CALLS)).select("pid", "tid", record_ts="ts").sort("record_ts")
-    return calls.sort("ts").join_asof(rec, left_on="ts", right_on="record_ts", by=["pid", "tid"], strategy="backward", check_sortedness=False, allow_exact_matches=False)
+    return calls.sort("ts").join_asof(
+        facts.records, left_on="ts", right_on="record_ts", by=["pid", "tid"], strategy="backward", check_sortedness=False, allow_exact_matches=False
+    )
 
 
-def _stream_waits(trace: Trace, cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+def _stream_waits(facts: TraceFacts, cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     """GPU -> GPU: (``src_eid``, ``src_end``, ``eid``) for each ``cudaStreamWaitEvent``:
     the activity recorded before it -> the next activity launched on the waiting stream."""
     empty = pl.DataFrame(schema={"src_eid": pl.Int64, "src_end": pl.Int64, "eid": pl.Int64})
-    waits = trace.runtime.filter((pl.col("kind").cast(pl.String) == "sync") & (pl.col("name") == "Stream Wait Event"))
+    waits = facts.sync.filter(pl.col("name") == "Stream Wait Event")
     if waits.height == 0 or gpu.height == 0:
         return empty
-    calls = trace.runtime.filter(pl.col("kind").cast(pl.String) == "runtime").select("correlation", "pid", "tid", "ts")
+    calls = facts.calls.select("correlation", "pid", "tid", "ts")
     w = waits.select("correlation", wait_stream="tid").join(calls, on="correlation", how="inner")
-    w = _records(trace, w).filter(pl.col("record_ts").is_not_null())
-    launches = _launches(trace)
+    w = _records(facts, w).filter(pl.col("record_ts").is_not_null())
+    launches = facts.launches
     by_kernel = gpu.select("kernel_id", "eid", "end")
     # Source: the last launch on the thread before the record.
     src = _asof_sources(w, launches, by_kernel)
@@ -358,15 +387,14 @@ def _asof_sources(w: pl.DataFrame, launches: pl.DataFrame, by_kernel: pl.DataFra
     )
 
 
-def _sync_edges(trace: Trace, cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+def _sync_edges(facts: TraceFacts, cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     """GPU -> CPU: the last activity (started by the time the sync returned) on
     each synchronized stream -> the end of the blocking call."""
     if gpu.height == 0:
         return pl.DataFrame(schema=_EDGE_SCHEMA)
-    kind = pl.col("kind").cast(pl.String)
-    corr = trace.runtime.filter(kind == "runtime").select("launch_id", "correlation")
+    corr = facts.calls.select("launch_id", "correlation")
     calls = cpu.filter(pl.col("kind") == "runtime").select("eid", "name", "pid", "tid", "ts", "end", "launch_id").join(corr, on="launch_id", how="left")
-    sync = trace.runtime.filter(kind == "sync").select("correlation", sync_name="name", s_device="pid", s_stream="tid", s_end="end")
+    sync = facts.sync.select("correlation", sync_name="name", s_device="pid", s_stream="tid", s_end="end")
     streams = gpu.select("device", "stream").unique()
     if sync.height:
         matched = calls.join(sync, on="correlation", how="inner")
@@ -398,9 +426,9 @@ def _sync_edges(trace: Trace, cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFr
     )
     parts = [last] if sync.height else [last, own]
     if event.height:
-        launches = _launches(trace)
+        launches = facts.launches
         ev = (
-            _records(trace, event.select("eid", "pid", "tid", "ts"))
+            _records(facts, event.select("eid", "pid", "tid", "ts"))
             .filter(pl.col("record_ts").is_not_null())
             .sort("record_ts")
             .join_asof(

@@ -40,6 +40,7 @@ KERNEL_COLUMNS: dict[str, str] = {
     "blocks_per_sm": "blocks per SM",
     "source": "user code that launched it: file:line of the call, or in func (file:line) where only the enclosing function is known (the line it was entered at)",
     "launch": "the runtime/driver call that launched it",
+    "graph": "CUDA/HIP graph it was replayed from and its node there (graph:node); empty for eager kernels",
     "start_us": "start time, microseconds from the first kernel",
 }
 
@@ -102,6 +103,7 @@ def kernel_table(trace: Trace, step: int | None = None) -> pl.DataFrame:
         blocks_per_sm=pl.col("blocks_per_sm"),
         source=pl.col("source"),
         launch=pl.col("launch"),
+        graph=pl.format("{}:{}", "graph_id", "graph_node") if "graph_id" in k.columns else pl.lit(None, pl.String),
         start_us=(pl.col("ts") - first) / 1000.0,
     )
     # once per distinct name, not per row: a trace has ~100 names over ~100k kernels

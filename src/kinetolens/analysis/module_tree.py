@@ -21,6 +21,7 @@ import re
 
 import polars as pl
 
+from kinetolens.analysis.modules import module_calls
 from kinetolens.analysis.ops import in_steps, op_stats, step_time_ns
 from kinetolens.analysis.roofline import roofline_by
 from kinetolens.errors import TraceError
@@ -89,7 +90,8 @@ def _work(trace: Trace, spec: GpuSpec | None, step: int | None) -> pl.DataFrame:
 def module_tree(trace: Trace, spec: GpuSpec | None = None, *, step: int | None = None) -> pl.DataFrame:
     """One row per module (and every module around one), parents before children.
 
-    Columns: ``path, parent, depth, name, type``, the :data:`TIMES` in
+    Columns: ``path, parent, depth, name, type, calls`` (forward calls,
+    :func:`kinetolens.analysis.modules.module_calls`; null where unknown), the :data:`TIMES` in
     microseconds, ``step_share_pct`` (the part of ``total_us`` inside the
     steps, of their wall time: the roots' shares sum to at most 100%), ``flops, tflops_s,
     ideal_us, pct_of_roof`` (null where unknown).
@@ -125,10 +127,12 @@ def module_tree(trace: Trace, spec: GpuSpec | None = None, *, step: int | None =
         ideal_us=pl.when(pl.col("roofed_us") > 0).then(pl.col("ideal_us")),
         flops=pl.when(pl.col("flops") > 0).then(pl.col("flops")),
     ).with_columns(type=pl.col("name").map_elements(module_type, return_dtype=pl.String))
+    calls = module_calls(trace, step).select(path="module", calls=pl.col("calls").cast(pl.Int64))
+    tree = tree.join(calls, on="path", how="left")
     order = sorted(tree["path"].to_list(), key=lambda p: (p == NO_MODULE, _natural(p)))
     rank = pl.DataFrame({"path": order, "_rank": range(len(order))})
     return tree.join(rank, on="path").sort("_rank").select(
-        "path", "parent", "depth", "name", "type", *TIMES, "step_share_pct", "flops", "tflops_s", "ideal_us",
+        "path", "parent", "depth", "name", "type", "calls", *TIMES, "step_share_pct", "flops", "tflops_s", "ideal_us",
         "pct_of_roof", "roofed_us",
     )
 
@@ -154,6 +158,7 @@ def by_type(tree: pl.DataFrame) -> pl.DataFrame:
         .group_by("type")
         .agg(
             count=pl.len(),
+            calls=pl.col("calls").sum(),
             total_us=pl.col("total_us").sum(),
             mean_us=pl.col("total_us").mean(),
             min_us=pl.col("total_us").min(),

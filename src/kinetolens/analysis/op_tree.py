@@ -4,8 +4,8 @@ A flat op table ranked by self time says *which* op's kernels take the time;
 the tree says *why* they ran (``aten::conv2d`` > ``aten::convolution`` > ... >
 ``aten::cudnn_convolution`` > its kernels).  Calls are merged by their
 call path (the names from the top-level op down), so one training step's
-thousand convolutions read as one branch.  Annotations and
-``ProfilerStep#N`` ranges are left out of the paths (see
+thousand convolutions read as one branch.  Annotations
+(:func:`kinetolens.analysis.ops.is_annotation`) are left out of the paths (see
 :mod:`kinetolens.analysis.annotations`); the ops inside them are
 top-level here.
 """
@@ -15,8 +15,7 @@ from __future__ import annotations
 import polars as pl
 
 from kinetolens.analysis.op_times import op_instances
-from kinetolens.analysis.ops import step_time_ns, time_basis
-from kinetolens.analysis.overview import STEP_PREFIX
+from kinetolens.analysis.ops import is_annotation, step_time_ns, time_basis
 from kinetolens.model.trace import Trace
 
 #: Joins the names of a call path (a character no op or kernel name holds).
@@ -27,7 +26,7 @@ def _paths(inst: pl.DataFrame) -> list[str | None]:
     """Each op call's path, or None for annotations (transparent: their children start a path)."""
     names = inst["name"].to_list()
     parents = inst["parent_id"].to_list()
-    skip = ((inst["kind"].cast(pl.String) != "op") | inst["name"].str.starts_with(STEP_PREFIX)).to_list()
+    skip = inst.select(is_annotation()).to_series().to_list()
     ids = inst["op_id"].to_list()
     at = {op_id: i for i, op_id in enumerate(ids)}
     paths: list[str | None] = [None] * len(names)

@@ -33,6 +33,7 @@ from kinetolens.analysis.modules import with_module_calls
 from kinetolens.analysis.op_times import op_instances
 from kinetolens.analysis.overview import STEP_PREFIX, step_windows
 from kinetolens.analysis.work import kernel_work
+from kinetolens.model.nesting import outermost_marked
 from kinetolens.model.trace import Trace
 
 GROUPINGS = {
@@ -134,6 +135,31 @@ def without_step_ranges(inst: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def is_annotation() -> pl.Expr:
+    """:func:`op_instances` rows that mark a span rather than do work:
+    annotations, ``ProfilerStep#N``, ``nccl:*`` ranges, and the
+    ``record_function`` ranges older traces record as ops, named
+    ``what#where`` (``Optimizer.step#SGD.step``,
+    ``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``)."""
+    name = pl.col("name")
+    return (
+        (pl.col("kind").cast(pl.String) != "op")
+        | name.str.starts_with(STEP_PREFIX)
+        | name.str.starts_with("nccl:")
+        | name.str.contains(r"^[^:\s]+#")
+    )
+
+
+def without_annotations(inst: pl.DataFrame) -> pl.DataFrame:
+    """:func:`op_instances` (all of it, in op_id order) without the rows of
+    :func:`is_annotation`; each op's top-level op is its outermost ancestor
+    that is an op, so a range around the work (a step, ``Optimizer.step#``)
+    does not take its ops' time in module and source groupings."""
+    marked = inst.select(~is_annotation()).to_series()
+    top = outermost_marked(inst["parent_id"], marked)
+    return inst.with_columns(top_op_id=pl.Series(top).cast(inst.schema["top_op_id"])).filter(marked)
+
+
 def weighted_mean(col: str, weight: str) -> pl.Expr:
     """Mean of ``col`` over a group's rows weighted by ``weight`` (rows without
     ``col`` left out): a kernel name's occupancy is that of the time it ran,
@@ -171,7 +197,7 @@ def op_stats(
         return _kernel_stats(trace, aggregate, step)
     inst = op_instances(trace)
     if not include_annotations:
-        inst = without_step_ranges(inst).filter(pl.col("kind") == "op")
+        inst = without_annotations(inst)
     if step is not None:
         inst = inst.filter(pl.col("step") == step)
     keys = GROUPINGS[by]

@@ -26,6 +26,7 @@ from kinetolens.cli.render import emit_json
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
 from kinetolens.model.steps import without_incomplete_steps
+from kinetolens.registry.kernel_names import short_names
 from kinetolens.views.units import duration, middle, percent
 
 #: How each bound reads in the terminal.
@@ -39,6 +40,8 @@ LABELS = {
     "communication": "communication",
     "sync_wait": "sync wait",
 }
+#: Bounds whose path edges are named after a GPU activity.
+GPU_BOUNDS = ("launch_overhead", "kernel_gap", "gpu_compute", "gpu_memory", "communication")
 #: Longest name shown in the terminal (kernel signatures run to thousands of characters).
 NAME_CHARS = 60
 MAX_STEP_ROWS = 12
@@ -142,12 +145,15 @@ def _print(console: Console, paths: list[CriticalPath], summary: pl.DataFrame, l
         table.add_row(LABELS.get(row["bound_by"], row["bound_by"]), duration(row["us"]), percent(row["pct"] / 100), str(row["edges"]))
     console.print(table)
     # The name takes what the bound, time and share columns leave.
-    chars = max(16, min(NAME_CHARS, console.width - 42))
+    chars = max(16, min(NAME_CHARS, console.width - 37))
     shown = (("name", "On the path"), ("op", "By op"), ("module", "By module"), ("source", "By source line"))
     for by, header in shown:
         frame = tops[by]
         if frame.height == 0:
             continue
+        if by == "name":  # kernels by their short names (the JSON keeps the full ones)
+            gpu = pl.col("bound_by").is_in(GPU_BOUNDS)
+            frame = frame.with_columns(pl.when(gpu).then(short_names(frame["name"])).otherwise(pl.col("name")).alias("name"))
         t = Table(title=header, title_justify="left", box=box.SIMPLE_HEAD, header_style="bold", collapse_padding=True)
         t.add_column(by, no_wrap=True)
         t.add_column("bound by", no_wrap=True, min_width=max(len(LABELS.get(b, b)) for b in frame["bound_by"]))

@@ -231,8 +231,8 @@ def diff_command(
     gone, and the ops that explain the step-time change.
 
     Each side is a trace file, a run directory (its ranks are averaged) or a
-    logdir with one run.  Times are per step: ms for the step categories, us
-    for the tables."""
+    logdir with one run.  Times are per step, in the unit each table's
+    header names (--json/--csv: microseconds)."""
     machine = json_ or csv_ or tsv
     levels = [level or DEFAULT_LEVEL] if machine else ["step", *([level] if level else DEFAULT_VIEW)]
     diff = compare(

@@ -7,7 +7,7 @@ import polars as pl
 
 from kinetolens.analysis.module_tree import by_depth, by_type, module_tree
 from kinetolens.cli.checks import WIDTH, check_step
-from kinetolens.cli.render import emit, print_fitted
+from kinetolens.cli.render import emit, print_table
 from kinetolens.loader import load
 from kinetolens.registry.gpus import gpu_spec
 
@@ -28,10 +28,12 @@ HEADERS = {
     "pct_of_roof": "%\nroof",
     "count": "n",
 }
-TREE_COLUMNS = ("module", "fwd_total_us", "bwd_total_us", "self_us", "step_share_pct", "tflops_s", "pct_of_roof")
+TREE_COLUMNS = ("module", "calls", "fwd_total_us", "bwd_total_us", "self_us", "step_share_pct", "tflops_s", "pct_of_roof")
 TYPE_COLUMNS = ("type", "count", "total_us", "mean_us", "min_us", "max_us", "step_share_pct", "tflops_s", "pct_of_roof")
 #: Dropped first (last named first) where the terminal is narrow.
-DROPPABLE = ("pct_of_roof", "tflops_s", "step_share_pct", "total_us", "self_us", "min_us", "max_us", "bwd_total_us")
+DROPPABLE = (
+    "pct_of_roof", "tflops_s", "step_share_pct", "total_us", "self_us", "min_us", "max_us", "bwd_total_us", "calls",
+)  # fmt: skip
 
 
 @click.command("modules")
@@ -67,9 +69,9 @@ def modules_command(
             emit(table, "csv" if csv else "json")
             return
         caption = "per module class: times summed over its instances; mean, min, max: of one instance's total"
-        print_fitted(
-            table.select(TYPE_COLUMNS), key="type", title="modules by type", caption=caption, width=width,
-            headers=HEADERS, droppable=[c for c in DROPPABLE if c in TYPE_COLUMNS],
+        print_table(
+            table.select(TYPE_COLUMNS), title="modules by type", caption=caption, width=width,
+            headers=HEADERS, droppable=[c for c in DROPPABLE if c in TYPE_COLUMNS], same_time_unit=True,
         )
         return
     if machine:
@@ -84,7 +86,7 @@ def modules_command(
     deeper = tree.height - shown.height
     if deeper:
         notes.append(f"{deeper} deeper modules not shown (--depth N; --by type rolls repeated layers up)")
-    print_fitted(
-        frame, key="module", title="modules", caption="\n".join(notes), width=width, headers=HEADERS,
-        droppable=[c for c in DROPPABLE if c in TREE_COLUMNS],
+    print_table(
+        frame, title="modules", caption="\n".join(notes), width=width, headers=HEADERS,
+        droppable=[c for c in DROPPABLE if c in TREE_COLUMNS], same_time_unit=True,
     )

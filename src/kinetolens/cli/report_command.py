@@ -23,15 +23,22 @@ def report_command(trace_or_run: str, output: str | None, fmt: str | None, title
     """Overview, recommendations, top ops, kernels, modules, roofline, memory
     and GPU idle time of TRACE_OR_RUN in one file.
 
-    TRACE_OR_RUN is a trace file or a run directory; a run is reported
-    through its first rank, in full, and the report says so.  HTML is one
+    TRACE_OR_RUN is a trace file or a run directory; a run of several ranks
+    gets a cross-rank section (step time per rank and its spread,
+    collectives, stragglers: the ``kinetolens dist`` numbers) and the rest
+    is its first rank, in full, as the report says.  HTML is one
     self-contained file (plotly.js embedded, opens offline); md is for
     terminals, pull requests and CI summaries (stdout without -o).
     """
     if fmt is None:
         fmt = "md" if output and Path(output).suffix.lower() in (".md", ".markdown") else "html"
     path, note = resolve_target(trace_or_run)
-    data = collect(load(path, cache=not no_cache), title=title, note=note)
+    ranks = None
+    if note is not None:  # a run of several ranks: every rank, side by side
+        from kinetolens.runs import summarize_run
+
+        ranks = summarize_run(trace_or_run, cache=not no_cache)
+    data = collect(load(path, cache=not no_cache), title=title, note=note, ranks=ranks)
     if fmt == "md":
         from kinetolens.views.report_md import render_md
 

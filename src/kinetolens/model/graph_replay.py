@@ -52,6 +52,8 @@ I64 = pl.Int64
 GRAPH_LAUNCH = r"GraphLaunch"
 #: Runtime calls that add a node to a graph being captured.
 _NODE_CALL = r"(?i)(launch|memcpy|memset)"
+#: Launch-like calls that add no GPU activity (host nodes).
+_NOT_A_NODE = r"(?i)(graphlaunch|hostfunc)"
 #: Least share of nodes a replay and a captured graph must have in common
 #: to be paired when no captured graph holds exactly the replay's nodes.
 MIN_SHARED = 0.9
@@ -187,7 +189,7 @@ def captured_nodes(runtime: pl.DataFrame) -> pl.DataFrame:
     ).filter(pl.col("end").is_not_null())
     calls = rt.filter(
         pl.col("kernel").is_not_null()
-        | (pl.col("name").str.contains(_NODE_CALL) & ~pl.col("name").str.contains(GRAPH_LAUNCH))
+        | (pl.col("name").str.contains(_NODE_CALL) & ~pl.col("name").str.contains(_NOT_A_NODE))
     )
     inside = (
         calls.join_asof(

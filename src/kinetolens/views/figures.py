@@ -247,21 +247,24 @@ def roofline_figure(ops: pl.DataFrame, spec: GpuSpec, title: str) -> go.Figure:
 
 
 def memory_figure(curve: pl.DataFrame, title: str = "Device memory over time") -> go.Figure:
-    """Allocated (solid) and reserved (dotted) GiB per device, ms from the first event."""
+    """Allocated (solid) and reserved (dotted) bytes per device, ms from the first event,
+    in the binary unit that fits the peak (GiB, MiB or KiB: never "600µ GiB")."""
     if curve.height == 0:
         return empty_figure(title, "no memory records (profile with profile_memory=True)")
     t0 = int(curve["ts"].min())  # type: ignore[arg-type]
+    top = max(float(curve[c].max() or 0) for c in ("allocated", "reserved") if c in curve.columns)  # type: ignore[arg-type]
+    unit, scale = next(((u, s) for u, s in (("GiB", 2**30), ("MiB", 2**20)) if top >= s), ("KiB", 2**10))
     fig = go.Figure()
     for (device,), part in curve.sort("ts").group_by("device", maintain_order=True):
         x = ((part["ts"] - t0) / 1e6).to_list()
         hover = [f"{op or '-'}" for op in part["op"].to_list()]
-        fig.add_trace(go.Scatter(x=x, y=(part["allocated"] / 2**30).to_list(), mode="lines", line_shape="hv",
+        fig.add_trace(go.Scatter(x=x, y=(part["allocated"] / scale).to_list(), mode="lines", line_shape="hv",
                                  name=f"{device} allocated", text=hover,
-                                 hovertemplate="%{x:,.3f} ms<br>%{y:,.3f} GiB<br>%{text}<extra></extra>"))  # fmt: skip
+                                 hovertemplate="%{x:,.3f} ms<br>%{y:,.3f} " + unit + "<br>%{text}<extra></extra>"))  # fmt: skip
         if part["reserved"].drop_nulls().len():
-            fig.add_trace(go.Scatter(x=x, y=(part["reserved"] / 2**30).to_list(), mode="lines", line_shape="hv",
+            fig.add_trace(go.Scatter(x=x, y=(part["reserved"] / scale).to_list(), mode="lines", line_shape="hv",
                                      name=f"{device} reserved", line={"dash": "dot"}))  # fmt: skip
-    fig.update_layout(title=title, template=TEMPLATE, xaxis_title="ms", yaxis_title="GiB")
+    fig.update_layout(title=title, template=TEMPLATE, xaxis_title="ms", yaxis_title=unit)
     return fig
 
 

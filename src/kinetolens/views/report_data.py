@@ -14,14 +14,16 @@ from typing import Any
 import plotly.graph_objects as go
 import polars as pl
 
+from kinetolens.analysis.distributed import RankSummary, collective_stats, run_overview, step_spread, step_times
 from kinetolens.analysis.idle import idle_breakdown, temporal_breakdown
-from kinetolens.analysis.kernels import kernel_table
+from kinetolens.analysis.kernels import kernel_table, tensor_core_time
 from kinetolens.analysis.memory import memory_curve, memory_events, memory_peaks
 from kinetolens.analysis.module_tree import module_tree
 from kinetolens.analysis.ops import op_stats, rank_basis, time_basis
 from kinetolens.analysis.overview import step_breakdown
 from kinetolens.analysis.recommendations import Finding
 from kinetolens.analysis.roofline import op_roofline, roofline_by
+from kinetolens.analysis.stragglers import straggler_findings, stragglers
 from kinetolens.analysis.summary import summarize
 from kinetolens.errors import TraceError
 from kinetolens.logdir import one_run
@@ -38,6 +40,32 @@ SOURCES_NOTE = (
     "file:line is the line of user code that made the call leading to the op; "
     "in func (file:line) means only the enclosing user function is known, entered at that line."
 )
+
+
+@dataclass
+class CrossRank:
+    """Every rank of a run side by side: the ``kinetolens dist`` tables, as they are."""
+
+    overview: dict[str, Any]
+    ranks: pl.DataFrame
+    steps: pl.DataFrame
+    collectives: pl.DataFrame
+    stragglers: pl.DataFrame
+    findings: list[Finding]
+
+
+def cross_rank(summaries: list[RankSummary]) -> CrossRank:
+    """The cross-rank section from each rank's summary (:mod:`kinetolens.analysis.distributed`
+    and :mod:`kinetolens.analysis.stragglers` compute every number)."""
+    table = stragglers(summaries)
+    return CrossRank(
+        overview=run_overview(summaries),
+        ranks=step_times(summaries),
+        steps=step_spread(summaries),
+        collectives=collective_stats(summaries),
+        stragglers=table,
+        findings=straggler_findings(summaries, table),
+    )
 
 
 @dataclass
@@ -67,9 +95,25 @@ class ReportData:
     extra: dict[str, Any] = field(default_factory=dict)
     #: The nn.Module tree (:func:`kinetolens.analysis.module_tree.module_tree`).
     module_tree: pl.DataFrame = field(default_factory=pl.DataFrame)
+    #: Section (or chart) name -> the one line shown instead of it, saying
+    #: why it is left out (:func:`left_out`); its chart and table are not drawn.
+    omitted: dict[str, str] = field(default_factory=dict)
+    #: Chart name -> the sentence drawn instead of it (:func:`chart_notes`):
+    #: a chart with no data, or a Tensor Core pie of one slice.
+    chart_notes: dict[str, str] = field(default_factory=dict)
+    #: The cross-rank section of a multi-rank run (:func:`cross_rank`), else None.
+    cross_rank: CrossRank | None = None
 
     def figures(self) -> dict[str, go.Figure]:
-        """Section name -> figure, in report order."""
+        """Section name -> figure, in report order: none for a section left
+        out, and never a chart without data (:data:`omitted` says why)."""
+        figs = self.all_figures()
+        return {name: fig for name, fig in figs.items() if name not in self.omitted and name not in self.chart_notes}
+
+    def all_figures(self) -> dict[str, go.Figure]:
+        """Every chart, those without data included (drawn once, then kept)."""
+        if "figures" in self.extra:
+            return dict(self.extra["figures"])
         figs = {
             "steps": figures.step_breakdown_figure(self.breakdown),
             "ops": figures.top_ops_figure(self.ops, value=self.basis, top=TOP_ROWS, title=f"Top ops by {self.basis}"),
@@ -86,7 +130,8 @@ class ReportData:
         figs["memory"] = figures.memory_figure(self.memory)
         figs["temporal"] = figures.temporal_figure(self.temporal)
         figs["idle"] = figures.idle_figure(self.idle)
-        return figs
+        self.extra["figures"] = figs
+        return dict(figs)
 
     def _repr_html_(self) -> str:
         from kinetolens.views.report_html import render_html
@@ -114,15 +159,84 @@ def _kernel_names(trace: Trace) -> pl.DataFrame:
     return stats.select(short_names(stats["name"]).alias("kernel"), pl.all())
 
 
-def collect(trace: Trace, title: str | None = None, note: str | None = None) -> ReportData:
-    """Run every analysis a report shows on ``trace``."""
+#: Section name -> its title, as the one line that replaces it starts.
+SECTION_TITLES = {
+    "ops": "Top ops", "kernels": "Kernels", "modules": "Modules", "sources": "Source lines",
+    "memory": "Memory", "idle": "GPU idle time", "roofline": "Roofline",
+}  # fmt: skip
+
+
+def _tensor_core_sentence(kernels: pl.DataFrame) -> str | None:
+    """One sentence where the Tensor Core split has a single part (a pie of
+    one slice says nothing a sentence does not), else None."""
+    by = tensor_core_time(kernels)
+    if by.height != 1:
+        return None
+    tc, us = by.row(0)
+    how = {"yes": "on Tensor Cores", "no": "without Tensor Cores"}.get(tc, "in kernels whose Tensor Core use is unknown")
+    return f"All {us / 1000:,.3f} ms of GPU time ran {how}."
+
+
+def left_out(data: ReportData) -> dict[str, str]:
+    """Sections without data, each with the line that says why (see :data:`ReportData.omitted`).
+
+    What the program is (:mod:`kinetolens.analysis.trace_kind`, in the
+    summary) words the reason: a CPU-only trace has no kernels at all,
+    a GPU trace may just have recorded none.
+    """
+    kind = data.summary["kind"]
+    why: dict[str, str] = {}
+    if data.ops.height == 0:
+        why["ops"] = "the trace has no CPU ops or annotated ranges"
+    if not kind["gpu"]:
+        why["kernels"] = why["idle"] = "a CPU-only trace: no GPU was listed or used"
+    elif data.kernel_names.height == 0:
+        why["kernels"] = why["idle"] = "no GPU kernels were recorded"
+    if data.roofline_modules is None and data.roofline_note:
+        why["roofline"] = why["kernels"] if "kernels" in why else data.roofline_note
+    if not kind["modules"]:
+        why["modules"] = (
+            "the ops carry no nn.Module paths (profile with with_modules=True or with_stack=True)"
+            if kind["pytorch"]
+            else "not a PyTorch program, so there are no nn.Module paths"
+        )
+    if data.sources.height == 0 or data.sources[data.sources.columns[0]].null_count() == data.sources.height:
+        why["sources"] = (
+            "the ops carry no call sites (profile with with_stack=True)" if kind["pytorch"] else "the trace has no call sites"
+        )
+    if data.memory.height == 0 and data.memory_peaks.height == 0:
+        why["memory"] = "the trace has no memory events" + (" (profile with profile_memory=True)" if kind["pytorch"] else "")
+    return {name: f"{SECTION_TITLES[name]} left out: {reason}." for name, reason in why.items()}
+
+
+def chart_notes(data: ReportData) -> dict[str, str]:
+    """Charts drawn as one sentence instead (see :data:`ReportData.chart_notes`):
+    every chart without data, saying why in its own words, and a Tensor
+    Core split with one part."""
+    notes = {}
+    for name, fig in data.all_figures().items():
+        if not fig.data:
+            message = str(fig.layout.annotations[0].text) if fig.layout.annotations else "no data"
+            title = fig.layout.title.text or name
+            notes[name] = f"{title}: {message}."
+    sentence = _tensor_core_sentence(data.kernels)
+    if sentence:
+        notes["tensor_cores"] = sentence
+    return notes
+
+
+def collect(
+    trace: Trace, title: str | None = None, note: str | None = None, ranks: list[RankSummary] | None = None
+) -> ReportData:
+    """Run every analysis a report shows on ``trace`` (and, given the
+    summaries of every rank of its run, the cross-rank section)."""
     summary = summarize(trace)
     basis = rank_basis(trace)  # ops: self time, so nested ops do not repeat their children's work
     ranked = pl.col(basis)
     spec, roof_ops, roof_modules, roof_note = _roofline(trace)
     events = memory_events(trace)
     whole = without_incomplete_steps(trace)  # what `kinetolens idle` covers
-    return ReportData(
+    data = ReportData(
         trace=trace,
         title=title or Path(trace.path).name,
         note=note,
@@ -144,7 +258,11 @@ def collect(trace: Trace, title: str | None = None, note: str | None = None) -> 
         roofline_ops=roof_ops,
         roofline_modules=roof_modules,
         roofline_note=roof_note,
+        cross_rank=cross_rank(ranks) if ranks and len(ranks) > 1 else None,
     )
+    data.omitted = left_out(data)
+    data.chart_notes = chart_notes(data)
+    return data
 
 
 def resolve_target(path: str | Path) -> tuple[Path, str | None]:
@@ -152,8 +270,8 @@ def resolve_target(path: str | Path) -> tuple[Path, str | None]:
 
     A file is itself.  A run directory (``kinetolens.logdir`` layout) is
     reported through its first rank, because one rank's full report is
-    readable while a thousand are not; the note names the other ranks and
-    points to ``kinetolens dist`` for comparing them.  A logdir holding
+    readable while a thousand are not; the note names the other ranks,
+    which the report's cross-rank section (:func:`cross_rank`) compares.  A logdir holding
     exactly one run is that run; several runs are ambiguous and an error.
     """
     p = Path(path)
@@ -169,7 +287,7 @@ def resolve_target(path: str | Path) -> tuple[Path, str | None]:
     who = f"rank {first.rank}" if first.rank is not None else f"worker {first.worker}"
     span = f"ranks {min(ranks)}-{max(ranks)}" if ranks else "workers"
     note = (
-        f"Run {first.run!r} holds {len(traces)} traces ({span}); this report covers {who} "
-        f"({first.path.name}) in full. Compare ranks with `kinetolens dist`."
+        f"Run {first.run!r} holds {len(traces)} traces ({span}): Across ranks compares them "
+        f"(as `kinetolens dist`); the rest of this report is {who} ({first.path.name})."
     )
     return first.path, note

@@ -24,10 +24,11 @@ from kinetolens.analysis.memory import ALLOCATOR, BASIS_NOTES
 from kinetolens.analysis.module_tree import NO_MODULE, by_type
 from kinetolens.analysis.ops import time_basis
 from kinetolens.analysis.overview import CATEGORIES, OTHER
+from kinetolens.analysis.stragglers import CAUSES
 from kinetolens.errors import TraceError
+from kinetolens.views import units
 from kinetolens.views.module_tree_html import module_tree_html
 from kinetolens.views.report_data import SOURCES_NOTE, TOP_ROWS, ReportData
-from kinetolens.views import units
 
 #: Text cells longer than this are cut in the middle (keeping a module path's root and leaf).
 CELL_CHARS = 120
@@ -160,12 +161,15 @@ def _tables(data: ReportData) -> dict[str, Markup]:
     tables = {
         "overview": frame_html(overview_frame(data), rows=None, cell_chars=None),
         "breakdown": frame_html(breakdown_frame(data), rows=None),
-        "ops": frame_html(data.ops, list(dict.fromkeys(op_cols))),
+        # A CPU-only trace's device columns are all zero: left out.
+        "ops": frame_html(data.ops, [c for c in dict.fromkeys(op_cols) if data.summary["kind"]["gpu"] or not c.startswith("device_")]),
         "kernels": frame_html(data.kernel_names, ["kernel", "calls", "device_total_us", "mean_us", "op", "occupancy", "step_share_pct", "tflops_s", "gbps"]),
         "modules": _modules_html(data),
         "sources": frame_html(data.sources, list(dict.fromkeys(["source", "calls", time_basis(data.trace), "host_total_us", "step_share_pct"]))),
         "memory": frame_html(memory_frame(data), rows=None, cell_chars=None),
     }  # fmt: skip
+    if data.cross_rank is not None:
+        tables.update(cross_rank_tables(data))
     if data.roofline_modules is not None:
         tables["roofline"] = frame_html(
             data.roofline_modules,
@@ -174,8 +178,41 @@ def _tables(data: ReportData) -> dict[str, Markup]:
     return tables
 
 
-def _charts(data: ReportData) -> dict[str, Markup]:
+#: Cross-rank tables: name -> (heading, columns), in report order (the ``kinetolens dist`` tables).
+CROSS_RANK_TABLES = {
+    "stragglers": ("Arrival at collectives (late: ms after the earliest rank, per step)",
+                   ["rank", "straggler", "late_ms", "last_share", "caused_share", "cost_ms_per_step", "differs_most", "excess_ms"]),
+    "ranks": ("Per rank (ms per step)", None),
+    "steps": ("Step time across ranks (ms)", None),
+    "collectives": ("Collectives (per rank: ms over the trace, bandwidth in GB/s as nccl-tests)", None),
+}  # fmt: skip
+
+
+def cross_rank_frames(data: ReportData) -> dict[str, tuple[str, pl.DataFrame]]:
+    """The non-empty cross-rank tables with their headings and columns, the
+    cause category named as ``kinetolens dist`` names it (both formats)."""
+    assert data.cross_rank is not None
+    out = {}
+    for name, (heading, cols) in CROSS_RANK_TABLES.items():
+        frame = getattr(data.cross_rank, name)
+        if frame.height:
+            if "differs_most" in frame.columns:
+                frame = frame.with_columns(pl.col("differs_most").replace(CAUSES))
+            out[name] = (heading, frame.select([c for c in (cols or frame.columns) if c in frame.columns]))
+    return out
+
+
+def cross_rank_tables(data: ReportData) -> dict[str, Markup]:
+    """The cross-rank tables as HTML, keyed ``cross_<name>``, with their headings."""
     return {
+        f"cross_{name}": Markup("<h3>{}</h3>").format(heading) + frame_html(frame, rows=None)
+        for name, (heading, frame) in cross_rank_frames(data).items()
+    }
+
+
+def _charts(data: ReportData) -> dict[str, Markup]:
+    """Each chart as HTML, or the sentence that stands in for it (:data:`ReportData.chart_notes`)."""
+    charts = {
         name: Markup(
             pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=f"kl-chart-{name}",
                         default_height="100%", config={"displaylogo": False, "responsive": True})
@@ -183,6 +220,9 @@ def _charts(data: ReportData) -> dict[str, Markup]:
         )
         for name, fig in data.figures().items()
     }  # fmt: skip
+    for name, note in data.chart_notes.items():
+        charts[name] = Markup('<p class="kl-muted kl-chart-note">{}</p>').format(note)
+    return charts
 
 
 def plotly_js() -> str:

@@ -8,6 +8,7 @@ job summary.  Tables are cut shorter than in HTML to stay skimmable.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import polars as pl
@@ -16,9 +17,10 @@ from kinetolens import __version__
 from kinetolens.analysis.kernels import tensor_core_time
 from kinetolens.analysis.module_tree import NO_MODULE, by_depth, by_type
 from kinetolens.analysis.ops import time_basis
-from kinetolens.views.report_data import SOURCES_NOTE, ReportData
-from kinetolens.views.report_html import breakdown_frame, memory_frame, overview_frame
+from kinetolens.analysis.recommendations import Finding
 from kinetolens.views import units
+from kinetolens.views.report_data import SOURCES_NOTE, ReportData
+from kinetolens.views.report_html import breakdown_frame, cross_rank_frames, memory_frame, overview_frame
 
 #: Rows per ranked table in markdown.
 MD_ROWS = 10
@@ -83,36 +85,78 @@ def render_md(data: ReportData) -> str:
         out.append(f"> {data.note}\n")
     out += ["## Overview\n", frame_md(overview_frame(data), rows=None, cell_chars=None), "\n### Step time (mean per step)\n",
             frame_md(breakdown_frame(data), rows=None)]  # fmt: skip
-    out.append("\n## Recommendations\n")
+    if data.cross_rank is not None:
+        out += _cross_rank_md(data)
+    whose = f" for rank {data.trace.rank}" if data.cross_rank is not None and data.trace.rank is not None else ""
+    out.append(f"\n## Recommendations{whose}\n")
     withheld = data.summary.get("recommendations_withheld")
     if withheld:
         out.append(f"No recommendations: {withheld}.\n")
     elif not data.findings:
         out.append("No rule fired: nothing obvious to change in this trace.\n")
-    for i, f in enumerate(data.findings, 1):
-        out.append(
-            f"{i}. **{f.title}** (saves up to {f.saving_ms:.2f} ms per step)  \n"
-            f"   {f.evidence}  \n   _Change:_ {f.change}\n"
-        )
-    out += ["\n## Top ops\n", frame_md(data.ops, list(dict.fromkeys(["name", "calls", basis, "step_share_pct", "tflops_s", "in_shapes"])))]
-    out += ["\n## Top kernels\n", frame_md(data.kernel_names, ["kernel", "calls", "device_total_us", "mean_us", "op", "step_share_pct"])]
-    tc = tensor_core_time(data.kernels)
-    if tc.height:
-        total = float(tc["us"].sum()) or 1.0
-        out.append("\nGPU time by Tensor Core use: " + ", ".join(f"{t} {100 * us / total:.1f}%" for t, us in tc.iter_rows()) + "\n")
-    out += ["\n## Modules\n", _modules_md(data)]
+    out += [_card(i, f) for i, f in enumerate(data.findings, 1)]
+    out += _section(data, "ops", "Top ops", lambda: [frame_md(data.ops, list(dict.fromkeys(["name", "calls", basis, "step_share_pct", "tflops_s", "in_shapes"])))])
+    out += _section(data, "kernels", "Top kernels", lambda: [
+        frame_md(data.kernel_names, ["kernel", "calls", "device_total_us", "mean_us", "op", "step_share_pct"]), _tensor_cores_md(data)])
+    out += _section(data, "modules", "Modules", lambda: [_modules_md(data)])
     sources = ["source", "calls", time_basis(data.trace), "step_share_pct"]  # top-level ops: totals, disjoint
-    out += ["\n## Source lines\n", SOURCES_NOTE + "\n\n", frame_md(data.sources, sources)]
-    out.append("\n## Roofline\n")
-    if data.roofline_modules is None:
-        out.append(f"No roofline: {data.roofline_note}.\n")
-    else:
-        assert data.spec is not None
-        out.append(f"On {data.spec.name} ({data.spec.dram_gbps:,.0f} GB/s DRAM); modules by time lost to the roof:\n\n")
-        out.append(frame_md(data.roofline_modules, ["module", "device_us", "pct_of_roof", "lost_us", "bound", "precision"]))
-    out.append("\n## Memory\n")
-    out.append(frame_md(memory_frame(data), rows=None, cell_chars=None))
-    out.append("\n## GPU idle time\n")
-    out.append(frame_md(data.temporal, ["rank", "kernel_span_us", "compute_pct", "non_compute_pct", "idle_pct"], rows=None))
-    out.append(frame_md(data.idle.filter(pl.col("idle_us") > 0), ["rank", "stream", "idle_category", "idle_us", "idle_ratio"], rows=None))
+    out += _section(data, "sources", "Source lines", lambda: [SOURCES_NOTE + "\n\n", frame_md(data.sources, sources)])
+    out += _section(data, "roofline", "Roofline", lambda: _roofline_md(data))
+    out += _section(data, "memory", "Memory", lambda: [frame_md(memory_frame(data), rows=None, cell_chars=None)])
+    out += _section(data, "idle", "GPU idle time", lambda: [
+        frame_md(data.temporal, ["rank", "kernel_span_us", "compute_pct", "non_compute_pct", "idle_pct"], rows=None),
+        frame_md(data.idle.filter(pl.col("idle_us") > 0), ["rank", "stream", "idle_category", "idle_us", "idle_ratio"], rows=None)])
     return "\n".join(part.rstrip("\n") + "\n" for part in out)
+
+
+def _card(i: int, f: Finding) -> str:
+    """A finding in full: title, saving, evidence, change."""
+    return f"{i}. **{f.title}** (saves up to {f.saving_ms:.2f} ms per step)  \n   {f.evidence}  \n   _Change:_ {f.change}\n"
+
+
+def _section(data: ReportData, name: str, title: str, body: Callable[[], list[str]]) -> list[str]:
+    """A section, or the one line saying why it is left out (:data:`ReportData.omitted`)."""
+    if name in data.omitted:
+        return [f"\n_{data.omitted[name]}_\n"]
+    return [f"\n## {title}\n", *body()]
+
+
+def _tensor_cores_md(data: ReportData) -> str:
+    """The Tensor Core split in one line (one sentence where it has one part)."""
+    if "tensor_cores" in data.chart_notes:
+        return "\n" + data.chart_notes["tensor_cores"] + "\n"
+    tc = tensor_core_time(data.kernels)
+    if not tc.height:
+        return ""
+    total = float(tc["us"].sum()) or 1.0
+    return "\nGPU time by Tensor Core use: " + ", ".join(f"{t} {100 * us / total:.1f}%" for t, us in tc.iter_rows()) + "\n"
+
+
+def _roofline_md(data: ReportData) -> list[str]:
+    if data.roofline_modules is None:
+        return [f"No roofline: {data.roofline_note}.\n"]
+    assert data.spec is not None
+    return [
+        f"On {data.spec.name} ({data.spec.dram_gbps:,.0f} GB/s DRAM); modules by time lost to the roof:\n\n",
+        frame_md(data.roofline_modules, ["module", "device_us", "pct_of_roof", "lost_us", "bound", "precision"]),
+    ]
+
+
+def _cross_rank_md(data: ReportData) -> list[str]:
+    """Every rank side by side: the run, its stragglers in full, the ``kinetolens dist`` tables."""
+    assert data.cross_rank is not None
+    run = data.cross_rank.overview
+    line = f"{run['ranks']} ranks" + (f" of world size {run['world_size']}" if run["world_size"] else "")
+    line += f", {run['backend']}" if run["backend"] else ""
+    if run["step_ms_mean"] is not None:
+        line += (
+            f": mean step {run['step_ms_mean']:.2f} ms, from {run['step_ms_min_rank']:.2f} to "
+            f"{run['step_ms_max_rank']:.2f} ms per rank (spread {run['step_ms_spread']:.2f} ms)"
+        )
+    out = ["\n## Across ranks\n", line + ".\n"]
+    out += [_card(i, f) for i, f in enumerate(data.cross_rank.findings, 1)] or [
+        "No straggler: no rank keeps the others waiting at collectives.\n"
+    ]
+    for heading, frame in cross_rank_frames(data).values():
+        out += [f"\n### {heading}\n", frame_md(frame, rows=None)]
+    return out

@@ -88,5 +88,6 @@ def memory_range_figure(curve: pl.DataFrame, title: str) -> go.Figure:
     """The shared memory curve with a range slider: the range chosen filters the memory tables."""
     fig = memory_figure(curve, title=title)
     if curve.height:
-        fig.update_layout(xaxis={"rangeslider": {"visible": True}, "title": "ms from the first memory event"})
+        # tall enough that the curve keeps ~250 px beside its slider
+        fig.update_layout(xaxis={"rangeslider": {"visible": True}, "title": "ms from the first memory event"}, height=480)
     return fig

@@ -14,9 +14,11 @@ from typing import Any
 import msgspec
 import polars as pl
 
+from kinetolens.analysis.kernels import tensor_core_time
 from kinetolens.analysis.memory import memory_curve, memory_events, memory_peaks
 from kinetolens.analysis.memory_allocations import pairable
 from kinetolens.analysis.ops import op_stats, rank_basis, time_basis
+from kinetolens.analysis.recommendations import damaged_inputs, recommendations_frame
 from kinetolens.analysis.overview import step_breakdown, step_windows
 from kinetolens.analysis.roofline import op_roofline
 from kinetolens.analysis.summary import attribution, steps_block
@@ -87,18 +89,37 @@ def overview(ctx: Ctx) -> list[Block]:
         ["steps", str(steps["count"])],
         ["mean step", _ms(steps["mean_us"])],
         *([["step cut short", steps["incomplete_note"]]] if steps.get("incomplete_note") else []),
-        ["kernel time", _ms(attr["kernel_time_us"])],
-        ["kernels attributed to an op", _pct(attr["op"])],
-        ["to a module", _pct(attr["module"])],
     ]
+    gpu = t.kernels.height > 0
+    if gpu:
+        cards += [
+            ["kernel time", _ms(attr["kernel_time_us"])],
+            ["kernels attributed to an op", _pct(attr["op"])],
+            ["to a module", _pct(attr["module"])],
+        ]
     breakdown = ctx.memo("step_breakdown", lambda: step_breakdown(t))
     return [
         {"type": "cards", "items": cards},
-        table("gpus", "Per GPU: utilization, SM efficiency, occupancy, Tensor Core share, peak memory"),
-        figure(figures.step_breakdown_figure(breakdown)),
+        table("gpus", "Per GPU: utilization, SM efficiency, occupancy, Tensor Core share, peak memory") if gpu
+        else text("No per-GPU table: this trace records no GPU kernels (a CPU-only capture)."),
+        figure(figures.step_breakdown_figure(breakdown)) if breakdown.height
+        else text("No step breakdown: the trace has no events to split into steps.", "warn"),
         table("execution_summary", "Execution summary: the average step", sort=None),
-        table("recommendations", "Recommendations (estimated saving per step)", sort="saving_ms"),
+        findings(ctx),
     ]
+
+
+def findings(ctx: Ctx) -> Block:
+    """The recommendations as cards: each with its whole evidence, change and estimate (a table cell cuts them)."""
+    recs = ctx.memo("recommendations", lambda: recommendations_frame(ctx.trace))
+    withheld = ctx.memo("damaged_inputs", lambda: damaged_inputs(ctx.trace))
+    items = [
+        {"title": r["title"], "saving": f"(saves up to {units.sig(r['saving_ms'])} ms per step)",
+         "evidence": r["evidence"], "change": r["change"], "estimate": r["estimate"]}
+        for r in recs.sort("saving_ms", descending=True, nulls_last=True).iter_rows(named=True)
+    ]  # fmt: skip
+    empty = f"No recommendations: {withheld}." if withheld else "No rule fired: nothing obvious to change in this trace."
+    return {"type": "findings", "title": "Recommendations (estimated saving per step)", "items": items, "empty": empty}
 
 
 def operators(ctx: Ctx) -> list[Block]:
@@ -115,19 +136,48 @@ def operators(ctx: Ctx) -> list[Block]:
             detail=[{"source": "op_kernels", "title": "Kernels of"}, {"source": "op_stacks", "title": "Call sites of"}],
         ),
         {"type": "row", "blocks": [
-            figure(figures.top_ops_figure(by_op, value=basis, top=10, kind="pie", title=f"Top 10 ops by {basis}")),
-            figure(figures.top_ops_figure(by_op, value="host_self_us", top=10, kind="pie",
-                                          title="Top 10 ops by host self time")),
+            figure(_pie_below(figures.top_ops_figure(by_op, value=basis, top=10, kind="pie",
+                                                     title=f"Top 10 ops by {_time_label(basis)}"))),
+            figure(_pie_below(figures.top_ops_figure(by_op, value="host_self_us", top=10, kind="pie",
+                                                     title="Top 10 ops by host self time"))),
         ]},
     ]  # fmt: skip
 
 
+def _time_label(column: str) -> str:
+    """``device_total_us`` -> ``device total time``."""
+    return column.removesuffix("_us").replace("_", " ") + " time"
+
+
+def _pie_below(fig: Any) -> Any:
+    """A pie in half the page: legend under it and labels inside, so long op names do not squeeze it to a dot."""
+    fig.update_traces(textposition="inside", selector={"type": "pie"})
+    fig.update_layout(height=520, legend={"orientation": "h", "y": -0.05, "x": 0, "yanchor": "top"},
+                      margin={"l": 20, "r": 20, "t": 50, "b": 20})  # fmt: skip
+    return fig
+
+
 def kernels(ctx: Ctx) -> list[Block]:
+    if ctx.trace.kernels.height == 0:
+        return [unavailable("Kernels are", "it records no GPU kernels (a CPU-only capture)")]
     rows = kernel_rows(ctx)
     return [
         table("kernels", "Kernels", sort="total_us", choices={"group": list(KERNEL_GROUPS)}),
-        figure(figures.tensor_core_figure(rows)),
+        tensor_cores(rows),
     ]
+
+
+def tensor_cores(rows: pl.DataFrame) -> Block:
+    """The Tensor Core pie, or one sentence where all kernel time has one verdict (a one-slice pie says nothing)."""
+    by = tensor_core_time(rows) if rows.height else rows
+    if by.height == 0:
+        return text("No Tensor Core breakdown: no kernel time in this step.")
+    if by.height == 1:
+        verdict, us = str(by["tc"][0]), float(by["us"][0])
+        what = {"yes": "runs on Tensor Cores", "no": "runs without Tensor Cores"}.get(
+            verdict, "is in kernels whose Tensor Core use is unknown")
+        return text(f"Tensor Cores: all GPU kernel time ({units.duration(us)}) {what}.")
+    return figure(figures.tensor_core_figure(rows))
 
 
 def modules(ctx: Ctx) -> list[Block]:
@@ -145,6 +195,8 @@ def modules(ctx: Ctx) -> list[Block]:
 
 
 def roofline(ctx: Ctx) -> list[Block]:
+    if ctx.trace.kernels.height == 0:
+        return [unavailable("The roofline is", "it records no GPU kernels (a CPU-only capture)")]
     spec = spec_of(ctx)
     if spec is None:
         return [text("No roofline: the GPU is not in the registry (or the trace names none).", "warn")]

@@ -13,7 +13,14 @@ from typing import Any
 
 import polars as pl
 
+from kinetolens.views import units
+
 MAX_LIMIT = 500
+#: Rate columns: a plain number under a header that names the unit.
+RATES = {"tflops_s": "TFLOP/s", "achieved_tflops": "TFLOP/s", "gbps": "GB/s", "achieved_gbps": "GB/s",
+         "intensity": "FLOP/byte", "bus_gbps": "GB/s", "algo_gbps": "GB/s"}  # fmt: skip
+#: Byte columns that count data moved (decimal units); other ``*bytes`` / ``size`` columns are memory held.
+TRAFFIC = {"bytes"}
 
 
 def _searchable(frame: pl.DataFrame) -> list[str]:
@@ -32,9 +39,86 @@ def filter_rows(frame: pl.DataFrame, text: str) -> pl.DataFrame:
     return frame.filter(hit)
 
 
+def _is_percent(name: str) -> bool:
+    """Columns already in percent (0..100): ``pct``, ``*_pct``, ``pct_*`` and the profiler's occupancy (%)."""
+    return name == "pct" or name.endswith("_pct") or name.startswith("pct_") or name == "occupancy"
+
+
+def column_format(name: str, dtype: pl.DataType, fractions: frozenset[str] = frozenset()) -> tuple[str, str]:
+    """How a column reads: its kind (``percent``, ``fraction``, ``time``, ``ms``, ``memory``, ``traffic``,
+    ``flops``, ``rate``, ``count``, ``number`` or ``text``) and its header label with the unit.
+
+    ``fractions``: the columns the source holds as 0..1 fractions (a GPU's utilization), shown as percent."""
+    if not dtype.is_numeric():
+        return "text", name
+    if name in fractions:
+        return "fraction", f"{name} (%)"
+    if _is_percent(name):
+        label = "% of step" if name == "pct" else name.removesuffix("_pct").removeprefix("pct_")
+        return "percent", label if name == "pct" else f"{label} (%)"
+    if name.endswith("_us") or name == "us":
+        return "time", name.removesuffix("_us")
+    if name.endswith("_ms"):
+        return "ms", f"{name.removesuffix('_ms')} (ms)"
+    if name in TRAFFIC or name.endswith("_traffic_bytes"):
+        return "traffic", name
+    if name.endswith("bytes") or name == "size":
+        return "memory", name.removesuffix("_bytes")
+    if name == "flops":
+        return "flops", "FLOPs"
+    if name in RATES:
+        return "rate", RATES[name]
+    if dtype.is_integer():
+        return "count", name
+    return "number", name
+
+
+def _cell(kind: str, value: Any, scale: float) -> str:
+    if units.missing(value):
+        return "-"
+    if kind == "fraction":
+        return units.percent(value)
+    if kind == "percent":
+        return units.percent(value / 100.0)
+    if kind == "time":
+        return units.in_unit(value, scale)
+    if kind == "memory":
+        return units.memory(value)
+    if kind == "traffic":
+        return units.traffic(value)
+    if kind == "flops":
+        return units.flops(value)
+    if kind == "count":
+        return units.count(value)
+    if kind == "ms":
+        return f"{value:,.3f}"
+    if kind in ("rate", "number"):
+        return units.sig(value, 4) if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def display(frame: pl.DataFrame, shown: pl.DataFrame, fractions: frozenset[str] = frozenset()) -> tuple[list[dict[str, Any]], list[list[str]]]:
+    """Columns (name, header label, kind, numeric) and the shown rows as the text a person reads.
+
+    A time column takes one unit (us, ms or s) for all its rows, chosen from
+    the whole table's largest value, so the column lines up as the pager moves."""
+    columns, scales = [], []
+    for name, dtype in shown.schema.items():
+        kind, label = column_format(name, dtype, fractions)
+        scale = 1.0
+        if kind == "time":
+            unit, scale = units.time_unit(frame[name].abs().max() if frame.height else None)  # type: ignore[arg-type]
+            label = f"{label} ({unit})"
+        columns.append({"name": name, "label": label, "kind": kind, "numeric": dtype.is_numeric()})
+        scales.append((kind, scale))
+    rows = [[_cell(k, v, sc) for (k, sc), v in zip(scales, r)] for r in shown.iter_rows()]
+    return columns, rows
+
+
 def page(
     frame: pl.DataFrame,
     *,
+    fractions: frozenset[str] = frozenset(),
     sort: str | None = None,
     descending: bool = True,
     search: str = "",
@@ -55,9 +139,11 @@ def page(
     limit = max(1, min(int(limit), MAX_LIMIT))
     offset = max(0, int(offset))
     shown = frame.slice(offset, limit)
+    columns, text = display(frame, shown, fractions)
     return {
-        "columns": [{"name": c, "numeric": t.is_numeric()} for c, t in shown.schema.items()],
+        "columns": columns,
         "rows": [list(r) for r in shown.iter_rows()],
+        "text": text,
         "total": total,
         "matched": frame.height,
         "offset": offset,

@@ -8,6 +8,7 @@ const S = { runs: [], run: null, worker: null, step: "", view: "overview", other
 const $ = (sel, root = document) => root.querySelector(sel);
 let pollTimer = null;
 let viewToken = 0;
+const SMALL_TABLE = 10;  // rows up to which a table shows no filter box
 
 function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
@@ -150,13 +151,37 @@ function renderBlock(b) {
       if (b.needs === "perfetto" && !S.perfetto) return el("p", { class: "block note" }, "Perfetto export: not available in this installation.");
       return el("p", { class: "block" }, el("a", { href: `/api/${b.href}?${baseParams()}`, download: "" }, b.text));
     case "range": return rangeBlock(b);
+    case "findings": return findingsBlock(b);
     case "diff-picker": return diffPicker();
     default: return el("p", { class: "error" }, `unknown block ${b.type}`);
   }
 }
 
+// A trace holds data where any of its data arrays has an element (plain or plotly's typed {bdata}).
+function hasData(trace) {
+  return ["x", "y", "z", "values", "labels", "ids", "r"].some(k => {
+    const v = trace[k];
+    return v !== undefined && v !== null && (Array.isArray(v) ? v.length > 0 : !!(v.bdata && v.bdata.length));
+  });
+}
+
+function titleOf(fig) {
+  const t = fig.layout && fig.layout.title;
+  return typeof t === "string" ? t : (t && t.text) || "Chart";
+}
+
 function drawFigure(div) {
   const fig = div._figure;
+  if (!(fig.data || []).some(hasData)) {  // an empty chart says nothing: one line saying why instead
+    const why = ((fig.layout && fig.layout.annotations) || []).map(a => a.text).filter(Boolean).join("; ");
+    div.replaceWith(el("p", { class: "block note" }, `${titleOf(fig)}: ${why || "nothing to draw"}.`));
+    return;
+  }
+  const pie = fig.data.length === 1 && fig.data[0].type === "pie" ? fig.data[0] : null;
+  if (pie && Array.isArray(pie.labels) && pie.labels.length === 1) {  // a one-slice pie is a sentence
+    div.replaceWith(el("p", { class: "block note" }, `${titleOf(fig)}: all of it is ${pie.labels[0]}.`));
+    return;
+  }
   // a figure that sizes itself (bars per rank, per op) takes exactly its height, not the placeholder's
   if (fig.layout && fig.layout.height) div.style.minHeight = `${fig.layout.height}px`;
   Plotly.newPlot(div, fig.data, fig.layout, { responsive: true, displaylogo: false });
@@ -169,6 +194,18 @@ function drawFigure(div) {
       setRange(lo === "" ? "" : Number(lo).toFixed(3), hi === "" ? "" : Number(hi).toFixed(3), div._rangeFor);
     });
   }
+}
+
+// ---- recommendations: one card each, the whole evidence and change ----------------
+function findingsBlock(b) {
+  const box = el("div", { class: "block findings" }, el("h3", {}, b.title));
+  if (!b.items.length) { box.append(el("p", { class: "note" }, b.empty)); return box; }
+  b.items.forEach((f, i) => box.append(el("div", { class: "finding" },
+    el("h4", {}, `${i + 1}. ${f.title} `, el("span", { class: "saving" }, f.saving)),
+    el("p", { class: "evidence" }, f.evidence),
+    el("p", { class: "change" }, el("b", {}, "Change: "), f.change),
+    el("p", { class: "estimate" }, `Estimate: ${f.estimate}`))));
+  return box;
 }
 
 // ---- memory range ------------------------------------------------------------
@@ -228,15 +265,24 @@ function tableBlock(b, extra = {}) {
     const { status, body: page } = await getJSON(`/api/table/${b.source}?${p}`);
     if (status !== 200 || page.error) { body.replaceChildren(el("tr", {}, el("td", { class: "error" }, page.error || `status ${status}`))); block.dataset.state = "error"; return; }
     head.replaceChildren(el("tr", {}, ...page.columns.map(c => {
-      const cls = c.name === page.sort ? `sorted ${page.descending ? "desc" : "asc"}` : "";
+      const cls = (c.name === page.sort ? `sorted ${page.descending ? "desc" : "asc"}` : "") + (c.numeric ? " num" : "");
       return el("th", { class: cls, "data-col": c.name, onclick: () => {
         if (t.sort === c.name) t.desc = t.desc === "1" ? "0" : "1"; else { t.sort = c.name; t.desc = c.numeric ? "1" : "0"; }
         reload(0);
-      } }, c.name);
+      } }, c.label || c.name);
     })));
-    body.replaceChildren(...page.rows.map(row => {
+    // a table with nothing in it is one line saying so; a small one needs no filter box or pager
+    const small = page.total <= SMALL_TABLE;
+    search.hidden = small; pager.hidden = page.total <= page.limit;
+    if (page.total === 0 && !b.choices) {
+      block.replaceChildren(el("h3", {}, b.title), el("p", { class: "note empty" }, b.empty || "No rows in this trace."));
+      block.dataset.state = "ready";
+      return;
+    }
+    body.replaceChildren(...page.rows.map((row, r) => {
+      const shown = page.text ? page.text[r] : row.map(fmt);
       const tr = el("tr", { class: b.detail ? "clickable" : "" }, ...row.map((v, i) =>
-        el("td", { class: page.columns[i].numeric ? "num" : "", title: v === null ? "" : String(v) }, fmt(v))));
+        el("td", { class: page.columns[i].numeric ? "num" : "", title: v === null ? "" : String(v) }, shown[i])));
       if (b.detail) tr.addEventListener("click", () => {
         body.querySelectorAll("tr.selected").forEach(r => r.classList.remove("selected"));
         tr.classList.add("selected");
