@@ -194,6 +194,12 @@ def left_out(data: ReportData) -> dict[str, str]:
         why["kernels"] = why["idle"] = "no GPU kernels were recorded"
     if data.roofline_modules is None and data.roofline_note:
         why["roofline"] = why["kernels"] if "kernels" in why else data.roofline_note
+    elif data.roofline_ops is not None and data.roofline_ops.filter(pl.col("flops") > 0).height == 0:
+        why["roofline"] = "no op has a FLOP count" + (
+            " (they come from the input shapes: profile with record_shapes=True)"
+            if kind["pytorch"]
+            else " (kinetolens counts FLOPs of PyTorch ops from their input shapes)"
+        )
     if not kind["modules"]:
         why["modules"] = (
             "the ops carry no nn.Module paths (profile with with_modules=True or with_stack=True)"
