@@ -63,6 +63,8 @@ def modules_command(
     loaded = load(trace, capture=capture, cache=not no_cache)
     check_step(trace, loaded, step)
     tree = module_tree(loaded, gpu_spec(loaded), step=step)
+    if loaded.kernels.height == 0:
+        raise click.UsageError(f"{trace}: no GPU kernels; module times are the GPU time of each module's kernels")
     if tree.filter(pl.col("path") != "(no module)").height == 0:
         raise click.UsageError(f"{trace}: no nn.Module hierarchy in this trace (profile with with_stack=True or with_modules=True)")
     machine = csv or json_

@@ -26,6 +26,7 @@ from kinetolens.errors import TraceError
 from kinetolens.loader import load
 from kinetolens.registry.gpus import GpuSpec, gpu_spec
 from kinetolens.views.figures import roofline_figure
+from kinetolens.views import units
 
 
 def _us(v: float) -> str:
@@ -93,7 +94,7 @@ def _print_table(table: pl.DataFrame, title: str, width: int | None) -> list[str
         justify = "left" if c in ("bound", "roof") else "right"
         out.add_column(header, justify=justify, min_width=sizes[c], max_width=sizes[c])  # headers wrap, values never
     for i, k in enumerate(keys):
-        out.add_row(Text(k if len(k) <= tail else "…" + k[-tail + 1 :]), *(Text(cells[c][i]) for c, _, _ in cols))
+        out.add_row(Text(units.middle(k, tail)), *(Text(cells[c][i]) for c, _, _ in cols))
     console.print(out)
     return dropped
 
