@@ -65,6 +65,7 @@ def test_length_and_bounds_match_hta(case: str) -> None:
     for key, value in gold["summary"].items():
         assert ours.get(key, 0.0) == pytest.approx(value["pct"], abs=1.0), key
     assert sum(cp.summary["pct"]) == pytest.approx(100.0, abs=0.01)
+    assert cp.notes == []
     # The time between top-level ops is not on the path, as in HTA: the span is longer.
     assert cp.span_us >= cp.length_us
     assert cp.span_us == pytest.approx(gold["path_span_us"], rel=0.03)
@@ -154,6 +155,8 @@ def test_graph_launched_kernels_hang_off_their_launch() -> None:
     cp = critical_path(trace, w)
     on_path = cp.path.filter(pl.col("type") == "kernel")
     assert on_path.height > 300
+    # Every activity of this ROCm trace starts >= 146 ms after its launch: a clock offset, said so.
+    assert len(cp.notes) == 1 and "146.4 ms" in cp.notes[0] and "offset" in cp.notes[0]
 
 
 def test_backward_thread_follows_its_forward_ops() -> None:

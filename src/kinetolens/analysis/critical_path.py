@@ -20,7 +20,7 @@ path is taken on the graph's edge arrays (:mod:`kinetolens.analysis.longest_path
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 
@@ -74,6 +74,8 @@ class CriticalPath:
     summary: pl.DataFrame
     nodes: int
     edges: int
+    #: Why some figures may mislead (a GPU clock offset from the CPU's).
+    notes: list[str] = field(default_factory=list)
 
     def top(self, by: str, n: int = 10) -> pl.DataFrame:
         """The path's time per ``by`` (``name``, ``op``, ``module``, ``source``), largest first."""
@@ -133,7 +135,28 @@ def critical_path(trace: Trace, window: Window, facts: TraceFacts | None = None)
         summary=summarize(path, length),
         nodes=graph.nodes,
         edges=graph.edges.height,
+        notes=_clock_notes(graph),
     )
+
+
+#: Every GPU activity starting this long after its launch means the GPU's clock is offset (ns).
+CLOCK_OFFSET_NS = 1_000_000
+
+
+def _clock_notes(graph: DependencyGraph) -> list[str]:
+    """A launch takes microseconds: when even the quickest activity of the
+    window started more than a millisecond after its launch call, the GPU
+    clock is offset from the CPU's and launch overhead is inflated by that."""
+    gpu = graph.events.filter(pl.col("side") == "gpu")
+    if gpu.height == 0 or "launch_ts" not in gpu.columns:
+        return []
+    quickest = gpu.select((pl.col("ts") - pl.col("launch_ts")).min()).item()
+    if quickest is None or quickest <= CLOCK_OFFSET_NS:
+        return []
+    return [
+        f"every GPU activity starts at least {quickest / 1e6:,.1f} ms after its launch: the GPU clock "
+        "looks offset from the CPU clock, so launch overhead is overstated by about that much"
+    ]
 
 
 def _node_ts(graph: DependencyGraph, node: int) -> int:
