@@ -155,9 +155,10 @@ def test_gpu_overview_reads_percent_units_and_whole_recommendations(server: Thre
     trace = kinetolens.load(trace_path(H100))
     metrics = gpu_metrics(trace).row(0, named=True)
     open_view(page, server, "h100", worker(logdir, "h100"), "overview")
-    for col in ("utilization", "sm_efficiency", "tensor_core_share"):
-        assert cell_texts(page, "gpus", col) == [units.percent(metrics[col])]
-    assert cell_texts(page, "gpus", "utilization") == ["90.3%"]  # regression pin: kinetolens' own number
+    for col, shown in (("utilization", "utilization_pct"), ("sm_efficiency", "sm_efficiency_pct"),
+                       ("tensor_core_share", "tensor_core_pct")):  # fmt: skip
+        assert cell_texts(page, "gpus", shown) == [units.percent(metrics[col])]
+    assert cell_texts(page, "gpus", "utilization_pct") == ["90.3%"]  # regression pin: kinetolens' own number
     assert cell_texts(page, "gpus", "peak_allocated_bytes") == [units.memory(metrics["peak_allocated_bytes"])]
     assert cell_texts(page, "execution_summary", "pct")[0].endswith("%")
     recs = recommendations_frame(trace).sort("saving_ms", descending=True)

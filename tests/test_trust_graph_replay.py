@@ -17,6 +17,7 @@ import pytest
 import kinetolens
 from kinetolens.analysis.summary import summarize
 from kinetolens.analysis.work import kernel_work
+from kinetolens.model.graph_replay import captured_nodes
 from tests.conftest import GOLDEN, trace_path
 
 CASE = "tracelens/inference/vllm_prefilldecode_piecewise"
@@ -167,6 +168,9 @@ def test_cli_picks_up_the_capture(tmp_path: Path) -> None:
         [*env_cmd, "summary", str(replay), "--capture", str(tmp_path / "absent")], capture_output=True, text=True
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    for command in ("summary", "kernels", "ops", "modules", "roofline", "report"):
+        helped = subprocess.run([*env_cmd, command, "--help"], capture_output=True, text=True, check=True).stdout
+        assert "--capture" in helped, command
 
 
 def _with_recorded_graph_ids(src: Path, dst: Path) -> None:
@@ -257,3 +261,25 @@ def test_a_capture_of_other_graphs_pairs_nothing_and_says_so() -> None:
     assert not t.ops["from_capture"].any()
     [warning] = [w for w in t.warnings if w.kind == "replayed kernels without a captured node"]
     assert warning.count == 361
+
+
+def test_nodes_captured_outside_every_op_keep_the_replay_owner(tmp_path: Path) -> None:
+    # issue 20, point 1: a capture trace without ops (its cpu_op and
+    # user_annotation events removed from a copy of the real one) still
+    # pairs every replayed kernel with its graph and node, and gives the
+    # module of the capture-time launch; the op stays the replay's owner.
+    src = next(trace_path(CAPTURE_DIR).glob("*.pt.trace.json.gz"))
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in ("cpu_op", "user_annotation")]
+    capture = tmp_path / "capture.json"
+    capture.write_text(json.dumps(doc))
+    t = kinetolens.load(trace_path(REPLAY), capture=capture, cache=False)
+    replayed = _replayed(t)
+    assert not t.warnings
+    assert replayed["op"].str.starts_with("execute_8192").all()
+    assert sorted(replayed["graph_id"].unique().to_list()) == list(range(25))
+    assert not t.ops["from_capture"].any()
+    launches = captured_nodes(kinetolens.load(capture, capture=False, cache=False).runtime)
+    both = replayed.join(launches, left_on=["graph_id", "graph_node"], right_on=["graph", "node"], how="inner")
+    assert both.height == 361 and (both["module"] == both["cap_module"]).all()
+    assert (both["source"] == both["cap_source"]).all()

@@ -475,6 +475,7 @@ def kernel_groups(table: pl.DataFrame, roof: pl.DataFrame | None, by: str = "nam
         _ideal=pl.col("_ideal_us").filter(known).sum(),
         _known=pl.col("dur_us").filter(known).sum(),
         **({} if by == "name+op" else {"op": counts("op", missing="(no op)")}),
+        **({"short_name": pl.col("short_name").first()} if "short_name" in table.columns else {}),
     )
     if by == "name":
         out = out.with_columns(listed("op"))

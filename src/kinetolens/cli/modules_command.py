@@ -7,7 +7,8 @@ import polars as pl
 
 from kinetolens.analysis.module_tree import by_depth, by_type, module_tree
 from kinetolens.cli.checks import WIDTH, check_step
-from kinetolens.cli.render import emit, print_fitted
+from kinetolens.cli.load_options import capture_option
+from kinetolens.cli.render import emit, print_table
 from kinetolens.loader import load
 from kinetolens.registry.gpus import gpu_spec
 
@@ -28,10 +29,12 @@ HEADERS = {
     "pct_of_roof": "%\nroof",
     "count": "n",
 }
-TREE_COLUMNS = ("module", "fwd_total_us", "bwd_total_us", "self_us", "step_share_pct", "tflops_s", "pct_of_roof")
+TREE_COLUMNS = ("module", "calls", "fwd_total_us", "bwd_total_us", "self_us", "step_share_pct", "tflops_s", "pct_of_roof")
 TYPE_COLUMNS = ("type", "count", "total_us", "mean_us", "min_us", "max_us", "step_share_pct", "tflops_s", "pct_of_roof")
 #: Dropped first (last named first) where the terminal is narrow.
-DROPPABLE = ("pct_of_roof", "tflops_s", "step_share_pct", "total_us", "self_us", "min_us", "max_us", "bwd_total_us")
+DROPPABLE = (
+    "pct_of_roof", "tflops_s", "step_share_pct", "total_us", "self_us", "min_us", "max_us", "bwd_total_us", "calls",
+)  # fmt: skip
 
 
 @click.command("modules")
@@ -46,8 +49,10 @@ DROPPABLE = ("pct_of_roof", "tflops_s", "step_share_pct", "total_us", "self_us",
 @click.option("--json", "json_", is_flag=True)
 @click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width for the table.")
 @click.option("--no-cache", is_flag=True)
+@capture_option
 def modules_command(
-    trace: str, depth: int | None, by: str, step: int | None, csv: bool, json_: bool, width: int | None, no_cache: bool
+    trace: str, depth: int | None, by: str, step: int | None, csv: bool, json_: bool, width: int | None, no_cache: bool,
+    capture: str | None = None,
 ) -> None:
     """GPU time per nn.Module: forward and backward, self and total, FLOPs and % of roofline.
 
@@ -55,9 +60,11 @@ def modules_command(
     Kernels outside every module (the optimizer, copies) are '(no module)'.
     Needs a trace recorded with with_stack=True or with_modules=True.
     """
-    loaded = load(trace, cache=not no_cache)
+    loaded = load(trace, capture=capture, cache=not no_cache)
     check_step(trace, loaded, step)
     tree = module_tree(loaded, gpu_spec(loaded), step=step)
+    if loaded.kernels.height == 0:
+        raise click.UsageError(f"{trace}: no GPU kernels; module times are the GPU time of each module's kernels")
     if tree.filter(pl.col("path") != "(no module)").height == 0:
         raise click.UsageError(f"{trace}: no nn.Module hierarchy in this trace (profile with with_stack=True or with_modules=True)")
     machine = csv or json_
@@ -67,9 +74,9 @@ def modules_command(
             emit(table, "csv" if csv else "json")
             return
         caption = "per module class: times summed over its instances; mean, min, max: of one instance's total"
-        print_fitted(
-            table.select(TYPE_COLUMNS), key="type", title="modules by type", caption=caption, width=width,
-            headers=HEADERS, droppable=[c for c in DROPPABLE if c in TYPE_COLUMNS],
+        print_table(
+            table.select(TYPE_COLUMNS), title="modules by type", caption=caption, width=width,
+            headers=HEADERS, droppable=[c for c in DROPPABLE if c in TYPE_COLUMNS], same_time_unit=True,
         )
         return
     if machine:
@@ -84,7 +91,7 @@ def modules_command(
     deeper = tree.height - shown.height
     if deeper:
         notes.append(f"{deeper} deeper modules not shown (--depth N; --by type rolls repeated layers up)")
-    print_fitted(
-        frame, key="module", title="modules", caption="\n".join(notes), width=width, headers=HEADERS,
-        droppable=[c for c in DROPPABLE if c in TREE_COLUMNS],
+    print_table(
+        frame, title="modules", caption="\n".join(notes), width=width, headers=HEADERS,
+        droppable=[c for c in DROPPABLE if c in TREE_COLUMNS], same_time_unit=True,
     )

@@ -150,9 +150,15 @@ def attach_capture(
             source=pl.coalesce("op_source", "cap_source"),
         )
     )
-    cols = ["op_id", "op", "top_op_id", "top_op", "module", "source", "direction",
-            "grad_fn", "fwd_op_id", "fwd_op", "graph_id", "graph_node"]
-    kernels = _set_by_kernel(kernels, values.select("kernel_id", *cols), cols)
+    kernels = _set_by_kernel(kernels, values, ["graph_id", "graph_node"])
+    # A node captured outside every op keeps the op around its replay, and
+    # takes the module and source of its capture-time launch where known.
+    outside = values.filter(pl.col("op_id").is_null())
+    for col in ("module", "source"):
+        known = outside.filter(pl.col(f"cap_{col}").is_not_null()).select("kernel_id", pl.col(f"cap_{col}").alias(col))
+        kernels = _set_by_kernel(kernels, known, [col])
+    cols = ["op_id", "op", "top_op_id", "top_op", "module", "source", "direction", "grad_fn", "fwd_op_id", "fwd_op"]
+    kernels = _set_by_kernel(kernels, values.filter(pl.col("op_id").is_not_null()).select("kernel_id", *cols), cols)
     sub = (
         pl.when(pl.col("op_id").is_not_null())
         .then(pl.col("launch_ts").fill_null(pl.col("ts")).rank("ordinal").over("op_id") - 1)
@@ -160,7 +166,7 @@ def attach_capture(
     )
     # Replayed kernels share their launch's time: number them by GPU start.
     replay_sub = pl.col("ts").rank("ordinal").over("op_id").cast(I64) - 1
-    is_replayed = pl.col("kernel_id").is_in(linked["kernel_id"].implode())
+    is_replayed = pl.col("kernel_id").is_in(linked.filter(pl.col("op_id").is_not_null())["kernel_id"].implode())
     kernels = kernels.with_columns(sub=pl.when(is_replayed).then(replay_sub).otherwise(sub))
     return new_ops, kernels, unmatched
 

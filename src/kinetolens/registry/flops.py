@@ -18,8 +18,10 @@ from kinetolens.registry import (  # noqa: F401  (importing registers the famili
     flops_attention,
     flops_conv,
     flops_elementwise,
+    flops_engines,
     flops_gemm,
     flops_norm,
+    flops_paged_attention,
 )
 from kinetolens.registry.flops_base import REGISTRY, Entry, OpArgs, Work
 

@@ -30,6 +30,7 @@ from kinetolens.logdir import one_run
 from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
 from kinetolens.registry.gpus import GpuSpec, gpu_spec
+from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import figures
 
 #: Rows of each ranked table a report shows.
@@ -152,8 +153,10 @@ def _roofline(trace: Trace) -> tuple[GpuSpec | None, pl.DataFrame | None, pl.Dat
 
 
 def _kernel_names(trace: Trace) -> pl.DataFrame:
-    """Kernels grouped by name, longest first (an empty table for a CPU-only trace)."""
-    return op_stats(trace, by="kernel").sort("device_total_us", descending=True)
+    """Kernels grouped by name, longest first (an empty table for a CPU-only trace);
+    ``kernel`` (first, so charts label by it) is the short name, ``name`` the recorded one."""
+    stats = op_stats(trace, by="kernel").sort("device_total_us", descending=True)
+    return stats.select(short_names(stats["name"]).alias("kernel"), pl.all())
 
 
 #: Section name -> its title, as the one line that replaces it starts.
@@ -191,6 +194,12 @@ def left_out(data: ReportData) -> dict[str, str]:
         why["kernels"] = why["idle"] = "no GPU kernels were recorded"
     if data.roofline_modules is None and data.roofline_note:
         why["roofline"] = why["kernels"] if "kernels" in why else data.roofline_note
+    elif data.roofline_ops is not None and data.roofline_ops.filter(pl.col("flops") > 0).height == 0:
+        why["roofline"] = "no op has a FLOP count" + (
+            " (they come from the input shapes: profile with record_shapes=True)"
+            if kind["pytorch"]
+            else " (kinetolens counts FLOPs of PyTorch ops from their input shapes)"
+        )
     if not kind["modules"]:
         why["modules"] = (
             "the ops carry no nn.Module paths (profile with with_modules=True or with_stack=True)"

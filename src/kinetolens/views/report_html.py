@@ -27,10 +27,11 @@ from kinetolens.analysis.ops import time_basis
 from kinetolens.analysis.overview import CATEGORIES, OTHER
 from kinetolens.analysis.stragglers import CAUSES
 from kinetolens.errors import TraceError
+from kinetolens.views import units
 from kinetolens.views.module_tree_html import module_tree_html
 from kinetolens.views.report_data import SOURCES_NOTE, TOP_ROWS, ReportData
 
-#: Text cells longer than this keep their tail (the innermost module, the kernel's name end).
+#: Text cells longer than this are cut in the middle (keeping a module path's root and leaf).
 CELL_CHARS = 120
 TEMPLATE = "report.html.j2"
 
@@ -56,7 +57,7 @@ def _format(value: Any, limit: int | None = CELL_CHARS) -> tuple[str, bool]:
             return f"{value:.3g}", True
         return (f"{value:,.3f}" if abs(value) < 1000 else f"{value:,.1f}"), True
     text = str(value)
-    return (text if limit is None or len(text) <= limit else "…" + text[-(limit - 1):]), False
+    return (text if limit is None else units.middle(text, limit)), False
 
 
 def frame_html(
@@ -83,7 +84,7 @@ def frame_html(
 
 
 def _pct(v: float | None) -> str | None:
-    return None if v is None else f"{100.0 * v:.1f}%"
+    return None if v is None else units.percent(v)
 
 
 def overview_frame(data: ReportData) -> pl.DataFrame:
@@ -109,8 +110,8 @@ def overview_frame(data: ReportData) -> pl.DataFrame:
         peak = g.get("peak_allocated_bytes")
         counts = "" if g.get("peak_basis") in (None, ALLOCATOR) else f" ({BASIS_NOTES[g['peak_basis']]})"
         start = g.get("live_at_start_bytes")
-        counts += "" if start is None else f" ({start / 2**30:.3f} GiB alive when profiling started)"
-        rows.append((f"GPU {dev} peak allocated", None if peak is None else f"{peak / 2**30:.3f} GiB{counts}"))
+        counts += "" if start is None else f" ({units.memory(start)} alive when profiling started)"
+        rows.append((f"GPU {dev} peak allocated", None if peak is None else f"{units.memory(peak)}{counts}"))
     a = s["attribution"]
     if a.get("kernel_time_us"):
         rows.append(("kernel time attributed to an op / module / source line",
@@ -165,7 +166,7 @@ def _tables(data: ReportData) -> dict[str, Markup]:
         "breakdown": frame_html(breakdown_frame(data), rows=None),
         # A CPU-only trace's device columns are all zero: left out.
         "ops": frame_html(data.ops, [c for c in dict.fromkeys(op_cols) if data.summary["kind"]["gpu"] or not c.startswith("device_")]),
-        "kernels": frame_html(data.kernel_names, ["name", "calls", "device_total_us", "mean_us", "op", "occupancy", "step_share_pct", "tflops_s", "gbps"]),
+        "kernels": frame_html(data.kernel_names, ["kernel", "calls", "device_total_us", "mean_us", "op", "occupancy", "step_share_pct", "tflops_s", "gbps"]),
         "modules": _modules_html(data),
         "sources": frame_html(data.sources, list(dict.fromkeys(["source", "calls", time_basis(data.trace), "host_total_us", "step_share_pct"]))),
         "memory": frame_html(memory_frame(data), rows=None, cell_chars=None),
