@@ -254,7 +254,7 @@ def collect(
         kernels=kernel_table(trace),
         kernel_names=_kernel_names(trace),
         modules=op_stats(trace, by="module").sort(time_basis(trace), descending=True, nulls_last=True),
-        module_tree=module_tree(trace, spec),
+        module_tree=module_tree(trace, spec, roof=roof_modules),
         sources=op_stats(trace, by="source").sort(time_basis(trace), descending=True, nulls_last=True),
         memory=memory_curve(events),
         memory_peaks=memory_peaks(events),
