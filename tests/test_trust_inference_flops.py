@@ -124,7 +124,7 @@ def case(request: pytest.FixtureRequest) -> Case:
 
 
 def _golden(r: dict[str, str]) -> tuple[float, float]:
-    return float(r["GFLOPS_first"]) * 1e9, float(r["Data Moved (MB)_first"]) * MIB
+    return float(r["GFLOPS_first"]) * 1e9, float(r["Data Moved (MB)_first"] or "nan") * MIB
 
 
 def test_gemm(case: Case) -> None:
@@ -326,4 +326,27 @@ def test_mi300_models_gemm_attention_conv(model: str) -> None:
                 assert flops == pytest.approx(tl_flops, rel=1e-9), (csv_name, r["name"], r["Input Dims_first"])
                 assert moved == pytest.approx(tl_bytes, rel=1e-9), (csv_name, r["name"], r["Input Dims_first"])
                 checked += 1
+    assert checked
+
+
+def test_elementwise_and_reduce_rows(case: Case) -> None:
+    # issue 20, point 3: the elementwise and reduce rows of the inference cases.  Bytes agree; TraceLens
+    # counts one FLOP per element of a copy_ (a copy or dtype conversion does no arithmetic: we count none).
+    # TraceLens leaves a bool copy's bytes empty.
+    checked = 0
+    for csv_name, family in (("UnaryElementwise.csv", None), ("Reduce_fwd.csv", "reduction")):
+        for r in case.rows(csv_name):
+            if r["name"].endswith("_and_mul"):
+                continue  # the fused activation: test_fused_activation
+            fam = family or REGISTRY[r["name"]].family
+            flops, moved = case.work_of(r, fam)
+            if (flops, moved) == (0.0, 0.0) and r["Input type_first"] == "['long int', 'int', 'Scalar']":
+                continue  # the int64 -> int32 conversion inside aten::cumsum: counted with the cumsum
+            tl_flops, tl_bytes = _golden(r)
+            if r["name"] == "aten::copy_":
+                tl_flops = 0.0
+            assert flops == pytest.approx(tl_flops, rel=1e-9), (r["name"], r["Input Dims_first"])
+            if r["Data Moved (MB)_first"]:
+                assert moved == pytest.approx(tl_bytes, rel=1e-9), (r["name"], r["Input Dims_first"])
+            checked += 1
     assert checked
