@@ -65,6 +65,7 @@ def test_length_and_bounds_match_hta(case: str) -> None:
     for key, value in gold["summary"].items():
         assert ours.get(key, 0.0) == pytest.approx(value["pct"], abs=1.0), key
     assert sum(cp.summary["pct"]) == pytest.approx(100.0, abs=0.01)
+    assert cp.notes == []
     # The time between top-level ops is not on the path, as in HTA: the span is longer.
     assert cp.span_us >= cp.length_us
     assert cp.span_us == pytest.approx(gold["path_span_us"], rel=0.03)
@@ -154,6 +155,8 @@ def test_graph_launched_kernels_hang_off_their_launch() -> None:
     cp = critical_path(trace, w)
     on_path = cp.path.filter(pl.col("type") == "kernel")
     assert on_path.height > 300
+    # Every activity of this ROCm trace starts >= 146 ms after its launch: a clock offset, said so.
+    assert len(cp.notes) == 1 and "146.4 ms" in cp.notes[0] and "offset" in cp.notes[0]
 
 
 def test_backward_thread_follows_its_forward_ops() -> None:
@@ -177,3 +180,36 @@ def test_backward_thread_follows_its_forward_ops() -> None:
     threads = {x for x in cp.path["where"].drop_nulls().to_list() if x.startswith("thread")}
     assert len(threads) == 2  # the path runs on the main and the backward thread
     assert cp.summary.filter(pl.col("bound_by") == "gpu_compute")["pct"][0] > 20
+
+
+def test_chain_contraction_keeps_the_longest_path() -> None:
+    # issue 19, point 1: the longest path with chains contracted equals rustworkx's on the whole
+    # graph, on random DAGs with long chains and parallel edges.
+    import numpy as np
+    import rustworkx as rx
+
+    from kinetolens.analysis.longest_path import CycleError, longest_path
+
+    rng = np.random.default_rng(19)
+    for _ in range(30):
+        n = int(rng.integers(2, 300))
+        chain = np.arange(n - 1)
+        extra = rng.integers(0, n, size=(int(rng.integers(0, n)), 2))
+        extra = extra[extra[:, 0] != extra[:, 1]]
+        src = np.concatenate([chain, extra.min(axis=1), extra[:4].min(axis=1)])
+        dst = np.concatenate([chain + 1, extra.max(axis=1), extra[:4].max(axis=1)])
+        w = rng.integers(0, 1000, size=src.size)
+        keep = rng.random(src.size) > 0.3  # break the chain into pieces
+        src, dst, w = src[keep], dst[keep], w[keep]
+        best = {}
+        for s, d, x in zip(src.tolist(), dst.tolist(), w.tolist()):
+            best[(s, d)] = max(best.get((s, d), 0), x)
+        g = rx.PyDiGraph(multigraph=True)
+        g.add_nodes_from(range(n))
+        g.add_edges_from(list(zip(src.tolist(), dst.tolist(), w.tolist())))
+        want = rx.dag_longest_path_length(g, weight_fn=lambda _u, _v, x: x) if src.size else 0
+        path = longest_path(src, dst, w, n)
+        assert all((a, b) in best for a, b in zip(path, path[1:]))
+        assert sum(best[(a, b)] for a, b in zip(path, path[1:])) == want
+    with pytest.raises(CycleError):
+        longest_path(np.array([0, 1]), np.array([1, 0]), np.array([1, 1]), 2)

@@ -168,6 +168,9 @@ def test_cli_picks_up_the_capture(tmp_path: Path) -> None:
         [*env_cmd, "summary", str(replay), "--capture", str(tmp_path / "absent")], capture_output=True, text=True
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    for command in ("summary", "kernels", "ops", "modules", "roofline", "report"):
+        helped = subprocess.run([*env_cmd, command, "--help"], capture_output=True, text=True, check=True).stdout
+        assert "--capture" in helped, command
 
 
 def _with_recorded_graph_ids(src: Path, dst: Path) -> None:

@@ -70,9 +70,12 @@ class Case:
         with open(path, newline="") as f:
             return list(csv.DictReader(f))
 
-    def work_of(self, r: dict[str, str], family: str) -> tuple[float, float]:
-        """Work of ``family`` at or below the calls matching the row (all calls agree)."""
+    def work_of(self, r: dict[str, str], family: str, counted_only: bool = False) -> tuple[float, float]:
+        """Work of ``family`` at or below the calls matching the row (all calls agree);
+        ``counted_only``: leave out calls without work."""
         results = set().union(*(p.work_of(r, family) for p in self.parts))
+        if counted_only:
+            results.discard((0.0, 0.0))
         assert results, f"no {r['name']} {r['Input Dims_first']} in the traces"
         assert len(results) == 1, f"{r['name']}: same shapes, different work {results}"
         return results.pop()
@@ -171,3 +174,80 @@ def test_fused_activation(case: Case) -> None:
         assert (flops, moved) == (pytest.approx(tl_flops, rel=1e-9), pytest.approx(tl_bytes, rel=1e-9))
     if case.golden.parent.name.startswith("sglang"):
         assert rows
+
+
+def test_paged_attention(case: Case) -> None:
+    # issue 20, point 3: paged / variable-length attention (vLLM unified attention, aiter batch prefill),
+    # its sequences from the engine's step annotation; exact match, FLOPs and bytes
+    # The capture trace's dummy batch has no step annotation: its attention calls get no number
+    # (the split into sequences is unknown); the replay trace's calls carry TraceLens' figures.
+    # Bytes: TraceLens moves one KV-cache token (2 KiB) more on the vLLM case (0.001%).
+    rows = [r for r in case.rows("InferenceAttention_fwd.csv") if r["param: H_Q"]]
+    assert rows
+    for r in rows:
+        flops, moved = case.work_of(r, "attention", counted_only=True)
+        tl_flops, tl_bytes = _golden(r)
+        assert (flops, moved) == (pytest.approx(tl_flops, rel=1e-9), pytest.approx(tl_bytes, rel=1e-5)), r["name"]
+
+
+def test_step_annotation() -> None:
+    # issue 20, point 3: both annotation formats vLLM writes
+    from kinetolens.registry.flops_paged_attention import step_batch
+
+    new = step_batch("execute_8192_context_9(sq8155sk8430sqsq7475785sqsk7671310)_generation_37(sq37sk34489sqsq37sqsk34489)")
+    assert new is not None and (new.context_seqs, new.context_sqsk, new.decode_seqs, new.decode_sk) == (9, 7671310, 37, 34489)
+    old = step_batch("execute_context_1(888_788544)_generation_0(0)")
+    assert old is not None and (old.context_sq, old.context_sk, old.context_sqsq, old.decode_seqs) == (888, 888, 788544, 0)
+    assert step_batch("execute_model") is None
+
+
+def test_scaled_mm_fp8_from_a_real_trace(tmp_path) -> None:
+    # issue 20, point 3: FP8 GEMM (torch._scaled_mm on CPU, profiled for real): 2*M*N*K, scales' bytes read
+    import torch
+    from torch.profiler import profile
+
+    a = torch.randn(32, 64).to(torch.float8_e4m3fn)
+    b = torch.randn(16, 64).to(torch.float8_e5m2).t()
+    scale_a, scale_b = torch.ones(32, 1), torch.ones(1, 16)  # per-row / per-column fp32 scales
+    with profile(record_shapes=True) as prof:
+        torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)
+    path = tmp_path / "fp8.json"
+    prof.export_chrome_trace(str(path))
+    trace = kinetolens.load(path)
+    ops = trace.ops.filter(pl.col("name") == "aten::_scaled_mm")
+    work = op_work(trace).filter(pl.col("op_id").is_in(ops["op_id"].implode()))
+    assert work["flops"].to_list() == [2 * 32 * 16 * 64]
+    assert work["bytes"].to_list() == [32 * 64 + 64 * 16 + (32 + 16) * 4 + 32 * 16 * 2]
+
+
+def test_scaled_mm_fp4_block_scaled() -> None:
+    # issue 20, point 3: MX FP4 GEMM: float4_e2m1fn_x2 stores two values per element (K = 2 * stored),
+    # e8m0 block scales (one per 32 values) read
+    from kinetolens.registry.flops import compute
+
+    m, n, k = 128, 256, 512
+    dims = json.dumps([[m, k // 2], [k // 2, n], [m * k // 32], [n * k // 32], [], [], [], []])
+    types = json.dumps(["c10::Float4_e2m1fn_x2"] * 2 + ["c10::Float8_e8m0fnu"] * 2 + ["", "", "Scalar", "Scalar"])
+    work = compute("aten::_scaled_mm", dims, types, json.dumps(["", "", "", "", "", "", "15", "False"]))
+    assert work is not None and work.flops == 2 * m * n * k
+    assert work.bytes == (m + n) * k / 2 + (m + n) * k / 32 + m * n * 2
+
+
+def test_low_precision_ceilings() -> None:
+    # issue 20, point 3: FP8/FP4 Tensor Core rates in the GPU registry, and the roofline picks them
+    from kinetolens.analysis.roofline import ceiling, peak_tflops
+    from kinetolens.registry.gpus import SPECS, match_device
+    from kinetolens.registry.tensor_cores import YES
+
+    mi355 = match_device("AMD Instinct MI355X")
+    assert mi355 is not None and mi355.name == "MI355X"
+    rates = {name: (SPECS[name].peak_tflops("fp8"), SPECS[name].peak_tflops("fp4")) for name in
+             ("H100-SXM", "H200", "B200", "MI300X", "MI355X")}  # fmt: skip
+    assert rates == {
+        "H100-SXM": (1979.0, None), "H200": (1979.0, None), "B200": (4500.0, 9000.0),
+        "MI300X": (2614.9, None), "MI355X": (5033.2, 10066.3),
+    }  # fmt: skip
+    name, assumed = ceiling("aten::_scaled_mm", "fp4x2", YES)
+    assert (name, assumed) == ("fp4 tensor", False)
+    assert peak_tflops(SPECS["B200"], name) == 9000.0
+    assert ceiling("aten::_scaled_mm", "fp8", None) == ("fp8 tensor", True)

@@ -15,16 +15,18 @@ edges' weights, and each edge says what bounded that stretch:
 
 The length is below the path's span (its last minus its first timestamp)
 by the time between top-level ops that nothing traced covers.  The longest
-path is taken by rustworkx on the graph's edge arrays.
+path is taken on the graph's edge arrays (:mod:`kinetolens.analysis.longest_path`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 
 from kinetolens.analysis.dependency_graph import DependencyGraph, TraceFacts, build_graph
+from kinetolens.analysis.longest_path import CycleError
+from kinetolens.analysis.longest_path import longest_path as chain_longest_path
 from kinetolens.errors import TraceError
 from kinetolens.model.trace import Trace
 
@@ -72,6 +74,8 @@ class CriticalPath:
     summary: pl.DataFrame
     nodes: int
     edges: int
+    #: Why some figures may mislead (a GPU clock offset from the CPU's).
+    notes: list[str] = field(default_factory=list)
 
     def top(self, by: str, n: int = 10) -> pl.DataFrame:
         """The path's time per ``by`` (``name``, ``op``, ``module``, ``source``), largest first."""
@@ -131,7 +135,28 @@ def critical_path(trace: Trace, window: Window, facts: TraceFacts | None = None)
         summary=summarize(path, length),
         nodes=graph.nodes,
         edges=graph.edges.height,
+        notes=_clock_notes(graph),
     )
+
+
+#: Every GPU activity starting this long after its launch means the GPU's clock is offset (ns).
+CLOCK_OFFSET_NS = 1_000_000
+
+
+def _clock_notes(graph: DependencyGraph) -> list[str]:
+    """A launch takes microseconds: when even the quickest activity of the
+    window started more than a millisecond after its launch call, the GPU
+    clock is offset from the CPU's and launch overhead is inflated by that."""
+    gpu = graph.events.filter(pl.col("side") == "gpu")
+    if gpu.height == 0 or "launch_ts" not in gpu.columns:
+        return []
+    quickest = gpu.select((pl.col("ts") - pl.col("launch_ts")).min()).item()
+    if quickest is None or quickest <= CLOCK_OFFSET_NS:
+        return []
+    return [
+        f"every GPU activity starts at least {quickest / 1e6:,.1f} ms after its launch: the GPU clock "
+        "looks offset from the CPU clock, so launch overhead is overstated by about that much"
+    ]
 
 
 def _node_ts(graph: DependencyGraph, node: int) -> int:
@@ -139,15 +164,11 @@ def _node_ts(graph: DependencyGraph, node: int) -> int:
 
 
 def longest_path(graph: DependencyGraph) -> list[int]:
-    """Node ids along the heaviest path (rustworkx, weights in ns)."""
-    import rustworkx as rx
-
-    g = rx.PyDiGraph(check_cycle=False, multigraph=True, node_count_hint=graph.nodes, edge_count_hint=graph.edges.height)
-    g.add_nodes_from(range(graph.nodes))
-    g.add_edges_from(graph.edges.select("src", "dst", "weight").rows())
+    """Node ids along the heaviest path (weights in ns)."""
+    e = graph.edges
     try:
-        return list(rx.dag_longest_path(g, weight_fn=lambda _u, _v, w: w))
-    except rx.DAGHasCycle:
+        return chain_longest_path(e["src"].to_numpy(), e["dst"].to_numpy(), e["weight"].to_numpy(), graph.nodes)
+    except CycleError:
         raise TraceError("trace", "has events whose order contradicts their dependencies (a cycle); timestamps may be skewed") from None
 
 

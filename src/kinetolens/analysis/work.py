@@ -33,6 +33,7 @@ from kinetolens.errors import TraceWarning
 from kinetolens.model.nesting import outermost_marked
 from kinetolens.model.trace import Trace
 from kinetolens.registry.flops import REGISTRY, FormulaError, OpArgs, Work, evaluate
+from kinetolens.registry.flops_paged_attention import BatchStats, step_batch
 
 _KEY = ["name", "input_dims", "input_types", "concrete_inputs"]
 
@@ -89,20 +90,24 @@ def _evaluate_ops(ops: pl.DataFrame, failures: _Failures | None = None) -> pl.Da
         for r in src.select("op_id", *_KEY).iter_rows():
             fwd_rows[r[0]] = OpArgs.parse(r[1], r[2], r[3], r[4])
     bwd_rows = _backward_rows(ops, cand)
+    batches = _step_batches(ops, cand)
     # A training run repeats the same calls every step: evaluate each
     # distinct argument set once and hand the result to every call of it.
     cand = cand.with_columns(
         fwd_key=pl.when(pl.col("name").is_in(list(needs_fwd)) & pl.col("fwd_op_id").is_in(list(fwd_rows))).then(
             "fwd_op_id"
         ),
-        bwd_key=pl.col("op_id").is_in(list(bwd_rows)),
+        bwd_key=pl.col("op_id").is_in(list(bwd_rows)) | pl.col("op_id").is_in(list(batches)),
     )
     keys = [*_KEY, "fwd_key"]
-    # Calls whose formula reads their backward are few: one each.
+    # Calls whose formula reads their backward or their engine step are few: one each.
     single = []
     for op_id, name, dims, types, concrete, fwd_id in cand.filter("bwd_key").select(cand.columns[:6]).iter_rows():
         fwd = fwd_rows.get(fwd_id) if name in needs_fwd else None
-        work = failures.evaluate(OpArgs.parse(name, dims, types, concrete, fwd, OpArgs.parse(*bwd_rows[op_id])))
+        bwd = OpArgs.parse(*bwd_rows[op_id]) if op_id in bwd_rows else None
+        op = OpArgs.parse(name, dims, types, concrete, fwd, bwd)
+        op.batch = batches.get(op_id)
+        work = failures.evaluate(op)
         if work is not None:
             single.append((op_id, work.flops, work.bytes, work.formula))
     plain = cand.filter(~pl.col("bwd_key"))
@@ -133,6 +138,32 @@ def _backward_rows(ops: pl.DataFrame, cand: pl.DataFrame) -> dict[int, tuple]:
     if "concrete_inputs" not in linked.columns:
         linked = linked.with_columns(concrete_inputs=pl.lit(None, pl.String))
     return {r[0]: r[1:] for r in linked.select("fwd_op_id", *_KEY).iter_rows()}
+
+
+def _step_batches(ops: pl.DataFrame, cand: pl.DataFrame) -> dict[int, BatchStats]:
+    """For registered ops that read their engine step's sequences (``needs_batch``),
+    the sequences parsed from the nearest enclosing step annotation (vLLM's and
+    SGLang's ``execute_..._context_..._generation_...``)."""
+    wanted = [n for n, e in REGISTRY.items() if e.needs_batch]
+    ids = cand.filter(pl.col("name").is_in(wanted))["op_id"].to_list()
+    if not ids:
+        return {}
+    steps = {}
+    for op_id, name in ops.filter(pl.col("name").str.starts_with("execute_")).select("op_id", "name").iter_rows():
+        stats = step_batch(name)
+        if stats is not None:
+            steps[op_id] = stats
+    if not steps:
+        return {}
+    parent = dict(ops.select("op_id", "parent_id").iter_rows())
+    out = {}
+    for op_id in ids:
+        up = parent.get(op_id)
+        while up is not None and up not in steps:
+            up = parent.get(up)
+        if up is not None:
+            out[op_id] = steps[up]
+    return out
 
 
 def _family_facts() -> pl.DataFrame:

@@ -123,6 +123,7 @@ def _path_json(cp: CriticalPath) -> dict:
         "nodes": cp.nodes,
         "edges": cp.edges,
         "summary": cp.summary.to_dicts(),
+        "notes": cp.notes,
         "path": cp.path.to_dicts(),
     }
 
@@ -138,6 +139,8 @@ def _print(console: Console, paths: list[CriticalPath], summary: pl.DataFrame, l
     console.print(
         f"length {duration(length)}, span {duration(span)} ({duration(max(span - length, 0.0))} untraced between ops)"
     )
+    for note in dict.fromkeys(n for cp in paths for n in cp.notes):
+        console.print(Text(f"note: {note}", style="yellow"))
     table = Table(box=box.SIMPLE_HEAD, header_style="bold", collapse_padding=True)
     for header, justify in (("bound by", "left"), ("time", "right"), ("share", "right"), ("edges", "right")):
         table.add_column(header, justify=justify)  # type: ignore[arg-type]

@@ -93,14 +93,17 @@ def _print_lead(console: Console, diff: RunDiff) -> None:
     if s["regression_pct"] is not None:
         word = "slower" if s["step_delta_us"] > 0 else "faster"
         base, exp = s["baseline"]["mean_step_us"], s["experiment"]["mean_step_us"]
-        line = (
+        console.print(Text(
             f"Step time {base / 1000:,.3f} → {exp / 1000:,.3f} ms: {s['step_delta_us'] / 1000:+,.3f} ms "
-            f"({abs(s['regression_pct']):.1f}% {word})"
-        )
+            f"({abs(s['regression_pct']):.1f}% {word})",
+            style="bold",
+        ))  # fmt: skip
         big = s["largest_step_change"]
         if big is not None:
-            line += f"; largest change: {STEP_LABELS[big['category']]} {big['delta_us'] / 1000:+,.3f} ms"
-        console.print(Text(line, style="bold"))
+            console.print(Text(
+                f"Largest change: {STEP_LABELS[big['category']]} {big['delta_us'] / 1000:+,.3f} ms per step",
+                style="bold",
+            ))  # fmt: skip
     steps = diff.tables.get("step")
     if steps is None:
         return

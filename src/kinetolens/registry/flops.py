@@ -21,6 +21,7 @@ from kinetolens.registry import (  # noqa: F401  (importing registers the famili
     flops_engines,
     flops_gemm,
     flops_norm,
+    flops_paged_attention,
 )
 from kinetolens.registry.flops_base import REGISTRY, Entry, OpArgs, Work
 

@@ -66,6 +66,28 @@ class Tensor:
         return f"Tensor({list(self.shape)}, {self.dtype})"
 
 
+@dataclass(frozen=True)
+class BatchStats:
+    """The sequences an inference engine's step ran, from its step annotation.
+
+    Per phase (prefill/"context" and decode/"generation"): the number of
+    sequences and the sums over them of new query tokens ``sq``, key tokens
+    ``sk`` (cached prefix + new), ``sq*sq`` and ``sq*sk``.  Attention over
+    paged / variable-length batches needs these: the tensors hold only the
+    batch's tokens, not how they split into sequences.
+    """
+
+    context_seqs: int
+    context_sq: int
+    context_sk: int
+    context_sqsq: int
+    context_sqsk: int
+    decode_seqs: int
+    decode_sq: int
+    decode_sk: int
+    decode_sqsk: int
+
+
 @dataclass
 class OpArgs:
     """One op call's arguments, decoded from the ``ops`` table's JSON text.
@@ -73,7 +95,9 @@ class OpArgs:
     ``fwd`` is the forward op's arguments for ops that run in backward, so a
     backward formula can use shapes its own call did not record; ``bwd``,
     for forward ops, the first backward op linked to them (its autograd
-    node), whose incoming gradient has the forward's output shape.
+    node), whose incoming gradient has the forward's output shape;
+    ``batch``, for ops that need it (``needs_batch``), the sequences of the
+    engine step the call ran in.
     """
 
     name: str
@@ -82,6 +106,7 @@ class OpArgs:
     concrete: list
     fwd: OpArgs | None = None
     bwd: OpArgs | None = None
+    batch: BatchStats | None = None
 
     @classmethod
     def parse(
@@ -231,6 +256,7 @@ class Entry:
     defers_to: frozenset[str] | None = None
     needs_forward: bool = False
     needs_backward: bool = False
+    needs_batch: bool = False
 
 
 REGISTRY: dict[str, Entry] = {}
@@ -244,6 +270,7 @@ def register(
     defers_to: Iterable[str] | None = None,
     needs_forward: bool = False,
     needs_backward: bool = False,
+    needs_batch: bool = False,
 ) -> Callable[[Formula], Formula]:
     """Register ``fn`` for op names (``aten::`` is added where missing).
 
@@ -258,7 +285,9 @@ def register(
             full = n if "::" in n else f"aten::{n}"
             if full in REGISTRY:
                 raise ValueError(f"{full} has a FLOP formula already ({REGISTRY[full].fn.__qualname__}); not registering {fn.__qualname__}")
-            REGISTRY[full] = Entry(full, fn, family, composite, defer, needs_forward, needs_backward)
+            REGISTRY[full] = Entry(
+                full, fn, family, composite, defer, needs_forward, needs_backward, needs_batch
+            )
         return fn
 
     return deco

@@ -30,6 +30,7 @@ from kinetolens.logdir import one_run
 from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
 from kinetolens.registry.gpus import GpuSpec, gpu_spec
+from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import figures
 
 #: Rows of each ranked table a report shows.
@@ -161,8 +162,10 @@ def _roofline(trace: Trace) -> tuple[GpuSpec | None, pl.DataFrame | None, pl.Dat
 
 
 def _kernel_names(trace: Trace) -> pl.DataFrame:
-    """Kernels grouped by name, longest first (an empty table for a CPU-only trace)."""
-    return op_stats(trace, by="kernel").sort("device_total_us", descending=True)
+    """Kernels grouped by name, longest first (an empty table for a CPU-only trace);
+    ``kernel`` (first, so charts label by it) is the short name, ``name`` the recorded one."""
+    stats = op_stats(trace, by="kernel").sort("device_total_us", descending=True)
+    return stats.select(short_names(stats["name"]).alias("kernel"), pl.all())
 
 
 #: Section name -> its title, as the one line that replaces it starts.
@@ -260,7 +263,7 @@ def collect(
         kernels=kernel_table(trace),
         kernel_names=_kernel_names(trace),
         modules=op_stats(trace, by="module").sort(time_basis(trace), descending=True, nulls_last=True),
-        module_tree=module_tree(trace, spec),
+        module_tree=module_tree(trace, spec, roof=roof_modules),
         sources=op_stats(trace, by="source").sort(time_basis(trace), descending=True, nulls_last=True),
         memory=memory_curve(events),
         memory_peaks=memory_peaks(events),
