@@ -11,7 +11,7 @@ import pytest
 import kinetolens
 from kinetolens.analysis.memory import ALLOCATOR, WINDOW_SUM, memory_events, memory_peaks, peak_memory
 from kinetolens.analysis.summary import summarize
-from kinetolens.views import report_data
+from kinetolens.views import report_data, units
 from kinetolens.views.dashboard import pages, sources
 from kinetolens.views.dashboard.sources import Ctx
 from kinetolens.views.dashboard.state import Loaded
@@ -69,7 +69,7 @@ def test_peak_memory_is_one_number_everywhere(rel: str) -> None:
         assert api[device]["peak_allocated"] == in_summary[device]["peak_allocated"] == in_report[device]["peak_allocated"] == peak
         assert api[device]["basis"] == in_summary[device]["basis"] == row["basis"]
         label = "" if row["basis"] == ALLOCATOR else " (allocated while profiling only)"
-        assert dashboard_cards[f"{device} peak allocated"] == f"{peak / 2**20:,.1f} MiB{label}"
+        assert dashboard_cards[f"{device} peak allocated"] == f"{units.memory(peak)}{label}"  # issue 18: one format
         if device.startswith("GPU"):
             assert gpu_table[device]["peak_allocated_bytes"] == dashboard_gpus[device]["peak_allocated_bytes"] == peak
     if rel == RESNET:

@@ -235,6 +235,6 @@ def test_dashboard_module_page_is_the_tree_and_its_roll_up(tmp_path) -> None:
         assert {r["type"]: r["count"] for r in types}["Qwen2Attention"] == 24
         status, body, _ = srv.poll("/api/view/operators?" + urlencode({"run": "qwen", "worker": "worker0.pt.trace.json.gz"}))
         assert status == 200
-        assert "Top 10 ops by device_self_us" in json.dumps(body)
+        assert "Top 10 ops by device self time" in json.dumps(body)
     finally:
         srv.stop()

@@ -28,11 +28,10 @@ from kinetolens.errors import TraceError
 from kinetolens.loader import load
 from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
+from kinetolens.registry.kernel_names import short_names
 
 #: Rows of the short-kernel table shown in the terminal.
 SHORT_ROWS = 15
-#: Characters of a kernel name shown in the terminal (C++ signatures run to thousands).
-NAME_CHARS = 80
 
 
 def _trace(path: str, no_cache: bool, keep_last_step: bool) -> Trace:
@@ -71,13 +70,10 @@ def _emit_tables(
 
 
 def _for_terminal(frame: pl.DataFrame) -> pl.DataFrame:
-    """Floats to 3 decimals, kernel names cut to ``NAME_CHARS``."""
+    """Floats to 3 decimals, kernel names in their short form (the renderer fits them to the width)."""
     frame = frame.with_columns(pl.col(pl.Float64).round(3))
     if "name" in frame.columns:
-        long = pl.col("name").str.len_chars() > NAME_CHARS
-        frame = frame.with_columns(
-            pl.when(long).then(pl.col("name").str.slice(0, NAME_CHARS - 1) + "…").otherwise(pl.col("name")).alias("name")
-        )
+        frame = frame.with_columns(short_names(frame["name"]).alias("name"))
     return frame
 
 

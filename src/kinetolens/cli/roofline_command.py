@@ -20,11 +20,13 @@ from kinetolens.analysis.roofline import (
 )
 from kinetolens.analysis.work import FORMULA_FAILED
 from kinetolens.cli.checks import WIDTH
+from kinetolens.cli.load_options import capture_option
 from kinetolens.cli.render import emit
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
 from kinetolens.registry.gpus import GpuSpec, gpu_spec
 from kinetolens.views.figures import roofline_figure
+from kinetolens.views import units
 
 
 def _us(v: float) -> str:
@@ -92,7 +94,7 @@ def _print_table(table: pl.DataFrame, title: str, width: int | None) -> list[str
         justify = "left" if c in ("bound", "roof") else "right"
         out.add_column(header, justify=justify, min_width=sizes[c], max_width=sizes[c])  # headers wrap, values never
     for i, k in enumerate(keys):
-        out.add_row(Text(k if len(k) <= tail else "…" + k[-tail + 1 :]), *(Text(cells[c][i]) for c, _, _ in cols))
+        out.add_row(Text(units.middle(k, tail)), *(Text(cells[c][i]) for c, _, _ in cols))
     console.print(out)
     return dropped
 
@@ -151,9 +153,11 @@ def _write_chart(path: str, ops: pl.DataFrame, spec: GpuSpec, title: str) -> Non
 @click.option("--json", "json_", is_flag=True, help="JSON records, every row and column.")
 @click.option("-w", "--width", type=WIDTH, help="Terminal width for the table.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
+@capture_option
 def roofline_command(
     trace: str, output: str | None, by: str, peak_tflops: float | None, peak_gbps: float | None,
     spec_file: str | None, top: int, csv_: bool, json_: bool, width: int | None, no_cache: bool,
+    capture: str | None = None,
 ) -> None:  # fmt: skip
     """Time each op (or module) loses to its roofline in TRACE.
 
@@ -162,7 +166,7 @@ def roofline_command(
     device time minus the time at 100% of the roof; lost_75_us against a
     realistic 75%.  Rows are sorted by lost_us.
     """
-    t = load(trace, cache=not no_cache)
+    t = load(trace, capture=capture, cache=not no_cache)
     spec = require_roofs(gpu_spec(t, spec_file=spec_file, peak_tflops=peak_tflops, peak_gbps=peak_gbps), t)
     ops = op_roofline(t, spec)
     table = roofline_by(t, spec, by=by)

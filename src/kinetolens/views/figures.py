@@ -37,6 +37,7 @@ import polars as pl
 from kinetolens.analysis.kernels import tensor_core_time
 from kinetolens.analysis.overview import CATEGORIES, OTHER
 from kinetolens.analysis.roofline import peak_tflops
+from kinetolens.views import units
 
 if TYPE_CHECKING:
     from kinetolens.registry.gpus import GpuSpec
@@ -54,13 +55,13 @@ CATEGORY_COLORS = {
     OTHER: "#bab0ac",
 }
 TC_COLORS = {"yes": "#54a24b", "no": "#e45756", "unknown": "#bab0ac"}
-#: Labels longer than this are cut (from the left: the tail names the thing).
+#: Labels longer than this are cut in the middle (:func:`kinetolens.views.units.middle`).
 LABEL_CHARS = 60
 
 
 def _short(label: object, chars: int = LABEL_CHARS) -> str:
     text = "(none)" if label is None else str(label)
-    return text if len(text) <= chars else "…" + text[-(chars - 1):]
+    return units.middle(text, chars)
 
 
 def empty_figure(title: str, message: str) -> go.Figure:

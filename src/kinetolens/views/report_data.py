@@ -30,6 +30,7 @@ from kinetolens.logdir import one_run
 from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
 from kinetolens.registry.gpus import GpuSpec, gpu_spec
+from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import figures
 
 #: Rows of each ranked table a report shows.
@@ -103,6 +104,15 @@ class ReportData:
     #: The cross-rank section of a multi-rank run (:func:`cross_rank`), else None.
     cross_rank: CrossRank | None = None
 
+    @property
+    def shown_rank(self) -> str:
+        """Whose trace the report shows in full: ``rank N`` (from the trace, else
+        from the run's file names), for headings beside the cross-rank section."""
+        rank = self.trace.rank
+        if rank is None and self.cross_rank is not None and self.cross_rank.ranks.height:
+            rank = int(self.cross_rank.ranks["rank"].min())  # type: ignore[arg-type]
+        return "this rank" if rank is None else f"rank {rank}"
+
     def figures(self) -> dict[str, go.Figure]:
         """Section name -> figure, in report order: none for a section left
         out, and never a chart without data (:data:`omitted` says why)."""
@@ -152,8 +162,10 @@ def _roofline(trace: Trace) -> tuple[GpuSpec | None, pl.DataFrame | None, pl.Dat
 
 
 def _kernel_names(trace: Trace) -> pl.DataFrame:
-    """Kernels grouped by name, longest first (an empty table for a CPU-only trace)."""
-    return op_stats(trace, by="kernel").sort("device_total_us", descending=True)
+    """Kernels grouped by name, longest first (an empty table for a CPU-only trace);
+    ``kernel`` (first, so charts label by it) is the short name, ``name`` the recorded one."""
+    stats = op_stats(trace, by="kernel").sort("device_total_us", descending=True)
+    return stats.select(short_names(stats["name"]).alias("kernel"), pl.all())
 
 
 #: Section name -> its title, as the one line that replaces it starts.
@@ -251,7 +263,7 @@ def collect(
         kernels=kernel_table(trace),
         kernel_names=_kernel_names(trace),
         modules=op_stats(trace, by="module").sort(time_basis(trace), descending=True, nulls_last=True),
-        module_tree=module_tree(trace, spec),
+        module_tree=module_tree(trace, spec, roof=roof_modules),
         sources=op_stats(trace, by="source").sort(time_basis(trace), descending=True, nulls_last=True),
         memory=memory_curve(events),
         memory_peaks=memory_peaks(events),

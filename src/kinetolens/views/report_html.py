@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import plotly.graph_objects as go
 import plotly.io as pio
 import polars as pl
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -26,10 +27,11 @@ from kinetolens.analysis.ops import time_basis
 from kinetolens.analysis.overview import CATEGORIES, OTHER
 from kinetolens.analysis.stragglers import CAUSES
 from kinetolens.errors import TraceError
+from kinetolens.views import units
 from kinetolens.views.module_tree_html import module_tree_html
 from kinetolens.views.report_data import SOURCES_NOTE, TOP_ROWS, ReportData
 
-#: Text cells longer than this keep their tail (the innermost module, the kernel's name end).
+#: Text cells longer than this are cut in the middle (keeping a module path's root and leaf).
 CELL_CHARS = 120
 TEMPLATE = "report.html.j2"
 
@@ -55,7 +57,7 @@ def _format(value: Any, limit: int | None = CELL_CHARS) -> tuple[str, bool]:
             return f"{value:.3g}", True
         return (f"{value:,.3f}" if abs(value) < 1000 else f"{value:,.1f}"), True
     text = str(value)
-    return (text if limit is None or len(text) <= limit else "…" + text[-(limit - 1):]), False
+    return (text if limit is None else units.middle(text, limit)), False
 
 
 def frame_html(
@@ -64,13 +66,15 @@ def frame_html(
     """An escaped HTML table of the first ``rows`` rows of ``frame`` (``None``: all)."""
     cols = [c for c in (columns or frame.columns) if c in frame.columns]
     shown = frame.select(cols) if rows is None else frame.select(cols).head(rows)
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    # a column aligns as its type says (numbers right), its header and its empty cells with it
+    kinds = ["num" if shown.schema[c].is_numeric() else "name" for c in cols]
+    head = "".join(f'<th class="{k}">{html.escape(c)}</th>' for k, c in zip(kinds, cols))
     body = []
     for row in shown.iter_rows():
         cells = []
-        for v in row:
+        for v, kind in zip(row, kinds):
             text, numeric = _format(v, cell_chars)
-            cls = "num" if numeric else "name"
+            cls = "num" if numeric and kind == "num" else "name"
             cells.append(f'<td class="{cls}">{html.escape(text)}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
     more = ""
@@ -80,7 +84,7 @@ def frame_html(
 
 
 def _pct(v: float | None) -> str | None:
-    return None if v is None else f"{100.0 * v:.1f}%"
+    return None if v is None else units.percent(v)
 
 
 def overview_frame(data: ReportData) -> pl.DataFrame:
@@ -106,8 +110,8 @@ def overview_frame(data: ReportData) -> pl.DataFrame:
         peak = g.get("peak_allocated_bytes")
         counts = "" if g.get("peak_basis") in (None, ALLOCATOR) else f" ({BASIS_NOTES[g['peak_basis']]})"
         start = g.get("live_at_start_bytes")
-        counts += "" if start is None else f" ({start / 2**30:.3f} GiB alive when profiling started)"
-        rows.append((f"GPU {dev} peak allocated", None if peak is None else f"{peak / 2**30:.3f} GiB{counts}"))
+        counts += "" if start is None else f" ({units.memory(start)} alive when profiling started)"
+        rows.append((f"GPU {dev} peak allocated", None if peak is None else f"{units.memory(peak)}{counts}"))
     a = s["attribution"]
     if a.get("kernel_time_us"):
         rows.append(("kernel time attributed to an op / module / source line",
@@ -162,7 +166,7 @@ def _tables(data: ReportData) -> dict[str, Markup]:
         "breakdown": frame_html(breakdown_frame(data), rows=None),
         # A CPU-only trace's device columns are all zero: left out.
         "ops": frame_html(data.ops, [c for c in dict.fromkeys(op_cols) if data.summary["kind"]["gpu"] or not c.startswith("device_")]),
-        "kernels": frame_html(data.kernel_names, ["name", "calls", "device_total_us", "mean_us", "op", "occupancy", "step_share_pct", "tflops_s", "gbps"]),
+        "kernels": frame_html(data.kernel_names, ["kernel", "calls", "device_total_us", "mean_us", "op", "occupancy", "step_share_pct", "tflops_s", "gbps"]),
         "modules": _modules_html(data),
         "sources": frame_html(data.sources, list(dict.fromkeys(["source", "calls", time_basis(data.trace), "host_total_us", "step_share_pct"]))),
         "memory": frame_html(memory_frame(data), rows=None, cell_chars=None),
@@ -209,12 +213,25 @@ def cross_rank_tables(data: ReportData) -> dict[str, Markup]:
     }
 
 
+#: Height of a chart that does not size itself, and the least any chart gets:
+#: a plot area of 40 px (a one-rank idle chart in a grid cell) cannot be read.
+CHART_PX = 420
+MIN_CHART_PX = 360
+
+
+def _readable(fig: Any) -> Any:
+    """A copy of ``fig`` at least :data:`MIN_CHART_PX` tall (its own height where that is more)."""
+    if fig.layout.height is not None and fig.layout.height < MIN_CHART_PX:
+        fig = go.Figure(fig).update_layout(height=MIN_CHART_PX)
+    return fig
+
+
 def _charts(data: ReportData) -> dict[str, Markup]:
     """Each chart as HTML, or the sentence that stands in for it (:data:`ReportData.chart_notes`)."""
     charts = {
         name: Markup(
-            pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=f"kl-chart-{name}",
-                        default_height="100%", config={"displaylogo": False, "responsive": True})
+            pio.to_html(_readable(fig), include_plotlyjs=False, full_html=False, div_id=f"kl-chart-{name}",
+                        default_height=f"{CHART_PX}px", config={"displaylogo": False, "responsive": True})
             .replace("<div>", '<div class="kl-chart">', 1)
         )
         for name, fig in data.figures().items()

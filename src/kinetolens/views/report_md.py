@@ -18,12 +18,13 @@ from kinetolens.analysis.kernels import tensor_core_time
 from kinetolens.analysis.module_tree import NO_MODULE, by_depth, by_type
 from kinetolens.analysis.ops import time_basis
 from kinetolens.analysis.recommendations import Finding
+from kinetolens.views import units
 from kinetolens.views.report_data import SOURCES_NOTE, ReportData
 from kinetolens.views.report_html import breakdown_frame, cross_rank_frames, memory_frame, overview_frame
 
 #: Rows per ranked table in markdown.
 MD_ROWS = 10
-#: Text cells keep their tail beyond this many characters.
+#: Text cells are cut in the middle beyond this many characters.
 MD_CELL_CHARS = 80
 
 
@@ -36,8 +37,8 @@ def _cell(value: Any, limit: int | None = MD_CELL_CHARS) -> str:
         text = f"{value:,}"
     else:
         text = str(value)
-        if limit is not None and len(text) > limit:
-            text = "…" + text[-(limit - 1):]
+        if limit is not None:
+            text = units.middle(text, limit)
     # A pipe would end the cell; a newline would end the row.
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
@@ -86,7 +87,7 @@ def render_md(data: ReportData) -> str:
             frame_md(breakdown_frame(data), rows=None)]  # fmt: skip
     if data.cross_rank is not None:
         out += _cross_rank_md(data)
-    whose = f" for rank {data.trace.rank}" if data.cross_rank is not None and data.trace.rank is not None else ""
+    whose = f" for {data.shown_rank}" if data.cross_rank is not None else ""
     out.append(f"\n## Recommendations{whose}\n")
     withheld = data.summary.get("recommendations_withheld")
     if withheld:
@@ -96,7 +97,7 @@ def render_md(data: ReportData) -> str:
     out += [_card(i, f) for i, f in enumerate(data.findings, 1)]
     out += _section(data, "ops", "Top ops", lambda: [frame_md(data.ops, list(dict.fromkeys(["name", "calls", basis, "step_share_pct", "tflops_s", "in_shapes"])))])
     out += _section(data, "kernels", "Top kernels", lambda: [
-        frame_md(data.kernel_names, ["name", "calls", "device_total_us", "mean_us", "op", "step_share_pct"]), _tensor_cores_md(data)])
+        frame_md(data.kernel_names, ["kernel", "calls", "device_total_us", "mean_us", "op", "step_share_pct"]), _tensor_cores_md(data)])
     out += _section(data, "modules", "Modules", lambda: [_modules_md(data)])
     sources = ["source", "calls", time_basis(data.trace), "step_share_pct"]  # top-level ops: totals, disjoint
     out += _section(data, "sources", "Source lines", lambda: [SOURCES_NOTE + "\n\n", frame_md(data.sources, sources)])

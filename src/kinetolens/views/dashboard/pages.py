@@ -74,7 +74,7 @@ def _ms(us: float | None) -> str:
 
 
 def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x * 100:.1f}%"
+    return units.percent(x)
 
 
 def overview(ctx: Ctx) -> list[Block]:
@@ -221,7 +221,7 @@ def memory(ctx: Ctx) -> list[Block]:
     device = ctx.args.get("device", "")
     peaks = memory_peaks(events)
     ranged = " in the range" if ctx.number("start_ms") is not None or ctx.number("end_ms") is not None else ""
-    cards = [[f"{d} peak allocated{ranged}", f"{p / 2**20:,.1f} MiB" + ("" if b == "allocator" else " (allocated while profiling only)")]
+    cards = [[f"{d} peak allocated{ranged}", units.memory(p) + ("" if b == "allocator" else " (allocated while profiling only)")]
              for d, p, b in peaks.select("device", "peak_allocated", "basis").iter_rows()]  # fmt: skip
 
     def curve_figure() -> Block:

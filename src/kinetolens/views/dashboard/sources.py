@@ -110,8 +110,15 @@ def spec_of(ctx: Ctx) -> GpuSpec | None:
 
 # -- overview ---------------------------------------------------------------
 
+#: Per-GPU shares (0..1 in the analysis) shown as percent.
+GPU_PERCENT = {"utilization": "utilization_pct", "sm_efficiency": "sm_efficiency_pct", "occupancy": "occupancy_pct",
+               "tensor_core_share": "tensor_core_pct"}  # fmt: skip
+
+
 def gpus(ctx: Ctx) -> pl.DataFrame:
-    return gpu_metrics(ctx.trace)
+    """:func:`gpu_metrics` with its shares in percent (55.5, not 0.555)."""
+    table = gpu_metrics(ctx.trace)
+    return table.with_columns(pl.col(c) * 100.0 for c in GPU_PERCENT).rename(GPU_PERCENT)
 
 
 def execution_summary(ctx: Ctx) -> pl.DataFrame:
@@ -181,7 +188,9 @@ def kernels(ctx: Ctx) -> pl.DataFrame:
     """Kernels grouped by name (or name and op) with Tensor Cores, occupancy, work and % of roofline."""
     spec = spec_of(ctx)
     roof = ctx.memo("kernel_roofline", lambda: kernel_roofline(ctx.trace, spec)) if spec is not None else None
-    return kernel_groups(kernel_rows(ctx), roof, ctx.choice("group", KERNEL_GROUPS))
+    table = kernel_groups(kernel_rows(ctx), roof, ctx.choice("group", KERNEL_GROUPS))
+    # the short name first (what a reader scans), the recorded name last (searchable, copyable)
+    return table.select("short_name", pl.exclude("short_name", "kernel"), "kernel")
 
 
 # -- modules ----------------------------------------------------------------
@@ -267,10 +276,9 @@ SOURCES: dict[str, Callable[[Ctx], pl.DataFrame]] = {
     "memory_allocations": memory_allocations,
 }
 
-#: Columns a source holds as 0..1 fractions, which the page shows as percent.
-FRACTIONS: dict[str, frozenset[str]] = {
-    "gpus": frozenset({"utilization", "sm_efficiency", "occupancy", "tensor_core_share"}),
-}
+#: Columns a source holds as 0..1 fractions, which the page shows as percent
+#: (none today: sources convert shares to ``*_pct`` columns, as :func:`gpus` does).
+FRACTIONS: dict[str, frozenset[str]] = {}
 
 #: Parameters that change a source's result (the rest only sort, filter and page it).
 SOURCE_ARGS = ("group", "key", "device", "start_ms", "end_ms", "depth", "view")
