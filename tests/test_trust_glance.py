@@ -64,6 +64,12 @@ LOOK = """() => {
   };
 }"""
 
+#: Header cells whose alignment differs from the cells under them (numbers right, text left).
+MISALIGNED = """() => [...document.querySelectorAll('table')].flatMap(t => {
+  const cells = [...t.querySelectorAll('tbody tr:first-child td')];
+  return [...t.querySelectorAll('thead th')].filter((th, i) => cells[i] &&
+    getComputedStyle(th).textAlign !== getComputedStyle(cells[i]).textAlign).map(th => th.textContent); })"""
+
 
 @pytest.fixture(scope="module")
 def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -131,10 +137,7 @@ def test_every_page_reads_at_a_glance(server: ThreadServer, page, logdir: Path, 
             .map(b => b.dataset.source)""")
         assert small == [], f"{run} {view}: small tables with a filter box or pager {small}"
         # numeric headers line up with their right-aligned cells
-        misaligned = page.evaluate("""() => [...document.querySelectorAll('.table-block')].flatMap(b => {
-            const cells = [...b.querySelectorAll('tbody tr:first-child td')];
-            return [...b.querySelectorAll('thead th')].filter((th, i) => cells[i] &&
-              getComputedStyle(th).textAlign !== getComputedStyle(cells[i]).textAlign).map(th => th.dataset.col); })""")
+        misaligned = page.evaluate(MISALIGNED)
         assert misaligned == [], f"{run} {view}: headers not aligned with their cells {misaligned}"
 
 
@@ -152,9 +155,10 @@ def test_gpu_overview_reads_percent_units_and_whole_recommendations(server: Thre
     trace = kinetolens.load(trace_path(H100))
     metrics = gpu_metrics(trace).row(0, named=True)
     open_view(page, server, "h100", worker(logdir, "h100"), "overview")
-    for col in ("utilization", "sm_efficiency", "tensor_core_share"):
-        assert cell_texts(page, "gpus", col) == [units.percent(metrics[col])]
-    assert cell_texts(page, "gpus", "utilization") == ["90.3%"]  # regression pin: kinetolens' own number
+    for col, shown in (("utilization", "utilization_pct"), ("sm_efficiency", "sm_efficiency_pct"),
+                       ("tensor_core_share", "tensor_core_pct")):  # fmt: skip
+        assert cell_texts(page, "gpus", shown) == [units.percent(metrics[col])]
+    assert cell_texts(page, "gpus", "utilization_pct") == ["90.3%"]  # regression pin: kinetolens' own number
     assert cell_texts(page, "gpus", "peak_allocated_bytes") == [units.memory(metrics["peak_allocated_bytes"])]
     assert cell_texts(page, "execution_summary", "pct")[0].endswith("%")
     recs = recommendations_frame(trace).sort("saving_ms", descending=True)
@@ -201,3 +205,4 @@ def test_report_reads_at_a_glance(page, run: str, tmp_path: Path) -> None:  # ty
     page.wait_for_function("[...document.querySelectorAll('.kl-chart')].every(d => d.querySelector('.main-svg'))")
     page.screenshot(path=str(tmp_path / f"report_{run}.png"), full_page=True)
     check_look(page.evaluate(LOOK), f"report {run}")
+    assert page.evaluate(MISALIGNED) == [], f"report {run}: headers not aligned with their cells"

@@ -46,7 +46,7 @@ def _natural(path: str) -> tuple:
     return tuple((module_type(s), int(m.group(0)[1:]) if (m := _INSTANCE.search(s)) else -1) for s in path.split(SEP))
 
 
-def _own(trace: Trace, spec: GpuSpec | None, step: int | None) -> pl.DataFrame:
+def _own(trace: Trace, spec: GpuSpec | None, step: int | None, roof: pl.DataFrame | None) -> pl.DataFrame:
     """Per module path: its own kernels' time by direction, FLOPs, ideal and roofed time."""
     k = trace.kernels if step is None else trace.kernels.filter(pl.col("step") == step)
     direction = pl.col("direction").cast(pl.String)
@@ -57,27 +57,27 @@ def _own(trace: Trace, spec: GpuSpec | None, step: int | None) -> pl.DataFrame:
         all_us=dur.sum(),
         stepped_us=dur.filter(in_steps(trace)).sum(),
     )
-    work = _work(trace, spec, step)
+    work = _work(trace, spec, step, roof)
     return times.join(work, on="path", how="full", coalesce=True).with_columns(
         pl.col(c).fill_null(0.0) for c in _SUMMED
     )
 
 
-def _work(trace: Trace, spec: GpuSpec | None, step: int | None) -> pl.DataFrame:
+def _work(trace: Trace, spec: GpuSpec | None, step: int | None, roof: pl.DataFrame | None) -> pl.DataFrame:
     """FLOPs, ideal time and time with a known roof per module path, from the roofline."""
-    if spec is not None and trace.kernels.height:
+    if roof is None and spec is not None and trace.kernels.height:
         try:
             roof = roofline_by(trace, spec, by="module", step=step)
         except TraceError:
             roof = None
-        if roof is not None:
-            pct = pl.col("pct_of_roof")
-            return roof.select(
-                path=pl.col("module"),
-                flops=pl.col("flops").cast(pl.Float64),
-                ideal_us=pl.col("ideal_us"),
-                roofed_us=pl.when(pct > 0).then(pl.col("ideal_us") * 100.0 / pct),
-            )
+    if roof is not None:
+        pct = pl.col("pct_of_roof")
+        return roof.select(
+            path=pl.col("module"),
+            flops=pl.col("flops").cast(pl.Float64),
+            ideal_us=pl.col("ideal_us"),
+            roofed_us=pl.when(pct > 0).then(pl.col("ideal_us") * 100.0 / pct),
+        )
     stats = op_stats(trace, by="module", step=step)
     return stats.select(
         path=pl.col("module").fill_null(NO_MODULE),
@@ -87,16 +87,19 @@ def _work(trace: Trace, spec: GpuSpec | None, step: int | None) -> pl.DataFrame:
     )
 
 
-def module_tree(trace: Trace, spec: GpuSpec | None = None, *, step: int | None = None) -> pl.DataFrame:
+def module_tree(
+    trace: Trace, spec: GpuSpec | None = None, *, step: int | None = None, roof: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """One row per module (and every module around one), parents before children.
 
     Columns: ``path, parent, depth, name, type, calls`` (forward calls,
     :func:`kinetolens.analysis.modules.module_calls`; null where unknown), the :data:`TIMES` in
     microseconds, ``step_share_pct`` (the part of ``total_us`` inside the
     steps, of their wall time: the roots' shares sum to at most 100%), ``flops, tflops_s,
-    ideal_us, pct_of_roof`` (null where unknown).
+    ideal_us, pct_of_roof`` (null where unknown).  ``roof``: the trace's
+    ``roofline_by(trace, spec, by="module", step=step)`` where the caller has it.
     """
-    own = _own(trace, spec, step)
+    own = _own(trace, spec, step, roof)
     with_ancestors = own.with_columns(
         segments=pl.col("path").str.split(SEP),
     ).with_columns(

@@ -69,12 +69,12 @@ GROUP_KEYS = {"op": ["name"], "op+shape": ["name", "shapes"], "module": ["module
 
 #: Tensor Core peak by input dtype (fp32 inputs run as TF32).
 _TC_PEAK = {
-    "fp16": "fp16", "bf16": "bf16", "fp8": "fp8", "int8": "int8", "uint8": "int8",
+    "fp16": "fp16", "bf16": "bf16", "fp8": "fp8", "fp4x2": "fp4", "int8": "int8", "uint8": "int8",
     "fp32": "tf32", "tf32": "tf32", "fp64": "fp64",
 }  # fmt: skip
 #: Every compute ceiling :func:`ceiling` names -> the spec precision its peak is read from.
 CEILINGS = {
-    "fp16 tensor": "fp16", "bf16 tensor": "bf16", "fp8 tensor": "fp8", "int8 tensor": "int8",
+    "fp16 tensor": "fp16", "bf16 tensor": "bf16", "fp8 tensor": "fp8", "fp4 tensor": "fp4", "int8 tensor": "int8",
     "tf32 tensor": "tf32", "fp64 tensor": "fp64_tensor", "fp32 vector": "fp32", "fp64 vector": "fp64",
 }  # fmt: skip
 #: Registry families whose ops PyTorch runs on Tensor Cores where it can.

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from kinetolens.cli.load_options import capture_option
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
 from kinetolens.views.report_data import collect, resolve_target
@@ -19,7 +20,10 @@ from kinetolens.views.report_data import collect, resolve_target
               help="html (self-contained, charts included) or md. Default: from -o's suffix, else html.")  # fmt: skip
 @click.option("--title", default=None, help="Report title (default: the trace file's name).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
-def report_command(trace_or_run: str, output: str | None, fmt: str | None, title: str | None, no_cache: bool) -> None:
+@capture_option
+def report_command(
+    trace_or_run: str, output: str | None, fmt: str | None, title: str | None, no_cache: bool, capture: str | None = None
+) -> None:
     """Overview, recommendations, top ops, kernels, modules, roofline, memory
     and GPU idle time of TRACE_OR_RUN in one file.
 
@@ -38,7 +42,7 @@ def report_command(trace_or_run: str, output: str | None, fmt: str | None, title
         from kinetolens.runs import summarize_run
 
         ranks = summarize_run(trace_or_run, cache=not no_cache)
-    data = collect(load(path, cache=not no_cache), title=title, note=note, ranks=ranks)
+    data = collect(load(path, capture=capture, cache=not no_cache), title=title, note=note, ranks=ranks)
     if fmt == "md":
         from kinetolens.views.report_md import render_md
 

@@ -19,6 +19,7 @@ DTYPE_BYTES: dict[str, float] = {
     "bf16": 2,
     "fp8": 1,
     "fp4": 0.5,
+    "fp4x2": 1,  # torch's float4_e2m1fn_x2: two FP4 values per element of the shape
     "int64": 8,
     "int32": 4,
     "int16": 2,
@@ -42,7 +43,7 @@ ALIASES: dict[str, str] = {
     "c10::Float8_e4m3fnuz": "fp8",
     "c10::Float8_e5m2fnuz": "fp8",
     "c10::Float8_e8m0fnu": "fp8",
-    "c10::Float4_e2m1fn_x2": "int8",  # two fp4 values packed per byte
+    "c10::Float4_e2m1fn_x2": "fp4x2",
     "long int": "int64",
     "long": "int64",
     "int64_t": "int64",
@@ -97,9 +98,11 @@ SCALAR_TYPE_CODES: dict[int, str] = {
     24: "fp8",
     25: "fp8",
     26: "fp8",
+    44: "fp8",  # float8_e8m0fnu (MX block scales)
+    45: "fp4x2",
 }
 
-_FLOAT_RANK = {"fp8": 1, "fp16": 2, "bf16": 2, "fp32": 3, "tf32": 3, "fp64": 4}
+_FLOAT_RANK = {"fp4x2": 0, "fp8": 1, "fp16": 2, "bf16": 2, "fp32": 3, "tf32": 3, "fp64": 4}
 
 
 def canonical(name: str | None) -> str | None:

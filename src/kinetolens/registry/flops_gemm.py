@@ -88,7 +88,13 @@ def baddbmm(op: OpArgs) -> Work | None:
 
 @register("_scaled_mm", "gemm")
 def scaled_mm(op: OpArgs) -> Work | None:
-    """FP8 GEMM: (a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)."""
+    """Low-precision GEMM: (a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum).
+
+    FP8 (e4m3/e5m2) operands with per-tensor, per-row or block scales; FP4
+    (``float4_e2m1fn_x2``, two values per element, so K is twice the stored
+    inner size) with MX / NVFP4 block scales.  The scale tensors are read:
+    their bytes count (an MX block of 32 values has one 1-byte scale).
+    """
     a, b = op.tensor(0), op.tensor(1)
     if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2 or a.shape[1] != b.shape[0]:
         return None
@@ -96,7 +102,8 @@ def scaled_mm(op: OpArgs) -> Work | None:
     out_dtype = SCALAR_TYPE_CODES.get(code) if isinstance(code, int) else a.dtype
     extra = [t for t in (op.tensor(2), op.tensor(3), op.tensor(4)) if t is not None]
     (m, k), (_, n) = a.shape, b.shape
-    return _gemm(a, b, 1, m, n, k, extra, out_dtype, "_scaled_mm")
+    packed = 2 if a.dtype == "fp4x2" else 1
+    return _gemm(a, b, 1, m, n, k * packed, extra, out_dtype, "_scaled_mm")
 
 
 @register("matmul", "gemm", composite=True)

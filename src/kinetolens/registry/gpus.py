@@ -8,8 +8,10 @@ it.  Precisions:
 * ``fp64``: vector (non-Tensor-Core) FP64; ``fp64_tensor`` where the GPU
   also has FP64 Tensor Cores / matrix cores (A100, H100, MI250X ...);
 * ``fp32``: CUDA-core / vector FP32 (no TF32);
-* ``tf32``, ``fp16``, ``bf16``, ``fp8``, ``int8``: Tensor Core / matrix
-  core peaks (V100's fp16 is its Tensor Core peak; GP100's is packed FP16).
+* ``tf32``, ``fp16``, ``bf16``, ``fp8``, ``fp6``, ``fp4``, ``int8``: Tensor
+  Core / matrix core peaks (V100's fp16 is its Tensor Core peak; GP100's is
+  packed FP16).  ``fp6``/``fp4`` are the block-scaled (MX / NVFP4) rates of
+  GPUs that have them (Blackwell, CDNA 4); Hopper and CDNA 3 have none.
 
 A precision the product does not have is left out, never zero.
 
@@ -35,7 +37,7 @@ import polars as pl
 from kinetolens.errors import TraceError
 from kinetolens.model.trace import Trace
 
-PRECISIONS = ("fp64", "fp64_tensor", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+PRECISIONS = ("fp64", "fp64_tensor", "fp32", "tf32", "fp16", "bf16", "fp8", "fp6", "fp4", "int8")
 
 
 @dataclass(frozen=True)
@@ -133,10 +135,10 @@ SPECS: Mapping[str, GpuSpec] = _table(
     _spec("GH200-144GB", "NVIDIA GH200 datasheet (HBM3e)", 4900.0, 132, 144.0, **_H100_SXM),
     # NVIDIA HGX B200 datasheet, per GPU (1/8 of the 8-GPU board; sparse figures halved).
     _spec("B200", "NVIDIA HGX B200 datasheet (per GPU)", 8000.0, 148, 180.0,
-          fp64=37.0, fp64_tensor=37.0, fp32=75.0, tf32=1125.0, fp16=2250.0, bf16=2250.0, fp8=4500.0, int8=4500.0),
+          fp64=37.0, fp64_tensor=37.0, fp32=75.0, tf32=1125.0, fp16=2250.0, bf16=2250.0, fp8=4500.0, fp6=4500.0, fp4=9000.0, int8=4500.0),
     # NVIDIA GB200 NVL72 datasheet, per GPU (1/72 of the rack; sparse figures halved).  SM count not published.
     _spec("GB200", "NVIDIA GB200 NVL72 datasheet (per GPU)", 8000.0, None, 186.0,
-          fp64=40.0, fp64_tensor=40.0, fp32=80.0, tf32=1250.0, fp16=2500.0, bf16=2500.0, fp8=5000.0, int8=5000.0),
+          fp64=40.0, fp64_tensor=40.0, fp32=80.0, tf32=1250.0, fp16=2500.0, bf16=2500.0, fp8=5000.0, fp6=5000.0, fp4=10000.0, int8=5000.0),
     # NVIDIA Quadro GP100 datasheet; 56 SMs: Pascal GP100 whitepaper.  No Tensor Cores (fp16 is packed FP16).
     _spec("Quadro-GP100", "NVIDIA Quadro GP100 datasheet", 717.0, 56, 16.0, fp64=5.2, fp32=10.3, fp16=20.7),
     # AMD Instinct MI250X / MI250 datasheets.  PyTorch sees each of the two GCDs as one device,
@@ -148,6 +150,10 @@ SPECS: Mapping[str, GpuSpec] = _table(
     # AMD Instinct MI300X datasheet (sparse figures halved).
     _spec("MI300X", "AMD Instinct MI300X datasheet", 5300.0, 304, 192.0,
           fp64=81.7, fp64_tensor=163.4, fp32=163.4, tf32=653.7, fp16=1307.4, bf16=1307.4, fp8=2614.9, int8=2614.9),
+    # AMD Instinct MI355X datasheet (CDNA 4, sparse figures halved); no TF32 matrix rate.
+    _spec("MI355X", "AMD Instinct MI355X datasheet", 8000.0, 256, 288.0,
+          fp64=78.6, fp64_tensor=78.6, fp32=157.3, fp16=2516.6, bf16=2516.6, fp8=5033.2, fp6=10066.3, fp4=10066.3,
+          int8=5033.2),
 )
 # fmt: on
 
@@ -184,6 +190,7 @@ MATCHES: tuple[tuple[re.Pattern[str], float | None, str], ...] = tuple(
         (r"\bB200\b", None, "B200"),
         (r"\bGP100\b", None, "Quadro-GP100"),
         (r"\bMI300X\b", None, "MI300X"),
+        (r"\bMI355X\b", None, "MI355X"),
         (r"\bMI250X\b", None, "MI250X-GCD"),
         (r"\bMI250\b", None, "MI250-GCD"),
     )

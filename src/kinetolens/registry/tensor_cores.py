@@ -109,7 +109,7 @@ RULES: tuple[Rule, ...] = (
 #: Tensor Cores by default wherever the GPU has them for that dtype.  fp32
 #: is not one: TF32 matmuls are off by default, so an fp32 GEMM may run on
 #: either unit.  fp64 neither: DGEMM may or may not use FP64 Tensor Cores.
-DEFAULT_TENSOR_CORE_DTYPES = frozenset({"fp16", "bf16", "fp8", "int8", "uint8"})
+DEFAULT_TENSOR_CORE_DTYPES = frozenset({"fp16", "bf16", "fp8", "fp4x2", "int8", "uint8"})
 #: Matrix ops whose CUDA kernels run on CUDA cores whatever the dtype
 #: (matrix-vector products, depthwise convolutions).
 CUDA_CORE_MATRIX_OPS = frozenset({"aten::mv", "aten::addmv", "aten::_conv_depthwise2d", "aten::miopen_depthwise_convolution"})

@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import plotly.graph_objects as go
 import plotly.io as pio
 import polars as pl
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -65,13 +66,15 @@ def frame_html(
     """An escaped HTML table of the first ``rows`` rows of ``frame`` (``None``: all)."""
     cols = [c for c in (columns or frame.columns) if c in frame.columns]
     shown = frame.select(cols) if rows is None else frame.select(cols).head(rows)
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    # a column aligns as its type says (numbers right), its header and its empty cells with it
+    kinds = ["num" if shown.schema[c].is_numeric() else "name" for c in cols]
+    head = "".join(f'<th class="{k}">{html.escape(c)}</th>' for k, c in zip(kinds, cols))
     body = []
     for row in shown.iter_rows():
         cells = []
-        for v in row:
+        for v, kind in zip(row, kinds):
             text, numeric = _format(v, cell_chars)
-            cls = "num" if numeric else "name"
+            cls = "num" if numeric and kind == "num" else "name"
             cells.append(f'<td class="{cls}">{html.escape(text)}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
     more = ""
@@ -210,12 +213,25 @@ def cross_rank_tables(data: ReportData) -> dict[str, Markup]:
     }
 
 
+#: Height of a chart that does not size itself, and the least any chart gets:
+#: a plot area of 40 px (a one-rank idle chart in a grid cell) cannot be read.
+CHART_PX = 420
+MIN_CHART_PX = 360
+
+
+def _readable(fig: Any) -> Any:
+    """A copy of ``fig`` at least :data:`MIN_CHART_PX` tall (its own height where that is more)."""
+    if fig.layout.height is not None and fig.layout.height < MIN_CHART_PX:
+        fig = go.Figure(fig).update_layout(height=MIN_CHART_PX)
+    return fig
+
+
 def _charts(data: ReportData) -> dict[str, Markup]:
     """Each chart as HTML, or the sentence that stands in for it (:data:`ReportData.chart_notes`)."""
     charts = {
         name: Markup(
-            pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=f"kl-chart-{name}",
-                        default_height="100%", config={"displaylogo": False, "responsive": True})
+            pio.to_html(_readable(fig), include_plotlyjs=False, full_html=False, div_id=f"kl-chart-{name}",
+                        default_height=f"{CHART_PX}px", config={"displaylogo": False, "responsive": True})
             .replace("<div>", '<div class="kl-chart">', 1)
         )
         for name, fig in data.figures().items()
