@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's ch
 WIDTH = 1280
 CPU_ONLY = "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
 TRACES = {"cpu_only": CPU_ONLY, "v100": V100, "h100": H100}
-VIEWS = ("overview", "operators", "kernels", "modules", "roofline", "memory", "timeline")
+VIEWS = ("overview", "operators", "kernels", "modules", "roofline", "memory", "distributed", "timeline")
 
 CAPTURE = """
 import sys, torch
