@@ -209,7 +209,10 @@ def test_run_directory_reports_its_first_rank(tmp_path: Path) -> None:
     run = _run_cli("report", str(run_dir), "-o", str(out))
     assert run.returncode == 0, run.stderr
     md = out.read_text()
-    assert "holds 2 traces (ranks 0-1); this report covers rank 0 (worker_rank0.pt.trace.json.gz)" in md
+    # issue 18, point 2: the ranks side by side first, then rank 0 in full.
+    assert "holds 2 traces (ranks 0-1): Across ranks compares them" in md
+    assert "the rest of this report is rank 0 (worker_rank0.pt.trace.json.gz)" in md
+    assert md.index("## Across ranks") < md.index("## Recommendations for rank 0")
 
 
 def test_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:

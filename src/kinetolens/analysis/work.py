@@ -91,13 +91,15 @@ def _evaluate_ops(ops: pl.DataFrame, failures: _Failures | None = None) -> pl.Da
             fwd_rows[r[0]] = OpArgs.parse(r[1], r[2], r[3], r[4])
     bwd_rows = _backward_rows(ops, cand)
     batches = _step_batches(ops, cand)
+    below = _ops_below(ops, cand)
     # A training run repeats the same calls every step: evaluate each
     # distinct argument set once and hand the result to every call of it.
     cand = cand.with_columns(
         fwd_key=pl.when(pl.col("name").is_in(list(needs_fwd)) & pl.col("fwd_op_id").is_in(list(fwd_rows))).then(
             "fwd_op_id"
         ),
-        bwd_key=pl.col("op_id").is_in(list(bwd_rows)) | pl.col("op_id").is_in(list(batches)),
+        bwd_key=pl.col("op_id").is_in(list(bwd_rows)) | pl.col("op_id").is_in(list(batches))
+        | pl.col("op_id").is_in(list(below)),
     )
     keys = [*_KEY, "fwd_key"]
     # Calls whose formula reads their backward or their engine step are few: one each.
@@ -107,6 +109,7 @@ def _evaluate_ops(ops: pl.DataFrame, failures: _Failures | None = None) -> pl.Da
         bwd = OpArgs.parse(*bwd_rows[op_id]) if op_id in bwd_rows else None
         op = OpArgs.parse(name, dims, types, concrete, fwd, bwd)
         op.batch = batches.get(op_id)
+        op.below = below.get(op_id)
         work = failures.evaluate(op)
         if work is not None:
             single.append((op_id, work.flops, work.bytes, work.formula))
@@ -163,6 +166,29 @@ def _step_batches(ops: pl.DataFrame, cand: pl.DataFrame) -> dict[int, BatchStats
             up = parent.get(up)
         if up is not None:
             out[op_id] = steps[up]
+    return out
+
+
+def _ops_below(ops: pl.DataFrame, cand: pl.DataFrame) -> dict[int, list[OpArgs]]:
+    """For registered ops that read the ops they call (``needs_below``), those
+    ops' arguments, in call order."""
+    wanted = [n for n, e in REGISTRY.items() if e.needs_below]
+    ids = cand.filter(pl.col("name").is_in(wanted))["op_id"].to_list()
+    if not ids:
+        return {}
+    children: dict[int, list[int]] = {}
+    for op_id, parent in ops.select("op_id", "parent_id").iter_rows():
+        if parent is not None:
+            children.setdefault(parent, []).append(op_id)
+    rows = ops.select(pl.col(c) if c in ops.columns else pl.lit(None, pl.String).alias(c) for c in _KEY)
+    out = {}
+    for op_id in ids:
+        found, stack = [], list(reversed(children.get(op_id, [])))
+        while stack:
+            i = stack.pop()
+            found.append(i)
+            stack.extend(reversed(children.get(i, [])))
+        out[op_id] = [OpArgs.parse(*rows.row(i)) for i in sorted(found)]
     return out
 
 

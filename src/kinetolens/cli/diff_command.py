@@ -91,13 +91,11 @@ def _print_lead(console: Console, diff: RunDiff) -> None:
     if warning:
         console.print(Text(f"Warning: {warning}.", style="bold yellow"))
     if s["regression_pct"] is not None:
-        word = "slower" if s["step_delta_us"] > 0 else "faster"
+        delta = s["step_delta_us"]
+        word = "slower" if delta > 0 else "faster"
+        change = f"{delta / 1000:+,.3f} ms ({abs(s['regression_pct']):.1f}% {word})" if delta else "no change"
         base, exp = s["baseline"]["mean_step_us"], s["experiment"]["mean_step_us"]
-        console.print(Text(
-            f"Step time {base / 1000:,.3f} → {exp / 1000:,.3f} ms: {s['step_delta_us'] / 1000:+,.3f} ms "
-            f"({abs(s['regression_pct']):.1f}% {word})",
-            style="bold",
-        ))  # fmt: skip
+        console.print(Text(f"Step time {base / 1000:,.3f} → {exp / 1000:,.3f} ms: {change}", style="bold"))
         big = s["largest_step_change"]
         if big is not None:
             console.print(Text(
@@ -127,7 +125,7 @@ def _print_summary(console: Console, diff: RunDiff, baseline: str, experiment: s
         ("time basis", f"{s['basis']} (self time per op)"),
     ]
     for level, counts in s["counts"].items():
-        if level != "step":
+        if level != "step" and any(counts.values()):  # a CPU run has no kernel rows
             rows.append((level, ", ".join(f"{n} {status}" for status, n in counts.items() if n)))
     print_pairs(rows, title="kinetolens diff", out=console)
 

@@ -20,6 +20,7 @@ from kinetolens.registry import (  # noqa: F401  (importing registers the famili
     flops_elementwise,
     flops_engines,
     flops_gemm,
+    flops_moe,
     flops_norm,
     flops_paged_attention,
 )

@@ -97,7 +97,8 @@ class OpArgs:
     for forward ops, the first backward op linked to them (its autograd
     node), whose incoming gradient has the forward's output shape;
     ``batch``, for ops that need it (``needs_batch``), the sequences of the
-    engine step the call ran in.
+    engine step the call ran in; ``below``, for ops whose own arguments do not
+    fix their work (``needs_below``), the arguments of the ops they call.
     """
 
     name: str
@@ -107,6 +108,7 @@ class OpArgs:
     fwd: OpArgs | None = None
     bwd: OpArgs | None = None
     batch: BatchStats | None = None
+    below: list[OpArgs] | None = None
 
     @classmethod
     def parse(
@@ -257,6 +259,7 @@ class Entry:
     needs_forward: bool = False
     needs_backward: bool = False
     needs_batch: bool = False
+    needs_below: bool = False
 
 
 REGISTRY: dict[str, Entry] = {}
@@ -271,6 +274,7 @@ def register(
     needs_forward: bool = False,
     needs_backward: bool = False,
     needs_batch: bool = False,
+    needs_below: bool = False,
 ) -> Callable[[Formula], Formula]:
     """Register ``fn`` for op names (``aten::`` is added where missing).
 
@@ -286,7 +290,7 @@ def register(
             if full in REGISTRY:
                 raise ValueError(f"{full} has a FLOP formula already ({REGISTRY[full].fn.__qualname__}); not registering {fn.__qualname__}")
             REGISTRY[full] = Entry(
-                full, fn, family, composite, defer, needs_forward, needs_backward, needs_batch
+                full, fn, family, composite, defer, needs_forward, needs_backward, needs_batch, needs_below
             )
         return fn
 

@@ -104,6 +104,15 @@ class ReportData:
     #: The cross-rank section of a multi-rank run (:func:`cross_rank`), else None.
     cross_rank: CrossRank | None = None
 
+    @property
+    def shown_rank(self) -> str:
+        """Whose trace the report shows in full: ``rank N`` (from the trace, else
+        from the run's file names), for headings beside the cross-rank section."""
+        rank = self.trace.rank
+        if rank is None and self.cross_rank is not None and self.cross_rank.ranks.height:
+            rank = int(self.cross_rank.ranks["rank"].min())  # type: ignore[arg-type]
+        return "this rank" if rank is None else f"rank {rank}"
+
     def figures(self) -> dict[str, go.Figure]:
         """Section name -> figure, in report order: none for a section left
         out, and never a chart without data (:data:`omitted` says why)."""

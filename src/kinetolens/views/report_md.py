@@ -87,7 +87,7 @@ def render_md(data: ReportData) -> str:
             frame_md(breakdown_frame(data), rows=None)]  # fmt: skip
     if data.cross_rank is not None:
         out += _cross_rank_md(data)
-    whose = f" for rank {data.trace.rank}" if data.cross_rank is not None and data.trace.rank is not None else ""
+    whose = f" for {data.shown_rank}" if data.cross_rank is not None else ""
     out.append(f"\n## Recommendations{whose}\n")
     withheld = data.summary.get("recommendations_withheld")
     if withheld:
