@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 import polars as pl
-from rich.console import Console
 
 from kinetolens.analysis.counters import NoCounters, counter_table
 from kinetolens.cli.checks import WIDTH
 from kinetolens.cli.render import emit
+from kinetolens.cli.render import console as render_console
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
 
@@ -58,7 +58,7 @@ def counters_command(trace: str, csv_: bool, json_: bool, limit: int | None, wid
     pairing = table["pairing"][0] if table.height else "-"
     total = table["flops"].sum() if table["flops"].null_count() < table.height else None
     dram = table["dram_bytes"].sum() if table["dram_bytes"].null_count() < table.height else None
-    Console(width=width).print(
+    render_console(width).print(
         f"{table.height} kernels; op stacks: {pairing}; "
         f"CUDA-core FLOPs {'-' if total is None else f'{total:,.0f}'}; "
         f"DRAM bytes {'-' if dram is None else f'{dram:,.0f}'}",

@@ -23,6 +23,7 @@ from kinetolens.analysis.critical_path import (
 )
 from kinetolens.cli.checks import ROWS, WIDTH
 from kinetolens.cli.render import emit_json
+from kinetolens.cli.render import console as render_console
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
 from kinetolens.model.steps import without_incomplete_steps
@@ -118,7 +119,7 @@ def critical_path_command(
             }
         )
         return
-    _print(Console(width=width, soft_wrap=False), paths, summary, length, tops)
+    _print(render_console(width), paths, summary, length, tops)
 
 
 def _path_json(cp: CriticalPath) -> dict:
