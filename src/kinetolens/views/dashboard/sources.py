@@ -295,4 +295,11 @@ def table(ctx: Ctx, name: str) -> pl.DataFrame:
         raise KeyError(name)
     other = ctx.other.trace.path if ctx.other is not None else None
     key = ("table", name, ctx.step, other, ctx.ranks_key, tuple((a, ctx.args.get(a, "")) for a in SOURCE_ARGS))
-    return ctx.memo(key, lambda: rounded(source(ctx)))
+    return ctx.memo(key, lambda: rounded(_without_device_columns(ctx, source(ctx))))
+
+
+def _without_device_columns(ctx: Ctx, frame: pl.DataFrame) -> pl.DataFrame:
+    """A CPU-only trace's tables without their ``device_*`` time columns: zeros in every row say nothing."""
+    if ctx.trace.kernels.height or ctx.other is not None or ctx.ranks is not None:
+        return frame
+    return frame.drop([c for c in frame.columns if c.startswith("device_") and c.endswith("_us")])
