@@ -213,3 +213,14 @@ def test_chain_contraction_keeps_the_longest_path() -> None:
         assert sum(best[(a, b)] for a, b in zip(path, path[1:])) == want
     with pytest.raises(CycleError):
         longest_path(np.array([0, 1]), np.array([1, 0]), np.array([1, 1]), 2)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_cpu_stretch_belongs_to_an_op(case: str) -> None:
+    # issue 19, point 1: time between two children of an op is the op's own time (HTA's
+    # attribution: the enclosing op), the first top-level op of a thread included.
+    trace, window = _window_path(case)
+    g = build_graph(trace, window.start, window.end)
+    assert g.edges.filter((pl.col("type") == "cpu") & pl.col("eid").is_null()).height == 0
+    cp = critical_path(trace, window)
+    assert cp.path.filter((pl.col("us") > 0) & pl.col("name").is_null()).height == 0

@@ -23,7 +23,6 @@ import pytest
 import kinetolens
 from kinetolens.analysis.gpu_metrics import gpu_metrics
 from kinetolens.analysis.recommendations import recommendations_frame
-from kinetolens.views import units
 from tests.conftest import trace_path
 from tests.dashboard_helpers import CHROMIUM_ARGS, H100, V100, ThreadServer
 
@@ -34,7 +33,7 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's ch
 WIDTH = 1280
 CPU_ONLY = "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
 TRACES = {"cpu_only": CPU_ONLY, "v100": V100, "h100": H100}
-VIEWS = ("overview", "operators", "kernels", "modules", "roofline", "memory", "timeline")
+VIEWS = ("overview", "operators", "kernels", "modules", "roofline", "memory", "distributed", "timeline")
 
 CAPTURE = """
 import sys, torch
@@ -152,6 +151,7 @@ def cell_texts(page, source: str, col: str) -> list[str]:  # type: ignore[no-unt
 
 def test_gpu_overview_reads_percent_units_and_whole_recommendations(server: ThreadServer, page, logdir: Path) -> None:  # type: ignore[no-untyped-def]
     # issue 18: utilization as 90.3% (never 0.903), bytes with units, recommendations whole
+    from kinetolens.views import units
     trace = kinetolens.load(trace_path(H100))
     metrics = gpu_metrics(trace).row(0, named=True)
     open_view(page, server, "h100", worker(logdir, "h100"), "overview")

@@ -40,6 +40,7 @@ def test_replayed_kernels_take_the_capture_ops(paired: kinetolens.Trace) -> None
     # replay; >= 95% of replayed kernel time on an op that launched it at
     # capture (an ATen or engine op), and on a module.
     assert paired.metadata["graph_capture"].endswith(".pt.trace.json.gz")
+    assert not paired.warnings  # 23 layer graphs hold the same kernels, captured with the same shapes
     replayed = _replayed(paired)
     assert replayed.height == 361
     total = replayed["dur"].sum()
@@ -232,6 +233,8 @@ def test_summary_measures_replayed_attribution(paired: kinetolens.Trace) -> None
     assert a["graph_replay_with_capture_op"] == 1.0 and a["graph_replay_with_module"] == 1.0
     bare = summarize(kinetolens.load(trace_path(REPLAY), capture=False, cache=False))["attribution"]
     assert bare["op"] == 1.0 and bare["graph_replay_with_capture_op"] == 0.0
+    # The file's own events: the 508 ops copied from the capture are not counted.
+    assert summarize(paired)["events"]["ops"] == 642 and summarize(paired)["events"]["annotations"] == 1
 
 
 def test_a_replay_under_no_op_is_named_by_its_graph(tmp_path: Path) -> None:
@@ -283,3 +286,28 @@ def test_nodes_captured_outside_every_op_keep_the_replay_owner(tmp_path: Path) -
     both = replayed.join(launches, left_on=["graph_id", "graph_node"], right_on=["graph", "node"], how="inner")
     assert both.height == 361 and (both["module"] == both["cap_module"]).all()
     assert (both["source"] == both["cap_source"]).all()
+
+
+def test_graphs_captured_with_other_shapes_are_flagged(tmp_path: Path) -> None:
+    # issue 20, point 1: the 23 layer graphs hold the same kernels; when one
+    # of them was captured with other shapes (its addmm inputs set to a batch
+    # of 4096 in a copy of the real capture trace, as when an engine
+    # captures one graph per batch size), which replay took which graph is a
+    # guess, and a warning counts the replayed kernels concerned.
+    src = next(trace_path(CAPTURE_DIR).glob("*.pt.trace.json.gz"))
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    events = doc["traceEvents"]
+    begins = sorted(e["ts"] for e in events if e.get("name") == "hipStreamBeginCapture")
+    ends = sorted(e["ts"] for e in events if e.get("name") == "hipStreamEndCapture")
+    changed = 0
+    for e in events:
+        if e.get("name") == "aten::addmm" and begins[2] <= e["ts"] < ends[2]:
+            e["args"]["Input Dims"][1][0] = 4096
+            changed += 1
+    assert changed == 3
+    capture = tmp_path / "capture.json"
+    capture.write_text(json.dumps(doc))
+    t = kinetolens.load(trace_path(REPLAY), capture=capture, cache=False)
+    [warning] = [w for w in t.warnings if w.kind == "replayed kernels matching graphs captured with different shapes"]
+    assert warning.count == 23 * 15
+    assert _replayed(t)["op_id"].is_in(t.ops.filter("from_capture")["op_id"].implode()).all()

@@ -33,6 +33,7 @@ import pytest
 
 import kinetolens
 from kinetolens.analysis.work import op_work
+from kinetolens.registry.dtypes import dtype_bytes
 from kinetolens.registry.flops import REGISTRY
 
 from .conftest import GOLDEN, trace_path
@@ -123,7 +124,7 @@ def case(request: pytest.FixtureRequest) -> Case:
 
 
 def _golden(r: dict[str, str]) -> tuple[float, float]:
-    return float(r["GFLOPS_first"]) * 1e9, float(r["Data Moved (MB)_first"]) * MIB
+    return float(r["GFLOPS_first"]) * 1e9, float(r["Data Moved (MB)_first"] or "nan") * MIB
 
 
 def test_gemm(case: Case) -> None:
@@ -285,3 +286,123 @@ def test_fused_experts_with_weights() -> None:
     assert work.bytes == 2 * 64 * 256 * 2 + 64 * 2 * 4 + (8 * 1024 * 256 + 8 * 256 * 512) * 2
     bad = json.dumps([[64, 256], [8, 1024, 128], [8, 256, 512], [64, 2], [64, 2]])  # w1's inner dim is not H
     assert compute("vllm::outplace_fused_experts", bad, types, None) is None
+
+
+MI300 = [
+    "Falconsai_nsfw_image_detection__1016002",
+    "Qwen_Qwen1.5-0.5B-Chat__1016005",
+    "facebook_timesformer-base-finetuned-k400__1016002",
+    "gaunernst_bert-small-uncased__1016001",
+]
+
+
+@pytest.mark.parametrize("model", MI300)
+def test_mi300_models_gemm_attention_conv(model: str) -> None:
+    # issue 20, point 3: TraceLens' GEMM, SDPA and convolution rows on the MI300X model traces: FLOPs and
+    # bytes exact, but for the bias adds (see the module docstring), the convolution bias MIOpen reads and
+    # flash attention's log-sum-exp (fp32, one per query row), which the kernels read / write and
+    # TraceLens leaves out
+    part = _Part(f"tracelens/mi300/{model}.json.gz")
+    golden = GOLDEN / "tracelens" / "mi300" / f"{model}_perf_report_csvs"
+    checked = 0
+    for csv_name, family in (("GEMM.csv", "gemm"), ("SDPA_fwd.csv", "attention"), ("CONV_fwd.csv", "conv")):
+        path = golden / csv_name
+        if not path.exists():
+            continue
+        with open(path, newline="") as f:
+            for r in csv.DictReader(f):
+                results = part.work_of(r, family)
+                assert len(results) == 1, r["name"]
+                flops, moved = results.pop()
+                tl_flops, tl_bytes = _golden(r)
+                if family == "gemm" and r["param: bias"] == "True":
+                    tl_flops -= int(r["param: B"] or 1) * int(r["param: M"]) * int(r["param: N"])
+                if family == "conv":  # MIOpen's convolution reads the bias itself; TraceLens leaves it out
+                    dims, types = ast.literal_eval(r["Input Dims_first"]), ast.literal_eval(r["Input type_first"])
+                    tl_bytes += (dims[2][0] * dtype_bytes(types[2])) if dims[2] else 0
+                if family == "attention":
+                    b, h, lq = (int(r[f"param: {p}"]) for p in ("B", "H_Q", "N_Q"))
+                    tl_bytes += b * h * lq * 4
+                assert flops == pytest.approx(tl_flops, rel=1e-9), (csv_name, r["name"], r["Input Dims_first"])
+                assert moved == pytest.approx(tl_bytes, rel=1e-9), (csv_name, r["name"], r["Input Dims_first"])
+                checked += 1
+    assert checked
+
+
+def test_elementwise_and_reduce_rows(case: Case) -> None:
+    # issue 20, point 3: the elementwise and reduce rows of the inference cases.  Bytes agree; TraceLens
+    # counts one FLOP per element of a copy_ (a copy or dtype conversion does no arithmetic: we count none).
+    # TraceLens leaves a bool copy's bytes empty.
+    checked = 0
+    for csv_name, family in (("UnaryElementwise.csv", None), ("Reduce_fwd.csv", "reduction")):
+        for r in case.rows(csv_name):
+            if r["name"].endswith("_and_mul"):
+                continue  # the fused activation: test_fused_activation
+            fam = family or REGISTRY[r["name"]].family
+            flops, moved = case.work_of(r, fam)
+            if (flops, moved) == (0.0, 0.0) and r["Input type_first"] == "['long int', 'int', 'Scalar']":
+                continue  # the int64 -> int32 conversion inside aten::cumsum: counted with the cumsum
+            tl_flops, tl_bytes = _golden(r)
+            if r["name"] == "aten::copy_":
+                tl_flops = 0.0
+            assert flops == pytest.approx(tl_flops, rel=1e-9), (r["name"], r["Input Dims_first"])
+            if r["Data Moved (MB)_first"]:
+                assert moved == pytest.approx(tl_bytes, rel=1e-9), (r["name"], r["Input Dims_first"])
+            checked += 1
+    assert checked
+
+
+def _matrix_kernel_time(rel: str) -> tuple[float, float, float]:
+    """(Tensor Core kernel time, the part with FLOPs, the part launched by an op), in ns."""
+    from kinetolens.analysis.tensor_cores import kernel_tensor_cores
+    from kinetolens.analysis.work import kernel_work
+    from kinetolens.registry.tensor_cores import YES
+
+    trace = kinetolens.load(trace_path(rel))
+    k = (
+        kernel_tensor_cores(trace)
+        .filter(pl.col("tc") == YES)
+        .join(trace.kernels.select("kernel_id", "dur", "op_id"), on="kernel_id")
+        .join(kernel_work(trace), on="kernel_id", how="left")
+    )
+    with_flops = k.filter(pl.col("flops").fill_null(0) > 0)["dur"].sum()
+    return float(k["dur"].sum()), float(with_flops), float(k.filter(pl.col("op_id").is_not_null())["dur"].sum())
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "tracelens/b200/eager_trace.json.gz",
+        "tracelens/inference/sglang_prefilldecode/sglang_Qwen3-8B_prefilldecode.json.gz",
+        *(f"tracelens/mi300/{m}.json.gz" for m in MI300),
+    ],
+)
+def test_matrix_kernel_time_has_flops(rel: str) -> None:
+    # issue 20, point 3 acceptance: FLOPs for >= 95% of GEMM-like (Tensor Core / matrix core) kernel time.
+    # On the MI300X Qwen trace 31% of it is attn_fwd / GEMM kernels with no launch record in the trace
+    # (no op to take work from): the share is of kernels an op launched.
+    total, with_flops, launched = _matrix_kernel_time(rel)
+    assert total > 0
+    assert with_flops >= 0.95 * launched
+    if "Qwen" not in rel:
+        assert launched == total
+
+
+def test_b200_moe_from_its_buffers() -> None:
+    # issue 20, point 3: the B200 gpt-oss MoE layer (FlashInfer/TensorRT-LLM MXFP4 kernels) records no
+    # weights: k = 4 from its [888, 4] int32 expert ids, I = 512 from its FP8 [5472, 512] activation
+    # buffer beside the [5472, 3072] one.  The kernels' grids agree: the SwiGLU GEMM's 8 tiles of 128
+    # output features are N13 = 2*I = 1024, the down GEMM's 24 are H = 3072.
+    trace = kinetolens.load(trace_path("tracelens/b200/eager_trace.json.gz"))
+    moe = trace.ops.filter(pl.col("name") == "vllm::moe_forward")["op_id"]
+    work = op_work(trace).filter(pl.col("op_id").is_in(moe.implode()))
+    assert work.height == moe.len() == 36
+    assert set(work["flops"].to_list()) == {2 * 888 * 4 * 3072 * (1024 + 512)}
+    assert work["bytes"].null_count() == work.height  # the experts' weight bytes are not in the trace
+    grids = dict(
+        trace.kernels.filter((pl.col("op") == "vllm::moe_forward") & pl.col("name").str.starts_with("bmm_"))
+        .select(swiglu=pl.col("name").str.contains("swiGlu"), tiles=pl.col("grid_x"))
+        .unique()
+        .iter_rows()
+    )
+    assert {k: v * 128 for k, v in grids.items()} == {True: 1024, False: 3072}

@@ -70,6 +70,15 @@ def test_self_shares_sum_to_at_most_100_and_inclusive_ranks_by_total(resnet: kin
     assert {r["name"] for r in json.loads(proc.stdout)[:2]} == CONV_BACKWARD_CHAIN  # same total, tied
 
 
+def test_kernel_shares_count_only_work_inside_the_steps(qwen: kinetolens.Trace) -> None:
+    # issue 18: the H100 Qwen trace has 13.7 ms of kernels (the prefill) before its one profiled step;
+    # taken as shares of that step's 35.2 ms, the kernel rows summed to 130%.  Only work inside the
+    # steps counts toward their wall time now.
+    kernels = op_stats(qwen, by="kernel")
+    assert kernels["step_share_pct"].sum() == pytest.approx(90.68, abs=0.01)  # regression pin: 31.9 of 35.2 ms
+    assert kernels["device_total_us"].sum() == pytest.approx(qwen.kernels["dur"].sum() / 1000.0)  # times stay whole
+
+
 def test_annotations_are_their_own_table(resnet: kinetolens.Trace) -> None:
     # issue 18, ops: ProfilerStep#N ranges are in `ops --annotations`, as one row, not among the ops.
     from kinetolens.analysis.annotations import annotation_stats

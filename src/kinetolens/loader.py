@@ -78,15 +78,25 @@ def load(
 def _pair_with_capture(trace: Trace, capture_path: Path) -> None:
     """Link the replayed kernels of ``trace`` to the capture trace's ops (in place)."""
     captured = build_trace(read_raw(capture_path), shown_path(capture_path))
-    trace.ops, trace.kernels, unmatched = attach_capture(trace.ops, trace.kernels, captured.ops, captured.runtime)
+    paired = attach_capture(trace.ops, trace.kernels, captured.ops, captured.runtime)
+    trace.ops, trace.kernels = paired.ops, paired.kernels
     trace.metadata = {**trace.metadata, CAPTURE_KEY: shown_path(capture_path)}
-    if unmatched:
+    if paired.unmatched:
         trace.warnings.append(
             TraceWarning(
                 "replayed kernels without a captured node",
-                unmatched,
+                paired.unmatched,
                 f"no graph captured in {shown_path(capture_path)} has their launch's kernels; "
                 "kept with the op around the graph launch",
+            )
+        )
+    if paired.ambiguous:
+        trace.warnings.append(
+            TraceWarning(
+                "replayed kernels matching graphs captured with different shapes",
+                paired.ambiguous,
+                "several captured graphs hold the same kernels with different op shapes (one per batch size?); "
+                "replays took them in turn, so their shapes and FLOPs may be another capture's",
             )
         )
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import polars as pl
 
 from kinetolens.analysis.dependency_graph import DependencyGraph, TraceFacts, build_graph
@@ -52,6 +53,7 @@ _PATH_SCHEMA = {
     "source": pl.String,
     "where": pl.String,
     "ts_us": pl.Float64,
+    "start_us": pl.Float64,
 }
 
 
@@ -183,6 +185,9 @@ def _path_table(graph: DependencyGraph, nodes: list[int]) -> pl.DataFrame:
         .unique("order", keep="first", maintain_order=True)
     )
     ev = graph.events
+    # Where each stretch starts: its source node's time (an event's start or end).
+    node_time = pl.Series(np.stack([ev["ts"].to_numpy(), ev["end"].to_numpy()], axis=1).ravel())
+    edges = edges.with_columns(start=node_time.gather(edges["src"]))
     where = (
         pl.when(pl.col("side") == "cpu")
         .then(pl.format("thread {}", pl.col("tid")))
@@ -230,6 +235,7 @@ def _path_table(graph: DependencyGraph, nodes: list[int]) -> pl.DataFrame:
         source="source",
         where="where",
         ts_us="ts_us",
+        start_us=pl.col("start") / 1000,
     ).cast(_PATH_SCHEMA)
 
 

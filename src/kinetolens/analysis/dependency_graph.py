@@ -262,11 +262,11 @@ def _cpu_edges(cpu: pl.DataFrame) -> pl.DataFrame:
             p_start=pl.col("is_start").shift(1).over("pid", "tid"),
             p_depth=pl.col("depth").shift(1).over("pid", "tid"),
         )
-        .filter(pl.col("p_node").is_not_null())
     )
-    # After an end, the innermost open range is the last one that opened to that depth.
+    # After an end, the innermost open range is the last one that opened to that depth
+    # (the thread's first boundary included: it opens the first top-level op).
     opened = b.filter(pl.col("is_start") == 1).select("pid", "tid", "depth", "pos", parent="eid")
-    b = _parent_join(b, opened)
+    b = _parent_join(b.filter(pl.col("p_node").is_not_null()), opened)
     top_start = (pl.col("is_start") == 1) & (pl.col("depth") == 1)
     return b.select(
         src="p_node",

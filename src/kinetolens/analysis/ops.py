@@ -251,7 +251,7 @@ def _kernel_stats(trace: Trace, aggregate: str, step: int | None) -> pl.DataFram
         _bytes_sum=pl.col("work_bytes").sum(),
         _work_ns=pl.col("dur").filter(pl.col("flops").is_not_null() | pl.col("work_bytes").is_not_null()).sum(),
         # Kernels have only device time, even in a CPU-only trace (where the table is empty).
-        _basis_ns=pl.col("dur").sum(),
+        _basis_ns=pl.col("dur").filter(in_steps(trace)).sum(),
     ).with_columns(listed("op"))
     return _with_step_share(_with_achieved(grouped), trace, step)
 

@@ -62,6 +62,11 @@ def attribution(trace: Trace) -> dict[str, Any]:
     }
 
 
+def _recorded(ops: pl.DataFrame) -> pl.DataFrame:
+    """The ops the trace file itself holds (not those copied from a capture trace)."""
+    return ops.filter(~pl.col("from_capture")) if "from_capture" in ops.columns else ops
+
+
 def _graph_replay(trace: Trace, kernels: pl.DataFrame) -> dict[str, Any]:
     """Kernel time replayed from CUDA/HIP graphs and how much of it has the
     op that launched it at capture (``kinetolens.model.graph_replay``)."""
@@ -214,8 +219,9 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "steps": steps_block(trace, mine.breakdown),
         "gpu": gpu_block(trace, mine.gpu_metrics),
         "events": {
-            "ops": int(trace.ops.filter(pl.col("kind") == "op").height),
-            "annotations": int(trace.ops.filter(pl.col("kind") == "annotation").height),
+            # the file's own: ops copied from a graph capture trace are not its events
+            "ops": int(_recorded(trace.ops).filter(pl.col("kind") == "op").height),
+            "annotations": int(_recorded(trace.ops).filter(pl.col("kind") == "annotation").height),
             "runtime": trace.runtime.height,
             "python": trace.python.height,
             "kernels": counts.get("kernel", 0),

@@ -42,6 +42,8 @@ sequence.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import polars as pl
 
 from kinetolens.ingest.categories import KERNEL
@@ -103,11 +105,27 @@ def mark_replays(ops: pl.DataFrame, kernels: pl.DataFrame) -> tuple[pl.DataFrame
     return ops, kernels.with_columns(op=pl.when(unowned).then(named).otherwise(pl.col("op")))
 
 
+@dataclass
+class Paired:
+    """What :func:`attach_capture` returns: the replay's new ops and kernels,
+    and the replayed kernels it could not place for sure."""
+
+    ops: pl.DataFrame
+    kernels: pl.DataFrame
+    #: replayed kernels that no captured node matched (they keep the op around their launch)
+    unmatched: int = 0
+    #: replayed kernels whose kernel set several captured graphs hold with
+    #: different op shapes (the same layers captured for several batch
+    #: sizes): they took those graphs in turn, so their shapes may be another
+    #: capture's
+    ambiguous: int = 0
+
+
 def attach_capture(
     ops: pl.DataFrame, kernels: pl.DataFrame, capture_ops: pl.DataFrame, capture_runtime: pl.DataFrame
-) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+) -> Paired:
     """The replay's ops with the capture ops appended and its replayed kernels
-    linked to them; also how many replayed kernels found no captured node.
+    linked to them.
 
     ``capture_ops``/``capture_runtime``: the tables of the capture trace's
     model.  Replays whose node set no captured graph holds keep the op
@@ -117,8 +135,10 @@ def attach_capture(
     named = captured.height > 0 and captured["name"].ne(_UNNAMED).all()
     replayed = _replayed_nodes(kernels, named=named)
     if replayed.height == 0 or captured.height == 0:
-        return ops, kernels, replayed.height
-    pairs = _pair_launches(_signatures(replayed, "launch_id"), _signatures(captured, "graph"), replayed, captured)
+        return Paired(ops, kernels, unmatched=replayed.height)
+    pairs, candidates = _pair_launches(
+        _signatures(replayed, "launch_id"), _signatures(captured, "graph"), replayed, captured
+    )
     linked = (
         replayed.join(pairs, on="launch_id", how="inner")
         .join(captured.select("graph", "name", "occurrence", "node", "cap_op_id", "cap_module", "cap_source"),
@@ -126,7 +146,8 @@ def attach_capture(
     )
     unmatched = replayed.height - linked.height
     if linked.height == 0:
-        return ops, kernels, unmatched
+        return Paired(ops, kernels, unmatched=unmatched)
+    ambiguous = _ambiguous_kernels(replayed, pairs, candidates, captured, capture_ops)
     copies = _op_copies(linked.select("launch_id", "graph", "cap_op_id"), capture_ops, first_id=ops.height)
     at_launch = kernels.filter(pl.col("kernel_id").is_in(linked["kernel_id"].implode())).group_by("launch_id").agg(
         at=pl.col("launch_ts").first(), at_step=pl.col("step").first() if "step" in kernels.columns else pl.lit(None, I64)
@@ -168,7 +189,28 @@ def attach_capture(
     replay_sub = pl.col("ts").rank("ordinal").over("op_id").cast(I64) - 1
     is_replayed = pl.col("kernel_id").is_in(linked.filter(pl.col("op_id").is_not_null())["kernel_id"].implode())
     kernels = kernels.with_columns(sub=pl.when(is_replayed).then(replay_sub).otherwise(sub))
-    return new_ops, kernels, unmatched
+    return Paired(new_ops, kernels, unmatched=unmatched, ambiguous=ambiguous)
+
+
+def _ambiguous_kernels(
+    replayed: pl.DataFrame, pairs: pl.DataFrame, candidates: pl.DataFrame, captured: pl.DataFrame,
+    capture_ops: pl.DataFrame,
+) -> int:
+    """Replayed kernels of node sets whose candidate graphs differ in their
+    ops' shapes (see :attr:`Paired.ambiguous`)."""
+    shared = candidates.filter(pl.len().over("sig") > 1)
+    if shared.height == 0:
+        return 0
+    shapes = (
+        captured.join(shared, on="graph", how="inner")
+        .join(capture_ops.select(cap_op_id="op_id", dims="input_dims"), on="cap_op_id", how="left")
+        .sort("graph", "node")
+        .group_by("sig", "graph")
+        .agg(shape=pl.col("dims").fill_null("").str.join("|").hash())
+    )
+    mixed = shapes.group_by("sig").agg(kinds=pl.col("shape").n_unique()).filter(pl.col("kinds") > 1)
+    launches = pairs.join(mixed.select("sig"), on="sig", how="inner").select("launch_id")
+    return replayed.join(launches, on="launch_id", how="inner").height
 
 
 def captured_nodes(runtime: pl.DataFrame) -> pl.DataFrame:
@@ -258,8 +300,9 @@ def _signatures(nodes: pl.DataFrame, by: str) -> pl.DataFrame:
 
 
 def _pair_launches(replays: pl.DataFrame, graphs: pl.DataFrame, replayed: pl.DataFrame,
-                   captured: pl.DataFrame) -> pl.DataFrame:
-    """``launch_id -> graph``: the k-th replay of a node set takes the
+                   captured: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``launch_id -> graph`` (with the replay's ``sig``), and the candidate
+    graphs of each ``sig``: the k-th replay of a node set takes the
     (k mod n)-th of the n captured graphs holding it.
 
     A node set no captured graph holds exactly (a kernel the profiler
@@ -297,9 +340,10 @@ def _pair_launches(replays: pl.DataFrame, graphs: pl.DataFrame, replayed: pl.Dat
         .sort("first_ts", "launch_id")
         .with_columns(slot=pl.int_range(pl.len(), dtype=I64).over("sig") % pl.col("n"))
     )
-    return replays.join(cand.select("sig", "slot", "graph"), on=["sig", "slot"], how="inner").select(
-        "launch_id", "graph"
+    pairs = replays.join(cand.select("sig", "slot", "graph"), on=["sig", "slot"], how="inner").select(
+        "launch_id", "graph", "sig"
     )
+    return pairs, cand.select("sig", "graph")
 
 
 def _op_copies(used: pl.DataFrame, capture_ops: pl.DataFrame, *, first_id: int) -> pl.DataFrame:

@@ -19,6 +19,8 @@ MAX_LIMIT = 500
 #: Rate columns: a plain number under a header that names the unit.
 RATES = {"tflops_s": "TFLOP/s", "achieved_tflops": "TFLOP/s", "gbps": "GB/s", "achieved_gbps": "GB/s",
          "intensity": "FLOP/byte", "bus_gbps": "GB/s", "algo_gbps": "GB/s"}  # fmt: skip
+#: Columns that count things, whatever their type (a mean over ranks may be a float).
+COUNTS = {"calls", "count", "ranks", "steps"}
 #: Byte columns that count data moved (decimal units); other ``*bytes`` / ``size`` columns are memory held.
 TRAFFIC = {"bytes"}
 
@@ -68,7 +70,10 @@ def column_format(name: str, dtype: pl.DataType, fractions: frozenset[str] = fro
         return "flops", "FLOPs"
     if name in RATES:
         return "rate", RATES[name]
-    if dtype.is_integer():
+    for suffix, unit in (("_gbps", "GB/s"), ("_tflops", "TFLOP/s")):
+        if name.endswith(suffix):
+            return "rate", f"{name.removesuffix(suffix)} ({unit})"
+    if dtype.is_integer() or name in COUNTS or name.endswith(("_calls", "_count")):
         return "count", name
     return "number", name
 
@@ -93,7 +98,7 @@ def _cell(kind: str, value: Any, scale: float) -> str:
     if kind == "ms":
         return f"{value:,.3f}"
     if kind in ("rate", "number"):
-        return units.sig(value, 4) if abs(value) < 1000 else f"{value:,.0f}"
+        return units.sig(value, 3) if abs(value) < 1000 else f"{value:,.0f}"
     return str(value)
 
 

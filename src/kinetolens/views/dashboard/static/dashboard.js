@@ -8,7 +8,8 @@ const S = { runs: [], run: null, worker: null, step: "", view: "overview", other
 const $ = (sel, root = document) => root.querySelector(sel);
 let pollTimer = null;
 let viewToken = 0;
-const SMALL_TABLE = 10;  // rows up to which a table shows no filter box
+const SMALL_TABLE = 10;
+const MIN_FIGURE_PX = 320;  // rows up to which a table shows no filter box
 
 function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
@@ -183,7 +184,8 @@ function drawFigure(div) {
     return;
   }
   // a figure that sizes itself (bars per rank, per op) takes exactly its height, not the placeholder's
-  if (fig.layout && fig.layout.height) div.style.minHeight = `${fig.layout.height}px`;
+  // but never so short that its plot area shrinks to a strip under its title and axis
+  if (fig.layout && fig.layout.height) { fig.layout.height = Math.max(fig.layout.height, MIN_FIGURE_PX); div.style.minHeight = `${fig.layout.height}px`; }
   Plotly.newPlot(div, fig.data, fig.layout, { responsive: true, displaylogo: false });
   if (div._rangeFor) {
     div.on("plotly_relayout", ev => {
