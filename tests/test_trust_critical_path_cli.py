@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
 import sys
+
+import pytest
 
 from kinetolens.views.units import duration
 from tests.conftest import trace_path
@@ -56,3 +59,21 @@ def test_bad_window_is_one_line() -> None:
         out = _run(args)
         assert out.returncode == 2 and out.stdout == ""
         assert len(out.stderr.strip().splitlines()) == 1 and all(w in out.stderr for w in words), out.stderr
+
+
+def test_perfetto_track_of_the_path(tmp_path) -> None:
+    # issue 19, point 1: the Perfetto overlay: the trace plus a "critical path" track whose
+    # slices are the path's stretches, at their times, summing to its length.
+    out_file = tmp_path / "cp" / "trace.json.gz"
+    out = _run([ALEXNET, "--annotation", PARAM, "--instance", "1", "--perfetto", str(out_file)])
+    assert out.returncode == 0, out.stderr
+    assert "critical path" in out.stderr and out.stdout.startswith("Critical path of")
+    events = json.loads(gzip.decompress(out_file.read_bytes()))["traceEvents"]
+    track = [e for e in events if e.get("cat") == "critical_path"]
+    assert sum(e["dur"] for e in track) == pytest.approx(35834.0)  # HTA's length
+    starts = sorted((e["ts"], e["dur"]) for e in track)
+    # one lane, no overlap (0.25 us is the resolution of a float64 epoch time in us)
+    assert all(a + d <= b + 0.5 for (a, d), (b, _) in zip(starts, starts[1:]))
+    assert {e["args"]["bound_by"] for e in track} >= {"cpu", "gpu_compute"}
+    # the trace itself is there: 79 kernels, 16 memcpy and 3 memset
+    assert sum(1 for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")) == 98

@@ -210,8 +210,8 @@ def test_units() -> None:
     assert units.percent(0.555) == "55.5%"
     assert units.memory(2.60 * 2**30) == "2.60 GiB"
     assert units.memory(34_000_779_264) == "31.7 GiB"
-    assert units.duration(18.112) == "18.1 us" and units.duration(3093.6) == "3.09 ms"
-    assert units.duration(1_200_000) == "1.20 s"
+    assert units.duration(18.112) == "18.1 us" and units.duration(3093.6) == "3,094 us"
+    assert units.duration(30_936.0) == "30.9 ms" and units.duration(12_000_000) == "12.0 s"
     assert units.count(10.0) == "10" and units.count(1024) == "1,024"
     assert units.middle("model.layers.0.self_attn.q_proj", 15) == "model.l….q_proj"
 

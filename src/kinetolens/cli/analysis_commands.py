@@ -30,7 +30,15 @@ from kinetolens.analysis.summary import summarize
 from kinetolens.cli.checks import ROWS, WIDTH, check_step, check_time_range, regex, require_kernels
 from kinetolens.cli.load_options import capture_option
 from kinetolens.cli.render import console as render_console
-from kinetolens.cli.render import emit, emit_json, pick_columns, print_fitted, print_pairs, terminal_width
+from kinetolens.cli.render import (
+    emit,
+    emit_json,
+    pick_columns,
+    print_captioned,
+    print_fitted,
+    print_pairs,
+    terminal_width,
+)
 from kinetolens.loader import load
 from kinetolens.registry.gpus import gpu_spec
 from kinetolens.registry.kernel_names import short_names
@@ -232,7 +240,7 @@ def _print_breakdown(console: Console, steps: dict, gpu: bool = True) -> None:
         table.caption += f"\n* {steps['incomplete_note']}"
     if steps.get("damaged"):
         table.caption += "\n! the file is damaged (see below): these steps lack the events it lost"
-    console.print(table)
+    print_captioned(console, table)
 
 
 def _print_gpus(console: Console, gpus: list[dict], devices: list[dict]) -> None:
@@ -256,7 +264,7 @@ def _print_gpus(console: Console, gpus: list[dict], devices: list[dict]) -> None
     table.caption = "util: time a kernel ran; SM eff, occup.: estimates; TC: kernel time on Tensor Cores"
     if any(g["peak_allocated_bytes"] is not None and g["peak_basis"] != ALLOCATOR for g in gpus):
         table.caption += f"\n* {BASIS_NOTES[WINDOW_SUM]}"
-    console.print(table)
+    print_captioned(console, table)
 
 
 class _ColumnHelp(click.Command):

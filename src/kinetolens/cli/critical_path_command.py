@@ -23,6 +23,7 @@ from kinetolens.analysis.critical_path import (
 )
 from kinetolens.cli.checks import ROWS, WIDTH
 from kinetolens.cli.render import emit_json
+from kinetolens.cli.render import console as render_console
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
 from kinetolens.model.steps import without_incomplete_steps
@@ -59,6 +60,7 @@ def _short(name: str | None, chars: int = NAME_CHARS) -> str:
 @click.option("-t", "--top", type=ROWS, default=10, show_default=True, help="Rows of the top tables.")
 @click.option("--json", "json_", is_flag=True, help="Every table as JSON, the path's edges in order included.")
 @click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width (default: the terminal's).")
+@click.option("--perfetto", "perfetto", type=click.Path(dir_okay=False), default=None, help="Also write the annotated trace with a critical-path track (.json or .json.gz) for ui.perfetto.dev.")
 @click.option("--keep-last-step", is_flag=True, help="Keep a last step the profiler cut short.")
 @click.option("--no-cache", is_flag=True, help="Parse the trace again instead of reading the cache.")
 def critical_path_command(
@@ -69,6 +71,7 @@ def critical_path_command(
     top: int,
     json_: bool,
     width: int | None,
+    perfetto: str | None,
     keep_last_step: bool,
     no_cache: bool,
 ) -> None:
@@ -99,6 +102,11 @@ def critical_path_command(
     path, length = combined(paths)
     summary = summarize(path, length)
     tops = {by: top_items(path, by, length, top) for by in ("name", "op", "module", "source")}
+    if perfetto is not None:
+        from kinetolens.views.critical_path_perfetto import write_trace_with_path
+
+        count = write_trace_with_path(t, paths, LABELS, perfetto)
+        click.echo(f"wrote {perfetto} ({count:,} events; the path is the 'critical path' process)", err=True)
     # An op's own time and its name are the same row twice: "By op" is for the kernels and calls they launch.
     if json_:
         emit_json(
@@ -111,7 +119,7 @@ def critical_path_command(
             }
         )
         return
-    _print(Console(width=width, soft_wrap=False), paths, summary, length, tops)
+    _print(render_console(width), paths, summary, length, tops)
 
 
 def _path_json(cp: CriticalPath) -> dict:

@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 import polars as pl
 from rich import box
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -27,6 +26,7 @@ from kinetolens.analysis.memory_allocations import allocations, leaks, pairable
 from kinetolens.analysis.memory_samples import memory_samples, sample_summary
 from kinetolens.cli.checks import ROWS
 from kinetolens.cli.render import emit, emit_json
+from kinetolens.cli.render import console as render_console
 from kinetolens.errors import TraceError
 from kinetolens.ingest.memory_timeline import is_memory_timeline, read_memory_timeline
 from kinetolens.loader import load
@@ -150,7 +150,7 @@ def _print_summary(
     origin: int,
     top: int,
 ) -> None:
-    console = Console()
+    console = render_console()
     table = peaks.select(
         "device",
         pl.col("peak_allocated").alias("peak"),
@@ -214,7 +214,7 @@ def _samples_only_report(trace: str, samples: pl.DataFrame, sampled: pl.DataFram
             "allocations": [], "curve": [], "sampled": sampled.to_dicts(), "samples": samples.to_dicts(),
         })  # fmt: skip
         return
-    Console().print(f"{trace}: no [memory] events (profile_memory=True was off); memory samples only.", markup=False)
+    render_console().print(f"{trace}: no [memory] events (profile_memory=True was off); memory samples only.", markup=False)
     _print_sampled(sampled, origin)
 
 
@@ -234,7 +234,7 @@ def _print_sampled(sampled: pl.DataFrame, origin: int) -> None:
         pl.col("peak_reserved").alias("reserved"),
     )
     emit(_bytes_columns(table, ["min", "peak", "reserved"]), title=f"Sampled memory ({every})")
-    Console().print("samples: cuda = the caching allocator's allocated/reserved bytes, cpu = the process's "
+    render_console().print("samples: cuda = the caching allocator's allocated/reserved bytes, cpu = the process's "
                     "resident set size; ops = ops dispatched up to the last sample; peak_at_ms from the first "
                     "memory event.", markup=False, highlight=False)
 

@@ -286,9 +286,18 @@ def print_table(
         frame, title=title, caption=caption, width=w, headers=headers, droppable=droppable,
         same_time_unit=same_time_unit, show_header=show_header,
     )
-    con.print(table)
+    print_captioned(con, table)
     con.line()  # tables in a row stay apart
     return dropped
+
+
+def print_captioned(con: Console, table: Table) -> None:
+    """``table``, then its caption as text wrapped at the console's width (rich
+    would wrap it at the table's, a few words a line under a narrow table)."""
+    caption, table.caption = table.caption, None
+    con.print(table)
+    if caption:
+        con.print(Text(str(caption)))
 
 
 def print_pairs(rows: Sequence[tuple[str, str]], *, title: str | None = None, out: Console) -> None:

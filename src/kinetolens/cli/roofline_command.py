@@ -6,7 +6,6 @@ from pathlib import Path
 
 import click
 import polars as pl
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -22,6 +21,7 @@ from kinetolens.analysis.work import FORMULA_FAILED
 from kinetolens.cli.checks import WIDTH
 from kinetolens.cli.load_options import capture_option
 from kinetolens.cli.render import emit
+from kinetolens.cli.render import console as render_console
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
 from kinetolens.registry.gpus import GpuSpec, gpu_spec
@@ -76,7 +76,7 @@ def _print_table(table: pl.DataFrame, title: str, width: int | None) -> list[str
     cols = TERMINAL_COLUMNS + [c for c in MEASURED_COLUMNS if c[0] in table.columns]
     cells = {c: ["-" if v is None else fmt(v) for v in shown[c].to_list()] for c, _, fmt in cols}
     sizes = {c: max([len(w) for w in header.split()] + [len(v) for v in cells[c]]) for c, header, _ in cols}
-    console = Console(width=width, soft_wrap=False)
+    console = render_console(width)
     keys = [str(k) for k in shown[key].to_list()]
     want = min(MIN_KEY, max([len(key), *(len(k) for k in keys)]))  # short keys leave room for columns
     dropped = []
@@ -179,7 +179,7 @@ def roofline_command(
     total, lost = float(table["device_us"].sum()), float(table["lost_us"].sum())
     lost75 = float(table["lost_75_us"].sum())
     note = f"; chart: {output}" if output else ""
-    console = Console(width=width)
+    console = render_console(width)
     lines = [
         f"{spec.name} ({spec.origin}): DRAM {spec.dram_gbps:,.0f} GB/s. Ops with a roofline: {total:,.1f} us on the GPU, "
         f"{lost:,.1f} us lost to the roof, {lost75:,.1f} us below {REALISTIC:.0%} of it{note}",

@@ -21,10 +21,16 @@ number when they do not reveal it:
   ``w13`` (inner ``H``), the one holding ``H`` is ``w2`` (inner ``2*stored``).
   Unpacked weights: the wider one is ``w13``.  Padded dimensions are counted
   as stored (the kernels compute on them).
+* no weights in sight (FlashInfer / TensorRT-LLM fused kernels): ``k`` from
+  the ``[T, k]`` int32 expert ids the layer allocates, and ``I`` from the
+  activation buffer between its two GEMMs: a 1-byte (FP8) ``[R, I]``
+  buffer beside an ``[R, H]`` one, ``R >= T*k`` rows; the experts are
+  assumed gated (``N13 = 2*I``, SwiGLU) and their weight bytes unknown.
 """
 
 from __future__ import annotations
 
+from kinetolens.registry.dtypes import SCALAR_TYPE_CODES
 from kinetolens.registry.flops_base import OpArgs, Tensor, Work, register, size_of, total
 
 _PACKED = ("uint8", "fp4x2")
@@ -67,7 +73,28 @@ def _topk(below: list[OpArgs], tokens: int, experts: int) -> int | None:
             ids = o.tensor(1)
             if ids is not None and len(ids.shape) == 2 and ids.shape[0] == tokens:
                 return ids.shape[1]
+    for size, dtype in _allocations(below):
+        if dtype == "int32" and len(size) == 2 and size[0] == tokens and 0 < size[1] <= min(experts, 32):
+            return size[1]
     return None
+
+
+def _allocations(below: list[OpArgs]) -> list[tuple[list[int], str | None]]:
+    """(size, dtype) of the ``aten::empty`` calls below, in call order."""
+    out = []
+    for o in below:
+        size, code = o.int_list(0), o.value(1)
+        if o.name == "aten::empty" and size is not None and isinstance(code, int) and not isinstance(code, bool):
+            out.append((size, SCALAR_TYPE_CODES.get(code)))
+    return out
+
+
+def _buffers(below: list[OpArgs], tokens: int, k: int, hidden: int) -> int | None:
+    """I from an FP8 ``[R, I]`` activation buffer beside an ``[R, H]`` one (``R >= T*k``)."""
+    allocs = _allocations(below)
+    wide = {s[0] for s, _ in allocs if len(s) == 2 and s[1] == hidden and s[0] >= tokens * k}
+    narrow = [s[1] for s, d in allocs if len(s) == 2 and s[0] in wide and d in ("uint8", "fp8") and s[1] != hidden]
+    return narrow[0] if len(set(narrow)) == 1 else None
 
 
 def _weights(below: list[OpArgs], experts: int, hidden: int) -> tuple[int, int, float | None] | None:
@@ -105,8 +132,13 @@ def moe_forward(op: OpArgs) -> Work | None:
     if x.shape[0] != tokens:
         return None
     k = _topk(op.below, tokens, experts)
-    found = _weights(op.below, experts, x.shape[1])
-    if k is None or found is None:
+    if k is None:
         return None
-    n13, inter, weights = found
-    return _moe(x, logits.nbytes, k, n13, inter, experts, weights, "moe_forward")
+    found = _weights(op.below, experts, x.shape[1])
+    if found is not None:
+        n13, inter, weights = found
+        return _moe(x, logits.nbytes, k, n13, inter, experts, weights, "moe_forward")
+    inter = _buffers(op.below, tokens, k, x.shape[1])
+    if inter is None:
+        return None
+    return _moe(x, logits.nbytes, k, 2 * inter, inter, experts, None, "moe_forward (I from its buffers, gated assumed)")

@@ -93,21 +93,21 @@ def count(value: float | int | None) -> str:
     return "-" if missing(value) else f"{round(value):,}"
 
 
-def time_unit(us: float | None, digits: int = 4) -> tuple[str, float]:
+def time_unit(us: float | None) -> tuple[str, float]:
     """The unit (and its size in us) that shows ``us``-sized values in at most
-    ``digits`` integer digits (a column: 4, so 3,094 us stays in us; one value: 1)."""
+    four integer digits: 3,094 us, 12.8 ms, 45.2 s."""
     biggest = abs(us) if not missing(us) else 0.0
     for unit, scale in TIME_UNITS:
-        if biggest >= 10 ** (digits - 3) * scale:
+        if biggest >= 10 * scale:
             return unit, scale
     return "us", 1.0
 
 
 def duration(us: float | None) -> str:
-    """One time with its own unit: ``18.1 us``, ``3.09 ms``, ``1.20 s``."""
+    """One time with its own unit: ``18.1 us``, ``2,401 us``, ``30.9 ms``, ``12.0 s``."""
     if missing(us):
         return "-"
-    unit, scale = time_unit(us, digits=3)
+    unit, scale = time_unit(us)
     return f"{sig(us / scale, 3)} {unit}"
 
 
