@@ -188,6 +188,7 @@ def test_cpu_only_pages_say_why_in_one_line(server: ThreadServer, page, logdir: 
         assert "no GPU kernels" in page.inner_text("#content")
         open_view(page, server, run, wk, "overview")
         assert page.locator('.table-block[data-source="gpus"]').count() == 0
+        assert "0.000" not in cell_texts(page, "execution_summary", "time_us")  # no GPU categories of zeros
         assert "no GPU kernels" in page.inner_text("#content")
     # issue 18: no columns of zeros: a CPU-only trace's operators carry no device time columns
     open_view(page, server, "torch_cpu", worker(logdir, "torch_cpu"), "operators")

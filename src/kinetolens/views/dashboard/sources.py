@@ -129,6 +129,8 @@ def execution_summary(ctx: Ctx) -> pl.DataFrame:
     avg = average_breakdown(table)
     total = avg.get("total") or 0.0
     rows = [(c, avg[c] / 1000.0, avg[c] / total * 100.0 if total else None) for c in COLUMNS if c != "total"]
+    if ctx.trace.kernels.height == 0:  # a CPU-only trace: GPU categories would be rows of zeros
+        rows = [r for r in rows if r[1]]
     return pl.DataFrame(rows, schema={"category": pl.String, "time_us": pl.Float64, "pct": pl.Float64}, orient="row")
 
 
