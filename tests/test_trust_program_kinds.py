@@ -14,6 +14,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+
+import kinetolens
 import torch
 
 from kinetolens import load
@@ -38,7 +40,7 @@ LOAD_S = 0.02
 
 
 def _cli(*args: str, columns: int = 120) -> str:
-    env = {**os.environ, "COLUMNS": str(columns), "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "COLUMNS": str(columns), "PYTHONPATH": str(Path(kinetolens.__file__).parents[1])}  # the code under test
     done = subprocess.run(
         [sys.executable, "-m", "kinetolens.cli.main", *args], capture_output=True, text=True, env=env, timeout=300
     )

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+import kinetolens
+
 from kinetolens import load
 from kinetolens.analysis.stragglers import straggler_findings
 from kinetolens.runs import summarize_run
@@ -34,7 +36,7 @@ STRAGGLER = 2
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "120", "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "COLUMNS": "120", "PYTHONPATH": str(Path(kinetolens.__file__).parents[1])}  # the code under test
     done = subprocess.run(
         [sys.executable, "-m", "kinetolens.cli.main", *args], capture_output=True, text=True, env=env, timeout=300
     )

@@ -11,11 +11,11 @@ from kinetolens.cli.render import emit
 from kinetolens.cli.render import console as render_console
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
+from kinetolens.registry.kernel_names import short_names
+from kinetolens.views import units
 
 #: Columns the terminal table shows; --csv/--json carry every counter too.
 TERMINAL_COLUMNS = ["idx", "top_level_op", "bottom_level_op", "kernel", "flops", "dram_bytes", "tc"]
-#: Kernel names are long C++ signatures; the terminal shows their head.
-KERNEL_CHARS = 60
 
 
 def _flat(table: pl.DataFrame) -> pl.DataFrame:
@@ -52,7 +52,7 @@ def counters_command(trace: str, csv_: bool, json_: bool, limit: int | None, wid
         emit(_flat(table), "csv")
         return
     shown = table.select(TERMINAL_COLUMNS).with_columns(
-        pl.col("kernel").str.slice(0, KERNEL_CHARS), pl.col("flops", "dram_bytes").cast(pl.Int64, strict=False)
+        short_names(table["kernel"]).alias("kernel"), pl.col("flops", "dram_bytes").cast(pl.Int64, strict=False)
     )
     emit(shown, "table", title=f"kinetolens counters: {trace}", width=width)
     pairing = table["pairing"][0] if table.height else "-"
@@ -60,8 +60,8 @@ def counters_command(trace: str, csv_: bool, json_: bool, limit: int | None, wid
     dram = table["dram_bytes"].sum() if table["dram_bytes"].null_count() < table.height else None
     render_console(width).print(
         f"{table.height} kernels; op stacks: {pairing}; "
-        f"CUDA-core FLOPs {'-' if total is None else f'{total:,.0f}'}; "
-        f"DRAM bytes {'-' if dram is None else f'{dram:,.0f}'}",
+        f"CUDA-core FLOPs {'-' if total is None else units.flops(total)}; "
+        f"DRAM bytes {'-' if dram is None else units.traffic(dram)}",
         markup=False,
         highlight=False,
     )

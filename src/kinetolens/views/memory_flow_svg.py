@@ -290,7 +290,7 @@ def _legend(palette: dict[str, str], boxes: pl.DataFrame, width: int) -> list[st
     for i, (key, color) in enumerate(entries):
         y = MARGIN_TOP + 16 + i * 18
         total = others if key == OTHER_KEY else sizes[key]
-        label = key if len(key) <= 30 else key[:29] + "…"
+        label = units.middle(key, 30)
         parts.append(f'<rect x="{x}" y="{y - 10}" width="12" height="12" fill="{color}"/>')
         parts.append(
             f'<text x="{x + 18}" y="{y}">{_text(label)} ({human_bytes(total)})<title>{_text(key)}</title></text>'
