@@ -428,3 +428,15 @@ def test_flash_attn_ops() -> None:
     ragged = compute("flash_attn::_flash_attn_varlen_forward", dims, types,
                      '["", "", "", "", "", "300", "300", "0.", "0.125", "True"]')  # fmt: skip
     assert ragged is None  # 1024 tokens are not 4 x 300: the split is not in the arguments
+
+
+def test_kv_cache_writes(case: Case) -> None:
+    # issue 20, point 3: the KV-cache write beside attention (sglang::store_cache): no FLOPs; the new keys
+    # and values read and written.  We also read the slot ids (T int64), which TraceLens leaves out.
+    for r in case.rows("InferenceAttention_fwd.csv"):
+        if r["name"] != "sglang::store_cache":
+            continue
+        flops, moved = case.work_of(r, "memory")
+        tl_flops, tl_bytes = _golden(r)
+        tokens = ast.literal_eval(r["Input Dims_first"])[4][0]
+        assert (flops, moved) == (tl_flops, tl_bytes + tokens * 8)
