@@ -188,7 +188,12 @@ def test_cpu_only_pages_say_why_in_one_line(server: ThreadServer, page, logdir: 
         assert "no GPU kernels" in page.inner_text("#content")
         open_view(page, server, run, wk, "overview")
         assert page.locator('.table-block[data-source="gpus"]').count() == 0
+        assert "0.000" not in cell_texts(page, "execution_summary", "time_us")  # no GPU categories of zeros
         assert "no GPU kernels" in page.inner_text("#content")
+    # issue 18: no columns of zeros: a CPU-only trace's operators carry no device time columns
+    open_view(page, server, "torch_cpu", worker(logdir, "torch_cpu"), "operators")
+    cols = page.eval_on_selector_all('.table-block[data-source="ops"] thead th', "ths => ths.map(t => t.dataset.col)")
+    assert "host_total_us" in cols and not [c for c in cols if c.startswith("device_")]
     open_view(page, server, "cpu_only", worker(logdir, "cpu_only"), "modules")
     assert page.locator(".js-plotly-plot").count() == 0 and "nn.Module" in page.inner_text("#content")
 

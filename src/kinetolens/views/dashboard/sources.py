@@ -129,6 +129,8 @@ def execution_summary(ctx: Ctx) -> pl.DataFrame:
     avg = average_breakdown(table)
     total = avg.get("total") or 0.0
     rows = [(c, avg[c] / 1000.0, avg[c] / total * 100.0 if total else None) for c in COLUMNS if c != "total"]
+    if ctx.trace.kernels.height == 0:  # a CPU-only trace: GPU categories would be rows of zeros
+        rows = [r for r in rows if r[1]]
     return pl.DataFrame(rows, schema={"category": pl.String, "time_us": pl.Float64, "pct": pl.Float64}, orient="row")
 
 
@@ -295,4 +297,11 @@ def table(ctx: Ctx, name: str) -> pl.DataFrame:
         raise KeyError(name)
     other = ctx.other.trace.path if ctx.other is not None else None
     key = ("table", name, ctx.step, other, ctx.ranks_key, tuple((a, ctx.args.get(a, "")) for a in SOURCE_ARGS))
-    return ctx.memo(key, lambda: rounded(source(ctx)))
+    return ctx.memo(key, lambda: rounded(_without_device_columns(ctx, source(ctx))))
+
+
+def _without_device_columns(ctx: Ctx, frame: pl.DataFrame) -> pl.DataFrame:
+    """A CPU-only trace's tables without their ``device_*`` time columns: zeros in every row say nothing."""
+    if ctx.trace.kernels.height or ctx.other is not None or ctx.ranks is not None:
+        return frame
+    return frame.drop([c for c in frame.columns if c.startswith("device_") and c.endswith("_us")])

@@ -56,8 +56,11 @@ def column_format(name: str, dtype: pl.DataType, fractions: frozenset[str] = fro
     if name in fractions:
         return "fraction", f"{name} (%)"
     if _is_percent(name):
-        label = "% of step" if name == "pct" else name.removesuffix("_pct").removeprefix("pct_")
-        return "percent", label if name == "pct" else f"{label} (%)"
+        if name == "pct":
+            return "percent", "% of step"
+        if name.startswith("pct_"):
+            return "percent", "% " + name.removeprefix("pct_").replace("_", " ")
+        return "percent", f"{name.removesuffix('_pct')} (%)"
     if name.endswith("_us") or name == "us":
         return "time", name.removesuffix("_us")
     if name.endswith("_ms"):
