@@ -440,3 +440,23 @@ def test_kv_cache_writes(case: Case) -> None:
         tl_flops, tl_bytes = _golden(r)
         tokens = ast.literal_eval(r["Input Dims_first"])[4][0]
         assert (flops, moved) == (tl_flops, tl_bytes + tokens * 8)
+
+
+def test_paged_decode_attention() -> None:
+    # issue 20, point 3: vLLM's decode kernels (paged_attention_v1/v2) count the step's decode keys:
+    # 37 sequences with 34489 keys in all, 64 query / 8 KV heads of 64
+    from kinetolens.registry.flops_base import OpArgs
+    from kinetolens.registry.flops_paged_attention import paged_attention_decode, step_batch
+
+    bf16 = '"c10::BFloat16"'
+    op = OpArgs.parse(
+        "_C::paged_attention_v1",
+        "[[37, 64, 64], [37, 64, 64], [4096, 8, 8, 16, 8], [4096, 8, 64, 16], [], []]",
+        f'[{bf16}, {bf16}, {bf16}, {bf16}, "Scalar", "Scalar"]',
+        '["", "", "", "", "8", "0.125"]',
+    )
+    assert paged_attention_decode(op) is None  # no step annotation: the sequence lengths are unknown
+    op.batch = step_batch("execute_37_context_0(sq0sk0sqsq0sqsk0)_generation_37(sq37sk34489sqsq37sqsk34489)")
+    work = paged_attention_decode(op)
+    assert work is not None and work.flops == 2 * 64 * (64 + 64) * 34489
+    assert work.bytes == 2 * 37 * 64 * 64 * 2 + 34489 * 8 * 128 * 2
