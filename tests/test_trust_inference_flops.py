@@ -406,3 +406,37 @@ def test_b200_moe_from_its_buffers() -> None:
         .iter_rows()
     )
     assert {k: v * 128 for k, v in grids.items()} == {True: 1024, False: 3072}
+
+
+def test_flash_attn_ops() -> None:
+    # issue 20, point 3: flash-attn's / aiter's own attention ops, fixed-length (B, L, H, D) and
+    # variable-length (4 sequences of 256 tokens packed in 1024, causal): each sequence's 256^2/2 pairs
+    from kinetolens.registry.flops import compute
+
+    bf16 = '"c10::BFloat16"'
+    fixed = compute("flash_attn::_flash_attn_forward", "[[2, 128, 8, 64], [2, 128, 8, 64], [2, 128, 8, 64]]",
+                    f"[{bf16}, {bf16}, {bf16}, \"Scalar\", \"Scalar\", \"Scalar\"]",
+                    '["", "", "", "0.", "0.125", "True"]')  # fmt: skip
+    assert fixed is not None and fixed.flops == 2 * 2 * 8 * 128 * 128 * 128 / 2
+    dims = "[[1024, 8, 64], [1024, 2, 64], [1024, 2, 64], [5], [5], [], [], [], [], []]"
+    types = f'[{bf16}, {bf16}, {bf16}, "int", "int", "Scalar", "Scalar", "Scalar", "Scalar", "Scalar"]'
+    varlen = compute("flash_attn::_flash_attn_varlen_forward", dims, types,
+                     '["", "", "", "", "", "256", "256", "0.", "0.125", "True"]')  # fmt: skip
+    pairs = 4 * (256 * 256 - 256 * 256 / 2)
+    assert varlen is not None and varlen.flops == 2 * 8 * (64 + 64) * pairs
+    assert varlen.bytes == 2 * 1024 * 8 * 64 * 2 + 1024 * 2 * 128 * 2  # q read, out written, K and V read once
+    ragged = compute("flash_attn::_flash_attn_varlen_forward", dims, types,
+                     '["", "", "", "", "", "300", "300", "0.", "0.125", "True"]')  # fmt: skip
+    assert ragged is None  # 1024 tokens are not 4 x 300: the split is not in the arguments
+
+
+def test_kv_cache_writes(case: Case) -> None:
+    # issue 20, point 3: the KV-cache write beside attention (sglang::store_cache): no FLOPs; the new keys
+    # and values read and written.  We also read the slot ids (T int64), which TraceLens leaves out.
+    for r in case.rows("InferenceAttention_fwd.csv"):
+        if r["name"] != "sglang::store_cache":
+            continue
+        flops, moved = case.work_of(r, "memory")
+        tl_flops, tl_bytes = _golden(r)
+        tokens = ast.literal_eval(r["Input Dims_first"])[4][0]
+        assert (flops, moved) == (tl_flops, tl_bytes + tokens * 8)

@@ -57,6 +57,10 @@ _PATH_SCHEMA = {
 }
 
 
+class EmptyWindow(TraceError):
+    """A window without CPU ops or runtime calls: there is no path to take."""
+
+
 @dataclass
 class Window:
     """The analysed window: CPU ops starting in ``[start, end]`` (ns) and what they launched."""
@@ -124,7 +128,7 @@ def critical_path(trace: Trace, window: Window, facts: TraceFacts | None = None)
     """The longest path of ``window``; ``facts`` shares whole-trace tables across windows."""
     graph = build_graph(trace, window.start, window.end, facts)
     if graph.events.height == 0:
-        raise TraceError(trace.path, f"has no CPU ops or runtime calls in {window.label}")
+        raise EmptyWindow(trace.path, f"has no CPU ops or runtime calls in {window.label}")
     nodes = longest_path(graph)
     path = _path_table(graph, nodes)
     length = float(path["us"].sum()) if path.height else 0.0
@@ -143,6 +147,8 @@ def critical_path(trace: Trace, window: Window, facts: TraceFacts | None = None)
 
 #: Every GPU activity starting this long after its launch means the GPU's clock is offset (ns).
 CLOCK_OFFSET_NS = 1_000_000
+#: ... for at least this many activities (one kernel may really have waited that long).
+CLOCK_EVIDENCE = 5
 
 
 def _clock_notes(graph: DependencyGraph) -> list[str]:
@@ -150,7 +156,7 @@ def _clock_notes(graph: DependencyGraph) -> list[str]:
     window started more than a millisecond after its launch call, the GPU
     clock is offset from the CPU's and launch overhead is inflated by that."""
     gpu = graph.events.filter(pl.col("side") == "gpu")
-    if gpu.height == 0 or "launch_ts" not in gpu.columns:
+    if gpu.height < CLOCK_EVIDENCE or "launch_ts" not in gpu.columns:
         return []
     quickest = gpu.select((pl.col("ts") - pl.col("launch_ts")).min()).item()
     if quickest is None or quickest <= CLOCK_OFFSET_NS:
@@ -266,8 +272,18 @@ def top_items(path: pl.DataFrame, by: str, length_us: float, n: int = 10) -> pl.
 
 
 def critical_paths(trace: Trace, windows: list[Window]) -> list[CriticalPath]:
+    """The path of each window; windows without CPU ops (a step of annotations only) are left out."""
     facts = TraceFacts(trace)
-    return [critical_path(trace, w, facts) for w in windows]
+    paths = []
+    for w in windows:
+        try:
+            paths.append(critical_path(trace, w, facts))
+        except EmptyWindow:
+            if len(windows) == 1:
+                raise
+    if not paths:
+        raise TraceError(trace.path, "has no CPU ops or runtime calls in any step")
+    return paths
 
 
 def per_window(paths: list[CriticalPath]) -> pl.DataFrame:

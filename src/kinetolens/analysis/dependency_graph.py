@@ -127,13 +127,30 @@ class TraceFacts:
     def sync(self) -> pl.DataFrame:
         return self.trace.runtime.filter(pl.col("kind").cast(pl.String) == "sync")
 
+    @cached_property
+    def loaders(self) -> pl.DataFrame:
+        """DataLoader ``__next__`` ranges (ops in older traces, annotations in newer ones)."""
+        return self.trace.ops.filter(_is_dataloader(pl.col("name")))
+
+    @cached_property
+    def _ops_by_row(self) -> bool:
+        ids = self.trace.ops["op_id"]
+        return bool((ids == pl.int_range(0, ids.len(), eager=True)).all())
+
+    def op_names(self, op_ids: pl.Series) -> pl.Series:
+        """The names of ops by id (ids are row numbers in the model: a gather, not a join)."""
+        if self._ops_by_row:
+            return self.trace.ops["name"].gather(op_ids).alias("op")
+        names = self.trace.ops.select("op_id", op="name")
+        return op_ids.to_frame("op_id").join(names, on="op_id", how="left", maintain_order="left")["op"]
+
 
 def build_graph(trace: Trace, start: int, end: int, facts: TraceFacts | None = None) -> DependencyGraph:
     """The graph of the CPU ops and runtime calls that start in ``[start, end]``
     (ns, with a duration) and of the GPU activity they launched.  Pass the
     same ``facts`` for many windows of one trace."""
     facts = facts if facts is not None and facts.trace is trace else TraceFacts(trace)
-    cpu = _cpu_events(trace, start, end)
+    cpu = _cpu_events(facts, start, end)
     gpu = _gpu_events(facts, cpu)
     events = pl.concat([cpu, gpu], how="diagonal_relaxed").with_row_index("eid").with_columns(pl.col("eid").cast(pl.Int64))
     cpu = events.filter(pl.col("side") == "cpu")
@@ -152,15 +169,14 @@ def build_graph(trace: Trace, start: int, end: int, facts: TraceFacts | None = N
     return DependencyGraph(events=events, edges=edges, start=start, end=end)
 
 
-def _cpu_events(trace: Trace, start: int, end: int) -> pl.DataFrame:
+def _cpu_events(facts: TraceFacts, start: int, end: int) -> pl.DataFrame:
+    trace = facts.trace
     in_window = pl.col("ts").is_between(start, end) & (pl.col("dur") > 0)
     kind = pl.col("kind").cast(pl.String)
-    ops = trace.ops
     # Older traces write the DataLoader's range as an op, newer ones as an annotation.
-    loaders = ops.filter(_is_dataloader(pl.col("name")))
-    ops_in = ops.filter(in_window & ((kind == "op") | _is_dataloader(pl.col("name"))))
-    op_names = ops.select("op_id", op=pl.col("name"))
-    rt = trace.runtime.filter(in_window & (kind == "runtime")).join(op_names, on="op_id", how="left")
+    ops_in = trace.ops.filter(in_window).filter((kind == "op") | _is_dataloader(pl.col("name")))
+    rt = trace.runtime.filter(in_window & (kind == "runtime"))
+    rt = rt.with_columns(op=facts.op_names(rt["op_id"]))
     frames = [
         ops_in.select(
             side=pl.lit("cpu"),
@@ -194,7 +210,7 @@ def _cpu_events(trace: Trace, start: int, end: int) -> pl.DataFrame:
         ),
     ]
     cpu = pl.concat(frames, how="vertical_relaxed").with_columns(blocking=pl.col("name").is_in(BLOCKING_CALLS))
-    return _mark_data_loading(cpu, loaders)
+    return _mark_data_loading(cpu, facts.loaders)
 
 
 def _mark_data_loading(cpu: pl.DataFrame, loaders: pl.DataFrame) -> pl.DataFrame:

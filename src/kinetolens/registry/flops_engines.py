@@ -136,3 +136,27 @@ def _quant(out: Tensor | None, x: Tensor | None, scale: Tensor | None, label: st
 def fp8_quant(op: OpArgs) -> Work | None:
     """(out, input, scale, ...)."""
     return _quant(op.tensor(0), op.tensor(1), op.tensor(2), op.name.split("::")[-1])
+
+
+# -- KV-cache writes ---------------------------------------------------------------------
+
+
+def _cache_write(k: Tensor | None, v: Tensor | None, cache: Tensor | None, slots: Tensor | None,
+                 label: str) -> Work | None:  # fmt: skip
+    """The new keys and values read and written into the cache (at its dtype), the slot ids read."""
+    if k is None or v is None or cache is None or slots is None or not k.shape or k.shape[0] != slots.numel:
+        return None
+    written = size_of(k.numel + v.numel, cache.dtype)
+    return Work(0.0, total(k.nbytes, v.nbytes, written, slots.nbytes), f"{label} copy")
+
+
+@register(["_C_cache_ops::reshape_and_cache_flash", "_C_cache_ops::reshape_and_cache"], "memory")
+def reshape_and_cache(op: OpArgs) -> Work | None:
+    """(key[T, Hk, D], value[T, Hk, Dv], key_cache, value_cache, slot_mapping[T], kv_cache_dtype, ...)."""
+    return _cache_write(op.tensor(0), op.tensor(1), op.tensor(2), op.tensor(4), op.name.split("::")[-1])
+
+
+@register("sglang::store_cache", "memory")
+def store_cache(op: OpArgs) -> Work | None:
+    """(k[T, Hk*D], v[T, Hk*Dv], k_cache, v_cache, loc[T], ...)."""
+    return _cache_write(op.tensor(0), op.tensor(1), op.tensor(2), op.tensor(4), "store_cache")

@@ -82,24 +82,39 @@ def unified_attention(op: OpArgs) -> Work | None:
                   op.name.split("::")[-1])  # fmt: skip
 
 
-@register("aiter::mha_batch_prefill", "attention", needs_batch=True)
-def mha_batch_prefill(op: OpArgs) -> Work | None:
-    """(q[T, Hq, D], k_cache, v_cache, cu_seqlens_q[B+1], kv_indptr, kv_page_indices, max_seqlen_q,
-    max_seqlen_k, dropout_p, softmax_scale, logits_soft_cap, zero_tensors, is_causal, ...).
+def _varlen(op: OpArgs, max_at: int, causal: bool, packed_kv: bool, label: str) -> Work | None:
+    """(q[T, Hq, D], k, v, cu_seqlens_q[B+1], ..., max_seqlen_q at ``max_at``, max_seqlen_k after it).
 
     Without a step annotation: when ``T == B * max_seqlen_q`` every sequence
-    has ``max_seqlen_q`` new tokens and is read as ``max_seqlen_k`` keys long.
+    has ``max_seqlen_q`` new tokens, and is read as ``max_seqlen_k`` keys
+    long (for packed, unpaged keys only when they are ``B * max_seqlen_k``).
     """
     q, k, v, cu = op.tensor(0), op.tensor(1), op.tensor(2), op.tensor(3)
     if q is None or k is None or v is None or cu is None or len(q.shape) != 3 or len(cu.shape) != 1:
         return None
-    causal = op.flag(12)
     batch = op.batch
     if batch is None:
-        seqs, max_q, max_k = cu.shape[0] - 1, op.value(6), op.value(7)
+        seqs, max_q, max_k = cu.shape[0] - 1, op.value(max_at), op.value(max_at + 1)
         if not isinstance(max_q, int) or not isinstance(max_k, int) or isinstance(max_q, bool) or seqs <= 0:
             return None
-        if q.shape[0] != seqs * max_q:
+        if q.shape[0] != seqs * max_q or (packed_kv and k.shape[0] != seqs * max_k):
             return None  # ragged: the split is not in the arguments
         batch = BatchStats(seqs, seqs * max_q, seqs * max_k, seqs * max_q * max_q, seqs * max_q * max_k, 0, 0, 0, 0)
-    return _paged(op, q, k, v.shape[-1], q.dtype, batch, causal, "mha_batch_prefill")
+    return _paged(op, q, k, v.shape[-1], q.dtype, batch, causal, label)
+
+
+@register("aiter::mha_batch_prefill", "attention", needs_batch=True)
+def mha_batch_prefill(op: OpArgs) -> Work | None:
+    """(q[T, Hq, D], k_cache, v_cache, cu_seqlens_q[B+1], kv_indptr, kv_page_indices, max_seqlen_q,
+    max_seqlen_k, dropout_p, softmax_scale, logits_soft_cap, zero_tensors, is_causal, ...)."""
+    return _varlen(op, 6, op.flag(12), False, "mha_batch_prefill")
+
+
+@register("flash_attn::_flash_attn_varlen_forward", "attention", needs_batch=True)
+def flash_attn_varlen_forward(op: OpArgs) -> Work | None:
+    """(q[Tq, Hq, D], k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+    softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, return_softmax,
+    block_table, ...): keys packed like the queries, or paged when a block table is given."""
+    k = op.tensor(1)
+    paged = op.tensor(15) is not None or (k is not None and len(k.shape) == 4)
+    return _varlen(op, 5, op.flag(9), not paged, "flash_attn_varlen_forward")

@@ -7,6 +7,7 @@ analysis result as it is; this module only picks, orders and cuts them.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -232,6 +233,8 @@ def chart_notes(data: ReportData) -> dict[str, str]:
     for name, fig in data.all_figures().items():
         if not fig.data:
             message = str(fig.layout.annotations[0].text) if fig.layout.annotations else "no data"
+            if re.fullmatch(r"no \w+_us( in \w+)?", message):  # a ranked chart whose values are all zero
+                message = "every value is 0, so there is nothing to chart"
             title = fig.layout.title.text or name
             notes[name] = f"{title}: {message}."
     sentence = _tensor_core_sentence(data.kernels)
