@@ -211,3 +211,9 @@ def test_report_reads_at_a_glance(page, run: str, tmp_path: Path) -> None:  # ty
     page.screenshot(path=str(tmp_path / f"report_{run}.png"), full_page=True)
     check_look(page.evaluate(LOOK), f"report {run}")
     assert page.evaluate(MISALIGNED) == [], f"report {run}: headers not aligned with their cells"
+    # percent columns read as percent (85.1%, not 85.088)
+    bare = page.evaluate("""() => [...document.querySelectorAll('table')].flatMap(t => {
+        const cols = [...t.querySelectorAll('thead th')].map(th => /(^|_)pct(_|$)/.test(th.textContent));
+        return [...t.querySelectorAll('tbody td')].filter((td, i) => cols[td.cellIndex] &&
+          !/%$|^-$/.test(td.textContent)).map(td => td.textContent); })""")
+    assert bare == [], f"report {run}: percent cells without a % sign {bare[:5]}"

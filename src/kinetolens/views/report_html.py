@@ -69,11 +69,15 @@ def frame_html(
     # a column aligns as its type says (numbers right), its header and its empty cells with it
     kinds = ["num" if shown.schema[c].is_numeric() else "name" for c in cols]
     head = "".join(f'<th class="{k}">{html.escape(c)}</th>' for k, c in zip(kinds, cols))
+    # percent columns (0..100) read as 55.5%, like the dashboard's and the overview's shares
+    percent = [k == "num" and (c == "pct" or c.endswith("_pct") or c.startswith("pct_")) for k, c in zip(kinds, cols)]
     body = []
     for row in shown.iter_rows():
         cells = []
-        for v, kind in zip(row, kinds):
+        for v, kind, pct in zip(row, kinds, percent):
             text, numeric = _format(v, cell_chars)
+            if pct and not units.missing(v):
+                text = units.percent(v / 100.0)
             cls = "num" if numeric and kind == "num" else "name"
             cells.append(f'<td class="{cls}">{html.escape(text)}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
