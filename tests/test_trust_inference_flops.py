@@ -440,3 +440,58 @@ def test_kv_cache_writes(case: Case) -> None:
         tl_flops, tl_bytes = _golden(r)
         tokens = ast.literal_eval(r["Input Dims_first"])[4][0]
         assert (flops, moved) == (tl_flops, tl_bytes + tokens * 8)
+
+
+def test_paged_decode_attention() -> None:
+    # issue 20, point 3: vLLM's decode kernels (paged_attention_v1/v2) count the step's decode keys:
+    # 37 sequences with 34489 keys in all, 64 query / 8 KV heads of 64
+    from kinetolens.registry.flops_base import OpArgs
+    from kinetolens.registry.flops_paged_attention import paged_attention_decode, step_batch
+
+    bf16 = '"c10::BFloat16"'
+    op = OpArgs.parse(
+        "_C::paged_attention_v1",
+        "[[37, 64, 64], [37, 64, 64], [4096, 8, 8, 16, 8], [4096, 8, 64, 16], [], []]",
+        f'[{bf16}, {bf16}, {bf16}, {bf16}, "Scalar", "Scalar"]',
+        '["", "", "", "", "8", "0.125"]',
+    )
+    assert paged_attention_decode(op) is None  # no step annotation: the sequence lengths are unknown
+    op.batch = step_batch("execute_37_context_0(sq0sk0sqsq0sqsk0)_generation_37(sq37sk34489sqsq37sqsk34489)")
+    work = paged_attention_decode(op)
+    assert work is not None and work.flops == 2 * 64 * (64 + 64) * 34489
+    assert work.bytes == 2 * 37 * 64 * 64 * 2 + 34489 * 8 * 128 * 2
+
+
+def test_engine_quantized_gemms() -> None:
+    # issue 20, point 3: the engines' FP8 and block-scaled FP4 GEMMs, scale tensors read
+    from kinetolens.registry.flops import compute
+
+    m, n, k = 64, 512, 1024
+    fp8 = compute(
+        "_C::cutlass_scaled_mm",
+        json.dumps([[m, n], [m, k], [k, n], [m, 1], [1, n], []]),
+        json.dumps(["c10::BFloat16", "c10::Float8_e4m3fn", "c10::Float8_e4m3fn", "float", "float", ""]),
+        None,
+    )
+    assert fp8 is not None and fp8.flops == 2 * m * n * k
+    assert fp8.bytes == m * k + k * n + (m + n) * 4 + m * n * 2
+    fp4 = compute(  # NVFP4: one fp8 scale per 16 values
+        "_C::cutlass_scaled_fp4_mm",
+        json.dumps([[m, n], [m, k // 2], [n, k // 2], [m, k // 16], [n, k // 16], []]),
+        json.dumps(["c10::BFloat16", "unsigned char", "unsigned char", "c10::Float8_e4m3fn", "c10::Float8_e4m3fn",
+                    "float"]),  # fmt: skip
+        None,
+    )
+    assert fp4 is not None and fp4.flops == 2 * m * n * k
+    assert fp4.bytes == (m + n) * k / 2 + (m + n) * k / 16 + m * n * 2 + 4  # and the fp32 alpha
+    a4w4 = compute(  # MXFP4 on MI355X: one e8m0 scale per 32 values
+        "aiter::gemm_a4w4",
+        json.dumps([[m, k // 2], [n, k // 2], [m, k // 32], [n, k // 32], [m, n], []]),
+        json.dumps(["c10::Float4_e2m1fn_x2"] * 2 + ["c10::Float8_e8m0fnu"] * 2 + ["c10::BFloat16", ""]),
+        None,
+    )
+    assert a4w4 is not None and a4w4.flops == 2 * m * n * k
+    assert a4w4.bytes == (m + n) * k / 2 + (m + n) * k / 32 + m * n * 2
+    mismatched = json.dumps([[m, k], [n, k // 2], [m, 1], [1, n], [m, n], []])
+    assert compute("aiter::gemm_a8w8", mismatched, json.dumps(["c10::Float8_e4m3fnuz"] * 2 + ["float"] * 2
+                                                               + ["c10::BFloat16", ""]), None) is None  # fmt: skip

@@ -160,3 +160,52 @@ def reshape_and_cache(op: OpArgs) -> Work | None:
 def store_cache(op: OpArgs) -> Work | None:
     """(k[T, Hk*D], v[T, Hk*Dv], k_cache, v_cache, loc[T], ...)."""
     return _cache_write(op.tensor(0), op.tensor(1), op.tensor(2), op.tensor(4), "store_cache")
+
+
+# -- quantized GEMMs ------------------------------------------------------------------------
+
+
+def _scaled_gemm(op: OpArgs, a_at: int, b_at: int, b_nk: bool, fp4: bool, scales: tuple[int, ...],
+                 out_at: int | None, label: str) -> Work | None:  # fmt: skip
+    """``a[M, K] @ b`` (``b`` as ``[N, K]`` when ``b_nk``, else ``[K, N]``) with scale tensors read.
+
+    FP4 operands store two values per byte (``uint8`` or ``float4_e2m1fn_x2``): K is twice the
+    stored inner size.  The output is written at the ``out`` argument's dtype (bf16 when absent).
+    """
+    a, b = op.tensor(a_at), op.tensor(b_at)
+    if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2:
+        return None
+    (m, ka), (n, kb) = a.shape, (b.shape if b_nk else b.shape[::-1])
+    if ka != kb:
+        return None
+    k = ka * 2 if fp4 else ka
+    out = op.tensor(out_at) if out_at is not None else None
+    if out is not None and out.shape != (m, n):
+        return None
+    read = [t.nbytes for t in (op.tensor(i) for i in scales) if t is not None]
+    moved = total(a.nbytes, b.nbytes, size_of(m * n, out.dtype if out is not None else "bf16"), *read)
+    return Work(2.0 * m * n * k, moved, f"{label} 2*{m}*{n}*{k}")
+
+
+@register("_C::cutlass_scaled_mm", "gemm")
+def cutlass_scaled_mm(op: OpArgs) -> Work | None:
+    """FP8/INT8: (out[M, N], a[M, K], b[K, N], a_scales, b_scales, bias)."""
+    return _scaled_gemm(op, 1, 2, False, False, (3, 4, 5), 0, "cutlass_scaled_mm")
+
+
+@register("_C::cutlass_scaled_fp4_mm", "gemm")
+def cutlass_scaled_fp4_mm(op: OpArgs) -> Work | None:
+    """NVFP4: (out[M, N], a[M, K/2], b[N, K/2], block_scale_a, block_scale_b, alpha)."""
+    return _scaled_gemm(op, 1, 2, True, True, (3, 4, 5), 0, "cutlass_scaled_fp4_mm")
+
+
+@register(["aiter::gemm_a8w8", "aiter::gemm_a8w8_CK", "aiter::gemm_a8w8_bpreshuffle"], "gemm")
+def aiter_gemm_a8w8(op: OpArgs) -> Work | None:
+    """FP8/INT8: (XQ[M, K], WQ[N, K], x_scale, w_scale, Y[M, N], bias, ...)."""
+    return _scaled_gemm(op, 0, 1, True, False, (2, 3, 5), 4, op.name.split("::")[-1])
+
+
+@register(["aiter::gemm_a4w4", "aiter::gemm_a4w4_asm"], "gemm")
+def aiter_gemm_a4w4(op: OpArgs) -> Work | None:
+    """MXFP4: (A[M, K/2], B[N, K/2], A_scale, B_scale, out[M, N], bias, ...): e8m0 scales, one per 32."""
+    return _scaled_gemm(op, 0, 1, True, True, (2, 3, 5), 4, op.name.split("::")[-1])

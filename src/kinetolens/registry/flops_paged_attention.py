@@ -118,3 +118,23 @@ def flash_attn_varlen_forward(op: OpArgs) -> Work | None:
     k = op.tensor(1)
     paged = op.tensor(15) is not None or (k is not None and len(k.shape) == 4)
     return _varlen(op, 5, op.flag(9), not paged, "flash_attn_varlen_forward")
+
+
+@register(["_C::paged_attention_v1", "_C::paged_attention_v2", "_rocm_C::paged_attention"], "attention",
+          needs_batch=True)  # fmt: skip
+def paged_attention_decode(op: OpArgs) -> Work | None:
+    """vLLM's decode kernels, one query token per sequence: v1 (out, query[S, Hq, D], key_cache,
+    value_cache[blocks, Hk, Dv, block], ...); v2 and ROCm (out, exp_sums, max_logits, tmp_out, query,
+    key_cache, value_cache, ...).  The step annotation's decode sums give the keys."""
+    first = 1 if op.name.endswith("_v1") else 4
+    q, kc, vc = op.tensor(first), op.tensor(first + 1), op.tensor(first + 2)
+    batch = op.batch
+    if q is None or kc is None or vc is None or batch is None or len(q.shape) != 3 or len(vc.shape) != 4:
+        return None
+    seqs, hq, d = q.shape
+    hk, dv = vc.shape[1], vc.shape[2]
+    if hk <= 0 or hq % hk or kc.shape[1] != hk or batch.decode_seqs == 0 or batch.decode_seqs > seqs:
+        return None
+    flops = 2.0 * hq * (d + dv) * batch.decode_sqsk
+    moved = total(q.nbytes, size_of(seqs * hq * dv, q.dtype), size_of(batch.decode_sk * hk * (d + dv), kc.dtype))
+    return Work(flops, moved, f"{op.name.split('::')[-1]} 2*Hq*(Dqk+Dv)*decode sum(sk)")
