@@ -195,7 +195,7 @@ def test_distributed_view_of_two_ranks(server: Server, page) -> None:  # type: i
     # the GPU-time bars take the height their rank count asks for, with no empty band under them
     wanted = page.evaluate("() => document.querySelector('.figure')._figure.layout.height")
     drawn = page.eval_on_selector(".figure", "d => d.getBoundingClientRect().height")
-    assert wanted < 300 and abs(drawn - wanted) <= 2, (wanted, drawn)
+    assert wanted <= 320 and abs(drawn - wanted) <= 2, (wanted, drawn)  # 320: the least a figure gets (issue 18)
     shot(page, "distributed_multi")
 
 

@@ -58,7 +58,8 @@ LOOK = """() => {
     plot_heights: figs.map(f => f._fullLayout._size.h),
     scroll_width: document.documentElement.scrollWidth,
     inner_width: window.innerWidth,
-    empty_tables: [...document.querySelectorAll('.table-block')].filter(b => !b.querySelector('tbody tr, .note'))
+    empty_tables: [...document.querySelectorAll('.table-block')]
+                    .filter(b => { const s = b.querySelector('.scroll'); return s && !s.hidden && !b.querySelector('tbody tr'); })
                     .map(b => b.dataset.source),
   };
 }"""

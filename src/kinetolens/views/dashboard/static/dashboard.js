@@ -258,7 +258,9 @@ function tableBlock(b, extra = {}) {
   const search = el("input", { type: "search", class: "filter", placeholder: "filter rows…",
     oninput: e => { clearTimeout(timer); timer = setTimeout(() => { t.q = e.target.value; reload(0); }, 200); } });
   controls.append(search);
-  block.append(el("h3", {}, b.title), controls, el("div", { class: "scroll" }, el("table", {}, head, body)), pager, details);
+  const scroll = el("div", { class: "scroll" }, el("table", {}, head, body));
+  const empty = el("p", { class: "note empty", hidden: "" }, b.empty || "No rows in this trace.");
+  block.append(el("h3", {}, b.title), controls, scroll, empty, pager, details);
 
   async function reload(offset) {
     t.offset = offset;
@@ -276,11 +278,8 @@ function tableBlock(b, extra = {}) {
     // a table with nothing in it is one line saying so; a small one needs no filter box or pager
     const small = page.total <= SMALL_TABLE;
     search.hidden = small; pager.hidden = page.total <= page.limit;
-    if (page.total === 0 && !b.choices) {
-      block.replaceChildren(el("h3", {}, b.title), el("p", { class: "note empty" }, b.empty || "No rows in this trace."));
-      block.dataset.state = "ready";
-      return;
-    }
+    // kept in place (hidden), not removed: a later range or grouping may bring rows back
+    scroll.hidden = page.total === 0; empty.hidden = page.total !== 0;
     body.replaceChildren(...page.rows.map((row, r) => {
       const shown = page.text ? page.text[r] : row.map(fmt);
       const tr = el("tr", { class: b.detail ? "clickable" : "" }, ...row.map((v, i) =>
