@@ -55,6 +55,7 @@ def test_bad_window_is_one_line() -> None:
         ([EVENT_SYNC, "--step", "3"], ["no step 3"]),
         ([EVENT_SYNC, "--annotation", "nope"], ["'nope'"]),
         ([EVENT_SYNC, "--step", "100", "--annotation", "ProfilerStep"], ["--step or --annotation"]),
+        ([EVENT_SYNC, "--instance", "2"], ["--instance", "--annotation"]),
         # a step of gloo annotations only: nothing to build a path from
         ([str(trace_path("hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"))], ["no CPU ops or runtime calls"]),
     ):

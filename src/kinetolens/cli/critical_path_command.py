@@ -86,6 +86,8 @@ def critical_path_command(
     """
     if step is not None and annotation is not None:
         raise click.UsageError("use --step or --annotation, not both")
+    if instance and annotation is None:
+        raise click.UsageError("--instance picks a match of --annotation, which is missing")
     t = load(trace, cache=not no_cache)
     if step is None and annotation is None and not keep_last_step:
         t = without_incomplete_steps(t)
