@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 import polars as pl
 
 from kinetolens.analysis.dependency_graph import DependencyGraph, TraceFacts, build_graph
@@ -192,8 +191,12 @@ def _path_table(graph: DependencyGraph, nodes: list[int]) -> pl.DataFrame:
     )
     ev = graph.events
     # Where each stretch starts: its source node's time (an event's start or end).
-    node_time = pl.Series(np.stack([ev["ts"].to_numpy(), ev["end"].to_numpy()], axis=1).ravel())
-    edges = edges.with_columns(start=node_time.gather(edges["src"]))
+    times = ev.select(s_eid="eid", s_ts="ts", s_end="end")
+    edges = (
+        edges.with_columns(s_eid=pl.col("src") // 2)
+        .join(times, on="s_eid", how="left")
+        .with_columns(start=pl.when(pl.col("src") % 2 == 1).then(pl.col("s_end")).otherwise(pl.col("s_ts")))
+    )
     where = (
         pl.when(pl.col("side") == "cpu")
         .then(pl.format("thread {}", pl.col("tid")))

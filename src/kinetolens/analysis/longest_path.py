@@ -11,6 +11,7 @@ real traces), and the chains on it are expanded back.
 from __future__ import annotations
 
 import numpy as np
+import rustworkx as rx
 
 
 class CycleError(ValueError):
@@ -46,8 +47,6 @@ def _depth(parent: np.ndarray) -> np.ndarray:
 
 def longest_path(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, nodes: int) -> list[int]:
     """Node ids along a heaviest path (weights are non-negative integers)."""
-    import rustworkx as rx
-
     edges = src.size
     if edges == 0:
         return []
