@@ -398,7 +398,9 @@ def test_b200_moe_from_its_buffers() -> None:
     work = op_work(trace).filter(pl.col("op_id").is_in(moe.implode()))
     assert work.height == moe.len() == 36
     assert set(work["flops"].to_list()) == {2 * 888 * 4 * 3072 * (1024 + 512)}
-    assert work["bytes"].null_count() == work.height  # the experts' weight bytes are not in the trace
+    # the weights' dtype is not in the trace: read at no less than FP4's half byte (a floor), 128 experts
+    weights = 128 * (3072 * 1024 + 512 * 3072) / 2
+    assert set(work["bytes"].to_list()) == {2 * 888 * 3072 * 2 + 888 * 128 * 2 + weights}
     grids = dict(
         trace.kernels.filter((pl.col("op") == "vllm::moe_forward") & pl.col("name").str.starts_with("bmm_"))
         .select(swiglu=pl.col("name").str.contains("swiGlu"), tiles=pl.col("grid_x"))
@@ -495,3 +497,15 @@ def test_engine_quantized_gemms() -> None:
     mismatched = json.dumps([[m, k], [n, k // 2], [m, 1], [1, n], [m, n], []])
     assert compute("aiter::gemm_a8w8", mismatched, json.dumps(["c10::Float8_e4m3fnuz"] * 2 + ["float"] * 2
                                                                + ["c10::BFloat16", ""]), None) is None  # fmt: skip
+
+
+def test_engine_op_precision() -> None:
+    # issue 20, point 3: the roofline holds an engine op to the ceiling of the dtype it computes in,
+    # not of its first argument (an `out` tensor, int64 positions, FP4 stored as bytes)
+    from kinetolens.analysis.roofline import _op_dtype
+
+    bf16, fp8 = "c10::BFloat16", "c10::Float8_e4m3fn"
+    assert _op_dtype("_C::cutlass_scaled_mm", [[64, 512], [64, 1024], [1024, 512]], [bf16, fp8, fp8]) == "fp8"
+    assert _op_dtype("_C::cutlass_scaled_fp4_mm", [[64, 512], [64, 512], [512, 512]],
+                     [bf16, "unsigned char", "unsigned char"]) == "fp4x2"  # fmt: skip
+    assert _op_dtype("_C::rotary_embedding", [[8], [8, 512], [8, 64]], ["long int", bf16, bf16]) == "bf16"
