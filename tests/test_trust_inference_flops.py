@@ -296,14 +296,8 @@ MI300 = [
 ]
 
 
-@pytest.mark.parametrize("model", MI300)
-def test_mi300_models_gemm_attention_conv(model: str) -> None:
-    # issue 20, point 3: TraceLens' GEMM, SDPA and convolution rows on the MI300X model traces: FLOPs and
-    # bytes exact, but for the bias adds (see the module docstring), the convolution bias MIOpen reads and
-    # flash attention's log-sum-exp (fp32, one per query row), which the kernels read / write and
-    # TraceLens leaves out
-    part = _Part(f"tracelens/mi300/{model}.json.gz")
-    golden = GOLDEN / "tracelens" / "mi300" / f"{model}_perf_report_csvs"
+def _check_perf_rows(part: _Part, golden) -> int:
+    """TraceLens' GEMM, SDPA and convolution rows against our work; the number of rows checked."""
     checked = 0
     for csv_name, family in (("GEMM.csv", "gemm"), ("SDPA_fwd.csv", "attention"), ("CONV_fwd.csv", "conv")):
         path = golden / csv_name
@@ -321,12 +315,29 @@ def test_mi300_models_gemm_attention_conv(model: str) -> None:
                     dims, types = ast.literal_eval(r["Input Dims_first"]), ast.literal_eval(r["Input type_first"])
                     tl_bytes += (dims[2][0] * dtype_bytes(types[2])) if dims[2] else 0
                 if family == "attention":
-                    b, h, lq = (int(r[f"param: {p}"]) for p in ("B", "H_Q", "N_Q"))
+                    b, h, lq = (int(float(r[f"param: {p}"])) for p in ("B", "H_Q", "N_Q"))
                     tl_bytes += b * h * lq * 4
                 assert flops == pytest.approx(tl_flops, rel=1e-9), (csv_name, r["name"], r["Input Dims_first"])
                 assert moved == pytest.approx(tl_bytes, rel=1e-9), (csv_name, r["name"], r["Input Dims_first"])
                 checked += 1
-    assert checked
+    return checked
+
+
+@pytest.mark.parametrize("model", MI300)
+def test_mi300_models_gemm_attention_conv(model: str) -> None:
+    # issue 20, point 3: TraceLens' GEMM, SDPA and convolution rows on the MI300X model traces: FLOPs and
+    # bytes exact, but for the bias adds (see the module docstring), the convolution bias MIOpen reads and
+    # flash attention's log-sum-exp (fp32, one per query row), which the kernels read / write and
+    # TraceLens leaves out
+    part = _Part(f"tracelens/mi300/{model}.json.gz")
+    assert _check_perf_rows(part, GOLDEN / "tracelens" / "mi300" / f"{model}_perf_report_csvs")
+
+
+def test_xdit_flux_gemm_attention_conv() -> None:
+    # issue 20, point 3: the xDiT FLUX.1 inference case (aiter::fmha_v3_fwd attention among them), same
+    # conventions as the MI300X model traces
+    part = _Part("tracelens/inference/xdit_flux.1/capture_traces/capture_trace_rank_0.json.gz")
+    assert _check_perf_rows(part, GOLDEN / "tracelens" / "inference" / "xdit_flux.1" / "perf_csvs") >= 40
 
 
 def test_elementwise_and_reduce_rows(case: Case) -> None:
