@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import csv
 import json
+import math
 
 import polars as pl
 import pytest
@@ -520,3 +521,27 @@ def test_engine_op_precision() -> None:
     assert _op_dtype("_C::cutlass_scaled_fp4_mm", [[64, 512], [64, 512], [512, 512]],
                      [bf16, "unsigned char", "unsigned char"]) == "fp4x2"  # fmt: skip
     assert _op_dtype("_C::rotary_embedding", [[8], [8, 512], [8, 64]], ["long int", bf16, bf16]) == "bf16"
+
+
+def test_xdit_flux_norms() -> None:
+    # issue 20, point 3: layer and group norm rows of the xDiT case (aten::layer_norm, aiter::_groupnorm_run).
+    # A convention each: we count 5 per element (mean, variance, normalize) +1 for the weight +1 for the
+    # bias = 7N; TraceLens 5N + 6 per channel.  Bytes: we read the weight and bias at their dtype and write
+    # mean and rstd per row (fp32); TraceLens reads three fp32 values per channel and writes no statistics.
+    part = _Part("tracelens/inference/xdit_flux.1/capture_traces/capture_trace_rank_0.json.gz")
+    golden = GOLDEN / "tracelens" / "inference" / "xdit_flux.1" / "perf_csvs" / "Normalization_fwd.csv"
+    with open(golden, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 10
+    for r in rows:
+        results = part.work_of(r, "norm")
+        assert len(results) == 1
+        flops, moved = results.pop()
+        tl_flops, tl_bytes = _golden(r)
+        dims = ast.literal_eval(r["Input Dims_first"])
+        n, channels = math.prod(dims[0]), dims[2][0]
+        rows_ = dims[0][0] * int(ast.literal_eval(r["Concrete Inputs_first"])[1]) if "groupnorm" in r["name"] else (
+            n // channels
+        )
+        assert tl_flops == 5 * n + 6 * channels and flops == 7 * n, r["name"]
+        assert moved == tl_bytes - 3 * channels * 4 + 2 * channels * 2 + 2 * rows_ * 4, r["name"]
