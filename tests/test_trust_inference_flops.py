@@ -545,3 +545,11 @@ def test_xdit_flux_norms() -> None:
         )
         assert tl_flops == 5 * n + 6 * channels and flops == 7 * n, r["name"]
         assert moved == tl_bytes - 3 * channels * 4 + 2 * channels * 2 + 2 * rows_ * 4, r["name"]
+
+
+def test_fp4_tensor_core_eligibility() -> None:
+    # issue 20, point 3: FP4 matrix ops need Blackwell's Tensor Cores (compute capability 10.0)
+    from kinetolens.analysis.tensor_cores import eligibility
+
+    assert eligibility("aten::_scaled_mm", "fp4x2", (9, 0))[0] is False
+    assert eligibility("aten::_scaled_mm", "fp4x2", (10, 0))[0] is True

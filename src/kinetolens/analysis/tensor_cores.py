@@ -137,7 +137,7 @@ MATRIX_OPS = set(GEMM_OPS) | CONV_OPS | ATTENTION_OPS
 #: Elements per 16 bytes: the dimension multiple Tensor Cores want.
 ALIGN = {"fp16": 8, "bf16": 8, "fp8": 16, "int8": 16, "uint8": 16, "fp32": 4}
 #: Minimum compute capability for each Tensor Core input type (NVIDIA).
-MIN_CC = {"fp16": (7, 0), "int8": (7, 2), "uint8": (7, 2), "bf16": (8, 0), "fp32": (8, 0), "fp8": (8, 9)}
+MIN_CC = {"fp16": (7, 0), "int8": (7, 2), "uint8": (7, 2), "bf16": (8, 0), "fp32": (8, 0), "fp8": (8, 9), "fp4x2": (10, 0)}
 
 
 def _shape(dims: list[Any], i: int) -> tuple[int, ...] | None:
