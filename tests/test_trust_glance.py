@@ -199,14 +199,14 @@ def test_cpu_only_pages_say_why_in_one_line(server: ThreadServer, page, logdir: 
     assert page.locator(".js-plotly-plot").count() == 0 and "nn.Module" in page.inner_text("#content")
 
 
-@pytest.mark.parametrize("run", ["cpu_only", "v100", "h100"])
-def test_report_reads_at_a_glance(page, run: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("run", ["cpu_only", "torch_cpu", "v100", "h100"])
+def test_report_reads_at_a_glance(page, logdir: Path, run: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     # issue 18: the HTML report on each trace: no empty charts, charts tall enough to read, no overflow
     from kinetolens.views.report_data import collect
     from kinetolens.views.report_html import write_html
 
     out = tmp_path / f"report_{run}.html"
-    write_html(collect(kinetolens.load(trace_path(TRACES[run]))), out)
+    write_html(collect(kinetolens.load(next((logdir / run).iterdir()), cache=False)), out)
     page.goto(out.as_uri())
     page.wait_for_function("[...document.querySelectorAll('.kl-chart')].every(d => d.querySelector('.main-svg'))")
     page.screenshot(path=str(tmp_path / f"report_{run}.png"), full_page=True)

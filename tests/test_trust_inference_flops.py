@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import csv
 import json
+import math
 
 import polars as pl
 import pytest
@@ -296,14 +297,8 @@ MI300 = [
 ]
 
 
-@pytest.mark.parametrize("model", MI300)
-def test_mi300_models_gemm_attention_conv(model: str) -> None:
-    # issue 20, point 3: TraceLens' GEMM, SDPA and convolution rows on the MI300X model traces: FLOPs and
-    # bytes exact, but for the bias adds (see the module docstring), the convolution bias MIOpen reads and
-    # flash attention's log-sum-exp (fp32, one per query row), which the kernels read / write and
-    # TraceLens leaves out
-    part = _Part(f"tracelens/mi300/{model}.json.gz")
-    golden = GOLDEN / "tracelens" / "mi300" / f"{model}_perf_report_csvs"
+def _check_perf_rows(part: _Part, golden) -> int:
+    """TraceLens' GEMM, SDPA and convolution rows against our work; the number of rows checked."""
     checked = 0
     for csv_name, family in (("GEMM.csv", "gemm"), ("SDPA_fwd.csv", "attention"), ("CONV_fwd.csv", "conv")):
         path = golden / csv_name
@@ -321,12 +316,29 @@ def test_mi300_models_gemm_attention_conv(model: str) -> None:
                     dims, types = ast.literal_eval(r["Input Dims_first"]), ast.literal_eval(r["Input type_first"])
                     tl_bytes += (dims[2][0] * dtype_bytes(types[2])) if dims[2] else 0
                 if family == "attention":
-                    b, h, lq = (int(r[f"param: {p}"]) for p in ("B", "H_Q", "N_Q"))
+                    b, h, lq = (int(float(r[f"param: {p}"])) for p in ("B", "H_Q", "N_Q"))
                     tl_bytes += b * h * lq * 4
                 assert flops == pytest.approx(tl_flops, rel=1e-9), (csv_name, r["name"], r["Input Dims_first"])
                 assert moved == pytest.approx(tl_bytes, rel=1e-9), (csv_name, r["name"], r["Input Dims_first"])
                 checked += 1
-    assert checked
+    return checked
+
+
+@pytest.mark.parametrize("model", MI300)
+def test_mi300_models_gemm_attention_conv(model: str) -> None:
+    # issue 20, point 3: TraceLens' GEMM, SDPA and convolution rows on the MI300X model traces: FLOPs and
+    # bytes exact, but for the bias adds (see the module docstring), the convolution bias MIOpen reads and
+    # flash attention's log-sum-exp (fp32, one per query row), which the kernels read / write and
+    # TraceLens leaves out
+    part = _Part(f"tracelens/mi300/{model}.json.gz")
+    assert _check_perf_rows(part, GOLDEN / "tracelens" / "mi300" / f"{model}_perf_report_csvs")
+
+
+def test_xdit_flux_gemm_attention_conv() -> None:
+    # issue 20, point 3: the xDiT FLUX.1 inference case (aiter::fmha_v3_fwd attention among them), same
+    # conventions as the MI300X model traces
+    part = _Part("tracelens/inference/xdit_flux.1/capture_traces/capture_trace_rank_0.json.gz")
+    assert _check_perf_rows(part, GOLDEN / "tracelens" / "inference" / "xdit_flux.1" / "perf_csvs") >= 40
 
 
 def test_elementwise_and_reduce_rows(case: Case) -> None:
@@ -398,7 +410,9 @@ def test_b200_moe_from_its_buffers() -> None:
     work = op_work(trace).filter(pl.col("op_id").is_in(moe.implode()))
     assert work.height == moe.len() == 36
     assert set(work["flops"].to_list()) == {2 * 888 * 4 * 3072 * (1024 + 512)}
-    assert work["bytes"].null_count() == work.height  # the experts' weight bytes are not in the trace
+    # the weights' dtype is not in the trace: read at no less than FP4's half byte (a floor), 128 experts
+    weights = 128 * (3072 * 1024 + 512 * 3072) / 2
+    assert set(work["bytes"].to_list()) == {2 * 888 * 3072 * 2 + 888 * 128 * 2 + weights}
     grids = dict(
         trace.kernels.filter((pl.col("op") == "vllm::moe_forward") & pl.col("name").str.starts_with("bmm_"))
         .select(swiglu=pl.col("name").str.contains("swiGlu"), tiles=pl.col("grid_x"))
@@ -495,3 +509,39 @@ def test_engine_quantized_gemms() -> None:
     mismatched = json.dumps([[m, k], [n, k // 2], [m, 1], [1, n], [m, n], []])
     assert compute("aiter::gemm_a8w8", mismatched, json.dumps(["c10::Float8_e4m3fnuz"] * 2 + ["float"] * 2
                                                                + ["c10::BFloat16", ""]), None) is None  # fmt: skip
+
+
+def test_engine_op_precision() -> None:
+    # issue 20, point 3: the roofline holds an engine op to the ceiling of the dtype it computes in,
+    # not of its first argument (an `out` tensor, int64 positions, FP4 stored as bytes)
+    from kinetolens.analysis.roofline import _op_dtype
+
+    bf16, fp8 = "c10::BFloat16", "c10::Float8_e4m3fn"
+    assert _op_dtype("_C::cutlass_scaled_mm", [[64, 512], [64, 1024], [1024, 512]], [bf16, fp8, fp8]) == "fp8"
+    assert _op_dtype("_C::cutlass_scaled_fp4_mm", [[64, 512], [64, 512], [512, 512]],
+                     [bf16, "unsigned char", "unsigned char"]) == "fp4x2"  # fmt: skip
+    assert _op_dtype("_C::rotary_embedding", [[8], [8, 512], [8, 64]], ["long int", bf16, bf16]) == "bf16"
+
+
+def test_xdit_flux_norms() -> None:
+    # issue 20, point 3: layer and group norm rows of the xDiT case (aten::layer_norm, aiter::_groupnorm_run).
+    # A convention each: we count 5 per element (mean, variance, normalize) +1 for the weight +1 for the
+    # bias = 7N; TraceLens 5N + 6 per channel.  Bytes: we read the weight and bias at their dtype and write
+    # mean and rstd per row (fp32); TraceLens reads three fp32 values per channel and writes no statistics.
+    part = _Part("tracelens/inference/xdit_flux.1/capture_traces/capture_trace_rank_0.json.gz")
+    golden = GOLDEN / "tracelens" / "inference" / "xdit_flux.1" / "perf_csvs" / "Normalization_fwd.csv"
+    with open(golden, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 10
+    for r in rows:
+        results = part.work_of(r, "norm")
+        assert len(results) == 1
+        flops, moved = results.pop()
+        tl_flops, tl_bytes = _golden(r)
+        dims = ast.literal_eval(r["Input Dims_first"])
+        n, channels = math.prod(dims[0]), dims[2][0]
+        rows_ = dims[0][0] * int(ast.literal_eval(r["Concrete Inputs_first"])[1]) if "groupnorm" in r["name"] else (
+            n // channels
+        )
+        assert tl_flops == 5 * n + 6 * channels and flops == 7 * n, r["name"]
+        assert moved == tl_bytes - 3 * channels * 4 + 2 * channels * 2 + 2 * rows_ * 4, r["name"]

@@ -48,7 +48,7 @@ from kinetolens.analysis.work import carried_work, kernel_work
 from kinetolens.errors import TraceError
 from kinetolens.model.trace import Trace
 from kinetolens.registry.dtypes import canonical
-from kinetolens.registry.flops import REGISTRY
+from kinetolens.registry.flops import REGISTRY, OpArgs
 from kinetolens.registry.flops_base import json_list
 from kinetolens.registry.gpus import GpuSpec
 from kinetolens.registry.tensor_cores import (
@@ -242,7 +242,11 @@ def _bytes_ratio() -> pl.Expr:
 def _op_dtype(name: str, dims: list, types: list) -> str | None:
     """The dtype an op computes in: a matrix op's first operand's; any other
     op's first non-bool tensor input's (``where``'s condition and a masked
-    op's mask are bool, the values they select are not)."""
+    op's mask are bool, the values they select are not); the registry's word
+    where the op names it (engine ops with an ``out`` first, packed FP4)."""
+    entry = REGISTRY.get(name)
+    if entry is not None and entry.precision is not None:
+        return entry.precision(OpArgs(name, dims, types, []))
     if name in MATRIX_OPS or tensor_core_op(name):
         return matrix_dtype(name, dims, types)
     found = [d for d in (canonical(str(t)) if t else None for t in types) if d is not None]

@@ -33,6 +33,7 @@ from kinetolens.errors import TraceWarning
 from kinetolens.model.nesting import outermost_marked
 from kinetolens.model.trace import Trace
 from kinetolens.registry.flops import REGISTRY, FormulaError, OpArgs, Work, evaluate
+from kinetolens.registry.tensor_cores import YES, classify
 from kinetolens.registry.flops_paged_attention import BatchStats, step_batch
 
 _KEY = ["name", "input_dims", "input_types", "concrete_inputs"]
@@ -324,7 +325,24 @@ def kernel_work(trace: Trace, carried: CarriedWork | None = None) -> pl.DataFram
         .then(pl.col("weight") / pl.col("w_total"))
         .otherwise(1.0 / pl.col("n_share"))
     )
-    flops_frac = pl.when(compute).then(frac).otherwise(0.0)
+    # An op whose kernels include Tensor Core ones (a fused MoE layer's two grouped GEMMs beside its
+    # routing and quantization kernels) did its FLOPs there: they share the FLOPs, all share the bytes.
+    names = trace.kernels.select("kernel_id", "name").filter(pl.col("kernel_id").is_in(k["kernel_id"].implode()))
+    matrix = [n for n in names["name"].unique().drop_nulls().to_list() if classify(n)[0] == YES]
+    k = k.join(names, on="kernel_id", how="left").with_columns(tc=compute & pl.col("name").is_in(matrix))
+    k = k.with_columns(
+        has_tc=pl.col("tc").any().over("carrier"),
+        tc_total=pl.when(pl.col("tc")).then(pl.col("weight")).otherwise(0.0).sum().over("carrier"),
+        n_tc=pl.col("tc").sum().over("carrier"),
+    )
+    tc_frac = (
+        pl.when(~pl.col("tc"))
+        .then(0.0)
+        .when(pl.col("tc_total") > 0)
+        .then(pl.col("weight") / pl.col("tc_total"))
+        .otherwise(1.0 / pl.col("n_tc"))
+    )
+    flops_frac = pl.when(pl.col("has_tc")).then(tc_frac).when(compute).then(frac).otherwise(0.0)
     return k.select(
         "kernel_id",
         flops=pl.col("op_flops") * flops_frac,

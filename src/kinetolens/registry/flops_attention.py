@@ -116,7 +116,7 @@ def flash_forward(op: OpArgs) -> Work | None:
     return attention_forward(op, op.flag(8), False, [], lse=True)
 
 
-@register(["flash_attn::_flash_attn_forward", "aiter::mha_fwd"], "attention")
+@register(["flash_attn::_flash_attn_forward", "aiter::mha_fwd", "aiter::fmha_v3_fwd"], "attention")
 def flash_attn_forward(op: OpArgs) -> Work | None:
     """flash-attn's and aiter's own ops: (q, k, v, dropout_p, softmax_scale, causal, ...), (B, L, H, D)."""
     return attention_forward(op, op.flag(5), False, [], lse=True)

@@ -260,6 +260,9 @@ class Entry:
     needs_backward: bool = False
     needs_batch: bool = False
     needs_below: bool = False
+    #: The dtype the op computes in, where its first tensor argument's is not
+    #: (an ``out`` argument first, FP4 stored as ``uint8``).
+    precision: Callable[[OpArgs], str | None] | None = None
 
 
 REGISTRY: dict[str, Entry] = {}
@@ -275,6 +278,7 @@ def register(
     needs_backward: bool = False,
     needs_batch: bool = False,
     needs_below: bool = False,
+    precision: Callable[[OpArgs], str | None] | None = None,
 ) -> Callable[[Formula], Formula]:
     """Register ``fn`` for op names (``aten::`` is added where missing).
 
@@ -290,7 +294,8 @@ def register(
             if full in REGISTRY:
                 raise ValueError(f"{full} has a FLOP formula already ({REGISTRY[full].fn.__qualname__}); not registering {fn.__qualname__}")
             REGISTRY[full] = Entry(
-                full, fn, family, composite, defer, needs_forward, needs_backward, needs_batch, needs_below
+                full, fn, family, composite, defer, needs_forward, needs_backward, needs_batch, needs_below,
+                precision,
             )
         return fn
 

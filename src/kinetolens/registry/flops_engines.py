@@ -24,8 +24,19 @@ normalized / rotated / activated tensor):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from kinetolens.registry.flops_base import OpArgs, Tensor, Work, register, size_of, total
+
+
+def _dtype_of(i: int) -> Callable[[OpArgs], str | None]:
+    """The op computes in argument ``i``'s dtype (for the roofline's ceiling)."""
+    return lambda op: t.dtype if (t := op.tensor(i)) is not None else None
+
+
+def _fp4(op: OpArgs) -> str | None:
+    """FP4 operands stored as bytes compute in FP4."""
+    return "fp4x2"
 
 
 def _xwt(op: OpArgs, x_at: int, w_at: int, bias_at: int | None, label: str) -> Work | None:
@@ -97,7 +108,8 @@ def vllm_rms_wrapper(op: OpArgs) -> Work | None:
 # -- RoPE -------------------------------------------------------------------------------
 
 
-@register(["_C::rotary_embedding", "sgl_kernel::rotary_embedding", "vllm::rotary_embedding"], "rope")
+@register(["_C::rotary_embedding", "sgl_kernel::rotary_embedding", "vllm::rotary_embedding"], "rope",
+          precision=_dtype_of(1))  # fmt: skip
 def rotary_embedding(op: OpArgs) -> Work | None:
     """(positions[T], query[T, Hq*D], key[T, Hk*D] or None, head_size, cos_sin_cache[P, R], is_neox)."""
     pos, q, k, cache = op.tensor(0), op.tensor(1), op.tensor(2), op.tensor(4)
@@ -187,13 +199,13 @@ def _scaled_gemm(op: OpArgs, a_at: int, b_at: int, b_nk: bool, fp4: bool, scales
     return Work(2.0 * m * n * k, moved, f"{label} 2*{m}*{n}*{k}")
 
 
-@register("_C::cutlass_scaled_mm", "gemm")
+@register("_C::cutlass_scaled_mm", "gemm", precision=_dtype_of(1))
 def cutlass_scaled_mm(op: OpArgs) -> Work | None:
     """FP8/INT8: (out[M, N], a[M, K], b[K, N], a_scales, b_scales, bias)."""
     return _scaled_gemm(op, 1, 2, False, False, (3, 4, 5), 0, "cutlass_scaled_mm")
 
 
-@register("_C::cutlass_scaled_fp4_mm", "gemm")
+@register("_C::cutlass_scaled_fp4_mm", "gemm", precision=_fp4)
 def cutlass_scaled_fp4_mm(op: OpArgs) -> Work | None:
     """NVFP4: (out[M, N], a[M, K/2], b[N, K/2], block_scale_a, block_scale_b, alpha)."""
     return _scaled_gemm(op, 1, 2, True, True, (3, 4, 5), 0, "cutlass_scaled_fp4_mm")
@@ -205,7 +217,7 @@ def aiter_gemm_a8w8(op: OpArgs) -> Work | None:
     return _scaled_gemm(op, 0, 1, True, False, (2, 3, 5), 4, op.name.split("::")[-1])
 
 
-@register(["aiter::gemm_a4w4", "aiter::gemm_a4w4_asm"], "gemm")
+@register(["aiter::gemm_a4w4", "aiter::gemm_a4w4_asm"], "gemm", precision=_fp4)
 def aiter_gemm_a4w4(op: OpArgs) -> Work | None:
     """MXFP4: (A[M, K/2], B[N, K/2], A_scale, B_scale, out[M, N], bias, ...): e8m0 scales, one per 32."""
     return _scaled_gemm(op, 0, 1, True, True, (2, 3, 5), 4, op.name.split("::")[-1])

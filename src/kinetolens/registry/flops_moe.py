@@ -25,12 +25,13 @@ number when they do not reveal it:
   the ``[T, k]`` int32 expert ids the layer allocates, and ``I`` from the
   activation buffer between its two GEMMs: a 1-byte (FP8) ``[R, I]``
   buffer beside an ``[R, H]`` one, ``R >= T*k`` rows; the experts are
-  assumed gated (``N13 = 2*I``, SwiGLU) and their weight bytes unknown.
+  assumed gated (``N13 = 2*I``, SwiGLU) and their weights read at no less
+  than FP4's half byte a value (a floor on the bytes, as bytes always are).
 """
 
 from __future__ import annotations
 
-from kinetolens.registry.dtypes import SCALAR_TYPE_CODES
+from kinetolens.registry.dtypes import DTYPE_BYTES, SCALAR_TYPE_CODES
 from kinetolens.registry.flops_base import OpArgs, Tensor, Work, register, size_of, total
 
 _PACKED = ("uint8", "fp4x2")
@@ -141,4 +142,7 @@ def moe_forward(op: OpArgs) -> Work | None:
     inter = _buffers(op.below, tokens, k, x.shape[1])
     if inter is None:
         return None
-    return _moe(x, logits.nbytes, k, 2 * inter, inter, experts, None, "moe_forward (I from its buffers, gated assumed)")
+    hidden = x.shape[1]
+    at_least = experts * (hidden * 2 * inter + inter * hidden) * DTYPE_BYTES["fp4"]
+    return _moe(x, logits.nbytes, k, 2 * inter, inter, experts, at_least,
+                "moe_forward (I from its buffers, gated and weights >= FP4 assumed)")  # fmt: skip

@@ -237,6 +237,17 @@ def native_group_norm(op: OpArgs) -> Work | None:
     return _norm_forward(op, x, op.tensor(1), op.tensor(2), n * groups, 5, "native_group_norm")
 
 
+@register("aiter::_groupnorm_run", "norm")
+def aiter_group_norm(op: OpArgs) -> Work | None:
+    """AMD aiter's group norm: (input[N, C, ...], num_groups, weight, bias, eps)."""
+    x, groups = op.tensor(0), op.value(1)
+    if x is None or len(x.shape) < 2 or not isinstance(groups, int) or isinstance(groups, bool) or groups <= 0:
+        return None
+    if x.shape[1] % groups:
+        return None
+    return _norm_forward(op, x, op.tensor(2), op.tensor(3), x.shape[0] * groups, 5, "groupnorm")
+
+
 @register("native_group_norm_backward", "norm")
 def native_group_norm_backward(op: OpArgs) -> Work | None:
     """(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask)."""

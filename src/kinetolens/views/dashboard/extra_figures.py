@@ -89,5 +89,6 @@ def memory_range_figure(curve: pl.DataFrame, title: str) -> go.Figure:
     fig = memory_figure(curve, title=title)
     if curve.height:
         # tall enough that the curve keeps ~250 px beside its slider
-        fig.update_layout(xaxis={"rangeslider": {"visible": True}, "title": "ms from the first memory event"}, height=480)
+        fig.update_layout(xaxis={"rangeslider": {"visible": True}, "title": "ms from the first memory event"},
+                          height=480)  # fmt: skip
     return fig

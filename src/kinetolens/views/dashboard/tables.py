@@ -4,7 +4,10 @@ The browser never receives a whole table: it asks for one page sorted on a
 column and filtered by a search text, and gets the rows it draws plus the
 counts it needs for the pager.  Sorting a polars frame of a few hundred
 thousand rows takes milliseconds, so the analysis result is memoized and
-each request only orders and slices it.
+each request only orders and slices it.  Each page also carries its cells
+as the text a person reads (:func:`display`, through :mod:`kinetolens.views.units`):
+90.3%, 2.60 GiB, 5.51 TFLOP, times in one unit per column; the raw values
+stay in the page for sorting, tooltips and tests.
 """
 
 from __future__ import annotations
@@ -105,7 +108,9 @@ def _cell(kind: str, value: Any, scale: float) -> str:
     return str(value)
 
 
-def display(frame: pl.DataFrame, shown: pl.DataFrame, fractions: frozenset[str] = frozenset()) -> tuple[list[dict[str, Any]], list[list[str]]]:
+def display(
+    frame: pl.DataFrame, shown: pl.DataFrame, fractions: frozenset[str] = frozenset()
+) -> tuple[list[dict[str, Any]], list[list[str]]]:
     """Columns (name, header label, kind, numeric) and the shown rows as the text a person reads.
 
     A time column takes one unit (us, ms or s) for all its rows, chosen from
