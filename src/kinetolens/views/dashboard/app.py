@@ -34,7 +34,7 @@ from kinetolens.errors import TraceError
 from kinetolens.logdir import newest_per_rank
 from kinetolens.views.dashboard import compare, pages
 from kinetolens.views.dashboard.hosts import HostCheck
-from kinetolens.views.dashboard.sources import FRACTIONS, BadParameter, Ctx, find_source, table
+from kinetolens.views.dashboard.sources import BadParameter, Ctx, find_source, table
 from kinetolens.views.dashboard.state import Loaded, TraceStore, UnknownTrace, file_key, worker_id
 from kinetolens.views.dashboard.tables import page
 
@@ -213,7 +213,7 @@ class Dashboard:
             q = r.query_params
             frame = table(ctx, name)
             return json(page(
-                frame, fractions=FRACTIONS.get(name, frozenset()), sort=q.get("sort") or None,
+                frame, sort=q.get("sort") or None,
                 descending=q.get("desc", "1") != "0", search=q.get("q", ""),
                 offset=ctx.whole("offset", 0), limit=ctx.whole("limit", 50),
             ))  # fmt: skip

@@ -278,10 +278,6 @@ SOURCES: dict[str, Callable[[Ctx], pl.DataFrame]] = {
     "memory_allocations": memory_allocations,
 }
 
-#: Columns a source holds as 0..1 fractions, which the page shows as percent
-#: (none today: sources convert shares to ``*_pct`` columns, as :func:`gpus` does).
-FRACTIONS: dict[str, frozenset[str]] = {}
-
 #: Parameters that change a source's result (the rest only sort, filter and page it).
 SOURCE_ARGS = ("group", "key", "device", "start_ms", "end_ms", "depth", "view")
 

@@ -49,15 +49,12 @@ def _is_percent(name: str) -> bool:
     return name == "pct" or name.endswith("_pct") or name.startswith("pct_") or name == "occupancy"
 
 
-def column_format(name: str, dtype: pl.DataType, fractions: frozenset[str] = frozenset()) -> tuple[str, str]:
-    """How a column reads: its kind (``percent``, ``fraction``, ``time``, ``ms``, ``memory``, ``traffic``,
+def column_format(name: str, dtype: pl.DataType) -> tuple[str, str]:
+    """How a column reads: its kind (``percent``, ``time``, ``ms``, ``memory``, ``traffic``,
     ``flops``, ``rate``, ``count``, ``number`` or ``text``) and its header label with the unit.
-
-    ``fractions``: the columns the source holds as 0..1 fractions (a GPU's utilization), shown as percent."""
+    Sources hold shares as percent (``*_pct``), never as 0..1 fractions."""
     if not dtype.is_numeric():
         return "text", name
-    if name in fractions:
-        return "fraction", f"{name} (%)"
     if _is_percent(name):
         if name == "pct":
             return "percent", "% of step"
@@ -87,8 +84,6 @@ def column_format(name: str, dtype: pl.DataType, fractions: frozenset[str] = fro
 def _cell(kind: str, value: Any, scale: float) -> str:
     if units.missing(value):
         return "-"
-    if kind == "fraction":
-        return units.percent(value)
     if kind == "percent":
         return units.percent(value / 100.0)
     if kind == "time":
@@ -108,16 +103,14 @@ def _cell(kind: str, value: Any, scale: float) -> str:
     return str(value)
 
 
-def display(
-    frame: pl.DataFrame, shown: pl.DataFrame, fractions: frozenset[str] = frozenset()
-) -> tuple[list[dict[str, Any]], list[list[str]]]:
+def display(frame: pl.DataFrame, shown: pl.DataFrame) -> tuple[list[dict[str, Any]], list[list[str]]]:
     """Columns (name, header label, kind, numeric) and the shown rows as the text a person reads.
 
     A time column takes one unit (us, ms or s) for all its rows, chosen from
     the whole table's largest value, so the column lines up as the pager moves."""
     columns, scales = [], []
     for name, dtype in shown.schema.items():
-        kind, label = column_format(name, dtype, fractions)
+        kind, label = column_format(name, dtype)
         scale = 1.0
         if kind == "time":
             unit, scale = units.time_unit(frame[name].abs().max() if frame.height else None)  # type: ignore[arg-type]
@@ -131,7 +124,6 @@ def display(
 def page(
     frame: pl.DataFrame,
     *,
-    fractions: frozenset[str] = frozenset(),
     sort: str | None = None,
     descending: bool = True,
     search: str = "",
@@ -152,7 +144,7 @@ def page(
     limit = max(1, min(int(limit), MAX_LIMIT))
     offset = max(0, int(offset))
     shown = frame.slice(offset, limit)
-    columns, text = display(frame, shown, fractions)
+    columns, text = display(frame, shown)
     return {
         "columns": columns,
         "rows": [list(r) for r in shown.iter_rows()],
