@@ -28,7 +28,7 @@ from kinetolens.errors import TraceError
 from kinetolens.loader import load
 from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.registry.kernel_names import short_names
-from kinetolens.views.units import duration, middle, percent
+from kinetolens.views.units import duration, in_unit, middle, percent, time_unit
 
 #: How each bound reads in the terminal.
 LABELS = {
@@ -151,11 +151,12 @@ def _print(console: Console, paths: list[CriticalPath], summary: pl.DataFrame, l
     )
     for note in dict.fromkeys(n for cp in paths for n in cp.notes):
         console.print(Text(f"note: {note}", style="yellow"))
+    unit, scale = time_unit(summary["us"].max())  # one unit a column, named in its header
     table = Table(box=box.SIMPLE_HEAD, header_style="bold", collapse_padding=True)
-    for header, justify in (("bound by", "left"), ("time", "right"), ("share", "right"), ("edges", "right")):
+    for header, justify in (("bound by", "left"), (f"time {unit}", "right"), ("share", "right"), ("edges", "right")):
         table.add_column(header, justify=justify)  # type: ignore[arg-type]
     for row in summary.iter_rows(named=True):
-        table.add_row(LABELS.get(row["bound_by"], row["bound_by"]), duration(row["us"]), percent(row["pct"] / 100), str(row["edges"]))
+        table.add_row(LABELS.get(row["bound_by"], row["bound_by"]), in_unit(row["us"], scale), percent(row["pct"] / 100), f"{row['edges']:,}")
     console.print(table)
     # The name takes what the bound, time and share columns leave.
     chars = max(16, min(NAME_CHARS, console.width - 37))
@@ -170,24 +171,26 @@ def _print(console: Console, paths: list[CriticalPath], summary: pl.DataFrame, l
         t = Table(title=header, title_justify="left", box=box.SIMPLE_HEAD, header_style="bold", collapse_padding=True)
         t.add_column(by, no_wrap=True)
         t.add_column("bound by", no_wrap=True, min_width=max(len(LABELS.get(b, b)) for b in frame["bound_by"]))
-        t.add_column("time", justify="right", no_wrap=True, min_width=9)
+        unit, scale = time_unit(frame["us"].max())
+        t.add_column(f"time {unit}", justify="right", no_wrap=True, min_width=9)
         t.add_column("share", justify="right", no_wrap=True, min_width=6)
         for row in frame.iter_rows(named=True):
-            t.add_row(Text(_short(row[by], chars)), LABELS.get(row["bound_by"], row["bound_by"]), duration(row["us"]), percent(row["pct"] / 100))
+            t.add_row(Text(_short(row[by], chars)), LABELS.get(row["bound_by"], row["bound_by"]), in_unit(row["us"], scale), percent(row["pct"] / 100))
         console.print(t)
 
 
 def _print_steps(console: Console, paths: list[CriticalPath]) -> None:
     frame = per_window(paths)
     t = Table(title="Per step", title_justify="left", box=box.SIMPLE_HEAD, header_style="bold", collapse_padding=True)
-    for header, justify in (("step", "left"), ("length", "right"), ("span", "right"), ("mostly", "left"), ("share", "right")):
+    unit, scale = time_unit(frame["span_us"].max())
+    for header, justify in (("step", "left"), (f"length {unit}", "right"), (f"span {unit}", "right"), ("mostly", "left"), ("share", "right")):
         t.add_column(header, justify=justify)  # type: ignore[arg-type]
     rows = frame.to_dicts()
     for row in rows[:MAX_STEP_ROWS]:
         t.add_row(
             str(row["step"]) if row["step"] is not None else row["window"],
-            duration(row["length_us"]),
-            duration(row["span_us"]),
+            in_unit(row["length_us"], scale),
+            in_unit(row["span_us"], scale),
             LABELS.get(row["top_bound"] or "", row["top_bound"] or "-"),
             percent(row["top_pct"] / 100) if row["top_pct"] is not None else "-",
         )
