@@ -117,6 +117,8 @@ def _worker(tool: str, path: str, cache_dir: str | None) -> None:
         kinetolens.tune_allocator()
         import polars  # noqa: F401  (the result is polars frames; import it before timing)
 
+        import kinetolens.loader  # noqa: F401  (the analyzer's modules, as HTA's imports above)
+
         out["rss_after_imports_kb"] = proc_status_kb("VmRSS")
         cache: object = False if tool == "kl-cold" else cache_dir
         t0 = time.perf_counter()
