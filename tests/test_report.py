@@ -19,7 +19,7 @@ from kinetolens.analysis.memory import memory_curve, memory_events
 from kinetolens.analysis.ops import op_stats
 from kinetolens.analysis.overview import step_breakdown
 from kinetolens.analysis.recommendations import recommendations
-from kinetolens.views import figures
+from kinetolens.views import figures, units
 from kinetolens.views.report_data import collect
 from tests.conftest import trace_path
 
@@ -191,7 +191,8 @@ def test_markdown_report_matches_the_analyses(bert: kinetolens.Trace) -> None:
     step_ms = step_breakdown(bert)["total"].item() / 1e6
     assert f"| mean step time | {step_ms:.3f} ms |" in md
     top = op_stats(bert).sort("device_self_us", descending=True).row(0, named=True)  # issue 18: ranked by self time
-    assert f"| {top['name']} | {top['calls']} | {top['device_self_us']:,.3f} |" in md
+    scale = units.time_unit(top["device_self_us"])[1]  # issue 18: one time unit per column (the top row's)
+    assert f"| {top['name']} | {top['calls']} | {units.in_unit(top['device_self_us'], scale)} |" in md
     # Every table row has as many cells as its header (pipes in names are escaped).
     for block in md.split("\n\n"):
         rows = [r for r in block.splitlines() if r.startswith("| ")]

@@ -12,12 +12,14 @@ import html
 import polars as pl
 from markupsafe import Markup
 
+from kinetolens.views import units
+
 #: Shown columns and their headers.
 COLUMNS = {
-    "fwd_total_us": "fwd total us",
-    "bwd_total_us": "bwd total us",
-    "self_us": "self us",
-    "total_us": "total us",
+    "fwd_total_us": "fwd total",
+    "bwd_total_us": "bwd total",
+    "self_us": "self",
+    "total_us": "total",
     "step_share_pct": "% step",
     "tflops_s": "TFLOP/s",
     "pct_of_roof": "% roof",
@@ -39,16 +41,10 @@ _STYLE = """<style>
 </style>"""
 
 
-def _num(v: float | None) -> str:
-    if v is None:
-        return "-"
-    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
-
-
-def _row(node: dict, cls: str = "") -> str:
+def _row(node: dict, texts: list[str], cls: str = "") -> str:
     pad = f"padding-left:{1.2 * node['depth']:.1f}em"
     key = f'<span class="k" style="{pad}" title="{html.escape(node["path"])}">{html.escape(node["name"])}</span>'
-    cells = "".join(f'<span class="n">{_num(node[c])}</span>' for c in COLUMNS)
+    cells = "".join(f'<span class="n">{html.escape(t)}</span>' for t in texts)
     return f'<div class="r {cls}">{key}{cells}</div>'
 
 
@@ -57,20 +53,25 @@ def module_tree_html(tree: pl.DataFrame) -> Markup:
     if tree.height == 0:
         return Markup("<p>No nn.Module hierarchy in this trace.</p>")
     rows = tree.to_dicts()
+    shown = tree.select(c for c in COLUMNS if c in tree.columns)
+    # the report's cell format (units.display): one time unit per column, named in its header
+    columns, texts = units.display(shown, shown)
+    text_of = {r["path"]: t for r, t in zip(rows, texts)}
     children: dict[str | None, list[dict]] = {}
     for r in rows:
         children.setdefault(r["parent"], []).append(r)
     out = [_STYLE, '<div class="kl-mtree">', '<div class="r h"><span>module</span>']
-    out += [f'<span class="n">{html.escape(h)}</span>' for h in COLUMNS.values()]
+    heads = [COLUMNS[c["name"]] + (f" ({c['label'].rsplit('(', 1)[1]}" if c["kind"] == "time" else "") for c in columns]
+    out += [f'<span class="n">{html.escape(h)}</span>' for h in heads]
     out.append("</div>")
 
     def emit(node: dict) -> None:
         kids = children.get(node["path"], [])
         if not kids:
-            out.append(_row(node, "leaf"))
+            out.append(_row(node, text_of[node["path"]], "leaf"))
             return
         opened = " open" if node["depth"] < OPEN_DEPTH else ""
-        out.append(f"<details{opened}><summary>{_row(node)}</summary>")
+        out.append(f"<details{opened}><summary>{_row(node, text_of[node['path']])}</summary>")
         for kid in kids:
             emit(kid)
         out.append("</details>")

@@ -10,7 +10,6 @@ the top rows; the full tables are what ``kinetolens export`` writes.
 from __future__ import annotations
 
 import html
-import math
 from pathlib import Path
 from typing import Any
 
@@ -44,20 +43,17 @@ def _environment() -> Environment:
     )
 
 
-def _format(value: Any, limit: int | None = CELL_CHARS) -> tuple[str, bool]:
-    """Cell text and whether it is a number (right-aligned); ``limit=None`` keeps sentences whole."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-", True
-    if isinstance(value, bool):
-        return str(value), False
-    if isinstance(value, int):
-        return f"{value:,}", True
-    if isinstance(value, float):
-        if value != 0 and (abs(value) >= 1e7 or abs(value) < 1e-3):
-            return f"{value:.3g}", True
-        return (f"{value:,.3f}" if abs(value) < 1000 else f"{value:,.1f}"), True
-    text = str(value)
-    return (text if limit is None else units.middle(text, limit)), False
+def cell_texts(
+    frame: pl.DataFrame, shown: pl.DataFrame, limit: int | None = CELL_CHARS
+) -> tuple[list[str], list[list[str]]]:
+    """Headers and cell text of ``shown`` (the first rows of ``frame``), formatted as the
+    CLI and dashboard format them (:func:`units.display`): 1.95 GiB, 91.5%, one time unit
+    per column (its header names it); text cut in the middle beyond ``limit`` characters."""
+    columns, rows = units.display(frame, shown)
+    heads = [c["label"] if c["kind"] in ("time", "memory") else c["name"] for c in columns]
+    if limit is not None:
+        rows = [[units.middle(t, limit) if c["kind"] == "text" else t for c, t in zip(columns, r)] for r in rows]
+    return heads, rows
 
 
 def frame_html(
@@ -66,21 +62,13 @@ def frame_html(
     """An escaped HTML table of the first ``rows`` rows of ``frame`` (``None``: all)."""
     cols = [c for c in (columns or frame.columns) if c in frame.columns]
     shown = frame.select(cols) if rows is None else frame.select(cols).head(rows)
+    heads, texts = cell_texts(frame.select(cols), shown, cell_chars)
     # a column aligns as its type says (numbers right), its header and its empty cells with it
     kinds = ["num" if shown.schema[c].is_numeric() else "name" for c in cols]
-    head = "".join(f'<th class="{k}">{html.escape(c)}</th>' for k, c in zip(kinds, cols))
-    # percent columns (0..100) read as 55.5%, like the dashboard's and the overview's shares
-    percent = [k == "num" and (c == "pct" or c.endswith("_pct") or c.startswith("pct_")) for k, c in zip(kinds, cols)]
-    body = []
-    for row in shown.iter_rows():
-        cells = []
-        for v, kind, pct in zip(row, kinds, percent):
-            text, numeric = _format(v, cell_chars)
-            if pct and not units.missing(v):
-                text = units.percent(v / 100.0)
-            cls = "num" if numeric and kind == "num" else "name"
-            cells.append(f'<td class="{cls}">{html.escape(text)}</td>')
-        body.append("<tr>" + "".join(cells) + "</tr>")
+    head = "".join(f'<th class="{k}">{html.escape(h)}</th>' for k, h in zip(kinds, heads))
+    body = [
+        "<tr>" + "".join(f'<td class="{k}">{html.escape(t)}</td>' for k, t in zip(kinds, row)) + "</tr>" for row in texts
+    ]
     more = ""
     if rows is not None and frame.height > rows:
         more = f'<p class="kl-muted">{rows} of {frame.height:,} rows shown.</p>'
@@ -128,17 +116,17 @@ def overview_frame(data: ReportData) -> pl.DataFrame:
 
 
 def breakdown_frame(data: ReportData) -> pl.DataFrame:
-    """Mean milliseconds and share of step time per category (the overview's rules)."""
+    """Mean time and share of step time per category (the overview's rules)."""
     avg = data.summary["steps"]["average_us"] or {}
     total = avg.get("total") or 0.0
     cats = [c for c in (*CATEGORIES, OTHER) if avg.get(c)]
     return pl.DataFrame(
         {
             "category": cats,
-            "mean_ms_per_step": [avg[c] / 1000.0 for c in cats],
+            "mean_per_step_us": [avg[c] for c in cats],
             "pct_of_step": [100.0 * avg[c] / total if total else None for c in cats],
         },
-        schema={"category": pl.String, "mean_ms_per_step": pl.Float64, "pct_of_step": pl.Float64},
+        schema={"category": pl.String, "mean_per_step_us": pl.Float64, "pct_of_step": pl.Float64},
     )
 
 
@@ -146,8 +134,8 @@ def memory_frame(data: ReportData) -> pl.DataFrame:
     """Peak per device with what it counts (the memory view's numbers, :func:`memory.peak_memory`)."""
     return data.memory_peaks.select(
         "device",
-        peak_allocated_gib=pl.col("peak_allocated") / 2**30,
-        alive_at_start_gib=pl.col("live_at_start") / 2**30,
+        peak_allocated_bytes="peak_allocated",
+        alive_at_start_bytes="live_at_start",
         peak_op="peak_op",
         counts=pl.col("basis").replace_strict(BASIS_NOTES, default=None, return_dtype=pl.String),
     )

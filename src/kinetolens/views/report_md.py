@@ -7,9 +7,7 @@ job summary.  Tables are cut shorter than in HTML to stay skimmable.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from typing import Any
 
 import polars as pl
 
@@ -20,7 +18,7 @@ from kinetolens.analysis.ops import time_basis
 from kinetolens.analysis.recommendations import Finding
 from kinetolens.views import units
 from kinetolens.views.report_data import SOURCES_NOTE, ReportData
-from kinetolens.views.report_html import breakdown_frame, cross_rank_frames, memory_frame, overview_frame
+from kinetolens.views.report_html import breakdown_frame, cell_texts, cross_rank_frames, memory_frame, overview_frame
 
 #: Rows per ranked table in markdown.
 MD_ROWS = 10
@@ -28,17 +26,7 @@ MD_ROWS = 10
 MD_CELL_CHARS = 80
 
 
-def _cell(value: Any, limit: int | None = MD_CELL_CHARS) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, float):
-        text = f"{value:,.3f}" if abs(value) < 1000 else f"{value:,.1f}"
-    elif isinstance(value, int) and not isinstance(value, bool):
-        text = f"{value:,}"
-    else:
-        text = str(value)
-        if limit is not None:
-            text = units.middle(text, limit)
+def _cell(text: str) -> str:
     # A pipe would end the cell; a newline would end the row.
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
@@ -53,8 +41,9 @@ def frame_md(
         return "_(none)_\n"
     shown = frame.select(cols) if rows is None else frame.select(cols).head(rows)
     align = ["---:" if frame.schema[c].is_numeric() else ":---" for c in cols]
-    lines = ["| " + " | ".join(cols) + " |", "| " + " | ".join(align) + " |"]
-    lines += ["| " + " | ".join(_cell(v, cell_chars) for v in row) + " |" for row in shown.iter_rows()]
+    heads, texts = cell_texts(frame.select(cols), shown, cell_chars)
+    lines = ["| " + " | ".join(_cell(h) for h in heads) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(_cell(t) for t in row) + " |" for row in texts]
     if rows is not None and frame.height > rows:
         lines.append(f"\n_{rows} of {frame.height:,} rows._")
     return "\n".join(lines) + "\n"
