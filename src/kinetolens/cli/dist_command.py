@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 import polars as pl
 from rich import box
-from rich.console import Console
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
@@ -17,6 +16,7 @@ from kinetolens.analysis.distributed import (
     step_times,
 )
 from kinetolens.analysis.stragglers import CAUSES, straggler_findings, stragglers
+from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import emit_json
 from kinetolens.runs import summarize_run
 
@@ -78,7 +78,7 @@ def dist_command(
             }
         )
         return
-    console = Console(soft_wrap=False)
+    console = render_console()  # the shared width rule: the terminal's, full width when piped
     world = overview["world_size"]
     console.print(
         f"{overview['ranks']} rank{'' if overview['ranks'] == 1 else 's'}" + (f" of world size {world}" if world else "")
@@ -90,8 +90,8 @@ def dist_command(
             console.print(_table(name, frame))
     for f in findings:
         console.print(Text(f"straggler: {f['title']}", style="bold"))
-        console.print(Padding(Text(f["evidence"]), (0, 0, 0, 2)))
-        console.print(Padding(Text(f"change: {f['change']}"), (0, 0, 0, 2)))
+        console.print(Padding(Text(f["evidence"]), (0, 0, 0, 2), expand=False))
+        console.print(Padding(Text(f"change: {f['change']}"), (0, 0, 0, 2), expand=False))
 
 
 #: Terminal titles and column headers (the JSON keeps the column names).
