@@ -6,7 +6,9 @@ instance suffix.  A kernel belongs to the innermost module of its op, so a
 module's *self* time is that of its own kernels and its *total* time adds
 its descendants': each kernel is in one node's self time, and the roots'
 totals add up to the GPU time.  Kernels outside any module (optimizer,
-data copies) are the root ``(no module)``.
+data copies) are the root ``(no module)``.  In a trace without GPU kernels
+the times are host (CPU) time instead, as ``ops`` ranks such a trace: each
+op's self time in its innermost module.
 
 FLOPs, ideal time and percent of roofline come from
 :func:`kinetolens.analysis.roofline.roofline_by` (``by="module"``), summed
@@ -22,7 +24,8 @@ import re
 import polars as pl
 
 from kinetolens.analysis.modules import module_calls
-from kinetolens.analysis.ops import in_steps, op_stats, step_time_ns
+from kinetolens.analysis.op_times import op_instances
+from kinetolens.analysis.ops import in_steps, op_stats, step_time_ns, without_annotations
 from kinetolens.analysis.roofline import roofline_by
 from kinetolens.errors import TraceError
 from kinetolens.model.trace import Trace
@@ -47,10 +50,14 @@ def _natural(path: str) -> tuple:
 
 
 def _own(trace: Trace, spec: GpuSpec | None, step: int | None, roof: pl.DataFrame | None) -> pl.DataFrame:
-    """Per module path: its own kernels' time by direction, FLOPs, ideal and roofed time."""
-    k = trace.kernels if step is None else trace.kernels.filter(pl.col("step") == step)
+    """Per module path: its own kernels' time by direction (its ops' host self
+    time in a trace without kernels), FLOPs, ideal and roofed time."""
+    if trace.kernels.height:
+        k, dur = trace.kernels, pl.col("dur") / 1000.0
+    else:  # CPU only: the host is what the steps spend, as `ops` ranks them (time_basis)
+        k, dur = without_annotations(op_instances(trace)), pl.col("host_self") / 1000.0
+    k = k if step is None else k.filter(pl.col("step") == step)
     direction = pl.col("direction").cast(pl.String)
-    dur = pl.col("dur") / 1000.0
     times = k.group_by(path=pl.col("module").fill_null(NO_MODULE)).agg(
         fwd_us=dur.filter(direction == "fprop").sum(),
         bwd_us=dur.filter(direction == "bprop").sum(),

@@ -29,6 +29,8 @@ HEADERS = {
     "pct_of_roof": "%\nroof",
     "count": "n",
 }
+#: Caption of a trace without GPU kernels, whose module times are host time (as `ops` ranks it).
+HOST_NOTE = "no GPU kernels: times are host (CPU) time, self: the module's own ops'; total adds its children's"
 TREE_COLUMNS = ("module", "calls", "fwd_total_us", "bwd_total_us", "self_us", "step_share_pct", "tflops_s", "pct_of_roof")
 TYPE_COLUMNS = ("type", "count", "total_us", "mean_us", "min_us", "max_us", "step_share_pct", "tflops_s", "pct_of_roof")
 #: Dropped first (last named first) where the terminal is narrow.
@@ -54,7 +56,8 @@ def modules_command(
     trace: str, depth: int | None, by: str, step: int | None, csv: bool, json_: bool, width: int | None, no_cache: bool,
     capture: str | None = None,
 ) -> None:
-    """GPU time per nn.Module: forward and backward, self and total, FLOPs and % of roofline.
+    """GPU time per nn.Module: forward and backward, self and total, FLOPs and % of roofline
+    (host time in a trace without GPU kernels, as ``ops`` ranks it).
 
     A module's self time is its own kernels'; its total adds its children's.
     Kernels outside every module (the optimizer, copies) are '(no module)'.
@@ -63,8 +66,6 @@ def modules_command(
     loaded = load(trace, capture=capture, cache=not no_cache)
     check_step(trace, loaded, step)
     tree = module_tree(loaded, gpu_spec(loaded), step=step)
-    if loaded.kernels.height == 0:
-        raise click.UsageError(f"{trace}: no GPU kernels; module times are the GPU time of each module's kernels")
     if tree.filter(pl.col("path") != "(no module)").height == 0:
         raise click.UsageError(f"{trace}: no nn.Module hierarchy in this trace (profile with with_stack=True or with_modules=True)")
     machine = csv or json_
@@ -74,6 +75,7 @@ def modules_command(
             emit(table, "csv" if csv else "json")
             return
         caption = "per module class: times summed over its instances; mean, min, max: of one instance's total"
+        caption += "" if loaded.kernels.height else f"\n{HOST_NOTE}"
         print_table(
             table.select(TYPE_COLUMNS), title="modules by type", caption=caption, width=width,
             headers=HEADERS, droppable=[c for c in DROPPABLE if c in TYPE_COLUMNS], same_time_unit=True,
@@ -87,7 +89,7 @@ def modules_command(
         module=pl.concat_str(pl.lit("  ").repeat_by(pl.col("depth")).list.join(""), pl.col("name")),
         **{c: c for c in TREE_COLUMNS[1:]},
     )
-    notes = ["self: the module's own kernels; total adds its children's"]
+    notes = ["self: the module's own kernels; total adds its children's" if loaded.kernels.height else HOST_NOTE]
     deeper = tree.height - shown.height
     if deeper:
         notes.append(f"{deeper} deeper modules not shown (--depth N; --by type rolls repeated layers up)")

@@ -188,7 +188,8 @@ def modules(ctx: Ctx) -> list[Block]:
         return [unavailable("Modules are", why)]
     return [
         figure(figures.module_icicle_figure(mods, value=time_basis(ctx.trace))),
-        table("modules", "Module tree: forward and backward device time, self and total, FLOPs, % of roof "
+        table("modules", f"Module tree: forward and backward {'device' if ctx.trace.kernels.height else 'host (CPU)'} "
+              "time, self and total, FLOPs, % of roof "
               "(depth: levels shown; view type: one row per module class)", sort=None,
               choices={"depth": list(MODULE_DEPTHS), "view": ["tree", "type"]}),
     ]

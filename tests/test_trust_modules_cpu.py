@@ -1,0 +1,64 @@
+"""``kinetolens modules`` on a CPU-only capture shows host times, as ``ops`` does (issue 18)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import kinetolens
+from kinetolens.analysis.module_tree import NO_MODULE, module_tree
+from kinetolens.analysis.ops import op_stats, rank_basis
+
+_CAPTURE = """
+import sys, torch, kinetolens
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+x = torch.randn(8, 32)
+with kinetolens.profile(logdir=sys.argv[1], run="cpu", steps=2, warmup=1, profile_memory=False) as prof:
+    for _ in range(3):
+        model(x).sum().backward()
+        prof.step()
+print(prof.trace_files[0])
+"""
+
+
+@pytest.fixture(scope="module")
+def cpu_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("torch")
+    logdir = tmp_path_factory.mktemp("cpu_modules")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    proc = subprocess.run([sys.executable, "-c", _CAPTURE, str(logdir)], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kinetolens.cli.main", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_modules_of_a_cpu_capture_are_host_times(cpu_trace: Path) -> None:
+    # issue 18, modules on CPU: was exit 2 ("no GPU kernels"); now host time, the basis `ops` ranks a CPU trace by
+    trace = kinetolens.load(cpu_trace)
+    assert trace.kernels.height == 0 and rank_basis(trace) == "host_self_us"
+    tree = module_tree(trace)
+    # each module's total is its ops' host time, as `ops --by module` counts it (top-level ops per module)
+    stats = op_stats(trace, by="module").select(path=pl.col("module").fill_null(NO_MODULE), host_total_us="host_total_us")
+    leaves = tree.join(stats, on="path")
+    assert set(leaves["path"]) >= {"Sequential_0.Linear_0", "Sequential_0.Linear_1", "Sequential_0.ReLU_0", NO_MODULE}
+    assert leaves["total_us"].to_list() == pytest.approx(leaves["host_total_us"].to_list(), rel=1e-6)
+    root = tree.row(by_predicate=pl.col("path") == "Sequential_0", named=True)
+    assert root["fwd_total_us"] > 0 and root["bwd_total_us"] > 0 and root["step_share_pct"] > 0
+
+    proc = _cli("modules", str(cpu_trace), "--no-cache")
+    assert proc.returncode == 0, proc.stderr
+    assert "no GPU kernels: times are host (CPU) time" in proc.stdout
+    proc = _cli("modules", str(cpu_trace), "--no-cache", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["path"]: r for r in json.loads(proc.stdout)}
+    assert rows["Sequential_0"]["total_us"] == pytest.approx(root["total_us"])
