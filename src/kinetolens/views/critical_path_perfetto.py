@@ -11,17 +11,14 @@ synchronizations) are not drawn.
 
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import polars as pl
 
 from kinetolens.analysis.critical_path import CriticalPath
 from kinetolens.model.trace import Trace
-from kinetolens.errors import TraceError
-from kinetolens.views.perfetto import chrome_trace
+from kinetolens.views.perfetto import write_chrome_trace
 
 #: A pid no profiler uses, so the track sorts apart from the trace's own.
 PATH_PID = 2**31 - 2
@@ -56,16 +53,4 @@ def path_events(paths: list[CriticalPath], labels: dict[str, str]) -> list[dict[
 
 def write_trace_with_path(trace: Trace, paths: list[CriticalPath], labels: dict[str, str], path: str | Path) -> int:
     """The annotated trace plus the critical-path track (gzip when ``path`` ends in ``.gz``); the event count."""
-    doc = chrome_trace(trace)
-    doc["traceEvents"] += path_events(paths, labels)
-    payload = msgspec.json.encode(doc)
-    try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        if str(path).endswith(".gz"):
-            with gzip.open(path, "wb", compresslevel=6) as fh:
-                fh.write(payload)
-        else:
-            Path(path).write_bytes(payload)
-    except OSError as exc:
-        raise TraceError(str(path), f"cannot write trace ({exc.strerror or exc})") from None
-    return len(doc["traceEvents"])
+    return write_chrome_trace(trace, path, path_events(paths, labels))

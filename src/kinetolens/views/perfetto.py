@@ -22,6 +22,7 @@ Times are microseconds with nanosecond decimals, as Kineto writes them.
 from __future__ import annotations
 
 import gzip
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -211,9 +212,11 @@ def chrome_trace(trace: Trace) -> dict[str, Any]:
     return doc
 
 
-def write_chrome_trace(trace: Trace, path: str | Path) -> int:
-    """Write :func:`chrome_trace` (gzip when ``path`` ends in ``.gz``); returns the event count."""
+def write_chrome_trace(trace: Trace, path: str | Path, extra_events: Sequence[dict] = ()) -> int:
+    """Write :func:`chrome_trace` plus ``extra_events`` (tracks of other views)
+    (gzip when ``path`` ends in ``.gz``); returns the event count."""
     doc = chrome_trace(trace)
+    doc["traceEvents"] += extra_events
     payload = msgspec.json.encode(doc)
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)  # as the table exports do
