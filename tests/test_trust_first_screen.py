@@ -19,6 +19,7 @@ import pytest
 
 import kinetolens
 from tests.conftest import GOLDEN, trace_path
+from tests.cpu_capture import capture_small_mlp
 
 RESNET_0 = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"  # DataLoader with 0 workers
 RESNET_4 = "kineto/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz"  # 4 workers, same V100 box
@@ -101,33 +102,9 @@ def test_dashboard_diff_leads_with_the_step_category() -> None:
 
 # -- summary of a kinetolens capture ---------------------------------------------
 
-_CAPTURE = """
-import sys, torch, kinetolens
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
-x = torch.randn(8, 32)
-with kinetolens.profile(logdir=sys.argv[1], run="cpu", steps=2, warmup=1, profile_memory=False) as prof:
-    for _ in range(3):
-        model(x).sum().backward()
-        prof.step()
-print(prof.trace_files[0])
-"""
-
-
-def _capture(logdir: Path, **env: str) -> tuple[Path, str]:
-    """A real CPU capture with kinetolens.profile in a fresh process: (trace, its stderr)."""
-    pytest.importorskip("torch")
-    clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    proc = subprocess.run(
-        [sys.executable, "-c", _CAPTURE, str(logdir)], capture_output=True, text=True, timeout=300, env={**clean, **env}
-    )
-    assert proc.returncode == 0, proc.stderr
-    return Path(proc.stdout.strip().splitlines()[-1]), proc.stderr
-
-
 @pytest.fixture(scope="module")
 def captured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    return _capture(tmp_path_factory.mktemp("single"))
+    return capture_small_mlp(tmp_path_factory.mktemp("single"))
 
 
 def _cpu_model() -> str:
@@ -165,7 +142,7 @@ def test_summary_reads_rank_world_size_and_device_of_a_kinetolens_capture(captur
 def test_summary_reads_the_launchers_rank(tmp_path: Path) -> None:
     # issue 18, point 2: torchrun sets RANK and WORLD_SIZE before the job initializes
     # torch.distributed; a capture made under them says so (not the 0 / 1 of a lone process).
-    trace, _ = _capture(tmp_path, RANK="1", WORLD_SIZE="2")
+    trace, _ = capture_small_mlp(tmp_path, RANK="1", WORLD_SIZE="2")
     assert _summary_rows(trace)["rank / world size"] == "1 / 2"
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,28 +13,12 @@ import pytest
 import kinetolens
 from kinetolens.analysis.module_tree import NO_MODULE, module_tree
 from kinetolens.analysis.ops import op_stats, rank_basis
-
-_CAPTURE = """
-import sys, torch, kinetolens
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
-x = torch.randn(8, 32)
-with kinetolens.profile(logdir=sys.argv[1], run="cpu", steps=2, warmup=1, profile_memory=False) as prof:
-    for _ in range(3):
-        model(x).sum().backward()
-        prof.step()
-print(prof.trace_files[0])
-"""
+from tests.cpu_capture import capture_small_mlp
 
 
 @pytest.fixture(scope="module")
 def cpu_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("torch")
-    logdir = tmp_path_factory.mktemp("cpu_modules")
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    proc = subprocess.run([sys.executable, "-c", _CAPTURE, str(logdir)], capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stderr
-    return Path(proc.stdout.strip().splitlines()[-1])
+    return capture_small_mlp(tmp_path_factory.mktemp("cpu_modules"))[0]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
