@@ -32,7 +32,7 @@ number when they do not reveal it:
 from __future__ import annotations
 
 from kinetolens.registry.dtypes import DTYPE_BYTES, SCALAR_TYPE_CODES
-from kinetolens.registry.flops_base import OpArgs, Tensor, Work, register, size_of, total
+from kinetolens.registry.flops_base import OpArgs, Tensor, Work, register, total
 
 _PACKED = ("uint8", "fp4x2")
 

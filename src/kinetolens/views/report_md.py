@@ -16,7 +16,6 @@ from kinetolens.analysis.kernels import tensor_core_time
 from kinetolens.analysis.module_tree import NO_MODULE, by_depth, by_type
 from kinetolens.analysis.ops import time_basis
 from kinetolens.analysis.recommendations import Finding
-from kinetolens.views import units
 from kinetolens.views.report_data import SOURCES_NOTE, ReportData
 from kinetolens.views.report_html import breakdown_frame, cell_texts, cross_rank_frames, memory_frame, overview_frame
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from kinetolens.views.units import column_format, display  # noqa: F401  (every view formats cells alike)
+from kinetolens.views.units import display
 
 MAX_LIMIT = 500
 def _searchable(frame: pl.DataFrame) -> list[str]:
