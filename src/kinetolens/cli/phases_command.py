@@ -28,6 +28,9 @@ from kinetolens.cli.render import emit_json, print_captioned, print_table
 from kinetolens.loader import load
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import units
+from kinetolens.views.report_phases import inference_rows, token_rate
+
+__all__ = ["inference_rows", "phases_command", "print_inference"]
 
 #: Iteration rows the summary shows; ``kinetolens phases`` shows them all.
 SUMMARY_ROWS = 12
@@ -36,16 +39,6 @@ SHARE_HEADERS = {
     "kernel": "kernel", "memcpy": "memcpy", "memset": "memset", "communication": "comm", "runtime": "runtime",
     "dataloader": "data", "cpu_exec": "cpu", "other": "other",
 }  # fmt: skip
-
-
-def _rate(value: float | None) -> str:
-    """Tokens per second as a person reads it: ``26.6k``, ``308``."""
-    if value is None:
-        return "-"
-    for scale, prefix in ((1e6, "M"), (1e3, "k")):
-        if value >= scale:
-            return f"{units.sig(value / scale, 3)}{prefix}"
-    return units.sig(value, 3)
 
 
 def _categories(rows: list[dict[str, Any]], key: str) -> list[str]:
@@ -91,7 +84,7 @@ def print_inference(console: Console, block: dict[str, Any], *, limit: int | Non
     table = _table("Engine iterations (% of each iteration)", ["it", "phase", unit, "tokens", "tok/s", *(SHARE_HEADERS[c] for c in cats)])
     for r in shown:
         table.add_row(str(r["iteration"]), r["phase"], units.in_unit(r["dur_us"], scale), units.count(r["tokens"]),
-                      _rate(r["tokens_per_s"]), *_share_cells(r["breakdown_us"], cats))  # fmt: skip
+                      token_rate(r["tokens_per_s"]), *_share_cells(r["breakdown_us"], cats))  # fmt: skip
     notes = [] if len(shown) == len(rows) else [f"{len(shown)} of {len(rows):,} iterations shown: kinetolens phases lists them all"]
     notes += [n for n in (_left_out(rows, "breakdown_us", cats, "iteration"),) if n]
     table.caption = "\n".join(notes) or None
@@ -110,29 +103,9 @@ def print_inference(console: Console, block: dict[str, Any], *, limit: int | Non
     table.columns[1].justify = "right"
     for p in phases:
         table.add_row(p["phase"], units.count(p["iterations"]), units.in_unit(p["mean_us"], scale),
-                      units.count(p["tokens"]), _rate(p["tokens_per_s"]), *_share_cells(p["average_us"], cats))  # fmt: skip
+                      units.count(p["tokens"]), token_rate(p["tokens_per_s"]), *_share_cells(p["average_us"], cats))  # fmt: skip
     table.caption = "tok/s: tokens over the iterations' time (host range to the end of their GPU work)"
     print_captioned(console, table)
-
-
-def inference_rows(info: dict[str, Any]) -> list[tuple[str, str]]:
-    """The summary's ``inference`` and ``iterations`` rows (none for a trace that is not inference)."""
-    block = info["inference"]
-    if not block["detected"]:
-        return []
-    rows = [("inference", "yes: " + ", ".join(block["evidence"]))]  # a note under the table when long
-    its = block["iterations"]
-    if not its:
-        rows.append(("iterations", "none found (no engine annotation, no decode from shapes): steps shown"))
-        return rows
-    counts = ", ".join(f"{p['phase']} {p['iterations']}" for p in block["phases"])
-    tokens = [r["tokens"] for r in its if r["tokens"] is not None]
-    rows.append(("iterations", f"{len(its):,} ({counts})"))
-    if tokens:
-        secs = sum(r["dur_us"] for r in its if r["tokens"] is not None) / 1e6
-        rate = f", {_rate(sum(tokens) / secs)} tok/s" if secs else ""
-        rows.append(("tokens", f"{sum(tokens):,} in {units.duration(secs * 1e6)}{rate}"))
-    return rows
 
 
 #: The ops' ranking column, in words.
