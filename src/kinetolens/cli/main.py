@@ -31,6 +31,7 @@ from kinetolens.cli.modules_command import modules_command
 from kinetolens.cli.report_command import report_command
 from kinetolens.cli.roofline_command import roofline_command
 from kinetolens.cli.serve_command import serve_command
+from kinetolens.cli.whatif_command import whatif_command
 from kinetolens.errors import TraceError
 
 EXIT_BAD_INPUT = 2
@@ -61,6 +62,7 @@ cli.add_command(report_command, "report")
 cli.add_command(export_command, "export")
 cli.add_command(cache_command, "cache")
 cli.add_command(critical_path_command, "critical-path")
+cli.add_command(whatif_command, "whatif")
 
 
 def main(argv: list[str] | None = None) -> None:

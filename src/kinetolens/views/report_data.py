@@ -33,6 +33,7 @@ from kinetolens.model.trace import Trace
 from kinetolens.registry.gpus import GpuSpec, gpu_spec
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import figures
+from kinetolens.views.critical_path_section import CriticalPathSection, critical_path_section
 
 #: Rows of each ranked table a report shows.
 TOP_ROWS = 15
@@ -104,6 +105,8 @@ class ReportData:
     chart_notes: dict[str, str] = field(default_factory=dict)
     #: The cross-rank section of a multi-rank run (:func:`cross_rank`), else None.
     cross_rank: CrossRank | None = None
+    #: The critical path of each complete step, or the line saying why there is none.
+    critical_path: CriticalPathSection | str | None = None
 
     @property
     def shown_rank(self) -> str:
@@ -277,6 +280,7 @@ def collect(
         roofline_modules=roof_modules,
         roofline_note=roof_note,
         cross_rank=cross_rank(ranks) if ranks and len(ranks) > 1 else None,
+        critical_path=critical_path_section(trace),
     )
     data.omitted = left_out(data)
     data.chart_notes = chart_notes(data)
