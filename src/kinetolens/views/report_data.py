@@ -34,6 +34,7 @@ from kinetolens.registry.gpus import GpuSpec, gpu_spec
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import figures
 from kinetolens.views.report_phases import breakdown_rows, per_phase_tables
+from kinetolens.views.critical_path_section import CriticalPathSection, critical_path_section
 
 #: Rows of each ranked table a report shows.
 TOP_ROWS = 15
@@ -108,6 +109,8 @@ class ReportData:
     #: An inference trace's top kernels and ops per phase
     #: (:func:`kinetolens.views.report_phases.per_phase_tables`), else empty.
     phases: dict[str, dict[str, pl.DataFrame]] = field(default_factory=dict)
+    #: The critical path of each complete step, or the line saying why there is none.
+    critical_path: CriticalPathSection | str | None = None
 
     @property
     def shown_rank(self) -> str:
@@ -288,6 +291,7 @@ def collect(
         roofline_note=roof_note,
         cross_rank=cross_rank(ranks) if ranks and len(ranks) > 1 else None,
         phases=per_phase_tables(trace) if summary["inference"]["iterations"] else {},
+        critical_path=critical_path_section(trace),
     )
     data.omitted = left_out(data)
     data.chart_notes = chart_notes(data)

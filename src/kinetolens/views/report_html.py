@@ -263,6 +263,8 @@ def plotly_js() -> str:
 
 def render_html(data: ReportData, standalone: bool = True) -> str:
     """The report page; ``standalone=False`` gives a fragment for notebooks (plotly.js still embedded once)."""
+    from kinetolens.views.critical_path_report import critical_path_html
+
     env = _environment()
     js = plotly_js()
     page = env.get_template(TEMPLATE).render(
@@ -273,6 +275,7 @@ def render_html(data: ReportData, standalone: bool = True) -> str:
         tables=_tables(data),
         charts=_charts(data),
         sources_note=SOURCES_NOTE,
+        critical_path=critical_path_html(data),
     )
     if not standalone:
         page = f"<script>{js}</script>\n{page}"

@@ -16,6 +16,7 @@ from kinetolens.analysis.kernels import tensor_core_time
 from kinetolens.analysis.module_tree import NO_MODULE, by_depth, by_type
 from kinetolens.analysis.ops import time_basis
 from kinetolens.analysis.recommendations import Finding
+from kinetolens.views.critical_path_report import critical_path_md
 from kinetolens.views.report_data import SOURCES_NOTE, ReportData
 from kinetolens.views.report_phases import iteration_frame, phase_frame
 from kinetolens.views.report_html import breakdown_frame, cell_texts, cross_rank_frames, memory_frame, overview_frame
@@ -88,6 +89,7 @@ def render_md(data: ReportData) -> str:
     elif not data.findings:
         out.append("No rule fired: nothing obvious to change in this trace.\n")
     out += [_card(i, f) for i, f in enumerate(data.findings, 1)]
+    out += critical_path_md(data)
     out += _section(data, "ops", "Top ops", lambda: [frame_md(data.ops, list(dict.fromkeys(["name", "calls", basis, "step_share_pct", "tflops_s", "in_shapes"])))])
     out += _section(data, "kernels", "Top kernels", lambda: [
         frame_md(data.kernel_names, ["kernel", "calls", "device_total_us", "mean_us", "op", "step_share_pct"]), _tensor_cores_md(data)])
