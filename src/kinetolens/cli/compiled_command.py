@@ -18,7 +18,9 @@ HEADERS = {
     "fused_ops": "fused ops",
     "pct_of_roof": "%\nroof",
 }
-#: Below this terminal width kernel names are shortened to their kind and number.
+#: Below this terminal width kernel names are shortened to their kind and number (--csv/--json: whole).
+FULL_NAMES = 140
+#: Below this one, calls are left out too.
 NARROW = 100
 COLUMNS = ("name", "dir", "calls", "total_us", "fused_ops", "modules", "flops", "bytes", "pct_of_roof")
 #: Dropped where the terminal is narrow, last named first.
@@ -54,14 +56,20 @@ def compiled_command(
     if csv or json_:
         emit(table, "csv" if csv else "json")
         return
-    shown = table.with_columns(modules=pl.when(pl.col("modules") == "").then(pl.lit("-")).otherwise(pl.col("modules")))
-    narrow = (terminal_width(width) or NARROW) < NARROW
-    if narrow:  # the fused ops column lists what the name spells out
+    # an empty list: the compiled module's own forward (recorded), or not known (from the name)
+    empty = pl.when(pl.col("provenance") == "inductor").then(pl.lit("(root)")).otherwise(pl.lit("-"))
+    shown = table.with_columns(modules=pl.when(pl.col("modules") == "").then(empty).otherwise(pl.col("modules")))
+    term = terminal_width(width) or FULL_NAMES
+    narrow = term < NARROW
+    if term < FULL_NAMES:  # the fused ops column lists what the name spells out
         shown = shown.with_columns(pl.col("name").str.replace(r"^(cpp|triton_[a-z]+)_fused_.+(_\d+)$", "${1}…${2}"))
     cols = [c for c in COLUMNS if c != "pct_of_roof" or shown["pct_of_roof"].is_not_null().any()]
     if narrow:
         cols.remove("calls")
-    notes = ["flops, bytes: per call, the sum of the fused ops'; modules: paths inside the compiled module"]
+    notes = [
+        "flops, bytes: per call, the sum of the fused ops'; modules: paths inside the compiled module "
+        "((root): the compiled module's own code)"
+    ]
     by_name = shown.filter(pl.col("provenance") == "name").height
     if by_name:
         notes.append(f"{by_name} kernel(s) described from their names only (compiled before kinetolens watched)")
