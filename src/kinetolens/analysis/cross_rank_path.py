@@ -411,8 +411,12 @@ def cross_rank_path(graph: JoinedGraph, weight: np.ndarray | None = None) -> Cro
     length_us = length / 1000
     summary = summarize(path.filter(pl.col("bound_by") != "dependency"), length_us)
     ranks_share = by_rank(path, length_us)
+    # Who arrived last, and by how much, is measured (durations): it says
+    # nothing about a re-timed graph, whose gates are the path's alone.
     gates = _gates(graph, path)
-    last_at = _last_at(graph)
+    last_at = _last_at(graph) if weight is None else _last_at(graph).clear()
+    if weight is not None:
+        gates = gates.with_columns(held_ms=pl.lit(None, pl.Float64))
     cp = CrossRankPath(
         step=graph.step, ranks=len(graph.rank_offset), length_us=length_us,
         slowest_step_us=max(graph.span_ns.values()) / 1000 if graph.span_ns else 0.0,
@@ -514,8 +518,12 @@ def verdict(cp: CrossRankPath) -> str:
     what = BOUND_WORDS.get(mine["bound_by"][0], mine["bound_by"][0]) if mine.height else "communication"
     verb = "hold" if what.endswith("s") else "holds"
     row = cp.last_at.filter(pl.col("rank") == r)
+    bound = f"rank {r}'s {what} bound{'' if verb == 'hold' else 's'} step {cp.step} ({cp.length_us / 1000:,.1f} ms on the path)"
+    gated = cp.gates.filter(pl.col("gate_rank") == r).height
+    if row.height == 0 and gated:
+        return f"{bound}, arriving last at {gated} collective{'s' if gated > 1 else ''} on it"
     if row.height == 0:
-        return f"rank {r}'s {what} bound{'' if verb == 'hold' else 's'} step {cp.step} ({cp.length_us / 1000:,.1f} ms on the path); no collective waits for it"
+        return f"{bound}; no collective waits for it"
     kinds = row["kinds"][0].to_list()
     noun = KIND_WORDS.get(kinds[0], kinds[0]) if len(kinds) == 1 else "collective"
     last, calls = int(row["last"][0]), int(row["calls"][0])
