@@ -241,3 +241,17 @@ def test_cli_starts_without_plotly() -> None:
     res = _run(sys.executable, "-c", "import sys, kinetolens.cli.main; print(sorted(m for m in sys.modules if m.split('.')[0] == 'plotly'))")
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[]"
+
+
+def test_triton_kernel_check_passes_and_fails() -> None:
+    # issue 21: a torch.compile trace's Triton kernels (TraceLens' MI300X trace):
+    # named by their fused ops, each with its launch op; the provenance must be
+    # what the trace allows (names only: compiled before kinetolens watched)
+    trace = _load("tracelens/torch_compile_triton/trace.json.gz")
+    got = checks.check_triton_kernels(trace, "name")
+    assert got["triton_kernels"] > 0 and got["provenance"] == ["name"]
+    with pytest.raises(AssertionError):
+        checks.check_triton_kernels(trace, "inductor")
+    trace.kernels = trace.kernels.with_columns(op_id=pl.lit(None, pl.Int64))
+    with pytest.raises(AssertionError):
+        checks.check_triton_kernels(trace, "name")

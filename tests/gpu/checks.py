@@ -22,6 +22,7 @@ from typing import Any
 import polars as pl
 
 import kinetolens
+from kinetolens.analysis.compiled_kernels import compiled_kernel_table
 from kinetolens.analysis.counters import DRAM_COUNTERS, FLOP_COUNTERS, counter_table
 from kinetolens.analysis.kernels import kernel_table
 from kinetolens.analysis.memory import peak_memory
@@ -234,20 +235,42 @@ def triton_kernels(trace: kinetolens.Trace) -> pl.DataFrame:
     return compute_kernels(trace).filter(pl.col("name").str.starts_with("triton_"))
 
 
-def check_compiled(trace: kinetolens.Trace) -> dict[str, Any]:
-    """A torch.compile'd model's Triton kernels exist, are named by the ops
-    inductor fused into them (``triton_poi_fused_add_mul_0``), and are
-    attributed like eager kernels: to an op, a module and, backward, to the
-    forward compiled function."""
+def check_triton_kernels(trace: kinetolens.Trace, provenance: str | None = "inductor") -> dict[str, Any]:
+    """Inductor's Triton kernels exist, are named by the ops fused into them
+    (``triton_poi_fused_add_mul_0``; the ``fused_ops`` column of
+    ``kinetolens kernels`` and the rows of ``kinetolens compiled``) and each
+    has the op that launched it.
+
+    ``provenance``: where ``kinetolens compiled`` must have learnt each
+    kernel's fused ops: ``inductor`` when the model compiled under
+    kinetolens (its FX nodes recorded), ``name`` from the kernel name only.
+    """
     triton = triton_kernels(trace)
     assert triton.height > 0, "no Triton kernel in the trace"
     assert triton["name"].str.contains("_fused_").mean() >= 0.5, triton["name"].unique().to_list()
-    assert _share(triton, pl.col("op_id").is_not_null()) >= OP_SHARE, triton.filter(pl.col("op_id").is_null())["name"].unique().to_list()
-    got = check_attribution(trace)
-    got["triton_kernels"] = triton.height
-    got["triton_share_of_kernel_time"] = _share(compute_kernels(trace), pl.col("name").str.starts_with("triton_"))
-    got["triton_ops"] = sorted(set(triton["op"].drop_nulls().to_list()))[:10]
-    return got
+    unattributed = triton.filter(pl.col("op_id").is_null())["name"].unique().to_list()
+    assert _share(triton, pl.col("op_id").is_not_null()) >= OP_SHARE, unattributed
+    table = kernel_table(trace).filter(pl.col("kernel").str.starts_with("triton_") & pl.col("kernel").str.contains("_fused_"))
+    assert table["fused_ops"].is_not_null().all(), table.filter(pl.col("fused_ops").is_null())["kernel"].unique().to_list()
+    rows = compiled_kernel_table(trace).filter(pl.col("backend") == "triton")
+    assert rows.height > 0 and (rows["fused_ops"] != "").all(), rows.select("name", "fused_ops")
+    if provenance is not None:
+        assert (rows["provenance"] == provenance).all(), rows.group_by("provenance").len().rows()
+    return {
+        "triton_kernels": triton.height,
+        "triton_share_of_kernel_time": _share(compute_kernels(trace), pl.col("name").str.starts_with("triton_")),
+        "compiled_kernels": rows.height,
+        "provenance": sorted(set(rows["provenance"].to_list())),
+        "with_modules": rows.filter(pl.col("modules") != "").height,
+        "example": rows.select("name", "fused_ops", "modules").head(3).rows(),
+    }
+
+
+def check_compiled(trace: kinetolens.Trace, provenance: str | None = "inductor", *, backward: bool = True) -> dict[str, Any]:
+    """A torch.compile'd model: :func:`check_triton_kernels`, and the whole
+    trace's kernels attributed like an eager model's (op, module, backward
+    kernels to the forward compiled function)."""
+    return {**check_triton_kernels(trace, provenance), **check_attribution(trace, backward=backward)}
 
 
 # -- recordings ------------------------------------------------------------------------
@@ -276,5 +299,5 @@ def run_recorded(expect_path: Path, check: str) -> dict[str, Any]:
     if check == "counters":
         return check_counters(trace)
     if check == "compiled":
-        return check_compiled(trace)
+        return check_compiled(trace, expect.get("provenance", "inductor"), backward=expect.get("backward", True))
     raise ValueError(f"{expect_path}: unknown check {check!r}")

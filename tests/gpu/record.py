@@ -2,7 +2,7 @@
 
 With ``KINETOLENS_GPU_RECORD=DIR`` (``bench/gpu_check.sh`` sets it) each
 test copies the trace it checked into ``DIR`` as ``NAME.pt.trace.json.gz``
-with ``NAME.expect.json``: which checks of :mod:`tests.gpu.checks` apply and
+with ``NAME.expect.json`` (and the run metadata as ``NAME.kinetolens.json``): which checks of :mod:`tests.gpu.checks` apply and
 the figures torch reported during the capture (FlopCounterMode's counts,
 ``torch.cuda.max_memory_allocated``), so ``tests/test_gpu_recorded.py`` can
 run the same checks later without a GPU.  ``environment.json`` names the
@@ -103,8 +103,13 @@ class Recorder:
         """Copy ``trace`` (and its capture trace) as recording ``name``."""
         if self.folder is None:
             return
+        from kinetolens.capture.layout import metadata_path
+
         expect: dict[str, Any] = {"trace": f"{name}.pt.trace.json.gz", "checks": checks, **figures}
         shutil.copyfile(trace, self.folder / expect["trace"])
+        # the run metadata beside it (what inductor fused, for one): loaded with the trace
+        if metadata_path(trace).exists():
+            shutil.copyfile(metadata_path(trace), metadata_path(self.folder / expect["trace"]))
         if capture is not None:
             expect["capture"] = f"{name}.capture.pt.trace.json.gz"
             shutil.copyfile(capture, self.folder / expect["capture"])
