@@ -379,9 +379,11 @@ class CrossRankPath:
     #: Per rank: the matched calls of the step it arrived last at, and the most it held one (ms).
     last_at: pl.DataFrame
     verdict: str
+    #: The rank that gates the step (see :func:`verdict`).
+    gate_rank: int | None = None
 
     def top(self, by: str, n: int = 10) -> pl.DataFrame:
-        return top_items(self.path.filter(~pl.col("join")), by, self.length_us, n)
+        return top_items(self.path, by, self.length_us, n)
 
 
 def cross_rank_path(graph: JoinedGraph, weight: np.ndarray | None = None) -> CrossRankPath:
@@ -408,23 +410,25 @@ def cross_rank_path(graph: JoinedGraph, weight: np.ndarray | None = None) -> Cro
     path = p.join(items, on=["rank", "eid"], how="left").sort("order")
     length_us = length / 1000
     summary = summarize(path.filter(pl.col("bound_by") != "dependency"), length_us)
-    by_rank = (
-        path.filter(~pl.col("join")).group_by("rank").agg(us=pl.col("us").sum())
-        .with_columns(pct=100 * pl.col("us") / length_us if length_us else pl.lit(0.0)).sort("us", "rank", descending=[True, False])
-    )  # fmt: skip
+    ranks_share = by_rank(path, length_us)
+    # Who arrived last, and by how much, is measured (durations): it says
+    # nothing about a re-timed graph, whose gates are the path's alone.
     gates = _gates(graph, path)
-    last_at = _last_at(graph)
+    last_at = _last_at(graph) if weight is None else _last_at(graph).clear()
+    if weight is not None:
+        gates = gates.with_columns(held_ms=pl.lit(None, pl.Float64))
     cp = CrossRankPath(
         step=graph.step, ranks=len(graph.rank_offset), length_us=length_us,
         slowest_step_us=max(graph.span_ns.values()) / 1000 if graph.span_ns else 0.0,
-        path=path.drop("src", "dst"), summary=summary, by_rank=by_rank, gates=gates, last_at=last_at, verdict="",
+        path=path.drop("src", "dst"), summary=summary, by_rank=ranks_share, gates=gates, last_at=last_at, verdict="",
     )  # fmt: skip
+    cp.gate_rank = gate_rank(cp)
     cp.verdict = verdict(cp)
     return cp
 
 
 def _held(calls: pl.DataFrame) -> pl.DataFrame:
-    """Per call and rank: how much later (ms) the rank arrived than the other ranks' median.
+    """Per call and rank: how much later (ms) the rank arrived than the other ranks' median (0 if earlier).
 
     All ranks finish a call together, so a shorter duration is a later
     arrival: ``median(others' dur) - dur``.
@@ -446,7 +450,8 @@ def _held(calls: pl.DataFrame) -> pl.DataFrame:
         return float(d[m // 2]) if m % 2 else (d[m // 2 - 1] + d[m // 2]) / 2.0
 
     med = srt.select(pl.struct("d", "pos").map_elements(others_median, return_dtype=pl.Float64)).to_series() if srt.height else pl.Series([], dtype=pl.Float64)
-    return srt.with_columns(held_ms=(med - pl.col("dur")) / 1e6).drop("d", "pos", "n", "total")
+    # A rank that arrived before the others' median held nobody.
+    return srt.with_columns(held_ms=((med - pl.col("dur")) / 1e6).clip(lower_bound=0.0)).drop("d", "pos", "n", "total")
 
 
 def _gates(graph: JoinedGraph, path: pl.DataFrame) -> pl.DataFrame:
@@ -488,6 +493,15 @@ BOUND_WORDS = {
 }  # fmt: skip
 
 
+def gate_rank(cp: CrossRankPath) -> int | None:
+    """The rank the path arrives from at most of its collectives (ties: the
+    one holding them longest), else the rank holding most of the path."""
+    if cp.gates.height:
+        gate = cp.gates.group_by("gate_rank").agg(n=pl.len(), held=pl.col("held_ms").max()).sort(["n", "held", "gate_rank"], descending=[True, True, False], nulls_last=True)
+        return int(gate["gate_rank"][0])
+    return int(cp.by_rank["rank"][0]) if cp.by_rank.height else None
+
+
 def verdict(cp: CrossRankPath) -> str:
     """One line: the rank that gates the step, its work that does, and for how long.
 
@@ -496,20 +510,20 @@ def verdict(cp: CrossRankPath) -> str:
     its time on the path; how long, the most it arrived after the other
     ranks' median at one of the step's calls (from durations).
     """
-    if cp.path.height == 0:
+    r = gate_rank(cp)
+    if r is None:
         return f"step {cp.step}: no path"
     own = cp.path.filter(~pl.col("join") & ~pl.col("bound_by").is_in(["dependency", "communication", "sync_wait"]))
-    if cp.gates.height:
-        gate = cp.gates.group_by("gate_rank").agg(n=pl.len(), held=pl.col("held_ms").max()).sort("n", "held", descending=True)
-        r = int(gate["gate_rank"][0])
-    else:
-        r = int(cp.by_rank["rank"][0])
     mine = own.filter(pl.col("rank") == r).group_by("bound_by").agg(pl.col("us").sum()).sort("us", descending=True)
     what = BOUND_WORDS.get(mine["bound_by"][0], mine["bound_by"][0]) if mine.height else "communication"
     verb = "hold" if what.endswith("s") else "holds"
     row = cp.last_at.filter(pl.col("rank") == r)
+    bound = f"rank {r}'s {what} bound{'' if verb == 'hold' else 's'} step {cp.step} ({cp.length_us / 1000:,.1f} ms on the path)"
+    gated = cp.gates.filter(pl.col("gate_rank") == r).height
+    if row.height == 0 and gated:
+        return f"{bound}, arriving last at {gated} collective{'s' if gated > 1 else ''} on it"
     if row.height == 0:
-        return f"rank {r}'s {what} bound{'' if verb == 'hold' else 's'} step {cp.step} ({cp.length_us / 1000:,.1f} ms on the path); no collective waits for it"
+        return f"{bound}; no collective waits for it"
     kinds = row["kinds"][0].to_list()
     noun = KIND_WORDS.get(kinds[0], kinds[0]) if len(kinds) == 1 else "collective"
     last, calls = int(row["last"][0]), int(row["calls"][0])
@@ -527,3 +541,29 @@ def common_steps(ranks: list[RankGraphs]) -> list[int]:
         return []
     both = set.intersection(*sets)
     return sorted(both or set.union(*sets))
+
+
+def combined(paths: list[CrossRankPath]) -> tuple[pl.DataFrame, float]:
+    """All steps' path edges together, and their total length (us)."""
+    parts = [cp.path.with_columns(step=pl.lit(cp.step, pl.Int64)) for cp in paths]
+    return (pl.concat(parts) if parts else pl.DataFrame()), sum(cp.length_us for cp in paths)
+
+
+def by_rank(path: pl.DataFrame, length_us: float) -> pl.DataFrame:
+    """Path time per rank (us, % of the length), largest first; a call's
+    transfer time counts for the rank whose finish the path went on to."""
+    return (
+        path.group_by("rank").agg(us=pl.col("us").sum())
+        .with_columns(pct=100 * pl.col("us") / length_us if length_us else pl.lit(0.0))
+        .sort("us", "rank", descending=[True, False])
+    )  # fmt: skip
+
+
+def top_work(path: pl.DataFrame, length_us: float, n: int = 10) -> pl.DataFrame:
+    """The path's time per rank, name and bound, largest first."""
+    p = path.filter((pl.col("us") > 0) & pl.col("name").is_not_null())
+    return (
+        p.group_by("rank", "name", "bound_by").agg(us=pl.col("us").sum())
+        .sort("us", "rank", "name", descending=[True, False, False]).head(n)
+        .with_columns(pct=100 * pl.col("us") / length_us if length_us else pl.lit(0.0))
+    )  # fmt: skip

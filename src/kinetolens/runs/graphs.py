@@ -67,3 +67,18 @@ def run_paths(ranks: list[RankGraphs], step: int | None = None, where: str | Pat
             raise TraceError(where, f"has no step {step} (steps: {', '.join(map(str, steps))})")
         steps = [step]
     return [cross_rank_path(joined_graph(ranks, s)) for s in steps]
+
+
+def run_whatif(ranks: list[RankGraphs], changes: list, step: int | None = None, where: str | Path = "run") -> list:
+    """Each step (or ``step``) of a run re-timed with ``changes``
+    (:func:`kinetolens.analysis.cross_rank_whatif.whatif_run`)."""
+    from kinetolens.analysis.cross_rank_whatif import whatif_run
+
+    steps = common_steps(ranks)
+    if not steps:
+        raise TraceError(where, "has no whole profiler step on any rank")
+    if step is not None:
+        if step not in steps:
+            raise TraceError(where, f"has no step {step} (steps: {', '.join(map(str, steps))})")
+        steps = [step]
+    return [whatif_run(joined_graph(ranks, s), changes) for s in steps]
