@@ -107,6 +107,9 @@ def test_sglang_extend_step_is_prefill(sglang) -> None:
     assert row["phase"] == "prefill" and row["source"] == "engine: SGLang"
     assert (row["tokens"], row["requests"], row["prefill_requests"], row["decode_requests"]) == (15360, 15, 15, 0)
     assert row["basis"].startswith("SGLang step[EXTEND]") and "vLLM execute_" in row["basis"]
+    # The attention metadata agrees: the packed prefill attention takes 15,360
+    # query tokens and cu_seqlens [16] (15 sequences), 1,024 tokens each.
+    assert "shapes agree: " in row["basis"] and "15,360 query tokens for 15 sequences (cu_seqlens [16])" in row["basis"]
     # Both nested annotations are the iteration: neither counts as CPU work.
     assert row["cpu_exec"] < 5_000_000  # ns; the outer range alone is 522.7 ms
     assert row["tokens_per_s"] == pytest.approx(15360 / (row["dur"] / 1e9))
@@ -146,7 +149,7 @@ def test_summary_shows_phases_for_inference(vllm) -> None:
         out = _run("summary", trace_path(VLLM).as_posix(), columns=columns)
         assert "Engine iterations" in out and "Step time breakdown" not in out
         assert "mixed (iteration 0): vLLM execute_: 9 prefill requests (8,155 tokens)" in _flat(out)
-        assert "8,192 in 308 ms, 26.6k tok/s" in out
+        assert "8,192 in 308 ms, 26.6k tok/s" in out and "backward kernel time" not in out
         assert max(len(line) for line in out.splitlines()) <= columns
 
 

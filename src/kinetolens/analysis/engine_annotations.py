@@ -73,6 +73,11 @@ def phase_of(prefill: int | None, decode: int | None) -> str | None:
     return None
 
 
+def _n(count: int, word: str) -> str:
+    """``1 token``, ``8,155 tokens``."""
+    return f"{count:,} {word}{'' if count == 1 else 's'}"
+
+
 def _sum(*values: int | None) -> int | None:
     known = [v for v in values if v is not None]
     return sum(known) if known else None
@@ -91,7 +96,7 @@ def _vllm(name: str) -> IterationCounts | None:
     phase = phase_of(pre, dec)
     return IterationCounts(
         "vLLM", pre, dec, pre_tok, dec_tok, tokens, pre + dec, phase,
-        f"vLLM execute_: {pre} prefill requests ({pre_tok:,} tokens), {dec} decode ({dec_tok:,} tokens)",
+        f"vLLM execute_: {_n(pre, 'prefill request')} ({_n(pre_tok, 'token')}), {dec} decode ({_n(dec_tok, 'token')})",
     )  # fmt: skip
 
 
@@ -104,7 +109,7 @@ def _vllm_old(name: str) -> IterationCounts | None:
     # prefill: the name cannot tell, so the basis says so.
     return IterationCounts(
         "vLLM", new, cached, None, None, None, new + cached, phase_of(new, cached),
-        f"vLLM execute_new_: {new} new requests (prefill), {cached} running (decode, or a chunked prefill going on)",
+        f"vLLM execute_new_: {_n(new, 'new request')} (prefill), {cached} running (decode, or a chunked prefill going on)",
     )  # fmt: skip
 
 

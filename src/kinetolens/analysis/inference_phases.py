@@ -28,9 +28,15 @@ Labels from shapes (``record_shapes``), first that applies:
   new token per sequence against a KV cache), ``Tq > 1`` prefill;
 * token ids ``[B, T]`` given to ``aten::embedding``: ``T == 1`` decode,
   ``T > 1`` prefill; ``B * T`` tokens;
-* flattened token ids ``[N]`` (engines pack a batch into one row) and the
-  ``[R, vocab]`` logits the sampler reads: ``N == R`` decode, ``N > R``
-  prefill (a batch mixing decode requests into a prefill looks the same).
+* packed (varlen) attention with query ``[N, H, D]`` and ``cu_seqlens_q``
+  ``[R + 1]`` (engines pack a batch into one row): ``N == R`` decode,
+  ``N > R`` prefill;
+* flattened token ids ``[N]`` and the ``[R, vocab]`` logits the sampler
+  reads: the same rule.  (With packed shapes a batch mixing decode
+  requests into a prefill looks like a prefill.)
+
+Where an engine annotation labels an iteration, the shapes' label is
+quoted beside it in ``basis`` (agreeing or not).
 
 A trace is an *inference* trace (:func:`detect`) when it has no backward
 or optimizer op and something says so: engine iteration annotations,
@@ -57,6 +63,8 @@ PHASES = ("prefill", "decode", "mixed", "unknown")
 KV_CACHE_OPS = r"(reshape_and_cache|unified_kv_cache_update|store_cache|set_kv_buffer|kv_cache)"
 #: Attention ops whose inputs are ``[B, H, T, D]`` query, key, value.
 _SDPA = r"^aten::_?scaled_dot_product"
+#: Variable-length (packed) attention: query ``[N, H, D]`` and ``cu_seqlens_q`` ``[R + 1]`` among the inputs.
+_VARLEN = r"(flash_attn_varlen|_flash_attention_forward|mha_varlen|mha_batch_prefill)"
 _EMBEDDING = "aten::embedding"
 _I64 = pl.Int64
 
@@ -165,13 +173,27 @@ def _in_ranges(times: pl.DataFrame, marks: pl.DataFrame, t: str = "ts") -> pl.Da
     )  # fmt: skip
 
 
-def _dims_of(ops: pl.DataFrame, name_regex: str, marks: pl.DataFrame) -> dict[int, list]:
-    """Per iteration, the input dims of the first op matching ``name_regex`` in it."""
-    sel = ops.filter(pl.col("name").str.contains(name_regex)).select("ts", "input_dims")
-    if "from_capture" in ops.columns:
-        sel = ops.filter(pl.col("name").str.contains(name_regex) & ~pl.col("from_capture")).select("ts", "input_dims")
+def _dims_of(ops: pl.DataFrame, name_regex: str, marks: pl.DataFrame, column: str = "input_dims") -> dict[int, Any]:
+    """Per iteration, the input dims (or ``column``) of the first op matching ``name_regex`` in it."""
+    keep = pl.col("name").str.contains(name_regex)
+    if "from_capture" in ops.columns:  # a capture's ops ran at the captured batch, not this one
+        keep = keep & ~pl.col("from_capture")
+    sel = ops.filter(keep).select("ts", value=column)
     found = _in_ranges(sel, marks).sort("ts").unique("iteration", keep="first")
-    return {int(r["iteration"]): _loads(r["input_dims"]) for r in found.iter_rows(named=True)}
+    read = _loads if column == "input_dims" else (lambda v: v)
+    return {int(r["iteration"]): read(r["value"]) for r in found.iter_rows(named=True)}
+
+
+def _packed(dims: list | None) -> tuple[int, int] | None:
+    """``(N, R)`` from a varlen attention op's inputs: ``N`` query tokens
+    (``[N, H, D]``) of ``R`` sequences (the first 1-D input after q, k, v:
+    ``cu_seqlens_q``, ``R + 1`` offsets)."""
+    if not dims or len(dims) < 4 or not isinstance(dims[0], list) or len(dims[0]) != 3:
+        return None
+    for d in dims[3:]:
+        if isinstance(d, list) and len(d) == 1:
+            return (int(dims[0][0]), int(d[0]) - 1) if d[0] > 1 else None
+    return None
 
 
 def _sampled_rows(ops: pl.DataFrame, marks: pl.DataFrame, vocab: dict[int, int]) -> dict[int, int]:
@@ -198,6 +220,8 @@ def _shape_labels(trace: Trace, marks: pl.DataFrame, emb: pl.DataFrame) -> pl.Da
     ids_of = {int(r["iteration"]): list(r["ids"]) for r in ids.iter_rows(named=True)}
     vocab = {int(r["iteration"]): int(r["vocab"]) for r in ids.iter_rows(named=True)}
     attn = _dims_of(trace.ops, _SDPA, marks)
+    varlen = _dims_of(trace.ops, _VARLEN, marks)
+    varlen_names = _dims_of(trace.ops, _VARLEN, marks, column="name")
     rows = _sampled_rows(trace.ops, marks, {k: v for k, v in vocab.items() if len(ids_of[k]) == 1})
     out = []
     for it in marks["iteration"].to_list():
@@ -220,6 +244,14 @@ def _shape_labels(trace: Trace, marks: pl.DataFrame, emb: pl.DataFrame) -> pl.Da
             requests = tid[0]
             phase = "decode" if tid[1] == 1 else "prefill"
             basis = f"token ids {tid}: {tid[1]} new token{'s' if tid[1] > 1 else ''} a sequence"
+        packed = _packed(varlen.get(it))
+        if phase is None and packed:
+            (n, r), name = packed, varlen_names.get(it, "varlen attention")
+            tokens, requests = tokens or n, r
+            phase = "decode" if n == r else "prefill"
+            basis = f"{name}: {n:,} query tokens for {r:,} sequences (cu_seqlens [{r + 1}])" + (
+                ": one a sequence" if n == r else ": more than one a sequence (mixed batches look the same)"
+            )
         if phase is None and tid and len(tid) == 1 and it in rows:
             requests = rows[it]
             n, r = tid[0], rows[it]
@@ -298,10 +330,16 @@ def iterations(trace: Trace) -> pl.DataFrame:
     shapes = _shape_labels(trace, marks, emb)
     if source == "engine":
         rows = _engine_rows(marks).join(shapes, on="iteration", how="left")
+        # The shapes' verdict is quoted beside the annotation's (and decides where it names no phase).
+        said = (
+            pl.when(pl.col("phase").is_null()).then(pl.lit("; shapes: "))
+            .when(pl.col("phase") == pl.col("shape_phase")).then(pl.lit("; shapes agree: "))
+            .otherwise(pl.lit("; shapes say ") + pl.col("shape_phase") + ": ")
+        )  # fmt: skip
         rows = rows.with_columns(
             pl.col("phase").fill_null(pl.col("shape_phase")),
-            basis=pl.when(pl.col("phase").is_null() & pl.col("shape_phase").is_not_null())
-            .then(pl.col("basis") + "; " + pl.col("shape_basis"))
+            basis=pl.when(pl.col("shape_phase").is_not_null())
+            .then(pl.col("basis") + said + pl.col("shape_basis"))
             .otherwise(pl.col("basis")),
             tokens=pl.col("tokens").fill_null(pl.col("shape_tokens")),
             requests=pl.col("requests").fill_null(pl.col("shape_requests")),

@@ -124,7 +124,7 @@ def _add_attribution(table: _Pairs, info: dict) -> None:
         table.add_row("graph-replayed kernel time", f"{a['graph_replay_time_us'] / 1000:.3f} ms")
         table.add_row("  with its capture op", _pct(a["graph_replay_with_capture_op"]))
         table.add_row("  with a module", _pct(a["graph_replay_with_module"]))
-    if info["kind"]["pytorch"]:
+    if info["kind"]["pytorch"] and not info["kind"].get("inference"):  # inference runs no backward
         table.add_row("backward kernel time", f"{a['backward_time_us'] / 1000:.3f} ms")
         table.add_row("  with its forward op", _pct(a["backward_with_forward_op"]))
 
