@@ -113,7 +113,7 @@ def test_tensor_core_check_passes_and_fails() -> None:
     trace.kernels = trace.kernels.with_columns(
         name=pl.when(pl.col("kernel_id").is_in(gemm_ids)).then(pl.lit("ampere_sgemm_128x64_tn")).otherwise(pl.col("name"))
     )
-    with pytest.raises(AssertionError, match="without tc=yes"):
+    with pytest.raises(AssertionError, match="without a tc=yes kernel"):
         checks.check_tensor_cores(trace)
 
 
