@@ -259,10 +259,17 @@ def summarize(path: pl.DataFrame, length_us: float) -> pl.DataFrame:
     )
 
 
-def top_items(path: pl.DataFrame, by: str, length_us: float, n: int = 10) -> pl.DataFrame:
+#: Bounds whose path edges are a GPU activity's own run time (a kernel, a copy, a collective).
+ACTIVITY_BOUNDS = ("gpu_compute", "gpu_memory", "communication")
+
+
+def top_items(path: pl.DataFrame, by: str, length_us: float, n: int = 10, bounds: tuple[str, ...] | None = None) -> pl.DataFrame:
     """The path's time per ``by`` value and bound, largest first (a kernel's
-    own time and its launch delay are two rows)."""
+    own time and its launch delay are two rows); ``bounds``: only those
+    (:data:`ACTIVITY_BOUNDS`: the kernels on the path)."""
     p = path.filter((pl.col("us") > 0) & pl.col(by).is_not_null())
+    if bounds is not None:
+        p = p.filter(pl.col("bound_by").is_in(list(bounds)))
     if p.height == 0:
         return pl.DataFrame(schema={by: pl.String, "bound_by": pl.String, "us": pl.Float64, "pct": pl.Float64})
     return (
@@ -308,6 +315,19 @@ def per_window(paths: list[CriticalPath]) -> pl.DataFrame:
         rows,
         schema={"window": pl.String, "step": pl.Int64, "length_us": pl.Float64, "span_us": pl.Float64, "top_bound": pl.String, "top_pct": pl.Float64},
     )
+
+
+def window_bounds(paths: list[CriticalPath]) -> pl.DataFrame:
+    """One row per window and bound: ``window``, ``step``, ``bound_by``, ``us``, ``pct``
+    (of that window's length), in :data:`BOUND_BY` order."""
+    schema = {"window": pl.String, "step": pl.Int64, "bound_by": pl.String, "us": pl.Float64, "pct": pl.Float64}
+    frames = [
+        cp.summary.select(
+            pl.lit(cp.window.label, pl.String).alias("window"), pl.lit(cp.window.step, pl.Int64).alias("step"), "bound_by", "us", "pct"
+        )
+        for cp in paths
+    ]
+    return pl.concat(frames).cast(schema) if frames else pl.DataFrame(schema=schema)  # type: ignore[arg-type]
 
 
 def combined(paths: list[CriticalPath]) -> tuple[pl.DataFrame, float]:

@@ -3,8 +3,9 @@
 The ``attribution`` block is the foundation's health check: the fraction of
 GPU kernel time that we could tie to an op, a module, a source line, and (for
 backward kernels) to the forward op they differentiate.  The ``steps`` block
-breaks each step's wall time down (:mod:`kinetolens.analysis.overview`) and
-the ``gpu`` block says how busy each GPU was
+breaks each step's wall time down (:mod:`kinetolens.analysis.overview`), the
+``inference`` block does the same per engine iteration of an inference
+trace (:mod:`kinetolens.analysis.inference_phases`), and the ``gpu`` block says how busy each GPU was
 (:mod:`kinetolens.analysis.gpu_metrics`).
 """
 
@@ -16,6 +17,7 @@ import polars as pl
 
 from kinetolens import __version__
 from kinetolens.analysis.gpu_metrics import gpu_metrics
+from kinetolens.analysis.inference_phases import inference_block
 from kinetolens.analysis.memory import BASIS_NOTES, peak_memory
 from kinetolens.analysis.overview import COLUMNS, average_breakdown, complete_rows, step_breakdown
 from kinetolens.analysis.recommendations import RuleContext, damaged_inputs, findings
@@ -227,6 +229,8 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "devices_used": used,
         "span_us": span_us,
         "steps": steps_block(trace, mine.breakdown),
+        # An inference trace's engine iterations and phases (docs/inference.md).
+        "inference": inference_block(trace),
         "gpu": gpu_block(trace, mine.gpu_metrics),
         "events": {
             # the file's own: ops copied from a graph capture trace are not its events
