@@ -171,6 +171,7 @@ def test_report_shows_phases_for_inference(vllm, tmp_path: Path) -> None:
     html = render_html(data)
     assert 'id="phases"' in html and "Top kernels in mixed" in html and "Engine iteration time breakdown" in html
     assert "steps profiled" not in html and "26,624" in html  # tokens/s
+    assert "How each phase was labelled" in html and "vLLM execute_: 9 prefill requests (8,155 tokens)" in html
     md = render_md(data)
     assert "### Phases of inference" in md and "### Step time" not in md
 

@@ -75,9 +75,25 @@ def iteration_frame(block: dict[str, Any]) -> pl.DataFrame:
             "requests": [r["requests"] for r in rows],
             "tokens_per_s": [r["tokens_per_s"] for r in rows],
             **_shares(rows, "breakdown_us"),
-            "labelled_from": [r["basis"] for r in rows],
         },
         schema_overrides={"tokens": pl.Int64, "requests": pl.Int64, "dur_us": pl.Float64, "tokens_per_s": pl.Float64},
+    )
+
+
+def labels_frame(block: dict[str, Any]) -> pl.DataFrame:
+    """How each phase was labelled: its first iteration, where the iterations
+    come from, and the basis in words (every iteration's is in the JSON)."""
+    first: dict[str, dict[str, Any]] = {}
+    for r in block["iterations"]:
+        first.setdefault(r["phase"], r)
+    return pl.DataFrame(
+        {
+            "phase": list(first),
+            "iteration": [r["iteration"] for r in first.values()],
+            "source": [r["source"] for r in first.values()],
+            "labelled_from": [r["basis"] for r in first.values()],
+        },
+        schema={"phase": pl.String, "iteration": pl.Int64, "source": pl.String, "labelled_from": pl.String},
     )
 
 
