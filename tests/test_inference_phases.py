@@ -234,12 +234,18 @@ class TinyLM(torch.nn.Module):
 
 model = TinyLM().eval()
 prompt = torch.randint(0, 128, (2, 48))
-for run, modules in (("modules", True), ("plain", False)):
+def forward(ids, cache=None, label=None):
+    if label is None:
+        return model(ids, cache)
+    with torch.profiler.record_function(label):  # the range vLLM V1 puts around each forward
+        return model(ids, cache)
+
+for run, modules, label in (("modules", True, None), ("plain", False, None), ("vllm", False, "gpu_model_runner: forward")):
     with torch.inference_mode(), kinetolens.profile(logdir=sys.argv[1], run=run, profile_memory=False, warmup=0,
                                                     with_stack=modules, with_modules=modules) as prof:
-        logits, cache = model(prompt)  # prefill: 2 prompts of 48 tokens
+        logits, cache = forward(prompt, None, label)  # prefill: 2 prompts of 48 tokens
         for _ in range(4):  # decode: one new token a prompt
-            logits, cache = model(logits.argmax(-1, keepdim=True), cache)
+            logits, cache = forward(logits.argmax(-1, keepdim=True), cache, label)
     print(prof.trace_files[0])
 """
 
@@ -258,7 +264,7 @@ def test_cpu_inference_loop_found_from_shapes(loop_traces: list[Path]) -> None:
     # issue 20, part 2: a CPU-captured generation loop with no special names.
     # How we know: the script runs one forward on ids [2, 48], then four on
     # ids [2, 1] against a KV cache growing from 48 to 51 tokens.
-    with_modules, plain = (load(p) for p in loop_traces)
+    with_modules, plain, _ = (load(p) for p in loop_traces)
     its = iterations(with_modules)
     assert its["phase"].to_list() == ["prefill", "decode", "decode", "decode", "decode"]
     assert its["tokens"].to_list() == [96, 2, 2, 2, 2] and its["requests"].to_list() == [2] * 5
@@ -278,3 +284,19 @@ def test_cpu_inference_loop_found_from_shapes(loop_traces: list[Path]) -> None:
     assert dict(sdpa.select("phase", "calls").rows()) == {"prefill": 1, "decode": 4}
     out = _run("summary", loop_traces[0].as_posix(), columns=80)
     assert "7 (prefill" not in out and "5 (prefill 1, decode 4)" in out and "Engine iterations" in out
+
+
+def test_vllm_forward_ranges_labelled_from_shapes(loop_traces: list[Path]) -> None:
+    # issue 20, part 2: vLLM V1's "gpu_model_runner: forward" ranges carry no
+    # counts: each is an iteration, labelled by the shapes inside it (the
+    # same loop as above, each forward wrapped in such a range).
+    t = load(loop_traces[2])
+    its = iterations(t)
+    assert its["phase"].to_list() == ["prefill", "decode", "decode", "decode", "decode"]
+    assert set(its["source"]) == {"engine: vLLM"}
+    assert its["basis"][0].startswith("vLLM gpu_model_runner: forward range (no counts); shapes: attention query [2, 4, 48, 8]")
+    assert its.select("prefill_tokens", "decode_tokens").rows() == [(96, 0)] + [(0, 2)] * 4
+    assert detect(t).evidence == ["engine iteration annotations (vLLM gpu_model_runner)"]
+    # The ranges are the iterations, not CPU work: counted as such, CPU time
+    # would fill each window (no GPU here); the ops inside leave gaps.
+    assert (its["dur"] == its["cpu_end"] - its["ts"]).all() and (its["cpu_exec"] < its["dur"]).all()

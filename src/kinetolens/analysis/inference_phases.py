@@ -289,6 +289,19 @@ def _engine_rows(marks: pl.DataFrame) -> pl.DataFrame:
 _COUNTS = ("tokens", "prefill_tokens", "decode_tokens", "requests", "prefill_requests", "decode_requests")
 
 
+#: Per-phase counts, filled from the totals where only the shapes label an iteration.
+_SPLIT = ("prefill_tokens", "decode_tokens", "prefill_requests", "decode_requests")
+
+
+def _by_phase(column: str, total: str) -> pl.Expr:
+    """``column`` (``prefill_tokens``, ...), or where unknown and the iteration is all
+    prefill or all decode, its ``total`` for that phase and 0 for the other."""
+    phase = column.split("_")[0]
+    known = pl.col("phase").is_in(["prefill", "decode"])
+    filled = pl.when(pl.col("phase") == phase).then(pl.col(total)).otherwise(0)
+    return pl.col(column).fill_null(pl.when(known).then(filled))
+
+
 def _empty() -> pl.DataFrame:
     schema = {
         "iteration": _I64, "phase": pl.String, "basis": pl.String, "source": pl.String, "name": pl.String,
@@ -344,18 +357,14 @@ def iterations(trace: Trace) -> pl.DataFrame:
             tokens=pl.col("tokens").fill_null(pl.col("shape_tokens")),
             requests=pl.col("requests").fill_null(pl.col("shape_requests")),
         ).with_columns(source=pl.lit("engine: ") + pl.col("engine"))
+        rows = rows.with_columns(_by_phase(c, c.split("_")[1]).alias(c) for c in _SPLIT)
         drop_ops = pl.Series([i for inner in marks["inner"].to_list() for i in inner], dtype=_I64)
     else:
         rows = shapes.with_columns(
             phase="shape_phase", basis="shape_basis", tokens="shape_tokens", requests="shape_requests",
-            prefill_tokens=pl.when(pl.col("shape_phase") == "prefill").then("shape_tokens").otherwise(0),
-            decode_tokens=pl.when(pl.col("shape_phase") == "decode").then("shape_tokens").otherwise(0),
-            prefill_requests=pl.when(pl.col("shape_phase") == "prefill").then("shape_requests").otherwise(0),
-            decode_requests=pl.when(pl.col("shape_phase") == "decode").then("shape_requests").otherwise(0),
-            source=pl.lit(f"forward: {source}"),
+            source=pl.lit(f"forward: {source}"), **{c: pl.lit(None, _I64) for c in _SPLIT},
         )  # fmt: skip
-        rows = rows.with_columns(pl.when(pl.col("phase").is_null()).then(None).otherwise(pl.col(c)).alias(c)
-                                 for c in ("prefill_tokens", "decode_tokens", "prefill_requests", "decode_requests"))  # fmt: skip
+        rows = rows.with_columns(_by_phase(c, c.split("_")[1]).alias(c) for c in _SPLIT)
         if not (rows["phase"] == "decode").any():
             # Forward passes with no decode (an encoder, a text encoder in a
             # diffusion pipeline, one prefill) are no evidence of LLM phases.
