@@ -179,7 +179,7 @@ def test_gloo_cli(slow_loader_2: DistributedRun, capsys: pytest.CaptureFixture[s
     (step,) = data["steps"]
     assert data["ranks"] == 2 and step["step"] == WHOLE_STEPS[-1]
     assert step["verdict"].startswith(f"rank {SLOW_RANK}'s data loading holds")
-    assert {r["bound_by"] for r in step["summary"]} >= {"data_loading", "communication"}
+    assert max(step["summary"], key=lambda r: r["us"])["bound_by"] == "data_loading"
 
 
 def test_run_dir_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -194,3 +194,71 @@ def test_run_dir_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert exit_info.value.code == 2
     with pytest.raises(TraceError, match="has no step 7"):
         run_joined_graph(trace_path(HTA_RUN), 7, "local:1", cache=False)
+
+
+# --- matching by the process group's sequence number ----------------------------------
+
+
+def _with_seq(src: Path, dst: Path, drop_first: str | None) -> None:
+    """``src`` with a ``Seq`` on each ``record_param_comms`` (in call order,
+    as newer PyTorch records it); ``drop_first``: lose that collective's first
+    call (its host ranges), as a sampled trace can."""
+    with gzip.open(src, "rt", encoding="utf-8") as fh:
+        doc = json.load(fh)
+    events = doc["traceEvents"]
+    params = sorted((e for e in events if e.get("name") == "record_param_comms"), key=lambda e: float(e["ts"]))
+    for i, e in enumerate(params):
+        e["args"] = {**e.get("args", {}), "Seq": i}
+    if drop_first is not None:
+        lib = min((e for e in events if e.get("name") == drop_first), key=lambda e: float(e["ts"]))
+        parent = max(
+            (p for p in params if float(p["ts"]) <= float(lib["ts"]) and float(p["ts"]) + float(p["dur"]) >= float(lib["ts"]) + float(lib["dur"])),
+            key=lambda p: float(p["ts"]),
+        )
+        doc["traceEvents"] = [e for e in events if e is not lib and e is not parent]
+    with gzip.open(dst, "wt", encoding="utf-8") as fh:
+        json.dump(doc, fh)
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_calls_matched_by_recorded_sequence_number(tmp_path: Path, recorded: bool) -> None:
+    # issue 19, part 2: with the trace's Seq, a call lost on one rank does not shift the matching
+    gen = tmp_path / "gen"
+    generate(trace_path(SOURCE), gen, 2, None, jitter=0.0, keep_every=0, seed=1)  # two identical ranks
+    run = tmp_path / "run"
+    run.mkdir()
+    for r in (0, 1):
+        if recorded:
+            _with_seq(gen / f"rank-{r}.json.gz", run / f"rank-{r}.json.gz", "nccl:all_reduce" if r == 1 else None)
+        else:
+            shutil.copy(gen / f"rank-{r}.json.gz", run / f"rank-{r}.json.gz")
+    ranks = run_graphs(run, "local:1", cache=False)
+    calls = joined_graph(ranks, 551).calls
+    if recorded:
+        # Every join pairs the same call: identical durations on the identical ranks.
+        assert calls.group_by("join_node").agg(pl.col("dur").n_unique())["dur"].to_list() == [1] * calls["join_node"].n_unique()
+        assert calls.filter(pl.col("kind") == "allreduce")["join_node"].n_unique() == 1  # the lost call is joined on no rank
+    else:
+        assert calls["join_node"].n_unique() == 5 and (calls["sync_ns"] == 0).all()
+
+
+# --- what-if on a run: make one rank as fast as the others' median -------------------
+
+
+def test_whatif_rank_as_fast_as_median(slow_loader_2: DistributedRun, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+    # issue 19, part 2 (the simulator's rank change): rank 1 without its sleep
+    main(["whatif", str(slow_loader_2.run_dir), "--change", f"rank:{SLOW_RANK}=median", "--json", "--no-cache"])
+    data = json.loads(capsys.readouterr().out)
+    assert data["ranks"] == 2 and [s["step"] for s in data["steps"]] == WHOLE_STEPS
+    for s in data["steps"]:
+        (scaled,) = s["scaled"]
+        assert scaled["rank"] == SLOW_RANK and scaled["factor"] < 0.5
+        assert scaled["new_us"] == pytest.approx(scaled["median_us"], rel=1e-3)
+        # Most of the sleep is gone from the step.  (Not all of it: where rank 0
+        # waited inside a traced op on this loaded machine, that wait counts as
+        # its own work, and so in the median rank's.)
+        assert s["measured_us"] - s["predicted_us"] >= 0.5 * DELAY_MS * 1000
+        assert s["predicted_us"] > 0 and "data loading holds" not in s["new_verdict"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["whatif", str(slow_loader_2.run_dir), "--change", "rank:9=median", "--no-cache"])
+    assert exit_info.value.code == 2 and "has no rank 9" in capsys.readouterr().err

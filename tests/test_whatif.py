@@ -111,3 +111,34 @@ def test_bad_specs_say_why(spec, message):
     # issue 19, part 3: bad --change specs are one clear message
     with pytest.raises(BadChange, match=message):
         parse_change(spec)
+
+
+def _cli(*args: str, columns: int = 80):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "COLUMNS": str(columns)}
+    return subprocess.run([sys.executable, "-m", "kinetolens.cli.main", *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_cli_reports_measured_predicted_and_the_new_split():
+    # issue 19, part 3: kinetolens whatif TRACE --change SPEC; fits 80 columns, units on every time
+    p = _cli("whatif", str(R0), "--change", "category:dataloader=0", "--change", "kernel:cudnn=0.5", "--step", "7")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    text = p.stdout
+    assert "measured step   180 ms" in text  # step 7: 179.7 ms
+    assert "predicted step" in text and "%" in text
+    # Without loading and with cuDNN twice as fast, the host's own ops bound the step.
+    assert "New critical path" in text and "CPU ops" in text
+    assert "data loading" not in text  # removed: no time left on the path
+
+
+def test_cli_bad_spec_is_one_line_exit_2():
+    # issue 19, part 3: a bad spec is one clear line and exit 2, no traceback
+    p = _cli("whatif", str(R0), "--change", "category:gpu=0")
+    assert p.returncode == 2
+    assert len(p.stderr.strip().splitlines()) == 1
+    assert "unknown category 'gpu'" in p.stderr

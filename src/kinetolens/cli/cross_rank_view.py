@@ -134,3 +134,68 @@ def _print_steps(console: Console, paths: list[CrossRankPath]) -> None:
     if len(paths) > MAX_STEP_ROWS:
         t.add_row(f"+{len(paths) - MAX_STEP_ROWS}", "", "", "")
     console.print(t)
+
+
+def show_run_whatif(run_dir: str, changes: list, step: int | None, json_: bool, width: int | None, cache: bool) -> None:
+    """``kinetolens whatif RUNDIR --change rank:N=median``: the predicted step after the changes."""
+    from kinetolens.analysis.whatif import BadChange
+    from kinetolens.runs.graphs import run_whatif
+
+    notes: list[str] = []
+    ranks = run_graphs(run_dir, None, cache=cache, notes=notes)
+    for note in notes:
+        click.echo(f"kinetolens: note: {note}", err=True)
+    try:
+        preds = run_whatif(ranks, changes, step, run_dir)
+    except BadChange as exc:
+        raise click.BadParameter(str(exc), param_hint="'--change'") from None
+    measured = sum(p.measured_us for p in preds) / len(preds)
+    predicted = sum(p.predicted_us for p in preds) / len(preds)
+    delta = predicted - measured
+    if json_:
+        emit_json(
+            {
+                "run": str(run_dir),
+                "ranks": len(ranks),
+                "changes": [c.spec for c in changes],
+                "measured_us": measured,
+                "predicted_us": predicted,
+                "delta_us": delta,
+                "delta_pct": 100 * delta / measured if measured else None,
+                "steps": [
+                    {
+                        "step": p.step, "measured_us": p.measured_us, "predicted_us": p.predicted_us,
+                        "length_us": p.before.length_us, "new_length_us": p.after.length_us,
+                        "verdict": p.before.verdict, "new_verdict": p.after.verdict,
+                        "scaled": p.scaled.to_dicts(), "summary": p.after.summary.to_dicts(),
+                    }  # fmt: skip
+                    for p in preds
+                ],
+            }
+        )
+        return
+    con = render_console(width)
+    what = f"step {preds[0].step}" if len(preds) == 1 else f"{len(preds)} steps, mean"
+    con.print(Text(f"What if: {', '.join(c.spec for c in changes)} ({len(ranks)} ranks, {what})", style="bold"))
+    for p in preds[:MAX_STEP_ROWS]:
+        for row in p.scaled.iter_rows(named=True):
+            con.print(
+                f"step {p.step}: rank {row['rank']}'s own work {duration(row['own_us'])} -> "
+                f"{duration(row['new_us'])} "
+                f"(the other ranks' median {duration(row['median_us'])})"
+            )
+    con.print(f"measured step (slowest rank)  {duration(measured)}")
+    sign = "+" if delta >= 0 else "-"
+    con.print(f"predicted step                {duration(predicted)}  ({sign}{duration(abs(delta))}, {delta / measured if measured else 0:+.1%})")
+    con.print(Text(f"now:   {preds[-1].before.verdict}"))
+    con.print(Text(f"after: {preds[-1].after.verdict}"))
+    path, length = combined([p.after for p in preds])
+    summary = summarize(path.filter(pl.col("bound_by") != "dependency"), length) if path.height else pl.DataFrame()
+    if summary.height:
+        unit, scale = time_unit(summary["us"].max())
+        t = _table("New critical path")
+        for header, justify in (("bound by", "left"), (f"time {unit}", "right"), ("share", "right")):
+            t.add_column(header, justify=justify)  # type: ignore[arg-type]
+        for row in summary.filter(pl.col("us") > 0).iter_rows(named=True):
+            t.add_row(LABELS.get(row["bound_by"], row["bound_by"]), in_unit(row["us"], scale), percent(row["pct"] / 100))
+        con.print(t)

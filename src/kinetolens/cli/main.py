@@ -28,6 +28,7 @@ from kinetolens.cli.export_command import export_command
 from kinetolens.cli.gpu_time_commands import idle_command, launches_command
 from kinetolens.cli.memory_command import memory_command
 from kinetolens.cli.modules_command import modules_command
+from kinetolens.cli.phases_command import phases_command
 from kinetolens.cli.report_command import report_command
 from kinetolens.cli.roofline_command import roofline_command
 from kinetolens.cli.serve_command import serve_command
@@ -47,6 +48,7 @@ cli.add_command(summary_command, "summary")
 cli.add_command(kernels_command, "kernels")
 cli.add_command(ops_command, "ops")
 cli.add_command(modules_command, "modules")
+cli.add_command(phases_command, "phases")
 cli.add_command(compiled_command, "compiled")
 cli.add_command(demo_command, "demo")
 cli.add_command(run_command, "run")

@@ -23,7 +23,7 @@ def _changes(_ctx: click.Context, _param: click.Parameter, value: tuple[str, ...
 
 
 @click.command()
-@click.argument("trace", type=click.Path(dir_okay=False))
+@click.argument("trace", metavar="TRACE|RUNDIR")
 @click.option("-c", "--change", "changes", multiple=True, required=True, callback=_changes,
               help="A change: kernel:NAME=F, op:NAME=F, module:NAME=F, category:C=F, launch:F, overlap:communication (repeatable).")
 @click.option("--step", type=int, default=None, help="Only this profiler step (default: every complete step, averaged).")
@@ -40,7 +40,14 @@ def whatif_command(trace: str, changes: list[Change], step: int | None, json_: b
     launch_overhead, kernel_gap, gpu_compute, gpu_memory, communication.
     """
     from kinetolens.analysis.whatif import whatif
+    from kinetolens.cli.critical_path_command import is_run_dir
     from kinetolens.loader import load
+
+    if is_run_dir(trace):  # every rank's step joined at collectives; rank:N=median, category:C=F
+        from kinetolens.cli.cross_rank_view import show_run_whatif
+
+        show_run_whatif(trace, changes, step, json_, width, not no_cache)
+        return
 
     result = whatif(load(trace, cache=not no_cache), changes, step)
     if not result.steps:
