@@ -145,9 +145,16 @@ def _with_ceilings(frame: pl.DataFrame, name_col: str) -> pl.DataFrame:
     return frame.join(table, on=keys, how="left", nulls_equal=True, maintain_order="left")
 
 
-def _declared(tc: pl.Expr, name: pl.Expr) -> pl.Expr:
-    """The precision a Tensor Core kernel's name declares (null for others)."""
-    return pl.when(tc == YES).then(name.map_elements(declared_precision, return_dtype=pl.String))
+def _with_declared(k: pl.DataFrame) -> pl.DataFrame:
+    """``k`` (``name``, ``tc``) with ``declared``: the precision a Tensor Core
+    kernel's name declares (null for others), read once per distinct name."""
+    names = k.filter(pl.col("tc") == YES)["name"].drop_nulls().unique()
+    table = pl.DataFrame(
+        {"name": names, "_declared": [declared_precision(n) for n in names.to_list()]},
+        schema={"name": k.schema["name"], "_declared": pl.String},
+    )
+    k = k.join(table, on="name", how="left", maintain_order="left")
+    return k.with_columns(declared=pl.when(pl.col("tc") == YES).then(pl.col("_declared"))).drop("_declared")
 
 
 def require_roofs(spec: GpuSpec | None, trace: Trace) -> GpuSpec:
@@ -232,8 +239,8 @@ def kernel_roofline(trace: Trace, spec: GpuSpec | None) -> pl.DataFrame:
     names = trace.ops.filter(pl.col("op_id").is_in(carriers)).select(carrier="op_id", carrier_name="name")
     k = k.join(names, on="carrier", how="left").with_columns(
         dtype=pl.col("carrier").replace_strict(dtypes, default=None, return_dtype=pl.String),
-        declared=_declared(pl.col("tc"), pl.col("name")),
     )
+    k = _with_declared(k)
     k = _with_roof(_with_ceilings(k, "carrier_name"), spec, "dur")
     out = k.select(
         "kernel_id", "name", "op", "dtype", "tc", "precision", "ceiling", "ceiling_assumed", "flops", "bytes",
@@ -302,7 +309,7 @@ def op_roofline(trace: Trace, spec: GpuSpec | None) -> pl.DataFrame:
     carried = carried_work(trace)
     ops = carried.ops.select("op_id", "flops", "bytes")
     k = carried.kernels.join(kernel_tensor_cores(trace).select("kernel_id", "tc", "name"), on="kernel_id", how="left")
-    k = k.with_columns(declared=_declared(pl.col("tc"), pl.col("name")))
+    k = _with_declared(k)
     per_op = k.group_by("carrier").agg(
         device_ns=pl.col("dur").sum(),
         verdicts=pl.col("tc").filter(pl.col("kind") == "kernel"),
