@@ -106,6 +106,7 @@ def print_inference(console: Console, block: dict[str, Any], *, limit: int | Non
                       units.count(p["tokens"]), token_rate(p["tokens_per_s"]), *_share_cells(p["average_us"], cats))  # fmt: skip
     table.caption = "tok/s: tokens over the iterations' time (host range to the end of their GPU work)"
     print_captioned(console, table)
+    console.line()
 
 
 #: The ops' ranking column, in words.
