@@ -113,7 +113,7 @@ def test_tensor_core_check_passes_and_fails() -> None:
     trace.kernels = trace.kernels.with_columns(
         name=pl.when(pl.col("kernel_id").is_in(gemm_ids)).then(pl.lit("ampere_sgemm_128x64_tn")).otherwise(pl.col("name"))
     )
-    with pytest.raises(AssertionError, match="without tc=yes"):
+    with pytest.raises(AssertionError, match="without a tc=yes kernel"):
         checks.check_tensor_cores(trace)
 
 
@@ -212,7 +212,9 @@ def test_gpu_suite_collects_and_skips_without_cuda() -> None:
                "tests/gpu")  # fmt: skip
     assert res.returncode == 0, res.stdout[-3000:]
     skipped = re.search(r"(\d+) skipped", res.stdout)
-    assert skipped and int(skipped.group(1)) >= 12 and "passed" not in res.stdout and "error" not in res.stdout, res.stdout
+    # one skip per test, or per module where torch itself is missing
+    modules = len(list((REPO / "tests" / "gpu").glob("test_*.py")))
+    assert skipped and int(skipped.group(1)) >= modules and "passed" not in res.stdout and "error" not in res.stdout, res.stdout
     assert "GPU suite: " in res.stdout or "could not import 'torch'" in res.stdout
 
 
