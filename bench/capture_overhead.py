@@ -1,7 +1,8 @@
 """Profiling overhead of kinetolens.profile against bare torch.profiler.
 
 What is measured: the wall time of one training step of the demo model
-(``kinetolens demo``'s CNN + transformer, AdamW, batch 16, CPU) while
+(``kinetolens demo``'s CNN + transformer, AdamW, batch 16, on the CPU or,
+with ``--device cuda``, on the GPU, synchronized after each step) while
 recording, in three configurations that run in the same process, on the
 same model, interleaved repetition by repetition (the order rotates, so no
 configuration always runs first or last):
@@ -73,6 +74,17 @@ def make_job(device: str) -> tuple[Callable[[], None], Any]:
 #: The clock steps are timed with (``--clock``).
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.thread_time}
 clock = CLOCKS["wall"]
+
+
+def cuda_missing() -> str | None:
+    """Why ``--device cuda`` cannot run here, or None (one line, before any work)."""
+    import torch
+
+    if not torch.backends.cuda.is_built():
+        return f"this torch build ({torch.__version__}) has no CUDA support"
+    if not torch.cuda.is_available():
+        return "no CUDA device is available"
+    return None
 
 
 def timed_steps(train_step: Callable[[], None], step: Callable[[], None] | None, n: int) -> list[float]:
@@ -218,13 +230,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=8, help="recorded steps per repetition (default 8)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--clock", default="wall", choices=sorted(CLOCKS),
-                        help="time steps in wall seconds (default) or process CPU seconds (a loaded machine)")
+                        help="time steps in wall seconds (default) or main-thread CPU seconds (a loaded machine)")
     parser.add_argument("--json", type=Path, help="also write raw per-repetition numbers here")
     args = parser.parse_args(argv)
     if args.steps < 2:
         parser.error("--steps must be at least 2 (the last recorded step is export)")
     global clock
     clock = CLOCKS[args.clock]
+    if args.device == "cuda" and (why := cuda_missing()):
+        print(f"capture_overhead: --device cuda: {why}", file=sys.stderr)
+        return 2
     command = "python " + " ".join(["bench/capture_overhead.py", *(argv if argv is not None else sys.argv[1:])])
     result = bench(args.reps, args.warmup, args.steps, args.device)
     summary = summarize(result)

@@ -75,8 +75,11 @@ print(json.dumps({"cpu_s": c1 - c0, "wall_s": w1 - w0, "length_us": float(length
 """
 
 
-def _run(python: str, code: str, trace: str, annotation: str, instance: int, env: dict) -> dict:
-    out = subprocess.run([python, "-c", code, trace, annotation, str(instance)], capture_output=True, text=True, env=env, timeout=3600)
+def _run(python: str, code: str, trace: str, annotation: str, instance: int, env: dict, timeout: float) -> dict:
+    try:
+        out = subprocess.run([python, "-c", code, trace, annotation, str(instance)], capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"did not finish in {timeout:,.0f} s (load and critical path)"}
     if out.returncode != 0:
         return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"}
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -89,6 +92,7 @@ def main() -> None:
     ap.add_argument("--instance", type=int, default=0)
     ap.add_argument("--no-hta", action="store_true", help="kinetolens only")
     ap.add_argument("-n", type=int, default=3, help="runs per tool and trace; the least CPU time is kept")
+    ap.add_argument("--timeout", type=float, default=3600, help="wall seconds one run (load included) may take")
     args = ap.parse_args()
     cases = [(args.trace, args.annotation, args.instance)] if args.trace else [(str(TRACES / p), a, i) for p, a, i in DEFAULT]
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"), CRITICAL_PATH_ADD_ZERO_WEIGHT_LAUNCH_EDGE="1")
@@ -100,7 +104,7 @@ def main() -> None:
         for tool, python, code in (("kinetolens", sys.executable, KINETOLENS_WORKER), ("HTA", hta, HTA_WORKER)):
             if python is None:
                 continue
-            runs = [_run(python, code, trace, ann, inst, env) for _ in range(args.n)]
+            runs = [_run(python, code, trace, ann, inst, env, args.timeout) for _ in range(args.n)]
             good = [r for r in runs if "error" not in r]
             results[tool] = min(good, key=lambda r: r["cpu_s"]) if good else runs[0]
         ours = results["kinetolens"]

@@ -5,7 +5,11 @@ Every rank gets a copy of the source trace with its own ``distributedInfo``
 device event (an NCCL kernel, or a ``gloo:*`` range) starts later by a random
 share of its duration (``jitter``) and ends where it ended, since all ranks
 finish a collective together.  The straggler arrives ``straggle`` of each
-collective's duration late, so the others wait that long for it.
+collective's duration late, so the others wait that long for it.  With
+``plant`` (``--plant``) its lateness is work: a kernel named
+:data:`PLANTED_KERNEL` on the collective's stream runs from when the stream
+was free and the collective launched until the collective starts (the
+cross-rank critical path must go through it).
 
 The copies are thinned to what the distributed view reads (steps, the
 collectives' host ranges, runtime calls and device activity; every
@@ -27,6 +31,12 @@ from typing import Any
 
 HOST_KEEP = ("ProfilerStep#", "nccl:", "gloo:", "c10d::", "record_param_comms")
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+#: The straggler's planted work before each collective (``plant``).
+PLANTED_KERNEL = "planted_straggler_kernel"
+#: Correlation ids of planted launches start here (above any real one).
+PLANTED_CORRELATION = 1 << 40
+#: The host thread planted kernels are launched from.
+PLANTED_PID, PLANTED_TID = 1, 1 << 30
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -43,7 +53,8 @@ def _is_collective(e: dict[str, Any]) -> bool:
 
 
 def thin(doc: dict[str, Any], keep_every: int = 1) -> dict[str, Any]:
-    """The events the distributed view needs, every ``keep_every``-th compute kernel."""
+    """The events the distributed view needs, every ``keep_every``-th compute
+    kernel (for 0, no compute, memcpy or memset: a step of collectives only)."""
     kept, compute, launched = [], 0, set()
     for e in doc.get("traceEvents", []):
         cat, name = e.get("cat"), str(e.get("name", ""))
@@ -57,8 +68,8 @@ def thin(doc: dict[str, Any], keep_every: int = 1) -> dict[str, Any]:
         elif cat in DEVICE_CATS:
             if (
                 _is_collective(e)
-                or cat != "kernel"
-                or (compute := compute + 1) % keep_every == 0
+                or keep_every > 0 and cat != "kernel"
+                or keep_every > 0 and (compute := compute + 1) % keep_every == 0
             ):
                 kept.append(e)
                 launched.add((e.get("args") or {}).get("correlation"))
@@ -78,20 +89,57 @@ def rank_doc(
     jitter: float,
     straggle: float,
     straggler: bool,
+    plant: bool = False,
 ) -> dict[str, Any]:
     """One rank's trace: the base with this rank's identity and arrival times."""
     info = dict(base.get("distributedInfo") or {})
     info.update(rank=rank, world_size=world)
     info.setdefault("backend", "nccl")
     events = []
+    ready = _ready_times(base["traceEvents"]) if straggler and plant else {}
     for e in base["traceEvents"]:
         if e.get("ph") == "X" and _is_collective(e) and e.get("dur"):
             dur = float(e["dur"])
             late = rng.uniform(0.0, jitter) + (straggle if straggler else 0.0)
             lag = min(late, 0.95) * dur
+            if id(e) in ready:
+                events.extend(_planted(e, ready[id(e)], float(e["ts"]) + lag, len(events)))
             e = {**e, "ts": float(e["ts"]) + lag, "dur": dur - lag}
         events.append(e)
     return {**base, "distributedInfo": info, "traceEvents": events}
+
+
+def _ready_times(events: list[dict[str, Any]]) -> dict[int, float]:
+    """Per collective kernel (by ``id``): when its stream was free and its
+    launch call had returned (us), the earliest a kernel before it could start."""
+    launch_end = {
+        (e.get("args") or {}).get("correlation"): float(e["ts"]) + float(e.get("dur", 0))
+        for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
+    }  # fmt: skip
+    device = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in DEVICE_CATS), key=lambda e: float(e["ts"]))
+    free: dict[Any, float] = {}
+    ready = {}
+    for e in device:
+        stream = (e.get("pid"), (e.get("args") or {}).get("stream"))
+        if _is_collective(e) and e.get("cat") == "kernel":
+            start = max(free.get(stream, float("-inf")), launch_end.get((e.get("args") or {}).get("correlation"), float("-inf"))) + 1.0
+            ready[id(e)] = min(start, float(e["ts"]))
+        free[stream] = max(free.get(stream, float("-inf")), float(e["ts"]) + float(e.get("dur", 0)))
+    return ready
+
+
+def _planted(e: dict[str, Any], start: float, end: float, n: int) -> list[dict[str, Any]]:
+    """The straggler's planted kernel on the collective's stream from ``start``
+    to the collective's late start, launched from a thread of its own (so no
+    op of the collective owns it)."""
+    pc = PLANTED_CORRELATION + n
+    args = {**(e.get("args") or {}), "correlation": pc, "External id": pc}
+    kernel = {**e, "name": PLANTED_KERNEL, "ts": start, "dur": max(end - start, 1.0), "args": args}
+    launch = {
+        "ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": PLANTED_PID, "tid": PLANTED_TID,
+        "ts": start - 2.0, "dur": 1.0, "args": {"correlation": pc, "External id": pc},
+    }  # fmt: skip
+    return [launch, kernel]
 
 
 def generate(
@@ -104,6 +152,7 @@ def generate(
     straggle: float = 0.6,
     keep_every: int = 1,
     seed: int = 0,
+    plant: bool = False,
 ) -> list[Path]:
     """Write ``ranks`` traces named ``rank-R.json.gz`` into ``out_dir``; return their paths."""
     base = thin(_read(source), keep_every)
@@ -111,7 +160,7 @@ def generate(
     rng = random.Random(seed)
     paths = []
     for r in range(ranks):
-        doc = rank_doc(base, r, ranks, rng, jitter, straggle, r == straggler)
+        doc = rank_doc(base, r, ranks, rng, jitter, straggle, r == straggler, plant)
         path = out_dir / f"rank-{r}.json.gz"
         with gzip.open(path, "wt", encoding="utf-8", compresslevel=1) as fh:
             json.dump(doc, fh, separators=(",", ":"))
@@ -145,12 +194,16 @@ def main(argv: list[str] | None = None) -> None:
         help="straggler's lateness, share of a collective",
     )
     parser.add_argument(
-        "--keep-every", type=int, default=1, help="keep every k-th compute kernel"
+        "--keep-every", type=int, default=1, help="keep every k-th compute kernel (0: none)"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--plant", action="store_true",
+        help=f"make the straggler's lateness a kernel ({PLANTED_KERNEL}) before each collective",
+    )  # fmt: skip
     a = parser.parse_args(argv)
     paths = generate(a.source, a.out_dir, a.ranks, a.straggler, jitter=a.jitter, straggle=a.straggle,
-                     keep_every=a.keep_every, seed=a.seed)  # fmt: skip
+                     keep_every=a.keep_every, seed=a.seed, plant=a.plant)  # fmt: skip
     print(f"wrote {len(paths)} rank traces to {a.out_dir}")
 
 

@@ -157,16 +157,17 @@ def test_html_report_renders_every_chart_offline(tmp_path: Path) -> None:
     text = out.read_text()
     # plotly.js is inline: no script or stylesheet is loaded from anywhere.
     assert "<script src" not in text and "<link" not in text
-    assert text.count("Plotly.newPlot") == 9  # plotly.js itself once, one call per chart
+    assert text.count("Plotly.newPlot") == 10  # plotly.js itself once, one call per chart
     seen = _open_offline(out, OUTPUT / "report_bert_h100.png")
     assert seen["errors"] == [] and seen["blocked"] == []
     ids = [c["id"] for c in seen["charts"]]
     assert ids == [f"kl-chart-{n}" for n in
-                   ("steps", "ops", "kernels", "tensor_cores", "modules", "roofline", "memory", "temporal", "idle")]  # fmt: skip
+                   ("steps", "critical-path", "ops", "kernels", "tensor_cores", "modules", "roofline", "memory", "temporal", "idle")]  # fmt: skip
     for chart in seen["charts"]:
         assert chart["svgs"] >= 1 and chart["height"] > 100, chart
         assert chart["marks"] > 0, chart  # something was drawn, not an empty frame
-    assert seen["sections"] == ["overview", "recommendations", "ops", "kernels", "modules", "sources", "roofline", "memory", "idle"]
+    assert seen["sections"] == ["overview", "recommendations", "critical-path", "ops", "kernels", "modules", "sources", "roofline",
+                                "memory", "idle"]  # issue 19, part 1: the critical path after the recommendations
     # The numbers in the page are the analyses': first op row and the step count.
     assert "aten::addmm" in text and "197.598" in text
     assert "Low GPU utilization" in text
@@ -238,5 +239,5 @@ def test_notebook_html(bert: kinetolens.Trace) -> None:
     assert findings[0].title in card and "ms per step" in card
     # A kernel name such as ``void f<a, b>(...)`` must not become a tag.
     fragment = collect(bert)._repr_html_()
-    assert "<html" not in fragment and fragment.count("Plotly.newPlot") == 9
+    assert "<html" not in fragment and fragment.count("Plotly.newPlot") == 10  # issue 19: the critical-path chart
     assert "&lt;BFloat16" in fragment and "<BFloat16" not in fragment  # short kernel names (issue 18)

@@ -195,7 +195,7 @@ def test_report_has_source_lines(captured: tuple[Path, Path]) -> None:
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    section = proc.stdout.split("## Source lines", 1)[1].split("\n## ", 1)[0]
+    section = proc.stdout.split("\n## Source lines\n", 1)[1].split("\n## ", 1)[0]
     assert "in func (file:line) means only the enclosing user function is known" in section
     for tag in ("LOSS", "BACKWARD", "FC1", "FC2", "MUL"):
         assert f"| {script}:{line_of(tag)} |" in section, tag

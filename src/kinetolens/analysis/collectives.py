@@ -31,7 +31,10 @@ Calls are numbered per rank within their process group and collective
 (``seq``): every rank issues the collectives of a group in the same order,
 so ``(group, collective, seq)`` names the same call on every rank.  Numbering
 per collective rather than per group keeps the matching intact where a
-sampled or truncated trace lost a call of another kind.
+sampled or truncated trace lost a call of another kind.  Newer PyTorch
+records the process group's own sequence number of each call
+(``record_param_comms``' ``Seq``); where every call of a group and collective has one, it
+is the ``seq``, and a call lost on one rank no longer shifts the others.
 """
 
 from __future__ import annotations
@@ -186,6 +189,7 @@ def _call_ops(ops: pl.DataFrame) -> pl.DataFrame:
         p_dtype="comm_dtype",
         p_size="group_size",
         p_group="process_group_name",
+        p_seq=pl.col("comm_seq") if "comm_seq" in ops.columns else pl.lit(None, pl.Int64),
         p_found=pl.lit(True),
     )
     lib = ops.filter(library).join(
@@ -272,6 +276,7 @@ def collective_calls(trace: Trace) -> pl.DataFrame:
         kernels=pl.col("kernels").fill_null(0).cast(pl.Int64),
         bytes=pl.Series([_message_bytes(r) for r in msg], dtype=pl.Int64),
         group_size=pl.col("p_size"),
+        p_seq=pl.col("p_seq"),
         nccl=pl.col("name").str.starts_with(LIBRARY_PREFIXES[0])
         | (~pl.col("name").str.contains(":") & pl.lit(_nccl_backend(trace))),
     )
@@ -281,8 +286,9 @@ def collective_calls(trace: Trace) -> pl.DataFrame:
         kind=pl.col("collective").map_elements(collective_kind, return_dtype=pl.String),
         timed=(pl.col("kernels") > 0) | ~pl.col("nccl"),
     )
+    recorded = pl.col("p_seq").is_not_null().all().over("group", "collective")
     out = out.sort("host_ts").with_columns(
-        seq=pl.int_range(pl.len()).over("group", "collective")
+        seq=pl.when(recorded).then(pl.col("p_seq")).otherwise(pl.int_range(pl.len()).over("group", "collective"))
     )
     return out.select(list(CALL_SCHEMA)).cast(CALL_SCHEMA)  # type: ignore[arg-type]
 

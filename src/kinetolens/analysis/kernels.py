@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from kinetolens.analysis.compiled_kernels import fused_op_names
 from kinetolens.analysis.params import dtypes_expr, shapes_expr
 from kinetolens.analysis.tensor_cores import kernel_tensor_cores
 from kinetolens.analysis.work import kernel_work
@@ -22,6 +23,7 @@ KERNEL_COLUMNS: dict[str, str] = {
     "sub": "index of this kernel among its op call's kernels (dgrad=0, wgrad=1 ...)",
     "kernel": "kernel name as recorded, the whole C++ signature (memcpy/memset included)",
     "short_name": "readable kernel name: no argument list, namespaces or template plumbing",
+    "fused_ops": "torch.compile kernels: the source ops fused into it (see kinetolens compiled)",
     "kind": "kernel / memcpy / memset",
     "params": "input shapes and dtypes (backward: the forward op's)",
     "dur_us": "silicon time in microseconds",
@@ -107,7 +109,7 @@ def kernel_table(trace: Trace, step: int | None = None) -> pl.DataFrame:
         start_us=(pl.col("ts") - first) / 1000.0,
     )
     # once per distinct name, not per row: a trace has ~100 names over ~100k kernels
-    table = table.with_columns(short_name=short_names(table["kernel"]))
+    table = table.with_columns(short_name=short_names(table["kernel"]), fused_ops=fused_op_names(trace, table["kernel"]))
     order = list(KERNEL_COLUMNS)
     return table.select(sorted(table.columns, key=order.index)).sort("idx")
 

@@ -3,8 +3,9 @@
 The ``attribution`` block is the foundation's health check: the fraction of
 GPU kernel time that we could tie to an op, a module, a source line, and (for
 backward kernels) to the forward op they differentiate.  The ``steps`` block
-breaks each step's wall time down (:mod:`kinetolens.analysis.overview`) and
-the ``gpu`` block says how busy each GPU was
+breaks each step's wall time down (:mod:`kinetolens.analysis.overview`), the
+``inference`` block does the same per engine iteration of an inference
+trace (:mod:`kinetolens.analysis.inference_phases`), and the ``gpu`` block says how busy each GPU was
 (:mod:`kinetolens.analysis.gpu_metrics`).
 """
 
@@ -16,6 +17,7 @@ import polars as pl
 
 from kinetolens import __version__
 from kinetolens.analysis.gpu_metrics import gpu_metrics
+from kinetolens.analysis.inference_phases import inference_block
 from kinetolens.analysis.memory import BASIS_NOTES, peak_memory
 from kinetolens.analysis.overview import COLUMNS, average_breakdown, complete_rows, step_breakdown
 from kinetolens.analysis.recommendations import RuleContext, damaged_inputs, findings
@@ -64,7 +66,8 @@ def attribution(trace: Trace) -> dict[str, Any]:
 
 def _recorded(ops: pl.DataFrame) -> pl.DataFrame:
     """The ops the trace file itself holds (not those copied from a capture trace)."""
-    return ops.filter(~pl.col("from_capture")) if "from_capture" in ops.columns else ops
+    copied = [c for c in ("from_capture", "from_next_iteration") if c in ops.columns]
+    return ops.filter(~pl.any_horizontal(copied)) if copied else ops
 
 
 def _graph_replay(trace: Trace, kernels: pl.DataFrame) -> dict[str, Any]:
@@ -87,17 +90,26 @@ def unrecorded_launches(trace: Trace) -> dict[str, Any]:
     the launch record): no tool can name their op, module or source line.
     ``share`` is of all kernel time, ``in_steps_share`` the part of it that
     ran inside the steps (counted in their kernel time, without an op);
+    ``named_share`` the part of it named by the same launches one iteration
+    later (:mod:`kinetolens.model.earlier_launches`);
     ``note`` says so in one line, or is null when every launch is recorded.
     """
     kernels = trace.kernels.filter(pl.col("kind") == "kernel")
     orphan = pl.col("launch_id").is_null() & (pl.col("external_id").fill_null(0) == 0)
     share = _fraction(kernels, orphan)
     in_steps = _fraction(kernels, orphan & pl.col("step").is_not_null())
+    named = _fraction(kernels, orphan & pl.col("op_id").is_not_null())
     note = None
     if share:
-        where = f"{in_steps:.1%} of it inside steps, with no op" if in_steps else "all of it before the first step, in no step"
-        note = f"{share:.1%} of kernel time: launched before profiling began, so no op is known ({where})"
-    return {"share": share, "in_steps_share": in_steps, "note": note}
+        where = f"{in_steps:.1%} of it inside steps" if in_steps else "all of it before the first step, in no step"
+        if named and named >= share - 1e-12:
+            known = "ops taken from the same launches one iteration later"
+        elif named:
+            known = f"{named:.1%} named by the same launches one iteration later, the rest with no op"
+        else:
+            known = "no op is known"
+        note = f"{share:.1%} of kernel time: launched before profiling began ({where}); {known}"
+    return {"share": share, "in_steps_share": in_steps, "named_share": named, "note": note}
 
 
 def _us(ns: float) -> float:
@@ -217,6 +229,8 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "devices_used": used,
         "span_us": span_us,
         "steps": steps_block(trace, mine.breakdown),
+        # An inference trace's engine iterations and phases (docs/inference.md).
+        "inference": inference_block(trace),
         "gpu": gpu_block(trace, mine.gpu_metrics),
         "events": {
             # the file's own: ops copied from a graph capture trace are not its events

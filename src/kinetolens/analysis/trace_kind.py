@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from kinetolens.analysis.inference_phases import detect
 from kinetolens.model.direction import pytorch_names
 from kinetolens.model.trace import Trace
 
@@ -30,6 +31,11 @@ class TraceKind:
     pytorch: bool
     #: Ops carry ``nn.Module`` paths (``with_modules`` / ``with_stack``).
     modules: bool
+    #: The program serves a model (an inference engine's iterations, decode
+    #: steps, KV-cache ops or graph replays, and no backward or optimizer):
+    #: views show its phases of inference instead of training steps
+    #: (:func:`kinetolens.analysis.inference_phases.detect`).
+    inference: bool = False
 
     def to_dict(self) -> dict[str, bool]:
         return asdict(self)
@@ -42,5 +48,6 @@ def trace_kind(trace: Trace) -> TraceKind:
         gpu=trace.kernels.height > 0 or bool(trace.devices),
         pytorch=trace.format.startswith(PYTORCH_FORMATS) or pytorch_names(trace.ops["name"]),
         modules=bool(modules),
+        inference=detect(trace).inference,
     )
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from kinetolens.analysis.compiled_kernels import generated_op_work
 from kinetolens.errors import TraceWarning
 from kinetolens.model.nesting import outermost_marked
 from kinetolens.model.trace import Trace
@@ -278,6 +279,9 @@ def carried_work(trace: Trace) -> CarriedWork:
     ordered = trace.ops.select(c for c in _OP_COLUMNS if c in trace.ops.columns).sort("op_id")
     failures = _Failures()
     works = _evaluate_ops(ordered, failures)
+    generated = generated_op_work(trace)  # torch.compile's kernels: the sum of the ops they fuse
+    if generated.height:
+        works = pl.concat([works.filter(~pl.col("op_id").is_in(generated["op_id"].implode())), generated]).sort("op_id")
     for warning in failures.warnings():
         if warning not in trace.warnings:  # every analysis evaluates afresh: one warning per failure
             trace.warnings.append(warning)

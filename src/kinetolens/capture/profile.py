@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from kinetolens.capture import counters as hw_counters
-from kinetolens.capture import layout
+from kinetolens.capture import inductor_provenance, layout
 from kinetolens.capture.metadata import collect
 
 if TYPE_CHECKING:
@@ -60,6 +60,12 @@ def _without_cycle_warning(torch_step: Callable[[], None]) -> Callable[[], None]
             torch_step()
 
     return step
+
+
+def _compiled_kernels() -> dict[str, Any]:
+    """The run-metadata entry of inductor's generated kernels, if any were recorded."""
+    kernels = inductor_provenance.recorded()
+    return {inductor_provenance.METADATA_KEY: kernels} if kernels else {}
 
 
 def step() -> None:
@@ -264,6 +270,7 @@ class Profile:
         )
         prof.__enter__()
         self._prof = prof
+        inductor_provenance.watch()  # kernels compiled from here on name their source ops and modules
         if self.options["with_stack"]:
             from kinetolens.capture.call_sites import record_operator_lines
 
@@ -297,6 +304,8 @@ class Profile:
             prof.__exit__(exc_type, exc, tb)
         finally:
             self._prof = None
+            if self._register_marker:
+                inductor_provenance.unwatch()  # ``kinetolens run`` watches the whole process
             if self._register_marker and self.step in _MARKERS:
                 _MARKERS.remove(self.step)
             del self.step
@@ -332,7 +341,7 @@ class Profile:
             schedule=self.schedule,
             options={**self.options, "activities": self._activity_names, **self._counter_options()},
             cuda=self._cuda,
-            extra=self.extra_metadata,
+            extra={**self.extra_metadata, **_compiled_kernels()},
         )
         layout.write_json(layout.metadata_path(path), meta)
         self._session_traces += 1

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from kinetolens.capture import inductor_provenance
 from kinetolens.capture.import_hook import when_imported
 
 # The list object itself: kinetolens.step() calls its last entry.
@@ -170,6 +171,8 @@ class Session:
         self.use_clock = True
         _MARKERS.append(self.marker)
         when_imported("torch", self._on_torch)
+        # Before the script compiles anything: its generated kernels name their source ops and modules.
+        inductor_provenance.watch()
         _note(config, "armed")
 
     def _on_torch(self, _torch: ModuleType) -> None:

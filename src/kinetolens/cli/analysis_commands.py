@@ -29,6 +29,7 @@ from kinetolens.analysis.roofline import LOST_COLUMNS, with_time_lost
 from kinetolens.analysis.summary import summarize
 from kinetolens.cli.checks import ROWS, WIDTH, check_step, check_time_range, regex, require_kernels
 from kinetolens.cli.load_options import capture_option
+from kinetolens.cli.phases_command import inference_rows, print_inference
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import (
     emit,
@@ -78,9 +79,13 @@ def summary_command(
     table.add_row("devices", dev)
     table.add_row("rank / world size", f"{info['rank'] if info['rank'] is not None else '-'} / {info['world_size'] or '-'}")
     steps = info["steps"]
+    phases = bool(info["inference"]["iterations"])  # an inference trace shows its phases instead of steps
     mean = f", mean {steps['mean_us'] / 1000:.3f} ms" if steps["mean_us"] else ""
     cut = f" ({len(steps['incomplete'])} cut short, not in the mean)" if steps.get("incomplete") else ""
-    table.add_row("steps", f"{steps['count']} {steps['ids'][:8]}{mean}{cut}")
+    if not phases:
+        table.add_row("steps", f"{steps['count']} {steps['ids'][:8]}{mean}{cut}")
+    for what, value in inference_rows(info):
+        table.add_row(what, table.note(value) if what == "inference" else value)
     ev = {k: v for k, v in info["events"].items() if gpu or k not in GPU_EVENTS}
     table.add_row("events", ", ".join(f"{k} {v:,}" for k, v in ev.items()))
     if gpu:
@@ -90,7 +95,10 @@ def summary_command(
     for w in info["warnings"]:
         table.add_row("warning", f"{w['kind']}: {w['detail']} ({w['count']}x)")
     table.print(console, f"kinetolens summary: {trace}")
-    _print_breakdown(console, steps, gpu)
+    if phases:
+        print_inference(console, info["inference"])
+    else:
+        _print_breakdown(console, steps, gpu)
     _print_gpus(console, info["gpu"], info["devices"])
     _print_recommendations(console, info["recommendations"])
     if info["recommendations_withheld"]:
@@ -116,7 +124,7 @@ def _add_attribution(table: _Pairs, info: dict) -> None:
         table.add_row("graph-replayed kernel time", f"{a['graph_replay_time_us'] / 1000:.3f} ms")
         table.add_row("  with its capture op", _pct(a["graph_replay_with_capture_op"]))
         table.add_row("  with a module", _pct(a["graph_replay_with_module"]))
-    if info["kind"]["pytorch"]:
+    if info["kind"]["pytorch"] and not info["kind"].get("inference"):  # inference runs no backward
         table.add_row("backward kernel time", f"{a['backward_time_us'] / 1000:.3f} ms")
         table.add_row("  with its forward op", _pct(a["backward_with_forward_op"]))
 

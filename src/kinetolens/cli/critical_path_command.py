@@ -24,6 +24,7 @@ from kinetolens.analysis.critical_path import (
 from kinetolens.cli.checks import ROWS, WIDTH
 from kinetolens.cli.render import emit_json
 from kinetolens.cli.render import console as render_console
+from kinetolens.cache import is_url
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
 from kinetolens.model.steps import without_incomplete_steps
@@ -53,7 +54,7 @@ def _short(name: str | None, chars: int = NAME_CHARS) -> str:
 
 
 @click.command()
-@click.argument("trace", type=click.Path(dir_okay=False))
+@click.argument("trace", metavar="TRACE|RUNDIR")
 @click.option("--step", type=int, default=None, help="Only this profiler step (default: every complete step).")
 @click.option("--annotation", default=None, help="Window: a host range whose name contains this text (HTA's rule).")
 @click.option("--instance", type=click.IntRange(min=0), default=0, show_default=True, help="Which match of --annotation, from 0.")
@@ -63,6 +64,10 @@ def _short(name: str | None, chars: int = NAME_CHARS) -> str:
 @click.option("--perfetto", "perfetto", type=click.Path(dir_okay=False), default=None, help="Also write the annotated trace with a critical-path track (.json or .json.gz) for ui.perfetto.dev.")
 @click.option("--keep-last-step", is_flag=True, help="Keep a last step the profiler cut short.")
 @click.option("--no-cache", is_flag=True, help="Parse the trace again instead of reading the cache.")
+@click.option(
+    "--executor", default=None, metavar="SPEC",
+    help="RUNDIR: local, local:N, or dask://HOST:PORT (default: $DASK_SCHEDULER_ADDRESS if set, else a local process pool).",
+)  # fmt: skip
 def critical_path_command(
     trace: str,
     step: int | None,
@@ -74,6 +79,7 @@ def critical_path_command(
     perfetto: str | None,
     keep_last_step: bool,
     no_cache: bool,
+    executor: str | None,
 ) -> None:
     """The longest dependency path through each step and what bounds it.
 
@@ -83,7 +89,20 @@ def critical_path_command(
     kernel gaps, GPU compute, memcpy/memset, communication, data loading).
     Time between top-level ops that nothing traced covers is not on it
     (span - length).
+
+    RUNDIR (a directory of one trace per rank, or an fsspec URL): the path
+    across ranks, each rank's step joined to the others' at its collectives;
+    per step, which rank and which of its work gates it.
     """
+    if is_run_dir(trace):
+        if annotation is not None or perfetto is not None or keep_last_step:
+            raise click.UsageError("with a RUNDIR, use --step (no --annotation, --perfetto or --keep-last-step)")
+        from kinetolens.cli.cross_rank_view import show_run
+
+        show_run(trace, step, top, json_, width, executor, not no_cache)
+        return
+    if executor is not None:
+        raise click.UsageError("--executor is for a RUNDIR of several ranks' traces")
     if step is not None and annotation is not None:
         raise click.UsageError("use --step or --annotation, not both")
     if instance and annotation is None:
@@ -122,6 +141,15 @@ def critical_path_command(
         )
         return
     _print(render_console(width), paths, summary, length, tops)
+
+
+def is_run_dir(path: str) -> bool:
+    """A directory (or a URL): the traces of a run's ranks."""
+    from pathlib import Path
+
+    if is_url(path):
+        return not path.rstrip("/").endswith((".json", ".json.gz", ".sqlite"))
+    return Path(path).is_dir()
 
 
 def _path_json(cp: CriticalPath) -> dict:

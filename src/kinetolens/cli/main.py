@@ -19,6 +19,7 @@ from kinetolens.cli.analysis_commands import (
 from kinetolens.cli.cache_command import cache_command
 from kinetolens.cli.capture_commands import demo_command, run_command
 from kinetolens.cli.checks import one_line
+from kinetolens.cli.compiled_command import compiled_command
 from kinetolens.cli.counters_command import counters_command
 from kinetolens.cli.critical_path_command import critical_path_command
 from kinetolens.cli.diff_command import diff_command
@@ -27,9 +28,11 @@ from kinetolens.cli.export_command import export_command
 from kinetolens.cli.gpu_time_commands import idle_command, launches_command
 from kinetolens.cli.memory_command import memory_command
 from kinetolens.cli.modules_command import modules_command
+from kinetolens.cli.phases_command import phases_command
 from kinetolens.cli.report_command import report_command
 from kinetolens.cli.roofline_command import roofline_command
 from kinetolens.cli.serve_command import serve_command
+from kinetolens.cli.whatif_command import whatif_command
 from kinetolens.errors import TraceError
 
 EXIT_BAD_INPUT = 2
@@ -45,6 +48,8 @@ cli.add_command(summary_command, "summary")
 cli.add_command(kernels_command, "kernels")
 cli.add_command(ops_command, "ops")
 cli.add_command(modules_command, "modules")
+cli.add_command(phases_command, "phases")
+cli.add_command(compiled_command, "compiled")
 cli.add_command(demo_command, "demo")
 cli.add_command(run_command, "run")
 cli.add_command(memory_command, "memory")
@@ -59,6 +64,7 @@ cli.add_command(report_command, "report")
 cli.add_command(export_command, "export")
 cli.add_command(cache_command, "cache")
 cli.add_command(critical_path_command, "critical-path")
+cli.add_command(whatif_command, "whatif")
 
 
 def main(argv: list[str] | None = None) -> None:

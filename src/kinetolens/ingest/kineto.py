@@ -93,6 +93,7 @@ HOST_SCHEMA: dict[str, pl.DataType] = {
     "group_size": pl.Int64(),
     "comm_dtype": pl.String(),
     "process_group_name": pl.String(),
+    "comm_seq": pl.Int64(),
 }
 
 DEVICE_SCHEMA: dict[str, pl.DataType] = {

@@ -66,6 +66,8 @@ class HostArgs(LinkArgs, gc=False):
     group_size: int | None = msgspec.field(default=None, name="Group size")
     comm_dtype: str | None = msgspec.field(default=None, name="dtype")
     process_group_name: str | None = msgspec.field(default=None, name="Process Group Name")
+    #: The process group's sequence number of the call (newer PyTorch), the same on every rank.
+    comm_seq: int | None = msgspec.field(default=None, name="Seq")
 
 
 class RuntimeArgs(LinkArgs, gc=False):

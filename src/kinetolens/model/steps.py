@@ -85,30 +85,12 @@ def build_steps(ops: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
             complete=pl.lit(True),
             cut_reason=pl.lit(None, pl.String),
         )
-    gpu = (
-        kernels.filter(pl.col("kind").cast(pl.String).is_in(_GPU_ACTIVITY) & (pl.col("dur") >= 0))
-        .select("launch_ts", "ts", kend=pl.col("ts") + pl.col("dur"))
-        .with_row_index("_k")
-    )
-    launched = _step_of(gpu.filter(pl.col("launch_ts").is_not_null()), marks, "launch_ts")
-    per_step = launched.group_by("step").agg(gpu_end=pl.col("kend").max(), gpu_work=pl.len(), first_gpu=pl.col("ts").min())
     host = ops.filter(pl.col("kind").cast(pl.String).is_in(("op", "annotation"))).select("ts", "name", "kind")
     host = _step_of(host, marks, "ts").filter(~pl.col("name").str.starts_with(STEP_PREFIX))
     host_work = host.filter(pl.col("kind").cast(pl.String) == "op").group_by("step").agg(host_work=pl.len())
     counts = host.group_by("step", "name").agg(n=pl.len())
-    steps = (
-        marks.join(per_step, on="step", how="left")
-        .join(host_work, on="step", how="left")
-        .with_columns(pl.col("gpu_work", "host_work").fill_null(0), own_end=pl.max_horizontal("cpu_end", "gpu_end"))
-        .sort("ts")
-    )
-    first_start = max(int(steps["ts"][0]), _queued_before_first_step(gpu, launched, steps["first_gpu"][0]))
-    # A step ends no earlier than it starts, and starts where the previous
-    # one ended: both are a running maximum of the steps' own ends.
-    ts = pl.when(pl.int_range(pl.len()) == 0).then(pl.lit(first_start)).otherwise(pl.col("ts"))
-    ends = pl.max_horizontal("own_end", ts).cum_max()
-    steps = steps.with_columns(start=pl.max_horizontal(ts, ends.shift(1)).fill_null(ts), end=ends)
-    steps = steps.with_columns(dur=pl.col("end") - pl.col("start"))
+    steps = host_range_windows(marks, kernels).join(host_work, on="step", how="left", maintain_order="left")
+    steps = steps.with_columns(pl.col("host_work").fill_null(0))
     flags, reasons = incomplete_last_step(steps, counts)
     return steps.with_columns(
         complete=~pl.Series(flags, dtype=pl.Boolean), cut_reason=pl.Series(reasons, dtype=pl.String)
@@ -116,6 +98,39 @@ def build_steps(ops: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
         "step", "name", "step_op_id", "ts", "cpu_end", "gpu_end", "start", "end", "dur", "gpu_work", "host_work",
         "complete", "cut_reason",
     )
+
+
+def host_range_windows(marks: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
+    """``marks`` (``step``, ``ts``, ``cpu_end``: host ranges, one per distinct
+    ``step``) as disjoint windows over their GPU work, sorted by ``ts``.
+
+    Adds ``gpu_end``, ``gpu_work`` (GPU activities launched in the range),
+    ``first_gpu`` (start of the first of them) and ``start``, ``end``,
+    ``dur``: the window rules of the module docstring.  Profiler steps and
+    the iterations of an inference engine
+    (:mod:`kinetolens.analysis.inference_phases`) are both cut this way.
+    """
+    gpu = (
+        kernels.filter(pl.col("kind").cast(pl.String).is_in(_GPU_ACTIVITY) & (pl.col("dur") >= 0))
+        .select("launch_ts", "ts", kend=pl.col("ts") + pl.col("dur"))
+        .with_row_index("_k")
+    )
+    launched = _step_of(gpu.filter(pl.col("launch_ts").is_not_null()), marks, "launch_ts")
+    per_step = launched.group_by("step").agg(gpu_end=pl.col("kend").max(), gpu_work=pl.len(), first_gpu=pl.col("ts").min())
+    steps = (
+        marks.join(per_step, on="step", how="left")
+        .with_columns(pl.col("gpu_work").fill_null(0), own_end=pl.max_horizontal("cpu_end", "gpu_end"))
+        .sort("ts")
+    )
+    if steps.height == 0:
+        return steps.with_columns(start=pl.col("ts"), end=pl.col("cpu_end"), dur=pl.lit(0, pl.Int64)).drop("own_end")
+    first_start = max(int(steps["ts"][0]), _queued_before_first_step(gpu, launched, steps["first_gpu"][0]))
+    # A step ends no earlier than it starts, and starts where the previous
+    # one ended: both are a running maximum of the steps' own ends.
+    ts = pl.when(pl.int_range(pl.len()) == 0).then(pl.lit(first_start)).otherwise(pl.col("ts"))
+    ends = pl.max_horizontal("own_end", ts).cum_max()
+    steps = steps.with_columns(start=pl.max_horizontal(ts, ends.shift(1)).fill_null(ts), end=ends)
+    return steps.with_columns(dur=pl.col("end") - pl.col("start")).drop("own_end")
 
 
 def _queued_before_first_step(gpu: pl.DataFrame, launched: pl.DataFrame, first_gpu: int | None) -> int:

@@ -19,8 +19,10 @@ run name) stands for the run it points to.
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from kinetolens.analysis.distributed import RankSummary, rank_summary
 from kinetolens.cache import default_cache_location, is_url
@@ -29,6 +31,8 @@ from kinetolens.formats import LATEST_RUN
 from kinetolens.logdir import WorkerTrace, newest_per_rank, run_traces, trace_age
 from kinetolens.runs.executors import Executor, executor_for
 from kinetolens.runs.storage import RemoteTrace, load_source, remote_rank_traces
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,19 @@ def summarize_run(
     once loaded, by the rank they record) the newest is used, and a line
     saying so is appended to ``notes``.
     """
+    return map_ranks(run_dir, summarize_file, executor, cache, notes)
+
+
+def map_ranks(
+    run_dir: str | Path,
+    fn: Callable[[RankJob], R],
+    executor: Executor | str | None = None,
+    cache: bool | str | Path = True,
+    notes: list[str] | None = None,
+) -> list[R]:
+    """``fn`` (a picklable function of a :class:`RankJob` returning something
+    with a ``rank``) over the newest trace of each rank of ``run_dir``, on
+    the executor, in rank order (see :func:`summarize_run`)."""
     traces, left_out = newest_per_rank(rank_traces(run_dir, notes))
     ex = (
         executor
@@ -102,8 +119,8 @@ def summarize_run(
         else executor_for(executor)
     )
     where = cache_location(cache)
-    summaries = ex.map(summarize_file, [_job(t, where) for t in traces])
-    newest: dict[int, tuple[RankSummary, RunTrace]] = {}
+    summaries = ex.map(fn, [_job(t, where) for t in traces])
+    newest: dict[int, tuple[R, RunTrace]] = {}
     for s, t in zip(summaries, traces, strict=True):
         if s.rank not in newest or trace_age(t) > trace_age(newest[s.rank][1]):
             newest[s.rank] = (s, t)
@@ -117,7 +134,7 @@ def summarize_run(
 
 def _left_out_note(
     run_dir: str | Path,
-    newest: dict[int, tuple[RankSummary, RunTrace]],
+    newest: dict[int, tuple[Any, RunTrace]],
     older: list[tuple[int | None, RunTrace]],
 ) -> str:
     """One line: which ranks had several traces, the newest kept for the

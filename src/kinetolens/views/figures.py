@@ -72,11 +72,14 @@ def empty_figure(title: str, message: str) -> go.Figure:
     return fig
 
 
-def step_breakdown_figure(breakdown: pl.DataFrame, title: str = "Step time breakdown") -> go.Figure:
-    """Stacked bars: each step's wall time split into the overview's categories (ms)."""
+def step_breakdown_figure(
+    breakdown: pl.DataFrame, title: str = "Step time breakdown", labels: list[str] | None = None
+) -> go.Figure:
+    """Stacked bars: each step's wall time split into the overview's categories (ms);
+    ``labels`` names the bars (an inference trace's iterations) instead of ``step N``."""
     if breakdown.height == 0:
         return empty_figure(title, "no steps")
-    labels = [("trace" if s is None else f"step {s}") for s in breakdown["step"].to_list()]
+    labels = labels or [("trace" if s is None else f"step {s}") for s in breakdown["step"].to_list()]
     fig = go.Figure()
     for cat in (*CATEGORIES, OTHER):
         ms = (breakdown[cat].cast(pl.Float64) / 1e6).to_list()

@@ -33,6 +33,8 @@ from kinetolens.model.trace import Trace
 from kinetolens.registry.gpus import GpuSpec, gpu_spec
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import figures
+from kinetolens.views.report_phases import breakdown_rows, per_phase_tables
+from kinetolens.views.critical_path_section import CriticalPathSection, critical_path_section
 
 #: Rows of each ranked table a report shows.
 TOP_ROWS = 15
@@ -104,6 +106,11 @@ class ReportData:
     chart_notes: dict[str, str] = field(default_factory=dict)
     #: The cross-rank section of a multi-rank run (:func:`cross_rank`), else None.
     cross_rank: CrossRank | None = None
+    #: An inference trace's top kernels and ops per phase
+    #: (:func:`kinetolens.views.report_phases.per_phase_tables`), else empty.
+    phases: dict[str, dict[str, pl.DataFrame]] = field(default_factory=dict)
+    #: The critical path of each complete step, or the line saying why there is none.
+    critical_path: CriticalPathSection | str | None = None
 
     @property
     def shown_rank(self) -> str:
@@ -124,8 +131,14 @@ class ReportData:
         """Every chart, those without data included (drawn once, then kept)."""
         if "figures" in self.extra:
             return dict(self.extra["figures"])
+        inference = self.summary.get("inference") or {}
+        if inference.get("iterations"):  # an inference trace: its iterations instead of steps
+            frame, labels = breakdown_rows(inference)
+            steps = figures.step_breakdown_figure(frame, "Engine iteration time breakdown", labels)
+        else:
+            steps = figures.step_breakdown_figure(self.breakdown)
         figs = {
-            "steps": figures.step_breakdown_figure(self.breakdown),
+            "steps": steps,
             "ops": figures.top_ops_figure(self.ops, value=self.basis, top=TOP_ROWS, title=f"Top ops by {self.basis}"),
             "kernels": figures.top_ops_figure(
                 self.kernel_names, value="device_total_us", top=TOP_ROWS, kind="pie", title="GPU time by kernel"
@@ -277,6 +290,8 @@ def collect(
         roofline_modules=roof_modules,
         roofline_note=roof_note,
         cross_rank=cross_rank(ranks) if ranks and len(ranks) > 1 else None,
+        phases=per_phase_tables(trace) if summary["inference"]["iterations"] else {},
+        critical_path=critical_path_section(trace),
     )
     data.omitted = left_out(data)
     data.chart_notes = chart_notes(data)

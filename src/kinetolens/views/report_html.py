@@ -29,6 +29,7 @@ from kinetolens.errors import TraceError
 from kinetolens.views import units
 from kinetolens.views.module_tree_html import module_tree_html
 from kinetolens.views.report_data import SOURCES_NOTE, TOP_ROWS, ReportData
+from kinetolens.views.report_phases import inference_rows, iteration_frame, labels_frame, phase_frame
 
 #: Text cells longer than this are cut in the middle (keeping a module path's root and leaf).
 CELL_CHARS = 120
@@ -83,11 +84,16 @@ def overview_frame(data: ReportData) -> pl.DataFrame:
     """``what, value`` rows: the summary's headline numbers as text."""
     s = data.summary
     steps = s["steps"]
-    rows: list[tuple[str, str | None]] = [
-        ("trace", data.trace.path),
-        ("steps profiled", f"{steps['count']} ({', '.join(map(str, steps['ids'][:10]))}{' ...' if steps['count'] > 10 else ''})"),
-        ("mean step time", None if steps["mean_us"] is None else f"{steps['mean_us'] / 1000:.3f} ms"),
-        ("step cut short", steps.get("incomplete_note")),
+    rows: list[tuple[str, str | None]] = [("trace", data.trace.path)]
+    phases = inference_rows(s)  # an inference trace: its iterations instead of steps
+    if not s["inference"]["iterations"]:
+        rows += [
+            ("steps profiled", f"{steps['count']} ({', '.join(map(str, steps['ids'][:10]))}{' ...' if steps['count'] > 10 else ''})"),
+            ("mean step time", None if steps["mean_us"] is None else f"{steps['mean_us'] / 1000:.3f} ms"),
+            ("step cut short", steps.get("incomplete_note")),
+        ]
+    rows += phases
+    rows += [
         ("trace span", f"{s['span_us'] / 1000:.3f} ms"),
         ("rank / world size", f"{s['rank']} / {s['world_size']}" if s["rank"] is not None else None),
         ("ops ranked by", data.basis),
@@ -165,11 +171,27 @@ def _tables(data: ReportData) -> dict[str, Markup]:
     }  # fmt: skip
     if data.cross_rank is not None:
         tables.update(cross_rank_tables(data))
+    if data.summary["inference"]["iterations"]:
+        tables.update(phase_tables_html(data))
     if data.roofline_modules is not None:
         tables["roofline"] = frame_html(
             data.roofline_modules,
             ["module", "calls", "device_us", "ideal_us", "pct_of_roof", "lost_us", "bound", "precision"],
         )
+    return tables
+
+
+def phase_tables_html(data: ReportData) -> dict[str, Markup]:
+    """An inference trace's iteration and phase tables, and each phase's top kernels and ops, as HTML."""
+    block = data.summary["inference"]
+    tables = {
+        "phase_iterations": frame_html(iteration_frame(block)),
+        "phase_labels": frame_html(labels_frame(block), rows=None, cell_chars=None),
+        "phases": frame_html(phase_frame(block), rows=None),
+    }
+    for phase, part in data.phases.items():
+        for what, frame in part.items():
+            tables[f"phase_{phase}_{what}"] = frame_html(frame, rows=None)
     return tables
 
 
@@ -242,6 +264,8 @@ def plotly_js() -> str:
 
 def render_html(data: ReportData, standalone: bool = True) -> str:
     """The report page; ``standalone=False`` gives a fragment for notebooks (plotly.js still embedded once)."""
+    from kinetolens.views.critical_path_report import critical_path_html
+
     env = _environment()
     js = plotly_js()
     page = env.get_template(TEMPLATE).render(
@@ -252,6 +276,7 @@ def render_html(data: ReportData, standalone: bool = True) -> str:
         tables=_tables(data),
         charts=_charts(data),
         sources_note=SOURCES_NOTE,
+        critical_path=critical_path_html(data),
     )
     if not standalone:
         page = f"<script>{js}</script>\n{page}"

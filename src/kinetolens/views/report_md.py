@@ -16,7 +16,9 @@ from kinetolens.analysis.kernels import tensor_core_time
 from kinetolens.analysis.module_tree import NO_MODULE, by_depth, by_type
 from kinetolens.analysis.ops import time_basis
 from kinetolens.analysis.recommendations import Finding
+from kinetolens.views.critical_path_report import critical_path_md
 from kinetolens.views.report_data import SOURCES_NOTE, ReportData
+from kinetolens.views.report_phases import iteration_frame, labels_frame, phase_frame
 from kinetolens.views.report_html import breakdown_frame, cell_texts, cross_rank_frames, memory_frame, overview_frame
 
 #: Rows per ranked table in markdown.
@@ -71,8 +73,13 @@ def render_md(data: ReportData) -> str:
     out = [f"# kinetolens report: {data.title}\n", f"_{data.trace.path} · {data.trace.format} · kinetolens {__version__}_\n"]
     if data.note:
         out.append(f"> {data.note}\n")
-    out += ["## Overview\n", frame_md(overview_frame(data), rows=None, cell_chars=None), "\n### Step time (mean per step)\n",
-            frame_md(breakdown_frame(data), rows=None)]  # fmt: skip
+    out += ["## Overview\n", frame_md(overview_frame(data), rows=None, cell_chars=None)]
+    if data.summary["inference"]["iterations"]:  # an inference trace: its phases instead of steps
+        block = data.summary["inference"]
+        out += ["\n### Phases of inference\n", frame_md(iteration_frame(block)), frame_md(labels_frame(block), rows=None, cell_chars=None),
+                frame_md(phase_frame(block), rows=None)]  # fmt: skip
+    else:
+        out += ["\n### Step time (mean per step)\n", frame_md(breakdown_frame(data), rows=None)]
     if data.cross_rank is not None:
         out += _cross_rank_md(data)
     whose = f" for {data.shown_rank}" if data.cross_rank is not None else ""
@@ -83,6 +90,7 @@ def render_md(data: ReportData) -> str:
     elif not data.findings:
         out.append("No rule fired: nothing obvious to change in this trace.\n")
     out += [_card(i, f) for i, f in enumerate(data.findings, 1)]
+    out += critical_path_md(data)
     out += _section(data, "ops", "Top ops", lambda: [frame_md(data.ops, list(dict.fromkeys(["name", "calls", basis, "step_share_pct", "tflops_s", "in_shapes"])))])
     out += _section(data, "kernels", "Top kernels", lambda: [
         frame_md(data.kernel_names, ["kernel", "calls", "device_total_us", "mean_us", "op", "step_share_pct"]), _tensor_cores_md(data)])

@@ -32,7 +32,7 @@ from starlette.staticfiles import StaticFiles
 
 from kinetolens.errors import TraceError
 from kinetolens.logdir import newest_per_rank
-from kinetolens.views.dashboard import compare, pages
+from kinetolens.views.dashboard import compare, critical_path_page, pages
 from kinetolens.views.dashboard.hosts import HostCheck
 from kinetolens.views.dashboard.sources import BadParameter, Ctx, find_source, table
 from kinetolens.views.dashboard.state import Loaded, TraceStore, UnknownTrace, file_key, worker_id
@@ -195,7 +195,8 @@ class Dashboard:
     def view(self, request: Request) -> Response:
         def go(r: Request) -> Response:
             name = r.path_params["view"]
-            builders = {**pages.VIEWS, "distributed": compare.distributed, "diff": compare.diff_view}
+            builders = {**pages.VIEWS, "distributed": compare.distributed, "diff": compare.diff_view,
+                        critical_path_page.VIEW: critical_path_page.view}
             if name not in builders:
                 return json({"error": f"no view {name!r}"}, 404)
             ctx = self._ctx(r)

@@ -283,7 +283,9 @@ SOURCE_ARGS = ("group", "key", "device", "start_ms", "end_ms", "depth", "view")
 
 
 def find_source(name: str) -> Callable[[Ctx], pl.DataFrame] | None:
-    return SOURCES.get(name) or _compare_sources().get(name)
+    from kinetolens.views.dashboard.critical_path_page import SOURCES as critical_path
+
+    return SOURCES.get(name) or _compare_sources().get(name) or critical_path.get(name)
 
 
 def table(ctx: Ctx, name: str) -> pl.DataFrame:

@@ -2,7 +2,7 @@
 // filtered and paged on the server, so the page only holds what it shows.
 "use strict";
 
-const VIEWS = ["overview", "operators", "kernels", "modules", "roofline", "memory", "distributed", "diff", "timeline"];
+const VIEWS = ["overview", "operators", "kernels", "modules", "roofline", "memory", "critical_path", "distributed", "diff", "timeline"];
 const S = { runs: [], run: null, worker: null, step: "", view: "overview", other_run: "", other_worker: "",
             start_ms: "", end_ms: "", perfetto: false };
 const $ = (sel, root = document) => root.querySelector(sel);
@@ -91,7 +91,7 @@ function fillSteps(steps) {
 
 function drawViewList() {
   $("#views").replaceChildren(...VIEWS.map(v => el("li", { class: v === S.view ? "active" : "", "data-view": v,
-    onclick: () => { S.view = v; drawViewList(); loadView(); } }, v[0].toUpperCase() + v.slice(1))));
+    onclick: () => { S.view = v; drawViewList(); loadView(); } }, v[0].toUpperCase() + v.slice(1).replace("_", " "))));
 }
 
 function remember() {

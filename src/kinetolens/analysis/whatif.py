@@ -1,0 +1,459 @@
+"""What-if: re-time a step's dependency graph with changes and predict its time.
+
+The step's graph (:mod:`kinetolens.analysis.dependency_graph`) is replayed
+as a max-plus system: a node happens when the last of its dependencies has
+happened, plus what the edges in between take.  Every measured node time
+is explained as ``max(dependency + edge weight) + residual``; the residual
+is the part of the node's delay the graph has no cause for (Python between
+top-level ops, a wait on something not traced) and it stays as measured.
+Changes scale edge weights; a sync, a queued kernel or a data wait then
+shrinks on its own, because the node it waited for moves.  With no change
+the replay gives back every measured time exactly.
+
+Two kinds of edge are added to the critical-path graph for re-timing:
+
+* stream order: every activity waits for the previous one on its stream
+  (the graph only links the queued ones, the others waited for their
+  launch), with the measured gap or, where the stream sat empty, the
+  step's median gap between queued activities;
+* a queued kernel's launch edge weighs the step's median launch delay on an
+  empty stream (capped by what was measured), so that a kernel whose stream
+  empties after a change waits for its launch as such kernels did.
+
+The step ends when its host range and every GPU activity it launched have
+ended (:mod:`kinetolens.model.steps`); the predicted step time is the
+measured one less the shift of that end, and never below the busiest
+stream's own work.  The longest path is taken with
+:func:`kinetolens.analysis.longest_path.longest_path` over the re-timed
+graph plus a source (each unconstrained node's measured start) and a sink
+(the step's end), so it is the new critical path.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from kinetolens.analysis.critical_path import (
+    BOUND_BY,
+    Window,
+    _path_table,
+    step_windows,
+    summarize,
+    whole_window,
+)
+from kinetolens.analysis.dependency_graph import DependencyGraph, TraceFacts, build_graph
+from kinetolens.analysis.longest_path import longest_path
+from kinetolens.model.trace import Trace
+
+#: Category names accepted besides :data:`BOUND_BY` (what people type).
+CATEGORY_ALIASES = {
+    "dataloader": "data_loading",
+    "data": "data_loading",
+    "launch": "launch_overhead",
+    "compute": "gpu_compute",
+    "memory": "gpu_memory",
+    "comm": "communication",
+    "gaps": "kernel_gap",
+}
+CHANGE_KINDS = ("kernel", "op", "module", "category", "launch", "overlap", "rank")
+#: The sink edges' weight: larger than any step, so the longest path ends at the step's end.
+_SINK = 1 << 50
+_TRAILING_INDEX = re.compile(r"_\d+$")
+
+
+class BadChange(ValueError):
+    """A ``--change`` spec that cannot be understood; the message says why."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change: ``kind`` (:data:`CHANGE_KINDS`), what it matches, and the factor on durations."""
+
+    kind: str
+    target: str | None
+    factor: float | None
+    spec: str
+
+
+def _factor(text: str, spec: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise BadChange(f"{spec!r}: the factor {text!r} is not a number (e.g. 0.5 for twice as fast, 0 to remove)") from None
+    if not np.isfinite(value) or value < 0:
+        raise BadChange(f"{spec!r}: the factor must be a number >= 0, not {text}")
+    return value
+
+
+def parse_change(spec: str) -> Change:
+    """``kernel:NAME=F``, ``op:NAME=F``, ``module:NAME=F``, ``category:C=F``,
+    ``launch:F``, ``overlap:communication``, ``rank:N=median``."""
+    kind, sep, rest = spec.partition(":")
+    kind = kind.strip().lower()
+    usage = "kernel:NAME=F, op:NAME=F, module:NAME=F, category:C=F, launch:F, overlap:communication or rank:N=median"
+    if not sep or kind not in CHANGE_KINDS:
+        raise BadChange(f"{spec!r} is not a change; use {usage}")
+    rest = rest.strip()
+    if kind == "launch":
+        return Change("launch", None, _factor(rest, spec), spec)
+    if kind == "overlap":
+        if rest.lower() not in ("communication", "comm"):
+            raise BadChange(f"{spec!r}: only overlap:communication is supported")
+        return Change("overlap", "communication", 0.0, spec)
+    target, eq, value = rest.rpartition("=")
+    if not eq or not target:
+        raise BadChange(f"{spec!r} needs NAME=FACTOR after '{kind}:', e.g. {kind}:{_example(kind)}")
+    if kind == "rank":
+        if value.strip().lower() != "median" or not target.strip().isdigit():
+            raise BadChange(f"{spec!r}: the rank change is rank:N=median (N a rank number)")
+        return Change("rank", target.strip(), None, spec)
+    if kind == "category":
+        name = CATEGORY_ALIASES.get(target.strip().lower(), target.strip().lower())
+        if name not in BOUND_BY or name == "sync_wait":
+            choices = ", ".join(b for b in BOUND_BY if b != "sync_wait")
+            raise BadChange(f"{spec!r}: unknown category {target!r} (one of {choices}, or dataloader)")
+        return Change("category", name, _factor(value, spec), spec)
+    return Change(kind, target.strip(), _factor(value, spec), spec)
+
+
+def _example(kind: str) -> str:
+    return {"kernel": "gemm=0.5", "op": "aten::mm=0.5", "module": "encoder=0.7", "category": "dataloader=0", "rank": "3=median"}[kind]
+
+
+@dataclass
+class StepPrediction:
+    """One window re-timed: measured and predicted time (us) and the new critical path."""
+
+    window: Window
+    measured_us: float
+    predicted_us: float
+    length_us: float
+    path: pl.DataFrame
+    summary: pl.DataFrame
+    #: Edges each change matched (how many stretches it re-timed).
+    matched: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class WhatIf:
+    """The changes, every step's prediction, and their means (us)."""
+
+    changes: list[Change]
+    steps: list[StepPrediction]
+
+    @property
+    def measured_us(self) -> float:
+        return float(np.mean([s.measured_us for s in self.steps])) if self.steps else 0.0
+
+    @property
+    def predicted_us(self) -> float:
+        return float(np.mean([s.predicted_us for s in self.steps])) if self.steps else 0.0
+
+    @property
+    def delta_us(self) -> float:
+        return self.predicted_us - self.measured_us
+
+    @property
+    def matched(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for s in self.steps:
+            for k, v in s.matched.items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    def summary(self) -> pl.DataFrame:
+        """The new critical paths' bound-by split, per step (the mean over steps)."""
+        empty = pl.DataFrame(schema={"bound_by": pl.String, "us": pl.Float64, "pct": pl.Float64, "edges": pl.Int64})
+        if not self.steps:
+            return empty
+        path = pl.concat([s.path for s in self.steps])
+        n = len(self.steps)
+        out = summarize(path, sum(s.length_us for s in self.steps)) if path.height else empty
+        return out.with_columns(pl.col("us") / n, (pl.col("edges") // n).cast(pl.Int64))
+
+
+def whatif(trace: Trace, changes: list[Change], step: int | None = None) -> WhatIf:
+    """Predict each complete step's time (or ``step``'s) after ``changes``."""
+    if any(c.kind == "rank" for c in changes):
+        raise BadChange("rank:N=median needs a run directory with every rank's trace")
+    from kinetolens.analysis.critical_path import step_window
+    from kinetolens.model.steps import without_incomplete_steps
+
+    if step is not None:
+        windows = [step_window(trace, step)]
+    else:
+        trace = without_incomplete_steps(trace)
+        windows = step_windows(trace) if trace.steps.height else [whole_window(trace)]
+    facts = TraceFacts(trace)
+    steps = trace.steps
+    out = []
+    for w in windows:
+        graph = build_graph(trace, w.start, w.end, facts)
+        if graph.events.height == 0:
+            continue
+        row = steps.filter(pl.col("step") == w.step) if w.step is not None else steps.clear()
+        measured = float(row["dur"][0]) if row.height else None
+        out.append(retime(graph, changes, measured_ns=measured, step_name=w.label if w.step is not None else None, window=w))
+    return WhatIf(changes=changes, steps=out)
+
+
+def _categories(edges: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
+    """Each edge's bound-by category (the rules of the critical path's table)."""
+    info = ev.select("eid", "side", "kind", "name", "op", "module", "data_loading", "comm", "pid", "tid", "ts", "end", "device", "stream", "launch_id")
+    e = edges.join(info, on="eid", how="left")
+    cat = (
+        pl.when(pl.col("type") == "dependency")
+        .then(pl.lit("dependency"))
+        .when(pl.col("type") == "sync")
+        .then(pl.lit("sync_wait"))
+        .when(pl.col("type") == "launch")
+        .then(pl.lit("launch_overhead"))
+        .when(pl.col("type") == "kernel_gap")
+        .then(pl.lit("kernel_gap"))
+        .when(pl.col("type") == "cpu")
+        .then(pl.when(pl.col("data_loading").fill_null(False)).then(pl.lit("data_loading")).otherwise(pl.lit("cpu")))
+        .when(pl.col("comm").fill_null(False))
+        .then(pl.lit("communication"))
+        .when(pl.col("kind").is_in(["memcpy", "memset"]))
+        .then(pl.lit("gpu_memory"))
+        .otherwise(pl.lit("gpu_compute"))
+    )
+    return e.with_columns(category=cat)
+
+
+def _inside(ev: pl.DataFrame, ranges: pl.DataFrame) -> pl.Series:
+    """Per event: whether it lies within one of ``ranges`` (pid, tid, ts, end) on its
+    thread; GPU activity counts where the call that launched it does."""
+    cpu = ev.filter(pl.col("side") == "cpu")
+    if ranges.height == 0:
+        return pl.Series("inside", [False] * ev.height)
+    # Nested ranges of one name merge into their outermost.
+    r = (
+        ranges.sort("pid", "tid", "ts")
+        .with_columns(prev_end=pl.col("end").cum_max().shift(1).over("pid", "tid"))
+        .with_columns(new=(pl.col("prev_end").is_null() | (pl.col("ts") > pl.col("prev_end"))).cast(pl.Int64).cum_sum().over("pid", "tid"))
+        .group_by("pid", "tid", "new")
+        .agg(r_ts=pl.col("ts").min(), r_end=pl.col("end").max())
+        .drop("new")
+        .sort("r_ts")
+    )
+    hit = (
+        cpu.select("eid", "pid", "tid", "ts", "end", "launch_id")
+        .sort("ts")
+        .join_asof(r, left_on="ts", right_on="r_ts", by=["pid", "tid"], strategy="backward", check_sortedness=False)
+        .with_columns(inside=pl.col("r_end").is_not_null() & (pl.col("end") <= pl.col("r_end")))
+    )
+    launched = hit.filter(pl.col("inside") & pl.col("launch_id").is_not_null()).select("launch_id")
+    gpu = ev.filter(pl.col("side") == "gpu").select("eid", inside=pl.col("launch_id").is_in(launched["launch_id"].implode()))
+    flags = pl.concat([hit.select("eid", "inside"), gpu])
+    return ev.select("eid").join(flags, on="eid", how="left", maintain_order="left")["inside"].fill_null(False)
+
+
+def _module_match(target: str) -> pl.Expr:
+    """An event's module path names ``target``: a dotted prefix of it, or one
+    of its components with or without the ``_N`` index kinetolens adds."""
+    t = target.strip(".").lower()
+    module = pl.col("module").fill_null("").str.to_lowercase()
+    component = module.str.split(".").list.eval(
+        (pl.element() == t) | (pl.element().str.replace(_TRAILING_INDEX.pattern, "") == t)
+    ).list.any()
+    return (module == t) | module.str.starts_with(t + ".") | component
+
+
+def _change_masks(e: pl.DataFrame, ev: pl.DataFrame, change: Change) -> pl.Series:
+    """Edges (rows of ``e``, categories joined) whose weight ``change`` scales."""
+    cpu_or_kernel = pl.col("type").is_in(["cpu", "kernel"])
+    if change.kind == "kernel":
+        needle = re.escape((change.target or "").lower())
+        return e.select((pl.col("type") == "kernel") & pl.col("name").str.to_lowercase().str.contains(needle).fill_null(False))[:, 0]
+    if change.kind == "category":
+        return e.select(pl.col("category") == change.target)[:, 0]
+    if change.kind == "op":
+        ranges = ev.filter((pl.col("side") == "cpu") & (pl.col("name") == change.target)).select("pid", "tid", "ts", "end")
+        inside = ev.select("eid").with_columns(inside=_inside(ev, ranges))
+        return e.join(inside, on="eid", how="left", maintain_order="left").select(cpu_or_kernel & pl.col("inside").fill_null(False))[:, 0]
+    if change.kind == "module":
+        return e.select(cpu_or_kernel & _module_match(change.target or "").fill_null(False))[:, 0]
+    if change.kind == "launch":
+        launchers = e.filter(pl.col("type") == "launch").select((pl.col("src") // 2).alias("rt")).unique()["rt"]
+        return e.select((pl.col("type") == "launch") | ((pl.col("type") == "cpu") & pl.col("eid").is_in(launchers.implode())))[:, 0]
+    if change.kind == "overlap":
+        return e.select(pl.col("category") == "communication")[:, 0]
+    raise BadChange(f"{change.spec!r} cannot be applied to one trace")
+
+
+def _stream_order(ev: pl.DataFrame, edges: pl.DataFrame) -> pl.DataFrame:
+    """Previous activity on the stream -> the next one, for the pairs the graph left
+    unlinked (the next one waited for its launch): weighted by the median queued gap."""
+    gpu = ev.filter(pl.col("side") == "gpu").sort("ts", "eid").with_columns(
+        prev=pl.col("eid").shift(1).over("device", "stream"), prev_end=pl.col("end").shift(1).over("device", "stream")
+    ).filter(pl.col("prev").is_not_null())
+    gaps = edges.filter(pl.col("type") == "kernel_gap")
+    typical = float(gaps["weight"].median()) if gaps.height else 0.0
+    have = gaps.select(dst_eid=pl.col("dst") // 2, has=pl.lit(True))
+    missing = gpu.join(have, left_on="eid", right_on="dst_eid", how="left").filter(pl.col("has").is_null())
+    return missing.select(
+        src=2 * pl.col("prev") + 1,
+        dst=2 * pl.col("eid"),
+        weight=pl.min_horizontal(pl.lit(int(typical)), (pl.col("ts") - pl.col("prev_end")).clip(lower_bound=0)).cast(pl.Int64),
+        type=pl.lit("kernel_gap"),
+        eid=pl.col("prev"),
+    )
+
+
+#: A thread idle this long before an op (ns) may have been waiting for another thread.
+JOIN_GAP_NS = 1_000_000
+#: ... when another thread's op ended at most this long before it resumed (ns).
+JOIN_TOLERANCE_NS = 500_000
+
+
+def _thread_joins(ev: pl.DataFrame, edges: pl.DataFrame, t0: np.ndarray) -> pl.DataFrame:
+    """A thread that sat idle until just after another thread's op ended was
+    waiting for it (the caller of ``backward()`` for the autograd thread):
+    that idle stretch becomes a wait on the other op's end, weighing 0."""
+    cpu = ev.filter(pl.col("side") == "cpu")
+    if cpu.select(pl.struct("pid", "tid").n_unique()).item() < 2:
+        return edges
+    span = pl.Series(t0[edges["dst"].to_numpy()] - t0[edges["src"].to_numpy()])
+    idle = (
+        edges.with_columns(span=span, row=pl.int_range(pl.len()))
+        .filter(pl.col("type").is_in(["cpu", "dependency"]) & (pl.col("dst") % 2 == 0) & (pl.col("span") >= JOIN_GAP_NS))
+        .with_columns(v_eid=pl.col("dst") // 2)
+        .join(cpu.select(v_eid="eid", pid="pid", tid="tid", tv="ts"), on="v_eid", how="inner")
+    )
+    if idle.height == 0:
+        return edges
+    ends = cpu.select("pid", k_tid="tid", k_eid="eid", k_end="end").sort("k_end")
+    j = (
+        idle.sort("tv")
+        .join_asof(ends, left_on="tv", right_on="k_end", by="pid", strategy="backward", check_sortedness=False)
+        .filter(
+            pl.col("k_eid").is_not_null()
+            & (pl.col("k_tid") != pl.col("tid"))
+            & (pl.col("tv") - pl.col("k_end") <= pl.min_horizontal(pl.lit(JOIN_TOLERANCE_NS), pl.col("span") // 4))
+        )
+    )
+    if j.height == 0:
+        return edges
+    waits = j.select(src=2 * pl.col("k_eid") + 1, dst="dst", weight=pl.lit(0, pl.Int64), type=pl.lit("sync"), eid=pl.lit(None, pl.Int64))
+    weight = edges["weight"].scatter(j["row"].to_numpy(), 0)
+    return pl.concat([edges.with_columns(weight=weight), waits.cast(edges.schema)])
+
+
+def retime(
+    graph: DependencyGraph,
+    changes: list[Change],
+    measured_ns: float | None = None,
+    step_name: str | None = None,
+    window: Window | None = None,
+) -> StepPrediction:
+    """Replay ``graph`` with ``changes``; see the module docstring for the model.
+    ``measured_ns``: the step's measured time (default: its graph's span)."""
+    ev = graph.events
+    n = ev.height
+    t0 = np.empty(2 * n, dtype=np.int64)
+    t0[0::2] = ev["ts"].to_numpy()
+    t0[1::2] = ev["end"].to_numpy()
+    edges = graph.edges
+    # A queued kernel's launch edge: the median delay of launches onto an empty stream.
+    launched = edges.filter((pl.col("type") == "launch") & (pl.col("weight") > 0))
+    typical_launch = int(launched["weight"].median()) if launched.height else 0
+    edges = _thread_joins(ev, pl.concat([edges, _stream_order(ev, edges)]), t0)
+    span = t0[edges["dst"].to_numpy()] - t0[edges["src"].to_numpy()]
+    weight = edges["weight"].to_numpy()
+    queued = (edges["type"].to_numpy() == "launch") & (weight == 0)
+    weight = np.where(queued, np.clip(np.minimum(typical_launch, span), 0, None), weight)
+    # Edges the measured times contradict are not dependencies.
+    edges = edges.with_columns(weight=pl.Series(weight, dtype=pl.Int64)).filter(pl.Series(span >= weight))
+    e = _categories(edges, ev)
+    src = e["src"].to_numpy()
+    dst = e["dst"].to_numpy()
+    w = e["weight"].to_numpy().astype(np.int64)
+    # Residual: how much later each node happened than its dependencies explain.
+    explained = np.full(2 * n, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(explained, dst, t0[src] + w)
+    has_in = explained > np.iinfo(np.int64).min
+    residual = np.where(has_in, t0 - explained, 0)
+
+    factor = np.ones(e.height)
+    matched: dict[str, int] = {}
+    overlap = None
+    for c in changes:
+        mask = _change_masks(e, ev, c).to_numpy()
+        matched[c.spec] = int(mask.sum())
+        factor[mask] *= c.factor if c.factor is not None else 1.0
+        if c.kind == "overlap":
+            overlap = mask
+    new_w = np.rint(w * factor).astype(np.int64)
+
+    origin = int(t0.min())
+    step_node = _step_end_node(ev, graph, step_name)
+    gpu_ends = 2 * ev.filter(pl.col("side") == "gpu")["eid"].to_numpy() + 1
+    ends = np.concatenate([[step_node] if step_node is not None else _sinks(src, 2 * n), gpu_ends]).astype(np.int64)
+
+    def run(weights: np.ndarray) -> tuple[int, list[int]]:
+        s_node, t_node = 2 * n, 2 * n + 1
+        sources = np.flatnonzero(~has_in)
+        extra_src = [np.full(sources.size, s_node), ends]
+        extra_dst = [sources, np.full(ends.size, t_node)]
+        extra_w = [t0[sources] - origin, np.full(ends.size, _SINK)]
+        if overlap is not None and overlap.any():
+            # Overlapped communication delays nothing, but the step still waits for it to end.
+            comm = np.flatnonzero(overlap)
+            extra_src.append(src[comm])
+            extra_dst.append(np.full(comm.size, t_node))
+            extra_w.append(w[comm] + _SINK)
+        a = np.concatenate([src, *extra_src])
+        b = np.concatenate([dst, *extra_dst])
+        ww = np.concatenate([weights + residual[dst], *extra_w]).astype(np.int64)
+        nodes = longest_path(a, b, ww, 2 * n + 2)
+        if len(nodes) < 2:
+            return 0, nodes
+        frame = pl.DataFrame({"src": a, "dst": b, "w": ww})
+        steps = pl.DataFrame({"src": nodes[:-1], "dst": nodes[1:]}, schema={"src": pl.Int64, "dst": pl.Int64})
+        length = int(steps.join(frame.group_by("src", "dst").agg(pl.col("w").max()), on=["src", "dst"], how="left")["w"].sum())
+        return length - _SINK, nodes
+
+    base, _ = run(w)
+    new, nodes = run(new_w)
+    measured = float(measured_ns) if measured_ns is not None else float(base)
+    predicted = measured - (base - new)
+    # A stream cannot run its step's work faster than back to back.
+    stream = np.isin(e["type"].to_numpy(), ["kernel", "kernel_gap"])
+    if stream.any():
+        busy = e.filter(pl.Series(stream)).with_columns(nw=pl.Series(new_w[stream])).group_by("device", "stream").agg(pl.col("nw").sum())
+        floor = float(busy["nw"].max() or 0)
+        if overlap is None:
+            predicted = max(predicted, floor)
+    path_nodes = [v for v in nodes if v < 2 * n]
+    new_graph = DependencyGraph(events=ev, edges=edges.with_columns(weight=pl.Series(new_w)), start=graph.start, end=graph.end)
+    path = _path_table(new_graph, path_nodes)
+    length = float(path["us"].sum()) if path.height else 0.0
+    return StepPrediction(
+        window=window or Window(label="window", start=graph.start, end=graph.end),
+        measured_us=measured / 1000,
+        predicted_us=max(predicted, 0.0) / 1000,
+        length_us=length,
+        path=path,
+        summary=summarize(path, length),
+        matched=matched,
+    )
+
+
+def _step_end_node(ev: pl.DataFrame, graph: DependencyGraph, step_name: str | None) -> int | None:
+    """The end node of the step's own host range (``ProfilerStep#N``), if it is in the graph."""
+    if step_name is None:
+        return None
+    row = ev.filter((pl.col("side") == "cpu") & (pl.col("name") == step_name)).sort("ts")
+    return int(2 * row["eid"][0] + 1) if row.height else None
+
+
+def _sinks(src: np.ndarray, nodes: int) -> np.ndarray:
+    """Nodes nothing depends on."""
+    out = np.ones(nodes, dtype=bool)
+    out[src] = False
+    return np.flatnonzero(out)

@@ -1,0 +1,170 @@
+"""``kinetolens phases``: an inference trace's engine iterations, labelled
+prefill / decode / mixed, and its kernels and ops per phase.
+
+``kinetolens summary`` prints the same iteration and phase tables in place
+of the step breakdown when the trace is an inference trace (see
+docs/inference.md).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+import click
+import polars as pl
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from kinetolens.analysis.inference_phases import inference_block, iterations, phase_tables
+from kinetolens.analysis.ops import rank_basis
+from kinetolens.analysis.overview import CATEGORIES, OTHER
+from kinetolens.cli.checks import ROWS, WIDTH
+from kinetolens.cli.load_options import capture_option
+from kinetolens.cli.render import console as render_console
+from kinetolens.cli.render import emit_json, print_captioned, print_table
+from kinetolens.loader import load
+from kinetolens.registry.kernel_names import short_names
+from kinetolens.views import units
+from kinetolens.views.report_phases import inference_rows, token_rate
+
+__all__ = ["inference_rows", "phases_command", "print_inference"]
+
+#: Iteration rows the summary shows; ``kinetolens phases`` shows them all.
+SUMMARY_ROWS = 12
+#: Short headers of the breakdown shares (as the step breakdown's).
+SHARE_HEADERS = {
+    "kernel": "kernel", "memcpy": "memcpy", "memset": "memset", "communication": "comm", "runtime": "runtime",
+    "dataloader": "data", "cpu_exec": "cpu", "other": "other",
+}  # fmt: skip
+
+
+def _categories(rows: list[dict[str, Any]], key: str) -> list[str]:
+    """The breakdown categories busy in some row (those at 0 everywhere are left out)."""
+    return [c for c in (*CATEGORIES, OTHER) if any(r[key][c] for r in rows)]
+
+
+def _share_cells(part: dict[str, float], cats: list[str]) -> list[str]:
+    total = part["total"]
+    return [f"{100.0 * part[c] / total:.1f}" if total else "-" for c in cats]
+
+
+def _table(title: str, heads: list[str]) -> Table:
+    table = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, collapse_padding=True, caption_justify="left")
+    for i, h in enumerate(heads):
+        table.add_column(h, justify="left" if i == 1 else "right")
+    return table
+
+
+def _left_out(rows: list[dict[str, Any]], key: str, cats: list[str], what: str) -> str | None:
+    zero = [SHARE_HEADERS[c] for c in (*CATEGORIES, OTHER) if c not in cats]
+    return f"0 in every {what}, left out: {', '.join(zero)}" if zero and rows else None
+
+
+def _how(rows: list[dict[str, Any]]) -> list[str]:
+    """How each phase was labelled: the first iteration of each phase, its basis in words."""
+    seen: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        seen.setdefault(r["phase"], r)
+    return [f"{p} (iteration {r['iteration']}): {r['basis']}" for p, r in seen.items()]
+
+
+def print_inference(console: Console, block: dict[str, Any], *, limit: int | None = SUMMARY_ROWS) -> None:
+    """The iterations table (the first ``limit`` rows) with each one's
+    breakdown as % of its time, how each phase was labelled, and the
+    per-phase table (breakdown of the mean iteration)."""
+    rows = block["iterations"]
+    if not rows:
+        return
+    shown = rows if limit is None else rows[:limit]
+    cats = _categories(rows, "breakdown_us")
+    unit, scale = units.time_unit(max(r["dur_us"] for r in rows))
+    table = _table("Engine iterations (% of each iteration)", ["it", "phase", unit, "tokens", "tok/s", *(SHARE_HEADERS[c] for c in cats)])
+    for r in shown:
+        table.add_row(str(r["iteration"]), r["phase"], units.in_unit(r["dur_us"], scale), units.count(r["tokens"]),
+                      token_rate(r["tokens_per_s"]), *_share_cells(r["breakdown_us"], cats))  # fmt: skip
+    notes = [] if len(shown) == len(rows) else [f"{len(shown)} of {len(rows):,} iterations shown: kinetolens phases lists them all"]
+    notes += [n for n in (_left_out(rows, "breakdown_us", cats, "iteration"),) if n]
+    table.caption = "\n".join(notes) or None
+    print_captioned(console, table)
+    console.line()
+    width = min(console.width, 100_000)
+    console.print(Text("How each phase was labelled", style="bold"))
+    for line in _how(rows):
+        console.print(Text(textwrap.fill(line, width, initial_indent="  ", subsequent_indent="    ")))
+    console.line()
+    phases = block["phases"]
+    unit, scale = units.time_unit(max(p["mean_us"] for p in phases))
+    table = _table("Phases (% of the mean iteration)", ["phase", "iters", f"mean {unit}", "tokens", "tok/s",
+                                                        *(SHARE_HEADERS[c] for c in cats)])  # fmt: skip
+    table.columns[0].justify = "left"
+    table.columns[1].justify = "right"
+    for p in phases:
+        table.add_row(p["phase"], units.count(p["iterations"]), units.in_unit(p["mean_us"], scale),
+                      units.count(p["tokens"]), token_rate(p["tokens_per_s"]), *_share_cells(p["average_us"], cats))  # fmt: skip
+    table.caption = "tok/s: tokens over the iterations' time (host range to the end of their GPU work)"
+    print_captioned(console, table)
+    console.line()
+
+
+#: The ops' ranking column, in words.
+BASIS_WORDS = {"device_self_us": "GPU self time", "host_self_us": "CPU self time"}
+
+
+def _top(table: pl.DataFrame, phase: str, key: str, time: str, n: int) -> pl.DataFrame:
+    part = table.filter(pl.col("phase") == phase).head(n)
+    return part.select(key, "calls", time, "step_share_pct").rename({"step_share_pct": "pct"})
+
+
+@click.command("phases")
+@click.argument("trace", type=str)
+@click.option("--json", "json_", is_flag=True, help="JSON: iterations, phases, and each phase's top kernels and ops.")
+@click.option("-n", "--top", type=ROWS, default=10, show_default=True, help="Kernels and ops shown per phase.")
+@click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width for the tables.")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
+@capture_option
+def phases_command(
+    trace: str, json_: bool, top: int, width: int | None, no_cache: bool, capture: str | None = None
+) -> None:
+    """An inference trace's engine iterations, each labelled prefill, decode
+    or mixed (and how), with time, tokens/s, breakdown, and the top kernels
+    and ops of each phase (docs/inference.md)."""
+    t = load(trace, capture=capture, cache=not no_cache)
+    block = inference_block(t)
+    its = iterations(t) if block["iterations"] else None
+    kernels = phase_tables(t, its, by="kernel") if its is not None else pl.DataFrame()
+    ops = phase_tables(t, its, by="op") if its is not None else pl.DataFrame()
+    basis = rank_basis(t)
+    if kernels.height:
+        kernels = kernels.with_columns(kernel=short_names(kernels["name"]))
+    if json_:
+        def per_phase(table: pl.DataFrame, cols: list[str]) -> dict[str, list[dict[str, Any]]]:
+            if table.height == 0:
+                return {}
+            return {p: table.filter(pl.col("phase") == p).head(top).select(cols).to_dicts() for p in table["phase"].unique(maintain_order=True)}
+
+        kcols = ["name", "calls", "device_total_us", "step_share_pct", "tflops_s", "gbps"]
+        ocols = ["name", "calls", basis, "device_total_us", "host_total_us", "step_share_pct"]
+        emit_json({**block, "kernels": per_phase(kernels, kcols), "ops": per_phase(ops, list(dict.fromkeys(ocols)))})
+        return
+    console = render_console(width)
+    if not block["detected"]:
+        why = block["against"] or "no engine iteration annotation, decode step, KV-cache op or graph replay found"
+        console.print(Text(f"{trace}: not an inference trace ({why}); kinetolens summary shows its steps."))
+        return
+    console.print(Text(f"kinetolens phases: {trace}", style="bold"))
+    console.print(Text("inference: " + ", ".join(block["evidence"])))
+    console.line()
+    if not block["iterations"]:
+        console.print(Text("No engine iterations found: no engine annotation, and no decode step from shapes."))
+        return
+    print_inference(console, block, limit=None)
+    for phase in dict.fromkeys(r["phase"] for r in block["iterations"]):
+        if kernels.height:
+            print_table(_top(kernels, phase, "kernel", "device_total_us", top), title=f"Top kernels in {phase} (% of {phase} time)",
+                        headers={"pct": "% time"}, out=console)  # fmt: skip
+        if ops.height:
+            print_table(_top(ops, phase, "name", basis, top), title=f"Top ops in {phase} by {BASIS_WORDS.get(basis, basis)} (% of {phase} time)",
+                        headers={"pct": "% time", "name": "op"}, out=console)  # fmt: skip

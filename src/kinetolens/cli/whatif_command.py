@@ -1,0 +1,98 @@
+"""``kinetolens whatif``: the step time a change would give, by re-timing the step's dependency graph."""
+
+from __future__ import annotations
+
+import click
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from kinetolens.analysis.whatif import BadChange, Change, WhatIf, parse_change
+from kinetolens.cli.critical_path_command import LABELS
+from kinetolens.cli.checks import WIDTH
+from kinetolens.cli.render import console as render_console
+from kinetolens.cli.render import emit_json
+from kinetolens.views.units import duration, in_unit, percent, time_unit
+
+
+def _changes(_ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> list[Change]:
+    try:
+        return [parse_change(v) for v in value]
+    except BadChange as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@click.command()
+@click.argument("trace", metavar="TRACE|RUNDIR")
+@click.option("-c", "--change", "changes", multiple=True, required=True, callback=_changes,
+              help="A change: kernel:NAME=F, op:NAME=F, module:NAME=F, category:C=F, launch:F, overlap:communication (repeatable).")
+@click.option("--step", type=int, default=None, help="Only this profiler step (default: every complete step, averaged).")
+@click.option("--json", "json_", is_flag=True, help="Measured and predicted time per step, and the new path's split, as JSON.")
+@click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width (default: the terminal's).")
+@click.option("--no-cache", is_flag=True, help="Parse the trace again instead of reading the cache.")
+def whatif_command(trace: str, changes: list[Change], step: int | None, json_: bool, width: int | None, no_cache: bool) -> None:
+    """Predict the step time after CHANGES, and what would bound the step then.
+
+    Each change scales durations in the step's dependency graph (0.5: twice
+    as fast, 0: removed); what waited on them moves up, waits that no
+    longer have anything to wait for shrink, and untraced gaps stay.
+    Categories are critical-path's: cpu, data_loading (or dataloader),
+    launch_overhead, kernel_gap, gpu_compute, gpu_memory, communication.
+    """
+    from kinetolens.analysis.whatif import whatif
+    from kinetolens.cli.critical_path_command import is_run_dir
+    from kinetolens.loader import load
+
+    if is_run_dir(trace):  # every rank's step joined at collectives; rank:N=median, category:C=F
+        from kinetolens.cli.cross_rank_view import show_run_whatif
+
+        show_run_whatif(trace, changes, step, json_, width, not no_cache)
+        return
+
+    result = whatif(load(trace, cache=not no_cache), changes, step)
+    if not result.steps:
+        raise click.ClickException(f"{trace}: no step with CPU ops to re-time")
+    if json_:
+        emit_json(_json(result))
+        return
+    _print(result, width)
+
+
+def _json(r: WhatIf) -> dict:
+    return {
+        "changes": [c.spec for c in r.changes],
+        "matched": r.matched,
+        "measured_us": r.measured_us,
+        "predicted_us": r.predicted_us,
+        "delta_us": r.delta_us,
+        "delta_pct": 100 * r.delta_us / r.measured_us if r.measured_us else None,
+        "summary": r.summary().to_dicts(),
+        "steps": [
+            {"step": s.window.step, "window": s.window.label, "measured_us": s.measured_us, "predicted_us": s.predicted_us, "length_us": s.length_us}
+            for s in r.steps
+        ],
+    }
+
+
+def _print(r: WhatIf, width: int | None) -> None:
+    con = render_console(width)
+    what = f"step {r.steps[0].window.step}" if len(r.steps) == 1 and r.steps[0].window.step is not None else (
+        f"{len(r.steps)} steps, mean" if len(r.steps) > 1 else r.steps[0].window.label
+    )
+    con.print(Text(f"What if: {', '.join(c.spec for c in r.changes)} ({what})", style="bold"))
+    for spec, n in r.matched.items():
+        if n == 0:
+            con.print(Text(f"note: {spec} matched nothing in the step's graph", style="yellow"))
+    pct = r.delta_us / r.measured_us if r.measured_us else 0.0
+    con.print(f"measured step   {duration(r.measured_us)}")
+    con.print(f"predicted step  {duration(r.predicted_us)}  ({'+' if r.delta_us >= 0 else '-'}{duration(abs(r.delta_us))}, {pct:+.1%})")
+    summary = r.summary()
+    if summary.height == 0:
+        return
+    unit, scale = time_unit(summary["us"].max())
+    table = Table(title="New critical path", title_justify="left", box=box.SIMPLE_HEAD, header_style="bold", collapse_padding=True)
+    for header, justify in (("bound by", "left"), (f"time {unit}", "right"), ("share", "right")):
+        table.add_column(header, justify=justify)  # type: ignore[arg-type]
+    for row in summary.filter(summary["us"] > 0).iter_rows(named=True):
+        table.add_row(LABELS.get(row["bound_by"], row["bound_by"]), in_unit(row["us"], scale), percent(row["pct"] / 100))
+    con.print(table)

@@ -1,0 +1,91 @@
+"""Per-rank step graphs of a run directory, built where the traces are.
+
+Each worker loads one rank's trace (through the cache) and returns its
+:class:`~kinetolens.analysis.cross_rank_path.RankGraphs`: a few arrays per
+step, never the trace.  The ranks are joined in this process
+(:mod:`kinetolens.analysis.cross_rank_path`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kinetolens.analysis.cross_rank_path import (
+    CrossRankPath,
+    JoinedGraph,
+    RankGraphs,
+    common_steps,
+    cross_rank_path,
+    joined_graph,
+    rank_graphs,
+)
+from kinetolens.errors import TraceError
+from kinetolens.runs.executors import Executor
+from kinetolens.runs.storage import load_source
+from kinetolens.runs.summaries import RankJob, map_ranks
+
+if TYPE_CHECKING:
+    from kinetolens.analysis.cross_rank_whatif import RunStepPrediction
+    from kinetolens.analysis.whatif import Change
+
+
+def graphs_file(job: RankJob) -> RankGraphs:
+    """Load one rank's trace and build its step graphs (in a worker)."""
+    return rank_graphs(load_source(job.path, job.cache), job.rank)
+
+
+def run_graphs(
+    run_dir: str | Path,
+    executor: Executor | str | None = None,
+    cache: bool | str | Path = True,
+    notes: list[str] | None = None,
+) -> list[RankGraphs]:
+    """Every rank's step graphs, in rank order (one trace per rank, as ``dist`` picks them)."""
+    return map_ranks(run_dir, graphs_file, executor, cache, notes)
+
+
+def run_joined_graph(
+    run_dir: str | Path,
+    step: int | None = None,
+    executor: Executor | str | None = None,
+    cache: bool | str | Path = True,
+) -> JoinedGraph:
+    """The joined graph of ``step`` (default: the first step every rank has whole) of a run:
+    the what-if simulator's entry point for a RUNDIR."""
+    ranks = run_graphs(run_dir, executor, cache)
+    steps = common_steps(ranks)
+    if not steps:
+        raise TraceError(run_dir, "has no whole profiler step on any rank")
+    if step is not None and step not in steps:
+        raise TraceError(run_dir, f"has no step {step} (steps: {', '.join(map(str, steps))})")
+    return joined_graph(ranks, steps[0] if step is None else step)
+
+
+def run_paths(ranks: list[RankGraphs], step: int | None = None, where: str | Path = "run") -> list[CrossRankPath]:
+    """The cross-rank path of ``step``, or of every step the ranks share."""
+    steps = common_steps(ranks)
+    if not steps:
+        raise TraceError(where, "has no whole profiler step on any rank")
+    if step is not None:
+        if step not in steps:
+            raise TraceError(where, f"has no step {step} (steps: {', '.join(map(str, steps))})")
+        steps = [step]
+    return [cross_rank_path(joined_graph(ranks, s)) for s in steps]
+
+
+def run_whatif(
+    ranks: list[RankGraphs], changes: list[Change], step: int | None = None, where: str | Path = "run"
+) -> list[RunStepPrediction]:
+    """Each step (or ``step``) of a run re-timed with ``changes``
+    (:func:`kinetolens.analysis.cross_rank_whatif.whatif_run`)."""
+    from kinetolens.analysis.cross_rank_whatif import whatif_run
+
+    steps = common_steps(ranks)
+    if not steps:
+        raise TraceError(where, "has no whole profiler step on any rank")
+    if step is not None:
+        if step not in steps:
+            raise TraceError(where, f"has no step {step} (steps: {', '.join(map(str, steps))})")
+        steps = [step]
+    return [whatif_run(joined_graph(ranks, s), changes) for s in steps]

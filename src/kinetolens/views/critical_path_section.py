@@ -1,0 +1,236 @@
+"""The critical path as the report and the dashboard show it: per step, the split, the top items, a verdict.
+
+Every number comes from :mod:`kinetolens.analysis.critical_path`; this
+module picks the windows (each complete step, one chosen step, or the whole
+trace when it has no steps), names the columns so that
+:func:`kinetolens.views.units.display` formats them (``time_us`` in one
+unit per column, ``share_pct`` as a percentage), and words the one-line
+verdict and notes. The report (:mod:`.critical_path_report`) and the
+dashboard page (:mod:`.dashboard.critical_path_page`) render the same
+:class:`CriticalPathSection`, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import plotly.graph_objects as go
+import polars as pl
+
+from kinetolens.analysis.critical_path import (
+    ACTIVITY_BOUNDS,
+    BOUND_BY,
+    CriticalPath,
+    Window,
+    combined,
+    critical_paths,
+    per_window,
+    step_window,
+    step_windows,
+    summarize,
+    top_items,
+    window_bounds,
+)
+from kinetolens.errors import TraceError
+from kinetolens.model.steps import without_incomplete_steps
+from kinetolens.model.trace import Trace
+from kinetolens.registry.kernel_names import short_names
+from kinetolens.views import units
+from kinetolens.views.figures import TEMPLATE
+
+#: How each bound reads (the terminal's words).
+BOUND_LABELS = {
+    "cpu": "CPU ops",
+    "data_loading": "data loading",
+    "launch_overhead": "launch overhead",
+    "kernel_gap": "kernel gaps",
+    "gpu_compute": "GPU compute",
+    "gpu_memory": "GPU memcpy/memset",
+    "communication": "communication",
+    "sync_wait": "sync wait",
+}
+#: One colour per bound, the same in every chart.
+BOUND_COLORS = {
+    "cpu": "#b279a2",
+    "data_loading": "#eeca3b",
+    "launch_overhead": "#54a24b",
+    "kernel_gap": "#bab0ac",
+    "gpu_compute": "#4c78a8",
+    "gpu_memory": "#f58518",
+    "communication": "#72b7b2",
+    "sync_wait": "#e45756",
+}
+#: Rows of each top table.
+TOP_ROWS = 10
+#: The top tables: key -> (title, the path column grouped by, bounds kept).
+TOPS: dict[str, tuple[str, str, tuple[str, ...] | None]] = {
+    "ops": ("Ops on the path (an op's own CPU time and the GPU work it launched)", "op", None),
+    "kernels": ("Kernels on the path (their run time)", "name", ACTIVITY_BOUNDS),
+    "modules": ("Modules on the path", "module", None),
+    "sources": ("Source lines on the path", "source", None),
+}
+#: What a top table says instead of an empty table.
+TOP_EMPTY = {
+    "ops": "No op on the path carries time.",
+    "kernels": "No GPU kernel on the path",
+    "modules": "No module on the path: the ops carry no nn.Module paths (profile with with_modules=True or with_stack=True).",
+    "sources": "No source line on the path: the ops carry no call sites (profile with with_stack=True).",
+}
+
+
+@dataclass
+class CriticalPathSection:
+    """The critical path of the windows shown, as tables ready to display."""
+
+    paths: list[CriticalPath]
+    #: ``step``, ``length_us``, ``span_us``, ``mostly``, ``share_pct``: one row per window.
+    steps: pl.DataFrame
+    #: ``window``, ``bound``, ``time_us``, ``share_pct``: each window's split (the chart).
+    split: pl.DataFrame
+    #: ``bound``, ``time_us``, ``share_pct``, ``edges``: all windows together.
+    summary: pl.DataFrame
+    #: :data:`TOPS` key -> ``<by>``, ``bound``, ``time_us``, ``share_pct``.
+    tops: dict[str, pl.DataFrame]
+    length_us: float
+    span_us: float
+    verdict: str
+    #: One line each: the window rule (no steps), a CPU-only trace, a clock offset.
+    notes: list[str] = field(default_factory=list)
+    #: Whether the trace recorded GPU work at all.
+    gpu: bool = True
+
+    @property
+    def mean_length_us(self) -> float:
+        return self.length_us / len(self.paths)
+
+    @property
+    def summary_title(self) -> str:
+        return "What bounds the path" + (f", {len(self.paths)} steps together" if len(self.paths) > 1 else "")
+
+    def empty_line(self, key: str) -> str:
+        """The line shown instead of the ``key`` top table when it has no rows."""
+        if key != "kernels":
+            return TOP_EMPTY[key]
+        return TOP_EMPTY[key] + (": the path runs through CPU work only." if self.gpu else ": a CPU-only trace.")
+
+
+def _windows(trace: Trace, step: int | None) -> tuple[Trace, list[Window], list[str]]:
+    """The windows analysed, and the line that says which when it is not plain steps."""
+    if step is not None:
+        return trace, [step_window(trace, step)], []
+    whole = without_incomplete_steps(trace)  # as `kinetolens critical-path`
+    if whole.steps.height == 0:
+        why = "no complete profiler step" if trace.steps.height else "no profiler steps"
+        return whole, step_windows(whole), [f"The trace has {why}: the path covers the whole trace."]
+    return whole, step_windows(whole), []
+
+
+def _labelled() -> pl.Expr:
+    return pl.col("bound_by").replace_strict(BOUND_LABELS, default=pl.col("bound_by"), return_dtype=pl.String).alias("bound")
+
+
+def _top(path: pl.DataFrame, length: float, key: str) -> pl.DataFrame:
+    _, by, bounds = TOPS[key]
+    frame = top_items(path, by, length, TOP_ROWS, bounds)
+    if key == "kernels" and frame.height:
+        frame = frame.with_columns(short_names(frame["name"]).alias("name"))
+    name = "kernel" if key == "kernels" else by
+    return frame.select(pl.col(by).alias(name), _labelled(), time_us="us", share_pct="pct")
+
+
+def verdict(summary: pl.DataFrame, tops: dict[str, pl.DataFrame], mean_us: float, windows: int) -> str:
+    """One line: what bounds the step, by how much, and the largest item on the path."""
+    ranked = summary.filter(pl.col("time_us") > 0).sort("time_us", descending=True)
+    if ranked.height == 0:
+        return "The critical path carries no time."
+    first = ranked.row(0, named=True)
+    per = "per step (mean of %d steps)" % windows if windows > 1 else ""
+    line = f"Bound by {first['bound']}: {units.percent(first['share_pct'] / 100)} of a {units.duration(mean_us)} critical path{' ' + per if per else ''}"
+    if ranked.height > 1:
+        second = ranked.row(1, named=True)
+        line += f", then {second['bound']} ({units.percent(second['share_pct'] / 100)})"
+    items = [t for t in (tops["ops"], tops["kernels"]) if t.height]
+    if items:
+        best = max(items, key=lambda t: float(t["time_us"][0]))
+        name = units.middle(str(best[best.columns[0]][0]), 60)
+        line += f". Largest item on it: {name} ({units.percent(float(best['share_pct'][0]) / 100)})"
+    return line + "."
+
+
+def critical_path_section(trace: Trace, step: int | None = None) -> CriticalPathSection | str:
+    """The section for ``step`` (default: every complete step), or the one line
+    saying why there is none (no CPU ops or runtime calls to build a path from)."""
+    try:
+        shown, windows, notes = _windows(trace, step)
+        paths = critical_paths(shown, windows)
+    except TraceError as exc:
+        return f"Critical path left out: the trace {exc.problem}."
+    path, length = combined(paths)
+    summary = summarize(path, length).select(_labelled(), time_us="us", share_pct="pct", edges="edges")
+    steps = per_window(paths).select(
+        step=pl.when(pl.col("step").is_not_null()).then(pl.col("step").cast(pl.String)).otherwise(pl.col("window")),
+        length_us="length_us",
+        span_us="span_us",
+        mostly=pl.col("top_bound").replace_strict(BOUND_LABELS, default=pl.col("top_bound"), return_dtype=pl.String),
+        share_pct="top_pct",
+    )
+    split = window_bounds(paths)
+    split = split.select(
+        window=pl.when(pl.col("step").is_not_null()).then(pl.format("step {}", pl.col("step"))).otherwise(pl.col("window")),
+        bound_by="bound_by",
+        bound=_labelled(),
+        time_us="us",
+        share_pct="pct",
+    )
+    tops = {key: _top(path, length, key) for key in TOPS}
+    gpu = trace.kernels.height > 0
+    if not gpu:
+        notes.append("A CPU-only trace: the path runs through CPU ops and runtime calls only.")
+    notes += list(dict.fromkeys(n[0].upper() + n[1:] + "." for cp in paths for n in cp.notes))
+    span = sum(cp.span_us for cp in paths)
+    return CriticalPathSection(
+        paths=paths,
+        steps=steps,
+        split=split,
+        summary=summary,
+        tops=tops,
+        length_us=length,
+        span_us=span,
+        verdict=verdict(summary, tops, length / len(paths), len(paths)),
+        notes=notes,
+        gpu=gpu,
+    )
+
+
+def split_figure(section: CriticalPathSection, title: str = "What bounds each step (critical path)") -> go.Figure:
+    """One horizontal bar per step, stacked by bound (ms); the hover gives the share of that step's path."""
+    split = section.split.filter(pl.col("time_us") > 0)
+    windows = list(dict.fromkeys(section.split["window"].to_list()))
+    fig = go.Figure()
+    for bound in BOUND_BY:
+        rows = split.filter(pl.col("bound_by") == bound)
+        if rows.height == 0:
+            continue
+        label = BOUND_LABELS[bound]
+        fig.add_trace(
+            go.Bar(
+                y=rows["window"].to_list(),
+                x=(rows["time_us"] / 1000).to_list(),
+                customdata=[units.percent(p / 100) for p in rows["share_pct"].to_list()],
+                orientation="h",
+                name=label,
+                marker_color=BOUND_COLORS[bound],
+                hovertemplate="%{y}<br>" + label + ": %{x:,.3f} ms (%{customdata})<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        barmode="stack",
+        title=title,
+        template=TEMPLATE,
+        xaxis_title="ms on the critical path",
+        yaxis={"type": "category", "autorange": "reversed", "categoryarray": windows, "categoryorder": "array"},
+        legend={"orientation": "h", "y": -0.25, "x": 0, "yanchor": "top", "traceorder": "normal"},
+        height=max(300, 40 * len(windows) + 200),
+        margin={"l": 90, "r": 20, "t": 50, "b": 40},
+    )
+    return fig

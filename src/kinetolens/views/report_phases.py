@@ -1,0 +1,150 @@
+"""The report's phases of inference: what an inference trace shows in place
+of its step breakdown (``templates/_phases.html.j2``).
+
+Numbers come from the summary's ``inference`` block and from
+:func:`kinetolens.analysis.inference_phases.phase_tables`; this module only
+lays them out as tables.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from kinetolens.analysis.inference_phases import iterations, phase_tables
+from kinetolens.analysis.ops import rank_basis
+from kinetolens.analysis.overview import CATEGORIES, COLUMNS, OTHER
+from kinetolens.model.trace import Trace
+from kinetolens.registry.kernel_names import short_names
+from kinetolens.views import units
+
+#: Kernels and ops shown per phase.
+TOP_PER_PHASE = 10
+
+
+def token_rate(value: float | None) -> str:
+    """Tokens per second as a person reads it: ``26.6k``, ``308``."""
+    if value is None:
+        return "-"
+    for scale, prefix in ((1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{units.sig(value / scale, 3)}{prefix}"
+    return units.sig(value, 3)
+
+
+def inference_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """``what, value`` rows for a summary's inference block (none for a trace
+    that is not inference): the evidence, the iterations per phase and the tokens."""
+    block = summary["inference"]
+    if not block["detected"]:
+        return []
+    rows = [("inference", "yes: " + ", ".join(block["evidence"]))]
+    its = block["iterations"]
+    if not its:
+        rows.append(("iterations", "none found (no engine annotation, no decode from shapes): steps shown"))
+        return rows
+    counts = ", ".join(f"{p['phase']} {p['iterations']}" for p in block["phases"])
+    rows.append(("iterations", f"{len(its):,} ({counts})"))
+    tokens = [r["tokens"] for r in its if r["tokens"] is not None]
+    if tokens:
+        secs = sum(r["dur_us"] for r in its if r["tokens"] is not None) / 1e6
+        rate = f", {token_rate(sum(tokens) / secs)} tok/s" if secs else ""
+        rows.append(("tokens", f"{sum(tokens):,} in {units.duration(secs * 1e6)}{rate}"))
+    return rows
+
+
+def _shares(rows: list[dict[str, Any]], key: str) -> dict[str, list[float | None]]:
+    """Each busy category's share (%) of each row's total (categories at 0 everywhere left out)."""
+    out: dict[str, list[float | None]] = {}
+    for c in (*CATEGORIES, OTHER):
+        if any(r[key][c] for r in rows):
+            out[f"{c}_pct"] = [100.0 * r[key][c] / r[key]["total"] if r[key]["total"] else None for r in rows]
+    return out
+
+
+def iteration_frame(block: dict[str, Any]) -> pl.DataFrame:
+    """One row per iteration: phase, how it was labelled, time, tokens, tokens/s and breakdown (%)."""
+    rows = block["iterations"]
+    return pl.DataFrame(
+        {
+            "iteration": [r["iteration"] for r in rows],
+            "phase": [r["phase"] for r in rows],
+            "dur_us": [r["dur_us"] for r in rows],
+            "tokens": [r["tokens"] for r in rows],
+            "requests": [r["requests"] for r in rows],
+            "tokens_per_s": [r["tokens_per_s"] for r in rows],
+            **_shares(rows, "breakdown_us"),
+        },
+        schema_overrides={"tokens": pl.Int64, "requests": pl.Int64, "dur_us": pl.Float64, "tokens_per_s": pl.Float64},
+    )
+
+
+def labels_frame(block: dict[str, Any]) -> pl.DataFrame:
+    """How each phase was labelled: its first iteration, where the iterations
+    come from, and the basis in words (every iteration's is in the JSON)."""
+    first: dict[str, dict[str, Any]] = {}
+    for r in block["iterations"]:
+        first.setdefault(r["phase"], r)
+    return pl.DataFrame(
+        {
+            "phase": list(first),
+            "iteration": [r["iteration"] for r in first.values()],
+            "source": [r["source"] for r in first.values()],
+            "labelled_from": [r["basis"] for r in first.values()],
+        },
+        schema={"phase": pl.String, "iteration": pl.Int64, "source": pl.String, "labelled_from": pl.String},
+    )
+
+
+def phase_frame(block: dict[str, Any]) -> pl.DataFrame:
+    """One row per phase: iterations, total and mean time, tokens, tokens/s, mean breakdown (%)."""
+    phases = block["phases"]
+    return pl.DataFrame(
+        {
+            "phase": [p["phase"] for p in phases],
+            "iterations": [p["iterations"] for p in phases],
+            "time_us": [p["time_us"] for p in phases],
+            "mean_us": [p["mean_us"] for p in phases],
+            "tokens": [p["tokens"] for p in phases],
+            "tokens_per_s": [p["tokens_per_s"] for p in phases],
+            **_shares(phases, "average_us"),
+        },
+        schema_overrides={"tokens": pl.Int64, "tokens_per_s": pl.Float64},
+    )
+
+
+def breakdown_rows(block: dict[str, Any]) -> tuple[pl.DataFrame, list[str]]:
+    """The iterations' breakdown in ns (``step`` = iteration, the step chart's input) and their labels."""
+    rows = block["iterations"]
+    frame = pl.DataFrame(
+        {"step": [r["iteration"] for r in rows], **{c: [round(r["breakdown_us"][c] * 1000) for r in rows] for c in COLUMNS}},
+        schema={"step": pl.Int64, **{c: pl.Int64 for c in COLUMNS}},
+    )
+    return frame, [f"{r['iteration']} {r['phase']}" for r in rows]
+
+
+def per_phase_tables(trace: Trace, top: int = TOP_PER_PHASE) -> dict[str, dict[str, pl.DataFrame]]:
+    """Phase -> ``{"kernels": ..., "ops": ...}``: each phase's top kernels (by GPU time)
+    and ops (by the ops' ranking time), shares of that phase's time."""
+    its = iterations(trace)
+    kernels = phase_tables(trace, its, by="kernel")
+    ops = phase_tables(trace, its, by="op")
+    basis = rank_basis(trace)
+    out: dict[str, dict[str, pl.DataFrame]] = {}
+    present = kernels if kernels.height else ops
+    for phase in present["phase"].unique(maintain_order=True).to_list() if present.height else []:
+        part: dict[str, pl.DataFrame] = {}
+        k = kernels.filter(pl.col("phase") == phase).head(top) if kernels.height else kernels
+        if k.height:
+            part["kernels"] = k.select(
+                kernel=short_names(k["name"]), calls="calls", device_total_us="device_total_us",
+                pct_of_phase="step_share_pct", tflops_s="tflops_s", gbps="gbps",
+            )  # fmt: skip
+        o = ops.filter(pl.col("phase") == phase).head(top) if ops.height else ops
+        if o.height:
+            part["ops"] = o.select(
+                op="name", calls="calls", **{basis: basis}, pct_of_phase="step_share_pct", in_shapes="in_shapes"
+            )
+        out[phase] = part
+    return out
