@@ -157,7 +157,8 @@ def check_gemm_flops(trace: kinetolens.Trace, flop_counter: dict[str, float]) ->
     return {"steps": steps, "gemm_flops_per_step": {n: ours.get(n, 0.0) for n in sorted(theirs)}}
 
 
-def _attention(names: dict[str, float]) -> float:
+def attention_flops(names: dict[str, float]) -> float:
+    """FLOPs of the fused attention ops among ``names`` (op name -> FLOPs)."""
     return sum(v for name, v in names.items() if "attention" in name)
 
 
@@ -170,9 +171,9 @@ def check_attention_flops(trace: kinetolens.Trace, flop_counter: dict[str, float
     it), the same work under two names.
     """
     ours, _ = flops_per_step(trace)
-    theirs = _attention(flop_counter)
+    theirs = attention_flops(flop_counter)
     assert theirs > 0, f"FlopCounterMode counted no attention: {flop_counter}"
-    assert math.isclose(_attention(ours), theirs, rel_tol=1e-9), (
+    assert math.isclose(attention_flops(ours), theirs, rel_tol=1e-9), (
         {n: v for n, v in ours.items() if "attention" in n},
         {n: v for n, v in flop_counter.items() if "attention" in n},
     )
