@@ -247,6 +247,22 @@ for run, modules, label in (("modules", True, None), ("plain", False, None), ("v
         for _ in range(4):  # decode: one new token a prompt
             logits, cache = forward(logits.argmax(-1, keepdim=True), cache, label)
     print(prof.trace_files[0])
+
+
+class PackedLM(torch.nn.Module):
+    # an engine's layout: the batch packed into one row of token ids, logits for each sequence's last token
+    def __init__(self, vocab=128, d=32):
+        super().__init__()
+        self.embed, self.mlp, self.head = torch.nn.Embedding(vocab, d), torch.nn.Linear(d, d), torch.nn.Linear(d, vocab)
+    def forward(self, ids, last):
+        return torch.log_softmax(self.head(self.mlp(self.embed(ids))[last]), -1)
+
+packed = PackedLM().eval()
+with torch.inference_mode(), kinetolens.profile(logdir=sys.argv[1], run="packed", profile_memory=False, warmup=0) as prof:
+    logp = packed(torch.randint(0, 128, (96,)), torch.tensor([47, 95]))  # prefill: 2 prompts of 48 tokens
+    for _ in range(4):
+        logp = packed(logp.argmax(-1), torch.tensor([0, 1]))  # decode: 2 tokens, one a sequence
+print(prof.trace_files[0])
 """
 
 
@@ -264,7 +280,7 @@ def test_cpu_inference_loop_found_from_shapes(loop_traces: list[Path]) -> None:
     # issue 20, part 2: a CPU-captured generation loop with no special names.
     # How we know: the script runs one forward on ids [2, 48], then four on
     # ids [2, 1] against a KV cache growing from 48 to 51 tokens.
-    with_modules, plain, _ = (load(p) for p in loop_traces)
+    with_modules, plain = (load(p) for p in loop_traces[:2])
     its = iterations(with_modules)
     assert its["phase"].to_list() == ["prefill", "decode", "decode", "decode", "decode"]
     assert its["tokens"].to_list() == [96, 2, 2, 2, 2] and its["requests"].to_list() == [2] * 5
@@ -300,3 +316,14 @@ def test_vllm_forward_ranges_labelled_from_shapes(loop_traces: list[Path]) -> No
     # The ranges are the iterations, not CPU work: counted as such, CPU time
     # would fill each window (no GPU here); the ops inside leave gaps.
     assert (its["dur"] == its["cpu_end"] - its["ts"]).all() and (its["cpu_exec"] < its["dur"]).all()
+
+
+def test_packed_batch_labelled_from_token_ids_and_logits(loop_traces: list[Path]) -> None:
+    # issue 20, part 2: a packed batch (engine layout, no attention op): ids
+    # [96] with logits [2, 128] is 2 sequences of 48 tokens (prefill); ids [2]
+    # with logits [2, 128] is one token a sequence (decode).
+    its = iterations(load(loop_traces[3]))
+    assert its["phase"].to_list() == ["prefill", "decode", "decode", "decode", "decode"]
+    assert its.select("tokens", "requests").rows() == [(96, 2)] + [(2, 2)] * 4
+    assert its["basis"][0] == "96 token ids for 2 sampled rows: more than one a sequence (mixed batches look the same)"
+    assert its["basis"][1] == "2 token ids for 2 sampled rows: one a sequence"

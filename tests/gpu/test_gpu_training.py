@@ -54,10 +54,10 @@ def profiled(tmp_path_factory: pytest.TempPathFactory, recorder: Recorder) -> di
     trainer.sync()
     peak = torch.cuda.max_memory_allocated()
     (path,) = prof.trace_files
-    recorder.save(
-        "profile_bf16", path, ["attribution", "tensor_cores", "gemm_flops", "attention_flops", "memory_peak"],
-        flop_counter=counts, max_memory_allocated=peak, config=SMALL.__dict__,
-    )  # fmt: skip
+    kept = ["attribution", "tensor_cores", "gemm_flops", "memory_peak"]
+    if checks.attention_flops(counts):  # FlopCounterMode has a formula for the attention backend torch chose
+        kept.insert(3, "attention_flops")
+    recorder.save("profile_bf16", path, kept, flop_counter=counts, max_memory_allocated=peak, config=SMALL.__dict__)
     return {"trace": kinetolens.load(path, cache=False), "flop_counter": counts, "peak": peak}
 
 
@@ -78,6 +78,8 @@ def test_profile_gemm_flops_equal_flop_counter(profiled: dict[str, Any], recorde
 
 def test_profile_attention_flops_equal_flop_counter(profiled: dict[str, Any], recorder: Recorder) -> None:
     # issue 21: the fused attention (flash / cuDNN / efficient) counted like FlopCounterMode
+    if not checks.attention_flops(profiled["flop_counter"]):
+        pytest.skip(f"FlopCounterMode counts no attention op here (it counted {sorted(profiled['flop_counter'])})")
     got = checks.check_attention_flops(profiled["trace"], profiled["flop_counter"])
     recorder.report("profile_bf16.attention_flops", got)
 

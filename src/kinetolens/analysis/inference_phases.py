@@ -126,7 +126,10 @@ def _token_embeddings(trace: Trace) -> pl.DataFrame:
             continue
         rows.append({"op_id": r["op_id"], "tid": r["tid"], "ts": r["ts"], "end": r["end"],
                      "ids": [int(x) for x in dims[1]], "vocab": int(dims[0][0])})  # fmt: skip
-    return pl.DataFrame(rows, schema={"op_id": _I64, "tid": _I64, "ts": _I64, "end": _I64, "ids": pl.List(_I64), "vocab": _I64})
+    found = pl.DataFrame(rows, schema={"op_id": _I64, "tid": _I64, "ts": _I64, "end": _I64, "ids": pl.List(_I64), "vocab": _I64})
+    # The token embedding has the largest table: position embeddings (GPT-2's
+    # wpe, also given integer ids) are left out, one embedding a forward.
+    return found.filter(pl.col("vocab") == pl.col("vocab").max()) if found.height else found
 
 
 def _loads(text: str | None) -> Any:
@@ -200,18 +203,14 @@ def _sampled_rows(ops: pl.DataFrame, marks: pl.DataFrame, vocab: dict[int, int])
     """Per iteration, the rows of the first ``[R, vocab]`` tensor an op reads (the logits the sampler takes)."""
     if not vocab:
         return {}
-    sel = ops.filter(pl.col("input_dims").str.starts_with("[[") & (pl.col("kind").cast(pl.String) == "op"))
-    sel = _in_ranges(sel.select("ts", "name", "input_dims"), marks).sort("ts")
-    out: dict[int, int] = {}
-    for r in sel.iter_rows(named=True):
-        it = int(r["iteration"])
-        if it in out or it not in vocab or r["name"] == _EMBEDDING:
-            continue
-        dims = _loads(r["input_dims"])
-        first = dims[0] if dims else None
-        if isinstance(first, list) and len(first) == 2 and first[1] == vocab[it]:
-            out[it] = int(first[0])
-    return out
+    first = pl.col("input_dims").str.extract_groups(r"^\[\[(\d+),\s*(\d+)\]")
+    sel = ops.filter((pl.col("kind").cast(pl.String) == "op") & (pl.col("name") != _EMBEDDING)).select(
+        "ts", rows=first.struct.field("1").cast(_I64), cols=first.struct.field("2").cast(_I64)
+    )
+    wanted = pl.DataFrame({"iteration": list(vocab), "cols": list(vocab.values())}, schema={"iteration": _I64, "cols": _I64})
+    found = _in_ranges(sel.drop_nulls(), marks).join(wanted, on=["iteration", "cols"]).sort("ts")
+    found = found.unique("iteration", keep="first")
+    return {int(i): int(r) for i, r in found.select("iteration", "rows").iter_rows()}
 
 
 def _shape_labels(trace: Trace, marks: pl.DataFrame, emb: pl.DataFrame) -> pl.DataFrame:

@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from kinetolens.analysis.inference_phases import phase_tables
+from kinetolens.analysis.inference_phases import iterations, phase_tables
 from kinetolens.analysis.ops import rank_basis
 from kinetolens.analysis.overview import CATEGORIES, COLUMNS, OTHER
 from kinetolens.model.trace import Trace
@@ -127,8 +127,9 @@ def breakdown_rows(block: dict[str, Any]) -> tuple[pl.DataFrame, list[str]]:
 def per_phase_tables(trace: Trace, top: int = TOP_PER_PHASE) -> dict[str, dict[str, pl.DataFrame]]:
     """Phase -> ``{"kernels": ..., "ops": ...}``: each phase's top kernels (by GPU time)
     and ops (by the ops' ranking time), shares of that phase's time."""
-    kernels = phase_tables(trace, by="kernel")
-    ops = phase_tables(trace, by="op")
+    its = iterations(trace)
+    kernels = phase_tables(trace, its, by="kernel")
+    ops = phase_tables(trace, its, by="op")
     basis = rank_basis(trace)
     out: dict[str, dict[str, pl.DataFrame]] = {}
     present = kernels if kernels.height else ops
