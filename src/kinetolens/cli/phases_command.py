@@ -28,9 +28,7 @@ from kinetolens.cli.render import emit_json, print_captioned, print_table
 from kinetolens.loader import load
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import units
-from kinetolens.views.report_phases import inference_rows, token_rate
-
-__all__ = ["inference_rows", "phases_command", "print_inference"]
+from kinetolens.views.report_phases import token_rate
 
 #: Iteration rows the summary shows; ``kinetolens phases`` shows them all.
 SUMMARY_ROWS = 12
