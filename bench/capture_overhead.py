@@ -1,7 +1,8 @@
 """Profiling overhead of kinetolens.profile against bare torch.profiler.
 
 What is measured: the wall time of one training step of the demo model
-(``kinetolens demo``'s CNN + transformer, AdamW, batch 16, CPU) while
+(``kinetolens demo``'s CNN + transformer, AdamW, batch 16, on the CPU or,
+with ``--device cuda``, on the GPU, synchronized after each step) while
 recording, in three configurations that run in the same process, on the
 same model, interleaved repetition by repetition (the order rotates, so no
 configuration always runs first or last):
@@ -63,6 +64,17 @@ def make_job(device: str) -> tuple[Callable[[], None], Any]:
             torch.cuda.synchronize()
 
     return train_step, torch
+
+
+def cuda_missing() -> str | None:
+    """Why ``--device cuda`` cannot run here, or None (one line, before any work)."""
+    import torch
+
+    if not torch.backends.cuda.is_built():
+        return f"this torch build ({torch.__version__}) has no CUDA support"
+    if not torch.cuda.is_available():
+        return "no CUDA device is available"
+    return None
 
 
 def timed_steps(train_step: Callable[[], None], step: Callable[[], None] | None, n: int) -> list[float]:
@@ -208,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.steps < 2:
         parser.error("--steps must be at least 2 (the last recorded step is export)")
+    if args.device == "cuda" and (why := cuda_missing()):
+        print(f"capture_overhead: --device cuda: {why}", file=sys.stderr)
+        return 2
     command = "python " + " ".join(["bench/capture_overhead.py", *(argv if argv is not None else sys.argv[1:])])
     result = bench(args.reps, args.warmup, args.steps, args.device)
     summary = summarize(result)

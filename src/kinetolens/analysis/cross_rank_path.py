@@ -431,27 +431,21 @@ def _held(calls: pl.DataFrame) -> pl.DataFrame:
     """Per call and rank: how much later (ms) the rank arrived than the other ranks' median (0 if earlier).
 
     All ranks finish a call together, so a shorter duration is a later
-    arrival: ``median(others' dur) - dur``.
+    arrival: ``median(others' dur) - dur``.  The others' median is read off
+    the call's sorted durations with this rank's left out (no loop per call).
     """
     key = ["group", "collective", "seq"]
-    n = pl.len().over(key)
-    total = pl.col("dur").sum().over(key)
-    # The others' median: the median of all durations without this one, by
-    # rank position in the sorted durations (vectorized, no loop per call).
-    srt = calls.sort(*key, "dur").with_columns(pos=pl.int_range(pl.len()).over(key), n=n, total=total)
-    durs = srt.group_by(key, maintain_order=True).agg(d=pl.col("dur"))
-    srt = srt.join(durs, on=key, how="left")
+    srt = calls.sort(*key, "dur", "rank").with_columns(pos=pl.int_range(pl.len()).over(key), m=pl.len().over(key) - 1)
+    srt = srt.join(srt.group_by(key, maintain_order=True).agg(d=pl.col("dur")), on=key, how="left")
 
-    def others_median(s: dict) -> float:
-        d = list(s["d"])
-        del d[s["pos"]]
-        d.sort()
-        m = len(d)
-        return float(d[m // 2]) if m % 2 else (d[m // 2 - 1] + d[m // 2]) / 2.0
+    def others(k: pl.Expr) -> pl.Expr:
+        """The k-th (0-based) of the others' sorted durations."""
+        return pl.col("d").list.get(k + (k >= pl.col("pos")).cast(pl.Int64), null_on_oob=True)
 
-    med = srt.select(pl.struct("d", "pos").map_elements(others_median, return_dtype=pl.Float64)).to_series() if srt.height else pl.Series([], dtype=pl.Float64)
+    half = pl.col("m") // 2
+    med = pl.when(pl.col("m") == 0).then(None).when(pl.col("m") % 2 == 1).then(others(half)).otherwise((others(half - 1) + others(half)) / 2)
     # A rank that arrived before the others' median held nobody.
-    return srt.with_columns(held_ms=((med - pl.col("dur")) / 1e6).clip(lower_bound=0.0)).drop("d", "pos", "n", "total")
+    return srt.with_columns(held_ms=((med - pl.col("dur")) / 1e6).clip(lower_bound=0.0)).drop("d", "pos", "m")
 
 
 def _gates(graph: JoinedGraph, path: pl.DataFrame) -> pl.DataFrame:

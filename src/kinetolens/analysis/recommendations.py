@@ -598,7 +598,11 @@ def below_roofline(ctx: RuleContext) -> list[Finding]:
     spec = gpu_spec(ctx.trace)
     if spec is None or not ctx.step_ms or ctx.trace.kernels.height == 0:
         return []
-    table = roofline_by(ctx.trace, spec, "op").with_columns(lost_ms=pl.col("lost_75_us") / 1000.0 / ctx.steps)
+    from kinetolens.model.earlier_launches import without_earlier_iteration  # per step: the steps' own work
+
+    table = roofline_by(without_earlier_iteration(ctx.trace), spec, "op").with_columns(
+        lost_ms=pl.col("lost_75_us") / 1000.0 / ctx.steps
+    )
     table = table.filter(pl.col("lost_ms") >= BELOW_ROOF_SHARE * ctx.step_ms).sort("lost_ms", descending=True)
     out = []
     for row in table.head(BELOW_ROOF_TOP).iter_rows(named=True):

@@ -29,7 +29,7 @@ from kinetolens.analysis.roofline import LOST_COLUMNS, with_time_lost
 from kinetolens.analysis.summary import summarize
 from kinetolens.cli.checks import ROWS, WIDTH, check_step, check_time_range, regex, require_kernels
 from kinetolens.cli.load_options import capture_option
-from kinetolens.cli.phases_command import inference_rows, print_inference
+from kinetolens.cli.phases_command import print_inference
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import (
     emit,
@@ -44,6 +44,7 @@ from kinetolens.loader import load
 from kinetolens.registry.gpus import gpu_spec
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views.memory_flow_svg import human_bytes
+from kinetolens.views.report_phases import inference_rows
 
 
 def _format(csv: bool, tsv: bool, json_: bool) -> str:

@@ -9,6 +9,7 @@ step, never the trace.  The ranks are joined in this process
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kinetolens.analysis.cross_rank_path import (
     CrossRankPath,
@@ -23,6 +24,10 @@ from kinetolens.errors import TraceError
 from kinetolens.runs.executors import Executor
 from kinetolens.runs.storage import load_source
 from kinetolens.runs.summaries import RankJob, map_ranks
+
+if TYPE_CHECKING:
+    from kinetolens.analysis.cross_rank_whatif import RunStepPrediction
+    from kinetolens.analysis.whatif import Change
 
 
 def graphs_file(job: RankJob) -> RankGraphs:
@@ -69,7 +74,9 @@ def run_paths(ranks: list[RankGraphs], step: int | None = None, where: str | Pat
     return [cross_rank_path(joined_graph(ranks, s)) for s in steps]
 
 
-def run_whatif(ranks: list[RankGraphs], changes: list, step: int | None = None, where: str | Path = "run") -> list:
+def run_whatif(
+    ranks: list[RankGraphs], changes: list[Change], step: int | None = None, where: str | Path = "run"
+) -> list[RunStepPrediction]:
     """Each step (or ``step``) of a run re-timed with ``changes``
     (:func:`kinetolens.analysis.cross_rank_whatif.whatif_run`)."""
     from kinetolens.analysis.cross_rank_whatif import whatif_run

@@ -29,7 +29,7 @@ from kinetolens.errors import TraceError
 from kinetolens.views import units
 from kinetolens.views.module_tree_html import module_tree_html
 from kinetolens.views.report_data import SOURCES_NOTE, TOP_ROWS, ReportData
-from kinetolens.views.report_phases import inference_rows, iteration_frame, phase_frame
+from kinetolens.views.report_phases import inference_rows, iteration_frame, labels_frame, phase_frame
 
 #: Text cells longer than this are cut in the middle (keeping a module path's root and leaf).
 CELL_CHARS = 120
@@ -185,7 +185,8 @@ def phase_tables_html(data: ReportData) -> dict[str, Markup]:
     """An inference trace's iteration and phase tables, and each phase's top kernels and ops, as HTML."""
     block = data.summary["inference"]
     tables = {
-        "phase_iterations": frame_html(iteration_frame(block), cell_chars=None),
+        "phase_iterations": frame_html(iteration_frame(block)),
+        "phase_labels": frame_html(labels_frame(block), rows=None, cell_chars=None),
         "phases": frame_html(phase_frame(block), rows=None),
     }
     for phase, part in data.phases.items():

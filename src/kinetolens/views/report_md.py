@@ -18,7 +18,7 @@ from kinetolens.analysis.ops import time_basis
 from kinetolens.analysis.recommendations import Finding
 from kinetolens.views.critical_path_report import critical_path_md
 from kinetolens.views.report_data import SOURCES_NOTE, ReportData
-from kinetolens.views.report_phases import iteration_frame, phase_frame
+from kinetolens.views.report_phases import iteration_frame, labels_frame, phase_frame
 from kinetolens.views.report_html import breakdown_frame, cell_texts, cross_rank_frames, memory_frame, overview_frame
 
 #: Rows per ranked table in markdown.
@@ -76,7 +76,8 @@ def render_md(data: ReportData) -> str:
     out += ["## Overview\n", frame_md(overview_frame(data), rows=None, cell_chars=None)]
     if data.summary["inference"]["iterations"]:  # an inference trace: its phases instead of steps
         block = data.summary["inference"]
-        out += ["\n### Phases of inference\n", frame_md(iteration_frame(block), cell_chars=None), frame_md(phase_frame(block), rows=None)]
+        out += ["\n### Phases of inference\n", frame_md(iteration_frame(block)), frame_md(labels_frame(block), rows=None, cell_chars=None),
+                frame_md(phase_frame(block), rows=None)]  # fmt: skip
     else:
         out += ["\n### Step time (mean per step)\n", frame_md(breakdown_frame(data), rows=None)]
     if data.cross_rank is not None:

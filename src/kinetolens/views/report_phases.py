@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from kinetolens.analysis.inference_phases import phase_tables
+from kinetolens.analysis.inference_phases import iterations, phase_tables
 from kinetolens.analysis.ops import rank_basis
 from kinetolens.analysis.overview import CATEGORIES, COLUMNS, OTHER
 from kinetolens.model.trace import Trace
@@ -75,9 +75,25 @@ def iteration_frame(block: dict[str, Any]) -> pl.DataFrame:
             "requests": [r["requests"] for r in rows],
             "tokens_per_s": [r["tokens_per_s"] for r in rows],
             **_shares(rows, "breakdown_us"),
-            "labelled_from": [r["basis"] for r in rows],
         },
         schema_overrides={"tokens": pl.Int64, "requests": pl.Int64, "dur_us": pl.Float64, "tokens_per_s": pl.Float64},
+    )
+
+
+def labels_frame(block: dict[str, Any]) -> pl.DataFrame:
+    """How each phase was labelled: its first iteration, where the iterations
+    come from, and the basis in words (every iteration's is in the JSON)."""
+    first: dict[str, dict[str, Any]] = {}
+    for r in block["iterations"]:
+        first.setdefault(r["phase"], r)
+    return pl.DataFrame(
+        {
+            "phase": list(first),
+            "iteration": [r["iteration"] for r in first.values()],
+            "source": [r["source"] for r in first.values()],
+            "labelled_from": [r["basis"] for r in first.values()],
+        },
+        schema={"phase": pl.String, "iteration": pl.Int64, "source": pl.String, "labelled_from": pl.String},
     )
 
 
@@ -111,8 +127,9 @@ def breakdown_rows(block: dict[str, Any]) -> tuple[pl.DataFrame, list[str]]:
 def per_phase_tables(trace: Trace, top: int = TOP_PER_PHASE) -> dict[str, dict[str, pl.DataFrame]]:
     """Phase -> ``{"kernels": ..., "ops": ...}``: each phase's top kernels (by GPU time)
     and ops (by the ops' ranking time), shares of that phase's time."""
-    kernels = phase_tables(trace, by="kernel")
-    ops = phase_tables(trace, by="op")
+    its = iterations(trace)
+    kernels = phase_tables(trace, its, by="kernel")
+    ops = phase_tables(trace, its, by="op")
     basis = rank_basis(trace)
     out: dict[str, dict[str, pl.DataFrame]] = {}
     present = kernels if kernels.height else ops
