@@ -77,6 +77,8 @@ class Change:
     target: str | None
     factor: float | None
     spec: str
+    #: ``kernel_ids``: the kernels (``kernel_id``) a program-made change scales.
+    ids: tuple[int, ...] | None = None
 
 
 def _factor(text: str, spec: str) -> float:
@@ -139,6 +141,8 @@ class StepPrediction:
     #: Time to the step's end off the modelled path: untraced gaps kept as measured,
     #: and the wait for work that starts on its own (a thread's first op).
     untraced_us: float = 0.0
+    #: Time the path starts with waiting for the previous step's GPU work on a stream.
+    carried_us: float = 0.0
 
 
 @dataclass
@@ -177,9 +181,12 @@ class WhatIf:
         path = pl.concat([s.path for s in self.steps])
         n = len(self.steps)
         untraced = sum(s.untraced_us for s in self.steps)
-        total = sum(s.length_us for s in self.steps) + untraced
+        carried = sum(s.carried_us for s in self.steps)
+        total = sum(s.length_us for s in self.steps) + untraced + carried
         out = summarize(path, total) if path.height else empty
-        rest = pl.DataFrame({"bound_by": ["untraced"], "us": [untraced], "pct": [100 * untraced / total if total else 0.0], "edges": [0]}, schema=empty.schema)
+        pct = [100 * v / total if total else 0.0 for v in (carried, untraced)]
+        rest = pl.DataFrame({"bound_by": ["previous_step", "untraced"], "us": [carried, untraced], "pct": pct, "edges": [0, 0]}, schema=empty.schema)
+        rest = rest.filter(pl.col("us") > 0)
         return pl.concat([out, rest]).with_columns(pl.col("us") / n, (pl.col("edges") // n).cast(pl.Int64))
 
 
@@ -221,7 +228,7 @@ def whatif_many(trace: Trace, change_sets: list[list[Change]], step: int | None 
 
 def _categories(edges: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
     """Each edge's bound-by category (the rules of the critical path's table)."""
-    info = ev.select("eid", "side", "kind", "name", "op", "module", "data_loading", "comm", "pid", "tid", "ts", "end", "device", "stream", "launch_id")
+    info = ev.select("eid", "side", "kind", "name", "op", "module", "data_loading", "comm", "pid", "tid", "ts", "end", "device", "stream", "launch_id", "kernel_id")
     e = edges.join(info, on="eid", how="left")
     cat = (
         pl.when(pl.col("type") == "dependency")
@@ -290,6 +297,8 @@ def _change_masks(e: pl.DataFrame, ev: pl.DataFrame, change: Change) -> pl.Serie
         return e.select((pl.col("type") == "kernel") & pl.col("name").str.to_lowercase().str.contains(needle).fill_null(False))[:, 0]
     if change.kind == "category":
         return e.select(pl.col("category") == change.target)[:, 0]
+    if change.kind == "kernel_ids":
+        return e.select((pl.col("type") == "kernel") & pl.col("kernel_id").is_in(list(change.ids or ())).fill_null(False))[:, 0]
     if change.kind == "op":
         ranges = ev.filter((pl.col("side") == "cpu") & (pl.col("name") == change.target)).select("pid", "tid", "ts", "end")
         inside = ev.select("eid").with_columns(inside=_inside(ev, ranges))
@@ -374,6 +383,10 @@ class Replay:
     residual: np.ndarray
     has_in: np.ndarray
     ends: np.ndarray
+    #: Carry-over: the first activity of each stream (node) cannot start before
+    #: the previous step's work on that stream ended (ns after the first node).
+    carry_node: np.ndarray
+    carry_ns: np.ndarray
     measured_ns: float
     window: Window
     base_ns: int = 0
@@ -402,8 +415,11 @@ def prepare(graph: DependencyGraph, measured_ns: float | None = None, step_name:
     dst = e["dst"].to_numpy()
     w = e["weight"].to_numpy().astype(np.int64)
     # Residual: how much later each node happened than its dependencies explain.
+    origin = int(t0.min())
+    carry_node, carry_ns = _carry(ev, origin)
     explained = np.full(2 * n, np.iinfo(np.int64).min, dtype=np.int64)
     np.maximum.at(explained, dst, t0[src] + w)
+    np.maximum.at(explained, carry_node, origin + carry_ns)
     has_in = explained > np.iinfo(np.int64).min
     residual = np.where(has_in, t0 - explained, 0)
     step_node = _step_end_node(ev, step_name)
@@ -411,11 +427,24 @@ def prepare(graph: DependencyGraph, measured_ns: float | None = None, step_name:
     ends = np.concatenate([[step_node] if step_node is not None else _sinks(src, 2 * n), gpu_ends]).astype(np.int64)
     replay = Replay(
         graph=graph, edges=e, t0=t0, weight=w, residual=residual, has_in=has_in, ends=ends, measured_ns=0.0,
+        carry_node=carry_node, carry_ns=carry_ns,
         window=window or Window(label="window", start=graph.start, end=graph.end),
     )  # fmt: skip
     replay.base_ns, _ = _run(replay, w, None)
     replay.measured_ns = float(measured_ns) if measured_ns is not None else float(replay.base_ns)
     return replay
+
+
+def _carry(ev: pl.DataFrame, origin: int) -> tuple[np.ndarray, np.ndarray]:
+    """Start nodes of each stream's first activity in the window that was queued
+    behind earlier work (the previous step's), and when that work ended (ns after ``origin``).
+    The previous step is taken to end as measured, relative to this one's start."""
+    gpu = ev.filter(pl.col("side") == "gpu")
+    if gpu.height == 0 or "busy_until" not in gpu.columns:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    first = gpu.sort("ts", "eid").group_by("device", "stream", maintain_order=True).first()
+    first = first.filter(pl.col("busy_until").is_not_null() & (pl.col("busy_until") > origin) & (pl.col("busy_until") <= pl.col("ts")))
+    return (2 * first["eid"].to_numpy()).astype(np.int64), (first["busy_until"].to_numpy() - origin).astype(np.int64)
 
 
 def _run(r: Replay, weights: np.ndarray, overlap: np.ndarray | None) -> tuple[int, list[int]]:
@@ -425,9 +454,9 @@ def _run(r: Replay, weights: np.ndarray, overlap: np.ndarray | None) -> tuple[in
     s_node, t_node = n2, n2 + 1
     origin = int(r.t0.min())
     sources = np.flatnonzero(~r.has_in)
-    extra_src = [np.full(sources.size, s_node), r.ends]
-    extra_dst = [sources, np.full(r.ends.size, t_node)]
-    extra_w = [r.t0[sources] - origin, np.full(r.ends.size, _SINK)]
+    extra_src = [np.full(sources.size, s_node), r.ends, np.full(r.carry_node.size, s_node)]
+    extra_dst = [sources, np.full(r.ends.size, t_node), r.carry_node]
+    extra_w = [r.t0[sources] - origin, np.full(r.ends.size, _SINK), r.carry_ns + r.residual[r.carry_node]]
     if overlap is not None and overlap.any():
         # Overlapped communication delays nothing, but the step still waits for it to end.
         comm = np.flatnonzero(overlap)
@@ -472,6 +501,10 @@ def predict(r: Replay, changes: list[Change]) -> StepPrediction:
     new_graph = DependencyGraph(events=ev, edges=e.select("src", "dst", "type", "eid", weight=pl.Series(new_w)), start=r.graph.start, end=r.graph.end)
     path = _path_table(new_graph, path_nodes)
     length = float(path["us"].sum()) if path.height else 0.0
+    carried = 0.0
+    if path_nodes and path_nodes[0] in set(r.carry_node.tolist()):
+        i = int(np.flatnonzero(r.carry_node == path_nodes[0])[0])
+        carried = float(r.carry_ns[i]) / 1000
     return StepPrediction(
         window=r.window,
         measured_us=r.measured_ns / 1000,
@@ -480,7 +513,8 @@ def predict(r: Replay, changes: list[Change]) -> StepPrediction:
         path=path,
         summary=summarize(path, length),
         matched=matched,
-        untraced_us=max(new / 1000 - length, 0.0),
+        untraced_us=max(new / 1000 - length - carried, 0.0),
+        carried_us=carried,
     )
 
 
