@@ -17,7 +17,7 @@ from kinetolens.analysis.ops import rank_basis
 from kinetolens.analysis.overview import CATEGORIES, COLUMNS, OTHER
 from kinetolens.model.trace import Trace
 from kinetolens.registry.kernel_names import short_names
-from kinetolens.views import units
+from kinetolens.views import figures, units
 
 #: Kernels and ops shown per phase.
 TOP_PER_PHASE = 10
@@ -63,9 +63,12 @@ def _shares(rows: list[dict[str, Any]], key: str) -> dict[str, list[float | None
     return out
 
 
-def iteration_frame(block: dict[str, Any]) -> pl.DataFrame:
-    """One row per iteration: phase, how it was labelled, time, tokens, tokens/s and breakdown (%)."""
+def iteration_frame(block: dict[str, Any], *, basis: bool = False) -> pl.DataFrame:
+    """One row per iteration: phase, time, tokens, tokens/s and breakdown (%);
+    ``basis``: and how each was labelled, last (the dashboard pages every row,
+    the report quotes each phase's first in :func:`labels_frame`)."""
     rows = block["iterations"]
+    said = {"basis": [r["basis"] for r in rows]} if basis else {}
     return pl.DataFrame(
         {
             "iteration": [r["iteration"] for r in rows],
@@ -75,6 +78,7 @@ def iteration_frame(block: dict[str, Any]) -> pl.DataFrame:
             "requests": [r["requests"] for r in rows],
             "tokens_per_s": [r["tokens_per_s"] for r in rows],
             **_shares(rows, "breakdown_us"),
+            **said,
         },
         schema_overrides={"tokens": pl.Int64, "requests": pl.Int64, "dur_us": pl.Float64, "tokens_per_s": pl.Float64},
     )
@@ -122,6 +126,13 @@ def breakdown_rows(block: dict[str, Any]) -> tuple[pl.DataFrame, list[str]]:
         schema={"step": pl.Int64, **{c: pl.Int64 for c in COLUMNS}},
     )
     return frame, [f"{r['iteration']} {r['phase']}" for r in rows]
+
+
+def iteration_figure(block: dict[str, Any]) -> Any:
+    """The iterations' breakdown as stacked bars, one per iteration named by its phase
+    (the step breakdown chart's counterpart, in the report and the dashboard)."""
+    frame, labels = breakdown_rows(block)
+    return figures.step_breakdown_figure(frame, "Engine iteration time breakdown", labels)
 
 
 def per_phase_tables(trace: Trace, top: int = TOP_PER_PHASE) -> dict[str, dict[str, pl.DataFrame]]:
