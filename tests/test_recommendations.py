@@ -48,7 +48,13 @@ def test_dataloader_bound_matches_tb_share() -> None:
     # exclusive-time rule gives the same share.
     assert "33.4% of the step" in f.evidence
     assert any("33.4%" in r for r in _tb(NW0))
-    assert f.saving_ms == pytest.approx(59.26, abs=0.01)
+    # issue 19, part 3: the saving is simulated (the steps re-timed without data
+    # loading: 177.6 -> 108.3 ms), no longer the DataLoader's exclusive time (59.26 ms):
+    # loading sits on the critical path with the GPU idle, and the GPU work queued
+    # behind it moves up too. Regression pin of the simulator's output.
+    assert f.saving_ms == pytest.approx(69.30, abs=0.05)
+    assert f.predicted_step_ms == pytest.approx(108.29, abs=0.05)
+    assert f.whatif == "category:data_loading=0" and "predicted step time after the change: 108 ms, -39%" in f.estimate
     assert "num_workers" in f.change and "pin_memory" in f.change
 
 
@@ -87,7 +93,10 @@ def test_host_bound_does_not_double_count_dataloader() -> None:
 def test_launch_overhead_fires_on_resnet() -> None:
     f = _findings(NW0)["launch_overhead"]
     assert "905 kernels per step" in f.evidence
-    assert 5.0 < f.saving_ms < 10.0
+    # issue 19, part 3: simulated with launch:0 (launch calls and launch delays removed):
+    # 4.69 ms, below the formula's 5-10 ms (launch time minus kernel time), since
+    # kernels queued behind others did not wait for their launch. Regression pin.
+    assert f.saving_ms == pytest.approx(4.69, abs=0.05) and f.whatif == "launch:0"
 
 
 def test_launch_overhead_quiet_on_tiny_trace() -> None:
@@ -128,7 +137,11 @@ def test_fp32_tensor_cores_differs_from_tb_where_tc_already_used() -> None:
 
 def test_exposed_communication_fires_on_distributed() -> None:
     f = _findings(RESOLVER)["exposed_communication"]
-    assert f.saving_ms == pytest.approx(71.47, abs=0.05)
+    assert "71.5" in f.evidence or "71.4" in f.evidence  # exposed communication per step, as measured
+    # issue 19, part 3: simulated with overlap:communication, the saving is 0: the step
+    # is bound by the host (its critical path is 93% CPU ops), so hiding the collectives
+    # behind compute would not shorten it (the formula claimed 71.47 ms).
+    assert f.saving_ms == pytest.approx(0.0, abs=0.5) and f.whatif == "overlap:communication"
     # tb gives no advice on this trace: it has no overlap rule.
     assert _tb(RESOLVER) == []
 

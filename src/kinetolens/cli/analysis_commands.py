@@ -186,7 +186,8 @@ def _print_recommendations(console: Console, findings: list[dict]) -> None:
     console.print(Text("What to change first (estimated saving per step)", style="bold"))
     width = min(console.width, 100_000)
     for i, f in enumerate(findings[:TOP_RECOMMENDATIONS], 1):
-        for text in (f"{i}. {f['saving_ms']:.2f} ms  {f['title']}: {f['evidence']}", f"change: {f['change']}"):
+        predicted = f" (step -> {f['predicted_step_ms']:.2f} ms)" if f.get("predicted_step_ms") is not None else ""
+        for text in (f"{i}. {f['saving_ms']:.2f} ms{predicted}  {f['title']}: {f['evidence']}", f"change: {f['change']}"):
             lead = "" if text[0].isdigit() else "   "
             console.print(Text(textwrap.fill(text, width, initial_indent=lead, subsequent_indent="   ")))
 

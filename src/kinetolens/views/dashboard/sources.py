@@ -191,8 +191,8 @@ def kernels(ctx: Ctx) -> pl.DataFrame:
     spec = spec_of(ctx)
     roof = ctx.memo("kernel_roofline", lambda: kernel_roofline(ctx.trace, spec)) if spec is not None else None
     table = kernel_groups(kernel_rows(ctx), roof, ctx.choice("group", KERNEL_GROUPS))
-    # the short name first (what a reader scans), the recorded name last (searchable, copyable)
-    return table.select("short_name", pl.exclude("short_name", "kernel"), "kernel")
+    # one name column, the recorded name: the page shows its short form, the full one on hover
+    return table.select("kernel", pl.exclude("short_name", "kernel"))
 
 
 # -- modules ----------------------------------------------------------------
