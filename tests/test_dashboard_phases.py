@@ -171,6 +171,8 @@ def test_engine_traces_show_iterations_and_phases(server: ThreadServer, page, lo
     kernels = phase_tables(trace, by="kernel")
     top = kernels.filter(pl.col("phase") == it["phase"]).row(0, named=True)
     assert column(page, "phase_kernels", "kernel")[0] == short_names(pl.Series([top["name"]]))[0]
+    cell = page.locator('.table-block[data-source="phase_kernels"] tbody tr:first-child td').first
+    assert cell.get_attribute("title") == top["name"]  # the recorded name on hover, as in the Kernels view
     assert page.inner_text('.table-block[data-source="phase_kernels"] h3').startswith(f"Top kernels in {it['phase']}")
     assert page.locator('.table-block[data-source="phase_kernels"] select').count() == 0  # one phase: nothing to pick
 

@@ -135,9 +135,12 @@ def iteration_figure(block: dict[str, Any]) -> Any:
     return figures.step_breakdown_figure(frame, "Engine iteration time breakdown", labels)
 
 
-def per_phase_tables(trace: Trace, top: int = TOP_PER_PHASE) -> dict[str, dict[str, pl.DataFrame]]:
+def per_phase_tables(
+    trace: Trace, top: int = TOP_PER_PHASE, *, short: bool = True
+) -> dict[str, dict[str, pl.DataFrame]]:
     """Phase -> ``{"kernels": ..., "ops": ...}``: each phase's top kernels (by GPU time)
-    and ops (by the ops' ranking time), shares of that phase's time."""
+    and ops (by the ops' ranking time), shares of that phase's time.  ``short``:
+    kernels by their short names (the dashboard keeps the recorded ones and shortens them itself)."""
     its = iterations(trace)
     kernels = phase_tables(trace, its, by="kernel")
     ops = phase_tables(trace, its, by="op")
@@ -149,7 +152,7 @@ def per_phase_tables(trace: Trace, top: int = TOP_PER_PHASE) -> dict[str, dict[s
         k = kernels.filter(pl.col("phase") == phase).head(top) if kernels.height else kernels
         if k.height:
             part["kernels"] = k.select(
-                kernel=short_names(k["name"]), calls="calls", device_total_us="device_total_us",
+                kernel=short_names(k["name"]) if short else k["name"], calls="calls", device_total_us="device_total_us",
                 pct_of_phase="step_share_pct", tflops_s="tflops_s", gbps="gbps",
             )  # fmt: skip
         o = ops.filter(pl.col("phase") == phase).head(top) if ops.height else ops

@@ -37,7 +37,7 @@ def inference(ctx: Ctx) -> dict[str, Any] | None:
 
 
 def _per_phase(ctx: Ctx) -> dict[str, dict[str, pl.DataFrame]]:
-    return ctx.memo("per_phase_tables", lambda: per_phase_tables(ctx.trace, top=TOP_PER_PHASE))
+    return ctx.memo("per_phase_tables", lambda: per_phase_tables(ctx.trace, top=TOP_PER_PHASE, short=False))
 
 
 def cards(block: dict[str, Any]) -> list[list[str]]:
