@@ -279,13 +279,14 @@ SOURCES: dict[str, Callable[[Ctx], pl.DataFrame]] = {
 }
 
 #: Parameters that change a source's result (the rest only sort, filter and page it).
-SOURCE_ARGS = ("group", "key", "device", "start_ms", "end_ms", "depth", "view")
+SOURCE_ARGS = ("group", "key", "device", "start_ms", "end_ms", "depth", "view", "phase")
 
 
 def find_source(name: str) -> Callable[[Ctx], pl.DataFrame] | None:
     from kinetolens.views.dashboard.critical_path_page import SOURCES as critical_path
+    from kinetolens.views.dashboard.phases_page import SOURCES as phases
 
-    return SOURCES.get(name) or _compare_sources().get(name) or critical_path.get(name)
+    return SOURCES.get(name) or _compare_sources().get(name) or critical_path.get(name) or phases.get(name)
 
 
 def table(ctx: Ctx, name: str) -> pl.DataFrame:
