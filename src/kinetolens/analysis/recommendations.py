@@ -7,8 +7,9 @@ source line, step), what to change, and an estimated saving per step in
 milliseconds with a sentence saying how it was estimated.
 
 Where a rule's advice maps to a what-if change (:data:`SIMULATED`: no
-DataLoader stall, no launch overhead, communication overlapped), its saving
-is simulated: every step's dependency graph is re-timed with that change
+DataLoader stall, no launch overhead, communication overlapped; and the
+Tensor Core rules' kernels made faster, registered in
+``RuleContext.changes``), its saving is simulated: every step's dependency graph is re-timed with that change
 (:mod:`kinetolens.analysis.whatif`) and the finding carries the predicted
 step time.  The other rules estimate with a formula, deliberately
 conservative, because advice ranked by inflated savings sends people after
@@ -129,6 +130,9 @@ class RuleContext:
     """The trace plus the shared analyses rules read, each computed once."""
 
     trace: Trace
+    #: What-if changes a rule's advice amounts to, by rule, when they depend on
+    #: what the rule found (the kernels of the ops it names).
+    changes: dict[str, list[Any]] = field(default_factory=dict)
 
     @cached_property
     def kind(self) -> TraceKind:
@@ -387,6 +391,7 @@ def fp32_tensor_cores(ctx: RuleContext) -> list[Finding]:
     cc = _capability(trace_device(ctx.trace))
     tf32 = cc is not None and cc >= (8, 0)
     top = _top(fp32, "op", "kernel_time_us")
+    _simulate_kernels(ctx, "fp32_tensor_cores", fp32["op_id"], backward=True, what="fp32 matmul/conv kernels")
     return [
         Finding(
             rule="fp32_tensor_cores",
@@ -406,6 +411,23 @@ def fp32_tensor_cores(ctx: RuleContext) -> list[Finding]:
             where={"op": top},
         )
     ]
+
+
+def _simulate_kernels(ctx: RuleContext, rule: str, roots: pl.Series, backward: bool, what: str) -> None:
+    """Register the what-if of ``rule``: the kernels of the matrix ops ``roots``
+    (and of their backward) :data:`TC_SPEEDUP` times faster."""
+    from kinetolens.analysis.whatif import Change
+
+    ops = ctx.trace.ops.select("op_id").with_columns(matrix_roots(ctx.trace.ops.select("op_id", "name", "parent_id")))
+    k = ctx.trace.kernels.filter(pl.col("kind") == "kernel").select("kernel_id", "op_id", "fwd_op_id")
+    mine = roots.implode()
+    fwd = k.join(ops, on="op_id", how="inner").filter(pl.col("root").is_in(mine))["kernel_id"]
+    ids = fwd.to_list()
+    if backward:
+        bwd = k.filter(pl.col("fwd_op_id").is_not_null()).join(ops, left_on="fwd_op_id", right_on="op_id", how="inner")
+        ids += bwd.filter(pl.col("root").is_in(mine))["kernel_id"].to_list()
+    factor = 1.0 / TC_SPEEDUP
+    ctx.changes[rule] = [Change("kernel_ids", what, factor, f"{what}={factor:g}", ids=tuple(sorted(set(ids))))]
 
 
 def _backward_kernel_us(trace: Trace, forward_ops: pl.Series) -> float:
@@ -432,6 +454,7 @@ def misaligned_shapes(ctx: RuleContext) -> list[Finding]:
         return []
     time_us = float(bad["kernel_time_us"].sum())
     top = bad.sort("kernel_time_us", descending=True).row(0, named=True)
+    _simulate_kernels(ctx, "misaligned_shapes", bad["op_id"], backward=False, what="misaligned half-precision matmul/conv kernels")
     return [
         Finding(
             rule="misaligned_shapes",
@@ -806,7 +829,7 @@ def findings(ctx: RuleContext) -> list[Finding]:
         return []
     found = [f for rule in RULES if applies(rule, ctx.kind) for f in rule(ctx)]
     if ctx.iterations is None:  # the simulator re-times steps, not an engine's iterations
-        found = simulated(found, ctx.trace)
+        found = simulated(found, ctx.trace, ctx.changes)
     if ctx.kind.inference:
         found = served(found, per_iteration=ctx.iterations is not None)
     return sorted(found, key=lambda f: -f.saving_ms)  # stable: ties keep RULES order
@@ -828,21 +851,25 @@ SIMULATED: dict[str, tuple[str, ...]] = {
 SIMULATED_FROM: dict[str, tuple[str, ...]] = {"host_bound": ("category:data_loading=0",)}
 
 
-def simulated(found: list[Finding], trace: Trace) -> list[Finding]:
-    """``found`` with the savings of :data:`SIMULATED` rules taken from the
-    what-if simulator (each step's graph built once for all of them).  A
-    trace the simulator cannot re-time keeps the formula estimates."""
+def simulated(found: list[Finding], trace: Trace, made: dict[str, list[Any]] | None = None) -> list[Finding]:
+    """``found`` with the savings of :data:`SIMULATED` rules (and of rules that
+    put their change in ``made``) taken from the what-if simulator, each
+    step's graph built once for all of them.  A trace the simulator cannot
+    re-time keeps the formula estimates."""
     from dataclasses import replace
 
     from kinetolens.analysis.whatif import parse_change, whatif_many
     from kinetolens.errors import TraceError
 
-    rules = [f.rule for f in found if f.rule in SIMULATED]
-    sets = list(dict.fromkeys([*(SIMULATED[r] for r in rules), *(SIMULATED_FROM[r] for r in rules if r in SIMULATED_FROM), ()]))
-    if not rules:
+    made = made or {}
+    plan = {r: SIMULATED[r] for r in {f.rule for f in found} if r in SIMULATED}
+    plan.update({r: tuple(c.spec for c in made[r]) for r in {f.rule for f in found} if r in made})
+    if not plan:
         return found
+    changes = {c.spec: c for cs in made.values() for c in cs}
+    sets = list(dict.fromkeys([*plan.values(), *(SIMULATED_FROM[r] for r in plan if r in SIMULATED_FROM), ()]))
     try:
-        results = dict(zip(sets, whatif_many(trace, [[parse_change(s) for s in specs] for specs in sets]), strict=True))
+        results = dict(zip(sets, whatif_many(trace, [[changes.get(s) or parse_change(s) for s in specs] for specs in sets]), strict=True))
     except TraceError:
         return found
     measured = results[()].measured_us
@@ -850,20 +877,25 @@ def simulated(found: list[Finding], trace: Trace) -> list[Finding]:
         return found
     out = []
     for f in found:
-        if f.rule not in SIMULATED:
+        if f.rule not in plan:
             out.append(f)
             continue
-        after = results[SIMULATED[f.rule]].predicted_us
+        after = results[plan[f.rule]].predicted_us
         before = results[SIMULATED_FROM.get(f.rule, ())].predicted_us
         saving = max(before - after, 0.0) / 1000
         predicted = measured / 1000 - saving
-        spec = " ".join(c for c in SIMULATED[f.rule] if c not in SIMULATED_FROM.get(f.rule, ()))
+        spec = " ".join(c for c in plan[f.rule] if c not in SIMULATED_FROM.get(f.rule, ()))
         basis = f" after {' '.join(SIMULATED_FROM[f.rule])}" if f.rule in SIMULATED_FROM else ""
+        how = (
+            f"{', '.join(c.target or c.spec for c in made[f.rule])} {1 / (made[f.rule][0].factor or 1):g}x faster"
+            if f.rule in made
+            else f"{spec}{basis} (kinetolens whatif)"
+        )
         estimate = (
-            f"simulated: each step's dependency graph re-timed with {spec}{basis} (kinetolens whatif); "
+            f"simulated: each step's dependency graph re-timed with {how}; "
             f"predicted step time after the change: {predicted:,.3g} ms, {-saving / (measured / 1000):+.0%}"
         )
-        out.append(replace(f, saving_ms=saving, estimate=estimate, predicted_step_ms=predicted, whatif=spec))
+        out.append(replace(f, saving_ms=saving, estimate=estimate, predicted_step_ms=predicted, whatif=None if f.rule in made else spec))
     return out
 
 

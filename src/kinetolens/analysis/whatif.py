@@ -10,7 +10,7 @@ Changes scale edge weights; a sync, a queued kernel or a data wait then
 shrinks on its own, because the node it waited for moves.  With no change
 the replay gives back every measured time exactly.
 
-Two kinds of edge are added to the critical-path graph for re-timing:
+What is added to the critical-path graph for re-timing:
 
 * stream order: every activity waits for the previous one on its stream
   (the graph only links the queued ones, the others waited for their
@@ -18,7 +18,11 @@ Two kinds of edge are added to the critical-path graph for re-timing:
   step's median gap between queued activities;
 * a queued kernel's launch edge weighs the step's median launch delay on an
   empty stream (capped by what was measured), so that a kernel whose stream
-  empties after a change waits for its launch as such kernels did.
+  empties after a change waits for its launch as such kernels did;
+* thread joins: a thread idle until just after another thread's op ended
+  waited for it (``backward()``'s caller and the autograd thread);
+* carry-over: a stream's first activity waits for the previous step's work
+  on that stream, which ends where it did relative to the step's start.
 
 The step ends when its host range and every GPU activity it launched have
 ended (:mod:`kinetolens.model.steps`); the predicted step time is the
@@ -31,14 +35,12 @@ graph plus a source (each unconstrained node's measured start) and a sink
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
 
 from kinetolens.analysis.critical_path import (
-    BOUND_BY,
     Window,
     _path_table,
     step_windows,
@@ -47,82 +49,13 @@ from kinetolens.analysis.critical_path import (
 )
 from kinetolens.analysis.dependency_graph import DependencyGraph, TraceFacts, build_graph
 from kinetolens.analysis.longest_path import longest_path
+from kinetolens.analysis.whatif_changes import BadChange, Change, change_mask, parse_change
 from kinetolens.model.trace import Trace
 
-#: Category names accepted besides :data:`BOUND_BY` (what people type).
-CATEGORY_ALIASES = {
-    "dataloader": "data_loading",
-    "data": "data_loading",
-    "launch": "launch_overhead",
-    "compute": "gpu_compute",
-    "memory": "gpu_memory",
-    "comm": "communication",
-    "gaps": "kernel_gap",
-}
-CHANGE_KINDS = ("kernel", "op", "module", "category", "launch", "overlap", "rank")
+__all__ = ["BadChange", "Change", "parse_change", "whatif", "whatif_many", "retime", "prepare", "predict"]
+
 #: The sink edges' weight: larger than any step, so the longest path ends at the step's end.
 _SINK = 1 << 50
-_TRAILING_INDEX = re.compile(r"_\d+$")
-
-
-class BadChange(ValueError):
-    """A ``--change`` spec that cannot be understood; the message says why."""
-
-
-@dataclass(frozen=True)
-class Change:
-    """One change: ``kind`` (:data:`CHANGE_KINDS`), what it matches, and the factor on durations."""
-
-    kind: str
-    target: str | None
-    factor: float | None
-    spec: str
-
-
-def _factor(text: str, spec: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise BadChange(f"{spec!r}: the factor {text!r} is not a number (e.g. 0.5 for twice as fast, 0 to remove)") from None
-    if not np.isfinite(value) or value < 0:
-        raise BadChange(f"{spec!r}: the factor must be a number >= 0, not {text}")
-    return value
-
-
-def parse_change(spec: str) -> Change:
-    """``kernel:NAME=F``, ``op:NAME=F``, ``module:NAME=F``, ``category:C=F``,
-    ``launch:F``, ``overlap:communication``, ``rank:N=median``."""
-    kind, sep, rest = spec.partition(":")
-    kind = kind.strip().lower()
-    usage = "kernel:NAME=F, op:NAME=F, module:NAME=F, category:C=F, launch:F, overlap:communication or rank:N=median"
-    if not sep or kind not in CHANGE_KINDS:
-        raise BadChange(f"{spec!r} is not a change; use {usage}")
-    rest = rest.strip()
-    if kind == "launch":
-        return Change("launch", None, _factor(rest, spec), spec)
-    if kind == "overlap":
-        if rest.lower() not in ("communication", "comm"):
-            raise BadChange(f"{spec!r}: only overlap:communication is supported")
-        return Change("overlap", "communication", 0.0, spec)
-    target, eq, value = rest.rpartition("=")
-    if not eq or not target:
-        raise BadChange(f"{spec!r} needs NAME=FACTOR after '{kind}:', e.g. {kind}:{_example(kind)}")
-    if kind == "rank":
-        if value.strip().lower() != "median" or not target.strip().isdigit():
-            raise BadChange(f"{spec!r}: the rank change is rank:N=median (N a rank number)")
-        return Change("rank", target.strip(), None, spec)
-    if kind == "category":
-        name = CATEGORY_ALIASES.get(target.strip().lower(), target.strip().lower())
-        if name not in BOUND_BY or name == "sync_wait":
-            choices = ", ".join(b for b in BOUND_BY if b != "sync_wait")
-            raise BadChange(f"{spec!r}: unknown category {target!r} (one of {choices}, or dataloader)")
-        return Change("category", name, _factor(value, spec), spec)
-    return Change(kind, target.strip(), _factor(value, spec), spec)
-
-
-def _example(kind: str) -> str:
-    return {"kernel": "gemm=0.5", "op": "aten::mm=0.5", "module": "encoder=0.7", "category": "dataloader=0", "rank": "3=median"}[kind]
-
 
 @dataclass
 class StepPrediction:
@@ -139,6 +72,8 @@ class StepPrediction:
     #: Time to the step's end off the modelled path: untraced gaps kept as measured,
     #: and the wait for work that starts on its own (a thread's first op).
     untraced_us: float = 0.0
+    #: Time the path starts with waiting for the previous step's GPU work on a stream.
+    carried_us: float = 0.0
 
 
 @dataclass
@@ -177,9 +112,12 @@ class WhatIf:
         path = pl.concat([s.path for s in self.steps])
         n = len(self.steps)
         untraced = sum(s.untraced_us for s in self.steps)
-        total = sum(s.length_us for s in self.steps) + untraced
+        carried = sum(s.carried_us for s in self.steps)
+        total = sum(s.length_us for s in self.steps) + untraced + carried
         out = summarize(path, total) if path.height else empty
-        rest = pl.DataFrame({"bound_by": ["untraced"], "us": [untraced], "pct": [100 * untraced / total if total else 0.0], "edges": [0]}, schema=empty.schema)
+        pct = [100 * v / total if total else 0.0 for v in (carried, untraced)]
+        rest = pl.DataFrame({"bound_by": ["previous_step", "untraced"], "us": [carried, untraced], "pct": pct, "edges": [0, 0]}, schema=empty.schema)
+        rest = rest.filter(pl.col("us") > 0)
         return pl.concat([out, rest]).with_columns(pl.col("us") / n, (pl.col("edges") // n).cast(pl.Int64))
 
 
@@ -221,7 +159,7 @@ def whatif_many(trace: Trace, change_sets: list[list[Change]], step: int | None 
 
 def _categories(edges: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
     """Each edge's bound-by category (the rules of the critical path's table)."""
-    info = ev.select("eid", "side", "kind", "name", "op", "module", "data_loading", "comm", "pid", "tid", "ts", "end", "device", "stream", "launch_id")
+    info = ev.select("eid", "side", "kind", "name", "op", "module", "data_loading", "comm", "pid", "tid", "ts", "end", "device", "stream", "launch_id", "kernel_id")
     e = edges.join(info, on="eid", how="left")
     cat = (
         pl.when(pl.col("type") == "dependency")
@@ -241,67 +179,6 @@ def _categories(edges: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
         .otherwise(pl.lit("gpu_compute"))
     )
     return e.with_columns(category=cat)
-
-
-def _inside(ev: pl.DataFrame, ranges: pl.DataFrame) -> pl.Series:
-    """Per event: whether it lies within one of ``ranges`` (pid, tid, ts, end) on its
-    thread; GPU activity counts where the call that launched it does."""
-    cpu = ev.filter(pl.col("side") == "cpu")
-    if ranges.height == 0:
-        return pl.Series("inside", [False] * ev.height)
-    # Nested ranges of one name merge into their outermost.
-    r = (
-        ranges.sort("pid", "tid", "ts")
-        .with_columns(prev_end=pl.col("end").cum_max().shift(1).over("pid", "tid"))
-        .with_columns(new=(pl.col("prev_end").is_null() | (pl.col("ts") > pl.col("prev_end"))).cast(pl.Int64).cum_sum().over("pid", "tid"))
-        .group_by("pid", "tid", "new")
-        .agg(r_ts=pl.col("ts").min(), r_end=pl.col("end").max())
-        .drop("new")
-        .sort("r_ts")
-    )
-    hit = (
-        cpu.select("eid", "pid", "tid", "ts", "end", "launch_id")
-        .sort("ts")
-        .join_asof(r, left_on="ts", right_on="r_ts", by=["pid", "tid"], strategy="backward", check_sortedness=False)
-        .with_columns(inside=pl.col("r_end").is_not_null() & (pl.col("end") <= pl.col("r_end")))
-    )
-    launched = hit.filter(pl.col("inside") & pl.col("launch_id").is_not_null()).select("launch_id")
-    gpu = ev.filter(pl.col("side") == "gpu").select("eid", inside=pl.col("launch_id").is_in(launched["launch_id"].implode()))
-    flags = pl.concat([hit.select("eid", "inside"), gpu])
-    return ev.select("eid").join(flags, on="eid", how="left", maintain_order="left")["inside"].fill_null(False)
-
-
-def _module_match(target: str) -> pl.Expr:
-    """An event's module path names ``target``: a dotted prefix of it, or one
-    of its components with or without the ``_N`` index kinetolens adds."""
-    t = target.strip(".").lower()
-    module = pl.col("module").fill_null("").str.to_lowercase()
-    component = module.str.split(".").list.eval(
-        (pl.element() == t) | (pl.element().str.replace(_TRAILING_INDEX.pattern, "") == t)
-    ).list.any()
-    return (module == t) | module.str.starts_with(t + ".") | component
-
-
-def _change_masks(e: pl.DataFrame, ev: pl.DataFrame, change: Change) -> pl.Series:
-    """Edges (rows of ``e``, categories joined) whose weight ``change`` scales."""
-    cpu_or_kernel = pl.col("type").is_in(["cpu", "kernel"])
-    if change.kind == "kernel":
-        needle = re.escape((change.target or "").lower())
-        return e.select((pl.col("type") == "kernel") & pl.col("name").str.to_lowercase().str.contains(needle).fill_null(False))[:, 0]
-    if change.kind == "category":
-        return e.select(pl.col("category") == change.target)[:, 0]
-    if change.kind == "op":
-        ranges = ev.filter((pl.col("side") == "cpu") & (pl.col("name") == change.target)).select("pid", "tid", "ts", "end")
-        inside = ev.select("eid").with_columns(inside=_inside(ev, ranges))
-        return e.join(inside, on="eid", how="left", maintain_order="left").select(cpu_or_kernel & pl.col("inside").fill_null(False))[:, 0]
-    if change.kind == "module":
-        return e.select(cpu_or_kernel & _module_match(change.target or "").fill_null(False))[:, 0]
-    if change.kind == "launch":
-        launchers = e.filter(pl.col("type") == "launch").select((pl.col("src") // 2).alias("rt")).unique()["rt"]
-        return e.select((pl.col("type") == "launch") | ((pl.col("type") == "cpu") & pl.col("eid").is_in(launchers.implode())))[:, 0]
-    if change.kind == "overlap":
-        return e.select(pl.col("category") == "communication")[:, 0]
-    raise BadChange(f"{change.spec!r} cannot be applied to one trace")
 
 
 def _stream_order(ev: pl.DataFrame, edges: pl.DataFrame) -> pl.DataFrame:
@@ -374,6 +251,10 @@ class Replay:
     residual: np.ndarray
     has_in: np.ndarray
     ends: np.ndarray
+    #: Carry-over: the first activity of each stream (node) cannot start before
+    #: the previous step's work on that stream ended (ns after the first node).
+    carry_node: np.ndarray
+    carry_ns: np.ndarray
     measured_ns: float
     window: Window
     base_ns: int = 0
@@ -402,8 +283,11 @@ def prepare(graph: DependencyGraph, measured_ns: float | None = None, step_name:
     dst = e["dst"].to_numpy()
     w = e["weight"].to_numpy().astype(np.int64)
     # Residual: how much later each node happened than its dependencies explain.
+    origin = int(t0.min())
+    carry_node, carry_ns = _carry(ev, origin)
     explained = np.full(2 * n, np.iinfo(np.int64).min, dtype=np.int64)
     np.maximum.at(explained, dst, t0[src] + w)
+    np.maximum.at(explained, carry_node, origin + carry_ns)
     has_in = explained > np.iinfo(np.int64).min
     residual = np.where(has_in, t0 - explained, 0)
     step_node = _step_end_node(ev, step_name)
@@ -411,11 +295,24 @@ def prepare(graph: DependencyGraph, measured_ns: float | None = None, step_name:
     ends = np.concatenate([[step_node] if step_node is not None else _sinks(src, 2 * n), gpu_ends]).astype(np.int64)
     replay = Replay(
         graph=graph, edges=e, t0=t0, weight=w, residual=residual, has_in=has_in, ends=ends, measured_ns=0.0,
+        carry_node=carry_node, carry_ns=carry_ns,
         window=window or Window(label="window", start=graph.start, end=graph.end),
     )  # fmt: skip
     replay.base_ns, _ = _run(replay, w, None)
     replay.measured_ns = float(measured_ns) if measured_ns is not None else float(replay.base_ns)
     return replay
+
+
+def _carry(ev: pl.DataFrame, origin: int) -> tuple[np.ndarray, np.ndarray]:
+    """Start nodes of each stream's first activity in the window that was queued
+    behind earlier work (the previous step's), and when that work ended (ns after ``origin``).
+    The previous step is taken to end as measured, relative to this one's start."""
+    gpu = ev.filter(pl.col("side") == "gpu")
+    if gpu.height == 0 or "busy_until" not in gpu.columns:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    first = gpu.sort("ts", "eid").group_by("device", "stream", maintain_order=True).first()
+    first = first.filter(pl.col("busy_until").is_not_null() & (pl.col("busy_until") > origin) & (pl.col("busy_until") <= pl.col("ts")))
+    return (2 * first["eid"].to_numpy()).astype(np.int64), (first["busy_until"].to_numpy() - origin).astype(np.int64)
 
 
 def _run(r: Replay, weights: np.ndarray, overlap: np.ndarray | None) -> tuple[int, list[int]]:
@@ -425,9 +322,9 @@ def _run(r: Replay, weights: np.ndarray, overlap: np.ndarray | None) -> tuple[in
     s_node, t_node = n2, n2 + 1
     origin = int(r.t0.min())
     sources = np.flatnonzero(~r.has_in)
-    extra_src = [np.full(sources.size, s_node), r.ends]
-    extra_dst = [sources, np.full(r.ends.size, t_node)]
-    extra_w = [r.t0[sources] - origin, np.full(r.ends.size, _SINK)]
+    extra_src = [np.full(sources.size, s_node), r.ends, np.full(r.carry_node.size, s_node)]
+    extra_dst = [sources, np.full(r.ends.size, t_node), r.carry_node]
+    extra_w = [r.t0[sources] - origin, np.full(r.ends.size, _SINK), r.carry_ns + r.residual[r.carry_node]]
     if overlap is not None and overlap.any():
         # Overlapped communication delays nothing, but the step still waits for it to end.
         comm = np.flatnonzero(overlap)
@@ -454,7 +351,7 @@ def predict(r: Replay, changes: list[Change]) -> StepPrediction:
     matched: dict[str, int] = {}
     overlap = None
     for c in changes:
-        mask = _change_masks(e, ev, c).to_numpy()
+        mask = change_mask(e, ev, c).to_numpy()
         matched[c.spec] = int(mask.sum())
         factor[mask] *= c.factor if c.factor is not None else 1.0
         if c.kind == "overlap":
@@ -472,6 +369,10 @@ def predict(r: Replay, changes: list[Change]) -> StepPrediction:
     new_graph = DependencyGraph(events=ev, edges=e.select("src", "dst", "type", "eid", weight=pl.Series(new_w)), start=r.graph.start, end=r.graph.end)
     path = _path_table(new_graph, path_nodes)
     length = float(path["us"].sum()) if path.height else 0.0
+    carried = 0.0
+    if path_nodes and path_nodes[0] in set(r.carry_node.tolist()):
+        i = int(np.flatnonzero(r.carry_node == path_nodes[0])[0])
+        carried = float(r.carry_ns[i]) / 1000
     return StepPrediction(
         window=r.window,
         measured_us=r.measured_ns / 1000,
@@ -480,7 +381,8 @@ def predict(r: Replay, changes: list[Change]) -> StepPrediction:
         path=path,
         summary=summarize(path, length),
         matched=matched,
-        untraced_us=max(new / 1000 - length, 0.0),
+        untraced_us=max(new / 1000 - length - carried, 0.0),
+        carried_us=carried,
     )
 
 
