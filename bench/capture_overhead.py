@@ -1,7 +1,8 @@
 """Profiling overhead of kinetolens.profile against bare torch.profiler.
 
 What is measured: the wall time of one training step of the demo model
-(``kinetolens demo``'s CNN + transformer, AdamW, batch 16, CPU) while
+(``kinetolens demo``'s CNN + transformer, AdamW, batch 16, on the CPU or,
+with ``--device cuda``, on the GPU, synchronized after each step) while
 recording, in three configurations that run in the same process, on the
 same model, interleaved repetition by repetition (the order rotates, so no
 configuration always runs first or last):
@@ -22,6 +23,11 @@ step time.  Each repetition's figure is the median of its timed steps; the
 table shows the median over repetitions and, for the ratio, the median of
 the per-repetition ratios kinetolens/torch (interleaving pairs them in time,
 so machine noise cancels better than in a ratio of medians).
+
+``--clock cpu`` times steps in the main thread's CPU seconds instead of wall
+seconds, with torch on one intra-op thread (so that thread does all of a
+step's work): on a machine shared with other jobs, waiting for a core is not
+counted, so the ratio stays meaningful where wall times swing by 10x.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 MODES = ("none", "torch", "kinetolens")
-TARGET = 1.02  # kinetolens at most 2% over bare torch.profiler
+TARGET = 1.03  # kinetolens at most 3% over bare torch.profiler (issue target, exact call lines included)
 
 
 def make_job(device: str) -> tuple[Callable[[], None], Any]:
@@ -65,15 +71,31 @@ def make_job(device: str) -> tuple[Callable[[], None], Any]:
     return train_step, torch
 
 
+#: The clock steps are timed with (``--clock``).
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.thread_time}
+clock = CLOCKS["wall"]
+
+
+def cuda_missing() -> str | None:
+    """Why ``--device cuda`` cannot run here, or None (one line, before any work)."""
+    import torch
+
+    if not torch.backends.cuda.is_built():
+        return f"this torch build ({torch.__version__}) has no CUDA support"
+    if not torch.cuda.is_available():
+        return "no CUDA device is available"
+    return None
+
+
 def timed_steps(train_step: Callable[[], None], step: Callable[[], None] | None, n: int) -> list[float]:
-    """Wall seconds of ``n`` steps, each including the profiler's step()."""
+    """Seconds (``clock``) of ``n`` steps, each including the profiler's step()."""
     times = []
     for _ in range(n):
-        t0 = time.perf_counter()
+        t0 = clock()
         train_step()
         if step is not None:
             step()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return times
 
 
@@ -131,6 +153,8 @@ def _call_sites_timer() -> Iterator[list[float]]:
 
 def bench(reps: int, warmup: int, active: int, device: str) -> dict[str, Any]:
     train_step, torch = make_job(device)
+    if clock is time.thread_time:
+        torch.set_num_threads(1)
     for _ in range(3):  # allocator, autograd and optimizer state warm
         train_step()
     runs: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
@@ -174,7 +198,8 @@ def markdown(result: dict[str, Any], summary: dict[str, Any], command: str, reps
         f"Command: `{command}`",
         "",
         f"torch {result['torch_version']}, device {result['device']}, Python {platform.python_version()}; "
-        f"{reps} repetitions x ({warmup} warmup + {active} recorded steps), {active - 1} steps timed per repetition.",
+        f"{reps} repetitions x ({warmup} warmup + {active} recorded steps), {active - 1} steps timed per repetition "
+        f"f"({'main-thread CPU time, torch on 1 thread' if clock is time.thread_time else 'wall time'}).",
         "",
         "| configuration | median step ms (min–max over reps) | vs no profiler | median trace export ms |",
         "|---|---:|---:|---:|",
@@ -204,10 +229,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2, help="warmup steps per repetition (default 2)")
     parser.add_argument("--steps", type=int, default=8, help="recorded steps per repetition (default 8)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--clock", default="wall", choices=sorted(CLOCKS),
+                        help="time steps in wall seconds (default) or main-thread CPU seconds (a loaded machine)")
     parser.add_argument("--json", type=Path, help="also write raw per-repetition numbers here")
     args = parser.parse_args(argv)
     if args.steps < 2:
         parser.error("--steps must be at least 2 (the last recorded step is export)")
+    global clock
+    clock = CLOCKS[args.clock]
+    if args.device == "cuda" and (why := cuda_missing()):
+        print(f"capture_overhead: --device cuda: {why}", file=sys.stderr)
+        return 2
     command = "python " + " ".join(["bench/capture_overhead.py", *(argv if argv is not None else sys.argv[1:])])
     result = bench(args.reps, args.warmup, args.steps, args.device)
     summary = summarize(result)

@@ -19,6 +19,10 @@ Usage::
 
     python3 bench/critical_path_bench.py                       # HTA's traces and df_index_resolver
     python3 bench/critical_path_bench.py --trace big.json --annotation ProfilerStep --instance 1 --no-hta
+    python3 bench/critical_path_bench.py --trace big.json --annotation ProfilerStep --instance 1 -n 1 --timeout 780
+
+``--timeout`` bounds each run, load included: a tool that does not finish
+is reported as such instead of holding the machine.
 """
 
 from __future__ import annotations

@@ -234,13 +234,35 @@ class TinyLM(torch.nn.Module):
 
 model = TinyLM().eval()
 prompt = torch.randint(0, 128, (2, 48))
-for run, modules in (("modules", True), ("plain", False)):
+def forward(ids, cache=None, label=None):
+    if label is None:
+        return model(ids, cache)
+    with torch.profiler.record_function(label):  # the range vLLM V1 puts around each forward
+        return model(ids, cache)
+
+for run, modules, label in (("modules", True, None), ("plain", False, None), ("vllm", False, "gpu_model_runner: forward")):
     with torch.inference_mode(), kinetolens.profile(logdir=sys.argv[1], run=run, profile_memory=False, warmup=0,
                                                     with_stack=modules, with_modules=modules) as prof:
-        logits, cache = model(prompt)  # prefill: 2 prompts of 48 tokens
+        logits, cache = forward(prompt, None, label)  # prefill: 2 prompts of 48 tokens
         for _ in range(4):  # decode: one new token a prompt
-            logits, cache = model(logits.argmax(-1, keepdim=True), cache)
+            logits, cache = forward(logits.argmax(-1, keepdim=True), cache, label)
     print(prof.trace_files[0])
+
+
+class PackedLM(torch.nn.Module):
+    # an engine's layout: the batch packed into one row of token ids, logits for each sequence's last token
+    def __init__(self, vocab=128, d=32):
+        super().__init__()
+        self.embed, self.mlp, self.head = torch.nn.Embedding(vocab, d), torch.nn.Linear(d, d), torch.nn.Linear(d, vocab)
+    def forward(self, ids, last):
+        return torch.log_softmax(self.head(self.mlp(self.embed(ids))[last]), -1)
+
+packed = PackedLM().eval()
+with torch.inference_mode(), kinetolens.profile(logdir=sys.argv[1], run="packed", profile_memory=False, warmup=0) as prof:
+    logp = packed(torch.randint(0, 128, (96,)), torch.tensor([47, 95]))  # prefill: 2 prompts of 48 tokens
+    for _ in range(4):
+        logp = packed(logp.argmax(-1), torch.tensor([0, 1]))  # decode: 2 tokens, one a sequence
+print(prof.trace_files[0])
 """
 
 
@@ -258,7 +280,7 @@ def test_cpu_inference_loop_found_from_shapes(loop_traces: list[Path]) -> None:
     # issue 20, part 2: a CPU-captured generation loop with no special names.
     # How we know: the script runs one forward on ids [2, 48], then four on
     # ids [2, 1] against a KV cache growing from 48 to 51 tokens.
-    with_modules, plain = (load(p) for p in loop_traces)
+    with_modules, plain = (load(p) for p in loop_traces[:2])
     its = iterations(with_modules)
     assert its["phase"].to_list() == ["prefill", "decode", "decode", "decode", "decode"]
     assert its["tokens"].to_list() == [96, 2, 2, 2, 2] and its["requests"].to_list() == [2] * 5
@@ -278,3 +300,30 @@ def test_cpu_inference_loop_found_from_shapes(loop_traces: list[Path]) -> None:
     assert dict(sdpa.select("phase", "calls").rows()) == {"prefill": 1, "decode": 4}
     out = _run("summary", loop_traces[0].as_posix(), columns=80)
     assert "7 (prefill" not in out and "5 (prefill 1, decode 4)" in out and "Engine iterations" in out
+
+
+def test_vllm_forward_ranges_labelled_from_shapes(loop_traces: list[Path]) -> None:
+    # issue 20, part 2: vLLM V1's "gpu_model_runner: forward" ranges carry no
+    # counts: each is an iteration, labelled by the shapes inside it (the
+    # same loop as above, each forward wrapped in such a range).
+    t = load(loop_traces[2])
+    its = iterations(t)
+    assert its["phase"].to_list() == ["prefill", "decode", "decode", "decode", "decode"]
+    assert set(its["source"]) == {"engine: vLLM"}
+    assert its["basis"][0].startswith("vLLM gpu_model_runner: forward range (no counts); shapes: attention query [2, 4, 48, 8]")
+    assert its.select("prefill_tokens", "decode_tokens").rows() == [(96, 0)] + [(0, 2)] * 4
+    assert detect(t).evidence == ["engine iteration annotations (vLLM gpu_model_runner)"]
+    # The ranges are the iterations, not CPU work: counted as such, CPU time
+    # would fill each window (no GPU here); the ops inside leave gaps.
+    assert (its["dur"] == its["cpu_end"] - its["ts"]).all() and (its["cpu_exec"] < its["dur"]).all()
+
+
+def test_packed_batch_labelled_from_token_ids_and_logits(loop_traces: list[Path]) -> None:
+    # issue 20, part 2: a packed batch (engine layout, no attention op): ids
+    # [96] with logits [2, 128] is 2 sequences of 48 tokens (prefill); ids [2]
+    # with logits [2, 128] is one token a sequence (decode).
+    its = iterations(load(loop_traces[3]))
+    assert its["phase"].to_list() == ["prefill", "decode", "decode", "decode", "decode"]
+    assert its.select("tokens", "requests").rows() == [(96, 2)] + [(2, 2)] * 4
+    assert its["basis"][0] == "96 token ids for 2 sampled rows: more than one a sequence (mixed batches look the same)"
+    assert its["basis"][1] == "2 token ids for 2 sampled rows: one a sequence"

@@ -188,6 +188,7 @@ def test_dashboard_view_and_tables_match_the_analysis(server: ThreadServer, logd
     one = critical_path(v100, step_window(v100, 7))
     status, body, _ = server.poll(f"/api/view/critical_path?{q}&step=7")
     assert status == 200 and body["blocks"][1]["items"][0] == ["critical path", units.duration(one.length_us)]
+    assert body["blocks"][1]["items"][2] == ["step", "7"]
     summary = _rows(server, logdir, "v100", "critical_path_summary", step="7")
     assert [r[1] for r in summary["rows"]] == [round(u, 3) for u in one.summary["us"]]
 
@@ -227,23 +228,28 @@ LOOK = """() => {
 }"""
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium")
-@pytest.mark.parametrize(("run", "steps"), [("v100", 6), ("h100", 1), ("torch_cpu", 2), ("cpu_only", 0)])
-def test_critical_path_page_reads_in_chromium(server: ThreadServer, logdir: Path, tmp_path: Path, run: str, steps: int) -> None:
-    # issue 19, part 1: the page as a person sees it: a bar per step, tables filled, shares in %, nothing too wide
+@pytest.fixture(scope="module")
+def page() -> Iterator[object]:
+    if not CHROMIUM.exists():
+        pytest.skip("needs Debian's chromium")
     playwright = pytest.importorskip("playwright.sync_api")
-    wk = _worker(logdir, run)
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.goto(f"{server.url}/#" + urlencode({"run": run, "worker": wk, "view": "critical_path"}))
-        page.wait_for_selector(f'#content[data-key="{run}|{wk}|critical_path"]', timeout=120000)
-        page.wait_for_function("[...document.querySelectorAll('.table-block')].every(b => b.dataset.state === 'ready')", timeout=60000)
-        look = page.evaluate(LOOK)
-        page.screenshot(path=str(tmp_path / f"critical_path_{run}.png"), full_page=True)
-        assert page.locator("#views li.active").inner_text() == "Critical path"
-        content = page.inner_text("#content")
+        yield browser.new_page(viewport={"width": 1280, "height": 900})
         browser.close()
+
+
+@pytest.mark.parametrize(("run", "steps"), [("v100", 6), ("h100", 1), ("torch_cpu", 2), ("cpu_only", 0)])
+def test_critical_path_page_reads_in_chromium(server: ThreadServer, logdir: Path, page, tmp_path: Path, run: str, steps: int) -> None:  # type: ignore[no-untyped-def]
+    # issue 19, part 1: the page as a person sees it: a bar per step, tables filled, shares in %, nothing too wide
+    wk = _worker(logdir, run)
+    page.goto(f"{server.url}/#" + urlencode({"run": run, "worker": wk, "view": "critical_path"}))
+    page.wait_for_selector(f'#content[data-key="{run}|{wk}|critical_path"]', timeout=120000)
+    page.wait_for_function("[...document.querySelectorAll('.table-block')].every(b => b.dataset.state === 'ready')", timeout=60000)
+    look = page.evaluate(LOOK)
+    page.screenshot(path=str(tmp_path / f"critical_path_{run}.png"), full_page=True)
+    assert page.locator("#views li.active").inner_text() == "Critical path"
+    content = page.inner_text("#content")
     assert look["scroll_width"] <= look["inner_width"]
     assert look["empty_figures"] == 0 and look["empty_tables"] == 0
     if steps == 0:

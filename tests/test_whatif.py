@@ -63,21 +63,21 @@ def test_baseline_path_categories_match_critical_path(r0):
 
 def test_removing_data_loading_predicts_the_four_worker_run(r0, r4):
     # issue 19, part 3: real pair, same job with 0 and 4 DataLoader workers (V100 ResNet-50).
-    # The 4 workers share the host CPU with the training loop: the same host ops run
-    # 1.22x slower in the 4-worker trace (measured op for op from the two traces, not
-    # fitted), and the prediction takes that in as category:cpu. Median step: one
-    # warm-up step (182 ms) and one slow step (163 ms) of the 4-worker run are outliers.
+    # Median steps: the 4-worker run has a warm-up step (182 ms) and one slow step (163 ms).
+    measured = _median_measured(r4)  # 126.7 ms
+    alone = statistics.median(s.predicted_us for s in whatif(r0, [parse_change("category:dataloader=0")]).steps)
+    assert abs(alone - measured) / measured < 0.10, (alone, measured)  # 118.6 ms, -6.4%
+    # The first kernels of a step queue behind the previous step's tail (15 ms of it runs
+    # into the next step's loading): without that carry-over the prediction would be 106 ms.
+    assert alone > 115_000
+    # The rest is CPU contention: the 4 workers share the host's cores and the same host
+    # ops run 1.22x slower in the 4-worker trace (measured op for op from the two traces,
+    # not fitted); with that taken in, the prediction comes closer.
     contention = _op_slowdown(r0, r4)
     assert 1.15 < contention < 1.3
-    measured = _median_measured(r4)  # 126.7 ms
     r = whatif(r0, [parse_change("category:dataloader=0"), parse_change(f"category:cpu={contention:.3f}")])
-    predicted = statistics.median(s.predicted_us for s in r.steps)
-    assert abs(predicted - measured) / measured < 0.10, (predicted, measured)
-    # Data loading alone: the step loses its 69 ms of loading but stays above the GPU's
-    # own work per step (~100 ms): the simulator keeps what waits on the GPU.
-    alone = statistics.median(s.predicted_us for s in whatif(r0, [parse_change("category:dataloader=0")]).steps)
-    assert 100_000 < alone < predicted
-    assert _median_measured(r0) - alone > 60_000
+    both = statistics.median(s.predicted_us for s in r.steps)
+    assert abs(both - measured) < abs(alone - measured), (both, alone, measured)  # 130.0 ms, +2.6%
 
 
 def test_launch_overlap_and_kernel_changes_move_the_step_the_right_way(r0):

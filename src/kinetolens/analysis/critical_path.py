@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import polars as pl
 
 from kinetolens.analysis.dependency_graph import DependencyGraph, TraceFacts, build_graph
@@ -154,10 +155,11 @@ def _clock_notes(graph: DependencyGraph) -> list[str]:
     """A launch takes microseconds: when even the quickest activity of the
     window started more than a millisecond after its launch call, the GPU
     clock is offset from the CPU's and launch overhead is inflated by that."""
-    gpu = graph.events.filter(pl.col("side") == "gpu")
-    if gpu.height < CLOCK_EVIDENCE or "launch_ts" not in gpu.columns:
+    ev = graph.events
+    gpu = ev["side"] == "gpu"
+    if int(gpu.sum()) < CLOCK_EVIDENCE or "launch_ts" not in ev.columns:
         return []
-    quickest = gpu.select((pl.col("ts") - pl.col("launch_ts")).min()).item()
+    quickest = (ev["ts"].filter(gpu) - ev["launch_ts"].filter(gpu)).min()
     if quickest is None or quickest <= CLOCK_OFFSET_NS:
         return []
     return [
@@ -179,83 +181,80 @@ def longest_path(graph: DependencyGraph) -> list[int]:
         raise TraceError("trace", "has events whose order contradicts their dependencies (a cycle); timestamps may be skewed") from None
 
 
+#: Edge type -> the bound its time counts as (a CPU edge in a DataLoader range is data
+#: loading; a kernel edge is compute, memory or communication by its activity).
+_TYPE_BOUND = {"dependency": "dependency", "sync": "sync_wait", "launch": "launch_overhead", "kernel_gap": "kernel_gap"}
+
+
 def _path_table(graph: DependencyGraph, nodes: list[int]) -> pl.DataFrame:
+    """The path's edges in order, with the event each one's time belongs to.
+
+    Numpy over the edge arrays (a sorted key per edge, one binary search per
+    step) and gathers by event id: a few dozen array operations whatever the
+    path's length, where a join per column cost milliseconds on small windows."""
     if len(nodes) < 2:
         return pl.DataFrame(schema=_PATH_SCHEMA)
-    steps = pl.DataFrame({"src": nodes[:-1], "dst": nodes[1:]}, schema={"src": pl.Int64, "dst": pl.Int64}).with_row_index("order")
-    # Parallel edges: the heaviest is the one the path length counted.
-    edges = (
-        steps.join(graph.edges, on=["src", "dst"], how="inner")
-        .sort("order", "weight", descending=[False, True])
-        .unique("order", keep="first", maintain_order=True)
-    )
-    ev = graph.events
-    # Where each stretch starts: its source node's time (an event's start or end).
-    times = ev.select(s_eid="eid", s_ts="ts", s_end="end")
-    edges = (
-        edges.with_columns(s_eid=pl.col("src") // 2)
-        .join(times, on="s_eid", how="left")
-        .with_columns(start=pl.when(pl.col("src") % 2 == 1).then(pl.col("s_end")).otherwise(pl.col("s_ts")))
-    )
-    where = (
-        pl.when(pl.col("side") == "cpu")
-        .then(pl.format("thread {}", pl.col("tid")))
-        .otherwise(pl.format("stream {}", pl.col("stream")))
-    )
+    e, ev = graph.edges, graph.events
+    src, dst, weight = (e[c].to_numpy() for c in ("src", "dst", "weight"))
+    n = np.asarray(nodes, dtype=np.int64)
+    width = np.int64(graph.nodes + 1)
+    key = src * width + dst
+    # Parallel edges: the heaviest is the one the path length counted (the first in edge order among equals).
+    by_key = np.lexsort((-weight, key))
+    sorted_key = key[by_key]
+    want = n[:-1] * width + n[1:]
+    at = np.minimum(np.searchsorted(sorted_key, want), sorted_key.size - 1)
+    found = sorted_key[at] == want
+    chosen = by_key[at[found]]
+    order = np.flatnonzero(found)
+    p_src = src[chosen]
+    s_eid = p_src // 2
+    start = np.where(p_src % 2 == 1, ev["end"].to_numpy()[s_eid], ev["ts"].to_numpy()[s_eid])
+    picked = e.select(pl.col("type", "eid").gather(pl.Series(chosen)))
+    # One query gathers every event column the path shows (a gather per column is a query each).
     info = ev.select(
-        "eid",
-        "name",
-        "op",
-        "module",
-        "source",
-        "side",
-        "kind",
-        "data_loading",
-        "comm",
-        ts_us=pl.col("ts") / 1000,
-        where=where,
+        pl.col("name", "op", "module", "source", "kind", "data_loading", "ts", "side", "tid", "stream", *(["comm"] if "comm" in ev.columns else []))
+        .gather(picked["eid"])
     )
-    p = edges.join(info, on="eid", how="left").sort("order")
+    frame = pl.concat(
+        [picked, info, pl.DataFrame({"order": order, "w": weight[chosen], "start_us": start / 1000})], how="horizontal"
+    )
+    if "comm" not in frame.columns:
+        frame = frame.with_columns(comm=pl.lit(None, pl.Boolean))
+    where = pl.when(pl.col("side") == "cpu").then(pl.format("thread {}", pl.col("tid"))).otherwise(pl.format("stream {}", pl.col("stream")))
+    t = pl.col("type")
     bound = (
-        pl.when(pl.col("type") == "dependency")
-        .then(pl.lit("dependency"))
-        .when(pl.col("type") == "sync")
-        .then(pl.lit("sync_wait"))
-        .when(pl.col("type") == "launch")
-        .then(pl.lit("launch_overhead"))
-        .when(pl.col("type") == "kernel_gap")
-        .then(pl.lit("kernel_gap"))
-        .when(pl.col("type") == "cpu")
+        pl.when(t == "cpu")
         .then(pl.when(pl.col("data_loading").fill_null(False)).then(pl.lit("data_loading")).otherwise(pl.lit("cpu")))
+        .when(t != "kernel")
+        .then(t.replace_strict(_TYPE_BOUND, default=None, return_dtype=pl.String))
         .when(pl.col("comm").fill_null(False))
         .then(pl.lit("communication"))
         .when(pl.col("kind").is_in(["memcpy", "memset"]))
         .then(pl.lit("gpu_memory"))
         .otherwise(pl.lit("gpu_compute"))
     )
-    return p.select(
-        pl.col("order").cast(pl.Int64),
-        "type",
-        bound_by=bound,
-        us=pl.col("weight") / 1000,
-        name="name",
-        op="op",
-        module="module",
-        source="source",
-        where="where",
-        ts_us="ts_us",
-        start_us=pl.col("start") / 1000,
-    ).cast(_PATH_SCHEMA)
+    return frame.select(
+        "order", "type", bound_by=bound, us=pl.col("w") / 1000, name="name", op="op", module="module", source="source",
+        where=where, ts_us=pl.col("ts") / 1000, start_us="start_us",
+    ).cast(_PATH_SCHEMA)  # fmt: skip
 
 
 def summarize(path: pl.DataFrame, length_us: float) -> pl.DataFrame:
     """Time on the path per ``bound_by`` (us and % of the length), in :data:`BOUND_BY` order."""
-    s = path.filter(pl.col("bound_by") != "dependency").group_by("bound_by").agg(us=pl.col("us").sum(), edges=pl.len())
-    order = pl.DataFrame({"bound_by": list(BOUND_BY), "_o": list(range(len(BOUND_BY)))})
-    return (
-        s.join(order, on="bound_by", how="left")
-        .sort("_o")
-        .select("bound_by", "us", pct=(100 * pl.col("us") / length_us) if length_us else pl.lit(0.0), edges=pl.col("edges").cast(pl.Int64))
+    codes = path["bound_by"].replace_strict({b: i for i, b in enumerate(BOUND_BY)}, default=-1, return_dtype=pl.Int64).to_numpy()
+    kept = codes >= 0
+    us = np.bincount(codes[kept], weights=path["us"].to_numpy()[kept], minlength=len(BOUND_BY))
+    count = np.bincount(codes[kept], minlength=len(BOUND_BY))
+    have = np.flatnonzero(count)
+    return pl.DataFrame(
+        {
+            "bound_by": [BOUND_BY[i] for i in have],
+            "us": us[have],
+            "pct": 100 * us[have] / length_us if length_us else np.zeros(have.size),
+            "edges": count[have],
+        },
+        schema={"bound_by": pl.String, "us": pl.Float64, "pct": pl.Float64, "edges": pl.Int64},
     )
 
 

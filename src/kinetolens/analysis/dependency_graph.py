@@ -41,6 +41,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
+import numpy.ma  # noqa: F401  (polars imports it on the first numpy -> polars conversion: at import, not in the first graph)
 import polars as pl
 
 from kinetolens.analysis.overview import _is_dataloader, is_comm_kernel
@@ -67,6 +69,9 @@ DEVICE_SYNC_CALLS = ("cudaDeviceSynchronize", "hipDeviceSynchronize")
 STREAM_SYNC_CALLS = ("cudaStreamSynchronize", "hipStreamSynchronize")
 EVENT_RECORD_CALLS = ("cudaEventRecord", "hipEventRecord", "cudaEventRecordWithFlags", "hipEventRecordWithFlags")
 GPU_ACTIVITY = ("kernel", "memcpy", "memset")
+
+#: Stands for a null time in the edge arrays: before everything.
+_LOW = -(2**63)
 
 EDGE_TYPES = ("cpu", "dependency", "launch", "kernel", "kernel_gap", "sync")
 
@@ -100,28 +105,33 @@ class TraceFacts:
     @cached_property
     def activity(self) -> pl.DataFrame:
         """GPU activity with ``busy_until``: the end of every earlier activity on its stream."""
-        k = self.trace.kernels.filter(pl.col("kind").cast(pl.String).is_in(GPU_ACTIVITY) & (pl.col("dur") >= 0))
-        return k.sort("ts").with_columns(
-            busy_until=(pl.col("ts") + pl.col("dur")).cum_max().shift(1).over("device", "stream"),
-            comm=is_comm_kernel(k),
+        k = self.trace.kernels
+        return (
+            k.lazy()
+            .filter(pl.col("kind").cast(pl.String).is_in(GPU_ACTIVITY) & (pl.col("dur") >= 0))
+            .sort("ts")
+            .with_columns(busy_until=(pl.col("ts") + pl.col("dur")).cum_max().shift(1).over("device", "stream"), comm=is_comm_kernel(k))
+            .collect(engine="in-memory")
         )
 
     @cached_property
     def launches(self) -> pl.DataFrame:
         """Runtime calls that launched GPU activity: thread, start, and the stream and first activity launched."""
-        k = self.trace.kernels.filter(pl.col("launch_id").is_not_null()).group_by("launch_id").agg(
+        k = self.trace.kernels.lazy().filter(pl.col("launch_id").is_not_null()).group_by("launch_id").agg(
             pl.col("kernel_id").sort_by("ts").first(), pl.col("stream").sort_by("ts").first(), pl.col("device").sort_by("ts").first()
         )
-        return self.trace.runtime.select("launch_id", "pid", "tid", "ts").join(k, on="launch_id", how="inner").sort("ts")
+        rt = self.trace.runtime.lazy().select("launch_id", "pid", "tid", "ts")
+        return rt.join(k, on="launch_id", how="inner").sort("ts").collect(engine="in-memory")
 
     @cached_property
     def records(self) -> pl.DataFrame:
-        rt = self.trace.runtime
-        return rt.filter(pl.col("name").is_in(EVENT_RECORD_CALLS)).select("pid", "tid", record_ts="ts").sort("record_ts")
+        rt = self.trace.runtime.lazy()
+        return rt.filter(pl.col("name").is_in(EVENT_RECORD_CALLS)).select("pid", "tid", record_ts="ts").sort("record_ts").collect(engine="in-memory")
 
     @cached_property
     def calls(self) -> pl.DataFrame:
-        return self.trace.runtime.filter(pl.col("kind").cast(pl.String) == "runtime").select("launch_id", "correlation", "pid", "tid", "ts")
+        rt = self.trace.runtime.lazy().filter(pl.col("kind").cast(pl.String) == "runtime")
+        return rt.select("launch_id", "correlation", "pid", "tid", "ts").collect(engine="in-memory")
 
     @cached_property
     def sync(self) -> pl.DataFrame:
@@ -137,6 +147,12 @@ class TraceFacts:
         ids = self.trace.ops["op_id"]
         return bool((ids == pl.int_range(0, ids.len(), eager=True)).all())
 
+    def op_name_expr(self) -> pl.Expr:
+        """The name of each row's ``op_id`` op, as an expression over a runtime-call frame."""
+        if self._ops_by_row:
+            return pl.lit(self.trace.ops["name"]).gather(pl.col("op_id"))
+        return pl.col("op_id").replace_strict(self.trace.ops["op_id"], self.trace.ops["name"], default=None, return_dtype=pl.String)
+
     def op_names(self, op_ids: pl.Series) -> pl.Series:
         """The names of ops by id (ids are row numbers in the model: a gather, not a join)."""
         if self._ops_by_row:
@@ -148,35 +164,125 @@ class TraceFacts:
 def build_graph(trace: Trace, start: int, end: int, facts: TraceFacts | None = None) -> DependencyGraph:
     """The graph of the CPU ops and runtime calls that start in ``[start, end]``
     (ns, with a duration) and of the GPU activity they launched.  Pass the
-    same ``facts`` for many windows of one trace."""
+    same ``facts`` for many windows of one trace.
+
+    The events are one polars query; the edges are built on their columns as
+    numpy arrays (a query costs tens of microseconds even on ten rows, which
+    made the fixed cost of a small window milliseconds)."""
     facts = facts if facts is not None and facts.trace is trace else TraceFacts(trace)
     cpu = _cpu_events(facts, start, end)
     gpu = _gpu_events(facts, cpu)
-    events = pl.concat([cpu, gpu], how="diagonal_relaxed").with_row_index("eid").with_columns(pl.col("eid").cast(pl.Int64))
-    cpu = events.filter(pl.col("side") == "cpu")
-    gpu = events.filter(pl.col("side") == "gpu")
-    wait_src = _stream_waits(facts, cpu, gpu)
+    events = (
+        pl.concat([cpu, gpu], how="diagonal_relaxed")
+        .with_row_index("eid")
+        .with_columns(pl.col("eid").cast(pl.Int64))
+        .collect(engine="in-memory")
+    )
+    cols = _Columns(events)
+    wait_src, wait_end, wait_dst = _stream_waits(facts, cols)
     parts = [
-        _cpu_edges(cpu),
-        _gpu_edges(cpu, gpu, wait_src),
-        _sync_edges(facts, cpu, gpu),
-        _backward_edges(cpu),
+        _cpu_edges(cols),
+        _gpu_edges(cols, wait_dst, wait_end),
+        _sync_edges(facts, cols),
+        _backward_edges(cols),
+        _Edges(2 * wait_src + 1, 2 * wait_dst, np.zeros(wait_src.size, dtype=np.int64), EDGE_TYPES.index("sync"), -1),
     ]
-    if wait_src.height:
-        parts.append(wait_src.select(src=2 * pl.col("src_eid") + 1, dst=2 * pl.col("eid"), weight=pl.lit(0), type=pl.lit("sync"), eid=pl.lit(None)))
-    edges = pl.concat([p.cast(_EDGE_SCHEMA) for p in parts if p.height]) if any(p.height for p in parts) else pl.DataFrame(schema=_EDGE_SCHEMA)
-    edges = edges.with_columns(pl.col("weight").clip(lower_bound=0))
-    return DependencyGraph(events=events, edges=edges, start=start, end=end)
+    return DependencyGraph(events=events, edges=_Edges.table(parts), start=start, end=end)
 
 
-def _cpu_events(facts: TraceFacts, start: int, end: int) -> pl.DataFrame:
+class _Columns:
+    """The events' numbers as numpy arrays, read in one query: ids -1 where
+    null, flags False; CPU events are the first ``n_cpu`` rows."""
+
+    def __init__(self, events: pl.DataFrame) -> None:
+        low = _LOW
+        ids = ("eid", "pid", "tid", "ts", "end", "op_id", "launch_id", "fwd_op_id", "device", "stream", "kernel_id", "launch_ts")
+        frame = events.select(
+            pl.col(*ids).fill_null(-1),
+            busy_until=pl.col("busy_until").fill_null(low),
+            blocking=pl.col("blocking").fill_null(False),
+            runtime=(pl.col("kind") == "runtime").fill_null(False),
+            is_op=(pl.col("kind") == "op").fill_null(False),
+            sync_call=pl.col("name").is_in(DEVICE_SYNC_CALLS + STREAM_SYNC_CALLS).fill_null(False),
+            cpu=(pl.col("side") == "cpu").fill_null(False),
+        )
+        self.n_cpu = int(frame["cpu"].sum())
+        self._all = {c: frame[c].to_numpy() for c in frame.columns}
+
+    def cpu(self, name: str) -> np.ndarray:
+        return self._all[name][: self.n_cpu]
+
+    def gpu(self, name: str) -> np.ndarray:
+        return self._all[name][self.n_cpu :]
+
+
+class _Edges:
+    """Edges as numpy arrays (``eid`` -1 where the edge's time belongs to no event),
+    made into the graph's one polars table at the end: building each part as a
+    polars query cost a few milliseconds of fixed overhead per window."""
+
+    def __init__(self, src: np.ndarray, dst: np.ndarray, weight: np.ndarray, type_: np.ndarray | int, eid: np.ndarray | int) -> None:
+        n = src.size
+        self.src, self.dst, self.weight = src.astype(np.int64), dst.astype(np.int64), weight.astype(np.int64)
+        self.type = np.broadcast_to(np.asarray(type_, dtype=np.int8), n)
+        self.eid = np.broadcast_to(np.asarray(eid, dtype=np.int64), n)
+
+    @classmethod
+    def linking(cls, frame: pl.DataFrame, type_: str) -> _Edges:
+        """Zero-weight edges of one type (``src``, ``dst`` columns) that belong to no event."""
+        src, dst = frame["src"].to_numpy(), frame["dst"].to_numpy()
+        return cls(src, dst, np.zeros(src.size, dtype=np.int64), EDGE_TYPES.index(type_), -1)
+
+    @classmethod
+    def none(cls) -> _Edges:
+        empty = np.zeros(0, dtype=np.int64)
+        return cls(empty, empty, empty, 0, -1)
+
+    @classmethod
+    def concat(cls, parts: list[_Edges]) -> _Edges:
+        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("src", "dst", "weight", "type", "eid")))
+
+    @staticmethod
+    def table(parts: list[_Edges]) -> pl.DataFrame:
+        parts = [p for p in parts if p.src.size]
+        if not parts:
+            return pl.DataFrame(schema=_EDGE_SCHEMA)
+        frame = pl.DataFrame(
+            {
+                "src": np.concatenate([p.src for p in parts]),
+                "dst": np.concatenate([p.dst for p in parts]),
+                "weight": np.maximum(np.concatenate([p.weight for p in parts]), 0),
+                "t": np.concatenate([p.type for p in parts]),
+                "eid": np.concatenate([p.eid for p in parts]),
+            }
+        )
+        return frame.select(
+            "src", "dst", "weight",
+            type=pl.col("t").replace_strict(dict(enumerate(EDGE_TYPES)), return_dtype=pl.String),
+            eid=pl.when(pl.col("eid") >= 0).then(pl.col("eid")),
+        ).cast(_EDGE_SCHEMA)  # fmt: skip
+
+
+def _groups(*keys: np.ndarray) -> np.ndarray:
+    """True where a row starts a new run of equal ``keys`` (rows sorted by them)."""
+    n = keys[0].size
+    new = np.ones(n, dtype=bool)
+    if n > 1:
+        same = np.ones(n - 1, dtype=bool)
+        for k in keys:
+            same &= k[1:] == k[:-1]
+        new[1:] = ~same
+    return new
+
+
+def _cpu_events(facts: TraceFacts, start: int, end: int) -> pl.LazyFrame:
     trace = facts.trace
     in_window = pl.col("ts").is_between(start, end) & (pl.col("dur") > 0)
     kind = pl.col("kind").cast(pl.String)
+    blocking = pl.col("name").is_in(BLOCKING_CALLS)
     # Older traces write the DataLoader's range as an op, newer ones as an annotation.
-    ops_in = trace.ops.filter(in_window).filter((kind == "op") | _is_dataloader(pl.col("name")))
-    rt = trace.runtime.filter(in_window & (kind == "runtime"))
-    rt = rt.with_columns(op=facts.op_names(rt["op_id"]))
+    ops_in = trace.ops.lazy().filter(in_window & ((kind == "op") | _is_dataloader(pl.col("name"))))
+    rt = trace.runtime.lazy().filter(in_window & (kind == "runtime"))
     frames = [
         ops_in.select(
             side=pl.lit("cpu"),
@@ -192,12 +298,13 @@ def _cpu_events(facts: TraceFacts, start: int, end: int) -> pl.DataFrame:
             op_id="op_id",
             launch_id=pl.lit(None, pl.Int64),
             fwd_op_id="fwd_op_id",
+            blocking=blocking,
         ),
         rt.select(
             side=pl.lit("cpu"),
             kind=pl.lit("runtime"),
             name="name",
-            op="op",
+            op=facts.op_name_expr(),
             module="module",
             source="source",
             pid="pid",
@@ -207,17 +314,18 @@ def _cpu_events(facts: TraceFacts, start: int, end: int) -> pl.DataFrame:
             op_id="op_id",
             launch_id="launch_id",
             fwd_op_id=pl.lit(None, pl.Int64),
+            blocking=blocking,
         ),
     ]
-    cpu = pl.concat(frames, how="vertical_relaxed").with_columns(blocking=pl.col("name").is_in(BLOCKING_CALLS))
+    cpu = pl.concat(frames, how="vertical_relaxed")
     return _mark_data_loading(cpu, facts.loaders)
 
 
-def _mark_data_loading(cpu: pl.DataFrame, loaders: pl.DataFrame) -> pl.DataFrame:
+def _mark_data_loading(cpu: pl.LazyFrame, loaders: pl.DataFrame) -> pl.LazyFrame:
     """CPU events inside a DataLoader ``__next__`` range on their thread."""
     if loaders.height == 0:
         return cpu.with_columns(data_loading=pl.lit(False))
-    dl = loaders.select("pid", "tid", dl_ts="ts", dl_end="end").sort("dl_ts")
+    dl = loaders.lazy().select("pid", "tid", dl_ts="ts", dl_end="end").sort("dl_ts")
     marked = (
         cpu.with_row_index("_row")
         .sort("ts")
@@ -228,13 +336,12 @@ def _mark_data_loading(cpu: pl.DataFrame, loaders: pl.DataFrame) -> pl.DataFrame
     return marked.drop("_row", "dl_ts", "dl_end")
 
 
-def _gpu_events(facts: TraceFacts, cpu: pl.DataFrame) -> pl.DataFrame:
+def _gpu_events(facts: TraceFacts, cpu: pl.LazyFrame) -> pl.LazyFrame:
     """The activity launched by the window's runtime calls, with the end of
     every earlier activity on its stream (whole trace): the stream was empty
     at the launch when that is before the launch."""
-    k = facts.activity
     launches = cpu.filter(pl.col("launch_id").is_not_null()).select("launch_id", launch_ts="ts")
-    k = k.join(launches, on="launch_id", how="inner")
+    k = facts.activity.lazy().join(launches, on="launch_id", how="inner")
     return k.select(
         side=pl.lit("gpu"),
         kind=pl.col("kind").cast(pl.String),
@@ -255,209 +362,311 @@ def _gpu_events(facts: TraceFacts, cpu: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _cpu_edges(cpu: pl.DataFrame) -> pl.DataFrame:
+def _cpu_edges(cols: _Columns) -> _Edges:
     """Consecutive boundaries of each thread's nested ops, in call order.
 
     Ties sort so that nesting holds: at one time, ends before starts, the
     longer range starts first and the later-started range ends first.
     """
-    starts = cpu.select(
-        "eid", "pid", "tid", "blocking", t="ts", is_start=pl.lit(1), k1=pl.col("ts") - pl.col("end"), k2="eid"
-    )
-    ends = cpu.select("eid", "pid", "tid", "blocking", t="end", is_start=pl.lit(0), k1=-pl.col("ts"), k2=-pl.col("eid"))
-    b = (
-        pl.concat([starts, ends])
-        .sort("pid", "tid", "t", "is_start", "k1", "k2")
-        .with_row_index("pos")
-        .with_columns(depth=(2 * pl.col("is_start") - 1).cum_sum().over("pid", "tid"))
-        .with_columns(
-            node=2 * pl.col("eid") + 1 - pl.col("is_start"),
-            p_node=(2 * pl.col("eid") + 1 - pl.col("is_start")).shift(1).over("pid", "tid"),
-            p_eid=pl.col("eid").shift(1).over("pid", "tid"),
-            p_t=pl.col("t").shift(1).over("pid", "tid"),
-            p_start=pl.col("is_start").shift(1).over("pid", "tid"),
-            p_depth=pl.col("depth").shift(1).over("pid", "tid"),
-        )
-    )
-    # After an end, the innermost open range is the last one that opened to that depth
+    n = cols.n_cpu
+    if n == 0:
+        return _Edges.none()
+    eid, pid, tid, ts, end, blocking = (cols.cpu(c) for c in ("eid", "pid", "tid", "ts", "end", "blocking"))
+    one, zero = np.ones(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    t = np.concatenate([ts, end])
+    is_start = np.concatenate([one, zero])
+    order = np.lexsort((np.concatenate([eid, -eid]), np.concatenate([ts - end, -ts]), is_start, t, np.concatenate([tid, tid]), np.concatenate([pid, pid])))
+    t, start, e = t[order], is_start[order], np.concatenate([eid, eid])[order]
+    block = np.concatenate([blocking, blocking])[order]
+    new = _groups(np.concatenate([pid, pid])[order], np.concatenate([tid, tid])[order])
+    step = 2 * start - 1
+    total = np.cumsum(step)
+    first = np.maximum.accumulate(np.where(new, np.arange(2 * n), 0))
+    depth = total - total[first] + step[first]
+    node = 2 * e + 1 - start
+    at = np.flatnonzero(~new)  # every boundary but a thread's first: an edge from the one before
+    prev = at - 1
+    # After an end, the innermost open range is the last one opened to that depth
     # (the thread's first boundary included: it opens the first top-level op).
-    opened = b.filter(pl.col("is_start") == 1).select("pid", "tid", "depth", "pos", parent="eid")
-    b = _parent_join(b.filter(pl.col("p_node").is_not_null()), opened)
-    top_start = (pl.col("is_start") == 1) & (pl.col("depth") == 1)
-    return b.select(
-        src="p_node",
-        dst="node",
-        weight=pl.when(top_start | ((pl.col("is_start") == 0) & pl.col("blocking"))).then(0).otherwise(pl.col("t") - pl.col("p_t")),
-        type=pl.when(top_start).then(pl.lit("dependency")).otherwise(pl.lit("cpu")),
-        eid=pl.when(top_start)
-        .then(None)
-        .when(pl.col("p_start") == 1)
-        .then(pl.col("p_eid"))
-        .when(pl.col("is_start") == 0)
-        .then(pl.col("eid"))
-        .otherwise(pl.col("parent")),
-    )
+    group = np.cumsum(new) - 1
+    lo = int(depth.min())
+    span = np.int64(int(depth.max()) - lo + 1)
+    opened = np.flatnonzero(start == 1)
+    key = (group[opened] * span + (depth[opened] - lo)) * np.int64(2 * n + 1) + opened
+    by = np.argsort(key, kind="stable")
+    ask = (group[prev] * span + (depth[prev] - lo)) * np.int64(2 * n + 1) + prev
+    hit = np.searchsorted(key[by], ask, side="right") - 1
+    found = (hit >= 0) & ((key[by][np.maximum(hit, 0)] // np.int64(2 * n + 1)) == (ask // np.int64(2 * n + 1)))
+    parent = np.where(found, e[opened[by][np.maximum(hit, 0)]], -1)
+    s_now, s_prev = start[at], start[prev]
+    top = (s_now == 1) & (depth[at] == 1)
+    weight = np.where(top | ((s_now == 0) & block[at]), 0, t[at] - t[prev])
+    kind = np.where(top, EDGE_TYPES.index("dependency"), EDGE_TYPES.index("cpu"))
+    owner = np.where(top, -1, np.where(s_prev == 1, e[prev], np.where(s_now == 0, e[at], parent)))
+    return _Edges(node[prev], node[at], weight, kind, owner)
 
 
-def _backward_edges(cpu: pl.DataFrame) -> pl.DataFrame:
+def _backward_edges(cols: _Columns) -> _Edges:
     """A backward op on another thread (the autograd engine's) starts after its forward op ends."""
-    fwd = cpu.filter((pl.col("kind") == "op") & pl.col("op_id").is_not_null()).select(
-        fwd_op_id="op_id", f_eid="eid", f_end="end", f_pid="pid", f_tid="tid"
+    op_id, fwd_op_id = cols.cpu("op_id"), cols.cpu("fwd_op_id")
+    bwd = np.flatnonzero(fwd_op_id >= 0)
+    fwd = np.flatnonzero(cols.cpu("is_op") & (op_id >= 0))
+    if bwd.size == 0 or fwd.size == 0:
+        return _Edges.none()
+    fwd = fwd[np.argsort(op_id[fwd], kind="stable")]
+    want = fwd_op_id[bwd]
+    f = fwd[np.minimum(np.searchsorted(op_id[fwd], want), fwd.size - 1)]
+    eid, pid, tid, ts, end = (cols.cpu(c) for c in ("eid", "pid", "tid", "ts", "end"))
+    ok = (op_id[f] == want) & ((pid[f] != pid[bwd]) | (tid[f] != tid[bwd])) & (end[f] <= ts[bwd])
+    return _Edges(2 * eid[f[ok]] + 1, 2 * eid[bwd[ok]], np.zeros(int(ok.sum()), dtype=np.int64), EDGE_TYPES.index("dependency"), -1)
+
+
+def _gpu_edges(cols: _Columns, wait_dst: np.ndarray, wait_end: np.ndarray) -> _Edges:
+    """Each activity's run, its launch (weighing the delay where the stream was
+    empty) and the gap behind the activity before it on its stream."""
+    n = cols._all["eid"].size - cols.n_cpu
+    if n == 0:
+        return _Edges.none()
+    eid, launch_id, ts, end, launch_ts, busy, device, stream = (
+        cols.gpu(c) for c in ("eid", "launch_id", "ts", "end", "launch_ts", "busy_until", "device", "stream")
     )
-    return (
-        cpu.filter(pl.col("fwd_op_id").is_not_null())
-        .join(fwd, on="fwd_op_id", how="inner")
-        .filter(((pl.col("pid") != pl.col("f_pid")) | (pl.col("tid") != pl.col("f_tid"))) & (pl.col("f_end") <= pl.col("ts")))
-        .select(src=2 * pl.col("f_eid") + 1, dst=2 * pl.col("eid"), weight=pl.lit(0), type=pl.lit("dependency"), eid=pl.lit(None, pl.Int64))
-    )
+    # The runtime call that launched each activity (launch ids are unique per call).
+    c_id, c_eid = cols.cpu("launch_id"), cols.cpu("eid")
+    has = c_id >= 0
+    c_id, c_eid = c_id[has], c_eid[has]
+    by_id = np.argsort(c_id, kind="stable")
+    at = np.minimum(np.searchsorted(c_id[by_id], launch_id), max(c_id.size - 1, 0))
+    rt_eid = np.where(c_id[by_id][at] == launch_id, c_eid[by_id][at], -1) if c_id.size else np.full(n, -1)
+    # A cudaStreamWaitEvent holds the activity until the recorded one ended.
+    sync_end = np.full(n, _LOW, dtype=np.int64)
+    if wait_dst.size:
+        np.maximum.at(sync_end, wait_dst - int(eid[0]), wait_end)
+    order = np.lexsort((eid, ts))
+    on_stream = order[np.lexsort((np.arange(n), stream[order], device[order]))]
+    new = _groups(device[on_stream], stream[on_stream])
+    prev = np.full(n, -1, dtype=np.int64)
+    prev[on_stream[1:]] = np.where(new[1:], -1, on_stream[:-1])
+    launched = (busy < launch_ts) & (sync_end < launch_ts)
+    prev_end = np.where(prev >= 0, end[np.maximum(prev, 0)], 0)
+    queued = ~launched & (prev >= 0) & (sync_end < prev_end)
+    o = order
+    run = _Edges(2 * eid[o], 2 * eid[o] + 1, end[o] - ts[o], EDGE_TYPES.index("kernel"), eid[o])
+    lo = o[rt_eid[o] >= 0]
+    launch = _Edges(2 * rt_eid[lo], 2 * eid[lo], np.where(launched[lo], ts[lo] - launch_ts[lo], 0), EDGE_TYPES.index("launch"), eid[lo])
+    q = o[queued[o]]
+    gap = _Edges(2 * eid[prev[q]] + 1, 2 * eid[q], ts[q] - prev_end[q], EDGE_TYPES.index("kernel_gap"), eid[prev[q]])
+    return _Edges.concat([run, launch, gap])
 
 
-def _parent_join(b: pl.DataFrame, opened: pl.DataFrame) -> pl.DataFrame:
-    """``parent``: for an edge leaving an end at depth d, the last range opened to depth d."""
-    left = b.with_columns(p_pos=pl.col("pos") - 1).sort("p_pos")
-    right = opened.rename({"depth": "p_depth", "pos": "o_pos"}).sort("o_pos")
-    return left.join_asof(right, left_on="p_pos", right_on="o_pos", by=["pid", "tid", "p_depth"], strategy="backward", check_sortedness=False)
+class _ByGroup:
+    """A table's rows sorted by group keys, then time: as-of lookups with one
+    binary search per group (threads, streams: a handful), none per row."""
+
+    def __init__(self, keys: list[np.ndarray], t: np.ndarray) -> None:
+        self.order = np.lexsort((t, *reversed(keys))) if t.size else np.zeros(0, dtype=np.int64)
+        self.t = t[self.order]
+        by = [k[self.order] for k in keys]
+        starts = np.flatnonzero(_groups(*by)) if t.size else np.zeros(0, dtype=np.int64)
+        ends = np.append(starts[1:], t.size)
+        self.spans = {tuple(int(k[i]) for k in by): (int(i), int(j)) for i, j in zip(starts, ends)}
+
+    def find(self, keys: list[np.ndarray], t: np.ndarray, *, before: bool, strict: bool) -> np.ndarray:
+        """For each query, the row of the last entry of its group at or before ``t``
+        (``before``; strictly before if ``strict``) or the first at or after it; -1 where none."""
+        out = np.full(t.size, -1, dtype=np.int64)
+        if t.size == 0 or not self.spans:
+            return out
+        groups, inverse = np.unique(np.stack(keys, axis=1), axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        for g, group in enumerate(groups):
+            span = self.spans.get(tuple(int(v) for v in group))
+            if span is None:
+                continue
+            lo, hi = span
+            rows = np.flatnonzero(inverse == g)
+            if before:
+                i = np.searchsorted(self.t[lo:hi], t[rows], side="left" if strict else "right") - 1
+                ok = i >= 0
+            else:
+                i = np.searchsorted(self.t[lo:hi], t[rows], side="right" if strict else "left")
+                ok = i < hi - lo
+            out[rows[ok]] = self.order[lo + i[ok]]
+        return out
 
 
-def _gpu_edges(cpu: pl.DataFrame, gpu: pl.DataFrame, wait_src: pl.DataFrame) -> pl.DataFrame:
-    if gpu.height == 0:
-        return pl.DataFrame(schema=_EDGE_SCHEMA)
-    launch_eid = cpu.filter(pl.col("launch_id").is_not_null()).select("launch_id", rt_eid="eid")
-    waits = wait_src.group_by("eid").agg(sync_end=pl.col("src_end").max()) if wait_src.height else pl.DataFrame(schema={"eid": pl.Int64, "sync_end": pl.Int64})
-    g = (
-        gpu.join(launch_eid, on="launch_id", how="left")
-        .join(waits, on="eid", how="left")
-        .sort("ts", "eid")
-        .with_columns(
-            prev_eid=pl.col("eid").shift(1).over("device", "stream"),
-            prev_end=pl.col("end").shift(1).over("device", "stream"),
+def _matches(sorted_keys: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every (query, position) pair whose key is equal (an inner join on sorted keys)."""
+    lo = np.searchsorted(sorted_keys, queries, side="left")
+    count = np.searchsorted(sorted_keys, queries, side="right") - lo
+    total = int(count.sum())
+    query = np.repeat(np.arange(queries.size), count)
+    return query, np.arange(total) - np.repeat(np.cumsum(count) - count, count) + np.repeat(lo, count)
+
+
+def _facts_index(facts: TraceFacts) -> _FactsIndex:
+    index = facts.__dict__.get("_index")
+    if index is None:
+        index = facts.__dict__["_index"] = _FactsIndex(facts)
+    return index
+
+
+class _FactsIndex:
+    """Whole-trace lookups the synchronization edges need, as arrays (once per trace)."""
+
+    def __init__(self, facts: TraceFacts) -> None:
+        self.facts = facts
+
+    @cached_property
+    def records(self) -> tuple[_ByGroup, np.ndarray]:
+        r = self.facts.records
+        t = r["record_ts"].to_numpy()
+        return _ByGroup([r["pid"].to_numpy(), r["tid"].to_numpy()], t), t
+
+    @cached_property
+    def launches(self) -> tuple[_ByGroup, _ByGroup, np.ndarray]:
+        """By thread, by thread and stream, and the first activity each launched."""
+        la = self.facts.launches.select("pid", "tid", "ts", "kernel_id", pl.col("stream").fill_null(-1))
+        pid, tid, ts, stream = (la[c].to_numpy() for c in ("pid", "tid", "ts", "stream"))
+        return _ByGroup([pid, tid], ts), _ByGroup([pid, tid, stream], ts), la["kernel_id"].to_numpy()
+
+    def recorded_kernel(self, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """The activity recorded by the last ``cudaEventRecord`` on the thread before
+        ``ts``: the first activity of the last launch before that record (-1: none)."""
+        records, record_ts = self.records
+        rec = records.find([pid, tid], ts, before=True, strict=True)
+        out = np.full(ts.size, -1, dtype=np.int64)
+        ok = rec >= 0
+        by_thread, _, kernel = self.launches
+        hit = by_thread.find([pid[ok], tid[ok]], record_ts[np.maximum(rec[ok], 0)], before=True, strict=True)
+        out[np.flatnonzero(ok)[hit >= 0]] = kernel[hit[hit >= 0]]
+        return out
+
+    @cached_property
+    def sync_calls(self) -> dict[str, np.ndarray]:
+        """Runtime calls with a ``cuda_sync`` record, by launch id: kind, device, stream, end of the sync."""
+        kinds = {"Context Sync": 0, "Stream Sync": 1, "Event Sync": 2}
+        sync = self.facts.sync.lazy().select(
+            "correlation",
+            kind=pl.col("name").replace_strict(kinds, default=3, return_dtype=pl.Int64),
+            device=pl.col("pid").fill_null(-1),
+            stream=pl.col("tid").fill_null(-1),
+            end="end",
         )
-        .with_columns(
-            launched=(pl.col("busy_until").is_null() | (pl.col("busy_until") < pl.col("launch_ts")))
-            & (pl.col("sync_end").is_null() | (pl.col("sync_end") < pl.col("launch_ts"))),
+        m = (
+            self.facts.calls.lazy()
+            .filter(pl.col("launch_id").is_not_null())
+            .join(sync, on="correlation", how="inner")
+            .sort("launch_id", maintain_order=True)
+            .select("launch_id", "kind", "device", "stream", "end")
+            .collect(engine="in-memory")
         )
-        .with_columns(
-            queued=~pl.col("launched")
-            & pl.col("prev_eid").is_not_null()
-            & (pl.col("sync_end").is_null() | (pl.col("sync_end") < pl.col("prev_end")))
+        return {c: m[c].to_numpy() for c in m.columns}
+
+    @cached_property
+    def stream_waits(self) -> tuple[np.ndarray, np.ndarray]:
+        """For each ``cudaStreamWaitEvent``: the recorded activity and the next one launched on
+        the waiting stream from its thread (kernel ids; -1 where none)."""
+        waits = self.facts.sync.lazy().filter(pl.col("name") == "Stream Wait Event").select("correlation", wait_stream="tid")
+        w = (
+            waits.join(self.facts.calls.lazy().select("correlation", "pid", "tid", "ts"), on="correlation", how="inner")
+            .select(pl.col("pid", "tid", "ts", "wait_stream").fill_null(-1))
+            .collect(engine="in-memory")
         )
-    )
-    run = g.select(src=2 * pl.col("eid"), dst=2 * pl.col("eid") + 1, weight=pl.col("end") - pl.col("ts"), type=pl.lit("kernel"), eid="eid")
-    launch = g.filter(pl.col("rt_eid").is_not_null()).select(
-        src=2 * pl.col("rt_eid"),
-        dst=2 * pl.col("eid"),
-        weight=pl.when(pl.col("launched")).then(pl.col("ts") - pl.col("launch_ts")).otherwise(0),
-        type=pl.lit("launch"),
-        eid="eid",
-    )
-    gap = g.filter(pl.col("queued")).select(
-        src=2 * pl.col("prev_eid") + 1, dst=2 * pl.col("eid"), weight=pl.col("ts") - pl.col("prev_end"), type=pl.lit("kernel_gap"), eid="prev_eid"
-    )
-    return pl.concat([run, launch, gap])
+        if w.height == 0:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty
+        pid, tid, ts, stream = (w[c].to_numpy() for c in ("pid", "tid", "ts", "wait_stream"))
+        src = self.recorded_kernel(pid, tid, ts)
+        records, _ = self.records
+        recorded = records.find([pid, tid], ts, before=True, strict=True) >= 0
+        _, by_stream, kernel = self.launches
+        nxt = by_stream.find([pid, tid, stream], ts, before=False, strict=False)
+        dst = np.where(nxt >= 0, kernel[np.maximum(nxt, 0)], -1)
+        keep = recorded & (src >= 0) & (dst >= 0)
+        return src[keep], dst[keep]
 
 
-def _records(facts: TraceFacts, calls: pl.DataFrame) -> pl.DataFrame:
-    """``calls`` with ``record_ts``: the last event record on their thread before them."""
-    return calls.sort("ts").join_asof(
-        facts.records, left_on="ts", right_on="record_ts", by=["pid", "tid"], strategy="backward", check_sortedness=False, allow_exact_matches=False
-    )
+def _by_kernel(ids: np.ndarray, kernel_ids: np.ndarray) -> np.ndarray:
+    """Rows of the window's activity (kernel ``ids``) with these kernel ids (-1 where not in the window)."""
+    if ids.size == 0:
+        return np.full(kernel_ids.size, -1, dtype=np.int64)
+    order = np.argsort(ids, kind="stable")
+    at = np.minimum(np.searchsorted(ids[order], kernel_ids), ids.size - 1)
+    return np.where((ids[order][at] == kernel_ids) & (kernel_ids >= 0), order[at], -1)
 
 
-def _stream_waits(facts: TraceFacts, cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+def _stream_waits(facts: TraceFacts, cols: _Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """GPU -> GPU: (``src_eid``, ``src_end``, ``eid``) for each ``cudaStreamWaitEvent``:
     the activity recorded before it -> the next activity launched on the waiting stream."""
-    empty = pl.DataFrame(schema={"src_eid": pl.Int64, "src_end": pl.Int64, "eid": pl.Int64})
-    waits = facts.sync.filter(pl.col("name") == "Stream Wait Event")
-    if waits.height == 0 or gpu.height == 0:
-        return empty
-    calls = facts.calls.select("correlation", "pid", "tid", "ts")
-    w = waits.select("correlation", wait_stream="tid").join(calls, on="correlation", how="inner")
-    w = _records(facts, w).filter(pl.col("record_ts").is_not_null())
-    launches = facts.launches
-    by_kernel = gpu.select("kernel_id", "eid", "end")
-    # Source: the last launch on the thread before the record.
-    src = _asof_sources(w, launches, by_kernel)
-    dst = (
-        w.select("correlation", "pid", "tid", "ts", "wait_stream")
-        .sort("ts")
-        .join_asof(
-            launches.select("pid", "tid", "kernel_id", wait_stream="stream", l_ts="ts").sort("l_ts"),
-            left_on="ts",
-            right_on="l_ts",
-            by=["pid", "tid", "wait_stream"],
-            strategy="forward", check_sortedness=False,
-        )
-        .join(by_kernel.drop("end"), on="kernel_id", how="inner")
-        .select("correlation", "eid")
-    )
-    out = src.join(dst, on="correlation", how="inner").select("src_eid", "src_end", "eid").unique()
-    return out.filter(pl.col("src_eid") != pl.col("eid")) if out.height else empty
+    empty = np.zeros(0, dtype=np.int64)
+    kernel = cols.gpu("kernel_id")
+    if kernel.size == 0 or facts.sync.height == 0:
+        return empty, empty, empty
+    src, dst = _facts_index(facts).stream_waits
+    a, b = _by_kernel(kernel, src), _by_kernel(kernel, dst)
+    ok = (a >= 0) & (b >= 0)
+    eid, end = cols.gpu("eid"), cols.gpu("end")
+    rows = np.unique(np.stack([eid[a[ok]], end[a[ok]], eid[b[ok]]], axis=1), axis=0)
+    rows = rows[rows[:, 0] != rows[:, 2]]
+    return rows[:, 0], rows[:, 1], rows[:, 2]
 
 
-def _asof_sources(w: pl.DataFrame, launches: pl.DataFrame, by_kernel: pl.DataFrame) -> pl.DataFrame:
-    return (
-        w.sort("record_ts")
-        .join_asof(launches.select("pid", "tid", "kernel_id", l_ts="ts").sort("l_ts"), left_on="record_ts", right_on="l_ts", by=["pid", "tid"], strategy="backward", check_sortedness=False, allow_exact_matches=False)
-        .join(by_kernel.rename({"eid": "src_eid", "end": "src_end"}), on="kernel_id", how="inner")
-        .select("correlation", "src_eid", "src_end")
-    )
-
-
-def _sync_edges(facts: TraceFacts, cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+def _sync_edges(facts: TraceFacts, cols: _Columns) -> _Edges:
     """GPU -> CPU: the last activity (started by the time the sync returned) on
     each synchronized stream -> the end of the blocking call."""
-    if gpu.height == 0:
-        return pl.DataFrame(schema=_EDGE_SCHEMA)
-    corr = facts.calls.select("launch_id", "correlation")
-    calls = cpu.filter(pl.col("kind") == "runtime").select("eid", "name", "pid", "tid", "ts", "end", "launch_id").join(corr, on="launch_id", how="left")
-    sync = facts.sync.select("correlation", sync_name="name", s_device="pid", s_stream="tid", s_end="end")
-    streams = gpu.select("device", "stream").unique()
-    if sync.height:
-        matched = calls.join(sync, on="correlation", how="inner")
-        device = matched.filter(pl.col("sync_name") == "Context Sync").join(streams, how="cross")
-        stream = matched.filter(pl.col("sync_name") == "Stream Sync").select(
-            pl.exclude("s_device", "s_stream"), device="s_device", stream="s_stream"
-        )
-        targets = pl.concat([device.select("eid", "end", "device", "stream", "s_end"), stream.select("eid", "end", "device", "stream", "s_end")])
-        event = matched.filter(pl.col("sync_name") == "Event Sync")
+    g_eid, g_ts, g_end, g_dev, g_stream = (cols.gpu(c) for c in ("eid", "ts", "end", "device", "stream"))
+    if g_eid.size == 0:
+        return _Edges.none()
+    rt = np.flatnonzero(cols.cpu("runtime"))
+    eid, pid, tid, ts, end, launch = (cols.cpu(c)[rt] for c in ("eid", "pid", "tid", "ts", "end", "launch_id"))
+    streams = np.unique(np.stack([g_dev, g_stream], axis=1), axis=0)
+    on_stream = _ByGroup([g_dev, g_stream], g_ts)
+    index = _facts_index(facts)
+    src: list[np.ndarray] = []
+    dst: list[np.ndarray] = []
+
+    def every_stream(rows: np.ndarray) -> tuple[np.ndarray, ...]:
+        rep = np.repeat(rows, streams.shape[0])
+        return rep, np.tile(streams[:, 0], rows.size), np.tile(streams[:, 1], rows.size)
+
+    if facts.sync.height:
+        sc = index.sync_calls
+        call, at = _matches(sc["launch_id"], np.where(launch >= 0, launch, _LOW))
+        kind = sc["kind"][at]
+        ctx, ctx_at = call[kind == 0], at[kind == 0]
+        rep, dev, stream = every_stream(np.arange(ctx.size))
+        one = kind == 1
+        t_call = np.concatenate([ctx[rep], call[one]])
+        t_dev = np.concatenate([dev, sc["device"][at[one]]])
+        t_stream = np.concatenate([stream, sc["stream"][at[one]]])
+        t_end = np.concatenate([sc["end"][ctx_at[rep]], sc["end"][at[one]]])
+        hit = on_stream.find([t_dev, t_stream], t_end, before=True, strict=False)
+        ok = hit >= 0
+        src.append(2 * g_eid[hit[ok]] + 1)
+        dst.append(2 * eid[t_call[ok]] + 1)
+        event = call[kind == 2]
+        if event.size:
+            row = _by_kernel(cols.gpu("kernel_id"), index.recorded_kernel(pid[event], tid[event], ts[event]))
+            ok = row >= 0
+            src.append(2 * g_eid[row[ok]] + 1)
+            dst.append(2 * eid[event[ok]] + 1)
     else:
         # No cuda_sync records (older traces): a device or stream sync waits for
         # every stream (the trace does not say which), as far as it returned
         # after the stream's last activity; a blocking copy for its own copy.
-        waits = calls.filter(pl.col("name").is_in(DEVICE_SYNC_CALLS + STREAM_SYNC_CALLS))
-        targets = waits.join(streams, how="cross").select("eid", "end", "device", "stream", s_end="end")
-        event = calls.clear()
-        own = (
-            calls.filter(pl.col("name").is_in(BLOCKING_CALLS))
-            .join(gpu.select("launch_id", k_eid="eid", k_end="end"), on="launch_id", how="inner")
-            .filter(pl.col("k_end") <= pl.col("end"))
-            .select(src=2 * pl.col("k_eid") + 1, dst=2 * pl.col("eid") + 1)
-        )
-    k = gpu.select("device", "stream", "ts", k_eid="eid", k_end="end").sort("ts")
-    last = (
-        targets.sort("s_end")
-        .join_asof(k, left_on="s_end", right_on="ts", by=["device", "stream"], strategy="backward", check_sortedness=False)
-        .filter(pl.col("k_eid").is_not_null() & (sync.height > 0 or pl.col("k_end") <= pl.col("end")))
-        .select(src=2 * pl.col("k_eid") + 1, dst=2 * pl.col("eid") + 1)
-    )
-    parts = [last] if sync.height else [last, own]
-    if event.height:
-        launches = facts.launches
-        ev = (
-            _records(facts, event.select("eid", "pid", "tid", "ts"))
-            .filter(pl.col("record_ts").is_not_null())
-            .sort("record_ts")
-            .join_asof(
-                launches.select("pid", "tid", "kernel_id", l_ts="ts").sort("l_ts"),
-                left_on="record_ts",
-                right_on="l_ts",
-                by=["pid", "tid"],
-                strategy="backward", check_sortedness=False,
-                allow_exact_matches=False,
-            )
-            .join(gpu.select("kernel_id", k_eid="eid"), on="kernel_id", how="inner")
-            .select(src=2 * pl.col("k_eid") + 1, dst=2 * pl.col("eid") + 1)
-        )
-        parts.append(ev)
-    out = pl.concat(parts).unique()
-    return out.with_columns(weight=pl.lit(0), type=pl.lit("sync"), eid=pl.lit(None, pl.Int64))
+        rep, dev, stream = every_stream(np.flatnonzero(cols.cpu("sync_call")[rt]))
+        hit = on_stream.find([dev, stream], end[rep], before=True, strict=False)
+        ok = hit >= 0
+        ok[ok] = g_end[hit[ok]] <= end[rep[ok]]
+        src.append(2 * g_eid[hit[ok]] + 1)
+        dst.append(2 * eid[rep[ok]] + 1)
+        blocking = np.flatnonzero(cols.cpu("blocking")[rt] & (launch >= 0))
+        g_launch = cols.gpu("launch_id")
+        order = np.argsort(g_launch, kind="stable")
+        call, at = _matches(g_launch[order], launch[blocking])
+        k = order[at]
+        ok = g_end[k] <= end[blocking[call]]
+        src.append(2 * g_eid[k[ok]] + 1)
+        dst.append(2 * eid[blocking[call[ok]]] + 1)
+    pairs = np.unique(np.stack([np.concatenate(src), np.concatenate(dst)], axis=1), axis=0)
+    return _Edges(pairs[:, 0], pairs[:, 1], np.zeros(pairs.shape[0], dtype=np.int64), EDGE_TYPES.index("sync"), -1)

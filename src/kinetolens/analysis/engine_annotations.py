@@ -17,6 +17,8 @@ Formats read (examples from real traces):
 * SGLang: ``step[EXTEND bs=15 toks=15360]``, ``step[DECODE bs=64]``,
   ``step[MIXED bs=2 c=1 g=1 c_sq=5 g_sq=1]``.
 * ATOM: ``prefill[bs=2 tok=14721 ...]``, ``decode[bs=64 tok=64 ...]``.
+* vLLM V1's ``gpu_model_runner: forward`` range: one iteration, no counts
+  (its shapes label it).
 
 Only names are read here: where the ranges are and what else the trace
 says about them is :mod:`kinetolens.analysis.inference_phases`' concern.
@@ -28,7 +30,9 @@ import re
 from dataclasses import dataclass
 
 #: A name that may be an iteration annotation (a cheap first filter for polars).
-CANDIDATE = r"^(execute_|step\[|prefill\[|decode\[)"
+CANDIDATE = r"^(execute_|step\[|prefill\[|decode\[|gpu_model_runner: forward$)"
+#: vLLM V1's forward range: one a step, with no counts (shapes label it).
+VLLM_FORWARD = "gpu_model_runner: forward"
 
 _VLLM_DETAILED = re.compile(
     r"^execute_(\d+)_context_(\d+)\(sq(\d+)sk(\d+)sqsq\d+sqsk\d+\)_generation_(\d+)\(sq(\d+)sk(\d+)sqsq\d+sqsk\d+\)"
@@ -158,6 +162,8 @@ def parse(name: str) -> IterationCounts | None:
     """The counts an engine iteration annotation carries, or None for any other name."""
     if name.startswith("execute_"):
         return _vllm(name)
+    if name == VLLM_FORWARD:
+        return IterationCounts("vLLM", basis=f"vLLM {VLLM_FORWARD} range (no counts)")
     if name.startswith("step["):
         return _sglang(name)
     return _atom(name)

@@ -126,7 +126,10 @@ def _token_embeddings(trace: Trace) -> pl.DataFrame:
             continue
         rows.append({"op_id": r["op_id"], "tid": r["tid"], "ts": r["ts"], "end": r["end"],
                      "ids": [int(x) for x in dims[1]], "vocab": int(dims[0][0])})  # fmt: skip
-    return pl.DataFrame(rows, schema={"op_id": _I64, "tid": _I64, "ts": _I64, "end": _I64, "ids": pl.List(_I64), "vocab": _I64})
+    found = pl.DataFrame(rows, schema={"op_id": _I64, "tid": _I64, "ts": _I64, "end": _I64, "ids": pl.List(_I64), "vocab": _I64})
+    # The token embedding has the largest table: position embeddings (GPT-2's
+    # wpe, also given integer ids) are left out, one embedding a forward.
+    return found.filter(pl.col("vocab") == pl.col("vocab").max()) if found.height else found
 
 
 def _loads(text: str | None) -> Any:
@@ -200,18 +203,14 @@ def _sampled_rows(ops: pl.DataFrame, marks: pl.DataFrame, vocab: dict[int, int])
     """Per iteration, the rows of the first ``[R, vocab]`` tensor an op reads (the logits the sampler takes)."""
     if not vocab:
         return {}
-    sel = ops.filter(pl.col("input_dims").str.starts_with("[[") & (pl.col("kind").cast(pl.String) == "op"))
-    sel = _in_ranges(sel.select("ts", "name", "input_dims"), marks).sort("ts")
-    out: dict[int, int] = {}
-    for r in sel.iter_rows(named=True):
-        it = int(r["iteration"])
-        if it in out or it not in vocab or r["name"] == _EMBEDDING:
-            continue
-        dims = _loads(r["input_dims"])
-        first = dims[0] if dims else None
-        if isinstance(first, list) and len(first) == 2 and first[1] == vocab[it]:
-            out[it] = int(first[0])
-    return out
+    first = pl.col("input_dims").str.extract_groups(r"^\[\[(\d+),\s*(\d+)\]")
+    sel = ops.filter((pl.col("kind").cast(pl.String) == "op") & (pl.col("name") != _EMBEDDING)).select(
+        "ts", rows=first.struct.field("1").cast(_I64), cols=first.struct.field("2").cast(_I64)
+    )
+    wanted = pl.DataFrame({"iteration": list(vocab), "cols": list(vocab.values())}, schema={"iteration": _I64, "cols": _I64})
+    found = _in_ranges(sel.drop_nulls(), marks).join(wanted, on=["iteration", "cols"]).sort("ts")
+    found = found.unique("iteration", keep="first")
+    return {int(i): int(r) for i, r in found.select("iteration", "rows").iter_rows()}
 
 
 def _shape_labels(trace: Trace, marks: pl.DataFrame, emb: pl.DataFrame) -> pl.DataFrame:
@@ -289,6 +288,19 @@ def _engine_rows(marks: pl.DataFrame) -> pl.DataFrame:
 _COUNTS = ("tokens", "prefill_tokens", "decode_tokens", "requests", "prefill_requests", "decode_requests")
 
 
+#: Per-phase counts, filled from the totals where only the shapes label an iteration.
+_SPLIT = ("prefill_tokens", "decode_tokens", "prefill_requests", "decode_requests")
+
+
+def _by_phase(column: str, total: str) -> pl.Expr:
+    """``column`` (``prefill_tokens``, ...), or where unknown and the iteration is all
+    prefill or all decode, its ``total`` for that phase and 0 for the other."""
+    phase = column.split("_")[0]
+    known = pl.col("phase").is_in(["prefill", "decode"])
+    filled = pl.when(pl.col("phase") == phase).then(pl.col(total)).otherwise(0)
+    return pl.col(column).fill_null(pl.when(known).then(filled))
+
+
 def _empty() -> pl.DataFrame:
     schema = {
         "iteration": _I64, "phase": pl.String, "basis": pl.String, "source": pl.String, "name": pl.String,
@@ -344,18 +356,14 @@ def iterations(trace: Trace) -> pl.DataFrame:
             tokens=pl.col("tokens").fill_null(pl.col("shape_tokens")),
             requests=pl.col("requests").fill_null(pl.col("shape_requests")),
         ).with_columns(source=pl.lit("engine: ") + pl.col("engine"))
+        rows = rows.with_columns(_by_phase(c, c.split("_")[1]).alias(c) for c in _SPLIT)
         drop_ops = pl.Series([i for inner in marks["inner"].to_list() for i in inner], dtype=_I64)
     else:
         rows = shapes.with_columns(
             phase="shape_phase", basis="shape_basis", tokens="shape_tokens", requests="shape_requests",
-            prefill_tokens=pl.when(pl.col("shape_phase") == "prefill").then("shape_tokens").otherwise(0),
-            decode_tokens=pl.when(pl.col("shape_phase") == "decode").then("shape_tokens").otherwise(0),
-            prefill_requests=pl.when(pl.col("shape_phase") == "prefill").then("shape_requests").otherwise(0),
-            decode_requests=pl.when(pl.col("shape_phase") == "decode").then("shape_requests").otherwise(0),
-            source=pl.lit(f"forward: {source}"),
+            source=pl.lit(f"forward: {source}"), **{c: pl.lit(None, _I64) for c in _SPLIT},
         )  # fmt: skip
-        rows = rows.with_columns(pl.when(pl.col("phase").is_null()).then(None).otherwise(pl.col(c)).alias(c)
-                                 for c in ("prefill_tokens", "decode_tokens", "prefill_requests", "decode_requests"))  # fmt: skip
+        rows = rows.with_columns(_by_phase(c, c.split("_")[1]).alias(c) for c in _SPLIT)
         if not (rows["phase"] == "decode").any():
             # Forward passes with no decode (an encoder, a text encoder in a
             # diffusion pipeline, one prefill) are no evidence of LLM phases.

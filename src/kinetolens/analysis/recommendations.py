@@ -6,8 +6,14 @@ carries the numbers that triggered it, where they come from (op, module,
 source line, step), what to change, and an estimated saving per step in
 milliseconds with a sentence saying how it was estimated.
 
-Savings are deliberately conservative, because advice ranked by inflated
-savings sends people after the wrong thing:
+Where a rule's advice maps to a what-if change (:data:`SIMULATED`: no
+DataLoader stall, no launch overhead, communication overlapped; and the
+Tensor Core rules' kernels made faster, registered in
+``RuleContext.changes``), its saving is simulated: every step's dependency graph is re-timed with that change
+(:mod:`kinetolens.analysis.whatif`) and the finding carries the predicted
+step time.  The other rules estimate with a formula, deliberately
+conservative, because advice ranked by inflated savings sends people after
+the wrong thing:
 
 * a saving is never more than the wall time the rule can point at in the
   trace (exclusive DataLoader time, GPU idle gaps, exposed communication);
@@ -93,6 +99,10 @@ class Finding:
     saving_ms: float
     estimate: str
     where: dict[str, Any] = field(default_factory=dict)
+    #: The mean step time (ms) the what-if simulator predicts after ``whatif``; None: a formula estimate.
+    predicted_step_ms: float | None = None
+    #: The what-if change the saving was simulated with (``kinetolens whatif --change``).
+    whatif: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -102,7 +112,9 @@ class Finding:
         from html import escape
 
         return (
-            f"<div><b>{escape(self.title)}</b> (saves up to {self.saving_ms:.2f} ms per step)"
+            f"<div><b>{escape(self.title)}</b> (saves up to {self.saving_ms:.2f} ms per step"
+            + (f"; predicted step {self.predicted_step_ms:.2f} ms" if self.predicted_step_ms is not None else "")
+            + ")"
             f"<p>{escape(self.evidence)}</p><p><b>Change:</b> {escape(self.change)}</p>"
             f"<p><i>Estimate: {escape(self.estimate)}</i></p></div>"
         )
@@ -113,6 +125,9 @@ class RuleContext:
     """The trace plus the shared analyses rules read, each computed once."""
 
     trace: Trace
+    #: What-if changes a rule's advice amounts to, by rule, when they depend on
+    #: what the rule found (the kernels of the ops it names).
+    changes: dict[str, list[Any]] = field(default_factory=dict)
 
     @cached_property
     def kind(self) -> TraceKind:
@@ -360,6 +375,7 @@ def fp32_tensor_cores(ctx: RuleContext) -> list[Finding]:
     cc = _capability(trace_device(ctx.trace))
     tf32 = cc is not None and cc >= (8, 0)
     top = _top(fp32, "op", "kernel_time_us")
+    _simulate_kernels(ctx, "fp32_tensor_cores", fp32["op_id"], backward=True, what="fp32 matmul/conv kernels")
     return [
         Finding(
             rule="fp32_tensor_cores",
@@ -379,6 +395,23 @@ def fp32_tensor_cores(ctx: RuleContext) -> list[Finding]:
             where={"op": top},
         )
     ]
+
+
+def _simulate_kernels(ctx: RuleContext, rule: str, roots: pl.Series, backward: bool, what: str) -> None:
+    """Register the what-if of ``rule``: the kernels of the matrix ops ``roots``
+    (and of their backward) :data:`TC_SPEEDUP` times faster."""
+    from kinetolens.analysis.whatif import Change
+
+    ops = ctx.trace.ops.select("op_id").with_columns(matrix_roots(ctx.trace.ops.select("op_id", "name", "parent_id")))
+    k = ctx.trace.kernels.filter(pl.col("kind") == "kernel").select("kernel_id", "op_id", "fwd_op_id")
+    mine = roots.implode()
+    fwd = k.join(ops, on="op_id", how="inner").filter(pl.col("root").is_in(mine))["kernel_id"]
+    ids = fwd.to_list()
+    if backward:
+        bwd = k.filter(pl.col("fwd_op_id").is_not_null()).join(ops, left_on="fwd_op_id", right_on="op_id", how="inner")
+        ids += bwd.filter(pl.col("root").is_in(mine))["kernel_id"].to_list()
+    factor = 1.0 / TC_SPEEDUP
+    ctx.changes[rule] = [Change("kernel_ids", what, factor, f"{what}={factor:g}", ids=tuple(sorted(set(ids))))]
 
 
 def _backward_kernel_us(trace: Trace, forward_ops: pl.Series) -> float:
@@ -405,6 +438,7 @@ def misaligned_shapes(ctx: RuleContext) -> list[Finding]:
         return []
     time_us = float(bad["kernel_time_us"].sum())
     top = bad.sort("kernel_time_us", descending=True).row(0, named=True)
+    _simulate_kernels(ctx, "misaligned_shapes", bad["op_id"], backward=False, what="misaligned half-precision matmul/conv kernels")
     return [
         Finding(
             rule="misaligned_shapes",
@@ -587,7 +621,11 @@ def below_roofline(ctx: RuleContext) -> list[Finding]:
     spec = gpu_spec(ctx.trace)
     if spec is None or not ctx.step_ms or ctx.trace.kernels.height == 0:
         return []
-    table = roofline_by(ctx.trace, spec, "op").with_columns(lost_ms=pl.col("lost_75_us") / 1000.0 / ctx.steps)
+    from kinetolens.model.earlier_launches import without_earlier_iteration  # per step: the steps' own work
+
+    table = roofline_by(without_earlier_iteration(ctx.trace), spec, "op").with_columns(
+        lost_ms=pl.col("lost_75_us") / 1000.0 / ctx.steps
+    )
     table = table.filter(pl.col("lost_ms") >= BELOW_ROOF_SHARE * ctx.step_ms).sort("lost_ms", descending=True)
     out = []
     for row in table.head(BELOW_ROOF_TOP).iter_rows(named=True):
@@ -771,8 +809,72 @@ def findings(ctx: RuleContext) -> list[Finding]:
     None on a trace whose inputs are damaged (:func:`damaged_inputs`)."""
     if damaged_inputs(ctx.trace) is not None:
         return []
-    found = [f for rule in RULES if applies(rule, ctx.kind) for f in rule(ctx)]
+    found = simulated([f for rule in RULES if applies(rule, ctx.kind) for f in rule(ctx)], ctx.trace, ctx.changes)
     return sorted(found, key=lambda f: -f.saving_ms)  # stable: ties keep RULES order
+
+
+#: The what-if change each rule's advice amounts to, and the change its
+#: saving is counted from: worker processes hide the DataLoader; CUDA graphs
+#: (and torch.compile's reduce-overhead) remove launch overhead; overlapping
+#: collectives hides communication; the host-bound rule counts what host work
+#: beyond data loading costs (all of it removed, data loading already gone),
+#: so that it and the DataLoader rule never claim the same time.
+SIMULATED: dict[str, tuple[str, ...]] = {
+    "dataloader_bound": ("category:data_loading=0",),
+    "launch_overhead": ("launch:0",),
+    "host_bound": ("category:data_loading=0", "category:cpu=0"),
+    "exposed_communication": ("overlap:communication",),
+}
+#: The change a rule's saving is counted from (default: the trace as measured).
+SIMULATED_FROM: dict[str, tuple[str, ...]] = {"host_bound": ("category:data_loading=0",)}
+
+
+def simulated(found: list[Finding], trace: Trace, made: dict[str, list[Any]] | None = None) -> list[Finding]:
+    """``found`` with the savings of :data:`SIMULATED` rules (and of rules that
+    put their change in ``made``) taken from the what-if simulator, each
+    step's graph built once for all of them.  A trace the simulator cannot
+    re-time keeps the formula estimates."""
+    from dataclasses import replace
+
+    from kinetolens.analysis.whatif import parse_change, whatif_many
+    from kinetolens.errors import TraceError
+
+    made = made or {}
+    plan = {r: SIMULATED[r] for r in {f.rule for f in found} if r in SIMULATED}
+    plan.update({r: tuple(c.spec for c in made[r]) for r in {f.rule for f in found} if r in made})
+    if not plan:
+        return found
+    changes = {c.spec: c for cs in made.values() for c in cs}
+    sets = list(dict.fromkeys([*plan.values(), *(SIMULATED_FROM[r] for r in plan if r in SIMULATED_FROM), ()]))
+    try:
+        results = dict(zip(sets, whatif_many(trace, [[changes.get(s) or parse_change(s) for s in specs] for specs in sets]), strict=True))
+    except TraceError:
+        return found
+    measured = results[()].measured_us
+    if not results[()].steps or not measured:
+        return found
+    out = []
+    for f in found:
+        if f.rule not in plan:
+            out.append(f)
+            continue
+        after = results[plan[f.rule]].predicted_us
+        before = results[SIMULATED_FROM.get(f.rule, ())].predicted_us
+        saving = max(before - after, 0.0) / 1000
+        predicted = measured / 1000 - saving
+        spec = " ".join(c for c in plan[f.rule] if c not in SIMULATED_FROM.get(f.rule, ()))
+        basis = f" after {' '.join(SIMULATED_FROM[f.rule])}" if f.rule in SIMULATED_FROM else ""
+        how = (
+            f"{', '.join(c.target or c.spec for c in made[f.rule])} {1 / (made[f.rule][0].factor or 1):g}x faster"
+            if f.rule in made
+            else f"{spec}{basis} (kinetolens whatif)"
+        )
+        estimate = (
+            f"simulated: each step's dependency graph re-timed with {how}; "
+            f"predicted step time after the change: {predicted:,.3g} ms, {-saving / (measured / 1000):+.0%}"
+        )
+        out.append(replace(f, saving_ms=saving, estimate=estimate, predicted_step_ms=predicted, whatif=None if f.rule in made else spec))
+    return out
 
 
 def recommendations_frame(trace: Trace) -> pl.DataFrame:
@@ -780,7 +882,7 @@ def recommendations_frame(trace: Trace) -> pl.DataFrame:
     import json
 
     rows = [{**f.to_dict(), "where": json.dumps(f.where, default=str)} for f in recommendations(trace)]
-    schema = {k: pl.String for k in ("rule", "title", "evidence", "change", "estimate", "where")}
-    return pl.DataFrame(rows, schema={**schema, "saving_ms": pl.Float64}).select(
-        "rule", "title", "saving_ms", "evidence", "change", "estimate", "where"
+    schema = {k: pl.String for k in ("rule", "title", "evidence", "change", "estimate", "where", "whatif")}
+    return pl.DataFrame(rows, schema={**schema, "saving_ms": pl.Float64, "predicted_step_ms": pl.Float64}).select(
+        "rule", "title", "saving_ms", "predicted_step_ms", "evidence", "change", "estimate", "whatif", "where"
     )

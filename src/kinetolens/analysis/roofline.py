@@ -51,6 +51,7 @@ from kinetolens.registry.dtypes import canonical
 from kinetolens.registry.flops import REGISTRY, OpArgs
 from kinetolens.registry.flops_base import json_list
 from kinetolens.registry.gpus import GpuSpec
+from kinetolens.registry.kernel_precision import declared_precision
 from kinetolens.registry.tensor_cores import (
     CUDA_CORE_MATRIX_OPS,
     DEFAULT_TENSOR_CORE_DTYPES,
@@ -69,12 +70,13 @@ GROUP_KEYS = {"op": ["name"], "op+shape": ["name", "shapes"], "module": ["module
 
 #: Tensor Core peak by input dtype (fp32 inputs run as TF32).
 _TC_PEAK = {
-    "fp16": "fp16", "bf16": "bf16", "fp8": "fp8", "fp4x2": "fp4", "int8": "int8", "uint8": "int8",
+    "fp16": "fp16", "bf16": "bf16", "fp8": "fp8", "fp6": "fp6", "fp4": "fp4", "fp4x2": "fp4", "int8": "int8", "uint8": "int8",
     "fp32": "tf32", "tf32": "tf32", "fp64": "fp64",
 }  # fmt: skip
 #: Every compute ceiling :func:`ceiling` names -> the spec precision its peak is read from.
 CEILINGS = {
-    "fp16 tensor": "fp16", "bf16 tensor": "bf16", "fp8 tensor": "fp8", "fp4 tensor": "fp4", "int8 tensor": "int8",
+    "fp16 tensor": "fp16", "bf16 tensor": "bf16", "fp8 tensor": "fp8", "fp6 tensor": "fp6", "fp4 tensor": "fp4",
+    "int8 tensor": "int8",
     "tf32 tensor": "tf32", "fp64 tensor": "fp64_tensor", "fp32 vector": "fp32", "fp64 vector": "fp64",
 }  # fmt: skip
 #: Registry families whose ops PyTorch runs on Tensor Cores where it can.
@@ -129,12 +131,30 @@ _CEILING_SCHEMA = {"precision": pl.String, "ceiling": pl.String, "ceiling_assume
 
 def _with_ceilings(frame: pl.DataFrame, name_col: str) -> pl.DataFrame:
     """Add ``precision, ceiling, ceiling_assumed`` from ``name_col`` (the op
-    carrying the work), ``dtype`` and ``tc``, once per distinct combination."""
-    keys = [name_col, "dtype", "tc"]
+    carrying the work), ``dtype``, ``tc`` and ``declared`` (the precision
+    its Tensor Core kernels' names declare, which wins over the op's input
+    dtype: :mod:`kinetolens.registry.kernel_precision`), once per distinct
+    combination."""
+    keys = [name_col, "dtype", "tc", "declared"]
     distinct = frame.select(keys).unique()
-    rows = [(n, d, t, precision(d, t), *ceiling(n, d, t)) for n, d, t in distinct.iter_rows()]
+    rows = []
+    for n, d, t, declared in distinct.iter_rows():
+        computes = declared if declared is not None and t == YES else d
+        rows.append((n, d, t, declared, precision(computes, t), *ceiling(n, computes, t)))
     table = pl.DataFrame(rows, schema={**distinct.schema, **_CEILING_SCHEMA}, orient="row")
     return frame.join(table, on=keys, how="left", nulls_equal=True, maintain_order="left")
+
+
+def _with_declared(k: pl.DataFrame) -> pl.DataFrame:
+    """``k`` (``name``, ``tc``) with ``declared``: the precision a Tensor Core
+    kernel's name declares (null for others), read once per distinct name."""
+    names = k.filter(pl.col("tc") == YES)["name"].drop_nulls().unique()
+    table = pl.DataFrame(
+        {"name": names, "_declared": [declared_precision(n) for n in names.to_list()]},
+        schema={"name": k.schema["name"], "_declared": pl.String},
+    )
+    k = k.join(table, on="name", how="left", maintain_order="left")
+    return k.with_columns(declared=pl.when(pl.col("tc") == YES).then(pl.col("_declared"))).drop("_declared")
 
 
 def require_roofs(spec: GpuSpec | None, trace: Trace) -> GpuSpec:
@@ -218,8 +238,9 @@ def kernel_roofline(trace: Trace, spec: GpuSpec | None) -> pl.DataFrame:
     dtypes = _op_dtypes(trace, carriers)
     names = trace.ops.filter(pl.col("op_id").is_in(carriers)).select(carrier="op_id", carrier_name="name")
     k = k.join(names, on="carrier", how="left").with_columns(
-        dtype=pl.col("carrier").replace_strict(dtypes, default=None, return_dtype=pl.String)
+        dtype=pl.col("carrier").replace_strict(dtypes, default=None, return_dtype=pl.String),
     )
+    k = _with_declared(k)
     k = _with_roof(_with_ceilings(k, "carrier_name"), spec, "dur")
     out = k.select(
         "kernel_id", "name", "op", "dtype", "tc", "precision", "ceiling", "ceiling_assumed", "flops", "bytes",
@@ -287,10 +308,13 @@ def op_roofline(trace: Trace, spec: GpuSpec | None) -> pl.DataFrame:
     spec = require_roofs(spec, trace)
     carried = carried_work(trace)
     ops = carried.ops.select("op_id", "flops", "bytes")
-    k = carried.kernels.join(kernel_tensor_cores(trace).select("kernel_id", "tc"), on="kernel_id", how="left")
+    k = carried.kernels.join(kernel_tensor_cores(trace).select("kernel_id", "tc", "name"), on="kernel_id", how="left")
+    k = _with_declared(k)
     per_op = k.group_by("carrier").agg(
         device_ns=pl.col("dur").sum(),
         verdicts=pl.col("tc").filter(pl.col("kind") == "kernel"),
+        # the precision of the declaring kernel with the most time
+        declared=pl.col("declared").sort_by("dur", descending=True).drop_nulls().first(),
     )
     ops = ops.join(per_op.rename({"carrier": "op_id"}), on="op_id", how="inner").filter(pl.col("device_ns") > 0)
     dtypes = _op_dtypes(trace, ops["op_id"].to_list())

@@ -66,7 +66,8 @@ def attribution(trace: Trace) -> dict[str, Any]:
 
 def _recorded(ops: pl.DataFrame) -> pl.DataFrame:
     """The ops the trace file itself holds (not those copied from a capture trace)."""
-    return ops.filter(~pl.col("from_capture")) if "from_capture" in ops.columns else ops
+    copied = [c for c in ("from_capture", "from_next_iteration") if c in ops.columns]
+    return ops.filter(~pl.any_horizontal(copied)) if copied else ops
 
 
 def _graph_replay(trace: Trace, kernels: pl.DataFrame) -> dict[str, Any]:
@@ -89,17 +90,26 @@ def unrecorded_launches(trace: Trace) -> dict[str, Any]:
     the launch record): no tool can name their op, module or source line.
     ``share`` is of all kernel time, ``in_steps_share`` the part of it that
     ran inside the steps (counted in their kernel time, without an op);
+    ``named_share`` the part of it named by the same launches one iteration
+    later (:mod:`kinetolens.model.earlier_launches`);
     ``note`` says so in one line, or is null when every launch is recorded.
     """
     kernels = trace.kernels.filter(pl.col("kind") == "kernel")
     orphan = pl.col("launch_id").is_null() & (pl.col("external_id").fill_null(0) == 0)
     share = _fraction(kernels, orphan)
     in_steps = _fraction(kernels, orphan & pl.col("step").is_not_null())
+    named = _fraction(kernels, orphan & pl.col("op_id").is_not_null())
     note = None
     if share:
-        where = f"{in_steps:.1%} of it inside steps, with no op" if in_steps else "all of it before the first step, in no step"
-        note = f"{share:.1%} of kernel time: launched before profiling began, so no op is known ({where})"
-    return {"share": share, "in_steps_share": in_steps, "note": note}
+        where = f"{in_steps:.1%} of it inside steps" if in_steps else "all of it before the first step, in no step"
+        if named and named >= share - 1e-12:
+            known = "ops taken from the same launches one iteration later"
+        elif named:
+            known = f"{named:.1%} named by the same launches one iteration later, the rest with no op"
+        else:
+            known = "no op is known"
+        note = f"{share:.1%} of kernel time: launched before profiling began ({where}); {known}"
+    return {"share": share, "in_steps_share": in_steps, "named_share": named, "note": note}
 
 
 def _us(ns: float) -> float:

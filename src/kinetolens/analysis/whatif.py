@@ -77,6 +77,8 @@ class Change:
     target: str | None
     factor: float | None
     spec: str
+    #: ``kernel_ids``: the kernels (``kernel_id``) a program-made change scales.
+    ids: tuple[int, ...] | None = None
 
 
 def _factor(text: str, spec: str) -> float:
@@ -136,6 +138,11 @@ class StepPrediction:
     summary: pl.DataFrame
     #: Edges each change matched (how many stretches it re-timed).
     matched: dict[str, int] = field(default_factory=dict)
+    #: Time to the step's end off the modelled path: untraced gaps kept as measured,
+    #: and the wait for work that starts on its own (a thread's first op).
+    untraced_us: float = 0.0
+    #: Time the path starts with waiting for the previous step's GPU work on a stream.
+    carried_us: float = 0.0
 
 
 @dataclass
@@ -166,20 +173,25 @@ class WhatIf:
         return out
 
     def summary(self) -> pl.DataFrame:
-        """The new critical paths' bound-by split, per step (the mean over steps)."""
+        """The new critical paths' bound-by split per step (the mean over steps),
+        with ``untraced``: the rest of the time to the step's end."""
         empty = pl.DataFrame(schema={"bound_by": pl.String, "us": pl.Float64, "pct": pl.Float64, "edges": pl.Int64})
         if not self.steps:
             return empty
         path = pl.concat([s.path for s in self.steps])
         n = len(self.steps)
-        out = summarize(path, sum(s.length_us for s in self.steps)) if path.height else empty
-        return out.with_columns(pl.col("us") / n, (pl.col("edges") // n).cast(pl.Int64))
+        untraced = sum(s.untraced_us for s in self.steps)
+        carried = sum(s.carried_us for s in self.steps)
+        total = sum(s.length_us for s in self.steps) + untraced + carried
+        out = summarize(path, total) if path.height else empty
+        pct = [100 * v / total if total else 0.0 for v in (carried, untraced)]
+        rest = pl.DataFrame({"bound_by": ["previous_step", "untraced"], "us": [carried, untraced], "pct": pct, "edges": [0, 0]}, schema=empty.schema)
+        rest = rest.filter(pl.col("us") > 0)
+        return pl.concat([out, rest]).with_columns(pl.col("us") / n, (pl.col("edges") // n).cast(pl.Int64))
 
 
-def whatif(trace: Trace, changes: list[Change], step: int | None = None) -> WhatIf:
-    """Predict each complete step's time (or ``step``'s) after ``changes``."""
-    if any(c.kind == "rank" for c in changes):
-        raise BadChange("rank:N=median needs a run directory with every rank's trace")
+def replays(trace: Trace, step: int | None = None) -> list[Replay]:
+    """Every complete step (or ``step``) prepared for re-timing; the whole trace without steps."""
     from kinetolens.analysis.critical_path import step_window
     from kinetolens.model.steps import without_incomplete_steps
 
@@ -189,21 +201,34 @@ def whatif(trace: Trace, changes: list[Change], step: int | None = None) -> What
         trace = without_incomplete_steps(trace)
         windows = step_windows(trace) if trace.steps.height else [whole_window(trace)]
     facts = TraceFacts(trace)
-    steps = trace.steps
     out = []
     for w in windows:
         graph = build_graph(trace, w.start, w.end, facts)
         if graph.events.height == 0:
             continue
-        row = steps.filter(pl.col("step") == w.step) if w.step is not None else steps.clear()
+        row = trace.steps.filter(pl.col("step") == w.step) if w.step is not None else trace.steps.clear()
         measured = float(row["dur"][0]) if row.height else None
-        out.append(retime(graph, changes, measured_ns=measured, step_name=w.label if w.step is not None else None, window=w))
-    return WhatIf(changes=changes, steps=out)
+        out.append(prepare(graph, measured_ns=measured, step_name=w.label if w.step is not None else None, window=w))
+    return out
+
+
+def whatif(trace: Trace, changes: list[Change], step: int | None = None) -> WhatIf:
+    """Predict each complete step's time (or ``step``'s) after ``changes``."""
+    return whatif_many(trace, [changes], step)[0]
+
+
+def whatif_many(trace: Trace, change_sets: list[list[Change]], step: int | None = None) -> list[WhatIf]:
+    """:func:`whatif` for several change sets, each step's graph built and explained once."""
+    for changes in change_sets:
+        if any(c.kind == "rank" for c in changes):
+            raise BadChange("rank:N=median needs a run directory with every rank's trace")
+    prepared = replays(trace, step)
+    return [WhatIf(changes=changes, steps=[predict(r, changes) for r in prepared]) for changes in change_sets]
 
 
 def _categories(edges: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
     """Each edge's bound-by category (the rules of the critical path's table)."""
-    info = ev.select("eid", "side", "kind", "name", "op", "module", "data_loading", "comm", "pid", "tid", "ts", "end", "device", "stream", "launch_id")
+    info = ev.select("eid", "side", "kind", "name", "op", "module", "data_loading", "comm", "pid", "tid", "ts", "end", "device", "stream", "launch_id", "kernel_id")
     e = edges.join(info, on="eid", how="left")
     cat = (
         pl.when(pl.col("type") == "dependency")
@@ -272,6 +297,8 @@ def _change_masks(e: pl.DataFrame, ev: pl.DataFrame, change: Change) -> pl.Serie
         return e.select((pl.col("type") == "kernel") & pl.col("name").str.to_lowercase().str.contains(needle).fill_null(False))[:, 0]
     if change.kind == "category":
         return e.select(pl.col("category") == change.target)[:, 0]
+    if change.kind == "kernel_ids":
+        return e.select((pl.col("type") == "kernel") & pl.col("kernel_id").is_in(list(change.ids or ())).fill_null(False))[:, 0]
     if change.kind == "op":
         ranges = ev.filter((pl.col("side") == "cpu") & (pl.col("name") == change.target)).select("pid", "tid", "ts", "end")
         inside = ev.select("eid").with_columns(inside=_inside(ev, ranges))
@@ -308,7 +335,7 @@ def _stream_order(ev: pl.DataFrame, edges: pl.DataFrame) -> pl.DataFrame:
 #: A thread idle this long before an op (ns) may have been waiting for another thread.
 JOIN_GAP_NS = 1_000_000
 #: ... when another thread's op ended at most this long before it resumed (ns).
-JOIN_TOLERANCE_NS = 500_000
+JOIN_TOLERANCE_NS = 2_000_000
 
 
 def _thread_joins(ev: pl.DataFrame, edges: pl.DataFrame, t0: np.ndarray) -> pl.DataFrame:
@@ -334,7 +361,7 @@ def _thread_joins(ev: pl.DataFrame, edges: pl.DataFrame, t0: np.ndarray) -> pl.D
         .filter(
             pl.col("k_eid").is_not_null()
             & (pl.col("k_tid") != pl.col("tid"))
-            & (pl.col("tv") - pl.col("k_end") <= pl.min_horizontal(pl.lit(JOIN_TOLERANCE_NS), pl.col("span") // 4))
+            & (pl.col("tv") - pl.col("k_end") <= pl.min_horizontal(pl.lit(JOIN_TOLERANCE_NS), pl.col("span") // 8))
         )
     )
     if j.height == 0:
@@ -344,15 +371,29 @@ def _thread_joins(ev: pl.DataFrame, edges: pl.DataFrame, t0: np.ndarray) -> pl.D
     return pl.concat([edges.with_columns(weight=weight), waits.cast(edges.schema)])
 
 
-def retime(
-    graph: DependencyGraph,
-    changes: list[Change],
-    measured_ns: float | None = None,
-    step_name: str | None = None,
-    window: Window | None = None,
-) -> StepPrediction:
-    """Replay ``graph`` with ``changes``; see the module docstring for the model.
-    ``measured_ns``: the step's measured time (default: its graph's span)."""
+@dataclass
+class Replay:
+    """A step's graph made ready to re-time: the edges (categories joined),
+    their measured weights, each node's residual, and the measured replay."""
+
+    graph: DependencyGraph
+    edges: pl.DataFrame
+    t0: np.ndarray
+    weight: np.ndarray
+    residual: np.ndarray
+    has_in: np.ndarray
+    ends: np.ndarray
+    #: Carry-over: the first activity of each stream (node) cannot start before
+    #: the previous step's work on that stream ended (ns after the first node).
+    carry_node: np.ndarray
+    carry_ns: np.ndarray
+    measured_ns: float
+    window: Window
+    base_ns: int = 0
+
+
+def prepare(graph: DependencyGraph, measured_ns: float | None = None, step_name: str | None = None, window: Window | None = None) -> Replay:
+    """Explain every measured node time (see the module docstring) once, for any number of change sets."""
     ev = graph.events
     n = ev.height
     t0 = np.empty(2 * n, dtype=np.int64)
@@ -374,11 +415,70 @@ def retime(
     dst = e["dst"].to_numpy()
     w = e["weight"].to_numpy().astype(np.int64)
     # Residual: how much later each node happened than its dependencies explain.
+    origin = int(t0.min())
+    carry_node, carry_ns = _carry(ev, origin)
     explained = np.full(2 * n, np.iinfo(np.int64).min, dtype=np.int64)
     np.maximum.at(explained, dst, t0[src] + w)
+    np.maximum.at(explained, carry_node, origin + carry_ns)
     has_in = explained > np.iinfo(np.int64).min
     residual = np.where(has_in, t0 - explained, 0)
+    step_node = _step_end_node(ev, step_name)
+    gpu_ends = 2 * ev.filter(pl.col("side") == "gpu")["eid"].to_numpy() + 1
+    ends = np.concatenate([[step_node] if step_node is not None else _sinks(src, 2 * n), gpu_ends]).astype(np.int64)
+    replay = Replay(
+        graph=graph, edges=e, t0=t0, weight=w, residual=residual, has_in=has_in, ends=ends, measured_ns=0.0,
+        carry_node=carry_node, carry_ns=carry_ns,
+        window=window or Window(label="window", start=graph.start, end=graph.end),
+    )  # fmt: skip
+    replay.base_ns, _ = _run(replay, w, None)
+    replay.measured_ns = float(measured_ns) if measured_ns is not None else float(replay.base_ns)
+    return replay
 
+
+def _carry(ev: pl.DataFrame, origin: int) -> tuple[np.ndarray, np.ndarray]:
+    """Start nodes of each stream's first activity in the window that was queued
+    behind earlier work (the previous step's), and when that work ended (ns after ``origin``).
+    The previous step is taken to end as measured, relative to this one's start."""
+    gpu = ev.filter(pl.col("side") == "gpu")
+    if gpu.height == 0 or "busy_until" not in gpu.columns:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    first = gpu.sort("ts", "eid").group_by("device", "stream", maintain_order=True).first()
+    first = first.filter(pl.col("busy_until").is_not_null() & (pl.col("busy_until") > origin) & (pl.col("busy_until") <= pl.col("ts")))
+    return (2 * first["eid"].to_numpy()).astype(np.int64), (first["busy_until"].to_numpy() - origin).astype(np.int64)
+
+
+def _run(r: Replay, weights: np.ndarray, overlap: np.ndarray | None) -> tuple[int, list[int]]:
+    """The step's end (ns from its first node) under ``weights``, and the path to it."""
+    n2 = r.t0.size
+    src, dst = r.edges["src"].to_numpy(), r.edges["dst"].to_numpy()
+    s_node, t_node = n2, n2 + 1
+    origin = int(r.t0.min())
+    sources = np.flatnonzero(~r.has_in)
+    extra_src = [np.full(sources.size, s_node), r.ends, np.full(r.carry_node.size, s_node)]
+    extra_dst = [sources, np.full(r.ends.size, t_node), r.carry_node]
+    extra_w = [r.t0[sources] - origin, np.full(r.ends.size, _SINK), r.carry_ns + r.residual[r.carry_node]]
+    if overlap is not None and overlap.any():
+        # Overlapped communication delays nothing, but the step still waits for it to end.
+        comm = np.flatnonzero(overlap)
+        extra_src.append(src[comm])
+        extra_dst.append(np.full(comm.size, t_node))
+        extra_w.append(r.weight[comm] + _SINK)
+    a = np.concatenate([src, *extra_src])
+    b = np.concatenate([dst, *extra_dst])
+    ww = np.concatenate([weights + r.residual[dst], *extra_w]).astype(np.int64)
+    nodes = longest_path(a, b, ww, n2 + 2)
+    if len(nodes) < 2:
+        return 0, nodes
+    key = a * np.int64(n2 + 2) + b
+    p = np.asarray(nodes, dtype=np.int64)
+    order = np.lexsort((-ww, key))
+    on = order[np.searchsorted(key[order], p[:-1] * np.int64(n2 + 2) + p[1:])]
+    return int(ww[on].sum()) - _SINK, nodes
+
+
+def predict(r: Replay, changes: list[Change]) -> StepPrediction:
+    """The prepared step re-timed with ``changes``."""
+    e, ev = r.edges, r.graph.events
     factor = np.ones(e.height)
     matched: dict[str, int] = {}
     overlap = None
@@ -388,63 +488,48 @@ def retime(
         factor[mask] *= c.factor if c.factor is not None else 1.0
         if c.kind == "overlap":
             overlap = mask
-    new_w = np.rint(w * factor).astype(np.int64)
-
-    origin = int(t0.min())
-    step_node = _step_end_node(ev, graph, step_name)
-    gpu_ends = 2 * ev.filter(pl.col("side") == "gpu")["eid"].to_numpy() + 1
-    ends = np.concatenate([[step_node] if step_node is not None else _sinks(src, 2 * n), gpu_ends]).astype(np.int64)
-
-    def run(weights: np.ndarray) -> tuple[int, list[int]]:
-        s_node, t_node = 2 * n, 2 * n + 1
-        sources = np.flatnonzero(~has_in)
-        extra_src = [np.full(sources.size, s_node), ends]
-        extra_dst = [sources, np.full(ends.size, t_node)]
-        extra_w = [t0[sources] - origin, np.full(ends.size, _SINK)]
-        if overlap is not None and overlap.any():
-            # Overlapped communication delays nothing, but the step still waits for it to end.
-            comm = np.flatnonzero(overlap)
-            extra_src.append(src[comm])
-            extra_dst.append(np.full(comm.size, t_node))
-            extra_w.append(w[comm] + _SINK)
-        a = np.concatenate([src, *extra_src])
-        b = np.concatenate([dst, *extra_dst])
-        ww = np.concatenate([weights + residual[dst], *extra_w]).astype(np.int64)
-        nodes = longest_path(a, b, ww, 2 * n + 2)
-        if len(nodes) < 2:
-            return 0, nodes
-        frame = pl.DataFrame({"src": a, "dst": b, "w": ww})
-        steps = pl.DataFrame({"src": nodes[:-1], "dst": nodes[1:]}, schema={"src": pl.Int64, "dst": pl.Int64})
-        length = int(steps.join(frame.group_by("src", "dst").agg(pl.col("w").max()), on=["src", "dst"], how="left")["w"].sum())
-        return length - _SINK, nodes
-
-    base, _ = run(w)
-    new, nodes = run(new_w)
-    measured = float(measured_ns) if measured_ns is not None else float(base)
-    predicted = measured - (base - new)
+    new_w = np.rint(r.weight * factor).astype(np.int64)
+    new, nodes = _run(r, new_w, overlap) if changes else (r.base_ns, _run(r, r.weight, None)[1])
+    predicted = r.measured_ns - (r.base_ns - new)
     # A stream cannot run its step's work faster than back to back.
     stream = np.isin(e["type"].to_numpy(), ["kernel", "kernel_gap"])
-    if stream.any():
+    if stream.any() and overlap is None:
         busy = e.filter(pl.Series(stream)).with_columns(nw=pl.Series(new_w[stream])).group_by("device", "stream").agg(pl.col("nw").sum())
-        floor = float(busy["nw"].max() or 0)
-        if overlap is None:
-            predicted = max(predicted, floor)
-    path_nodes = [v for v in nodes if v < 2 * n]
-    new_graph = DependencyGraph(events=ev, edges=edges.with_columns(weight=pl.Series(new_w)), start=graph.start, end=graph.end)
+        predicted = max(predicted, float(busy["nw"].max() or 0))
+    n2 = r.t0.size
+    path_nodes = [v for v in nodes if v < n2]
+    new_graph = DependencyGraph(events=ev, edges=e.select("src", "dst", "type", "eid", weight=pl.Series(new_w)), start=r.graph.start, end=r.graph.end)
     path = _path_table(new_graph, path_nodes)
     length = float(path["us"].sum()) if path.height else 0.0
+    carried = 0.0
+    if path_nodes and path_nodes[0] in set(r.carry_node.tolist()):
+        i = int(np.flatnonzero(r.carry_node == path_nodes[0])[0])
+        carried = float(r.carry_ns[i]) / 1000
     return StepPrediction(
-        window=window or Window(label="window", start=graph.start, end=graph.end),
-        measured_us=measured / 1000,
+        window=r.window,
+        measured_us=r.measured_ns / 1000,
         predicted_us=max(predicted, 0.0) / 1000,
         length_us=length,
         path=path,
         summary=summarize(path, length),
         matched=matched,
+        untraced_us=max(new / 1000 - length - carried, 0.0),
+        carried_us=carried,
     )
 
 
-def _step_end_node(ev: pl.DataFrame, graph: DependencyGraph, step_name: str | None) -> int | None:
+def retime(
+    graph: DependencyGraph,
+    changes: list[Change],
+    measured_ns: float | None = None,
+    step_name: str | None = None,
+    window: Window | None = None,
+) -> StepPrediction:
+    """Replay ``graph`` with ``changes``; ``measured_ns``: the step's measured time (default: its graph's span)."""
+    return predict(prepare(graph, measured_ns, step_name, window), changes)
+
+
+def _step_end_node(ev: pl.DataFrame, step_name: str | None) -> int | None:
     """The end node of the step's own host range (``ProfilerStep#N``), if it is in the graph."""
     if step_name is None:
         return None

@@ -11,9 +11,17 @@ wrote, which kinetolens and TensorBoard's plugin read): the user frames
 above the op, innermost first, each at the line that made the call toward
 the op.  Nothing is added to a step; the cost is at export.
 
-Only what was recorded is written: an op the innermost user frame ran
-without calling a function (an operator such as ``h * 2`` in ``forward``)
-gets no stack, and the model shows it as ``in forward (file:line)``.
+An op that Python code runs without calling a function, such as ``h * 2``
+(``Tensor.__mul__``, a C type slot), leaves no call event, so no line.
+While a capture records stacks, :func:`record_operator_lines` gives
+``torch.Tensor`` the C-implemented operators as one-line Python methods
+(``return TensorBase.__mul__(self, other)``), and the properties that run
+an op (``.T``, ``.mT``...) Python properties: each becomes a call whose
+caller line torch records, at the cost of one Python call per use (about
+1 us under the profiler), nothing per other op (bench/capture_overhead.py).
+An op whose line is still not recorded (a trace from bare torch.profiler)
+is shown as its enclosing function, ``in forward (file:line)``, never as a
+line it was not run at.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import json
 import re
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +96,69 @@ def op_call_stacks(event_tree: list[Any]) -> dict[int, str]:
         if children:
             todo.extend([(child, frames, exact, entry) for child in children[::-1]])
     return stacks
+
+
+#: Tensor operators torch implements in C (on ``torch._C.TensorBase``), run
+#: through type slots with no call event.  Those ``torch.Tensor`` defines in
+#: Python (``__rsub__``, ``__pow__``, ``__neg__``, ``__iter__``...) are
+#: recorded calls already.
+OPERATORS = (
+    "__add__", "__radd__", "__iadd__", "__sub__", "__isub__", "__mul__", "__rmul__", "__imul__",
+    "__truediv__", "__matmul__", "__mod__", "__imod__", "__ifloordiv__", "__and__", "__rand__", "__iand__",
+    "__or__", "__ror__", "__ior__", "__xor__", "__rxor__", "__ixor__", "__lshift__", "__ilshift__",
+    "__rshift__", "__irshift__", "__invert__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__",
+    "__getitem__", "__setitem__", "__delitem__", "__bool__", "__float__", "__int__", "__index__", "__complex__",
+)  # fmt: skip
+#: ``TensorBase`` properties whose getter runs an op (``x.T`` is ``aten::numpy_T``).
+PROPERTIES = ("T", "mT", "H", "mH", "real", "imag")
+
+
+def _as_call(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` behind a Python function named ``name`` (the name torch
+    gives the frame in the trace)."""
+
+    def operator(self: Any, *args: Any) -> Any:
+        return method(self, *args)
+
+    operator.__code__ = operator.__code__.replace(co_name=name)
+    operator.__name__ = operator.__qualname__ = name
+    return operator
+
+
+def _as_property(name: str, descriptor: Any) -> property:
+    """``descriptor`` (a C getset) as a property whose getter is a Python
+    call named ``name``; setting goes to the descriptor unchanged."""
+    get = _as_call(name, descriptor.__get__)
+
+    def set_(self: Any, value: Any) -> None:
+        descriptor.__set__(self, value)
+
+    return property(get, set_, doc=descriptor.__doc__)
+
+
+def record_operator_lines() -> Callable[[], None]:
+    """Make ``torch.Tensor``'s C operators Python calls (see the module
+    docstring); returns the function that undoes it.  Affects every thread
+    while installed; an operator the program itself replaced meanwhile is
+    left as the program set it."""
+    import torch
+
+    tensor, base = torch.Tensor, vars(torch._C.TensorBase)
+    installed: dict[str, Any] = {
+        name: _as_call(name, base[name]) for name in OPERATORS if name in base and name not in vars(tensor)
+    }
+    installed.update(
+        (name, _as_property(name, base[name])) for name in PROPERTIES if name in base and name not in vars(tensor)
+    )
+    for name, call in installed.items():
+        setattr(tensor, name, call)
+
+    def undo() -> None:
+        for name, call in installed.items():
+            if vars(tensor).get(name) is call:
+                delattr(tensor, name)
+
+    return undo
 
 
 def insert_call_stacks(trace: bytes, stacks: dict[int, str]) -> bytes:

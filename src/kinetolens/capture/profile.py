@@ -158,6 +158,7 @@ class Profile:
         #: Sample memory every this many ops (see ``capture.memory_sampling``), or None.
         self.sample_rate = sample_rate
         self._sampler: Any = None
+        self._undo_operator_lines: Callable[[], None] | None = None
         #: Every trace written by this profile, oldest first.
         self.trace_files: list[Path] = []
         #: Print each trace's path to stderr when it is written (``profile()`` does;
@@ -270,6 +271,10 @@ class Profile:
         prof.__enter__()
         self._prof = prof
         inductor_provenance.watch()  # kernels compiled from here on name their source ops and modules
+        if self.options["with_stack"]:
+            from kinetolens.capture.call_sites import record_operator_lines
+
+            self._undo_operator_lines = record_operator_lines()
         if self.sample_rate is not None:
             import torch
 
@@ -292,6 +297,9 @@ class Profile:
             return
         if self._sampler is not None:
             self._sampler.__exit__(exc_type, exc, tb)  # before the last window is written
+        if self._undo_operator_lines is not None:
+            self._undo_operator_lines()
+            self._undo_operator_lines = None
         try:
             prof.__exit__(exc_type, exc, tb)
         finally:

@@ -29,7 +29,7 @@ from kinetolens.analysis.roofline import LOST_COLUMNS, with_time_lost
 from kinetolens.analysis.summary import summarize
 from kinetolens.cli.checks import ROWS, WIDTH, check_step, check_time_range, regex, require_kernels
 from kinetolens.cli.load_options import capture_option
-from kinetolens.cli.phases_command import inference_rows, print_inference
+from kinetolens.cli.phases_command import print_inference
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import (
     emit,
@@ -44,6 +44,7 @@ from kinetolens.loader import load
 from kinetolens.registry.gpus import gpu_spec
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views.memory_flow_svg import human_bytes
+from kinetolens.views.report_phases import inference_rows
 
 
 def _format(csv: bool, tsv: bool, json_: bool) -> str:
@@ -185,7 +186,8 @@ def _print_recommendations(console: Console, findings: list[dict]) -> None:
     console.print(Text("What to change first (estimated saving per step)", style="bold"))
     width = min(console.width, 100_000)
     for i, f in enumerate(findings[:TOP_RECOMMENDATIONS], 1):
-        for text in (f"{i}. {f['saving_ms']:.2f} ms  {f['title']}: {f['evidence']}", f"change: {f['change']}"):
+        predicted = f" (step -> {f['predicted_step_ms']:.2f} ms)" if f.get("predicted_step_ms") is not None else ""
+        for text in (f"{i}. {f['saving_ms']:.2f} ms{predicted}  {f['title']}: {f['evidence']}", f"change: {f['change']}"):
             lead = "" if text[0].isdigit() else "   "
             console.print(Text(textwrap.fill(text, width, initial_indent=lead, subsequent_indent="   ")))
 

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from kinetolens.analysis.inference_phases import inference_block, phase_tables
+from kinetolens.analysis.inference_phases import inference_block, iterations, phase_tables
 from kinetolens.analysis.ops import rank_basis
 from kinetolens.analysis.overview import CATEGORIES, OTHER
 from kinetolens.cli.checks import ROWS, WIDTH
@@ -28,9 +28,7 @@ from kinetolens.cli.render import emit_json, print_captioned, print_table
 from kinetolens.loader import load
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import units
-from kinetolens.views.report_phases import inference_rows, token_rate
-
-__all__ = ["inference_rows", "phases_command", "print_inference"]
+from kinetolens.views.report_phases import token_rate
 
 #: Iteration rows the summary shows; ``kinetolens phases`` shows them all.
 SUMMARY_ROWS = 12
@@ -106,6 +104,7 @@ def print_inference(console: Console, block: dict[str, Any], *, limit: int | Non
                       units.count(p["tokens"]), token_rate(p["tokens_per_s"]), *_share_cells(p["average_us"], cats))  # fmt: skip
     table.caption = "tok/s: tokens over the iterations' time (host range to the end of their GPU work)"
     print_captioned(console, table)
+    console.line()
 
 
 #: The ops' ranking column, in words.
@@ -132,8 +131,9 @@ def phases_command(
     and ops of each phase (docs/inference.md)."""
     t = load(trace, capture=capture, cache=not no_cache)
     block = inference_block(t)
-    kernels = phase_tables(t, by="kernel") if block["iterations"] else pl.DataFrame()
-    ops = phase_tables(t, by="op") if block["iterations"] else pl.DataFrame()
+    its = iterations(t) if block["iterations"] else None
+    kernels = phase_tables(t, its, by="kernel") if its is not None else pl.DataFrame()
+    ops = phase_tables(t, its, by="op") if its is not None else pl.DataFrame()
     basis = rank_basis(t)
     if kernels.height:
         kernels = kernels.with_columns(kernel=short_names(kernels["name"]))

@@ -10,7 +10,6 @@ import click
 from kinetolens.cli.load_options import capture_option
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
-from kinetolens.views.report_data import collect, resolve_target
 
 
 @click.command("report")
@@ -35,6 +34,8 @@ def report_command(
     self-contained file (plotly.js embedded, opens offline); md is for
     terminals, pull requests and CI summaries (stdout without -o).
     """
+    from kinetolens.views.report_data import collect, resolve_target  # plotly: only for reports
+
     if fmt is None:
         fmt = "md" if output and Path(output).suffix.lower() in (".md", ".markdown") else "html"
     path, note = resolve_target(trace_or_run)

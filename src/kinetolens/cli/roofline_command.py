@@ -25,7 +25,6 @@ from kinetolens.cli.render import console as render_console
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
 from kinetolens.registry.gpus import GpuSpec, gpu_spec
-from kinetolens.views.figures import roofline_figure
 from kinetolens.views import units
 
 
@@ -127,6 +126,8 @@ def _write_chart(path: str, ops: pl.DataFrame, spec: GpuSpec, title: str) -> Non
             import kaleido  # noqa: F401
         except ModuleNotFoundError:
             raise TraceError(path, f"{suffix} charts need the kaleido package (pip install kaleido); .html works without it") from None
+    from kinetolens.views.figures import roofline_figure  # plotly: only for charts
+
     fig = roofline_figure(ops, spec, title)
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,10 @@ from kinetolens.cli.render import emit_json
 from kinetolens.views.units import duration, in_unit, percent, time_unit
 
 
+#: The summary rows for time off the modelled path.
+EXTRA = {"untraced": "untraced, as measured", "previous_step": "previous step's GPU work"}
+
+
 def _changes(_ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> list[Change]:
     try:
         return [parse_change(v) for v in value]
@@ -94,5 +98,6 @@ def _print(r: WhatIf, width: int | None) -> None:
     for header, justify in (("bound by", "left"), (f"time {unit}", "right"), ("share", "right")):
         table.add_column(header, justify=justify)  # type: ignore[arg-type]
     for row in summary.filter(summary["us"] > 0).iter_rows(named=True):
-        table.add_row(LABELS.get(row["bound_by"], row["bound_by"]), in_unit(row["us"], scale), percent(row["pct"] / 100))
+        label = LABELS.get(row["bound_by"]) or EXTRA.get(row["bound_by"], row["bound_by"])
+        table.add_row(label, in_unit(row["us"], scale), percent(row["pct"] / 100))
     con.print(table)

@@ -36,6 +36,7 @@ from kinetolens.model import direction as dirn
 from kinetolens.model.autograd_order import pair_by_order
 from kinetolens.model.backward_names import fits
 from kinetolens.model.frames import MODULE_PREFIX, enclosing_function, per_distinct, source_from_call_stack
+from kinetolens.model.earlier_launches import name_earlier_launches
 from kinetolens.model.graph_replay import mark_replays
 from kinetolens.model.nesting import enclosing, nearest_marked, outermost_marked
 from kinetolens.model.steps import assign_steps, build_steps
@@ -87,6 +88,8 @@ def build_trace(raw: RawTables, path: str) -> Trace:
     steps = build_steps(ops, kernels)
     ops, runtime, kernels = assign_steps(steps, ops, runtime, kernels)
     ops, kernels = mark_replays(ops, kernels)
+    aligned = name_earlier_launches(ops, kernels, steps, runtime)
+    ops, kernels = aligned.ops, aligned.kernels
 
     warnings = list(raw.warnings)
     if overlaps:

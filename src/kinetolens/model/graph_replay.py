@@ -97,7 +97,7 @@ def mark_replays(ops: pl.DataFrame, kernels: pl.DataFrame) -> tuple[pl.DataFrame
             graph_node=pl.when(pl.col("rec_graph").is_not_null()).then("rec_node").otherwise("position"),
         )
     )
-    kernels = _set_by_kernel(kernels, labels, ["graph_id", "graph_node"])
+    kernels = set_by_kernel(kernels, labels, ["graph_id", "graph_node"])
     # A replay under no op at all is named by its launch and graph, never
     # left anonymous (its module and source still come from the launch).
     unowned = pl.col("op").is_null() & pl.col("kernel_id").is_in(nodes["kernel_id"].implode())
@@ -148,38 +148,27 @@ def attach_capture(
     if linked.height == 0:
         return Paired(ops, kernels, unmatched=unmatched)
     ambiguous = _ambiguous_kernels(replayed, pairs, candidates, captured, capture_ops)
-    copies = _op_copies(linked.select("launch_id", "graph", "cap_op_id"), capture_ops, first_id=ops.height)
+    copies = op_copies(linked.select("launch_id", "graph", "cap_op_id"), capture_ops, first_id=ops.height)
     at_launch = kernels.filter(pl.col("kernel_id").is_in(linked["kernel_id"].implode())).group_by("launch_id").agg(
         at=pl.col("launch_ts").first(), at_step=pl.col("step").first() if "step" in kernels.columns else pl.lit(None, I64)
     )
-    appended = _appended_ops(copies.join(at_launch, on="launch_id", how="left", maintain_order="left"), capture_ops, ops)
+    appended = appended_ops(copies.join(at_launch, on="launch_id", how="left", maintain_order="left"), capture_ops, ops)
     new_ops = pl.concat([ops, appended], how="vertical_relaxed") if appended.height else ops
     # Each linked kernel -> its op's copy for that replay.
     ids = copies.select("launch_id", "cap_op_id", "op_id")
     linked = linked.join(ids, on=["launch_id", "cap_op_id"], how="left")
-    op_cols = new_ops.select(
-        "op_id", op="name", top_op_id="top_op_id", op_module="module", op_source="source",
-        direction="direction", grad_fn="grad_fn", fwd_op_id="fwd_op_id", fwd_op="fwd_op",
+    values = copy_values(
+        linked.select("kernel_id", "op_id", "cap_module", "cap_source", graph_id="graph", graph_node="node"), new_ops
     )
-    tops = new_ops.select(top_op_id="op_id", top_op="name")
-    values = (
-        linked.select("kernel_id", "op_id", "cap_module", "cap_source", graph_id="graph", graph_node="node")
-        .join(op_cols, on="op_id", how="left")
-        .join(tops, on="top_op_id", how="left")
-        .with_columns(
-            module=pl.coalesce("op_module", "cap_module"),
-            source=pl.coalesce("op_source", "cap_source"),
-        )
-    )
-    kernels = _set_by_kernel(kernels, values, ["graph_id", "graph_node"])
+    kernels = set_by_kernel(kernels, values, ["graph_id", "graph_node"])
     # A node captured outside every op keeps the op around its replay, and
     # takes the module and source of its capture-time launch where known.
     outside = values.filter(pl.col("op_id").is_null())
     for col in ("module", "source"):
         known = outside.filter(pl.col(f"cap_{col}").is_not_null()).select("kernel_id", pl.col(f"cap_{col}").alias(col))
-        kernels = _set_by_kernel(kernels, known, [col])
-    cols = ["op_id", "op", "top_op_id", "top_op", "module", "source", "direction", "grad_fn", "fwd_op_id", "fwd_op"]
-    kernels = _set_by_kernel(kernels, values.filter(pl.col("op_id").is_not_null()).select("kernel_id", *cols), cols)
+        kernels = set_by_kernel(kernels, known, [col])
+    kernels = set_by_kernel(kernels, values.filter(pl.col("op_id").is_not_null()).select("kernel_id", *KERNEL_OP_COLUMNS),
+                             KERNEL_OP_COLUMNS)
     sub = (
         pl.when(pl.col("op_id").is_not_null())
         .then(pl.col("launch_ts").fill_null(pl.col("ts")).rank("ordinal").over("op_id") - 1)
@@ -190,6 +179,29 @@ def attach_capture(
     is_replayed = pl.col("kernel_id").is_in(linked.filter(pl.col("op_id").is_not_null())["kernel_id"].implode())
     kernels = kernels.with_columns(sub=pl.when(is_replayed).then(replay_sub).otherwise(sub))
     return Paired(new_ops, kernels, unmatched=unmatched, ambiguous=ambiguous)
+
+
+#: The kernel columns that come from the op that launched it.
+KERNEL_OP_COLUMNS = ["op_id", "op", "top_op_id", "top_op", "module", "source", "direction", "grad_fn", "fwd_op_id", "fwd_op"]
+
+
+def copy_values(linked: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """``linked`` (``kernel_id, op_id`` of an op copy, ``cap_module``,
+    ``cap_source``: the launch's own) with :data:`KERNEL_OP_COLUMNS` read
+    from ``ops``; the op's module and source win over the launch's."""
+    op_cols = ops.select(
+        "op_id", op="name", top_op_id="top_op_id", op_module="module", op_source="source",
+        direction="direction", grad_fn="grad_fn", fwd_op_id="fwd_op_id", fwd_op="fwd_op",
+    )
+    tops = ops.select(top_op_id="op_id", top_op="name")
+    return (
+        linked.join(op_cols, on="op_id", how="left")
+        .join(tops, on="top_op_id", how="left")
+        .with_columns(
+            module=pl.coalesce("op_module", "cap_module"),
+            source=pl.coalesce("op_source", "cap_source"),
+        )
+    )
 
 
 def _ambiguous_kernels(
@@ -346,10 +358,15 @@ def _pair_launches(replays: pl.DataFrame, graphs: pl.DataFrame, replayed: pl.Dat
     return pairs, cand.select("sig", "graph")
 
 
-def _op_copies(used: pl.DataFrame, capture_ops: pl.DataFrame, *, first_id: int) -> pl.DataFrame:
+def op_copies(
+    used: pl.DataFrame, capture_ops: pl.DataFrame, *, first_id: int, skip: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """One row per replay and capture op it needs (the launching ops and their
-    ancestors): ``launch_id, cap_op_id, op_id`` (the copy's new id)."""
+    ancestors): ``launch_id, cap_op_id, op_id`` (the copy's new id).
+    Ancestors in ``skip`` (``cap_op_id``) and above them are left out."""
     parents = capture_ops.select(cap_op_id="op_id", parent="parent_id")
+    if skip is not None:
+        parents = parents.join(skip.rename({"cap_op_id": "parent"}), on="parent", how="anti")
     need = used.select("launch_id", "cap_op_id").drop_nulls().unique()
     frontier = need
     while frontier.height:
@@ -366,12 +383,19 @@ def _op_copies(used: pl.DataFrame, capture_ops: pl.DataFrame, *, first_id: int) 
     )
 
 
-def _appended_ops(copies: pl.DataFrame, capture_ops: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
-    """The copies as rows of ``ops``' schema, links renumbered into the copies."""
+def appended_ops(
+    copies: pl.DataFrame, capture_ops: pl.DataFrame, ops: pl.DataFrame, flag: str = "from_capture",
+    *, forward_links: bool = False,
+) -> pl.DataFrame:
+    """The copies as rows of ``ops``' schema, links renumbered into the copies,
+    ``flag`` true on them (the column saying where they were copied from).
+    ``forward_links``: keep ``fwd_op_id`` (renumbered; null where the forward
+    op was not copied) instead of clearing it."""
     new_id = copies.select("launch_id", "cap_op_id", "op_id")
     rows = copies.join(capture_ops.drop("op_id").with_columns(cap_op_id=capture_ops["op_id"]),
                        on="cap_op_id", how="left", maintain_order="left")
-    for link in ("parent_id", "top_op_id"):
+    links = ("parent_id", "top_op_id", "fwd_op_id") if forward_links else ("parent_id", "top_op_id")
+    for link in links:
         renum = new_id.rename({"cap_op_id": link, "op_id": f"new_{link}"})
         rows = rows.join(renum, on=["launch_id", link], how="left", maintain_order="left").with_columns(
             pl.col(f"new_{link}").alias(link)
@@ -383,16 +407,16 @@ def _appended_ops(copies: pl.DataFrame, capture_ops: pl.DataFrame, ops: pl.DataF
         ts=pl.col("at"),
         dur=pl.lit(0, I64),
         end=pl.col("at"),
-        fwd_op_id=pl.lit(None, I64),  # forward ops of the capture are not copied
+        fwd_op_id=pl.col("fwd_op_id") if forward_links else pl.lit(None, I64),  # a capture's are not copied
         step=pl.col("at_step"),
-        from_capture=pl.lit(True),
+        **{flag: pl.lit(True)},
     )
     return rows.select(
         pl.col(c).cast(t) if c in rows.columns else pl.lit(None, t).alias(c) for c, t in ops.schema.items()
     )
 
 
-def _set_by_kernel(kernels: pl.DataFrame, values: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
+def set_by_kernel(kernels: pl.DataFrame, values: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
     """``kernels`` with ``cols`` replaced by ``values`` (keyed by kernel_id) where given."""
     joined = kernels.select("kernel_id").join(
         values.select("kernel_id", *(pl.col(c).alias(f"_{c}") for c in cols), _hit=pl.lit(True)),

@@ -73,7 +73,10 @@ class Trace:
         ``sequence_number``, ``creation_order``); ``grad_fn`` (autograd
         node); ``step`` (``ProfilerStep`` number); ``from_capture`` (true
         for ops copied from a CUDA/HIP graph's capture trace, instants at
-        the graph's replay: see ``kinetolens.model.graph_replay``).
+        the graph's replay: see ``kinetolens.model.graph_replay``);
+        ``from_next_iteration`` (true for ops copied from the next
+        iteration's same call to name kernels launched before the window:
+        see ``kinetolens.model.earlier_launches``).
     ``runtime``: CUDA runtime and driver calls (``cudaLaunchKernel``, ...).
         ``launch_id``; ``kind``, ``cat``, ``name``, ``pid``, ``tid``; ``ts``,
         ``dur``, ``end`` (ns); ``external_id``, ``correlation`` (links the

@@ -33,7 +33,7 @@ from kinetolens.model.trace import Trace
 from kinetolens.registry.gpus import GpuSpec, gpu_spec
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import figures
-from kinetolens.views.report_phases import breakdown_rows, per_phase_tables
+from kinetolens.views.report_phases import iteration_figure, per_phase_tables
 from kinetolens.views.critical_path_section import CriticalPathSection, critical_path_section
 from kinetolens.views.cross_rank_path_section import CrossRankSection, cross_rank_section
 
@@ -142,8 +142,7 @@ class ReportData:
             return dict(self.extra["figures"])
         inference = self.summary.get("inference") or {}
         if inference.get("iterations"):  # an inference trace: its iterations instead of steps
-            frame, labels = breakdown_rows(inference)
-            steps = figures.step_breakdown_figure(frame, "Engine iteration time breakdown", labels)
+            steps = iteration_figure(inference)
         else:
             steps = figures.step_breakdown_figure(self.breakdown)
         figs = {

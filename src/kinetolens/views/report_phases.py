@@ -12,12 +12,12 @@ from typing import Any
 
 import polars as pl
 
-from kinetolens.analysis.inference_phases import phase_tables
+from kinetolens.analysis.inference_phases import iterations, phase_tables
 from kinetolens.analysis.ops import rank_basis
 from kinetolens.analysis.overview import CATEGORIES, COLUMNS, OTHER
 from kinetolens.model.trace import Trace
 from kinetolens.registry.kernel_names import short_names
-from kinetolens.views import units
+from kinetolens.views import figures, units
 
 #: Kernels and ops shown per phase.
 TOP_PER_PHASE = 10
@@ -63,9 +63,12 @@ def _shares(rows: list[dict[str, Any]], key: str) -> dict[str, list[float | None
     return out
 
 
-def iteration_frame(block: dict[str, Any]) -> pl.DataFrame:
-    """One row per iteration: phase, how it was labelled, time, tokens, tokens/s and breakdown (%)."""
+def iteration_frame(block: dict[str, Any], *, basis: bool = False) -> pl.DataFrame:
+    """One row per iteration: phase, time, tokens, tokens/s and breakdown (%);
+    ``basis``: and how each was labelled, last (the dashboard pages every row,
+    the report quotes each phase's first in :func:`labels_frame`)."""
     rows = block["iterations"]
+    said = {"basis": [r["basis"] for r in rows]} if basis else {}
     return pl.DataFrame(
         {
             "iteration": [r["iteration"] for r in rows],
@@ -75,6 +78,7 @@ def iteration_frame(block: dict[str, Any]) -> pl.DataFrame:
             "requests": [r["requests"] for r in rows],
             "tokens_per_s": [r["tokens_per_s"] for r in rows],
             **_shares(rows, "breakdown_us"),
+            **said,
         },
         schema_overrides={"tokens": pl.Int64, "requests": pl.Int64, "dur_us": pl.Float64, "tokens_per_s": pl.Float64},
     )
@@ -124,11 +128,22 @@ def breakdown_rows(block: dict[str, Any]) -> tuple[pl.DataFrame, list[str]]:
     return frame, [f"{r['iteration']} {r['phase']}" for r in rows]
 
 
-def per_phase_tables(trace: Trace, top: int = TOP_PER_PHASE) -> dict[str, dict[str, pl.DataFrame]]:
+def iteration_figure(block: dict[str, Any]) -> Any:
+    """The iterations' breakdown as stacked bars, one per iteration named by its phase
+    (the step breakdown chart's counterpart, in the report and the dashboard)."""
+    frame, labels = breakdown_rows(block)
+    return figures.step_breakdown_figure(frame, "Engine iteration time breakdown", labels)
+
+
+def per_phase_tables(
+    trace: Trace, top: int = TOP_PER_PHASE, *, short: bool = True
+) -> dict[str, dict[str, pl.DataFrame]]:
     """Phase -> ``{"kernels": ..., "ops": ...}``: each phase's top kernels (by GPU time)
-    and ops (by the ops' ranking time), shares of that phase's time."""
-    kernels = phase_tables(trace, by="kernel")
-    ops = phase_tables(trace, by="op")
+    and ops (by the ops' ranking time), shares of that phase's time.  ``short``:
+    kernels by their short names (the dashboard keeps the recorded ones and shortens them itself)."""
+    its = iterations(trace)
+    kernels = phase_tables(trace, its, by="kernel")
+    ops = phase_tables(trace, its, by="op")
     basis = rank_basis(trace)
     out: dict[str, dict[str, pl.DataFrame]] = {}
     present = kernels if kernels.height else ops
@@ -137,7 +152,7 @@ def per_phase_tables(trace: Trace, top: int = TOP_PER_PHASE) -> dict[str, dict[s
         k = kernels.filter(pl.col("phase") == phase).head(top) if kernels.height else kernels
         if k.height:
             part["kernels"] = k.select(
-                kernel=short_names(k["name"]), calls="calls", device_total_us="device_total_us",
+                kernel=short_names(k["name"]) if short else k["name"], calls="calls", device_total_us="device_total_us",
                 pct_of_phase="step_share_pct", tflops_s="tflops_s", gbps="gbps",
             )  # fmt: skip
         o = ops.filter(pl.col("phase") == phase).head(top) if ops.height else ops

@@ -25,7 +25,7 @@ TIME_UNITS = (("s", 1e6), ("ms", 1e3), ("us", 1.0))
 CLOCK_DECIMALS = 3
 #: Rate columns: a plain number under a header that names the unit.
 RATES = {"tflops_s": "TFLOP/s", "achieved_tflops": "TFLOP/s", "gbps": "GB/s", "achieved_gbps": "GB/s",
-         "intensity": "FLOP/byte", "bus_gbps": "GB/s", "algo_gbps": "GB/s"}  # fmt: skip
+         "intensity": "FLOP/byte", "bus_gbps": "GB/s", "algo_gbps": "GB/s", "tokens_per_s": "tokens/s"}  # fmt: skip
 #: Columns that count things, whatever their type (a mean over ranks may be a float).
 COUNTS = {"calls", "count", "ranks", "steps"}
 #: Byte columns that count data moved (decimal units); other ``*bytes`` / ``size`` columns are memory held.

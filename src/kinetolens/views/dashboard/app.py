@@ -217,6 +217,7 @@ class Dashboard:
                 frame, sort=q.get("sort") or None,
                 descending=q.get("desc", "1") != "0", search=q.get("q", ""),
                 offset=ctx.whole("offset", 0), limit=ctx.whole("limit", 50),
+                full_names=q.get("full_names", "") == "1",
             ))  # fmt: skip
 
         return self._guard(go, request)

@@ -178,7 +178,9 @@ def _diff(ctx: Ctx) -> Any:
 
 def _diff_source(level: str) -> Callable[[Ctx], pl.DataFrame]:
     def source(ctx: Ctx) -> pl.DataFrame:
-        return _diff(ctx).tables[level]
+        table = _diff(ctx).tables[level]
+        # kernel names under the column every dashboard table shows by their short form
+        return table.rename({"name": "kernel"}) if level == "kernel" else table
 
     return source
 

@@ -28,6 +28,14 @@ def section(ctx: Ctx) -> CriticalPathSection | str:
     return ctx.memo(("critical_path", ctx.step), lambda: critical_path_section(ctx.trace, ctx.step))
 
 
+def _which(s: CriticalPathSection) -> list[str]:
+    """The card naming what the page covers: a step, several, or a window that is no step."""
+    first = s.paths[0].window
+    if len(s.paths) > 1:
+        return ["steps", str(len(s.paths))]
+    return ["step", str(first.step)] if first.step is not None else ["window", first.label]
+
+
 def view(ctx: Ctx) -> list[Block]:
     s = section(ctx)
     if isinstance(s, str):
@@ -36,7 +44,7 @@ def view(ctx: Ctx) -> list[Block]:
     cards = [
         ["critical path" + (" per step (mean)" if steps > 1 else ""), units.duration(s.mean_length_us)],
         ["span" + (" per step (mean)" if steps > 1 else ""), units.duration(s.span_us / steps)],
-        ["steps", str(steps) if s.paths[0].window.step is not None else s.paths[0].window.label],
+        _which(s),
     ]
     top = s.summary.sort("time_us", descending=True).row(0, named=True) if s.summary.height else None
     if top is not None:

@@ -23,7 +23,7 @@ from kinetolens.analysis.overview import step_breakdown, step_windows
 from kinetolens.analysis.roofline import op_roofline
 from kinetolens.analysis.summary import attribution, steps_block
 from kinetolens.views import figures, units
-from kinetolens.views.dashboard import extra_figures
+from kinetolens.views.dashboard import extra_figures, phases_page
 from kinetolens.views.dashboard.sources import (
     KERNEL_GROUPS,
     MODULE_DEPTHS,
@@ -81,15 +81,18 @@ def overview(ctx: Ctx) -> list[Block]:
     t = ctx.trace
     steps = ctx.memo("steps_block", lambda: steps_block(t))
     attr = ctx.memo("attribution", lambda: attribution(t))
+    inference = phases_page.inference(ctx)  # an inference trace: its iterations and phases instead of steps
     devices = ", ".join(sorted({str(d.get("name")) for d in t.devices if d.get("name")})) or "none recorded"
     cards = [
         ["format", t.format],
         ["GPUs", devices],
         ["rank", _rank(t)],
-        ["steps", str(steps["count"])],
-        ["mean step", _ms(steps["mean_us"])],
-        *([["step cut short", steps["incomplete_note"]]] if steps.get("incomplete_note") else []),
-    ]
+        *(phases_page.cards(inference) if inference else [
+            ["steps", str(steps["count"])],
+            ["mean step", _ms(steps["mean_us"])],
+            *([["step cut short", steps["incomplete_note"]]] if steps.get("incomplete_note") else []),
+        ]),
+    ]  # fmt: skip
     gpu = t.kernels.height > 0
     if gpu:
         cards += [
@@ -97,11 +100,16 @@ def overview(ctx: Ctx) -> list[Block]:
             ["kernels attributed to an op", _pct(attr["op"])],
             ["to a module", _pct(attr["module"])],
         ]
-    breakdown = ctx.memo("step_breakdown", lambda: step_breakdown(t))
-    return [
+    head = [
         {"type": "cards", "items": cards},
         table("gpus", "Per GPU: utilization, SM efficiency, occupancy, Tensor Core share, peak memory") if gpu
         else text("No per-GPU table: this trace records no GPU kernels (a CPU-only capture)."),
+    ]
+    if inference:
+        return [*head, *phases_page.blocks(ctx, inference), findings(ctx)]
+    breakdown = ctx.memo("step_breakdown", lambda: step_breakdown(t))
+    return [
+        *head,
         figure(figures.step_breakdown_figure(breakdown)) if breakdown.height
         else text("No step breakdown: the trace has no events to split into steps.", "warn"),
         table("execution_summary", "Execution summary: the average step", sort=None),
@@ -114,7 +122,8 @@ def findings(ctx: Ctx) -> Block:
     recs = ctx.memo("recommendations", lambda: recommendations_frame(ctx.trace))
     withheld = ctx.memo("damaged_inputs", lambda: damaged_inputs(ctx.trace))
     items = [
-        {"title": r["title"], "saving": f"(saves up to {units.sig(r['saving_ms'])} ms per step)",
+        {"title": r["title"], "saving": f"(saves up to {units.sig(r['saving_ms'])} ms per step"
+         + (f"; predicted step {units.sig(r['predicted_step_ms'])} ms)" if r.get("predicted_step_ms") is not None else ")"),
          "evidence": r["evidence"], "change": r["change"], "estimate": r["estimate"]}
         for r in recs.sort("saving_ms", descending=True, nulls_last=True).iter_rows(named=True)
     ]  # fmt: skip

@@ -191,8 +191,8 @@ def kernels(ctx: Ctx) -> pl.DataFrame:
     spec = spec_of(ctx)
     roof = ctx.memo("kernel_roofline", lambda: kernel_roofline(ctx.trace, spec)) if spec is not None else None
     table = kernel_groups(kernel_rows(ctx), roof, ctx.choice("group", KERNEL_GROUPS))
-    # the short name first (what a reader scans), the recorded name last (searchable, copyable)
-    return table.select("short_name", pl.exclude("short_name", "kernel"), "kernel")
+    # one name column, the recorded name: the page shows its short form, the full one on hover
+    return table.select("kernel", pl.exclude("short_name", "kernel"))
 
 
 # -- modules ----------------------------------------------------------------
@@ -279,13 +279,14 @@ SOURCES: dict[str, Callable[[Ctx], pl.DataFrame]] = {
 }
 
 #: Parameters that change a source's result (the rest only sort, filter and page it).
-SOURCE_ARGS = ("group", "key", "device", "start_ms", "end_ms", "depth", "view")
+SOURCE_ARGS = ("group", "key", "device", "start_ms", "end_ms", "depth", "view", "phase")
 
 
 def find_source(name: str) -> Callable[[Ctx], pl.DataFrame] | None:
     from kinetolens.views.dashboard.critical_path_page import SOURCES as critical_path
+    from kinetolens.views.dashboard.phases_page import SOURCES as phases
 
-    return SOURCES.get(name) or _compare_sources().get(name) or critical_path.get(name)
+    return SOURCES.get(name) or _compare_sources().get(name) or critical_path.get(name) or phases.get(name)
 
 
 def table(ctx: Ctx, name: str) -> pl.DataFrame:

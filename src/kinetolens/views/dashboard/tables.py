@@ -7,7 +7,11 @@ thousand rows takes milliseconds, so the analysis result is memoized and
 each request only orders and slices it.  Each page also carries its cells
 as the text a person reads (:func:`display`, through :mod:`kinetolens.views.units`):
 90.3%, 2.60 GiB, 5.51 TFLOP, times in one unit per column; the raw values
-stay in the page for sorting, tooltips and tests.
+stay in the page for sorting, tooltips and tests.  A ``kernel`` column
+holds recorded kernel names in every table (kernels, an op's kernels, the
+diff): its cells read as the short name the CLI shows
+(:mod:`kinetolens.registry.kernel_names`), the recorded one stays the raw
+value (the cell's tooltip) unless ``full_names`` asks for it as the text.
 """
 
 from __future__ import annotations
@@ -16,9 +20,14 @@ from typing import Any
 
 import polars as pl
 
+from kinetolens.registry.kernel_names import short_kernel_name, short_names
 from kinetolens.views.units import display
 
 MAX_LIMIT = 500
+#: Columns of recorded kernel names, shown by their short form.
+KERNEL_COLUMNS = ("kernel",)
+
+
 def _searchable(frame: pl.DataFrame) -> list[str]:
     return [c for c, t in frame.schema.items() if t == pl.String or t == pl.Categorical]
 
@@ -29,10 +38,13 @@ def filter_rows(frame: pl.DataFrame, text: str) -> pl.DataFrame:
     cols = _searchable(frame)
     if not text or not cols:
         return frame
-    hit = pl.any_horizontal(
-        pl.col(c).cast(pl.String).str.to_lowercase().str.contains(text, literal=True).fill_null(False) for c in cols
-    )
-    return frame.filter(hit)
+    hits = [pl.col(c).cast(pl.String).str.to_lowercase().str.contains(text, literal=True).fill_null(False) for c in cols]
+    # a kernel is found by the name the page shows too (its short form drops namespaces)
+    hits += [
+        pl.lit(short_names(frame[c].cast(pl.String))).str.to_lowercase().str.contains(text, literal=True).fill_null(False)
+        for c in KERNEL_COLUMNS if c in cols
+    ]  # fmt: skip
+    return frame.filter(pl.any_horizontal(hits))
 
 
 def page(
@@ -43,6 +55,7 @@ def page(
     search: str = "",
     offset: int = 0,
     limit: int = 50,
+    full_names: bool = False,
 ) -> dict[str, Any]:
     """One page of ``frame`` as JSON-ready dict: columns (name, numeric), rows, counts.
 
@@ -59,6 +72,12 @@ def page(
     offset = max(0, int(offset))
     shown = frame.slice(offset, limit)
     columns, text = display(frame, shown)
+    if not full_names:
+        for i, col in enumerate(columns):
+            if col["name"] in KERNEL_COLUMNS and col["kind"] == "text":
+                for row, value in zip(text, shown[col["name"]]):
+                    if value is not None:
+                        row[i] = short_kernel_name(str(value))
     return {
         "columns": columns,
         "rows": [list(r) for r in shown.iter_rows()],

@@ -4,7 +4,7 @@
 
 const VIEWS = ["overview", "operators", "kernels", "modules", "roofline", "memory", "critical_path", "distributed", "diff", "timeline"];
 const S = { runs: [], run: null, worker: null, step: "", view: "overview", other_run: "", other_worker: "",
-            start_ms: "", end_ms: "", perfetto: false };
+            start_ms: "", end_ms: "", perfetto: false, full_names: false };
 const $ = (sel, root = document) => root.querySelector(sel);
 let pollTimer = null;
 let viewToken = 0;
@@ -30,6 +30,7 @@ function fmt(v) {
 function baseParams(extra = {}) {
   const p = new URLSearchParams({ run: S.run ?? "", worker: S.worker ?? "" });
   if (S.step !== "") p.set("step", S.step);
+  if (S.full_names) p.set("full_names", "1");  // kernel cells: the recorded name, not the short form
   if (S.view === "distributed") p.set("ranks", "all");
   if (S.view === "diff" && S.other_run && S.other_worker) { p.set("other_run", S.other_run); p.set("other_worker", S.other_worker); }
   if (S.view === "memory") { if (S.start_ms !== "") p.set("start_ms", S.start_ms); if (S.end_ms !== "") p.set("end_ms", S.end_ms); }
@@ -308,6 +309,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#run").addEventListener("change", e => { S.run = e.target.value; fillWorkers(null); S.step = ""; loadView(); });
   $("#worker").addEventListener("change", e => { S.worker = e.target.value; S.step = ""; loadView(); });
   $("#step").addEventListener("change", e => { S.step = e.target.value; loadView(); });
+  $("#full-names").addEventListener("change", e => { S.full_names = e.target.checked; loadView(); });
   setInterval(async () => {  // new runs appear without a restart
     const { body } = await getJSON("/api/runs");
     if (body.error) return;  // the logdir is gone for now: keep what is shown
