@@ -10,7 +10,7 @@ Changes scale edge weights; a sync, a queued kernel or a data wait then
 shrinks on its own, because the node it waited for moves.  With no change
 the replay gives back every measured time exactly.
 
-Two kinds of edge are added to the critical-path graph for re-timing:
+What is added to the critical-path graph for re-timing:
 
 * stream order: every activity waits for the previous one on its stream
   (the graph only links the queued ones, the others waited for their
@@ -18,7 +18,11 @@ Two kinds of edge are added to the critical-path graph for re-timing:
   step's median gap between queued activities;
 * a queued kernel's launch edge weighs the step's median launch delay on an
   empty stream (capped by what was measured), so that a kernel whose stream
-  empties after a change waits for its launch as such kernels did.
+  empties after a change waits for its launch as such kernels did;
+* thread joins: a thread idle until just after another thread's op ended
+  waited for it (``backward()``'s caller and the autograd thread);
+* carry-over: a stream's first activity waits for the previous step's work
+  on that stream, which ends where it did relative to the step's start.
 
 The step ends when its host range and every GPU activity it launched have
 ended (:mod:`kinetolens.model.steps`); the predicted step time is the
@@ -31,14 +35,12 @@ graph plus a source (each unconstrained node's measured start) and a sink
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
 
 from kinetolens.analysis.critical_path import (
-    BOUND_BY,
     Window,
     _path_table,
     step_windows,
@@ -47,84 +49,13 @@ from kinetolens.analysis.critical_path import (
 )
 from kinetolens.analysis.dependency_graph import DependencyGraph, TraceFacts, build_graph
 from kinetolens.analysis.longest_path import longest_path
+from kinetolens.analysis.whatif_changes import BadChange, Change, change_mask, parse_change
 from kinetolens.model.trace import Trace
 
-#: Category names accepted besides :data:`BOUND_BY` (what people type).
-CATEGORY_ALIASES = {
-    "dataloader": "data_loading",
-    "data": "data_loading",
-    "launch": "launch_overhead",
-    "compute": "gpu_compute",
-    "memory": "gpu_memory",
-    "comm": "communication",
-    "gaps": "kernel_gap",
-}
-CHANGE_KINDS = ("kernel", "op", "module", "category", "launch", "overlap", "rank")
+__all__ = ["BadChange", "Change", "parse_change", "whatif", "whatif_many", "retime", "prepare", "predict"]
+
 #: The sink edges' weight: larger than any step, so the longest path ends at the step's end.
 _SINK = 1 << 50
-_TRAILING_INDEX = re.compile(r"_\d+$")
-
-
-class BadChange(ValueError):
-    """A ``--change`` spec that cannot be understood; the message says why."""
-
-
-@dataclass(frozen=True)
-class Change:
-    """One change: ``kind`` (:data:`CHANGE_KINDS`), what it matches, and the factor on durations."""
-
-    kind: str
-    target: str | None
-    factor: float | None
-    spec: str
-    #: ``kernel_ids``: the kernels (``kernel_id``) a program-made change scales.
-    ids: tuple[int, ...] | None = None
-
-
-def _factor(text: str, spec: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise BadChange(f"{spec!r}: the factor {text!r} is not a number (e.g. 0.5 for twice as fast, 0 to remove)") from None
-    if not np.isfinite(value) or value < 0:
-        raise BadChange(f"{spec!r}: the factor must be a number >= 0, not {text}")
-    return value
-
-
-def parse_change(spec: str) -> Change:
-    """``kernel:NAME=F``, ``op:NAME=F``, ``module:NAME=F``, ``category:C=F``,
-    ``launch:F``, ``overlap:communication``, ``rank:N=median``."""
-    kind, sep, rest = spec.partition(":")
-    kind = kind.strip().lower()
-    usage = "kernel:NAME=F, op:NAME=F, module:NAME=F, category:C=F, launch:F, overlap:communication or rank:N=median"
-    if not sep or kind not in CHANGE_KINDS:
-        raise BadChange(f"{spec!r} is not a change; use {usage}")
-    rest = rest.strip()
-    if kind == "launch":
-        return Change("launch", None, _factor(rest, spec), spec)
-    if kind == "overlap":
-        if rest.lower() not in ("communication", "comm"):
-            raise BadChange(f"{spec!r}: only overlap:communication is supported")
-        return Change("overlap", "communication", 0.0, spec)
-    target, eq, value = rest.rpartition("=")
-    if not eq or not target:
-        raise BadChange(f"{spec!r} needs NAME=FACTOR after '{kind}:', e.g. {kind}:{_example(kind)}")
-    if kind == "rank":
-        if value.strip().lower() != "median" or not target.strip().isdigit():
-            raise BadChange(f"{spec!r}: the rank change is rank:N=median (N a rank number)")
-        return Change("rank", target.strip(), None, spec)
-    if kind == "category":
-        name = CATEGORY_ALIASES.get(target.strip().lower(), target.strip().lower())
-        if name not in BOUND_BY or name == "sync_wait":
-            choices = ", ".join(b for b in BOUND_BY if b != "sync_wait")
-            raise BadChange(f"{spec!r}: unknown category {target!r} (one of {choices}, or dataloader)")
-        return Change("category", name, _factor(value, spec), spec)
-    return Change(kind, target.strip(), _factor(value, spec), spec)
-
-
-def _example(kind: str) -> str:
-    return {"kernel": "gemm=0.5", "op": "aten::mm=0.5", "module": "encoder=0.7", "category": "dataloader=0", "rank": "3=median"}[kind]
-
 
 @dataclass
 class StepPrediction:
@@ -217,13 +148,14 @@ def whatif(trace: Trace, changes: list[Change], step: int | None = None) -> What
     return whatif_many(trace, [changes], step)[0]
 
 
-def whatif_many(trace: Trace, change_sets: list[list[Change]], step: int | None = None) -> list[WhatIf]:
-    """:func:`whatif` for several change sets, each step's graph built and explained once."""
+def whatif_many(trace: Trace, change_sets: list[list[Change]], step: int | None = None, paths: bool = True) -> list[WhatIf]:
+    """:func:`whatif` for several change sets, each step's graph built and explained once;
+    ``paths=False`` predicts step times only (no new critical path tables)."""
     for changes in change_sets:
         if any(c.kind == "rank" for c in changes):
             raise BadChange("rank:N=median needs a run directory with every rank's trace")
     prepared = replays(trace, step)
-    return [WhatIf(changes=changes, steps=[predict(r, changes) for r in prepared]) for changes in change_sets]
+    return [WhatIf(changes=changes, steps=[predict(r, changes, paths) for r in prepared]) for changes in change_sets]
 
 
 def _categories(edges: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
@@ -248,69 +180,6 @@ def _categories(edges: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
         .otherwise(pl.lit("gpu_compute"))
     )
     return e.with_columns(category=cat)
-
-
-def _inside(ev: pl.DataFrame, ranges: pl.DataFrame) -> pl.Series:
-    """Per event: whether it lies within one of ``ranges`` (pid, tid, ts, end) on its
-    thread; GPU activity counts where the call that launched it does."""
-    cpu = ev.filter(pl.col("side") == "cpu")
-    if ranges.height == 0:
-        return pl.Series("inside", [False] * ev.height)
-    # Nested ranges of one name merge into their outermost.
-    r = (
-        ranges.sort("pid", "tid", "ts")
-        .with_columns(prev_end=pl.col("end").cum_max().shift(1).over("pid", "tid"))
-        .with_columns(new=(pl.col("prev_end").is_null() | (pl.col("ts") > pl.col("prev_end"))).cast(pl.Int64).cum_sum().over("pid", "tid"))
-        .group_by("pid", "tid", "new")
-        .agg(r_ts=pl.col("ts").min(), r_end=pl.col("end").max())
-        .drop("new")
-        .sort("r_ts")
-    )
-    hit = (
-        cpu.select("eid", "pid", "tid", "ts", "end", "launch_id")
-        .sort("ts")
-        .join_asof(r, left_on="ts", right_on="r_ts", by=["pid", "tid"], strategy="backward", check_sortedness=False)
-        .with_columns(inside=pl.col("r_end").is_not_null() & (pl.col("end") <= pl.col("r_end")))
-    )
-    launched = hit.filter(pl.col("inside") & pl.col("launch_id").is_not_null()).select("launch_id")
-    gpu = ev.filter(pl.col("side") == "gpu").select("eid", inside=pl.col("launch_id").is_in(launched["launch_id"].implode()))
-    flags = pl.concat([hit.select("eid", "inside"), gpu])
-    return ev.select("eid").join(flags, on="eid", how="left", maintain_order="left")["inside"].fill_null(False)
-
-
-def _module_match(target: str) -> pl.Expr:
-    """An event's module path names ``target``: a dotted prefix of it, or one
-    of its components with or without the ``_N`` index kinetolens adds."""
-    t = target.strip(".").lower()
-    module = pl.col("module").fill_null("").str.to_lowercase()
-    component = module.str.split(".").list.eval(
-        (pl.element() == t) | (pl.element().str.replace(_TRAILING_INDEX.pattern, "") == t)
-    ).list.any()
-    return (module == t) | module.str.starts_with(t + ".") | component
-
-
-def _change_masks(e: pl.DataFrame, ev: pl.DataFrame, change: Change) -> pl.Series:
-    """Edges (rows of ``e``, categories joined) whose weight ``change`` scales."""
-    cpu_or_kernel = pl.col("type").is_in(["cpu", "kernel"])
-    if change.kind == "kernel":
-        needle = re.escape((change.target or "").lower())
-        return e.select((pl.col("type") == "kernel") & pl.col("name").str.to_lowercase().str.contains(needle).fill_null(False))[:, 0]
-    if change.kind == "category":
-        return e.select(pl.col("category") == change.target)[:, 0]
-    if change.kind == "kernel_ids":
-        return e.select((pl.col("type") == "kernel") & pl.col("kernel_id").is_in(list(change.ids or ())).fill_null(False))[:, 0]
-    if change.kind == "op":
-        ranges = ev.filter((pl.col("side") == "cpu") & (pl.col("name") == change.target)).select("pid", "tid", "ts", "end")
-        inside = ev.select("eid").with_columns(inside=_inside(ev, ranges))
-        return e.join(inside, on="eid", how="left", maintain_order="left").select(cpu_or_kernel & pl.col("inside").fill_null(False))[:, 0]
-    if change.kind == "module":
-        return e.select(cpu_or_kernel & _module_match(change.target or "").fill_null(False))[:, 0]
-    if change.kind == "launch":
-        launchers = e.filter(pl.col("type") == "launch").select((pl.col("src") // 2).alias("rt")).unique()["rt"]
-        return e.select((pl.col("type") == "launch") | ((pl.col("type") == "cpu") & pl.col("eid").is_in(launchers.implode())))[:, 0]
-    if change.kind == "overlap":
-        return e.select(pl.col("category") == "communication")[:, 0]
-    raise BadChange(f"{change.spec!r} cannot be applied to one trace")
 
 
 def _stream_order(ev: pl.DataFrame, edges: pl.DataFrame) -> pl.DataFrame:
@@ -476,20 +345,20 @@ def _run(r: Replay, weights: np.ndarray, overlap: np.ndarray | None) -> tuple[in
     return int(ww[on].sum()) - _SINK, nodes
 
 
-def predict(r: Replay, changes: list[Change]) -> StepPrediction:
-    """The prepared step re-timed with ``changes``."""
+def predict(r: Replay, changes: list[Change], paths: bool = True) -> StepPrediction:
+    """The prepared step re-timed with ``changes`` (and its new critical path, with ``paths``)."""
     e, ev = r.edges, r.graph.events
     factor = np.ones(e.height)
     matched: dict[str, int] = {}
     overlap = None
     for c in changes:
-        mask = _change_masks(e, ev, c).to_numpy()
+        mask = change_mask(e, ev, c).to_numpy()
         matched[c.spec] = int(mask.sum())
         factor[mask] *= c.factor if c.factor is not None else 1.0
         if c.kind == "overlap":
             overlap = mask
     new_w = np.rint(r.weight * factor).astype(np.int64)
-    new, nodes = _run(r, new_w, overlap) if changes else (r.base_ns, _run(r, r.weight, None)[1])
+    new, nodes = _run(r, new_w, overlap) if changes else (r.base_ns, _run(r, r.weight, None)[1] if paths else [])
     predicted = r.measured_ns - (r.base_ns - new)
     # A stream cannot run its step's work faster than back to back.
     stream = np.isin(e["type"].to_numpy(), ["kernel", "kernel_gap"])
@@ -497,7 +366,7 @@ def predict(r: Replay, changes: list[Change]) -> StepPrediction:
         busy = e.filter(pl.Series(stream)).with_columns(nw=pl.Series(new_w[stream])).group_by("device", "stream").agg(pl.col("nw").sum())
         predicted = max(predicted, float(busy["nw"].max() or 0))
     n2 = r.t0.size
-    path_nodes = [v for v in nodes if v < n2]
+    path_nodes = [v for v in nodes if v < n2] if paths else []
     new_graph = DependencyGraph(events=ev, edges=e.select("src", "dst", "type", "eid", weight=pl.Series(new_w)), start=r.graph.start, end=r.graph.end)
     path = _path_table(new_graph, path_nodes)
     length = float(path["us"].sum()) if path.height else 0.0

@@ -2,8 +2,9 @@
 
 Every terminal table fits the width it is given (``-w``, else ``COLUMNS``,
 else the terminal's): numbers keep their whole width and never wrap, text
-cells take what is left, wrap to at most two lines and are cut in the middle
-beyond that (:func:`kinetolens.views.units.middle`); columns that still do
+cells take what is left, wrap at spaces to at most two lines and are cut in
+the middle beyond that (:func:`kinetolens.views.units.middle`; a one-word
+name is cut to one line rather than folded mid-word); columns that still do
 not fit are left out, last first, and named under the table.  Output that
 goes to a pipe or a file, with no width given, is printed at full width so
 no header or row is split.  Values are formatted by column name through
@@ -165,21 +166,42 @@ def format_column(name: str, series: pl.Series, header: str | None = None, time_
     return Column(name, head, [fmt(v) for v in values], numeric)
 
 
-def fit_cell(text: str, width: int, lines: int = CELL_LINES) -> str:
-    """``text`` in at most ``lines`` lines of ``width``: wrapped at spaces where
-    that is enough, else cut in the middle and folded."""
-    if len(text) <= width:
-        return text
+def _wrap_words(text: str, width: int, lines: int) -> list[str] | None:
+    """``text`` wrapped at spaces, no word broken, when that takes at most ``lines`` lines."""
     body = text.lstrip(" ")
     indent = text[: len(text) - len(body)]
-    if len(indent) < width // 2:  # tree rows keep their indentation on both lines
-        wrapped = textwrap.wrap(
-            body, width, initial_indent=indent, subsequent_indent=indent, break_long_words=True, break_on_hyphens=False
-        )
-        if len(wrapped) <= lines:
-            return "\n".join(wrapped)
-    cut = units.middle(text, width * lines)
-    return "\n".join(cut[i : i + width] for i in range(0, len(cut), width))
+    if len(indent) >= width // 2:
+        indent = ""
+    wrapped = textwrap.wrap(
+        body, width, initial_indent=indent, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+    )  # tree rows keep their indentation on both lines
+    return wrapped if len(wrapped) <= lines and all(len(line) <= width for line in wrapped) else None
+
+
+def fit_cell(text: str, width: int, lines: int = CELL_LINES) -> str:
+    """``text`` in at most ``lines`` lines of ``width``, never folded mid-word
+    (which left a stray ``>`` or ``ces`` on a second line).
+
+    A name (one word: a kernel, an op, a module path) takes one line, cut in
+    the middle.  Text with spaces wraps at spaces; where that takes too many
+    lines, it is cut in the middle as little as lets it wrap (the longest
+    cut that does, found by bisection), else to one line."""
+    if len(text) <= width:
+        return text
+    if " " not in text.strip(" "):
+        return units.middle(text, width)
+    wrapped = _wrap_words(text, width, lines)
+    if wrapped is None:
+        best, lo, hi = None, width + 1, width * lines
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            fits = _wrap_words(units.middle(text, mid), width, lines)
+            if fits is None:
+                hi = mid - 1
+            else:
+                best, lo = fits, mid + 1
+        wrapped = best or [units.middle(text, width)]
+    return "\n".join(wrapped)
 
 
 def _widths(
