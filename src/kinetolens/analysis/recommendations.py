@@ -869,7 +869,7 @@ def simulated(found: list[Finding], trace: Trace, made: dict[str, list[Any]] | N
     changes = {c.spec: c for cs in made.values() for c in cs}
     sets = list(dict.fromkeys([*plan.values(), *(SIMULATED_FROM[r] for r in plan if r in SIMULATED_FROM), ()]))
     try:
-        results = dict(zip(sets, whatif_many(trace, [[changes.get(s) or parse_change(s) for s in specs] for specs in sets]), strict=True))
+        results = dict(zip(sets, whatif_many(trace, [[changes.get(s) or parse_change(s) for s in specs] for specs in sets], paths=False), strict=True))
     except TraceError:
         return found
     measured = results[()].measured_us

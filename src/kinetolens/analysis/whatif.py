@@ -148,13 +148,14 @@ def whatif(trace: Trace, changes: list[Change], step: int | None = None) -> What
     return whatif_many(trace, [changes], step)[0]
 
 
-def whatif_many(trace: Trace, change_sets: list[list[Change]], step: int | None = None) -> list[WhatIf]:
-    """:func:`whatif` for several change sets, each step's graph built and explained once."""
+def whatif_many(trace: Trace, change_sets: list[list[Change]], step: int | None = None, paths: bool = True) -> list[WhatIf]:
+    """:func:`whatif` for several change sets, each step's graph built and explained once;
+    ``paths=False`` predicts step times only (no new critical path tables)."""
     for changes in change_sets:
         if any(c.kind == "rank" for c in changes):
             raise BadChange("rank:N=median needs a run directory with every rank's trace")
     prepared = replays(trace, step)
-    return [WhatIf(changes=changes, steps=[predict(r, changes) for r in prepared]) for changes in change_sets]
+    return [WhatIf(changes=changes, steps=[predict(r, changes, paths) for r in prepared]) for changes in change_sets]
 
 
 def _categories(edges: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
@@ -344,8 +345,8 @@ def _run(r: Replay, weights: np.ndarray, overlap: np.ndarray | None) -> tuple[in
     return int(ww[on].sum()) - _SINK, nodes
 
 
-def predict(r: Replay, changes: list[Change]) -> StepPrediction:
-    """The prepared step re-timed with ``changes``."""
+def predict(r: Replay, changes: list[Change], paths: bool = True) -> StepPrediction:
+    """The prepared step re-timed with ``changes`` (and its new critical path, with ``paths``)."""
     e, ev = r.edges, r.graph.events
     factor = np.ones(e.height)
     matched: dict[str, int] = {}
@@ -357,7 +358,7 @@ def predict(r: Replay, changes: list[Change]) -> StepPrediction:
         if c.kind == "overlap":
             overlap = mask
     new_w = np.rint(r.weight * factor).astype(np.int64)
-    new, nodes = _run(r, new_w, overlap) if changes else (r.base_ns, _run(r, r.weight, None)[1])
+    new, nodes = _run(r, new_w, overlap) if changes else (r.base_ns, _run(r, r.weight, None)[1] if paths else [])
     predicted = r.measured_ns - (r.base_ns - new)
     # A stream cannot run its step's work faster than back to back.
     stream = np.isin(e["type"].to_numpy(), ["kernel", "kernel_gap"])
@@ -365,7 +366,7 @@ def predict(r: Replay, changes: list[Change]) -> StepPrediction:
         busy = e.filter(pl.Series(stream)).with_columns(nw=pl.Series(new_w[stream])).group_by("device", "stream").agg(pl.col("nw").sum())
         predicted = max(predicted, float(busy["nw"].max() or 0))
     n2 = r.t0.size
-    path_nodes = [v for v in nodes if v < n2]
+    path_nodes = [v for v in nodes if v < n2] if paths else []
     new_graph = DependencyGraph(events=ev, edges=e.select("src", "dst", "type", "eid", weight=pl.Series(new_w)), start=r.graph.start, end=r.graph.end)
     path = _path_table(new_graph, path_nodes)
     length = float(path["us"].sum()) if path.height else 0.0
