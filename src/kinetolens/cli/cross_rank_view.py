@@ -9,25 +9,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from kinetolens.analysis.critical_path import summarize
-from kinetolens.analysis.cross_rank_path import CrossRankPath, by_rank, combined, top_work
+from kinetolens.analysis.cross_rank_path import CrossRankPath, combined
+from kinetolens.analysis.cross_rank_run import path_bounds, run_path
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import emit_json
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.runs.graphs import run_graphs, run_paths
 from kinetolens.views.units import duration, in_unit, middle, percent, time_unit
+from kinetolens.views.bound_labels import BOUND_LABELS as LABELS
 
-#: How each bound reads in the terminal (as for one rank).
-LABELS = {
-    "cpu": "CPU ops",
-    "data_loading": "data loading",
-    "launch_overhead": "launch overhead",
-    "kernel_gap": "kernel gaps",
-    "gpu_compute": "GPU compute",
-    "gpu_memory": "GPU memcpy/memset",
-    "communication": "communication",
-    "sync_wait": "sync wait",
-}
 MAX_STEP_ROWS = 12
 
 
@@ -37,8 +27,8 @@ def show_run(run_dir: str, step: int | None, top: int, json_: bool, width: int |
     for note in notes:  # on stderr: --json output stays one JSON document
         click.echo(f"kinetolens: note: {note}", err=True)
     paths = run_paths(ranks, step, run_dir)
-    path, length = combined(paths)
     if json_:
+        _, length = combined(paths)
         emit_json(
             {
                 "run": str(run_dir),
@@ -48,7 +38,7 @@ def show_run(run_dir: str, step: int | None, top: int, json_: bool, width: int |
             }
         )
         return
-    _print(render_console(width), len(ranks), paths, path, length, top)
+    _print(render_console(width), len(ranks), paths, top)
 
 
 def _step_json(cp: CrossRankPath) -> dict:
@@ -70,16 +60,16 @@ def _table(title: str | None = None) -> Table:
     return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, header_style="bold", collapse_padding=True)
 
 
-def _print(console: Console, ranks: int, paths: list[CrossRankPath], path: pl.DataFrame, length: float, top: int) -> None:
+def _print(console: Console, ranks: int, paths: list[CrossRankPath], top: int) -> None:
+    run = run_path(paths, top_ranks=top, top=top)
     label = f"step {paths[0].step}" if len(paths) == 1 else f"{len(paths)} steps"
     console.print(Text(f"Critical path across {ranks} ranks, {label}", style="bold"))
     if len(paths) > 1:
         _print_steps(console, paths)
-    for cp in paths[:MAX_STEP_ROWS]:
-        console.print(Text(cp.verdict))
-    slowest = sum(cp.slowest_step_us for cp in paths)
-    console.print(f"length {duration(length)}; the slowest rank's step{'s' if len(paths) > 1 else ''} {duration(slowest)}")
-    summary = summarize(path.filter(pl.col("bound_by") != "dependency"), length) if path.height else pl.DataFrame()
+    for verdict in run.verdicts[:MAX_STEP_ROWS]:
+        console.print(Text(verdict))
+    console.print(f"length {duration(run.length_us)}; the slowest rank's step{'s' if len(paths) > 1 else ''} {duration(run.slowest_us)}")
+    summary = run.summary
     if summary.height:
         unit, scale = time_unit(summary["us"].max())
         t = _table()
@@ -88,16 +78,17 @@ def _print(console: Console, ranks: int, paths: list[CrossRankPath], path: pl.Da
         for row in summary.iter_rows(named=True):
             t.add_row(LABELS.get(row["bound_by"], row["bound_by"]), in_unit(row["us"], scale), percent(row["pct"] / 100))
         console.print(t)
-    shares = by_rank(path, length).head(top) if path.height else pl.DataFrame()
+    shares = run.ranks
     if shares.height:
         unit, scale = time_unit(shares["us"].max())
         t = _table("By rank")
         for header, justify in (("rank", "right"), (f"time {unit}", "right"), ("share", "right")):
             t.add_column(header, justify=justify)  # type: ignore[arg-type]
         for row in shares.iter_rows(named=True):
-            t.add_row(str(row["rank"]), in_unit(row["us"], scale), percent(row["pct"] / 100))
+            who = str(row["rank"]) if row["rank"] is not None else f"{row['ranks']} others"
+            t.add_row(who, in_unit(row["us"], scale), percent(row["pct"] / 100))
         console.print(t)
-    gates = pl.concat([cp.gates.with_columns(step=pl.lit(cp.step, pl.Int64)) for cp in paths])
+    gates = run.gates
     if gates.height:
         t = _table("Collectives on the path")
         for header, justify in (("step", "right"), ("collective", "left"), ("call", "right"), ("last rank", "right"), ("held", "right")):
@@ -106,7 +97,7 @@ def _print(console: Console, ranks: int, paths: list[CrossRankPath], path: pl.Da
             held = row["held_ms"]
             t.add_row(str(row["step"]), row["collective"], str(row["seq"]), str(row["gate_rank"]), duration(held * 1000) if held is not None else "-")
         console.print(t)
-    work = top_work(path, length, top) if path.height else pl.DataFrame()
+    work = run.work
     if work.height:
         gpu = pl.col("bound_by").is_in(["launch_overhead", "kernel_gap", "gpu_compute", "gpu_memory", "communication"])
         work = work.with_columns(pl.when(gpu).then(short_names(work["name"])).otherwise(pl.col("name")).alias("name"))
@@ -190,7 +181,7 @@ def show_run_whatif(run_dir: str, changes: list, step: int | None, json_: bool, 
     con.print(Text(f"now:   {preds[-1].before.verdict}"))
     con.print(Text(f"after: {preds[-1].after.verdict}"))
     path, length = combined([p.after for p in preds])
-    summary = summarize(path.filter(pl.col("bound_by") != "dependency"), length) if path.height else pl.DataFrame()
+    summary = path_bounds(path, length)
     if summary.height:
         unit, scale = time_unit(summary["us"].max())
         t = _table("New critical path")

@@ -28,7 +28,8 @@ def report_command(
 
     TRACE_OR_RUN is a trace file or a run directory; a run of several ranks
     gets a cross-rank section (step time per rank and its spread,
-    collectives, stragglers: the ``kinetolens dist`` numbers) and the rest
+    collectives, stragglers: the ``kinetolens dist`` numbers; the critical
+    path across ranks: ``kinetolens critical-path RUNDIR``) and the rest
     is its first rank, in full, as the report says.  HTML is one
     self-contained file (plotly.js embedded, opens offline); md is for
     terminals, pull requests and CI summaries (stdout without -o).
@@ -38,12 +39,12 @@ def report_command(
     if fmt is None:
         fmt = "md" if output and Path(output).suffix.lower() in (".md", ".markdown") else "html"
     path, note = resolve_target(trace_or_run)
-    ranks = None
-    if note is not None:  # a run of several ranks: every rank, side by side
-        from kinetolens.runs import summarize_run
+    ranks, graphs = None, None
+    if note is not None:  # a run of several ranks: every rank, side by side, and the path across them
+        from kinetolens.runs.graphs import run_summaries_and_graphs
 
-        ranks = summarize_run(trace_or_run, cache=not no_cache)
-    data = collect(load(path, capture=capture, cache=not no_cache), title=title, note=note, ranks=ranks)
+        ranks, graphs = run_summaries_and_graphs(trace_or_run, cache=not no_cache)
+    data = collect(load(path, capture=capture, cache=not no_cache), title=title, note=note, ranks=ranks, graphs=graphs)
     if fmt == "md":
         from kinetolens.views.report_md import render_md
 

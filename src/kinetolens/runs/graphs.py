@@ -8,6 +8,7 @@ step, never the trace.  The ranks are joined in this process
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ from kinetolens.analysis.cross_rank_path import (
     joined_graph,
     rank_graphs,
 )
+from kinetolens.analysis.distributed import RankSummary, rank_summary
 from kinetolens.errors import TraceError
 from kinetolens.runs.executors import Executor
 from kinetolens.runs.storage import load_source
@@ -43,6 +45,41 @@ def run_graphs(
 ) -> list[RankGraphs]:
     """Every rank's step graphs, in rank order (one trace per rank, as ``dist`` picks them)."""
     return map_ranks(run_dir, graphs_file, executor, cache, notes)
+
+
+@dataclass
+class RankParts:
+    """One rank's summary and step graphs, from one load of its trace (picklable)."""
+
+    rank: int
+    summary: RankSummary
+    #: The step graphs, or why the trace has none (its problem, one line).
+    graphs: RankGraphs | str
+
+
+def parts_file(job: RankJob) -> RankParts:
+    """Load one rank's trace once and both summarize it and build its step graphs (in a worker)."""
+    trace = load_source(job.path, job.cache)
+    summary = rank_summary(trace, job.rank)
+    try:
+        graphs: RankGraphs | str = rank_graphs(trace, summary.rank)
+    except TraceError as exc:
+        graphs = f"rank {summary.rank}'s trace {exc.problem}"
+    return RankParts(rank=summary.rank, summary=summary, graphs=graphs)
+
+
+def run_summaries_and_graphs(
+    run_dir: str | Path,
+    executor: Executor | str | None = None,
+    cache: bool | str | Path = True,
+    notes: list[str] | None = None,
+) -> tuple[list[RankSummary], list[RankGraphs] | str]:
+    """Every rank's summary and step graphs, each trace loaded once (``kinetolens report RUNDIR``):
+    the graphs, or the first rank's reason for having none."""
+    parts = map_ranks(run_dir, parts_file, executor, cache, notes)
+    why = next((p.graphs for p in parts if isinstance(p.graphs, str)), None)
+    graphs = [p.graphs for p in parts if not isinstance(p.graphs, str)]
+    return [p.summary for p in parts], why if why is not None else graphs
 
 
 def run_joined_graph(

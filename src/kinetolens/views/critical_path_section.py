@@ -36,19 +36,9 @@ from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import units
+from kinetolens.views.bound_labels import BOUND_LABELS
 from kinetolens.views.figures import TEMPLATE
 
-#: How each bound reads (the terminal's words).
-BOUND_LABELS = {
-    "cpu": "CPU ops",
-    "data_loading": "data loading",
-    "launch_overhead": "launch overhead",
-    "kernel_gap": "kernel gaps",
-    "gpu_compute": "GPU compute",
-    "gpu_memory": "GPU memcpy/memset",
-    "communication": "communication",
-    "sync_wait": "sync wait",
-}
 #: One colour per bound, the same in every chart.
 BOUND_COLORS = {
     "cpu": "#b279a2",
@@ -204,8 +194,13 @@ def critical_path_section(trace: Trace, step: int | None = None) -> CriticalPath
 
 def split_figure(section: CriticalPathSection, title: str = "What bounds each step (critical path)") -> go.Figure:
     """One horizontal bar per step, stacked by bound (ms); the hover gives the share of that step's path."""
-    split = section.split.filter(pl.col("time_us") > 0)
-    windows = list(dict.fromkeys(section.split["window"].to_list()))
+    return bounds_figure(section.split, title)
+
+
+def bounds_figure(frame: pl.DataFrame, title: str) -> go.Figure:
+    """``window``, ``bound_by``, ``time_us``, ``share_pct`` as one bar per window, stacked by bound."""
+    split = frame.filter(pl.col("time_us") > 0)
+    windows = list(dict.fromkeys(frame["window"].to_list()))
     fig = go.Figure()
     for bound in BOUND_BY:
         rows = split.filter(pl.col("bound_by") == bound)

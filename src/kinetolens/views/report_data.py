@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
 import polars as pl
@@ -35,6 +35,10 @@ from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import figures
 from kinetolens.views.report_phases import iteration_figure, per_phase_tables
 from kinetolens.views.critical_path_section import CriticalPathSection, critical_path_section
+from kinetolens.views.cross_rank_path_section import CrossRankSection, cross_rank_section
+
+if TYPE_CHECKING:
+    from kinetolens.analysis.cross_rank_path import RankGraphs
 
 #: Rows of each ranked table a report shows.
 TOP_ROWS = 15
@@ -55,11 +59,15 @@ class CrossRank:
     collectives: pl.DataFrame
     stragglers: pl.DataFrame
     findings: list[Finding]
+    #: The critical path across ranks (:func:`kinetolens.views.cross_rank_path_section.cross_rank_section`),
+    #: the line saying why there is none, or None where the report was made without the ranks' graphs.
+    path: CrossRankSection | str | None = None
 
 
-def cross_rank(summaries: list[RankSummary]) -> CrossRank:
+def cross_rank(summaries: list[RankSummary], graphs: list[RankGraphs] | str | None = None) -> CrossRank:
     """The cross-rank section from each rank's summary (:mod:`kinetolens.analysis.distributed`
-    and :mod:`kinetolens.analysis.stragglers` compute every number)."""
+    and :mod:`kinetolens.analysis.stragglers` compute every number) and, given
+    each rank's step graphs, the critical path across ranks."""
     table = stragglers(summaries)
     return CrossRank(
         overview=run_overview(summaries),
@@ -68,6 +76,7 @@ def cross_rank(summaries: list[RankSummary]) -> CrossRank:
         collectives=collective_stats(summaries),
         stragglers=table,
         findings=straggler_findings(summaries, table),
+        path=cross_rank_section(graphs),
     )
 
 
@@ -258,10 +267,15 @@ def chart_notes(data: ReportData) -> dict[str, str]:
 
 
 def collect(
-    trace: Trace, title: str | None = None, note: str | None = None, ranks: list[RankSummary] | None = None
+    trace: Trace,
+    title: str | None = None,
+    note: str | None = None,
+    ranks: list[RankSummary] | None = None,
+    graphs: list[RankGraphs] | str | None = None,
 ) -> ReportData:
     """Run every analysis a report shows on ``trace`` (and, given the
-    summaries of every rank of its run, the cross-rank section)."""
+    summaries of every rank of its run, the cross-rank section; given their
+    step graphs too, with the critical path across ranks)."""
     summary = summarize(trace)
     basis = rank_basis(trace)  # ops: self time, so nested ops do not repeat their children's work
     ranked = pl.col(basis)
@@ -290,7 +304,7 @@ def collect(
         roofline_ops=roof_ops,
         roofline_modules=roof_modules,
         roofline_note=roof_note,
-        cross_rank=cross_rank(ranks) if ranks and len(ranks) > 1 else None,
+        cross_rank=cross_rank(ranks, graphs) if ranks and len(ranks) > 1 else None,
         phases=per_phase_tables(trace) if summary["inference"]["iterations"] else {},
         critical_path=critical_path_section(trace),
     )

@@ -266,6 +266,7 @@ def plotly_js() -> str:
 def render_html(data: ReportData, standalone: bool = True) -> str:
     """The report page; ``standalone=False`` gives a fragment for notebooks (plotly.js still embedded once)."""
     from kinetolens.views.critical_path_report import critical_path_html
+    from kinetolens.views.cross_rank_path_report import cross_rank_path_html
 
     env = _environment()
     js = plotly_js()
@@ -278,6 +279,7 @@ def render_html(data: ReportData, standalone: bool = True) -> str:
         charts=_charts(data),
         sources_note=SOURCES_NOTE,
         critical_path=critical_path_html(data),
+        cross_rank_path=cross_rank_path_html(data),
     )
     if not standalone:
         page = f"<script>{js}</script>\n{page}"

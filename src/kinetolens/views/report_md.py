@@ -17,6 +17,7 @@ from kinetolens.analysis.module_tree import NO_MODULE, by_depth, by_type
 from kinetolens.analysis.ops import time_basis
 from kinetolens.analysis.recommendations import Finding
 from kinetolens.views.critical_path_report import critical_path_md
+from kinetolens.views.cross_rank_path_report import cross_rank_path_md
 from kinetolens.views.report_data import SOURCES_NOTE, ReportData
 from kinetolens.views.report_phases import iteration_frame, labels_frame, phase_frame
 from kinetolens.views.report_html import breakdown_frame, cell_texts, cross_rank_frames, memory_frame, overview_frame
@@ -108,7 +109,7 @@ def render_md(data: ReportData) -> str:
 def _card(i: int, f: Finding) -> str:
     """A finding in full: title, saving, evidence, change."""
     predicted = f"; predicted step {f.predicted_step_ms:.2f} ms" if f.predicted_step_ms is not None else ""
-    return f"{i}. **{f.title}** (saves up to {f.saving_ms:.2f} ms per step{predicted})  \n   {f.evidence}  \n   _Change:_ {f.change}\n"
+    return f"{i}. **{f.title}** (saves up to {f.saving_ms:.2f} ms per {f.per}{predicted})  \n   {f.evidence}  \n   _Change:_ {f.change}\n"
 
 
 def _section(data: ReportData, name: str, title: str, body: Callable[[], list[str]]) -> list[str]:
@@ -154,6 +155,7 @@ def _cross_rank_md(data: ReportData) -> list[str]:
     out += [_card(i, f) for i, f in enumerate(data.cross_rank.findings, 1)] or [
         "No straggler: no rank keeps the others waiting at collectives.\n"
     ]
+    out += cross_rank_path_md(data)
     for heading, frame in cross_rank_frames(data).values():
         out += [f"\n### {heading}\n", frame_md(frame, rows=None)]
     return out

@@ -21,6 +21,7 @@ import polars as pl
 from kinetolens.analysis.idle import comm_comp_overlap, temporal_breakdown
 from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.views import figures, units
+from kinetolens.views.dashboard import cross_rank_path_page
 from kinetolens.views.dashboard.pages import Block, figure, table, text
 from kinetolens.views.dashboard.sources import BadParameter, Ctx
 
@@ -49,6 +50,9 @@ class RankDigest:
     temporal: pl.DataFrame
     #: ``comm_comp_overlap``: communication overlapped by compute.
     overlap: pl.DataFrame
+    #: ``analysis.cross_rank_path.rank_graphs``: the step graphs the critical
+    #: path across ranks joins, or why the trace has none (one line).
+    graphs: Any = None
 
 
 def rank_digest(trace: Any, rank: int | None = None) -> RankDigest:
@@ -64,6 +68,7 @@ def rank_digest(trace: Any, rank: int | None = None) -> RankDigest:
         summary=summary,
         temporal=temporal_breakdown(without_incomplete_steps(trace)).with_columns(tag),  # as `kinetolens idle`
         overlap=comm_comp_overlap(without_incomplete_steps(trace)).with_columns(tag),  # and the report
+        graphs=cross_rank_path_page.rank_graphs_of(trace, settled),
     )
 
 
@@ -140,6 +145,8 @@ def distributed(ctx: Ctx) -> list[Block]:
     blocks: list[Block] = []
     if len(ranks) < 2:
         blocks.append(text("This run has one trace; the Distributed view compares the ranks of a run."))
+    path = cross_rank_path_page.section(ctx)
+    blocks += cross_rank_path_page.verdict_blocks(path)
     temporal = _temporal(ctx)
     if _optional("kinetolens.analysis.distributed") is None or _optional("kinetolens.analysis.stragglers") is None:
         blocks.append(text("Collective statistics and stragglers: not available in this installation.", "warn"))
@@ -154,6 +161,7 @@ def distributed(ctx: Ctx) -> list[Block]:
               descending=False),
         *[table(src, title, sort=sort) for src, (_, _, title, sort) in tables.items()
           if src not in ("dist_steps", "dist_spread")],
+        *cross_rank_path_page.blocks(path),
     ]  # fmt: skip
     return blocks
 
@@ -211,6 +219,7 @@ def diff_view(ctx: Ctx) -> list[Block]:
 
 SOURCES: dict[str, Callable[[Ctx], pl.DataFrame]] = {
     "dist_overlap": rank_overlap,
+    **cross_rank_path_page.SOURCES,
     **{src: _run_table(mod, fn) for src, (mod, fn, _, _) in RUN_TABLES.items()},
     **{f"diff_{lv}": _diff_source(lv) for lv in DIFF_LEVELS},
 }
