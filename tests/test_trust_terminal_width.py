@@ -278,3 +278,19 @@ def test_fit_cell_on_real_names() -> None:
                 assert text == units.middle(name, width)
             elif len(parts) == 2 and units.ELLIPSIS not in text:  # wrapped at a space, nothing lost
                 assert " ".join(p.strip() for p in parts) == " ".join(name.split())
+
+
+# issue 18, terminal: `dist` fits 80 and 120 columns through the shared renderer: numbers are
+# never cut ("797,7…" bytes, "colle…" headers before), bytes carry units
+@pytest.mark.parametrize("width", [80, 120])
+def test_dist_fits_the_width_with_whole_numbers(tmp_path, width: int) -> None:  # type: ignore[no-untyped-def]
+    from tests.dashboard_helpers import RANKS
+
+    for i, rel in enumerate(RANKS):
+        (tmp_path / f"rank-{i}.pt.trace.json.gz").symlink_to(trace_path(rel))
+    out = cli("dist", str(tmp_path), "--no-cache", "--executor", "local:1", columns=width)
+    assert all(len(line) <= width for line in out.splitlines()), out
+    assert not re.search(r"\d" + units.ELLIPSIS + "|" + units.ELLIPSIS + r"\d", out), out
+    collectives = out.split("collectives (per rank", 1)[1]
+    assert "798 MB" in collectives  # regression pin: all_to_all's 797,745,152 bytes per rank
+    assert "yes" not in out  # no rank of this run is a straggler

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import click
 import polars as pl
-from rich import box
 from rich.padding import Padding
-from rich.table import Table
 from rich.text import Text
 
 from kinetolens.analysis.distributed import (
@@ -17,7 +15,7 @@ from kinetolens.analysis.distributed import (
 )
 from kinetolens.analysis.stragglers import CAUSES, straggler_findings, stragglers
 from kinetolens.cli.render import console as render_console
-from kinetolens.cli.render import emit_json
+from kinetolens.cli.render import emit_json, print_table
 from kinetolens.runs import summarize_run
 
 
@@ -87,7 +85,7 @@ def dist_command(
     )  # fmt: skip
     for name, frame in tables.items():
         if frame.height:
-            console.print(_table(name, frame))
+            print_table(_table(name, frame), title=TITLES[name], headers=HEADERS, out=console)
     for f in findings:
         console.print(Text(f"straggler: {f['title']}", style="bold"))
         console.print(Padding(Text(f["evidence"]), (0, 0, 0, 2), expand=False))
@@ -114,40 +112,19 @@ HEADERS = {
 SHARES = ("last_share", "caused_share")
 
 
-def _table(name: str, frame: pl.DataFrame) -> Table:
-    """One analysis table for the terminal: short headers, shares in percent,
-    the cause category as a user names it, empty columns left out."""
+def _table(name: str, frame: pl.DataFrame) -> pl.DataFrame:
+    """One analysis table for the terminal: shares in percent, the cause
+    category as a user names it, empty columns left out; printed through
+    :func:`kinetolens.cli.render.print_table` (numbers whole, bytes with units)."""
     if name == "collectives" and not (frame["untimed_calls"].fill_null(0) > 0).any():
         frame = frame.drop("untimed_calls")
     if name == "stragglers":
         frame = frame.with_columns(
             pl.col(*SHARES) * 100,
             pl.col("differs_most").replace_strict(CAUSES, default=None),
+            pl.when(pl.col("straggler")).then(pl.lit("yes")).otherwise(pl.lit("")).alias("straggler"),
         )
         if frame["late_z"].is_null().all():
             frame = frame.drop("late_z")
-    table = Table(title=TITLES[name], header_style="bold", box=box.SIMPLE_HEAD)
-    for col in frame.columns:
-        numeric = frame.schema[col].is_numeric()
-        table.add_column(HEADERS.get(col, col), justify="right" if numeric else "left")
-    for row in frame.iter_rows(named=True):
-        table.add_row(*(_cell(row[c], c) for c in frame.columns))
-    return table
-
-
-def _cell(value: object, column: str) -> str:
-    if value is None or (isinstance(value, float) and value != value):
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else ""
-    if isinstance(value, float):
-        if column in SHARES:
-            return f"{value:.0f}"
-        if column in ("calls", "untimed_calls"):
-            return f"{value:g}"
-        if column == "bytes":
-            return f"{value:,.0f}"
-        if 0 < abs(value) < 0.1:
-            return f"{value:.2g}"
-        return f"{value:,.2f}" if abs(value) < 1000 else f"{value:,.0f}"
-    return str(value)
+        frame = frame.select("rank", "straggler", pl.exclude("rank", "straggler"))  # the verdict fits 80 columns
+    return frame
