@@ -142,3 +142,20 @@ def test_cli_bad_spec_is_one_line_exit_2():
     assert p.returncode == 2
     assert len(p.stderr.strip().splitlines()) == 1
     assert "unknown category 'gpu'" in p.stderr
+
+
+def test_overlap_hides_waits_on_collectives_not_the_collectives():
+    # issue 19, part 3: overlap:communication: what waited for a collective no longer does,
+    # but the collectives still run back to back on their stream and the step waits for them.
+    # df_index_resolver (2-rank DDP, NCCL on stream 14): the step is host-bound, so hiding
+    # communication saves nothing; with host and compute removed, the step cannot drop
+    # below the 59.5 ms its collectives take on their own stream.
+    trace = load(SHARED.parent / "hta" / "df_index_resolver" / "df_index_resolver.json.gz")
+    base = whatif(trace, [parse_change("overlap:communication")], step=3).steps[0]
+    assert abs(base.predicted_us - base.measured_us) < 0.005 * base.measured_us
+    step = trace.steps.filter(pl.col("step") == 3).row(0, named=True)
+    comm = trace.kernels.filter((pl.col("stream") == 14) & pl.col("ts").is_between(step["ts"], step["end"]))
+    comm_us = float(comm["dur"].sum()) / 1000
+    assert comm_us > 50_000
+    changes = [parse_change(s) for s in ("category:cpu=0", "category:gpu_compute=0", "overlap:communication")]
+    assert whatif(trace, changes, step=3).steps[0].predicted_us >= comm_us

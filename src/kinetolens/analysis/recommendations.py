@@ -24,7 +24,8 @@ the wrong thing:
   sorts last.
 
 Per-step figures divide by the number of profiled steps (one window for a
-trace without ``ProfilerStep`` ranges).
+trace without ``ProfilerStep`` ranges); on an inference trace they are per
+engine iteration, worded so, without training advice (:mod:`.inference_advice`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ import polars as pl
 
 from kinetolens.analysis.gpu_metrics import gpu_metrics
 from kinetolens.analysis.idle import comm_comp_overlap, idle_gaps
+from kinetolens.analysis.inference_advice import TRAINING_ONLY, iteration_steps, served
+from kinetolens.analysis.inference_phases import iterations
 from kinetolens.analysis.launch import launch_stats, short_kernels
 from kinetolens.analysis.memory import WINDOW_SUM, memory_events, memory_peaks
 from kinetolens.analysis.overview import average_breakdown, step_breakdown, step_windows
@@ -103,6 +106,8 @@ class Finding:
     predicted_step_ms: float | None = None
     #: The what-if change the saving was simulated with (``kinetolens whatif --change``).
     whatif: str | None = None
+    #: What ``saving_ms`` is per: ``step``, or ``iteration`` on an inference trace (:mod:`.inference_advice`).
+    per: str = "step"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,7 +117,7 @@ class Finding:
         from html import escape
 
         return (
-            f"<div><b>{escape(self.title)}</b> (saves up to {self.saving_ms:.2f} ms per step"
+            f"<div><b>{escape(self.title)}</b> (saves up to {self.saving_ms:.2f} ms per {self.per}"
             + (f"; predicted step {self.predicted_step_ms:.2f} ms" if self.predicted_step_ms is not None else "")
             + ")"
             f"<p>{escape(self.evidence)}</p><p><b>Change:</b> {escape(self.change)}</p>"
@@ -135,7 +140,16 @@ class RuleContext:
         return trace_kind(self.trace)
 
     @cached_property
+    def iterations(self) -> pl.DataFrame | None:
+        """An inference trace's engine iterations, the unit its figures are per
+        instead of steps (:mod:`.inference_advice`); None for other traces."""
+        its = iterations(self.trace) if self.kind.inference else None
+        return its if its is not None and its.height else None
+
+    @cached_property
     def breakdown(self) -> pl.DataFrame:
+        if self.iterations is not None:
+            return iteration_steps(self.iterations)[0]
         return step_breakdown(self.trace)
 
     @cached_property
@@ -152,6 +166,8 @@ class RuleContext:
 
     @cached_property
     def windows(self) -> pl.DataFrame:
+        if self.iterations is not None:
+            return iteration_steps(self.iterations)[1]
         return step_windows(self.trace)
 
     @cached_property
@@ -761,7 +777,9 @@ REQUIRES: dict[str, tuple[str, ...]] = {
 
 
 def applies(rule: Callable[[RuleContext], list[Finding]], kind: TraceKind) -> bool:
-    """Whether ``rule`` is meant for a program of this kind (:data:`REQUIRES`)."""
+    """Whether ``rule`` is meant for a program of this kind (:data:`REQUIRES`; no training advice to a server)."""
+    if kind.inference and rule.__name__ in TRAINING_ONLY:
+        return False
     return all(getattr(kind, need) for need in REQUIRES.get(rule.__name__, ()))
 
 
@@ -809,7 +827,11 @@ def findings(ctx: RuleContext) -> list[Finding]:
     None on a trace whose inputs are damaged (:func:`damaged_inputs`)."""
     if damaged_inputs(ctx.trace) is not None:
         return []
-    found = simulated([f for rule in RULES if applies(rule, ctx.kind) for f in rule(ctx)], ctx.trace, ctx.changes)
+    found = [f for rule in RULES if applies(rule, ctx.kind) for f in rule(ctx)]
+    if ctx.iterations is None:  # the simulator re-times steps, not an engine's iterations
+        found = simulated(found, ctx.trace, ctx.changes)
+    if ctx.kind.inference:
+        found = served(found, per_iteration=ctx.iterations is not None)
     return sorted(found, key=lambda f: -f.saving_ms)  # stable: ties keep RULES order
 
 
@@ -882,7 +904,7 @@ def recommendations_frame(trace: Trace) -> pl.DataFrame:
     import json
 
     rows = [{**f.to_dict(), "where": json.dumps(f.where, default=str)} for f in recommendations(trace)]
-    schema = {k: pl.String for k in ("rule", "title", "evidence", "change", "estimate", "where", "whatif")}
+    schema = {k: pl.String for k in ("rule", "title", "evidence", "change", "estimate", "where", "whatif", "per")}
     return pl.DataFrame(rows, schema={**schema, "saving_ms": pl.Float64, "predicted_step_ms": pl.Float64}).select(
-        "rule", "title", "saving_ms", "predicted_step_ms", "evidence", "change", "estimate", "whatif", "where"
+        "rule", "title", "saving_ms", "per", "predicted_step_ms", "evidence", "change", "estimate", "whatif", "where"
     )

@@ -299,7 +299,7 @@ def prepare(graph: DependencyGraph, measured_ns: float | None = None, step_name:
         carry_node=carry_node, carry_ns=carry_ns,
         window=window or Window(label="window", start=graph.start, end=graph.end),
     )  # fmt: skip
-    replay.base_ns, _ = _run(replay, w, None)
+    replay.base_ns, _ = _run(replay, w)
     replay.measured_ns = float(measured_ns) if measured_ns is not None else float(replay.base_ns)
     return replay
 
@@ -316,22 +316,18 @@ def _carry(ev: pl.DataFrame, origin: int) -> tuple[np.ndarray, np.ndarray]:
     return (2 * first["eid"].to_numpy()).astype(np.int64), (first["busy_until"].to_numpy() - origin).astype(np.int64)
 
 
-def _run(r: Replay, weights: np.ndarray, overlap: np.ndarray | None) -> tuple[int, list[int]]:
-    """The step's end (ns from its first node) under ``weights``, and the path to it."""
+def _run(r: Replay, weights: np.ndarray, src: np.ndarray | None = None) -> tuple[int, list[int]]:
+    """The step's end (ns from its first node) under ``weights`` (and edge sources
+    ``src``, default the graph's), and the path to it."""
     n2 = r.t0.size
-    src, dst = r.edges["src"].to_numpy(), r.edges["dst"].to_numpy()
+    dst = r.edges["dst"].to_numpy()
+    src = r.edges["src"].to_numpy() if src is None else src
     s_node, t_node = n2, n2 + 1
     origin = int(r.t0.min())
     sources = np.flatnonzero(~r.has_in)
     extra_src = [np.full(sources.size, s_node), r.ends, np.full(r.carry_node.size, s_node)]
     extra_dst = [sources, np.full(r.ends.size, t_node), r.carry_node]
     extra_w = [r.t0[sources] - origin, np.full(r.ends.size, _SINK), r.carry_ns + r.residual[r.carry_node]]
-    if overlap is not None and overlap.any():
-        # Overlapped communication delays nothing, but the step still waits for it to end.
-        comm = np.flatnonzero(overlap)
-        extra_src.append(src[comm])
-        extra_dst.append(np.full(comm.size, t_node))
-        extra_w.append(r.weight[comm] + _SINK)
     a = np.concatenate([src, *extra_src])
     b = np.concatenate([dst, *extra_dst])
     ww = np.concatenate([weights + r.residual[dst], *extra_w]).astype(np.int64)
@@ -350,24 +346,26 @@ def predict(r: Replay, changes: list[Change], paths: bool = True) -> StepPredict
     e, ev = r.edges, r.graph.events
     factor = np.ones(e.height)
     matched: dict[str, int] = {}
-    overlap = None
+    src = e["src"].to_numpy().copy()
     for c in changes:
         mask = change_mask(e, ev, c).to_numpy()
         matched[c.spec] = int(mask.sum())
         factor[mask] *= c.factor if c.factor is not None else 1.0
         if c.kind == "overlap":
-            overlap = mask
+            # Overlapped: what waited for a collective's end waits for its start; the
+            # collective still runs its time on its stream, and the step waits for it.
+            src[mask] -= 1
     new_w = np.rint(r.weight * factor).astype(np.int64)
-    new, nodes = _run(r, new_w, overlap) if changes else (r.base_ns, _run(r, r.weight, None)[1] if paths else [])
+    new, nodes = _run(r, new_w, src) if changes else (r.base_ns, _run(r, r.weight)[1] if paths else [])
     predicted = r.measured_ns - (r.base_ns - new)
     # A stream cannot run its step's work faster than back to back.
     stream = np.isin(e["type"].to_numpy(), ["kernel", "kernel_gap"])
-    if stream.any() and overlap is None:
+    if stream.any():
         busy = e.filter(pl.Series(stream)).with_columns(nw=pl.Series(new_w[stream])).group_by("device", "stream").agg(pl.col("nw").sum())
         predicted = max(predicted, float(busy["nw"].max() or 0))
     n2 = r.t0.size
     path_nodes = [v for v in nodes if v < n2] if paths else []
-    new_graph = DependencyGraph(events=ev, edges=e.select("src", "dst", "type", "eid", weight=pl.Series(new_w)), start=r.graph.start, end=r.graph.end)
+    new_graph = DependencyGraph(events=ev, edges=e.select("dst", "type", "eid", src=pl.Series(src), weight=pl.Series(new_w)), start=r.graph.start, end=r.graph.end)
     path = _path_table(new_graph, path_nodes)
     length = float(path["us"].sum()) if path.height else 0.0
     carried = 0.0

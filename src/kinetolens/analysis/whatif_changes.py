@@ -70,7 +70,7 @@ def parse_change(spec: str) -> Change:
     if kind == "overlap":
         if rest.lower() not in ("communication", "comm"):
             raise BadChange(f"{spec!r}: only overlap:communication is supported")
-        return Change("overlap", "communication", 0.0, spec)
+        return Change("overlap", "communication", 1.0, spec)
     target, eq, value = rest.rpartition("=")
     if not eq or not target:
         raise BadChange(f"{spec!r} needs NAME=FACTOR after '{kind}:', e.g. {kind}:{_example(kind)}")
@@ -150,5 +150,7 @@ def change_mask(e: pl.DataFrame, ev: pl.DataFrame, change: Change) -> pl.Series:
         launchers = e.filter(pl.col("type") == "launch").select((pl.col("src") // 2).alias("rt")).unique()["rt"]
         return e.select((pl.col("type") == "launch") | ((pl.col("type") == "cpu") & pl.col("eid").is_in(launchers.implode())))[:, 0]
     if change.kind == "overlap":
-        return e.select(pl.col("category") == "communication")[:, 0]
+        # What waited for a collective to finish (a sync, a stream waiting on its event).
+        ends = ev.filter((pl.col("side") == "gpu") & pl.col("comm").fill_null(False)).select(end=2 * pl.col("eid") + 1)["end"]
+        return e.select((pl.col("type") == "sync") & pl.col("src").is_in(ends.implode()))[:, 0]
     raise BadChange(f"{change.spec!r} cannot be applied to one trace")

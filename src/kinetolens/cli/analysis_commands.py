@@ -183,7 +183,8 @@ def _print_recommendations(console: Console, findings: list[dict]) -> None:
     if not findings:
         return
     # Wrapped paragraphs, never cut: the evidence (a kernel's name) is read whole.
-    console.print(Text("What to change first (estimated saving per step)", style="bold"))
+    per = findings[0].get("per", "step")  # an inference trace's: per engine iteration
+    console.print(Text(f"What to change first (estimated saving per {per})", style="bold"))
     width = min(console.width, 100_000)
     for i, f in enumerate(findings[:TOP_RECOMMENDATIONS], 1):
         predicted = f" (step -> {f['predicted_step_ms']:.2f} ms)" if f.get("predicted_step_ms") is not None else ""

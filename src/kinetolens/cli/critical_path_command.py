@@ -30,18 +30,8 @@ from kinetolens.loader import load
 from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views.units import duration, in_unit, middle, percent, time_unit
+from kinetolens.views.bound_labels import BOUND_LABELS as LABELS
 
-#: How each bound reads in the terminal.
-LABELS = {
-    "cpu": "CPU ops",
-    "data_loading": "data loading",
-    "launch_overhead": "launch overhead",
-    "kernel_gap": "kernel gaps",
-    "gpu_compute": "GPU compute",
-    "gpu_memory": "GPU memcpy/memset",
-    "communication": "communication",
-    "sync_wait": "sync wait",
-}
 #: Bounds whose path edges are named after a GPU activity.
 GPU_BOUNDS = ("launch_overhead", "kernel_gap", "gpu_compute", "gpu_memory", "communication")
 #: Longest name shown in the terminal (kernel signatures run to thousands of characters).

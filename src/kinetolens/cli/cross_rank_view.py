@@ -16,18 +16,8 @@ from kinetolens.cli.render import emit_json
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.runs.graphs import run_graphs, run_paths
 from kinetolens.views.units import duration, in_unit, middle, percent, time_unit
+from kinetolens.views.bound_labels import BOUND_LABELS as LABELS
 
-#: How each bound reads in the terminal (as for one rank).
-LABELS = {
-    "cpu": "CPU ops",
-    "data_loading": "data loading",
-    "launch_overhead": "launch overhead",
-    "kernel_gap": "kernel gaps",
-    "gpu_compute": "GPU compute",
-    "gpu_memory": "GPU memcpy/memset",
-    "communication": "communication",
-    "sync_wait": "sync wait",
-}
 MAX_STEP_ROWS = 12
 
 

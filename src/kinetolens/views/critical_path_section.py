@@ -36,19 +36,9 @@ from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import units
+from kinetolens.views.bound_labels import BOUND_LABELS
 from kinetolens.views.figures import TEMPLATE
 
-#: How each bound reads (the terminal's words).
-BOUND_LABELS = {
-    "cpu": "CPU ops",
-    "data_loading": "data loading",
-    "launch_overhead": "launch overhead",
-    "kernel_gap": "kernel gaps",
-    "gpu_compute": "GPU compute",
-    "gpu_memory": "GPU memcpy/memset",
-    "communication": "communication",
-    "sync_wait": "sync wait",
-}
 #: One colour per bound, the same in every chart.
 BOUND_COLORS = {
     "cpu": "#b279a2",

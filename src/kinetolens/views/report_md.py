@@ -109,7 +109,7 @@ def render_md(data: ReportData) -> str:
 def _card(i: int, f: Finding) -> str:
     """A finding in full: title, saving, evidence, change."""
     predicted = f"; predicted step {f.predicted_step_ms:.2f} ms" if f.predicted_step_ms is not None else ""
-    return f"{i}. **{f.title}** (saves up to {f.saving_ms:.2f} ms per step{predicted})  \n   {f.evidence}  \n   _Change:_ {f.change}\n"
+    return f"{i}. **{f.title}** (saves up to {f.saving_ms:.2f} ms per {f.per}{predicted})  \n   {f.evidence}  \n   _Change:_ {f.change}\n"
 
 
 def _section(data: ReportData, name: str, title: str, body: Callable[[], list[str]]) -> list[str]:

@@ -122,13 +122,14 @@ def findings(ctx: Ctx) -> Block:
     recs = ctx.memo("recommendations", lambda: recommendations_frame(ctx.trace))
     withheld = ctx.memo("damaged_inputs", lambda: damaged_inputs(ctx.trace))
     items = [
-        {"title": r["title"], "saving": f"(saves up to {units.sig(r['saving_ms'])} ms per step"
+        {"title": r["title"], "saving": f"(saves up to {units.sig(r['saving_ms'])} ms per {r['per']}"
          + (f"; predicted step {units.sig(r['predicted_step_ms'])} ms)" if r.get("predicted_step_ms") is not None else ")"),
          "evidence": r["evidence"], "change": r["change"], "estimate": r["estimate"]}
         for r in recs.sort("saving_ms", descending=True, nulls_last=True).iter_rows(named=True)
     ]  # fmt: skip
     empty = f"No recommendations: {withheld}." if withheld else "No rule fired: nothing obvious to change in this trace."
-    return {"type": "findings", "title": "Recommendations (estimated saving per step)", "items": items, "empty": empty}
+    per = "iteration" if phases_page.inference(ctx) else "step"  # as the rules count on an inference trace
+    return {"type": "findings", "title": f"Recommendations (estimated saving per {per})", "items": items, "empty": empty}
 
 
 def operators(ctx: Ctx) -> list[Block]:
