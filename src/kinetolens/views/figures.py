@@ -22,7 +22,11 @@ Signatures (stable; later arguments are keyword options):
 * ``roofline_figure(ops, spec, title)``: ``analysis.roofline.op_roofline``.
 * ``memory_figure(curve)``: ``analysis.memory.memory_curve``, allocated
   (solid) and reserved (dotted) bytes per device over time.
-* ``temporal_figure(temporal)``: ``analysis.idle.temporal_breakdown``.
+* ``temporal_figure(temporal)``: ``analysis.idle.temporal_breakdown``, one
+  bar per rank (at most :data:`MAX_RANK_BARS`: beyond, the ranks with the
+  most and the least idle time).
+* ``rank_step_figure(ranks)``: ``analysis.distributed.step_times``, each
+  rank's mean step as compute, exposed communication and other time.
 * ``idle_figure(idle)``: ``analysis.idle.idle_breakdown``, idle time per
   stream split by cause.
 """
@@ -55,6 +59,10 @@ CATEGORY_COLORS = {
     OTHER: "#bab0ac",
 }
 TC_COLORS = {"yes": "#54a24b", "no": "#e45756", "unknown": "#bab0ac"}
+#: Height of one rank's bar in per-rank charts, and the most ranks drawn one
+#: bar each: 128 ranks at 40 px made a 5,000 px chart, 2 ranks a strip.
+RANK_BAR_PX = 28
+MAX_RANK_BARS = 32
 #: Labels longer than this are cut in the middle (:func:`kinetolens.views.units.middle`).
 LABEL_CHARS = 60
 
@@ -271,18 +279,56 @@ def memory_figure(curve: pl.DataFrame, title: str = "Device memory over time") -
     return fig
 
 
+def rank_bars(frame: pl.DataFrame, key: str, what: str) -> tuple[pl.DataFrame, str]:
+    """The rows of a per-rank chart and a note on which: every rank up to
+    :data:`MAX_RANK_BARS`, else the half with the highest ``key`` and the
+    half with the lowest (the outliers a reader looks for), in rank order."""
+    if frame.height <= MAX_RANK_BARS:
+        return frame.sort("rank"), ""
+    half = MAX_RANK_BARS // 2
+    ordered = frame.sort([key, "rank"], descending=[True, False])
+    shown = pl.concat([ordered.head(half), ordered.tail(half)]).sort("rank")
+    return shown, f" ({MAX_RANK_BARS} of {frame.height} ranks: the {half} with the most {what} and the {half} with the least)"
+
+
+def rank_chart_height(bars: int) -> int:
+    """A per-rank chart's height: :data:`RANK_BAR_PX` per bar over title, legend and axis."""
+    return 170 + RANK_BAR_PX * max(bars, 4)
+
+
 def temporal_figure(temporal: pl.DataFrame, title: str = "GPU time: compute, non-compute, idle") -> go.Figure:
     """Stacked horizontal bars per rank of the temporal breakdown (percent of the kernel span)."""
     if temporal.height == 0:
         return empty_figure(title, "no GPU work")
+    temporal, note = rank_bars(temporal, "idle_pct", "idle time")
     ranks = [f"rank {r}" for r in temporal["rank"].to_list()]
     fig = go.Figure()
     for col, color in (("compute", "#4c78a8"), ("non_compute", "#f58518"), ("idle", "#bab0ac")):
         fig.add_trace(go.Bar(y=ranks, x=temporal[f"{col}_pct"].to_list(), orientation="h", name=col,
                              marker_color=color, customdata=temporal[f"{col}_us"].to_list(),
                              hovertemplate="%{y} " + col + ": %{x:.2f}% (%{customdata:,.1f} us)<extra></extra>"))  # fmt: skip
-    fig.update_layout(barmode="stack", title=title, template=TEMPLATE, xaxis_title="% of GPU span",
-                      height=max(220, 40 * len(ranks) + 140))  # fmt: skip
+    fig.update_layout(barmode="stack", title=title + note, template=TEMPLATE, xaxis_title="% of GPU span",
+                      yaxis={"type": "category", "autorange": "reversed"}, height=rank_chart_height(len(ranks)),
+                      legend={"orientation": "h", "y": -0.25 if len(ranks) < 8 else -0.1, "traceorder": "normal"})  # fmt: skip
+    return fig
+
+
+def rank_step_figure(ranks: pl.DataFrame, title: str = "Mean step per rank: compute, exposed communication, other") -> go.Figure:
+    """Stacked horizontal bars per rank of ``step_times`` (ms per step): the
+    three parts add up to the rank's mean step."""
+    if ranks.height == 0 or "exposed_comm_ms" not in ranks.columns:
+        return empty_figure(title, "no steps")
+    # a straggler waits least at collectives, the ranks it holds up most: both ends are the outliers
+    ranks, note = rank_bars(ranks, "exposed_comm_ms", "exposed communication")
+    labels = [f"rank {r}" for r in ranks["rank"].to_list()]
+    fig = go.Figure()
+    for col, name, color in (("compute_ms", "compute", "#4c78a8"), ("exposed_comm_ms", "exposed communication", "#72b7b2"),
+                             ("other_ms", "other", "#bab0ac")):
+        fig.add_trace(go.Bar(y=labels, x=ranks[col].to_list(), orientation="h", name=name, marker_color=color,
+                             hovertemplate="%{y} " + name + ": %{x:,.3f} ms<extra></extra>"))  # fmt: skip
+    fig.update_layout(barmode="stack", title=title + note, template=TEMPLATE, xaxis_title="ms per step",
+                      yaxis={"type": "category", "autorange": "reversed"}, height=rank_chart_height(len(labels)),
+                      legend={"orientation": "h", "y": -0.25 if len(labels) < 8 else -0.1, "traceorder": "normal"})  # fmt: skip
     return fig
 
 

@@ -160,6 +160,8 @@ class ReportData:
             figs["roofline"] = figures.roofline_figure(self.roofline_ops, self.spec, f"Roofline on {self.spec.name}")
         figs["memory"] = figures.memory_figure(self.memory)
         figs["temporal"] = figures.temporal_figure(self.temporal)
+        if self.cross_rank is not None:
+            figs["cross_ranks"] = figures.rank_step_figure(self.cross_rank.ranks)
         figs["idle"] = figures.idle_figure(self.idle)
         self.extra["figures"] = figs
         return dict(figs)

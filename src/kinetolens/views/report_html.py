@@ -198,7 +198,7 @@ def phase_tables_html(data: ReportData) -> dict[str, Markup]:
 #: Cross-rank tables: name -> (heading, columns), in report order (the ``kinetolens dist`` tables).
 CROSS_RANK_TABLES = {
     "stragglers": ("Arrival at collectives (late: ms after the earliest rank, per step)",
-                   ["rank", "straggler", "late_ms", "last_share", "caused_share", "cost_ms_per_step", "differs_most", "excess_ms"]),
+                   ["rank", "straggler", "late_ms", "last_share_pct", "caused_share_pct", "cost_ms_per_step", "differs_most", "excess_ms"]),
     "ranks": ("Per rank (ms per step)", None),
     "steps": ("Step time across ranks (ms)", None),
     "collectives": ("Collectives (per rank: ms over the trace, bandwidth in GB/s as nccl-tests)", None),
@@ -215,6 +215,7 @@ def cross_rank_frames(data: ReportData) -> dict[str, tuple[str, pl.DataFrame]]:
         if frame.height:
             if "differs_most" in frame.columns:
                 frame = frame.with_columns(pl.col("differs_most").replace(CAUSES))
+            frame = units.shares_as_percent(frame)
             out[name] = (heading, frame.select([c for c in (cols or frame.columns) if c in frame.columns]))
     return out
 

@@ -134,6 +134,13 @@ def clock_round(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(pl.col(cols).round(CLOCK_DECIMALS)) if cols else frame
 
 
+def shares_as_percent(frame: pl.DataFrame) -> pl.DataFrame:
+    """``*_share`` columns (0..1, as analyses return shares) as ``*_share_pct``
+    (70.0, shown as 70.0%), for tables shown to people."""
+    shares = [c for c in frame.columns if c.endswith("_share") and frame.schema[c].is_numeric()]
+    return frame.with_columns(pl.col(c) * 100.0 for c in shares).rename({c: f"{c}_pct" for c in shares})
+
+
 def _is_percent(name: str) -> bool:
     """Columns already in percent (0..100): ``pct``, ``*_pct``, ``pct_*`` and the profiler's occupancy (%)."""
     return name == "pct" or name.endswith("_pct") or name.startswith("pct_") or name == "occupancy"

@@ -20,7 +20,7 @@ import polars as pl
 
 from kinetolens.analysis.idle import comm_comp_overlap, temporal_breakdown
 from kinetolens.model.steps import without_incomplete_steps
-from kinetolens.views import figures
+from kinetolens.views import figures, units
 from kinetolens.views.dashboard import cross_rank_path_page
 from kinetolens.views.dashboard.pages import Block, figure, table, text
 from kinetolens.views.dashboard.sources import BadParameter, Ctx
@@ -99,7 +99,7 @@ def rank_overlap(ctx: Ctx) -> pl.DataFrame:
 def _run_table(module: str, name: str) -> Callable[[Ctx], pl.DataFrame]:
     """A table of ``module.name(summaries)``: the run-level analyses take every rank's summary."""
     def source(ctx: Ctx) -> pl.DataFrame:
-        return getattr(importlib.import_module(module), name)(_summaries(ctx))
+        return units.shares_as_percent(getattr(importlib.import_module(module), name)(_summaries(ctx)))
 
     return source
 
