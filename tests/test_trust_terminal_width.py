@@ -320,3 +320,12 @@ def test_title_path_is_not_folded(width: int) -> None:
     shown = [line.strip() for line in lines[:3] if "rank-34" in line or units.ELLIPSIS in line]
     assert len(shown) == 1
     assert shown[0] == (path if len(path) <= width else units.middle(path, width))
+
+
+# issue 18, terminal: one explanation, one note: the CPU and GPU peaks of the V100 trace both
+# carry "allocated while profiling only" and printed the same note twice as [1] and [2]
+def test_summary_notes_are_not_repeated() -> None:
+    out = cli("summary", str(trace_path(RESNET)), columns=80)
+    notes = [line for line in out.splitlines() if re.match(r"\[\d+\] ", line)]
+    assert notes and len(notes) == len({n.split("] ", 1)[1] for n in notes})
+    assert "[2]" not in out
