@@ -294,3 +294,29 @@ def test_dist_fits_the_width_with_whole_numbers(tmp_path, width: int) -> None:  
     collectives = out.split("collectives (per rank", 1)[1]
     assert "798 MB" in collectives  # regression pin: all_to_all's 797,745,152 bytes per rank
     assert "yes" not in out  # no rank of this run is a straggler
+
+
+# issue 18, terminal: at 80 columns the row's name keeps room to be read (`aten::…orward` in 14
+# columns before): a number column is left out (and named) first
+def test_names_keep_room_at_80_columns() -> None:
+    from kinetolens.cli.render import MIN_KEY
+
+    out = cli("ops", str(trace_path(QWEN)), "-t", "10", columns=80)
+    names = [re.split(r"\s{2,}", line.strip())[0] for line in body(out)]
+    assert len(names) == 10
+    assert all(units.ELLIPSIS not in n or len(n) >= MIN_KEY for n in names), names
+    assert "aten::_flas…on_forward" in names  # regression pin: the flash-attention op, cut in the middle
+    assert "not shown at this width" in out
+
+
+# issue 18, terminal: a table's title is not folded at the table's width: the summary's trace
+# path stays whole on its line at 80 columns (it was cut to '...1074.pt.trace' + '.json.gz'),
+# and is cut in the middle only where the terminal is narrower than the path
+@pytest.mark.parametrize("width", [60, 80])
+def test_title_path_is_not_folded(width: int) -> None:
+    path = str(trace_path("hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"))
+    lines = cli("summary", path, columns=width).splitlines()
+    assert all(len(line) <= width for line in lines)
+    shown = [line.strip() for line in lines[:3] if "rank-34" in line or units.ELLIPSIS in line]
+    assert len(shown) == 1
+    assert shown[0] == (path if len(path) <= width else units.middle(path, width))

@@ -318,13 +318,16 @@ def host_bound(ctx: RuleContext) -> list[Finding]:
     rest = max(min(wait_ms, gpu_idle_ms) - sync_ms, 0.0)
     if rest / ctx.step_ms < HOST_WAIT_SHARE:
         return []
+    # A served model has no DataLoader: its words name only what it has.
+    explained = "syncs" if ctx.kind.inference else "data loading or syncs"
+    outside = "" if ctx.kind.inference else " outside the DataLoader"
     return [
         Finding(
             rule="host_bound",
             title="Low GPU utilization: the GPU waits for the host",
             evidence=(
                 f"GPU utilization {utilization:.1%}; streams idled {wait_ms:.2f} ms per step waiting for a launch "
-                f"that had not started, {rest:.2f} ms of it not explained by data loading or syncs "
+                f"that had not started, {rest:.2f} ms of it not explained by {explained} "
                 f"({rest / ctx.step_ms:.1%} of the {ctx.step_ms:.2f} ms step)"
             ),
             change=(
@@ -338,7 +341,7 @@ def host_bound(ctx: RuleContext) -> list[Finding]:
             saving_ms=rest,
             estimate=(
                 "host-wait idle per step on the stream that waits most, capped by the step time with no GPU "
-                "work outside the DataLoader, minus the GPU idle the synchronization finding claims"
+                f"work{outside}, minus the GPU idle the synchronization finding claims"
             ),
         )
     ]

@@ -100,7 +100,7 @@ def summary_command(
         print_inference(console, info["inference"])
     else:
         _print_breakdown(console, steps, gpu)
-    _print_gpus(console, info["gpu"], info["devices"])
+    _print_gpus(console, info["gpu"], info["devices"], "GPUs during the steps" if steps["count"] else "GPUs over the trace")
     _print_recommendations(console, info["recommendations"])
     if info["recommendations_withheld"]:
         console.print(f"No recommendations: {info['recommendations_withheld']}.", markup=False, highlight=False)
@@ -254,11 +254,12 @@ def _print_breakdown(console: Console, steps: dict, gpu: bool = True) -> None:
     print_captioned(console, table)
 
 
-def _print_gpus(console: Console, gpus: list[dict], devices: list[dict]) -> None:
+def _print_gpus(console: Console, gpus: list[dict], devices: list[dict], title: str) -> None:
+    """``title`` names the span the figures cover (:func:`~kinetolens.analysis.gpu_metrics.metrics_span`)."""
     if not gpus:
         return
     names = {d["id"]: d["name"] for d in devices}
-    table = Table(title="GPUs during the steps", header_style="bold", box=box.SIMPLE_HEAD, collapse_padding=True, caption_justify="left")
+    table = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, collapse_padding=True, caption_justify="left")
     for header in ("GPU", "name", "util", "SM eff", "occup.", "TC", "peak mem"):
         table.add_column(header, justify="left" if header == "name" else "right")
     for g in gpus:

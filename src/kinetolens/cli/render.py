@@ -37,6 +37,9 @@ from kinetolens.views import units
 UNLIMITED = 100_000
 #: Narrowest a text column is squeezed to before columns are left out.
 MIN_TEXT = 10
+#: Narrowest the first column (the row's name) is squeezed to before other
+#: columns are left out: a 14-column name reads ``aten::…orward``.
+MIN_KEY = 22
 #: Share of the text room the first column (the row's name) gets against each other text column.
 KEY_WEIGHT = 3
 #: Lines a cell may take.
@@ -223,6 +226,12 @@ def _widths(
     def fixed(i: int) -> bool:
         return cols[i].numeric or tight[i] <= MIN_TEXT
 
+    def least(i: int) -> int:
+        """What a column needs at the least: its width if fixed, else MIN_TEXT (MIN_KEY for the name)."""
+        if fixed(i):
+            return tight[i]
+        return min(tight[i], MIN_KEY) if i == 0 else MIN_TEXT
+
     # Numbers keep one-line headers while the text still fits in two lines.
     text_need = sum((tight[i] + 1) // 2 for i in range(len(cols)) if not fixed(i))
     wide = [natural[i] if cols[i].numeric else tight[i] for i in range(len(cols))]
@@ -230,7 +239,7 @@ def _widths(
         tight = wide
 
     queue = [c for c in droppable if c in {col.name for col in cols[1:]}]
-    while len(cols) > 1 and sum(tight[i] if fixed(i) else MIN_TEXT for i in range(len(cols))) + gap * (len(cols) - 1) > width:
+    while len(cols) > 1 and sum(least(i) for i in range(len(cols))) + gap * (len(cols) - 1) > width:
         victim = queue.pop() if queue else cols[-1].name
         at = next(i for i, c in enumerate(cols) if c.name == victim)
         dropped.append(cols.pop(at).name)
@@ -244,7 +253,7 @@ def _widths(
     left = sum(weight.values())
     for i in sorted(flexible, key=lambda j: tight[j] / weight[j]):
         share = room * weight[i] // left
-        widths[i] = max(min(tight[i], share), min(MIN_TEXT, tight[i]))
+        widths[i] = max(min(tight[i], share), least(i))
         room -= widths[i]
         left -= weight[i]
     return cols, widths, dropped
@@ -314,9 +323,13 @@ def print_table(
 
 
 def print_captioned(con: Console, table: Table) -> None:
-    """``table``, then its caption as text wrapped at the console's width (rich
-    would wrap it at the table's, a few words a line under a narrow table)."""
+    """``table`` with its title and caption as text wrapped at the console's
+    width (rich would wrap them at the table's, a few words a line under a
+    narrow table, and fold a long path mid-word)."""
     caption, table.caption = table.caption, None
+    title, table.title = table.title, None
+    if title:  # at the console's width, a path longer than a line cut in the middle, never folded
+        con.print(Text(" ".join(units.middle(word, con.width) for word in str(title).split(" ")), style="italic"))
     con.print(table)
     if caption:
         con.print(Text(str(caption)))
