@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
+
+from tests.compiled_model import capture_compiled
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 TRACES = SHARED / "traces"
@@ -16,6 +19,13 @@ GOLDEN = SHARED / "golden"
 def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test session caches into its own directory, never ~/.cache."""
     monkeypatch.setenv("KINETOLENS_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+@pytest.fixture(scope="session")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, Any], Path]:
+    """The compiled CPU model's capture (tests/compiled_model.py), compiled
+    once per session for every test that reads it."""
+    return capture_compiled(tmp_path_factory.mktemp("compiled_attr"))
 
 
 def trace_path(rel: str) -> Path:

@@ -107,15 +107,15 @@ def test_report_gloo_names_the_slow_ranks_data_loading(gloo_md: str, slow_loader
     steps = _md_table(md, "Per step")
     assert [r[0] for r in steps] == [str(s) for s in WHOLE_STEPS]
     assert [r[3] for r in steps] == [f"rank {cp.gate_rank}" for cp in paths]  # gated by
+    # The sleeping rank gates every step, and the verdict names its data loading.
+    assert [r[3] for r in steps] == [f"rank {SLOW_RANK}"] * len(WHOLE_STEPS)
+    assert all(cp.verdict.startswith(f"rank {SLOW_RANK}'s data loading holds ") for cp in paths)
     assert [r[4] for r in steps] == ["data loading"] * len(WHOLE_STEPS)  # what bounds the step mostly
     bounds = _md_table(md, "What bounds the path")
     assert bounds[0][0] == "data loading" and bounds[0][2].endswith("%")
     ranks = _md_table(md, "Path time per rank")
     assert ranks[0][0] == f"rank {SLOW_RANK}" and len(ranks) <= 2
     # The collectives on the path and the rank each waited for, as the analysis has them.
-    # (Which rank a step's verdict names is the analysis' call: on two busy cores it may
-    # name rank 0, which came last at small calls after rank 1's sleep; the sleep is on
-    # the path all the same, as the tables show.)
     calls = _md_table(md, "Collectives on the path")
     gates = pl.concat([cp.gates.with_columns(step=pl.lit(cp.step)) for cp in paths])
     assert [(int(r[0]), int(r[2]), r[3]) for r in calls] == [(s, q, f"rank {g}") for s, q, g in gates.select("step", "seq", "gate_rank").iter_rows()]
@@ -218,6 +218,7 @@ def test_dashboard_distributed_page_over_http(server: ThreadServer, logdir: Path
     one = _view(server, "gloo", wk, WHOLE_STEPS[-1])
     (verdict,) = [b["text"] for b in one if b["type"] == "text" and b["kind"] == "verdict"]
     assert f"of step {WHOLE_STEPS[-1]} for " in verdict
+    assert verdict.startswith(f"Critical path across ranks: rank {SLOW_RANK}'s data loading holds ")
     # HTA's pair: the same verdicts as the analysis.
     hta = [b["text"] for b in _view(server, "hta", _first(logdir, "hta")) if b["type"] == "text" and b["kind"] == "verdict"]
     assert hta == [f"Critical path across ranks: {cp.verdict}" for cp in hta_paths]

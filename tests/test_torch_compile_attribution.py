@@ -3,7 +3,7 @@ fuse, with FLOPs and bytes summed over those ops (issue 20, part 3).
 
 A tiny model is compiled (inductor, C++ kernels on the CPU) inside
 ``kinetolens.profile`` in its own interpreter (compiling leaves global
-dynamo state behind), once for the module; the shared Triton trace (MI300X)
+dynamo state behind), once per test session (``conftest.compiled``); the shared Triton trace (MI300X)
 checks the name-only path against TraceLens' report.
 """
 
@@ -12,11 +12,8 @@ from __future__ import annotations
 import ast
 import csv
 import json
-import os
-import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -36,84 +33,13 @@ from kinetolens.cli.main import cli
 from kinetolens.registry.flops import OpArgs, evaluate
 from kinetolens.registry.gpus import gpu_spec
 from kinetolens.registry.inductor_names import parse
+from tests.compiled_model import ROOT_MODULE, SCRIPT_NAME, line_of
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared"
 TRITON_TRACE = SHARED / "traces" / "tracelens" / "torch_compile_triton" / "trace.json.gz"
 TRITON_GOLDEN = (
     SHARED / "golden" / "tracelens" / "torch_compile_triton" / "trace_perf_report_csvs" / "unified_perf_summary.csv"
 )
-
-SCRIPT = """
-    import json
-    import sys
-    import torch
-    import torch._inductor.config as inductor_config
-    import kinetolens
-
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = torch.nn.Linear(16, 32)
-
-        def forward(self, x):
-            return torch.relu(self.lin(x)) * 2 + 1  # BLOCK
-
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.block = Block()
-            self.head = torch.nn.Linear(32, 4)
-
-        def forward(self, x):
-            return self.head(self.block(x)).softmax(-1)
-
-    net = torch.compile(Net(), backend="inductor")
-    x = torch.randn(8, 16)
-    # compiled in the first (skipped) step, inside the profile
-    with kinetolens.profile(logdir=sys.argv[1], run="compiled", steps=1, skip=1, warmup=0) as prof:
-        for _ in range(2):
-            net(x).sum().backward()
-            prof.step()
-    print(json.dumps({"fx_graph_cache": inductor_config.fx_graph_cache}))
-"""
-SCRIPT_NAME = "compiled_attr.py"
-ROOT_MODULE = "OptimizedModule_0.Net_0"
-
-
-def _line_of(marker: str) -> int:
-    lines = textwrap.dedent(SCRIPT).splitlines()
-    return next(i for i, line in enumerate(lines, 1) if line.rstrip().endswith(f"# {marker}"))
-
-
-def _skip_reason() -> str | None:
-    import torch._dynamo
-
-    if not torch._dynamo.is_dynamo_supported():
-        return f"torch.compile is not supported on Python {sys.version.split()[0]} with torch {torch.__version__}"
-    cxx = os.environ.get("CXX") or "g++"
-    if shutil.which(cxx) is None:
-        return f"inductor's CPU backend needs a C++ compiler and {cxx!r} is not on PATH"
-    return None
-
-
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, Any], Path]:
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
-    tmp = tmp_path_factory.mktemp("compiled_attr")
-    script = tmp / SCRIPT_NAME
-    script.write_text(textwrap.dedent(SCRIPT))
-    # kinetolens.profile names the C++ kernels itself: no TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE
-    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE"}
-    res = subprocess.run(
-        [sys.executable, str(script), str(tmp / "runs")], cwd=tmp, env=env, capture_output=True, text=True, timeout=600
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    (trace,) = (tmp / "runs" / "compiled").glob("*.pt.trace.json.gz")
-    after = json.loads(res.stdout.strip().splitlines()[-1])
-    return kinetolens.load(trace, cache=False), after, trace
-
 
 def _kernel(calls: pl.DataFrame, contains: str, direction: str) -> dict[str, Any]:
     rows = calls.filter(pl.col("name").str.contains(contains) & (pl.col("direction") == direction))
@@ -131,7 +57,7 @@ def test_generated_kernels_name_their_source_ops_and_modules(compiled: tuple[Any
     block = _kernel(calls, "relu", "fprop")
     assert {"aten::relu", "aten::mul", "aten::add"} <= set(block["fused_ops"])
     assert block["modules"] == ["block"]
-    assert block["source"] == f"{SCRIPT_NAME}:{_line_of('BLOCK')}"
+    assert block["source"] == f"{SCRIPT_NAME}:{line_of('BLOCK')}"
     assert block["compiled_module"] == ROOT_MODULE  # the profiler's module: the compiled one
     # the forward softmax runs in Net.forward itself: no submodule
     softmax = _kernel(calls, "_softmax_1", "fprop")

@@ -307,3 +307,25 @@ def test_names_keep_room_at_80_columns() -> None:
     assert all(units.ELLIPSIS not in n or len(n) >= MIN_KEY for n in names), names
     assert "aten::_flas…on_forward" in names  # regression pin: the flash-attention op, cut in the middle
     assert "not shown at this width" in out
+
+
+# issue 18, terminal: a table's title is not folded at the table's width: the summary's trace
+# path stays whole on its line at 80 columns (it was cut to '...1074.pt.trace' + '.json.gz'),
+# and is cut in the middle only where the terminal is narrower than the path
+@pytest.mark.parametrize("width", [60, 80])
+def test_title_path_is_not_folded(width: int) -> None:
+    path = str(trace_path("hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"))
+    lines = cli("summary", path, columns=width).splitlines()
+    assert all(len(line) <= width for line in lines)
+    shown = [line.strip() for line in lines[:3] if "rank-34" in line or units.ELLIPSIS in line]
+    assert len(shown) == 1
+    assert shown[0] == (path if len(path) <= width else units.middle(path, width))
+
+
+# issue 18, terminal: one explanation, one note: the CPU and GPU peaks of the V100 trace both
+# carry "allocated while profiling only" and printed the same note twice as [1] and [2]
+def test_summary_notes_are_not_repeated() -> None:
+    out = cli("summary", str(trace_path(RESNET)), columns=80)
+    notes = [line for line in out.splitlines() if re.match(r"\[\d+\] ", line)]
+    assert notes and len(notes) == len({n.split("] ", 1)[1] for n in notes})
+    assert "[2]" not in out

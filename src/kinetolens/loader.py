@@ -13,6 +13,7 @@ from kinetolens.ingest.kineto_counter_events import read_counter_events
 from kinetolens.ingest.kineto_counters import read_profiler_counters
 from kinetolens.ingest.run_metadata import read_run_metadata
 from kinetolens.model import Trace, build_trace
+from kinetolens.model.compiled_modules import attribute_generated
 from kinetolens.model.graph_replay import attach_capture
 
 #: Metadata key naming the graph capture trace a replay's kernels were paired with.
@@ -149,4 +150,5 @@ def _with_run_metadata(trace: Trace, path: Path) -> Trace:
     run = read_run_metadata(path)
     if run is not None:
         trace.metadata = {**trace.metadata, RUN_METADATA_KEY: run}
+        attribute_generated(trace)  # torch.compile's kernels into the submodules they fuse
     return trace

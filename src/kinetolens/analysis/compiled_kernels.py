@@ -37,6 +37,7 @@ from typing import Any
 import polars as pl
 
 from kinetolens.formats import RUN_METADATA_KEY
+from kinetolens.model.compiled_modules import compiled_root, kernel_modules
 from kinetolens.model.trace import Trace
 from kinetolens.registry.flops import FormulaError, OpArgs, evaluate
 from kinetolens.registry.flops_base import json_list
@@ -189,8 +190,10 @@ def generated_kernels(trace: Trace) -> pl.DataFrame:
     ``kind`` (Triton's poi / red / per / tem), ``fused_ops`` and ``modules``
     (lists), ``provenance`` (inductor / name), ``source`` (user code lines
     of the fused ops, inductor only), ``op_id`` (the range or launch op),
-    ``kernel_id`` (GPU kernels), ``compiled_module`` (the trace's module of
-    that op: the compiled module), ``direction``, ``step``, ``dur_us``
+    ``kernel_id`` (GPU kernels), ``module`` (the trace's module of the
+    kernel: the deepest module common to its fused ops, as the model
+    assigns it, :mod:`kinetolens.model.compiled_modules`),
+    ``compiled_module`` (the module that was compiled), ``direction``, ``step``, ``dur_us``
     (the range's host time for C++, the kernel's device time for Triton),
     ``flops``, ``bytes``, ``formula``.
     """
@@ -240,9 +243,15 @@ def generated_kernels(trace: Trace) -> pl.DataFrame:
                 "source": pl.String},  # fmt: skip
     )
     out = both.join(info, on="name", how="left")
+    inner = kernel_modules(trace.metadata)
+    root = [
+        compiled_root(module, inner.get(name, "")) for name, module in zip(out["name"], out["module"], strict=True)
+    ]
+    out = out.with_columns(compiled=pl.Series(root, dtype=pl.String))
     return out.select(
         name="kernel", backend="backend", kind="kind", fused_ops="fused_ops", modules="modules",
-        provenance="provenance", source="source", op_id="op_id", kernel_id="kernel_id", compiled_module="module",
+        provenance="provenance", source="source", op_id="op_id", kernel_id="kernel_id", module="module",
+        compiled_module="compiled",
         direction="direction", step="step", dur_us=pl.col("dur") / 1000.0, flops="flops", bytes="bytes",
         formula="formula",
     ).sort(pl.coalesce("kernel_id", "op_id"))  # fmt: skip

@@ -267,7 +267,7 @@ class JoinedGraph:
         """The length (ns) and node ids of the heaviest path, under ``weight`` (default: the measured weights)."""
         w = self.weight if weight is None else np.asarray(weight, dtype=np.int64)
         try:
-            nodes = chain_longest_path(self.src, self.dst, w, self.nodes)
+            nodes = chain_longest_path(self.src, self.dst, w, self.nodes, ties="lowest")
         except CycleError:
             raise TraceError(
                 "run", f"step {self.step}: the ranks issue collectives in orders that contradict each other (a cycle)"
@@ -487,27 +487,42 @@ BOUND_WORDS = {
 }  # fmt: skip
 
 
+#: Bounds that are no rank's own work: waiting for, or moving data with, the others.
+NOT_OWN = ("dependency", "communication", "sync_wait")
+
+
+def own_work(path: pl.DataFrame) -> pl.DataFrame:
+    """Per rank: its own work's time on the path (us), largest first (ties: the lowest rank)."""
+    own = path.filter(~pl.col("join") & ~pl.col("bound_by").is_in(NOT_OWN))
+    return own.group_by("rank").agg(us=pl.col("us").sum()).filter(pl.col("us") > 0).sort("us", "rank", descending=[True, False])
+
+
 def gate_rank(cp: CrossRankPath) -> int | None:
-    """The rank the path arrives from at most of its collectives (ties: the
-    one holding them longest), else the rank holding most of the path."""
-    if cp.gates.height:
-        gate = cp.gates.group_by("gate_rank").agg(n=pl.len(), held=pl.col("held_ms").max()).sort(["n", "held", "gate_rank"], descending=[True, True, False], nulls_last=True)
-        return int(gate["gate_rank"][0])
+    """The rank with the most of its own work on the path (by time), else the
+    rank holding most of the path.
+
+    Not the rank the path arrives from at most collectives: a rank that sleeps
+    once and then comes first at most calls leaves the other rank last at the
+    small calls after it, so counting calls names a rank holding the step for
+    microseconds over one holding it for its whole sleep."""
+    own = own_work(cp.path) if cp.path.height else pl.DataFrame()
+    if own.height:
+        return int(own["rank"][0])
     return int(cp.by_rank["rank"][0]) if cp.by_rank.height else None
 
 
 def verdict(cp: CrossRankPath) -> str:
     """One line: the rank that gates the step, its work that does, and for how long.
 
-    The rank is the one the path arrives from at most of its collectives
-    (else the one holding most of the path); its work, the bound of most of
-    its time on the path; how long, the most it arrived after the other
-    ranks' median at one of the step's calls (from durations).
+    The rank is the one with the most of its own work on the path
+    (:func:`gate_rank`); its work, the bound of most of its time on the path;
+    how long, the most it arrived after the other ranks' median at one of
+    the step's calls (from durations).
     """
     r = gate_rank(cp)
     if r is None:
         return f"step {cp.step}: no path"
-    own = cp.path.filter(~pl.col("join") & ~pl.col("bound_by").is_in(["dependency", "communication", "sync_wait"]))
+    own = cp.path.filter(~pl.col("join") & ~pl.col("bound_by").is_in(NOT_OWN))
     mine = own.filter(pl.col("rank") == r).group_by("bound_by").agg(pl.col("us").sum()).sort("us", descending=True)
     what = BOUND_WORDS.get(mine["bound_by"][0], mine["bound_by"][0]) if mine.height else "communication"
     verb = "hold" if what.endswith("s") else "holds"

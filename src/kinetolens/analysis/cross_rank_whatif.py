@@ -52,7 +52,7 @@ def rank_chains(graph: JoinedGraph, weight: np.ndarray | None = None) -> pl.Data
         idx = order[a:b]
         nodes, inverse = np.unique(np.concatenate([graph.src[idx], graph.dst[idx]]), return_inverse=True)
         src, dst = inverse[: idx.size], inverse[idx.size :]
-        path = longest_path(src, dst, w[idx], nodes.size)
+        path = longest_path(src, dst, w[idx], nodes.size, ties="lowest")
         if len(path) < 2:
             rows.append({"rank": r, "own_us": 0.0, "transfer_us": 0.0})
             continue

@@ -172,10 +172,10 @@ def matched_calls(summaries: list[RankSummary]) -> pl.DataFrame:
     (NCCL calls whose kernels were not captured: ``timed`` is False).
     """
     calls = _tagged(summaries, "calls")
-    if calls.height == 0:
+    if "timed" not in calls.columns:  # no rank has a calls table at all
         return calls
     key = ["group", "collective", "seq"]
-    return (
+    return (  # an empty frame still gets every column: callers select them
         calls.filter(pl.col("timed"))
         .with_columns(n_ranks=pl.len().over(key))
         .filter(pl.col("n_ranks") > 1)

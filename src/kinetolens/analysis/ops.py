@@ -33,7 +33,7 @@ from kinetolens.analysis.modules import with_module_calls
 from kinetolens.analysis.op_times import op_instances
 from kinetolens.analysis.overview import STEP_PREFIX, step_windows
 from kinetolens.analysis.work import kernel_work
-from kinetolens.model.nesting import outermost_marked
+from kinetolens.model.nesting import nearest_marked, outermost_marked
 from kinetolens.model.trace import Trace
 
 GROUPINGS = {
@@ -160,6 +160,48 @@ def without_annotations(inst: pl.DataFrame) -> pl.DataFrame:
     return inst.with_columns(top_op_id=pl.Series(top).cast(inst.schema["top_op_id"])).filter(marked)
 
 
+#: Figures of an op that include its nested ops': a module entry gives up its nested entries' share.
+_NESTED_FIGURES = ("host_total", "device_total", "flops_total", "bytes_total")
+
+
+def module_entries(trace: Trace, inst: pl.DataFrame) -> pl.DataFrame:
+    """The op calls of ``inst`` a by-module table counts, each with what is its module's.
+
+    A module's time is that of its top-level ops, plus ops nested in an op
+    of an enclosing module but placed in a submodule of it (the model puts a
+    ``torch.compile`` kernel in the submodule it fuses,
+    :mod:`kinetolens.model.compiled_modules`); the enclosing op then gives up
+    their total times, FLOPs and bytes, so nothing counts twice and the
+    groups still add up to the top-level ops' figures.
+    """
+    top = inst.filter(pl.col("top_op_id") == pl.col("op_id"))
+    ops = trace.ops.select("op_id", "parent_id", "module")
+    if not ops.height or not ops["op_id"].equals(pl.int_range(ops.height, eager=True, dtype=pl.Int64), check_names=False):
+        return top  # ancestry below walks rows as op ids
+    kept = ops["op_id"].is_in(inst["op_id"].implode())
+    parent = ops["parent_id"].cast(pl.Int64)
+    # each op's nearest ancestor counted here (annotations between are skipped)
+    up = nearest_marked(parent, kept).gather(parent)
+    deeper = ops["module"].str.starts_with(ops["module"].gather(up) + ".").fill_null(False)
+    nested = kept & up.is_not_null() & deeper
+    if not nested.any():
+        return top
+    is_top = ops["op_id"].is_in(top["op_id"].implode())
+    entry = is_top | nested
+    # the nearest entry strictly above each nested entry takes its figures off
+    above = nearest_marked(parent, entry).gather(parent)
+    moved = pl.DataFrame({"op_id": ops["op_id"], "above": above}).filter(nested)
+    moved = moved.join(inst.select("op_id", *_NESTED_FIGURES), on="op_id", how="left")
+    given = moved.group_by("above").agg(pl.col(c).fill_null(0).sum().alias(f"_{c}") for c in _NESTED_FIGURES)
+    entries = ops["op_id"].filter(entry).implode()
+    out = inst.filter(pl.col("op_id").is_in(entries)).join(
+        given.rename({"above": "op_id"}), on="op_id", how="left", maintain_order="left"
+    )
+    return out.with_columns(
+        (pl.col(c) - pl.col(f"_{c}").fill_null(0)).cast(inst.schema[c]).alias(c) for c in _NESTED_FIGURES
+    ).drop(*(f"_{c}" for c in _NESTED_FIGURES))
+
+
 def weighted_mean(col: str, weight: str) -> pl.Expr:
     """Mean of ``col`` over a group's rows weighted by ``weight`` (rows without
     ``col`` left out): a kernel name's occupancy is that of the time it ran,
@@ -201,9 +243,11 @@ def op_stats(
     if step is not None:
         inst = inst.filter(pl.col("step") == step)
     keys = GROUPINGS[by]
-    if by in ("module", "source"):
-        # A module's or line's time is that of its top-level ops, so nested
-        # ops are not counted twice.
+    if by == "module":
+        inst = module_entries(trace, inst)
+    elif by == "source":
+        # A line's time is that of its top-level ops, so nested ops are not
+        # counted twice.
         inst = inst.filter(pl.col("top_op_id") == pl.col("op_id"))
     times = {
         "device_self_us": "device_self",

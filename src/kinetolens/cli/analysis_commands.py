@@ -153,8 +153,10 @@ class _Pairs:
         head, sep, rest = text.partition(": ")
         if len(text) <= NOTE_CHARS:
             return text
-        self.notes.append(rest if sep else text)
-        return f"{head if sep else ''} [{len(self.notes)}]".strip()
+        body = rest if sep else text
+        if body not in self.notes:  # the same explanation (CPU and GPU peaks) is one note
+            self.notes.append(body)
+        return f"{head if sep else ''} [{self.notes.index(body) + 1}]".strip()
 
     def print(self, console: Console, title: str) -> None:
         print_pairs(self.rows, title=title, out=console)

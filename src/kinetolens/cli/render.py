@@ -323,9 +323,13 @@ def print_table(
 
 
 def print_captioned(con: Console, table: Table) -> None:
-    """``table``, then its caption as text wrapped at the console's width (rich
-    would wrap it at the table's, a few words a line under a narrow table)."""
+    """``table`` with its title and caption as text wrapped at the console's
+    width (rich would wrap them at the table's, a few words a line under a
+    narrow table, and fold a long path mid-word)."""
     caption, table.caption = table.caption, None
+    title, table.title = table.title, None
+    if title:  # at the console's width, a path longer than a line cut in the middle, never folded
+        con.print(Text(" ".join(units.middle(word, con.width) for word in str(title).split(" ")), style="italic"))
     con.print(table)
     if caption:
         con.print(Text(str(caption)))

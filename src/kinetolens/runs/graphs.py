@@ -91,24 +91,24 @@ def run_joined_graph(
     """The joined graph of ``step`` (default: the first step every rank has whole) of a run:
     the what-if simulator's entry point for a RUNDIR."""
     ranks = run_graphs(run_dir, executor, cache)
+    return joined_graph(ranks, chosen_steps(ranks, step, run_dir)[0])
+
+
+def chosen_steps(ranks: list[RankGraphs], step: int | None, where: str | Path) -> list[int]:
+    """``[step]``, or every step the ranks share whole; a clear error where there is none."""
     steps = common_steps(ranks)
     if not steps:
-        raise TraceError(run_dir, "has no whole profiler step on any rank")
-    if step is not None and step not in steps:
-        raise TraceError(run_dir, f"has no step {step} (steps: {', '.join(map(str, steps))})")
-    return joined_graph(ranks, steps[0] if step is None else step)
+        raise TraceError(where, "has no whole profiler step on any rank")
+    if step is None:
+        return steps
+    if step not in steps:
+        raise TraceError(where, f"has no step {step} (steps: {', '.join(map(str, steps))})")
+    return [step]
 
 
 def run_paths(ranks: list[RankGraphs], step: int | None = None, where: str | Path = "run") -> list[CrossRankPath]:
     """The cross-rank path of ``step``, or of every step the ranks share."""
-    steps = common_steps(ranks)
-    if not steps:
-        raise TraceError(where, "has no whole profiler step on any rank")
-    if step is not None:
-        if step not in steps:
-            raise TraceError(where, f"has no step {step} (steps: {', '.join(map(str, steps))})")
-        steps = [step]
-    return [cross_rank_path(joined_graph(ranks, s)) for s in steps]
+    return [cross_rank_path(joined_graph(ranks, s)) for s in chosen_steps(ranks, step, where)]
 
 
 def run_whatif(
@@ -118,11 +118,4 @@ def run_whatif(
     (:func:`kinetolens.analysis.cross_rank_whatif.whatif_run`)."""
     from kinetolens.analysis.cross_rank_whatif import whatif_run
 
-    steps = common_steps(ranks)
-    if not steps:
-        raise TraceError(where, "has no whole profiler step on any rank")
-    if step is not None:
-        if step not in steps:
-            raise TraceError(where, f"has no step {step} (steps: {', '.join(map(str, steps))})")
-        steps = [step]
-    return [whatif_run(joined_graph(ranks, s), changes) for s in steps]
+    return [whatif_run(joined_graph(ranks, s), changes) for s in chosen_steps(ranks, step, where)]
