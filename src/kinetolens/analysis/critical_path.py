@@ -210,16 +210,18 @@ def _path_table(graph: DependencyGraph, nodes: list[int]) -> pl.DataFrame:
     p_src = src[chosen]
     s_eid = p_src // 2
     start = np.where(p_src % 2 == 1, ev["end"].to_numpy()[s_eid], ev["ts"].to_numpy()[s_eid])
-    picked = e.select(pl.col("type", "eid").gather(pl.Series(chosen)))
-    # One query gathers every event column the path shows (a gather per column is a query each).
-    info = ev.select(
-        pl.col("name", "op", "module", "source", "kind", "data_loading", "ts", "side", "tid", "stream", *(["comm"] if "comm" in ev.columns else []))
-        .gather(picked["eid"])
-    )
+    # Row gathers (no query) and one query for the columns the path shows.
+    picked = e[pl.Series(chosen)]
+    shown = ("name", "op", "module", "source", "kind", "data_loading", "ts", "side", "tid", "stream", *(["comm"] if "comm" in ev.columns else []))
+    info = ev[picked["eid"]]
     frame = pl.concat(
-        [picked, info, pl.DataFrame({"order": order, "w": weight[chosen], "start_us": start / 1000})], how="horizontal"
-    )
-    if "comm" not in frame.columns:
+        [
+            pl.DataFrame([picked["type"], picked["eid"], *(info[c] for c in shown)]),
+            pl.DataFrame({"order": order, "w": weight[chosen], "start_us": start / 1000}),
+        ],
+        how="horizontal",
+    ).lazy()
+    if "comm" not in ev.columns:
         frame = frame.with_columns(comm=pl.lit(None, pl.Boolean))
     where = pl.when(pl.col("side") == "cpu").then(pl.format("thread {}", pl.col("tid"))).otherwise(pl.format("stream {}", pl.col("stream")))
     t = pl.col("type")
@@ -237,12 +239,17 @@ def _path_table(graph: DependencyGraph, nodes: list[int]) -> pl.DataFrame:
     return frame.select(
         "order", "type", bound_by=bound, us=pl.col("w") / 1000, name="name", op="op", module="module", source="source",
         where=where, ts_us=pl.col("ts") / 1000, start_us="start_us",
-    ).cast(_PATH_SCHEMA)  # fmt: skip
+    ).cast(_PATH_SCHEMA).collect(engine="in-memory")  # fmt: skip
 
 
 def summarize(path: pl.DataFrame, length_us: float) -> pl.DataFrame:
     """Time on the path per ``bound_by`` (us and % of the length), in :data:`BOUND_BY` order."""
-    codes = path["bound_by"].replace_strict({b: i for i, b in enumerate(BOUND_BY)}, default=-1, return_dtype=pl.Int64).to_numpy()
+    try:  # a cast, not a query: this is most of a small window's summary
+        physical = path["bound_by"].cast(pl.Enum([*BOUND_BY, "dependency"])).to_physical().to_numpy()
+        codes = np.where(np.isnan(physical), -1, physical).astype(np.int64) if physical.dtype.kind == "f" else physical.astype(np.int64)
+        codes[codes >= len(BOUND_BY)] = -1
+    except pl.exceptions.InvalidOperationError:  # a label of another table
+        codes = path["bound_by"].replace_strict({b: i for i, b in enumerate(BOUND_BY)}, default=-1, return_dtype=pl.Int64).to_numpy()
     kept = codes >= 0
     us = np.bincount(codes[kept], weights=path["us"].to_numpy()[kept], minlength=len(BOUND_BY))
     count = np.bincount(codes[kept], minlength=len(BOUND_BY))

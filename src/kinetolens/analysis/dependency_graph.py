@@ -217,17 +217,20 @@ class _Candidates:
     def __init__(self, facts: TraceFacts) -> None:
         cpu = _cpu_events(facts, _LOW, 2**63 - 1)
         gpu = _gpu_events(facts, cpu)
-        both = pl.concat([cpu.with_columns(_cpu=pl.lit(True)), gpu], how="diagonal_relaxed").collect(engine="in-memory")
-        self.n_cpu = int(both["_cpu"].sum())
-        both = both.drop("_cpu")
+        numbers = {f"_n_{c}": e for c, e in _Columns.exprs().items()}
+        both = pl.concat([cpu, gpu], how="diagonal_relaxed").with_columns(**numbers).collect(engine="in-memory")
+        arrays = {c.removeprefix("_n_"): both[c].to_numpy() for c in numbers}
+        both = both.drop(*numbers)
+        self.n_cpu = int(arrays["cpu"].sum())
         # In the order of ``facts.activity`` (by start), as a window's join keeps it.
         at = facts.activity["kernel_id"].to_numpy()
         by_id = np.argsort(at, kind="stable")
-        kernel = both["kernel_id"].to_numpy()[self.n_cpu :]
+        kernel = arrays["kernel_id"][self.n_cpu :]
         rank = by_id[np.searchsorted(at[by_id], kernel)] if kernel.size else kernel
-        both = both[np.concatenate([np.arange(self.n_cpu), self.n_cpu + np.argsort(rank, kind="stable")])]
+        order = np.concatenate([np.arange(self.n_cpu), self.n_cpu + np.argsort(rank, kind="stable")])
+        both = both[order]
         self.cpu, self.gpu = both[: self.n_cpu], both[self.n_cpu :]
-        self.columns = _Columns(both.with_columns(eid=pl.lit(0, pl.Int64)))
+        self.columns = _Columns(self.n_cpu, {c: v[order] for c, v in arrays.items()})
         self.cpu_ts = self.columns.cpu("ts")
         self.cpu_launch = self.columns.cpu("launch_id")
         self.gpu_launch = self.columns.gpu("launch_id")
@@ -237,31 +240,31 @@ class _Columns:
     """The events' numbers as numpy arrays: ids -1 where null, flags False;
     CPU events are the first ``n_cpu`` rows."""
 
-    def __init__(self, events: pl.DataFrame) -> None:
-        low = _LOW
-        ids = ("eid", "pid", "tid", "ts", "end", "op_id", "launch_id", "fwd_op_id", "device", "stream", "kernel_id", "launch_ts")
-        frame = events.select(
-            pl.col(*ids).fill_null(-1),
-            busy_until=pl.col("busy_until").fill_null(low),
-            blocking=pl.col("blocking").fill_null(False),
-            runtime=(pl.col("kind") == "runtime").fill_null(False),
-            is_op=(pl.col("kind") == "op").fill_null(False),
-            sync_call=pl.col("name").is_in(DEVICE_SYNC_CALLS + STREAM_SYNC_CALLS).fill_null(False),
-            cpu=(pl.col("side") == "cpu").fill_null(False),
-        )
-        self.n_cpu = int(frame["cpu"].sum())
-        self._all = {c: frame[c].to_numpy() for c in frame.columns}
+    def __init__(self, n_cpu: int, arrays: dict[str, np.ndarray]) -> None:
+        self.n_cpu = n_cpu
+        self._all = arrays
+
+    @staticmethod
+    def exprs() -> dict[str, pl.Expr]:
+        """The arrays, as expressions over the events' columns."""
+        ids = ("pid", "tid", "ts", "end", "op_id", "launch_id", "fwd_op_id", "device", "stream", "kernel_id", "launch_ts")
+        return {
+            **{c: pl.col(c).fill_null(-1) for c in ids},
+            "busy_until": pl.col("busy_until").fill_null(_LOW),
+            "blocking": pl.col("blocking").fill_null(False),
+            "runtime": (pl.col("kind") == "runtime").fill_null(False),
+            "is_op": (pl.col("kind") == "op").fill_null(False),
+            "sync_call": pl.col("name").is_in(DEVICE_SYNC_CALLS + STREAM_SYNC_CALLS).fill_null(False),
+            "cpu": (pl.col("side") == "cpu").fill_null(False),
+        }
 
     @classmethod
     def pick(cls, cand: _Candidates, cpu_rows: np.ndarray, gpu_rows: np.ndarray) -> _Columns:
         """The columns of a window's events, picked from the whole trace's (no query)."""
-        cols = cls.__new__(cls)
-        src = cand.columns
-        cols.n_cpu = cpu_rows.size
         rows = np.concatenate([cpu_rows, cand.n_cpu + gpu_rows])
-        cols._all = {c: v[rows] for c, v in src._all.items()}
-        cols._all["eid"] = np.arange(rows.size, dtype=np.int64)
-        return cols
+        arrays = {c: v[rows] for c, v in cand.columns._all.items()}
+        arrays["eid"] = np.arange(rows.size, dtype=np.int64)
+        return cls(cpu_rows.size, arrays)
 
     def cpu(self, name: str) -> np.ndarray:
         return self._all[name][: self.n_cpu]
@@ -575,17 +578,61 @@ class _FactsIndex:
         return _Candidates(self.facts)
 
     @cached_property
+    def runtime(self) -> dict[str, np.ndarray]:
+        """The runtime table's numbers the synchronization lookups need, in one
+        query (ids -1 where null): ``kind`` 0 a runtime call, 1 a ``cuda_sync``
+        record, 2 else; ``sync_kind`` (context, stream, event sync, other);
+        ``record`` (an event record call) and ``wait`` (a stream wait record)."""
+        kinds = {"Context Sync": 0, "Stream Sync": 1, "Event Sync": 2}
+        kind = pl.col("kind").cast(pl.String)
+        r = self.facts.trace.runtime.select(
+            kind=pl.when(kind == "runtime").then(0).when(kind == "sync").then(1).otherwise(2),
+            sync_kind=pl.col("name").replace_strict(kinds, default=3, return_dtype=pl.Int64),
+            record=pl.col("name").is_in(EVENT_RECORD_CALLS).fill_null(False),
+            wait=(pl.col("name") == "Stream Wait Event").fill_null(False),
+            **{c: pl.col(c).fill_null(-1) for c in ("pid", "tid", "ts", "end", "launch_id", "correlation")},
+        )
+        return {c: r[c].to_numpy() for c in r.columns}
+
+    @cached_property
+    def has_sync(self) -> bool:
+        """Whether the trace has ``cuda_sync`` records (newer Kineto traces)."""
+        return bool((self.runtime["kind"] == 1).any())
+
+    def _sync_by_call(self, sync: np.ndarray, calls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(call row, sync row) of the runtime table for every ``cuda_sync`` record
+        among ``sync`` with the correlation of a call among ``calls``."""
+        corr = self.runtime["correlation"]
+        sync = sync[corr[sync] >= 0]
+        by = sync[np.argsort(corr[sync], kind="stable")]
+        call, at = _matches(corr[by], np.where(corr[calls] >= 0, corr[calls], _LOW))
+        return calls[call], by[at]
+
+    @cached_property
     def records(self) -> tuple[_ByGroup, np.ndarray]:
-        r = self.facts.records
-        t = r["record_ts"].to_numpy()
-        return _ByGroup([r["pid"].to_numpy(), r["tid"].to_numpy()], t), t
+        rt = self.runtime
+        rows = np.flatnonzero(rt["record"])
+        rows = rows[np.argsort(rt["ts"][rows], kind="stable")]
+        t = rt["ts"][rows]
+        return _ByGroup([rt["pid"][rows], rt["tid"][rows]], t), t
 
     @cached_property
     def launches(self) -> tuple[_ByGroup, _ByGroup, np.ndarray]:
         """By thread, by thread and stream, and the first activity each launched."""
-        la = self.facts.launches.select("pid", "tid", "ts", "kernel_id", pl.col("stream").fill_null(-1))
-        pid, tid, ts, stream = (la[c].to_numpy() for c in ("pid", "tid", "ts", "stream"))
-        return _ByGroup([pid, tid], ts), _ByGroup([pid, tid, stream], ts), la["kernel_id"].to_numpy()
+        # ``TraceFacts.launches`` on numpy: the first activity (by start) of each launch id, joined to its call.
+        k = self.facts.trace.kernels.select(pl.col("launch_id", "stream").fill_null(-1), "kernel_id", "ts")
+        k_launch, k_stream, k_id, k_ts = (k[c].to_numpy() for c in ("launch_id", "stream", "kernel_id", "ts"))
+        rows = np.flatnonzero(k_launch >= 0)
+        rows = rows[np.lexsort((k_ts[rows], k_launch[rows]))]
+        rows = rows[_groups(k_launch[rows])]
+        rt = self.runtime
+        calls = np.flatnonzero(rt["launch_id"] >= 0)
+        call, at = _matches(k_launch[rows], rt["launch_id"][calls])
+        call, first = calls[call], rows[at]
+        by_ts = np.argsort(rt["ts"][call], kind="stable")
+        call, first = call[by_ts], first[by_ts]
+        pid, tid, ts, stream = rt["pid"][call], rt["tid"][call], rt["ts"][call], k_stream[first]
+        return _ByGroup([pid, tid], ts), _ByGroup([pid, tid, stream], ts), k_id[first]
 
     def recorded_kernel(self, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray) -> np.ndarray:
         """The activity recorded by the last ``cudaEventRecord`` on the thread before
@@ -602,38 +649,23 @@ class _FactsIndex:
     @cached_property
     def sync_calls(self) -> dict[str, np.ndarray]:
         """Runtime calls with a ``cuda_sync`` record, by launch id: kind, device, stream, end of the sync."""
-        kinds = {"Context Sync": 0, "Stream Sync": 1, "Event Sync": 2}
-        sync = self.facts.sync.lazy().select(
-            "correlation",
-            kind=pl.col("name").replace_strict(kinds, default=3, return_dtype=pl.Int64),
-            device=pl.col("pid").fill_null(-1),
-            stream=pl.col("tid").fill_null(-1),
-            end="end",
-        )
-        m = (
-            self.facts.calls.lazy()
-            .filter(pl.col("launch_id").is_not_null())
-            .join(sync, on="correlation", how="inner")
-            .sort("launch_id", maintain_order=True)
-            .select("launch_id", "kind", "device", "stream", "end")
-            .collect(engine="in-memory")
-        )
-        return {c: m[c].to_numpy() for c in m.columns}
+        rt = self.runtime
+        calls = np.flatnonzero((rt["kind"] == 0) & (rt["launch_id"] >= 0))
+        call, sync = self._sync_by_call(np.flatnonzero(rt["kind"] == 1), calls)
+        by = np.argsort(rt["launch_id"][call], kind="stable")
+        call, sync = call[by], sync[by]
+        return {"launch_id": rt["launch_id"][call], "kind": rt["sync_kind"][sync], "device": rt["pid"][sync], "stream": rt["tid"][sync], "end": rt["end"][sync]}
 
     @cached_property
     def stream_waits(self) -> tuple[np.ndarray, np.ndarray]:
         """For each ``cudaStreamWaitEvent``: the recorded activity and the next one launched on
         the waiting stream from its thread (kernel ids; -1 where none)."""
-        waits = self.facts.sync.lazy().filter(pl.col("name") == "Stream Wait Event").select("correlation", wait_stream="tid")
-        w = (
-            waits.join(self.facts.calls.lazy().select("correlation", "pid", "tid", "ts"), on="correlation", how="inner")
-            .select(pl.col("pid", "tid", "ts", "wait_stream").fill_null(-1))
-            .collect(engine="in-memory")
-        )
-        if w.height == 0:
+        rt = self.runtime
+        call, sync = self._sync_by_call(np.flatnonzero((rt["kind"] == 1) & rt["wait"]), np.flatnonzero(rt["kind"] == 0))
+        if call.size == 0:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty
-        pid, tid, ts, stream = (w[c].to_numpy() for c in ("pid", "tid", "ts", "wait_stream"))
+        pid, tid, ts, stream = rt["pid"][call], rt["tid"][call], rt["ts"][call], rt["tid"][sync]
         src = self.recorded_kernel(pid, tid, ts)
         records, _ = self.records
         recorded = records.find([pid, tid], ts, before=True, strict=True) >= 0
@@ -658,7 +690,7 @@ def _stream_waits(facts: TraceFacts, cols: _Columns) -> tuple[np.ndarray, np.nda
     the activity recorded before it -> the next activity launched on the waiting stream."""
     empty = np.zeros(0, dtype=np.int64)
     kernel = cols.gpu("kernel_id")
-    if kernel.size == 0 or facts.sync.height == 0:
+    if kernel.size == 0 or not _facts_index(facts).has_sync:
         return empty, empty, empty
     src, dst = _facts_index(facts).stream_waits
     a, b = _by_kernel(kernel, src), _by_kernel(kernel, dst)
@@ -687,7 +719,7 @@ def _sync_edges(facts: TraceFacts, cols: _Columns) -> _Edges:
         rep = np.repeat(rows, streams.shape[0])
         return rep, np.tile(streams[:, 0], rows.size), np.tile(streams[:, 1], rows.size)
 
-    if facts.sync.height:
+    if index.has_sync:
         sc = index.sync_calls
         call, at = _matches(sc["launch_id"], np.where(launch >= 0, launch, _LOW))
         kind = sc["kind"][at]
