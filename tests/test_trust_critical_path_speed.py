@@ -59,3 +59,20 @@ def test_a_small_window_runs_a_few_queries(case: str) -> None:
     assert _queries(lambda: None) == 0
     n = _queries(lambda: critical_path(trace, window))
     assert 0 < n <= MAX_QUERIES, f"{case}: {n} polars queries per call"
+
+
+#: Queries a later window of the same trace may run (7 now): the whole-trace tables are kept with the trace.
+MAX_LATER_QUERIES = 8
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_later_window_reuses_the_trace_wide_tables(case: str) -> None:
+    # issue 19, part 1: the trace-wide lookups are made once per trace, not once per call
+    rel, annotation, instance = CASES[case]
+    trace = load(trace_path(rel), cache=False)
+    window = annotation_window(trace, annotation, instance)
+    first = critical_path(trace, window)
+    n = _queries(lambda: critical_path(trace, window))
+    assert 0 < n <= MAX_LATER_QUERIES, f"{case}: {n} polars queries on a later call"
+    again = critical_path(trace, window)
+    assert again.path.equals(first.path) and again.length_us == first.length_us

@@ -282,7 +282,7 @@ def top_items(path: pl.DataFrame, by: str, length_us: float, n: int = 10, bounds
 
 def critical_paths(trace: Trace, windows: list[Window]) -> list[CriticalPath]:
     """The path of each window; windows without CPU ops (a step of annotations only) are left out."""
-    facts = TraceFacts(trace)
+    facts = TraceFacts.of(trace)
     paths = []
     for w in windows:
         try:

@@ -96,11 +96,28 @@ class DependencyGraph:
         return 2 * self.events.height
 
 
+
 class TraceFacts:
     """The whole-trace tables every window's graph reads, computed once per trace."""
 
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
+
+    @classmethod
+    def of(cls, trace: Trace) -> TraceFacts:
+        """The facts of ``trace``, kept on it: the next window's graph reuses them
+        (made again if its tables were replaced since)."""
+        tables = (trace.ops, trace.runtime, trace.kernels)
+        facts = trace.__dict__.get("_dependency_facts")
+        kept = facts.__dict__.get("_tables") if isinstance(facts, cls) else None
+        if kept is None or any(a is not b for a, b in zip(kept, tables)):
+            facts = trace.__dict__["_dependency_facts"] = cls(trace)
+            facts._tables = tables
+        return facts
+
+    def __reduce__(self) -> tuple[type, tuple[Trace]]:
+        """Pickled as its trace alone (a pickled trace stays lean; the tables are made again)."""
+        return (type(self), (self.trace,))
 
     @cached_property
     def activity(self) -> pl.DataFrame:
@@ -166,19 +183,19 @@ def build_graph(trace: Trace, start: int, end: int, facts: TraceFacts | None = N
     (ns, with a duration) and of the GPU activity they launched.  Pass the
     same ``facts`` for many windows of one trace.
 
-    The events are one polars query; the edges are built on their columns as
-    numpy arrays (a query costs tens of microseconds even on ten rows, which
-    made the fixed cost of a small window milliseconds)."""
-    facts = facts if facts is not None and facts.trace is trace else TraceFacts(trace)
-    cpu = _cpu_events(facts, start, end)
-    gpu = _gpu_events(facts, cpu)
-    events = (
-        pl.concat([cpu, gpu], how="diagonal_relaxed")
-        .with_row_index("eid")
-        .with_columns(pl.col("eid").cast(pl.Int64))
-        .collect(engine="in-memory")
-    )
-    cols = _Columns(events)
+    The window's events are rows picked with numpy from whole-trace tables
+    made once per trace, and the edges are built on their columns as numpy
+    arrays: a polars query costs tens of microseconds even on ten rows (and
+    building its expressions as much again), which made the fixed cost of a
+    small window milliseconds."""
+    facts = facts if facts is not None and facts.trace is trace else TraceFacts.of(trace)
+    cand = _facts_index(facts).candidates
+    cpu_rows = np.flatnonzero((cand.cpu_ts >= start) & (cand.cpu_ts <= end))
+    launched = cand.cpu_launch[cpu_rows]
+    gpu_rows = np.flatnonzero(np.isin(cand.gpu_launch, launched[launched >= 0])) if cand.gpu_launch.size else cpu_rows[:0]
+    events = pl.concat([cand.cpu[cpu_rows], cand.gpu[gpu_rows]], how="vertical")
+    events.insert_column(0, pl.Series("eid", np.arange(events.height, dtype=np.int64)))
+    cols = _Columns.pick(cand, cpu_rows, gpu_rows)
     wait_src, wait_end, wait_dst = _stream_waits(facts, cols)
     parts = [
         _cpu_edges(cols),
@@ -190,9 +207,35 @@ def build_graph(trace: Trace, start: int, end: int, facts: TraceFacts | None = N
     return DependencyGraph(events=events, edges=_Edges.table(parts), start=start, end=end)
 
 
+class _Candidates:
+    """Every event a window may hold, as one table with the graph's event
+    columns (CPU ops and runtime calls with a duration, then the GPU activity
+    runtime calls launched) and its numbers as numpy arrays: a window is rows
+    picked from it.  Whether a CPU event is data loading, the end of earlier
+    activity on a stream and a launch's start do not depend on the window."""
+
+    def __init__(self, facts: TraceFacts) -> None:
+        cpu = _cpu_events(facts, _LOW, 2**63 - 1)
+        gpu = _gpu_events(facts, cpu)
+        both = pl.concat([cpu.with_columns(_cpu=pl.lit(True)), gpu], how="diagonal_relaxed").collect(engine="in-memory")
+        self.n_cpu = int(both["_cpu"].sum())
+        both = both.drop("_cpu")
+        # In the order of ``facts.activity`` (by start), as a window's join keeps it.
+        at = facts.activity["kernel_id"].to_numpy()
+        by_id = np.argsort(at, kind="stable")
+        kernel = both["kernel_id"].to_numpy()[self.n_cpu :]
+        rank = by_id[np.searchsorted(at[by_id], kernel)] if kernel.size else kernel
+        both = both[np.concatenate([np.arange(self.n_cpu), self.n_cpu + np.argsort(rank, kind="stable")])]
+        self.cpu, self.gpu = both[: self.n_cpu], both[self.n_cpu :]
+        self.columns = _Columns(both.with_columns(eid=pl.lit(0, pl.Int64)))
+        self.cpu_ts = self.columns.cpu("ts")
+        self.cpu_launch = self.columns.cpu("launch_id")
+        self.gpu_launch = self.columns.gpu("launch_id")
+
+
 class _Columns:
-    """The events' numbers as numpy arrays, read in one query: ids -1 where
-    null, flags False; CPU events are the first ``n_cpu`` rows."""
+    """The events' numbers as numpy arrays: ids -1 where null, flags False;
+    CPU events are the first ``n_cpu`` rows."""
 
     def __init__(self, events: pl.DataFrame) -> None:
         low = _LOW
@@ -208,6 +251,17 @@ class _Columns:
         )
         self.n_cpu = int(frame["cpu"].sum())
         self._all = {c: frame[c].to_numpy() for c in frame.columns}
+
+    @classmethod
+    def pick(cls, cand: _Candidates, cpu_rows: np.ndarray, gpu_rows: np.ndarray) -> _Columns:
+        """The columns of a window's events, picked from the whole trace's (no query)."""
+        cols = cls.__new__(cls)
+        src = cand.columns
+        cols.n_cpu = cpu_rows.size
+        rows = np.concatenate([cpu_rows, cand.n_cpu + gpu_rows])
+        cols._all = {c: v[rows] for c, v in src._all.items()}
+        cols._all["eid"] = np.arange(rows.size, dtype=np.int64)
+        return cols
 
     def cpu(self, name: str) -> np.ndarray:
         return self._all[name][: self.n_cpu]
@@ -515,6 +569,10 @@ class _FactsIndex:
 
     def __init__(self, facts: TraceFacts) -> None:
         self.facts = facts
+
+    @cached_property
+    def candidates(self) -> _Candidates:
+        return _Candidates(self.facts)
 
     @cached_property
     def records(self) -> tuple[_ByGroup, np.ndarray]:
