@@ -37,15 +37,12 @@ from typing import Any
 import polars as pl
 
 from kinetolens.formats import RUN_METADATA_KEY
-from kinetolens.model.compiled_modules import compiled_root, kernel_modules
+from kinetolens.model.compiled_modules import METADATA_KEY, compiled_root, kernel_modules
 from kinetolens.model.trace import Trace
 from kinetolens.registry.flops import FormulaError, OpArgs, evaluate
 from kinetolens.registry.flops_base import json_list
 from kinetolens.registry.gpus import GpuSpec
 from kinetolens.registry.inductor_names import GeneratedName, parse
-
-#: The run-metadata key the capture writes (``capture.inductor_provenance.METADATA_KEY``).
-METADATA_KEY = "inductor_kernels"
 
 _WORK_SCHEMA = {"op_id": pl.Int64, "flops": pl.Float64, "bytes": pl.Float64, "formula": pl.String}
 
