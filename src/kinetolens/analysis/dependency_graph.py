@@ -70,6 +70,9 @@ STREAM_SYNC_CALLS = ("cudaStreamSynchronize", "hipStreamSynchronize")
 EVENT_RECORD_CALLS = ("cudaEventRecord", "hipEventRecord", "cudaEventRecordWithFlags", "hipEventRecordWithFlags")
 GPU_ACTIVITY = ("kernel", "memcpy", "memset")
 
+#: Host events (ops and runtime calls) up to which the whole trace's candidate events are made at once.
+_SMALL_TRACE = 20_000
+
 #: Stands for a null time in the edge arrays: before everything.
 _LOW = -(2**63)
 
@@ -189,7 +192,7 @@ def build_graph(trace: Trace, start: int, end: int, facts: TraceFacts | None = N
     building its expressions as much again), which made the fixed cost of a
     small window milliseconds."""
     facts = facts if facts is not None and facts.trace is trace else TraceFacts.of(trace)
-    cand = _facts_index(facts).candidates
+    cand = _facts_index(facts).candidates_for(start, end)
     cpu_rows = np.flatnonzero((cand.cpu_ts >= start) & (cand.cpu_ts <= end))
     launched = cand.cpu_launch[cpu_rows]
     gpu_rows = np.flatnonzero(np.isin(cand.gpu_launch, launched[launched >= 0])) if cand.gpu_launch.size else cpu_rows[:0]
@@ -214,8 +217,8 @@ class _Candidates:
     picked from it.  Whether a CPU event is data loading, the end of earlier
     activity on a stream and a launch's start do not depend on the window."""
 
-    def __init__(self, facts: TraceFacts) -> None:
-        cpu = _cpu_events(facts, _LOW, 2**63 - 1)
+    def __init__(self, facts: TraceFacts, start: int = _LOW, end: int = 2**63 - 1) -> None:
+        cpu = _cpu_events(facts, start, end)
         gpu = _gpu_events(facts, cpu)
         numbers = {f"_n_{c}": e for c, e in _Columns.exprs().items()}
         both = pl.concat([cpu, gpu], how="diagonal_relaxed").with_columns(**numbers).collect(engine="in-memory")
@@ -576,6 +579,22 @@ class _FactsIndex:
     @cached_property
     def candidates(self) -> _Candidates:
         return _Candidates(self.facts)
+
+    @cached_property
+    def host_ts(self) -> np.ndarray:
+        return np.concatenate([self.facts.trace.ops["ts"].to_numpy(), self.facts.trace.runtime["ts"].to_numpy()])
+
+    def candidates_for(self, start: int, end: int) -> _Candidates:
+        """The whole trace's candidates when made already, when the trace is small
+        (a query costs the same on it as on a window) or when the window holds a
+        quarter of it: the next windows reuse them.  Else only the window's: a
+        step of a long trace does not pay for the whole trace."""
+        if "candidates" in self.__dict__:
+            return self.candidates
+        ts = self.host_ts
+        if ts.size <= _SMALL_TRACE or 4 * int(np.count_nonzero((ts >= start) & (ts <= end))) >= ts.size:
+            return self.candidates
+        return _Candidates(self.facts, start, end)
 
     @cached_property
     def runtime(self) -> dict[str, np.ndarray]:
