@@ -11,6 +11,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from tests.conftest import trace_path
@@ -162,3 +164,28 @@ class Server(Client):
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+
+
+@contextmanager
+def dashboard_server(logdir: Path) -> Iterator[ThreadServer]:
+    """The dashboard over ``logdir`` (no cache), served in this process for the block."""
+    from kinetolens.views.dashboard.app import create_app
+
+    srv = ThreadServer(create_app(logdir, cache=False))
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@contextmanager
+def chromium_page(width: int, height: int = 900) -> Iterator[Any]:
+    """A page of Debian's headless chromium, driven by playwright, for the block."""
+    from playwright import sync_api
+
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        try:
+            yield browser.new_page(viewport={"width": width, "height": height})
+        finally:
+            browser.close()

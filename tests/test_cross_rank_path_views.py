@@ -32,7 +32,7 @@ from kinetolens.views.cross_rank_path_section import cross_rank_section
 from kinetolens.views.report_data import collect
 from kinetolens.views.report_md import render_md
 from tests.conftest import trace_path
-from tests.dashboard_helpers import CHROMIUM_ARGS, ThreadServer
+from tests.dashboard_helpers import ThreadServer, chromium_page, dashboard_server
 from tests.distributed.runs import DELAY_MS, SLOW_RANK, WHOLE_STEPS, DistributedRun, slow_loader_2  # noqa: F401
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -171,11 +171,8 @@ def logdir(slow_loader_2: DistributedRun, tmp_path_factory: pytest.TempPathFacto
 
 @pytest.fixture(scope="module")
 def server(logdir: Path) -> Iterator[ThreadServer]:
-    from kinetolens.views.dashboard.app import create_app
-
-    srv = ThreadServer(create_app(logdir, cache=False))
-    yield srv
-    srv.stop()
+    with dashboard_server(logdir) as srv:
+        yield srv
 
 
 def _first(logdir: Path, run: str) -> str:
@@ -243,13 +240,11 @@ CHARTS = {"What bounds each step's path across ranks", "Path time per rank, each
 
 @pytest.fixture(scope="module")
 def page() -> Iterator[object]:
-    playwright = pytest.importorskip("playwright.sync_api")
+    pytest.importorskip("playwright.sync_api")
     if not CHROMIUM.exists():
         pytest.skip("needs Debian's chromium")
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser.new_page(viewport={"width": WIDTH, "height": 900})
-        browser.close()
+    with chromium_page(WIDTH) as page:
+        yield page
 
 
 def _check(look: dict, where: str) -> None:

@@ -26,7 +26,7 @@ from kinetolens.analysis.inference_phases import inference_block, phase_tables
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import units
 from tests.conftest import trace_path
-from tests.dashboard_helpers import CHROMIUM_ARGS, V100, ThreadServer
+from tests.dashboard_helpers import V100, ThreadServer, chromium_page, dashboard_server
 
 playwright = pytest.importorskip("playwright.sync_api")
 CHROMIUM = Path("/usr/bin/chromium")
@@ -99,19 +99,14 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(logdir: Path) -> Iterator[ThreadServer]:
-    from kinetolens.views.dashboard.app import create_app
-
-    srv = ThreadServer(create_app(logdir, cache=False))
-    yield srv
-    srv.stop()
+    with dashboard_server(logdir) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
 def page() -> Iterator[object]:
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser.new_page(viewport={"width": WIDTH, "height": 900})
-        browser.close()
+    with chromium_page(WIDTH) as page:
+        yield page
 
 
 def worker(logdir: Path, run: str) -> Path:

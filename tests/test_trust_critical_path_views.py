@@ -38,7 +38,7 @@ from kinetolens.views.report_html import render_html
 from kinetolens.views.report_md import render_md
 from tests.conftest import trace_path
 from tests.cpu_capture import capture_small_mlp
-from tests.dashboard_helpers import CHROMIUM_ARGS, H100, V100, ThreadServer
+from tests.dashboard_helpers import H100, V100, ThreadServer, chromium_page, dashboard_server
 
 ALEXNET = "hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
 CPU_ONLY = "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
@@ -152,11 +152,8 @@ def logdir(tmp_path_factory: pytest.TempPathFactory, torch_cpu: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def server(logdir: Path) -> Iterator[ThreadServer]:
-    from kinetolens.views.dashboard.app import create_app
-
-    srv = ThreadServer(create_app(logdir, cache=False))
-    yield srv
-    srv.stop()
+    with dashboard_server(logdir) as srv:
+        yield srv
 
 
 def _worker(logdir: Path, run: str) -> str:
@@ -232,11 +229,9 @@ LOOK = """() => {
 def page() -> Iterator[object]:
     if not CHROMIUM.exists():
         pytest.skip("needs Debian's chromium")
-    playwright = pytest.importorskip("playwright.sync_api")
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser.new_page(viewport={"width": 1280, "height": 900})
-        browser.close()
+    pytest.importorskip("playwright.sync_api")
+    with chromium_page(1280) as page:
+        yield page
 
 
 @pytest.mark.parametrize(("run", "steps"), [("v100", 6), ("h100", 1), ("torch_cpu", 2), ("cpu_only", 0)])

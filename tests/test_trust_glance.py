@@ -24,7 +24,7 @@ import kinetolens
 from kinetolens.analysis.gpu_metrics import gpu_metrics
 from kinetolens.analysis.recommendations import recommendations_frame
 from tests.conftest import trace_path
-from tests.dashboard_helpers import CHROMIUM_ARGS, H100, V100, ThreadServer
+from tests.dashboard_helpers import H100, V100, ThreadServer, chromium_page, dashboard_server
 
 playwright = pytest.importorskip("playwright.sync_api")
 CHROMIUM = Path("/usr/bin/chromium")
@@ -85,19 +85,14 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(logdir: Path) -> Iterator[ThreadServer]:
-    from kinetolens.views.dashboard.app import create_app
-
-    srv = ThreadServer(create_app(logdir, cache=False))
-    yield srv
-    srv.stop()
+    with dashboard_server(logdir) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
 def page() -> Iterator[object]:
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser.new_page(viewport={"width": WIDTH, "height": 900})
-        browser.close()
+    with chromium_page(WIDTH) as page:
+        yield page
 
 
 def worker(logdir: Path, run: str) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import trace_path
-from tests.dashboard_helpers import CHROMIUM_ARGS, RANKS
+from tests.dashboard_helpers import RANKS, chromium_page
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from gen_ranks import generate  # noqa: E402
@@ -39,10 +39,8 @@ CHART = """id => { const d = document.getElementById(id);
 
 @pytest.fixture(scope="module")
 def page() -> Iterator[object]:
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser.new_page(viewport={"width": 1280, "height": 900})
-        browser.close()
+    with chromium_page(1280) as page:
+        yield page
 
 
 def report(run: Path, out: Path) -> Path:
