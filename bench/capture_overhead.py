@@ -199,7 +199,7 @@ def markdown(result: dict[str, Any], summary: dict[str, Any], command: str, reps
         "",
         f"torch {result['torch_version']}, device {result['device']}, Python {platform.python_version()}; "
         f"{reps} repetitions x ({warmup} warmup + {active} recorded steps), {active - 1} steps timed per repetition "
-        f"f"({'main-thread CPU time, torch on 1 thread' if clock is time.thread_time else 'wall time'}).",
+        f"({'main-thread CPU time, torch on 1 thread' if clock is time.thread_time else 'wall time'}).",
         "",
         "| configuration | median step ms (min–max over reps) | vs no profiler | median trace export ms |",
         "|---|---:|---:|---:|",

@@ -18,6 +18,7 @@ trace.  Two kinds of parity are checked:
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -314,6 +315,7 @@ def _summary(path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
         check=False,
+        env=dict(os.environ, COLUMNS="80"),  # the width the terminal tests read at, not the runner's
     )
 
 

@@ -17,7 +17,7 @@ from kinetolens.analysis.ops import rank_basis
 from kinetolens.analysis.overview import CATEGORIES, COLUMNS, OTHER
 from kinetolens.model.trace import Trace
 from kinetolens.registry.kernel_names import short_names
-from kinetolens.views import figures, units
+from kinetolens.views import units
 
 #: Kernels and ops shown per phase.
 TOP_PER_PHASE = 10
@@ -132,6 +132,8 @@ def iteration_figure(block: dict[str, Any]) -> Any:
     """The iterations' breakdown as stacked bars, one per iteration named by its phase
     (the step breakdown chart's counterpart, in the report and the dashboard)."""
     frame, labels = breakdown_rows(block)
+    from kinetolens.views import figures  # plotly: only where a chart is drawn, not for the terminal
+
     return figures.step_breakdown_figure(frame, "Engine iteration time breakdown", labels)
 
 
