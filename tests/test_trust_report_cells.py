@@ -59,3 +59,12 @@ def test_memory_and_percent_cells_carry_units() -> None:
     assert "| category | mean_per_step (ms) | pct_of_step |" in md
     page = render_html(data, standalone=False)
     assert "<td class=\"num\">1.95 GiB</td>" in page
+
+
+def test_time_columns_read_as_words_in_titles(rendered: tuple[str, str]) -> None:
+    # issue 18: the overview said "ops ranked by device_self_us" and charts "Top ops by device_self_us",
+    # "device_total_us by module": column names where people read titles
+    page, _ = rendered
+    titles = re.findall(r'"title":\{"text":"([^"]*)"', page) + re.findall(r"<td>ops ranked by</td><td>(.*?)</td>", page)
+    assert titles
+    assert not [t for t in titles if re.search(r"\b(device|host)_(self|total)_us\b", t)], titles

@@ -108,7 +108,6 @@ def print_inference(console: Console, block: dict[str, Any], *, limit: int | Non
 
 
 #: The ops' ranking column, in words.
-BASIS_WORDS = {"device_self_us": "GPU self time", "host_self_us": "CPU self time"}
 
 
 def _top(table: pl.DataFrame, phase: str, key: str, time: str, n: int) -> pl.DataFrame:
@@ -164,5 +163,5 @@ def phases_command(
             print_table(_top(kernels, phase, "kernel", "device_total_us", top), title=f"Top kernels in {phase} (% of {phase} time)",
                         headers={"pct": "% time"}, out=console)  # fmt: skip
         if ops.height:
-            print_table(_top(ops, phase, "name", basis, top), title=f"Top ops in {phase} by {BASIS_WORDS.get(basis, basis)} (% of {phase} time)",
+            print_table(_top(ops, phase, "name", basis, top), title=f"Top ops in {phase} by {units.basis_words(basis)} (% of {phase} time)",
                         headers={"pct": "% time", "name": "op"}, out=console)  # fmt: skip

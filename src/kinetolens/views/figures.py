@@ -107,9 +107,10 @@ def top_ops_figure(
     title: str | None = None,
 ) -> go.Figure:
     """The ``top`` rows of an ``op_stats`` table by ``value``; the rest summed as "other" in a pie."""
-    title = title or f"Top {top} by {value}"
+    words = units.basis_words(value)
+    title = title or f"Top {top} by {words}"
     if ops.height == 0 or value not in ops.columns or not (ops[value].fill_null(0) > 0).any():
-        return empty_figure(title, f"no {value}")
+        return empty_figure(title, f"no {words}")
     key = ops.columns[0]
     ranked = ops.filter(pl.col(value) > 0).sort(value, descending=True)
     head = ranked.head(top)
@@ -124,7 +125,7 @@ def top_ops_figure(
     elif kind == "bar":
         fig = go.Figure(go.Bar(x=values[::-1], y=labels[::-1], orientation="h",
                                hovertemplate="%{y}<br>%{x:,.1f} us<extra></extra>"))  # fmt: skip
-        fig.update_layout(xaxis_title=value, height=max(300, 28 * len(labels) + 120), margin={"l": 20})
+        fig.update_layout(xaxis_title=f"{words} (us)", height=max(300, 28 * len(labels) + 120), margin={"l": 20})
         fig.update_yaxes(automargin=True)
     else:
         raise ValueError(f"unknown kind {kind!r}; choose bar or pie")

@@ -32,7 +32,7 @@ from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
 from kinetolens.registry.gpus import GpuSpec, gpu_spec
 from kinetolens.registry.kernel_names import short_names
-from kinetolens.views import figures
+from kinetolens.views import figures, units
 from kinetolens.views.report_phases import iteration_figure, per_phase_tables
 from kinetolens.views.critical_path_section import CriticalPathSection, critical_path_section
 from kinetolens.views.cross_rank_path_section import CrossRankSection, cross_rank_section
@@ -147,13 +147,13 @@ class ReportData:
             steps = figures.step_breakdown_figure(self.breakdown)
         figs = {
             "steps": steps,
-            "ops": figures.top_ops_figure(self.ops, value=self.basis, top=TOP_ROWS, title=f"Top ops by {self.basis}"),
+            "ops": figures.top_ops_figure(self.ops, value=self.basis, top=TOP_ROWS, title=f"Top ops by {units.basis_words(self.basis)}"),
             "kernels": figures.top_ops_figure(
                 self.kernel_names, value="device_total_us", top=TOP_ROWS, kind="pie", title="GPU time by kernel"
             ),
             "tensor_cores": figures.tensor_core_figure(self.kernels),
             "modules": figures.module_icicle_figure(
-                self.modules, value=time_basis(self.trace), title=f"{time_basis(self.trace)} by module"
+                self.modules, value=time_basis(self.trace), title=f"{units.basis_words(time_basis(self.trace))} by module"
             ),
         }
         if self.spec is not None and self.roofline_ops is not None:

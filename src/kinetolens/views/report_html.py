@@ -96,7 +96,7 @@ def overview_frame(data: ReportData) -> pl.DataFrame:
     rows += [
         ("trace span", f"{s['span_us'] / 1000:.3f} ms"),
         ("rank / world size", f"{s['rank']} / {s['world_size']}" if s["rank"] is not None else None),
-        ("ops ranked by", data.basis),
+        ("ops ranked by", units.basis_words(data.basis)),
     ]
     for d in s["devices"]:
         rows.append((f"GPU {d['id']}", f"{d['name']} (cc {d['compute_capability']}, {d['sms']} SMs)"))

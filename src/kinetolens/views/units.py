@@ -27,6 +27,20 @@ CLOCK_DECIMALS = 3
 RATES = {"tflops_s": "TFLOP/s", "achieved_tflops": "TFLOP/s", "gbps": "GB/s", "achieved_gbps": "GB/s",
          "intensity": "FLOP/byte", "bus_gbps": "GB/s", "algo_gbps": "GB/s", "tokens_per_s": "tokens/s"}  # fmt: skip
 #: Columns that count things, whatever their type (a mean over ranks may be a float).
+#: How the time columns that rank tables read in titles and captions.
+TIME_BASIS_WORDS = {
+    "device_self_us": "GPU self time",
+    "device_total_us": "GPU time",
+    "host_self_us": "CPU self time",
+    "host_total_us": "CPU time",
+}
+
+
+def basis_words(column: str) -> str:
+    """A time column's name as people read it (``device_self_us`` -> ``GPU self time``)."""
+    return TIME_BASIS_WORDS.get(column, column)
+
+
 COUNTS = {"calls", "count", "ranks", "steps"}
 #: Byte columns that count data moved (decimal units); other ``*bytes`` / ``size`` columns are memory held.
 TRAFFIC = {"bytes"}
