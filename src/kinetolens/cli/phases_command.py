@@ -24,7 +24,7 @@ from kinetolens.analysis.overview import CATEGORIES, OTHER
 from kinetolens.cli.checks import ROWS, WIDTH
 from kinetolens.cli.load_options import capture_option
 from kinetolens.cli.render import console as render_console
-from kinetolens.cli.render import emit_json, print_captioned, print_table
+from kinetolens.cli.render import emit_json, print_captioned, print_heading, print_table
 from kinetolens.loader import load
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import units
@@ -151,7 +151,7 @@ def phases_command(
         why = block["against"] or "no engine iteration annotation, decode step, KV-cache op or graph replay found"
         console.print(Text(f"{trace}: not an inference trace ({why}); kinetolens summary shows its steps."))
         return
-    console.print(Text(f"kinetolens phases: {trace}", style="bold"))
+    print_heading(console, f"kinetolens phases: {trace}")
     console.print(Text("inference: " + ", ".join(block["evidence"])))
     console.line()
     if not block["iterations"]:

@@ -322,14 +322,20 @@ def print_table(
     return dropped
 
 
+def print_heading(con: Console, text: str, style: str = "bold") -> None:
+    """``text`` at the console's width: a word (a path) longer than a line is cut
+    in the middle, never folded mid-word."""
+    con.print(Text(" ".join(units.middle(word, con.width) for word in text.split(" ")), style=style))
+
+
 def print_captioned(con: Console, table: Table) -> None:
     """``table`` with its title and caption as text wrapped at the console's
     width (rich would wrap them at the table's, a few words a line under a
     narrow table, and fold a long path mid-word)."""
     caption, table.caption = table.caption, None
     title, table.title = table.title, None
-    if title:  # at the console's width, a path longer than a line cut in the middle, never folded
-        con.print(Text(" ".join(units.middle(word, con.width) for word in str(title).split(" ")), style="italic"))
+    if title:
+        print_heading(con, str(title), style="italic")
     con.print(table)
     if caption:
         con.print(Text(str(caption)))
