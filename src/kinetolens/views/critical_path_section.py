@@ -218,14 +218,19 @@ def bounds_figure(frame: pl.DataFrame, title: str) -> go.Figure:
                 hovertemplate="%{y}<br>" + label + ": %{x:,.3f} ms (%{customdata})<extra></extra>",
             )
         )
+    return stacked_path_layout(fig, title, windows)
+
+
+def stacked_path_layout(fig: go.Figure, title: str, rows: list[str]) -> go.Figure:
+    """The layout of a stacked bar of path time, one bar per step (``rows``, top down)."""
     fig.update_layout(
         barmode="stack",
         title=title,
         template=TEMPLATE,
         xaxis_title="ms on the critical path",
-        yaxis={"type": "category", "autorange": "reversed", "categoryarray": windows, "categoryorder": "array"},
+        yaxis={"type": "category", "autorange": "reversed", "categoryarray": rows, "categoryorder": "array"},
         legend={"orientation": "h", "y": -0.25, "x": 0, "yanchor": "top", "traceorder": "normal"},
-        height=max(300, 40 * len(windows) + 200),
+        height=max(300, 40 * len(rows) + 200),
         margin={"l": 90, "r": 20, "t": 50, "b": 40},
     )
     return fig

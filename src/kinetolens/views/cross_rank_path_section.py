@@ -24,8 +24,7 @@ from kinetolens.analysis.cross_rank_run import TOP_RANKS, RunPath, run_path
 from kinetolens.errors import TraceError
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import units
-from kinetolens.views.critical_path_section import BOUND_LABELS, bounds_figure
-from kinetolens.views.figures import TEMPLATE
+from kinetolens.views.critical_path_section import BOUND_LABELS, bounds_figure, stacked_path_layout
 
 if TYPE_CHECKING:
     from kinetolens.analysis.cross_rank_path import RankGraphs
@@ -208,17 +207,7 @@ def ranks_per_step_figure(section: CrossRankSection) -> go.Figure:
                 hovertemplate="%{y}<br>%{customdata[1]}: %{x:,.3f} ms (%{customdata[0]})<extra></extra>",
             )
         )
-    fig.update_layout(
-        barmode="stack",
-        title="Path time per rank, each step",
-        template=TEMPLATE,
-        xaxis_title="ms on the critical path",
-        yaxis={"type": "category", "autorange": "reversed", "categoryarray": steps, "categoryorder": "array"},
-        legend={"orientation": "h", "y": -0.25, "x": 0, "yanchor": "top", "traceorder": "normal"},
-        height=max(300, 40 * len(steps) + 200),
-        margin={"l": 90, "r": 20, "t": 50, "b": 40},
-    )
-    return fig
+    return stacked_path_layout(fig, "Path time per rank, each step", steps)
 
 
 def figures(section: CrossRankSection) -> dict[str, go.Figure]:
