@@ -110,8 +110,9 @@ def _work_kinetolens(path: str, out: dict) -> None:
     kinetolens.tune_allocator()
     import polars  # noqa: F401  (imported before the clock, as pandas is for the others)
     import kinetolens.loader  # noqa: F401  (the analyzer's modules too)
-    from kinetolens.analysis import idle, overview
-    from kinetolens.analysis.gpu_streams import without_last_step
+    from kinetolens.analysis.gputime import idle
+    from kinetolens.analysis.gputime import overview
+    from kinetolens.analysis.gputime.gpu_streams import without_last_step
 
     out["rss_after_imports_kb"] = proc_status_kb("VmRSS")
     t0 = time.perf_counter()

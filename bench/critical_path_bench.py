@@ -53,7 +53,7 @@ DEFAULT = [
 KINETOLENS_WORKER = r"""
 import json, sys, time
 import kinetolens
-from kinetolens.analysis.critical_path import annotation_window, critical_path, whole_window
+from kinetolens.analysis.paths.critical_path import annotation_window, critical_path, whole_window
 path, ann, inst = sys.argv[1], sys.argv[2], int(sys.argv[3])
 t = kinetolens.load(path, cache=False)
 w = annotation_window(t, ann, inst) if ann else whole_window(t)

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 import kinetolens
-from kinetolens.analysis import idle
-from kinetolens.analysis.gpu_streams import without_last_step
+from kinetolens.analysis.gputime import idle
+from kinetolens.analysis.gputime.gpu_streams import without_last_step
 from tests.conftest import trace_path
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"

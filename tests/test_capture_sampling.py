@@ -108,8 +108,8 @@ def sampled_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
 
 
 def test_samples_read_back_equal_the_raw_json(sampled_run: tuple[Path, int], tmp_path: Path) -> None:
-    from kinetolens.analysis.memory_samples import SAMPLE_EVENT as READ_NAME
-    from kinetolens.analysis.memory_samples import memory_samples, sample_summary
+    from kinetolens.analysis.memory.samples import SAMPLE_EVENT as READ_NAME
+    from kinetolens.analysis.memory.samples import memory_samples, sample_summary
 
     assert READ_NAME == SAMPLE_EVENT  # the analysis reads what the capture writes
     path, ops = sampled_run
@@ -180,7 +180,7 @@ def test_trace_without_samples_has_no_sampled_section(tmp_path: Path) -> None:
 
 
 def test_memory_figure_draws_the_samples(sampled_run: tuple[Path, int]) -> None:
-    from kinetolens.analysis.memory_samples import memory_samples, sample_figure_curve
+    from kinetolens.analysis.memory.samples import memory_samples, sample_figure_curve
     from kinetolens.views.figures import memory_figure
 
     curve = memory_samples(kinetolens.load(sampled_run[0], cache=False))

@@ -17,9 +17,9 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from kinetolens.analysis.compiled_kernels import generated_kernels
-from kinetolens.analysis.module_tree import module_tree
-from kinetolens.analysis.ops import op_stats
+from kinetolens.analysis.hardware.compiled_kernels import generated_kernels
+from kinetolens.analysis.hardware.module_tree import module_tree
+from kinetolens.analysis.workload.ops import op_stats
 from kinetolens.cli.main import cli
 from kinetolens.model.trace import Trace
 from tests.compiled_model import ROOT_MODULE

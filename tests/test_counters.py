@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 
 import kinetolens
-from kinetolens.analysis.counters import FLOP_COUNTERS, NoCounters, counter_table
-from kinetolens.analysis.tensor_cores import counter_verdicts, kernel_tensor_cores
+from kinetolens.analysis.hardware.counters import FLOP_COUNTERS, NoCounters, counter_table
+from kinetolens.analysis.hardware.tensor_cores import counter_verdicts, kernel_tensor_cores
 from kinetolens.cli.main import main
 
 from .conftest import GOLDEN, trace_path
@@ -191,8 +191,8 @@ def with_dram_counters(tmp_path: Path, factor: dict[str, float], rel: str = BERT
     instruction counters only), so the values are placed by hand; everything
     from the file on (ingest, pairing, the model, the joins) runs for real.
     """
-    from kinetolens.analysis.counters import LAUNCH_API
-    from kinetolens.analysis.work import kernel_work
+    from kinetolens.analysis.hardware.counters import LAUNCH_API
+    from kinetolens.analysis.workload.work import kernel_work
 
     path = trace_path(rel)
     trace = kinetolens.load(path, cache=False)
@@ -221,9 +221,9 @@ def with_dram_counters(tmp_path: Path, factor: dict[str, float], rel: str = BERT
 
 
 def test_measured_beside_modeled_per_kernel_op_and_group(tmp_path: Path) -> None:
-    from kinetolens.analysis.counters import measured_vs_modeled, op_measured
-    from kinetolens.analysis.roofline import kernel_roofline, op_roofline, roofline_by
-    from kinetolens.registry.gpus import gpu_spec
+    from kinetolens.analysis.hardware.counters import measured_vs_modeled, op_measured
+    from kinetolens.analysis.hardware.roofline import kernel_roofline, op_roofline, roofline_by
+    from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 
     trace = kinetolens.load(with_dram_counters(tmp_path, {"aten::addmm": 6.0}), cache=False)
     assert counter_table(trace)["pairing"][0] == "launch order"
@@ -248,7 +248,7 @@ def test_measured_beside_modeled_per_kernel_op_and_group(tmp_path: Path) -> None
 
 
 def test_measured_without_dram_counters_or_model_is_null() -> None:
-    from kinetolens.analysis.counters import kernel_measured, op_measured
+    from kinetolens.analysis.hardware.counters import kernel_measured, op_measured
 
     trace = kinetolens.load(trace_path(CUPTI))
     m = kernel_measured(trace)

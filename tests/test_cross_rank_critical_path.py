@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kinetolens.analysis.cross_rank_path import BOUNDS, cross_rank_path, joined_graph
+from kinetolens.analysis.paths.cross_rank_path import BOUNDS, cross_rank_path, joined_graph
 from kinetolens.cli.main import main
 from kinetolens.errors import TraceError
 from kinetolens.runs.graphs import run_graphs, run_joined_graph, run_paths

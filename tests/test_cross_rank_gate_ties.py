@@ -19,8 +19,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kinetolens.analysis.cross_rank_path import RankGraphs, cross_rank_path, joined_graph
-from kinetolens.analysis.longest_path import longest_path
+from kinetolens.analysis.paths.cross_rank_path import RankGraphs, cross_rank_path, joined_graph
+from kinetolens.analysis.paths.longest_path import longest_path
 from kinetolens.runs.graphs import run_graphs, run_paths
 from tests.conftest import trace_path
 

@@ -6,7 +6,7 @@ sleeps in its data loading (the session's ``slow_loader_2``, shared with
 test_cross_rank_critical_path.py) and a generated run of 64 ranks with a
 planted straggler.  Reports are rendered by the real CLI; the dashboard is
 served on loopback and read over HTTP and in headless Chromium.  Numbers on
-the page are checked against :mod:`kinetolens.analysis.cross_rank_path`
+the page are checked against :mod:`kinetolens.analysis.paths.cross_rank_path`
 called directly.
 """
 
@@ -23,8 +23,8 @@ import pytest
 from markupsafe import escape
 
 import kinetolens
-from kinetolens.analysis.critical_path import summarize
-from kinetolens.analysis.cross_rank_path import by_rank, combined
+from kinetolens.analysis.paths.critical_path import summarize
+from kinetolens.analysis.paths.cross_rank_path import by_rank, combined
 from kinetolens.cli.main import main
 from kinetolens.runs.graphs import run_graphs, run_paths, run_summaries_and_graphs
 from kinetolens.views import units

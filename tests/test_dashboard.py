@@ -27,11 +27,11 @@ import pytest
 
 import kinetolens
 from kinetolens.analysis.diff import compare
-from kinetolens.analysis.gpu_metrics import gpu_metrics
-from kinetolens.analysis.kernels import kernel_table
-from kinetolens.analysis.memory import memory_events
-from kinetolens.analysis.memory_allocations import allocations
-from kinetolens.analysis.ops import op_stats
+from kinetolens.analysis.hardware.gpu_metrics import gpu_metrics
+from kinetolens.analysis.hardware.kernels import kernel_table
+from kinetolens.analysis.memory.usage import memory_events
+from kinetolens.analysis.memory.allocations import allocations
+from kinetolens.analysis.workload.ops import op_stats
 from kinetolens.analysis.summary import attribution, steps_block
 from kinetolens.views.perfetto import chrome_trace
 from tests.conftest import trace_path

@@ -22,7 +22,7 @@ import polars as pl
 import pytest
 
 import kinetolens
-from kinetolens.analysis.inference_phases import inference_block, phase_tables
+from kinetolens.analysis.inference.phases import inference_block, phase_tables
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import units
 from tests.conftest import trace_path

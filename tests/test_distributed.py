@@ -13,12 +13,12 @@ import polars as pl
 import pytest
 
 import kinetolens
-from kinetolens.analysis.collectives import (
+from kinetolens.analysis.ranks.collectives import (
     bus_factor,
     collective_calls,
     comm_overlap_per_step,
 )
-from kinetolens.analysis.distributed import (
+from kinetolens.analysis.ranks.distributed import (
     collective_stats,
     matched_calls,
     rank_collective_stats,

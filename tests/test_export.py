@@ -15,11 +15,11 @@ import polars as pl
 import pytest
 
 import kinetolens
-from kinetolens.analysis.kernels import kernel_table
-from kinetolens.analysis.memory import memory_events, memory_peaks
-from kinetolens.analysis.roofline import kernel_roofline
+from kinetolens.analysis.hardware.kernels import kernel_table
+from kinetolens.analysis.memory.usage import memory_events, memory_peaks
+from kinetolens.analysis.hardware.roofline import kernel_roofline
 from kinetolens.model.trace import TABLES
-from kinetolens.registry.gpus import gpu_spec
+from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 from kinetolens.views.perfetto import chrome_trace
 from tests.conftest import trace_path
 

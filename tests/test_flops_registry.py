@@ -183,7 +183,7 @@ def _conv_work(rel: str):  # type: ignore[no-untyped-def]
     import polars as pl
 
     import kinetolens
-    from kinetolens.analysis.work import carried_work
+    from kinetolens.analysis.workload.work import carried_work
     from tests.conftest import trace_path
 
     trace = kinetolens.load(trace_path(rel))

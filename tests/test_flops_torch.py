@@ -27,7 +27,7 @@ from torch.utils.flop_counter import (
 )
 
 import kinetolens
-from kinetolens.analysis.work import kernel_work, op_work
+from kinetolens.analysis.workload.work import kernel_work, op_work
 
 CONV_FORWARD = {
     "aten::_convolution", "aten::convolution", "aten::mkldnn_convolution", "aten::slow_conv3d",

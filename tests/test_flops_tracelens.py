@@ -30,7 +30,7 @@ import polars as pl
 import pytest
 
 import kinetolens
-from kinetolens.analysis.work import op_work
+from kinetolens.analysis.workload.work import op_work
 from kinetolens.registry.dtypes import dtype_bytes
 from kinetolens.registry.flops import REGISTRY
 
@@ -188,9 +188,9 @@ def test_unified_summary(model: Model) -> None:
 
 def test_kernel_and_op_tables_carry_the_work() -> None:
     """Kernel FLOPs add up to their ops' FLOPs; the kernels and ops reports show them with rates."""
-    from kinetolens.analysis.kernels import kernel_table
-    from kinetolens.analysis.ops import op_stats
-    from kinetolens.analysis.work import kernel_work
+    from kinetolens.analysis.hardware.kernels import kernel_table
+    from kinetolens.analysis.workload.ops import op_stats
+    from kinetolens.analysis.workload.work import kernel_work
 
     trace = kinetolens.load(trace_path(f"tracelens/h100/{MODELS[0]}.json.gz"))
     ops, kernels = op_work(trace), kernel_work(trace)

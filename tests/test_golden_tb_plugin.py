@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 import kinetolens
-from kinetolens.analysis.ops import op_stats
+from kinetolens.analysis.workload.ops import op_stats
 from tests.conftest import GOLDEN, TRACES
 
 GOLDEN_FILES = sorted(

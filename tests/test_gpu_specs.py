@@ -9,7 +9,8 @@ import pytest
 
 import kinetolens
 from kinetolens.errors import TraceError
-from kinetolens.registry.gpus import MATCHES, PRECISIONS, SPECS, gpu_spec, match_device
+from kinetolens.registry.gpus import MATCHES, PRECISIONS, SPECS, match_device
+from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 
 from .conftest import trace_path
 

@@ -35,8 +35,9 @@ import pytest
 from click.testing import CliRunner
 
 from kinetolens import load
-from kinetolens.analysis import idle, launch
-from kinetolens.analysis.gpu_streams import stream_work, without_last_step
+from kinetolens.analysis.gputime import idle
+from kinetolens.analysis.gputime import launch
+from kinetolens.analysis.gputime.gpu_streams import stream_work, without_last_step
 from kinetolens.cli.main import cli
 from kinetolens.model.trace import Trace
 from tests.conftest import GOLDEN, TRACES

@@ -15,9 +15,9 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from kinetolens.analysis import engine_annotations
-from kinetolens.analysis.inference_phases import detect, iterations, phase_summary, phase_tables
-from kinetolens.analysis.overview import COLUMNS
+from kinetolens.analysis.inference import engine_annotations
+from kinetolens.analysis.inference.phases import detect, iterations, phase_summary, phase_tables
+from kinetolens.analysis.gputime.overview import COLUMNS
 from kinetolens.analysis.summary import summarize
 from kinetolens.analysis.trace_kind import trace_kind
 from kinetolens.cli.main import cli

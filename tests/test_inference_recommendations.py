@@ -20,8 +20,8 @@ import pytest
 from click.testing import CliRunner
 
 import kinetolens
-from kinetolens.analysis.inference_phases import detect, iterations
-from kinetolens.analysis.recommendations import recommendations, recommendations_frame
+from kinetolens.analysis.inference.phases import detect, iterations
+from kinetolens.analysis.advice.recommendations import recommendations, recommendations_frame
 from kinetolens.cli.main import cli
 from tests.conftest import trace_path
 

@@ -24,10 +24,10 @@ import polars as pl
 import pytest
 
 import kinetolens
-from kinetolens.analysis.roofline import kernel_roofline, op_roofline, tensor_core_op
+from kinetolens.analysis.hardware.roofline import kernel_roofline, op_roofline, tensor_core_op
 from kinetolens.analysis.summary import summarize
-from kinetolens.analysis.tensor_cores import kernel_tensor_cores
-from kinetolens.analysis.work import kernel_work
+from kinetolens.analysis.hardware.tensor_cores import kernel_tensor_cores
+from kinetolens.analysis.workload.work import kernel_work
 from kinetolens.model.graph_replay import captured_nodes
 from kinetolens.registry.flops import REGISTRY
 from kinetolens.registry.gpus import SPECS

@@ -12,9 +12,9 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import kinetolens
-from kinetolens.analysis.collectives import collective_calls
-from kinetolens.analysis.distributed import RankSummary, collective_stats, step_times
-from kinetolens.analysis.stragglers import straggler_findings, stragglers
+from kinetolens.analysis.ranks.collectives import collective_calls
+from kinetolens.analysis.ranks.distributed import RankSummary, collective_stats, step_times
+from kinetolens.analysis.ranks.stragglers import straggler_findings, stragglers
 from kinetolens.runs import LocalExecutor, executor_for, summarize_run
 from kinetolens.runs.executors import DaskExecutor, pool_size
 from tests.conftest import trace_path

@@ -27,7 +27,7 @@ import polars as pl
 import pytest
 
 import kinetolens
-from kinetolens.analysis.memory import (
+from kinetolens.analysis.memory.usage import (
     ALLOCATOR,
     WINDOW_SUM,
     category_peak,
@@ -39,7 +39,7 @@ from kinetolens.analysis.memory import (
     op_memory_stats,
     resolve_device,
 )
-from kinetolens.analysis.memory_allocations import (
+from kinetolens.analysis.memory.allocations import (
     ALIVE_AT_END,
     BEFORE_WINDOW,
     FREED,
@@ -456,7 +456,7 @@ def test_cli_rejects_clearly(tmp_path: Path) -> None:
 def test_counter_events_keep_every_numeric_arg() -> None:
     """Kineto's GPU-metrics counters: every ``ph: "C"`` event's args reach
     ``trace.counters`` with its time, and none of them is a memory sample."""
-    from kinetolens.analysis.memory_samples import memory_samples, sample_summary
+    from kinetolens.analysis.memory.samples import memory_samples, sample_summary
 
     path = trace_path("kineto/gpu_metrics/gpu_metrics_expected.json")
     raw = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "C"]

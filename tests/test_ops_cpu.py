@@ -13,7 +13,7 @@ import polars as pl
 from click.testing import CliRunner
 
 import kinetolens
-from kinetolens.analysis.ops import op_stats, step_time_ns, time_basis
+from kinetolens.analysis.workload.ops import op_stats, step_time_ns, time_basis
 from kinetolens.cli.main import cli
 from kinetolens.views.report_data import collect
 from tests.conftest import trace_path

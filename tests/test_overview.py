@@ -29,8 +29,8 @@ import polars as pl
 import pytest
 
 import kinetolens
-from kinetolens.analysis.gpu_metrics import gpu_metrics
-from kinetolens.analysis.overview import (
+from kinetolens.analysis.hardware.gpu_metrics import gpu_metrics
+from kinetolens.analysis.gputime.overview import (
     CATEGORIES,
     COLUMNS,
     average_breakdown,
@@ -228,7 +228,7 @@ def test_gpu_metrics_match_plugin(case) -> None:
 def test_tensor_core_share_is_the_yes_kernels_time(case) -> None:
     """Which kernels use Tensor Cores is the Tensor Core rules' call (tested
     with them); the share is their ``yes`` time over all kernel time."""
-    from kinetolens.analysis.tensor_cores import kernel_tensor_cores
+    from kinetolens.analysis.hardware.tensor_cores import kernel_tensor_cores
 
     name, golden, trace = case
     yes = set(kernel_tensor_cores(trace).filter(pl.col("tc") == "yes")["kernel_id"].to_list())

@@ -9,7 +9,7 @@ import json
 import pytest
 
 import kinetolens
-from kinetolens.analysis.recommendations import RULES, RuleContext, recommendations
+from kinetolens.analysis.advice.recommendations import RULES, RuleContext, recommendations
 from kinetolens.analysis.summary import summarize
 from tests.conftest import GOLDEN, trace_path
 from tests.distributed.runs import torchrun_2  # noqa: F401
@@ -269,8 +269,8 @@ QWEN = "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 
 
 def test_below_roofline_fires_on_ops_far_from_their_roof() -> None:
-    from kinetolens.analysis.roofline import roofline_by
-    from kinetolens.registry.gpus import gpu_spec
+    from kinetolens.analysis.hardware.roofline import roofline_by
+    from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 
     trace = kinetolens.load(trace_path(CONTROL))
     found = [f for f in recommendations(trace) if f.rule == "below_roofline"]

@@ -16,13 +16,13 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from kinetolens.analysis.distributed import (
+from kinetolens.analysis.ranks.distributed import (
     RankSummary,
     collective_stats,
     step_spread,
     step_times,
 )
-from kinetolens.analysis.stragglers import stragglers
+from kinetolens.analysis.ranks.stragglers import stragglers
 from kinetolens.cache import ENV_DIR, default_cache_dir
 from kinetolens.cli.main import main
 from kinetolens.errors import TraceError

@@ -13,12 +13,12 @@ import polars as pl
 import pytest
 
 import kinetolens
-from kinetolens.analysis.idle import idle_breakdown, temporal_breakdown
-from kinetolens.analysis.kernels import kernel_table
-from kinetolens.analysis.memory import memory_curve, memory_events
-from kinetolens.analysis.ops import op_stats
-from kinetolens.analysis.overview import step_breakdown
-from kinetolens.analysis.recommendations import recommendations
+from kinetolens.analysis.gputime.idle import idle_breakdown, temporal_breakdown
+from kinetolens.analysis.hardware.kernels import kernel_table
+from kinetolens.analysis.memory.usage import memory_curve, memory_events
+from kinetolens.analysis.workload.ops import op_stats
+from kinetolens.analysis.gputime.overview import step_breakdown
+from kinetolens.analysis.advice.recommendations import recommendations
 from kinetolens.views import figures, units
 from kinetolens.views.report_data import collect
 from tests.conftest import trace_path

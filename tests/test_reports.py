@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 import kinetolens
-from kinetolens.analysis.ops import op_stats, step_time_ns
+from kinetolens.analysis.workload.ops import op_stats, step_time_ns
 from tests.conftest import trace_path
 
 CPU_ONLY = "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
@@ -22,7 +22,7 @@ def test_step_share_uses_host_time_when_the_trace_has_no_kernels() -> None:
     assert trace.kernels.height == 0
     # issue 18: ops rank and share by (host) self time, and only time inside a step counts toward
     # the share of the steps' wall time: this trace's four aten::empty calls all lie outside its one step.
-    from kinetolens.analysis.ops import rank_basis
+    from kinetolens.analysis.workload.ops import rank_basis
 
     assert rank_basis(trace) == "host_self_us"
     top = op_stats(trace).sort("host_self_us", descending=True).row(0, named=True)

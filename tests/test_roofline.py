@@ -9,8 +9,8 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from kinetolens.analysis.kernels import kernel_table
-from kinetolens.analysis.roofline import (
+from kinetolens.analysis.hardware.kernels import kernel_table
+from kinetolens.analysis.hardware.roofline import (
     kernel_groups,
     kernel_roofline,
     op_roofline,
@@ -19,7 +19,7 @@ from kinetolens.analysis.roofline import (
 from kinetolens.cli.main import cli
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
-from kinetolens.registry.gpus import gpu_spec
+from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 from tests.conftest import trace_path
 
 QWEN = "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"

@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 
 import kinetolens
-from kinetolens.analysis.kernels import kernel_table
-from kinetolens.analysis.tensor_cores import (
+from kinetolens.analysis.hardware.kernels import kernel_table
+from kinetolens.analysis.hardware.tensor_cores import (
     kernel_tensor_cores,
     op_tensor_core_eligibility,
 )

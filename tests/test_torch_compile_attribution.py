@@ -25,13 +25,14 @@ import polars as pl
 from click.testing import CliRunner
 
 import kinetolens
-from kinetolens.analysis.compiled_kernels import compiled_kernel_table, generated_kernels, recorded
-from kinetolens.analysis.kernels import kernel_table
-from kinetolens.analysis.roofline import kernel_roofline
-from kinetolens.analysis.work import op_work
+from kinetolens.analysis.hardware.compiled_kernels import compiled_kernel_table, generated_kernels
+from kinetolens.analysis.workload.fusions import recorded
+from kinetolens.analysis.hardware.kernels import kernel_table
+from kinetolens.analysis.hardware.roofline import kernel_roofline
+from kinetolens.analysis.workload.work import op_work
 from kinetolens.cli.main import cli
 from kinetolens.registry.flops import OpArgs, evaluate
-from kinetolens.registry.gpus import gpu_spec
+from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 from kinetolens.registry.inductor_names import parse
 from tests.compiled_model import ROOT_MODULE, SCRIPT_NAME, line_of
 

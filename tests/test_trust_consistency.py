@@ -9,13 +9,13 @@ import polars as pl
 import pytest
 
 import kinetolens
-from kinetolens.analysis.memory import ALLOCATOR, WINDOW_SUM, memory_events, memory_peaks, peak_memory
+from kinetolens.analysis.memory.usage import ALLOCATOR, WINDOW_SUM, memory_events, memory_peaks, peak_memory
 from kinetolens.analysis.summary import summarize
 from kinetolens.views import report_data, units
 from kinetolens.views.dashboard import pages, sources
 from kinetolens.views.dashboard.sources import Ctx
 from kinetolens.views.dashboard.state import Loaded
-from kinetolens.views.report_html import overview_frame
+from kinetolens.views.report_frames import overview_frame
 from tests.conftest import trace_path
 
 QWEN = "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
@@ -137,10 +137,10 @@ def test_terminal_views_say_what_a_memory_peak_counts() -> None:
 def test_calls_of_a_module_are_the_times_it_ran(qwen: kinetolens.Trace) -> None:
     # issue 17, point 11: one attention module showed 29 calls in `ops --aggregate-by module`
     # (its top-level ops) and 15 in `roofline --by module` (those carrying work); it ran once.
-    from kinetolens.analysis.modules import module_calls
-    from kinetolens.analysis.ops import op_stats
-    from kinetolens.analysis.roofline import roofline_by
-    from kinetolens.registry.gpus import gpu_spec
+    from kinetolens.analysis.workload.modules import module_calls
+    from kinetolens.analysis.workload.ops import op_stats
+    from kinetolens.analysis.hardware.roofline import roofline_by
+    from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 
     module = "Qwen2Model_0.Qwen2DecoderLayer_0.Qwen2Attention_0"
     ran = qwen.python.filter(pl.col("name") == "nn.Module: Qwen2Attention_0").height

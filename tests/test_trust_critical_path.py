@@ -15,8 +15,8 @@ import polars as pl
 import pytest
 
 from kinetolens import load
-from kinetolens.analysis.critical_path import annotation_window, critical_path, step_window
-from kinetolens.analysis.dependency_graph import build_graph
+from kinetolens.analysis.paths.critical_path import annotation_window, critical_path, step_window
+from kinetolens.analysis.paths.dependency_graph import build_graph
 from kinetolens.errors import TraceError
 from tests.conftest import GOLDEN, trace_path
 
@@ -143,7 +143,7 @@ def test_graph_launched_kernels_hang_off_their_launch() -> None:
     # issue 19, point 1: kernels a CUDA/HIP graph launch releases depend on that launch
     # (HTA leaves them out of its launch edges). vLLM's replay trace runs its kernels in hipGraphLaunch.
     trace = load(trace_path("tracelens/inference/vllm_prefilldecode_piecewise/graph_execution.json.gz"))
-    from kinetolens.analysis.critical_path import whole_window
+    from kinetolens.analysis.paths.critical_path import whole_window
 
     w = whole_window(trace)
     g = build_graph(trace, w.start, w.end)
@@ -188,7 +188,7 @@ def test_chain_contraction_keeps_the_longest_path() -> None:
     import numpy as np
     import rustworkx as rx
 
-    from kinetolens.analysis.longest_path import CycleError, longest_path
+    from kinetolens.analysis.paths.longest_path import CycleError, longest_path
 
     rng = np.random.default_rng(19)
     for _ in range(30):

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from kinetolens import load
-from kinetolens.analysis.critical_path import annotation_window, critical_path
+from kinetolens.analysis.paths.critical_path import annotation_window, critical_path
 from tests.conftest import trace_path
 
 PARAM = "[param|pytorch.model.alex_net|0|0|0|measure|forward]"

@@ -6,7 +6,7 @@ HTA's CPU-only trace (a step holding no CPU op: no path at all) and a torch
 CPU capture made here (a path through CPU ops only).  The report is
 rendered for real; the dashboard is served on loopback and read over HTTP
 and in headless Chromium.  Every number on the page is checked against
-``kinetolens.analysis.critical_path`` called directly.
+``kinetolens.analysis.paths.critical_path`` called directly.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import polars as pl
 import pytest
 
 import kinetolens
-from kinetolens.analysis.critical_path import (
+from kinetolens.analysis.paths.critical_path import (
     combined,
     critical_path,
     critical_paths,

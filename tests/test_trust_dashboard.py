@@ -18,8 +18,8 @@ import polars as pl
 import pytest
 from starlette.requests import Request
 
-from kinetolens.analysis.distributed import step_times
-from kinetolens.analysis.idle import temporal_breakdown
+from kinetolens.analysis.ranks.distributed import step_times
+from kinetolens.analysis.gputime.idle import temporal_breakdown
 from kinetolens.runs import LocalExecutor, summarize_run
 from kinetolens.views.dashboard import create_app
 from kinetolens.views.dashboard.app import Dashboard
@@ -159,7 +159,7 @@ def test_an_analysis_failing_is_a_logged_500_not_a_bad_parameter(
 ) -> None:
     # issue 17, point 23: a KeyError (or ValueError) raised inside an analysis used to answer
     # 400 "bad parameter" and log nothing; it is the server's fault
-    from kinetolens.views.dashboard import sources
+    from kinetolens.views.dashboard import catalog, sources
 
     def buggy(ctx: sources.Ctx) -> pl.DataFrame:  # an analysis with a bug: a key the metadata lacks
         return pl.DataFrame({"x": [ctx.trace.metadata["no_such_key"]]})
@@ -167,8 +167,8 @@ def test_an_analysis_failing_is_a_logged_500_not_a_bad_parameter(
     def buggy_value(ctx: sources.Ctx) -> pl.DataFrame:
         return pl.DataFrame({"x": [int(ctx.trace.format)]})
 
-    monkeypatch.setitem(sources.SOURCES, "gpus", buggy)
-    monkeypatch.setitem(sources.SOURCES, "recommendations", buggy_value)
+    monkeypatch.setitem(catalog.ALL_SOURCES, "gpus", buggy)
+    monkeypatch.setitem(catalog.ALL_SOURCES, "recommendations", buggy_value)
     server.wait_ready("h100", "qwen.pt.trace.json.gz")
     for source, kind in (("gpus", "KeyError"), ("recommendations", "ValueError")):
         caplog.clear()

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from kinetolens import load
-from kinetolens.analysis import launch
+from kinetolens.analysis.gputime import launch
 from kinetolens.analysis.summary import attribution
 from kinetolens.ingest.categories import DEVICE_SYNC, KERNEL, MEMCPY, device_kind
 from tests.conftest import trace_path

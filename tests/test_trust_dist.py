@@ -17,10 +17,10 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
 import kinetolens
-from kinetolens.analysis.collectives import compute_and_comm_intervals
-from kinetolens.analysis.gpu_streams import covered_ns
-from kinetolens.analysis.distributed import RankSummary, collective_stats, matched_calls, step_times
-from kinetolens.analysis.stragglers import straggler_findings, stragglers
+from kinetolens.analysis.ranks.collectives import compute_and_comm_intervals
+from kinetolens.analysis.gputime.gpu_streams import covered_ns
+from kinetolens.analysis.ranks.distributed import RankSummary, collective_stats, matched_calls, step_times
+from kinetolens.analysis.ranks.stragglers import straggler_findings, stragglers
 from kinetolens.cli.main import main
 from kinetolens.runs import summarize_run
 from tests.distributed.runs import (  # noqa: F401

@@ -15,13 +15,13 @@ import polars as pl
 import pytest
 
 import kinetolens
-from kinetolens.analysis.collectives import collective_calls
-from kinetolens.analysis.distributed import (
+from kinetolens.analysis.ranks.collectives import collective_calls
+from kinetolens.analysis.ranks.distributed import (
     collective_stats,
     matched_calls,
     rank_collective_stats,
 )
-from kinetolens.analysis.stragglers import stragglers
+from kinetolens.analysis.ranks.stragglers import stragglers
 from kinetolens.runs import summarize_run
 from tests.conftest import trace_path
 from tests.distributed.runs import DistributedRun, spawn_4  # noqa: F401

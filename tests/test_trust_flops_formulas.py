@@ -15,13 +15,13 @@ import pytest
 from click.testing import CliRunner
 
 import kinetolens.registry.flops as flops
-from kinetolens.analysis.roofline import roofline_by
-from kinetolens.analysis.work import carried_work
+from kinetolens.analysis.hardware.roofline import roofline_by
+from kinetolens.analysis.workload.work import carried_work
 from kinetolens.cli.main import cli
 from kinetolens.loader import load
 from kinetolens.registry.flops import REGISTRY, OpArgs, compute
 from kinetolens.registry.flops_base import json_list, register
-from kinetolens.registry.gpus import gpu_spec
+from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 from tests.conftest import trace_path
 
 BF, F32 = "c10::BFloat16", "float"

@@ -21,8 +21,8 @@ from urllib.parse import urlencode
 import pytest
 
 import kinetolens
-from kinetolens.analysis.gpu_metrics import gpu_metrics
-from kinetolens.analysis.recommendations import recommendations_frame
+from kinetolens.analysis.hardware.gpu_metrics import gpu_metrics
+from kinetolens.analysis.advice.recommendations import recommendations_frame
 from tests.conftest import trace_path
 from tests.dashboard_helpers import H100, V100, ThreadServer, chromium_page, dashboard_server
 

@@ -16,7 +16,8 @@ from click.testing import CliRunner
 
 from kinetolens.cli.main import cli, main
 from kinetolens.loader import load
-from kinetolens.registry.gpus import SPECS, gpu_spec, match_device
+from kinetolens.registry.gpus import SPECS, match_device
+from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 from tests.conftest import trace_path
 
 GIB = 1 << 30

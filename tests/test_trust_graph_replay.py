@@ -16,7 +16,7 @@ import pytest
 
 import kinetolens
 from kinetolens.analysis.summary import summarize
-from kinetolens.analysis.work import kernel_work
+from kinetolens.analysis.workload.work import kernel_work
 from kinetolens.model.graph_replay import captured_nodes
 from tests.conftest import GOLDEN, trace_path
 

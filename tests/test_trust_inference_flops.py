@@ -33,7 +33,7 @@ import polars as pl
 import pytest
 
 import kinetolens
-from kinetolens.analysis.work import op_work
+from kinetolens.analysis.workload.work import op_work
 from kinetolens.registry.dtypes import dtype_bytes
 from kinetolens.registry.flops import REGISTRY
 
@@ -237,7 +237,7 @@ def test_scaled_mm_fp4_block_scaled() -> None:
 
 def test_low_precision_ceilings() -> None:
     # issue 20, point 3: FP8/FP4 Tensor Core rates in the GPU registry, and the roofline picks them
-    from kinetolens.analysis.roofline import ceiling, peak_tflops
+    from kinetolens.analysis.hardware.roofline import ceiling, peak_tflops
     from kinetolens.registry.gpus import SPECS, match_device
     from kinetolens.registry.tensor_cores import YES
 
@@ -366,8 +366,8 @@ def test_elementwise_and_reduce_rows(case: Case) -> None:
 
 def _matrix_kernel_time(rel: str) -> tuple[float, float, float]:
     """(Tensor Core kernel time, the part with FLOPs, the part launched by an op), in ns."""
-    from kinetolens.analysis.tensor_cores import kernel_tensor_cores
-    from kinetolens.analysis.work import kernel_work
+    from kinetolens.analysis.hardware.tensor_cores import kernel_tensor_cores
+    from kinetolens.analysis.workload.work import kernel_work
     from kinetolens.registry.tensor_cores import YES
 
     trace = kinetolens.load(trace_path(rel))
@@ -513,7 +513,7 @@ def test_engine_quantized_gemms() -> None:
 def test_engine_op_precision() -> None:
     # issue 20, point 3: the roofline holds an engine op to the ceiling of the dtype it computes in,
     # not of its first argument (an `out` tensor, int64 positions, FP4 stored as bytes)
-    from kinetolens.analysis.roofline import _op_dtype
+    from kinetolens.analysis.hardware.roofline import _op_dtype
 
     bf16, fp8 = "c10::BFloat16", "c10::Float8_e4m3fn"
     assert _op_dtype("_C::cutlass_scaled_mm", [[64, 512], [64, 1024], [1024, 512]], [bf16, fp8, fp8]) == "fp8"
@@ -548,7 +548,7 @@ def test_xdit_flux_norms() -> None:
 
 def test_fp4_tensor_core_eligibility() -> None:
     # issue 20, point 3: FP4 matrix ops need Blackwell's Tensor Cores (compute capability 10.0)
-    from kinetolens.analysis.tensor_cores import eligibility
+    from kinetolens.analysis.hardware.tensor_cores import eligibility
 
     assert eligibility("aten::_scaled_mm", "fp4x2", (9, 0))[0] is False
     assert eligibility("aten::_scaled_mm", "fp4x2", (10, 0))[0] is True

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from kinetolens import load
-from kinetolens.analysis import launch
+from kinetolens.analysis.gputime import launch
 from tests.conftest import trace_path
 
 RESNET = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"

@@ -11,8 +11,8 @@ import polars as pl
 import pytest
 
 import kinetolens
-from kinetolens.analysis.module_tree import NO_MODULE, module_tree
-from kinetolens.analysis.ops import op_stats, rank_basis
+from kinetolens.analysis.hardware.module_tree import NO_MODULE, module_tree
+from kinetolens.analysis.workload.ops import op_stats, rank_basis
 from tests.cpu_capture import capture_small_mlp
 
 

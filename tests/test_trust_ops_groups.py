@@ -12,9 +12,9 @@ import polars as pl
 import pytest
 
 import kinetolens
-from kinetolens.analysis.kernels import kernel_table
-from kinetolens.analysis.ops import op_stats, order_and_filter
-from kinetolens.analysis.roofline import kernel_groups
+from kinetolens.analysis.hardware.kernels import kernel_table
+from kinetolens.analysis.workload.ops import op_stats, order_and_filter
+from kinetolens.analysis.hardware.roofline import kernel_groups
 from tests.conftest import trace_path
 
 RESNET = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"

@@ -11,8 +11,8 @@ import polars as pl
 import pytest
 
 import kinetolens
-from kinetolens.analysis.ops import op_stats
-from kinetolens.registry.gpus import gpu_spec
+from kinetolens.analysis.workload.ops import op_stats
+from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 from tests.conftest import trace_path
 
 RESNET = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
@@ -81,7 +81,7 @@ def test_kernel_shares_count_only_work_inside_the_steps(qwen: kinetolens.Trace) 
 
 def test_annotations_are_their_own_table(resnet: kinetolens.Trace) -> None:
     # issue 18, ops: ProfilerStep#N ranges are in `ops --annotations`, as one row, not among the ops.
-    from kinetolens.analysis.annotations import annotation_stats
+    from kinetolens.analysis.workload.annotations import annotation_stats
 
     table = annotation_stats(resnet)
     assert table["name"][0] == "ProfilerStep#*"
@@ -108,7 +108,7 @@ def test_record_function_ranges_of_older_traces_are_annotations(resnet: kinetole
 def test_op_tree_puts_the_convolution_chain_under_one_branch(resnet: kinetolens.Trace) -> None:
     # issue 18, ops --tree: aten::conv2d > aten::convolution > aten::_convolution > aten::cudnn_convolution
     # > its kernels, each level with the same total, the kernels carrying the self time.
-    from kinetolens.analysis.op_tree import collapse, op_tree
+    from kinetolens.analysis.workload.op_tree import collapse, op_tree
 
     tree = op_tree(resnet)
     sep = "\x1f"
@@ -127,7 +127,7 @@ def test_op_tree_puts_the_convolution_chain_under_one_branch(resnet: kinetolens.
 
 def test_module_tree_self_times_hold_every_kernel_once(qwen: kinetolens.Trace) -> None:
     # issue 18, modules: a tree (parent, depth), self and total device time, FLOPs and % of roof.
-    from kinetolens.analysis.module_tree import NO_MODULE, module_tree
+    from kinetolens.analysis.hardware.module_tree import NO_MODULE, module_tree
 
     tree = module_tree(qwen, gpu_spec(qwen))
     kernel_us = qwen.kernels["dur"].sum() / 1000.0
@@ -156,7 +156,7 @@ def test_modules_by_type_rolls_up_the_24_attention_layers(qwen: kinetolens.Trace
     a = attention[0]
     assert a["min_us"] <= a["mean_us"] <= a["max_us"] and a["total_us"] == pytest.approx(a["mean_us"] * 24)
     assert {r["type"]: r["count"] for r in rows}["Qwen2DecoderLayer"] == 24
-    from kinetolens.analysis.module_tree import by_type, module_tree
+    from kinetolens.analysis.hardware.module_tree import by_type, module_tree
 
     assert by_type(module_tree(qwen)).filter(pl.col("type") == "Qwen2Attention")["count"][0] == 24
 

@@ -19,7 +19,7 @@ import kinetolens
 import torch
 
 from kinetolens import load
-from kinetolens.analysis.recommendations import recommendations
+from kinetolens.analysis.advice.recommendations import recommendations
 from kinetolens.analysis.summary import summarize
 from kinetolens.analysis.trace_kind import trace_kind
 from kinetolens.capture.profile import profile as kl_profile

@@ -17,7 +17,7 @@ import pytest
 import kinetolens
 
 from kinetolens import load
-from kinetolens.analysis.stragglers import straggler_findings
+from kinetolens.analysis.ranks.stragglers import straggler_findings
 from kinetolens.runs import summarize_run
 from kinetolens.views.report_data import collect
 from kinetolens.views.report_md import render_md

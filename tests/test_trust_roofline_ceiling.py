@@ -11,10 +11,10 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-import kinetolens.analysis.roofline as roofline
+import kinetolens.analysis.hardware.roofline as roofline
 from kinetolens.cli.main import cli
 from kinetolens.loader import load
-from kinetolens.registry.gpus import gpu_spec
+from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 from tests.conftest import trace_path
 
 # MI300X, bf16: a hipBLASLt GEMM (Tensor/Matrix Core name) and ROCm's Triton

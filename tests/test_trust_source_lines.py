@@ -208,7 +208,7 @@ def test_bare_torch_trace_says_only_functions_are_known() -> None:
     """A trace from bare ``torch.profiler(with_stack=True)`` names frames by
     their entry line only: the kernels table shows each kernel's function,
     and the summary says how much kernel time has a call line (none)."""
-    from kinetolens.analysis.kernels import kernel_table
+    from kinetolens.analysis.hardware.kernels import kernel_table
     from kinetolens.analysis.summary import attribution
 
     trace = kinetolens.load(BERT)

@@ -109,7 +109,7 @@ def test_idle_keeps_a_whole_last_step() -> None:
         capture_output=True, text=True, env=_env(), check=True,
     ).stdout
     kept = json.loads(out)["temporal_breakdown"][0]["kernel_span_us"]
-    from kinetolens.analysis.idle import temporal_breakdown
+    from kinetolens.analysis.gputime.idle import temporal_breakdown
 
     assert kept == pytest.approx(temporal_breakdown(kinetolens.load(path)).row(0, named=True)["kernel_span_us"])
     assert pl.DataFrame(json.loads(out)["temporal_breakdown"]).height == 1
@@ -119,7 +119,7 @@ def test_advice_and_diff_judge_whole_steps_only(cut_trace: Path) -> None:
     # issue 17, point 26, the same fault elsewhere: per-step savings and diff means
     # divided by a step count that included the cut step.
     from kinetolens.analysis.diff import compare
-    from kinetolens.analysis.recommendations import recommendations
+    from kinetolens.analysis.advice.recommendations import recommendations
 
     trace = kinetolens.load(cut_trace, cache=False)
     whole = without_incomplete_steps(trace)

@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 import kinetolens
-from kinetolens.analysis.kernels import kernel_table
+from kinetolens.analysis.hardware.kernels import kernel_table
 from kinetolens.cli.render import format_column, table_text
 from kinetolens.registry.kernel_names import short_kernel_name, short_names
 from kinetolens.views import units

@@ -8,8 +8,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from kinetolens.analysis.critical_path import critical_path, step_window
-from kinetolens.analysis.whatif import BadChange, parse_change, whatif
+from kinetolens.analysis.paths.critical_path import critical_path, step_window
+from kinetolens.analysis.paths.whatif import BadChange, parse_change, whatif
 from kinetolens.loader import load
 from kinetolens.model.steps import without_incomplete_steps
 

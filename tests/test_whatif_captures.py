@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kinetolens.analysis.whatif import parse_change, whatif
+from kinetolens.analysis.paths.whatif import parse_change, whatif
 from kinetolens.loader import load
 from kinetolens.model.steps import without_incomplete_steps
 

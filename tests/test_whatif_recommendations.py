@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import kinetolens
-from kinetolens.analysis.recommendations import recommendations, recommendations_frame
-from kinetolens.analysis.whatif import parse_change, whatif
+from kinetolens.analysis.advice.recommendations import recommendations, recommendations_frame
+from kinetolens.analysis.paths.whatif import parse_change, whatif
 from tests.conftest import trace_path
 
 NW0 = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"

@@ -14,7 +14,7 @@ import random
 import polars as pl
 import pytest
 
-from kinetolens.analysis.work import _carriers
+from kinetolens.analysis.workload.work import _carriers
 from kinetolens.registry.flops import REGISTRY
 
 NAMES = [

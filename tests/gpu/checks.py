@@ -22,12 +22,12 @@ from typing import Any
 import polars as pl
 
 import kinetolens
-from kinetolens.analysis.compiled_kernels import compiled_kernel_table
-from kinetolens.analysis.counters import DRAM_COUNTERS, FLOP_COUNTERS, counter_table
-from kinetolens.analysis.kernels import kernel_table
-from kinetolens.analysis.memory import peak_memory
+from kinetolens.analysis.hardware.compiled_kernels import compiled_kernel_table
+from kinetolens.analysis.hardware.counters import DRAM_COUNTERS, FLOP_COUNTERS, counter_table
+from kinetolens.analysis.hardware.kernels import kernel_table
+from kinetolens.analysis.memory.usage import peak_memory
 from kinetolens.analysis.summary import attribution, unrecorded_launches
-from kinetolens.analysis.work import op_work
+from kinetolens.analysis.workload.work import op_work
 from kinetolens.registry.tensor_cores import TENSOR_COUNTER
 
 #: The bars of issue 21 (the same as the attribution health check's).

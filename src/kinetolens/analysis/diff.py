@@ -11,7 +11,7 @@ kernels that ``kinetolens.model`` gave a step); a trace without
 Levels (one table each, see :data:`LEVELS`):
 
 * ``step``: the step-time breakdown (kernel, memcpy, ..., other, total) of
-  :mod:`kinetolens.analysis.overview`; its ``total`` row is the mean step time.
+  :mod:`kinetolens.analysis.gputime.overview`; its ``total`` row is the mean step time.
 * ``module``: time of the top-level ops of each ``nn.Module`` path (backward
   ops carry their forward op's module), so modules do not count nested ops
   twice.
@@ -47,13 +47,13 @@ from typing import Any
 
 import polars as pl
 
-from kinetolens.analysis.op_times import op_instances
-from kinetolens.analysis.ops import without_step_ranges
-from kinetolens.analysis.overview import COLUMNS, step_breakdown
+from kinetolens.analysis.workload.op_times import op_instances
+from kinetolens.analysis.workload.ops import without_step_ranges
+from kinetolens.analysis.gputime.overview import COLUMNS, step_breakdown
 from kinetolens.formats import RUN_METADATA_KEY
 from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
-from kinetolens.registry.gpus import trace_device
+from kinetolens.analysis.hardware.gpu_spec import trace_device
 
 LEVELS: tuple[str, ...] = ("step", "module", "op", "op_shape", "kernel")
 #: Key columns of each level's table.
@@ -72,7 +72,7 @@ EXPLAIN_TOP = 10
 #: Ops that moved less than this percentage of the step delta explain nothing
 #: worth listing.
 EXPLAIN_MIN_PCT = 1.0
-#: Words the views use for the step level's categories (:data:`~kinetolens.analysis.overview.COLUMNS`).
+#: Words the views use for the step level's categories (:data:`~kinetolens.analysis.gputime.overview.COLUMNS`).
 STEP_LABELS: dict[str, str] = {
     "kernel": "GPU kernels",
     "memcpy": "memcpy",

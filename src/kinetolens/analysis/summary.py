@@ -3,10 +3,10 @@
 The ``attribution`` block is the foundation's health check: the fraction of
 GPU kernel time that we could tie to an op, a module, a source line, and (for
 backward kernels) to the forward op they differentiate.  The ``steps`` block
-breaks each step's wall time down (:mod:`kinetolens.analysis.overview`), the
+breaks each step's wall time down (:mod:`kinetolens.analysis.gputime.overview`), the
 ``inference`` block does the same per engine iteration of an inference
-trace (:mod:`kinetolens.analysis.inference_phases`), and the ``gpu`` block says how busy each GPU was
-(:mod:`kinetolens.analysis.gpu_metrics`).
+trace (:mod:`kinetolens.analysis.inference.phases`), and the ``gpu`` block says how busy each GPU was
+(:mod:`kinetolens.analysis.hardware.gpu_metrics`).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Any
 import polars as pl
 
 from kinetolens import __version__
-from kinetolens.analysis.gpu_metrics import gpu_metrics
-from kinetolens.analysis.inference_phases import inference_block
-from kinetolens.analysis.memory import BASIS_NOTES, peak_memory
-from kinetolens.analysis.overview import COLUMNS, average_breakdown, complete_rows, step_breakdown
-from kinetolens.analysis.recommendations import RuleContext, damaged_inputs, findings
+from kinetolens.analysis.hardware.gpu_metrics import gpu_metrics
+from kinetolens.analysis.inference.phases import inference_block
+from kinetolens.analysis.memory.usage import BASIS_NOTES, peak_memory
+from kinetolens.analysis.gputime.overview import COLUMNS, average_breakdown, complete_rows, step_breakdown
+from kinetolens.analysis.advice.recommendations import RuleContext, damaged_inputs, findings
 from kinetolens.formats import RUN_METADATA_KEY
 from kinetolens.model.frames import FUNCTION_ONLY_PREFIX
 from kinetolens.model.steps import without_incomplete_steps

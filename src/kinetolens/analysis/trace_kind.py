@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from kinetolens.analysis.inference_phases import detect
+from kinetolens.analysis.inference.phases import detect
 from kinetolens.model.direction import pytorch_names
 from kinetolens.model.trace import Trace
 
@@ -34,7 +34,7 @@ class TraceKind:
     #: The program serves a model (an inference engine's iterations, decode
     #: steps, KV-cache ops or graph replays, and no backward or optimizer):
     #: views show its phases of inference instead of training steps
-    #: (:func:`kinetolens.analysis.inference_phases.detect`).
+    #: (:func:`kinetolens.analysis.inference.phases.detect`).
     inference: bool = False
 
     def to_dict(self) -> dict[str, bool]:

@@ -15,7 +15,7 @@ every C++ kernel and every Triton kernel passes through with its name and
 the nodes it fuses, and records those facts per kernel (the nodes are
 described once, as plain data).  ``kinetolens.profile`` writes the record
 into each trace's run metadata (``inductor_kernels``); the model reads it
-from there (``kinetolens.analysis.compiled_kernels``).
+from there (``kinetolens.analysis.hardware.compiled_kernels``).
 
 Code generation is skipped when inductor's FX graph cache (or AOTAutograd's
 cache) already holds a graph, so while watching both are turned off: every

@@ -12,9 +12,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from kinetolens.analysis.annotations import annotation_stats
-from kinetolens.analysis.kernels import DEFAULT_COLUMNS, KERNEL_COLUMNS, kernel_table
-from kinetolens.analysis.ops import (
+from kinetolens.analysis.workload.annotations import annotation_stats
+from kinetolens.analysis.hardware.kernels import DEFAULT_COLUMNS, KERNEL_COLUMNS, kernel_table
+from kinetolens.analysis.workload.ops import (
     AGGREGATES,
     GROUPINGS,
     TIME_COLUMNS,
@@ -23,9 +23,9 @@ from kinetolens.analysis.ops import (
     order_and_filter,
     rank_basis,
 )
-from kinetolens.analysis.memory import ALLOCATOR, BASIS_NOTES, WINDOW_SUM
-from kinetolens.analysis.op_tree import collapse, op_tree
-from kinetolens.analysis.roofline import LOST_COLUMNS, with_time_lost
+from kinetolens.analysis.memory.usage import ALLOCATOR, BASIS_NOTES, WINDOW_SUM
+from kinetolens.analysis.workload.op_tree import collapse, op_tree
+from kinetolens.analysis.hardware.roofline import LOST_COLUMNS, with_time_lost
 from kinetolens.analysis.summary import summarize
 from kinetolens.cli.checks import ROWS, WIDTH, check_step, check_time_range, regex, require_kernels
 from kinetolens.cli.load_options import capture_option
@@ -41,7 +41,7 @@ from kinetolens.cli.render import (
     terminal_width,
 )
 from kinetolens.loader import load
-from kinetolens.registry.gpus import gpu_spec
+from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views.memory_flow_svg import human_bytes
 from kinetolens.views.report_phases import inference_rows
@@ -257,7 +257,7 @@ def _print_breakdown(console: Console, steps: dict, gpu: bool = True) -> None:
 
 
 def _print_gpus(console: Console, gpus: list[dict], devices: list[dict], title: str) -> None:
-    """``title`` names the span the figures cover (:func:`~kinetolens.analysis.gpu_metrics.metrics_span`)."""
+    """``title`` names the span the figures cover (:func:`~kinetolens.analysis.hardware.gpu_metrics.metrics_span`)."""
     if not gpus:
         return
     names = {d["id"]: d["name"] for d in devices}

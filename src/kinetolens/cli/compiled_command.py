@@ -5,12 +5,12 @@ from __future__ import annotations
 import click
 import polars as pl
 
-from kinetolens.analysis.compiled_kernels import compiled_kernel_table
+from kinetolens.analysis.hardware.compiled_kernels import compiled_kernel_table
 from kinetolens.cli.checks import WIDTH
 from kinetolens.cli.load_options import capture_option
 from kinetolens.cli.render import emit, print_table, terminal_width
 from kinetolens.loader import load
-from kinetolens.registry.gpus import gpu_spec
+from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 
 HEADERS = {
     "name": "kernel",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 import polars as pl
 
-from kinetolens.analysis.counters import NoCounters, counter_table
+from kinetolens.analysis.hardware.counters import NoCounters, counter_table
 from kinetolens.cli.checks import WIDTH
 from kinetolens.cli.render import emit
 from kinetolens.cli.render import console as render_console

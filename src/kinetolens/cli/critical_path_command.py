@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from kinetolens.analysis.critical_path import (
+from kinetolens.analysis.paths.critical_path import (
     CriticalPath,
     Window,
     annotation_window,

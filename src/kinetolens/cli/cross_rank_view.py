@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from kinetolens.analysis.cross_rank_path import CrossRankPath, combined
-from kinetolens.analysis.cross_rank_run import path_bounds, run_path
+from kinetolens.analysis.paths.cross_rank_path import CrossRankPath, combined
+from kinetolens.analysis.paths.cross_rank_run import path_bounds, run_path
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import emit_json
 from kinetolens.registry.kernel_names import short_names
@@ -129,7 +129,7 @@ def _print_steps(console: Console, paths: list[CrossRankPath]) -> None:
 
 def show_run_whatif(run_dir: str, changes: list, step: int | None, json_: bool, width: int | None, cache: bool) -> None:
     """``kinetolens whatif RUNDIR --change rank:N=median``: the predicted step after the changes."""
-    from kinetolens.analysis.whatif import BadChange
+    from kinetolens.analysis.paths.whatif import BadChange
     from kinetolens.runs.graphs import run_whatif
 
     notes: list[str] = []

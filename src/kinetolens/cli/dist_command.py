@@ -7,13 +7,13 @@ import polars as pl
 from rich.padding import Padding
 from rich.text import Text
 
-from kinetolens.analysis.distributed import (
+from kinetolens.analysis.ranks.distributed import (
     collective_stats,
     run_overview,
     step_spread,
     step_times,
 )
-from kinetolens.analysis.stragglers import CAUSES, straggler_findings, stragglers
+from kinetolens.analysis.ranks.stragglers import CAUSES, straggler_findings, stragglers
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import emit_json, print_table
 from kinetolens.runs import summarize_run

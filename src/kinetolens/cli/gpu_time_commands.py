@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 import polars as pl
 
-from kinetolens.analysis.idle import (
+from kinetolens.analysis.gputime.idle import (
     KERNEL_WAIT_US,
     comm_comp_overlap,
     idle_breakdown,
@@ -13,7 +13,7 @@ from kinetolens.analysis.idle import (
     kernel_type_breakdown,
     temporal_breakdown,
 )
-from kinetolens.analysis.launch import (
+from kinetolens.analysis.gputime.launch import (
     SHORT_LAUNCH_US,
     multi_kernel_launches,
     launch_stats,

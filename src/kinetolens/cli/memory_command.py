@@ -11,7 +11,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from kinetolens.analysis.memory import (
+from kinetolens.analysis.memory.usage import (
     BASIS_NOTES,
     WINDOW_SUM,
     category_peak,
@@ -22,8 +22,8 @@ from kinetolens.analysis.memory import (
     op_memory_stats,
     resolve_device,
 )
-from kinetolens.analysis.memory_allocations import allocations, leaks, pairable
-from kinetolens.analysis.memory_samples import memory_samples, sample_summary
+from kinetolens.analysis.memory.allocations import allocations, leaks, pairable
+from kinetolens.analysis.memory.samples import memory_samples, sample_summary
 from kinetolens.cli.checks import ROWS
 from kinetolens.cli.render import emit, emit_json
 from kinetolens.cli.render import console as render_console

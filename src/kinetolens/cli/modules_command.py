@@ -5,12 +5,12 @@ from __future__ import annotations
 import click
 import polars as pl
 
-from kinetolens.analysis.module_tree import by_depth, by_type, module_tree
+from kinetolens.analysis.hardware.module_tree import by_depth, by_type, module_tree
 from kinetolens.cli.checks import WIDTH, check_step
 from kinetolens.cli.load_options import capture_option
 from kinetolens.cli.render import emit, print_table
 from kinetolens.loader import load
-from kinetolens.registry.gpus import gpu_spec
+from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 
 #: Depth the terminal tree stops at without --depth (the model, its layers, their blocks).
 TERMINAL_DEPTH = 2

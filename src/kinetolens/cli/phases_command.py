@@ -18,9 +18,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from kinetolens.analysis.inference_phases import inference_block, iterations, phase_tables
-from kinetolens.analysis.ops import rank_basis
-from kinetolens.analysis.overview import CATEGORIES, OTHER
+from kinetolens.analysis.inference.phases import inference_block, iterations, phase_tables
+from kinetolens.analysis.workload.ops import rank_basis
+from kinetolens.analysis.gputime.overview import CATEGORIES, OTHER
 from kinetolens.cli.checks import ROWS, WIDTH
 from kinetolens.cli.load_options import capture_option
 from kinetolens.cli.render import console as render_console

@@ -9,7 +9,7 @@ import polars as pl
 from rich.table import Table
 from rich.text import Text
 
-from kinetolens.analysis.roofline import (
+from kinetolens.analysis.hardware.roofline import (
     GROUPINGS,
     REALISTIC,
     ceiling_caveats,
@@ -17,14 +17,15 @@ from kinetolens.analysis.roofline import (
     require_roofs,
     roofline_by,
 )
-from kinetolens.analysis.work import FORMULA_FAILED
+from kinetolens.analysis.workload.work import FORMULA_FAILED
 from kinetolens.cli.checks import WIDTH
 from kinetolens.cli.load_options import capture_option
 from kinetolens.cli.render import emit
 from kinetolens.cli.render import console as render_console
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
-from kinetolens.registry.gpus import GpuSpec, gpu_spec
+from kinetolens.registry.gpus import GpuSpec
+from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 from kinetolens.views import units
 
 

@@ -7,7 +7,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from kinetolens.analysis.whatif import BadChange, Change, WhatIf, parse_change
+from kinetolens.analysis.paths.whatif import BadChange, Change, WhatIf, parse_change
 from kinetolens.cli.critical_path_command import LABELS
 from kinetolens.cli.checks import WIDTH
 from kinetolens.cli.render import console as render_console
@@ -43,7 +43,7 @@ def whatif_command(trace: str, changes: list[Change], step: int | None, json_: b
     Categories are critical-path's: cpu, data_loading (or dataloader),
     launch_overhead, kernel_gap, gpu_compute, gpu_memory, communication.
     """
-    from kinetolens.analysis.whatif import whatif
+    from kinetolens.analysis.paths.whatif import whatif
     from kinetolens.cli.critical_path_command import is_run_dir
     from kinetolens.loader import load
 

@@ -10,7 +10,7 @@ for the new), 4 destroyed (negative bytes).
 
 This reads it into a memory-like table: ``seq`` (file order), ``ts`` (ns;
 pre-existing tensors get the first real timestamp), ``action``, ``bytes`` and
-``category``; :func:`kinetolens.analysis.memory.category_timeline` turns it
+``category``; :func:`kinetolens.analysis.memory.usage.category_timeline` turns it
 into a curve.
 """
 

@@ -39,10 +39,10 @@ from typing import Any
 
 import polars as pl
 
+from kinetolens.formats import MODULE_RANGE_PREFIX
 from kinetolens.formats import NVTX_MODULE_PREFIX as MODULE_MARKER_PREFIX
 from kinetolens.formats import NVTX_OP_PREFIX as OP_MARKER_PREFIX
 from kinetolens.ingest.categories import ANNOTATION
-from kinetolens.model.frames import MODULE_PREFIX as MODULE_RANGE_PREFIX
 
 
 def has_markers(names: pl.Series) -> bool:
@@ -58,7 +58,7 @@ def decode_op_marker(text: str) -> dict[str, Any] | None:
     """An op marker's fields in the model's columns, or None if it is not one.
 
     ``input_dims``/``input_types`` are JSON text laid out as Kineto's args,
-    so :mod:`kinetolens.analysis.params` and the FLOP registry read both.
+    so :mod:`kinetolens.analysis.workload.params` and the FLOP registry read both.
     """
     if not text.startswith(OP_MARKER_PREFIX) or text.startswith(MODULE_MARKER_PREFIX):
         return None

@@ -24,11 +24,12 @@ from functools import lru_cache
 
 import polars as pl
 
+from kinetolens.formats import MODULE_RANGE_PREFIX
 from kinetolens.user_code import INTERNAL_PATH_PARTS, is_user_file
 
 __all__ = ["FUNCTION_ONLY_PREFIX", "INTERNAL_PATH_PARTS", "MODULE_PREFIX", "enclosing_function", "per_distinct", "source_from_call_stack", "user_frame"]
 
-MODULE_PREFIX = "nn.Module: "
+MODULE_PREFIX = MODULE_RANGE_PREFIX
 #: A source that names only the enclosing function starts with this.
 FUNCTION_ONLY_PREFIX = "in "
 

@@ -108,7 +108,7 @@ def host_range_windows(marks: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFra
     ``first_gpu`` (start of the first of them) and ``start``, ``end``,
     ``dur``: the window rules of the module docstring.  Profiler steps and
     the iterations of an inference engine
-    (:mod:`kinetolens.analysis.inference_phases`) are both cut this way.
+    (:mod:`kinetolens.analysis.inference.phases`) are both cut this way.
     """
     gpu = (
         kernels.filter(pl.col("kind").cast(pl.String).is_in(_GPU_ACTIVITY) & (pl.col("dur") >= 0))

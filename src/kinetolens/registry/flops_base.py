@@ -7,7 +7,7 @@ input read once and each output written once, at its dtype's size.  Output
 shapes are not in the trace, so formulas derive them.
 
 Entries carry two facts besides the function that decide *where* the work is
-counted (see :mod:`kinetolens.analysis.work`):
+counted (see :mod:`kinetolens.analysis.workload.work`):
 
 * ``family``: what kind of work it is (``gemm``, ``conv``, ``attention`` ...).
 * ``composite``: the op is a convenience wrapper (``aten::linear``,

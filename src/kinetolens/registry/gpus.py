@@ -24,18 +24,14 @@ win over the table: they describe the very device that ran.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import polars as pl
 
 from kinetolens.errors import TraceError
-from kinetolens.model.trace import Trace
 
 PRECISIONS = ("fp64", "fp64_tensor", "fp32", "tf32", "fp16", "bf16", "fp8", "fp6", "fp4", "int8")
 
@@ -234,36 +230,8 @@ def _positive(path: str, key: str, value: Any) -> float:
     return float(value)
 
 
-def _read_spec_file(path: str) -> dict[str, Any]:
-    """A TOML or JSON table (chosen by the file suffix, TOML by default)."""
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise TraceError(path, "GPU spec file not found") from None
-    except OSError as exc:
-        raise TraceError(path, f"cannot read GPU spec file ({exc.strerror})") from None
-    if path.lower().endswith(".json"):
-        try:
-            parsed = json.loads(data)
-        except ValueError as exc:
-            raise TraceError(path, f"GPU spec file is not valid JSON ({exc})") from None
-    else:
-        try:
-            import tomllib
-        except ModuleNotFoundError:  # Python 3.10
-            raise TraceError(path, "TOML GPU spec files need Python 3.11+; write it as JSON") from None
-        try:
-            parsed = tomllib.loads(data.decode("utf-8", errors="replace"))
-        except tomllib.TOMLDecodeError as exc:
-            raise TraceError(path, f"GPU spec file is not valid TOML ({exc})") from None
-    if not isinstance(parsed, dict):
-        raise TraceError(path, "GPU spec file must hold one table of fields (name, dram_gbps, sms, memory_gb, [tflops])")
-    return parsed
-
-
-def spec_from_file(path: str, base: GpuSpec | None) -> GpuSpec:
-    """``base`` with the fields the file gives replaced (tflops per precision)."""
-    fields = _read_spec_file(path)
+def spec_from_fields(path: str, fields: Mapping[str, Any], base: GpuSpec | None) -> GpuSpec:
+    """``base`` with the fields a spec file (``path``, for messages) gives replaced (tflops per precision)."""
     unknown = sorted(set(fields) - _FILE_KEYS)
     if unknown:
         raise TraceError(path, f"unknown GPU spec field(s) {unknown}; known: {sorted(_FILE_KEYS)}")
@@ -290,53 +258,4 @@ def spec_from_file(path: str, base: GpuSpec | None) -> GpuSpec:
         source=str(fields.get("source", f"spec file {path}")),
         origin="spec file",
         device_name=base.device_name if base else None,
-    )
-
-
-def trace_device(trace: Trace) -> dict[str, Any] | None:
-    """The device that ran the most kernel time (the first named one otherwise)."""
-    devices = [d for d in trace.devices if d.get("name")]
-    if not devices:
-        return None
-    k = trace.kernels
-    if k.height and "device" in k.columns:
-        busiest = k.group_by("device").agg(pl.col("dur").sum()).sort("dur", descending=True)["device"].drop_nulls()
-        for dev_id in busiest.to_list():
-            for d in devices:
-                if d.get("id") == dev_id:
-                    return d
-    return devices[0]
-
-
-def gpu_spec(
-    trace: Trace,
-    spec_file: str | None = None,
-    peak_tflops: float | None = None,
-    peak_gbps: float | None = None,
-) -> GpuSpec | None:
-    """The ceilings to compare this trace's kernels with, or None if unknown.
-
-    Order: the table entry matching the trace's device (with the trace's own
-    SM count and memory size), then a user spec file's fields, then the
-    single-number overrides (``peak_tflops`` replaces every precision's peak,
-    ``peak_gbps`` the DRAM bandwidth).  A bad spec file raises
-    :class:`TraceError` naming it.
-    """
-    for label, value in (("peak_tflops", peak_tflops), ("peak_gbps", peak_gbps)):
-        if value is not None and (isinstance(value, bool) or not value > 0):
-            raise ValueError(f"{label} must be a positive number, got {value!r}")
-    device = trace_device(trace)
-    spec = match_device(device.get("name"), device.get("totalGlobalMem")) if device else None
-    if spec is not None and device is not None:
-        spec = with_device(spec, device)
-    if spec_file is not None:
-        spec = spec_from_file(str(spec_file), spec)
-    if peak_tflops is None and peak_gbps is None:
-        return spec
-    base = spec or GpuSpec("custom", MappingProxyType({}), None, None, None, "user override")
-    return replace(
-        base,
-        peak_override_tflops=float(peak_tflops) if peak_tflops is not None else base.peak_override_tflops,
-        dram_gbps=float(peak_gbps) if peak_gbps is not None else base.dram_gbps,
-        origin="override",
     )

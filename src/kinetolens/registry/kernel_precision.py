@@ -17,7 +17,7 @@ A multiply runs at the rate of its widest operand (Blackwell's and CDNA's
 mixed FP8/FP6/FP4 instructions run FP4 x FP8 at the FP8 rate; only FP4 x
 FP4 reaches the FP4 rate), so the precision is the widest operand's:
 ``fp8`` for MXFP4 x MXFP8.  Names that declare nothing give None (the op's
-input dtype then decides, :mod:`kinetolens.analysis.roofline`).
+input dtype then decides, :mod:`kinetolens.analysis.hardware.roofline`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Per-rank step graphs of a run directory, built where the traces are.
 
 Each worker loads one rank's trace (through the cache) and returns its
-:class:`~kinetolens.analysis.cross_rank_path.RankGraphs`: a few arrays per
+:class:`~kinetolens.analysis.paths.cross_rank_path.RankGraphs`: a few arrays per
 step, never the trace.  The ranks are joined in this process
-(:mod:`kinetolens.analysis.cross_rank_path`).
+(:mod:`kinetolens.analysis.paths.cross_rank_path`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kinetolens.analysis.cross_rank_path import (
+from kinetolens.analysis.paths.cross_rank_path import (
     CrossRankPath,
     JoinedGraph,
     RankGraphs,
@@ -21,15 +21,15 @@ from kinetolens.analysis.cross_rank_path import (
     joined_graph,
     rank_graphs,
 )
-from kinetolens.analysis.distributed import RankSummary, rank_summary
+from kinetolens.analysis.ranks.distributed import RankSummary, rank_summary
 from kinetolens.errors import TraceError
 from kinetolens.runs.executors import Executor
 from kinetolens.runs.storage import load_source
 from kinetolens.runs.summaries import RankJob, map_ranks
 
 if TYPE_CHECKING:
-    from kinetolens.analysis.cross_rank_whatif import RunStepPrediction
-    from kinetolens.analysis.whatif import Change
+    from kinetolens.analysis.paths.cross_rank_whatif import RunStepPrediction
+    from kinetolens.analysis.paths.whatif import Change
 
 
 def graphs_file(job: RankJob) -> RankGraphs:
@@ -115,7 +115,7 @@ def run_whatif(
     ranks: list[RankGraphs], changes: list[Change], step: int | None = None, where: str | Path = "run"
 ) -> list[RunStepPrediction]:
     """Each step (or ``step``) of a run re-timed with ``changes``
-    (:func:`kinetolens.analysis.cross_rank_whatif.whatif_run`)."""
-    from kinetolens.analysis.cross_rank_whatif import whatif_run
+    (:func:`kinetolens.analysis.paths.cross_rank_whatif.whatif_run`)."""
+    from kinetolens.analysis.paths.cross_rank_whatif import whatif_run
 
     return [whatif_run(joined_graph(ranks, s), changes) for s in chosen_steps(ranks, step, where)]

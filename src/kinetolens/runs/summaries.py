@@ -2,7 +2,7 @@
 
 Each rank's trace is loaded with the normal :func:`kinetolens.load` cache
 (Parquet, keyed by file), summarized, and only the small
-:class:`~kinetolens.analysis.distributed.RankSummary` comes back.  The
+:class:`~kinetolens.analysis.ranks.distributed.RankSummary` comes back.  The
 cross-rank analyses then run on the list of summaries in this process.
 The run and the cache may be fsspec URLs (:mod:`kinetolens.runs.storage`).
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kinetolens.analysis.distributed import RankSummary, rank_summary
+from kinetolens.analysis.ranks.distributed import RankSummary, rank_summary
 from kinetolens.cache import default_cache_location, is_url
 from kinetolens.errors import TraceError
 from kinetolens.formats import LATEST_RUN

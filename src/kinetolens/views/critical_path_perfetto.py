@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from kinetolens.analysis.critical_path import CriticalPath
+from kinetolens.analysis.paths.critical_path import CriticalPath
 from kinetolens.model.trace import Trace
 from kinetolens.views.perfetto import write_chrome_trace
 

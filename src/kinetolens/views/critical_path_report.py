@@ -16,6 +16,7 @@ import plotly.io as pio
 from markupsafe import Markup
 
 from kinetolens.views.critical_path_section import TOPS, CriticalPathSection, split_figure
+from kinetolens.views.report_frames import CHART_PX, frame_html, frame_md
 
 #: The section's anchor in the HTML report.
 ANCHOR = "critical-path"
@@ -30,8 +31,6 @@ def _section(data: Any) -> CriticalPathSection | str | None:
 
 def critical_path_html(data: Any) -> Markup:
     """The section as HTML (empty where the report was made without it)."""
-    from kinetolens.views.report_html import CHART_PX, frame_html
-
     section = _section(data)
     if section is None:
         return Markup("")
@@ -57,8 +56,6 @@ def critical_path_html(data: Any) -> Markup:
 
 def critical_path_md(data: Any) -> list[str]:
     """The section as markdown parts (none where the report was made without it)."""
-    from kinetolens.views.report_md import frame_md
-
     section = _section(data)
     if section is None:
         return []

@@ -1,6 +1,6 @@
 """The critical path as the report and the dashboard show it: per step, the split, the top items, a verdict.
 
-Every number comes from :mod:`kinetolens.analysis.critical_path`; this
+Every number comes from :mod:`kinetolens.analysis.paths.critical_path`; this
 module picks the windows (each complete step, one chosen step, or the whole
 trace when it has no steps), names the columns so that
 :func:`kinetolens.views.units.display` formats them (``time_us`` in one
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import plotly.graph_objects as go
 import polars as pl
 
-from kinetolens.analysis.critical_path import (
+from kinetolens.analysis.paths.critical_path import (
     ACTIVITY_BOUNDS,
     BOUND_BY,
     CriticalPath,

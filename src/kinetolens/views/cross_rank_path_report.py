@@ -16,6 +16,7 @@ import plotly.io as pio
 from markupsafe import Markup
 
 from kinetolens.views.cross_rank_path_section import TABLES, TITLE, CrossRankSection, figures
+from kinetolens.views.report_frames import CHART_PX, frame_html, frame_md
 
 #: The subsection's anchor in the HTML report.
 ANCHOR = "cross-rank-path"
@@ -30,8 +31,6 @@ def _section(data: Any) -> CrossRankSection | str | None:
 
 def cross_rank_path_html(data: Any) -> Markup:
     """The subsection as HTML (empty where the report has no cross-rank path)."""
-    from kinetolens.views.report_html import CHART_PX, frame_html
-
     section = _section(data)
     if section is None:
         return Markup("")
@@ -61,8 +60,6 @@ def cross_rank_path_html(data: Any) -> Markup:
 
 def cross_rank_path_md(data: Any) -> list[str]:
     """The subsection as markdown parts (none where the report has no cross-rank path)."""
-    from kinetolens.views.report_md import frame_md
-
     section = _section(data)
     if section is None:
         return []

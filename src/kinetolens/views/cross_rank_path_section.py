@@ -1,7 +1,7 @@
 """The critical path across a run's ranks, as the report and the dashboard show it.
 
-Every number comes from :mod:`kinetolens.analysis.cross_rank_run` (over
-:mod:`kinetolens.analysis.cross_rank_path`); this module names the columns
+Every number comes from :mod:`kinetolens.analysis.paths.cross_rank_run` (over
+:mod:`kinetolens.analysis.paths.cross_rank_path`); this module names the columns
 so that :func:`kinetolens.views.units.display` formats them (``time_us`` in
 one unit per column, ``share_pct`` as a percentage, ``held_ms``), reads
 ranks as "rank 5" and the others as "62 other ranks", and draws two charts:
@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING
 import plotly.graph_objects as go
 import polars as pl
 
-from kinetolens.analysis.cross_rank_path import KIND_WORDS, common_steps
-from kinetolens.analysis.cross_rank_run import TOP_RANKS, RunPath, run_path
+from kinetolens.analysis.paths.cross_rank_path import KIND_WORDS, common_steps
+from kinetolens.analysis.paths.cross_rank_run import TOP_RANKS, RunPath, run_path
 from kinetolens.errors import TraceError
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import units
 from kinetolens.views.critical_path_section import BOUND_LABELS, bounds_figure, stacked_path_layout
 
 if TYPE_CHECKING:
-    from kinetolens.analysis.cross_rank_path import RankGraphs
+    from kinetolens.analysis.paths.cross_rank_path import RankGraphs
 
 TITLE = "Critical path across ranks"
 #: Verdict lines shown (one per step); the per step table has every step.

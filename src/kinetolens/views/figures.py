@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING
 import plotly.graph_objects as go
 import polars as pl
 
-from kinetolens.analysis.kernels import tensor_core_time
-from kinetolens.analysis.overview import CATEGORIES, OTHER
-from kinetolens.analysis.roofline import peak_tflops
+from kinetolens.analysis.hardware.kernels import tensor_core_time
+from kinetolens.analysis.gputime.overview import CATEGORIES, OTHER
+from kinetolens.analysis.hardware.roofline import peak_tflops
 from kinetolens.views import units
 
 if TYPE_CHECKING:

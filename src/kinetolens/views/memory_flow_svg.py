@@ -1,6 +1,6 @@
 """MegEngine's memory-flow picture: time across, address up, one box per allocation.
 
-Each allocation from :func:`kinetolens.analysis.memory_allocations.allocations`
+Each allocation from :func:`kinetolens.analysis.memory.allocations.allocations`
 becomes a rectangle spanning its lifetime horizontally and its address range
 ``[addr, addr + size)`` vertically, coloured by the op that allocated it, with
 a ``<title>`` tooltip.  Seeing blocks side by side shows fragmentation,

@@ -1,6 +1,6 @@
 """The nn.Module tree as a collapsible HTML table (``<details>`` per module, no script).
 
-Rows come from :func:`kinetolens.analysis.module_tree.module_tree` as they
+Rows come from :func:`kinetolens.analysis.hardware.module_tree.module_tree` as they
 are (parents first); the roots and their children start open, deeper
 levels closed, so a 24-layer model reads as its layers until one is opened.
 """

@@ -29,14 +29,14 @@ from typing import Any
 import msgspec
 import polars as pl
 
-from kinetolens.analysis.gpu_streams import union_intervals
-from kinetolens.analysis.kernels import kernel_table
-from kinetolens.analysis.memory import memory_curve, memory_events
-from kinetolens.analysis.roofline import kernel_roofline
-from kinetolens.analysis.work import op_work
+from kinetolens.analysis.gputime.gpu_streams import union_intervals
+from kinetolens.analysis.hardware.kernels import kernel_table
+from kinetolens.analysis.memory.usage import memory_curve, memory_events
+from kinetolens.analysis.hardware.roofline import kernel_roofline
+from kinetolens.analysis.workload.work import op_work
 from kinetolens.errors import TraceError
 from kinetolens.model.trace import Trace
-from kinetolens.registry.gpus import gpu_spec
+from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 
 #: Utilization bins per device over the span of its GPU work.
 UTILIZATION_BINS = 500
@@ -89,7 +89,7 @@ def annotated_kernels(trace: Trace) -> pl.DataFrame:
     """The kernels table with kinetolens' per-kernel analysis joined on:
     attribution (kernel_table), Tensor Core verdict and, where the GPU's
     roofs are known, precision, bound and percent of roofline."""
-    from kinetolens.analysis.tensor_cores import kernel_tensor_cores
+    from kinetolens.analysis.hardware.tensor_cores import kernel_tensor_cores
 
     k = trace.kernels.select("kernel_id", "name", "cat", "pid", "tid", "ts", "dur", "correlation", "external_id",
                              "device", "stream", pl.col("bytes").alias("bytes_moved"))  # fmt: skip

@@ -15,39 +15,32 @@ from typing import TYPE_CHECKING, Any
 import plotly.graph_objects as go
 import polars as pl
 
-from kinetolens.analysis.distributed import RankSummary, collective_stats, run_overview, step_spread, step_times
-from kinetolens.analysis.idle import idle_breakdown, temporal_breakdown
-from kinetolens.analysis.kernels import kernel_table, tensor_core_time
-from kinetolens.analysis.memory import memory_curve, memory_events, memory_peaks
-from kinetolens.analysis.module_tree import module_tree
-from kinetolens.analysis.ops import op_stats, rank_basis, time_basis
-from kinetolens.analysis.overview import step_breakdown
-from kinetolens.analysis.recommendations import Finding
-from kinetolens.analysis.roofline import op_roofline, roofline_by
-from kinetolens.analysis.stragglers import straggler_findings, stragglers
+from kinetolens.analysis.ranks.distributed import RankSummary, collective_stats, run_overview, step_spread, step_times
+from kinetolens.analysis.gputime.idle import idle_breakdown, temporal_breakdown
+from kinetolens.analysis.hardware.kernels import kernel_table, tensor_core_time
+from kinetolens.analysis.memory.usage import memory_curve, memory_events, memory_peaks
+from kinetolens.analysis.hardware.module_tree import module_tree
+from kinetolens.analysis.workload.ops import op_stats, rank_basis, time_basis
+from kinetolens.analysis.gputime.overview import step_breakdown
+from kinetolens.analysis.finding import Finding
+from kinetolens.analysis.hardware.roofline import op_roofline, roofline_by
+from kinetolens.analysis.ranks.stragglers import straggler_findings, stragglers
 from kinetolens.analysis.summary import summarize
 from kinetolens.errors import TraceError
 from kinetolens.logdir import one_run
 from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
-from kinetolens.registry.gpus import GpuSpec, gpu_spec
+from kinetolens.registry.gpus import GpuSpec
+from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import figures, units
+from kinetolens.views.report_frames import TOP_ROWS
 from kinetolens.views.report_phases import iteration_figure, per_phase_tables
 from kinetolens.views.critical_path_section import CriticalPathSection, critical_path_section
 from kinetolens.views.cross_rank_path_section import CrossRankSection, cross_rank_section
 
 if TYPE_CHECKING:
-    from kinetolens.analysis.cross_rank_path import RankGraphs
-
-#: Rows of each ranked table a report shows.
-TOP_ROWS = 15
-#: How to read the source lines table (both report formats).
-SOURCES_NOTE = (
-    "file:line is the line of user code that made the call leading to the op; "
-    "in func (file:line) means only the enclosing user function is known, entered at that line."
-)
-
+    from kinetolens.analysis.paths.cross_rank_path import RankGraphs
 
 @dataclass
 class CrossRank:
@@ -65,8 +58,8 @@ class CrossRank:
 
 
 def cross_rank(summaries: list[RankSummary], graphs: list[RankGraphs] | str | None = None) -> CrossRank:
-    """The cross-rank section from each rank's summary (:mod:`kinetolens.analysis.distributed`
-    and :mod:`kinetolens.analysis.stragglers` compute every number) and, given
+    """The cross-rank section from each rank's summary (:mod:`kinetolens.analysis.ranks.distributed`
+    and :mod:`kinetolens.analysis.ranks.stragglers` compute every number) and, given
     each rank's step graphs, the critical path across ranks."""
     table = stragglers(summaries)
     return CrossRank(
@@ -105,7 +98,7 @@ class ReportData:
     roofline_modules: pl.DataFrame | None
     roofline_note: str | None
     extra: dict[str, Any] = field(default_factory=dict)
-    #: The nn.Module tree (:func:`kinetolens.analysis.module_tree.module_tree`).
+    #: The nn.Module tree (:func:`kinetolens.analysis.hardware.module_tree.module_tree`).
     module_tree: pl.DataFrame = field(default_factory=pl.DataFrame)
     #: Section (or chart) name -> the one line shown instead of it, saying
     #: why it is left out (:func:`left_out`); its chart and table are not drawn.

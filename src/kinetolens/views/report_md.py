@@ -12,44 +12,15 @@ from collections.abc import Callable
 import polars as pl
 
 from kinetolens import __version__
-from kinetolens.analysis.kernels import tensor_core_time
-from kinetolens.analysis.module_tree import NO_MODULE, by_depth, by_type
-from kinetolens.analysis.ops import time_basis
-from kinetolens.analysis.recommendations import Finding
+from kinetolens.analysis.hardware.kernels import tensor_core_time
+from kinetolens.analysis.hardware.module_tree import NO_MODULE, by_depth, by_type
+from kinetolens.analysis.workload.ops import time_basis
+from kinetolens.analysis.finding import Finding
 from kinetolens.views.critical_path_report import critical_path_md
 from kinetolens.views.cross_rank_path_report import cross_rank_path_md
-from kinetolens.views.report_data import SOURCES_NOTE, ReportData
+from kinetolens.views.report_data import ReportData
 from kinetolens.views.report_phases import iteration_frame, labels_frame, phase_frame
-from kinetolens.views.report_html import breakdown_frame, cell_texts, cross_rank_frames, memory_frame, overview_frame
-
-#: Rows per ranked table in markdown.
-MD_ROWS = 10
-#: Text cells are cut in the middle beyond this many characters.
-MD_CELL_CHARS = 80
-
-
-def _cell(text: str) -> str:
-    # A pipe would end the cell; a newline would end the row.
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-
-
-def frame_md(
-    frame: pl.DataFrame, columns: list[str] | None = None, rows: int | None = MD_ROWS, cell_chars: int | None = MD_CELL_CHARS
-) -> str:
-    """A markdown table of the first ``rows`` rows (numbers right-aligned);
-    ``cell_chars=None`` keeps whole sentences whole."""
-    cols = [c for c in (columns or frame.columns) if c in frame.columns]
-    if not cols or frame.height == 0:
-        return "_(none)_\n"
-    shown = frame.select(cols) if rows is None else frame.select(cols).head(rows)
-    align = ["---:" if frame.schema[c].is_numeric() else ":---" for c in cols]
-    heads, texts = cell_texts(frame.select(cols), shown, cell_chars)
-    lines = ["| " + " | ".join(_cell(h) for h in heads) + " |", "| " + " | ".join(align) + " |"]
-    lines += ["| " + " | ".join(_cell(t) for t in row) + " |" for row in texts]
-    if rows is not None and frame.height > rows:
-        lines.append(f"\n_{rows} of {frame.height:,} rows._")
-    return "\n".join(lines) + "\n"
-
+from kinetolens.views.report_frames import SOURCES_NOTE, breakdown_frame, cross_rank_frames, frame_md, memory_frame, overview_frame
 
 #: Levels of the module tree the markdown report shows (the HTML report opens any of them).
 MD_TREE_DEPTH = 1

@@ -2,7 +2,7 @@
 of its step breakdown (``templates/_phases.html.j2``).
 
 Numbers come from the summary's ``inference`` block and from
-:func:`kinetolens.analysis.inference_phases.phase_tables`; this module only
+:func:`kinetolens.analysis.inference.phases.phase_tables`; this module only
 lays them out as tables.
 """
 
@@ -12,9 +12,9 @@ from typing import Any
 
 import polars as pl
 
-from kinetolens.analysis.inference_phases import iterations, phase_tables
-from kinetolens.analysis.ops import rank_basis
-from kinetolens.analysis.overview import CATEGORIES, COLUMNS, OTHER
+from kinetolens.analysis.inference.phases import iterations, phase_tables
+from kinetolens.analysis.workload.ops import rank_basis
+from kinetolens.analysis.gputime.overview import CATEGORIES, COLUMNS, OTHER
 from kinetolens.model.trace import Trace
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import units

@@ -34,7 +34,8 @@ from kinetolens.errors import TraceError
 from kinetolens.logdir import newest_per_rank
 from kinetolens.views.dashboard import compare, critical_path_page, pages
 from kinetolens.views.dashboard.hosts import HostCheck
-from kinetolens.views.dashboard.sources import BadParameter, Ctx, find_source, table
+from kinetolens.views.dashboard.catalog import find_source, table
+from kinetolens.views.dashboard.sources import BadParameter, Ctx
 from kinetolens.views.dashboard.state import Loaded, TraceStore, UnknownTrace, file_key, worker_id
 from kinetolens.views.dashboard.tables import page
 
@@ -224,8 +225,8 @@ class Dashboard:
 
     def memory_flow(self, request: Request) -> Response:
         def go(r: Request) -> Response:
-            from kinetolens.analysis.memory import memory_peaks
-            from kinetolens.analysis.memory_allocations import allocations
+            from kinetolens.analysis.memory.usage import memory_peaks
+            from kinetolens.analysis.memory.allocations import allocations
             from kinetolens.views.dashboard.sources import memory_window
             from kinetolens.views.memory_flow_svg import render_memory_flow
 

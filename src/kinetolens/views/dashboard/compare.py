@@ -1,10 +1,10 @@
 """The views over more than one trace: Distributed (a run's ranks) and Diff (two runs).
 
 Both call analyses by their public names only: ``kinetolens.analysis.diff``
-for the diff and, where present, ``kinetolens.analysis.distributed`` for
+for the diff and, where present, ``kinetolens.analysis.ranks.distributed`` for
 collective statistics and stragglers.  Per-rank step times and the
 compute/communication overlap come from the single-trace analyses
-(:mod:`kinetolens.analysis.summary`, :mod:`kinetolens.analysis.idle`) run on
+(:mod:`kinetolens.analysis.summary`, :mod:`kinetolens.analysis.gputime.idle`) run on
 each rank, so the Distributed view works with or without that module.
 """
 
@@ -18,11 +18,11 @@ from typing import Any
 
 import polars as pl
 
-from kinetolens.analysis.idle import comm_comp_overlap, temporal_breakdown
+from kinetolens.analysis.gputime.idle import comm_comp_overlap, temporal_breakdown
 from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.views import figures, units
 from kinetolens.views.dashboard import cross_rank_path_page
-from kinetolens.views.dashboard.pages import Block, figure, table, text
+from kinetolens.views.dashboard.blocks import Block, figure, table, text
 from kinetolens.views.dashboard.sources import BadParameter, Ctx
 
 DIFF_LEVELS = ("step", "module", "op", "kernel")
@@ -60,7 +60,7 @@ def rank_digest(trace: Any, rank: int | None = None) -> RankDigest:
 
     Every table of the digest carries the rank the summary settled on, so a
     rank known only from its file name is that rank in every table and bar."""
-    dist = _optional("kinetolens.analysis.distributed")
+    dist = _optional("kinetolens.analysis.ranks.distributed")
     summary = dist.rank_summary(trace, rank) if dist is not None else None
     settled = summary.rank if summary is not None else (trace.rank if trace.rank is not None else rank)
     tag = pl.lit(settled, pl.Int64).alias("rank")
@@ -106,11 +106,11 @@ def _run_table(module: str, name: str) -> Callable[[Ctx], pl.DataFrame]:
 
 #: source -> (analysis module, function, title, initial sort)
 RUN_TABLES = {
-    "dist_steps": ("kinetolens.analysis.distributed", "step_times", "Step time per rank (ms)", "rank"),
-    "dist_spread": ("kinetolens.analysis.distributed", "step_spread", "Spread of each step across ranks", "step"),
-    "dist_collectives": ("kinetolens.analysis.distributed", "collective_stats",
+    "dist_steps": ("kinetolens.analysis.ranks.distributed", "step_times", "Step time per rank (ms)", "rank"),
+    "dist_spread": ("kinetolens.analysis.ranks.distributed", "step_spread", "Spread of each step across ranks", "step"),
+    "dist_collectives": ("kinetolens.analysis.ranks.distributed", "collective_stats",
                          "Collectives: synchronizing vs transfer time, bus bandwidth", None),
-    "dist_stragglers": ("kinetolens.analysis.stragglers", "stragglers", "Stragglers", None),
+    "dist_stragglers": ("kinetolens.analysis.ranks.stragglers", "stragglers", "Stragglers", None),
 }  # fmt: skip
 
 
@@ -148,7 +148,7 @@ def distributed(ctx: Ctx) -> list[Block]:
     path = cross_rank_path_page.section(ctx)
     blocks += cross_rank_path_page.verdict_blocks(path)
     temporal = _temporal(ctx)
-    if _optional("kinetolens.analysis.distributed") is None or _optional("kinetolens.analysis.stragglers") is None:
+    if _optional("kinetolens.analysis.ranks.distributed") is None or _optional("kinetolens.analysis.ranks.stragglers") is None:
         blocks.append(text("Collective statistics and stragglers: not available in this installation.", "warn"))
         tables = {}
     else:

@@ -16,7 +16,7 @@ import polars as pl
 
 from kinetolens.views import units
 from kinetolens.views.critical_path_section import TOPS, CriticalPathSection, critical_path_section, split_figure
-from kinetolens.views.dashboard.pages import Block, figure, table, text
+from kinetolens.views.dashboard.blocks import Block, figure, table, text
 from kinetolens.views.dashboard.sources import Ctx
 
 VIEW = "critical_path"

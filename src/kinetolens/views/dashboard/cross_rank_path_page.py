@@ -17,11 +17,11 @@ from typing import Any
 
 import polars as pl
 
-from kinetolens.analysis.cross_rank_path import RankGraphs, rank_graphs
+from kinetolens.analysis.paths.cross_rank_path import RankGraphs, rank_graphs
 from kinetolens.errors import TraceError
 from kinetolens.views import units
 from kinetolens.views.cross_rank_path_section import TABLES, TITLE, CrossRankSection, cross_rank_section, figures
-from kinetolens.views.dashboard.pages import Block, figure, table, text
+from kinetolens.views.dashboard.blocks import Block, figure, table, text
 from kinetolens.views.dashboard.sources import Ctx
 
 PREFIX = "dist_path_"

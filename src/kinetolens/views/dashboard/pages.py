@@ -11,19 +11,19 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 import polars as pl
 
-from kinetolens.analysis.kernels import tensor_core_time
-from kinetolens.analysis.memory import memory_curve, memory_events, memory_peaks
-from kinetolens.analysis.memory_allocations import pairable
-from kinetolens.analysis.ops import op_stats, rank_basis, time_basis
-from kinetolens.analysis.recommendations import damaged_inputs, recommendations_frame
-from kinetolens.analysis.overview import step_breakdown, step_windows
-from kinetolens.analysis.roofline import op_roofline
+from kinetolens.analysis.hardware.kernels import tensor_core_time
+from kinetolens.analysis.memory.usage import memory_curve, memory_events, memory_peaks
+from kinetolens.analysis.memory.allocations import pairable
+from kinetolens.analysis.workload.ops import op_stats, rank_basis, time_basis
+from kinetolens.analysis.advice.recommendations import damaged_inputs, recommendations_frame
+from kinetolens.analysis.gputime.overview import step_breakdown, step_windows
+from kinetolens.analysis.hardware.roofline import op_roofline
 from kinetolens.analysis.summary import attribution, steps_block
 from kinetolens.views import figures, units
 from kinetolens.views.dashboard import extra_figures, phases_page
+from kinetolens.views.dashboard.blocks import Block, figure, table, text, unavailable
 from kinetolens.views.dashboard.sources import (
     KERNEL_GROUPS,
     MODULE_DEPTHS,
@@ -34,30 +34,6 @@ from kinetolens.views.dashboard.sources import (
     memory_window,
     spec_of,
 )
-
-Block = dict[str, Any]
-
-
-def figure(fig: Any, **extra: Any) -> Block:
-    return {"type": "figure", "figure": msgspec.Raw(fig.to_json().encode()), **extra}
-
-
-def table(source: str, title: str, sort: str | None = None, **extra: Any) -> Block:
-    return {"type": "table", "source": source, "title": title, "sort": sort, **extra}
-
-
-def text(message: str, kind: str = "note") -> Block:
-    return {"type": "text", "kind": kind, "text": message}
-
-
-def unavailable(what: str, why: str) -> Block:
-    """The note a view shows instead of an empty table or chart when the trace lacks its data.
-
-    Nsight exports, CPU-only and pre-1.10 Kineto traces each lack some of
-    what a view draws; saying so beats an empty chart or a column error.
-    """
-    return text(f"{what} not available for this trace: {why}.", "warn")
-
 
 def _nsys(ctx: Ctx) -> bool:
     return str(ctx.trace.format).startswith("nsys")

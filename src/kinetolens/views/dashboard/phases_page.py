@@ -2,8 +2,8 @@
 (prefill, decode, mixed) where a training trace shows its steps.
 
 The numbers are the summary's ``inference`` block
-(:func:`kinetolens.analysis.inference_phases.inference_block`) and each
-phase's kernel and op tables (:func:`kinetolens.analysis.inference_phases.phase_tables`);
+(:func:`kinetolens.analysis.inference.phases.inference_block`) and each
+phase's kernel and op tables (:func:`kinetolens.analysis.inference.phases.phase_tables`);
 the frames and the chart are the report's (:mod:`kinetolens.views.report_phases`),
 here paged by the server like every dashboard table.
 """
@@ -15,8 +15,9 @@ from typing import Any
 
 import polars as pl
 
-from kinetolens.analysis.inference_phases import inference_block
+from kinetolens.analysis.inference.phases import inference_block
 from kinetolens.views import units
+from kinetolens.views.dashboard.blocks import figure, table, text
 from kinetolens.views.dashboard.sources import BadParameter, Ctx
 from kinetolens.views.report_phases import (
     inference_rows,
@@ -52,8 +53,6 @@ def cards(block: dict[str, Any]) -> list[list[str]]:
 
 def blocks(ctx: Ctx, block: dict[str, Any]) -> list[dict[str, Any]]:
     """The iterations chart, the per-iteration and per-phase tables, and each phase's top kernels and ops."""
-    from kinetolens.views.dashboard.pages import figure, table, text  # pages draws this module's blocks
-
     its = len(block["iterations"])
     out = [
         text(f"An inference trace ({', '.join(block['evidence'])}): {its:,} engine iteration{'s' if its != 1 else ''}, "

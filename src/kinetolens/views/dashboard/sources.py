@@ -16,26 +16,26 @@ from typing import Any
 
 import polars as pl
 
-from kinetolens.analysis.gpu_metrics import gpu_metrics
-from kinetolens.analysis.group_labels import counts, listed
-from kinetolens.analysis.kernels import kernel_table
-from kinetolens.analysis.memory import memory_events, op_memory_stats
-from kinetolens.analysis.memory_allocations import allocations
-from kinetolens.analysis.module_tree import by_depth, by_type, module_tree
-from kinetolens.analysis.op_times import op_instances
-from kinetolens.analysis.ops import op_stats, rank_basis
-from kinetolens.analysis.overview import COLUMNS, average_breakdown, step_breakdown
-from kinetolens.analysis.recommendations import recommendations_frame
-from kinetolens.analysis.roofline import (
+from kinetolens.analysis.hardware.gpu_metrics import gpu_metrics
+from kinetolens.analysis.workload.group_labels import counts, listed
+from kinetolens.analysis.hardware.kernels import kernel_table
+from kinetolens.analysis.memory.usage import memory_events, op_memory_stats
+from kinetolens.analysis.memory.allocations import allocations
+from kinetolens.analysis.hardware.module_tree import by_depth, by_type, module_tree
+from kinetolens.analysis.workload.op_times import op_instances
+from kinetolens.analysis.workload.ops import op_stats, rank_basis
+from kinetolens.analysis.gputime.overview import COLUMNS, average_breakdown, step_breakdown
+from kinetolens.analysis.advice.recommendations import recommendations_frame
+from kinetolens.analysis.hardware.roofline import (
     KERNEL_GROUPS,
     kernel_groups,
     kernel_roofline,
     roofline_by,
     with_time_lost,
 )
-from kinetolens.registry.gpus import GpuSpec, gpu_spec
+from kinetolens.registry.gpus import GpuSpec
+from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 from kinetolens.views.dashboard.state import Loaded
-from kinetolens.views.dashboard.tables import rounded
 
 #: Groupings the pages offer (the analyses accept these names).
 OP_GROUPS = ("op", "op+shape", "module", "source")
@@ -258,12 +258,6 @@ def memory_allocations(ctx: Ctx) -> pl.DataFrame:
     ).select("device", "size", "status", "alloc_ms", "free_ms", "lifetime_us", "op", "module", "free_op")
 
 
-def _compare_sources() -> dict[str, Callable[[Ctx], pl.DataFrame]]:
-    from kinetolens.views.dashboard import compare
-
-    return compare.SOURCES
-
-
 SOURCES: dict[str, Callable[[Ctx], pl.DataFrame]] = {
     "gpus": gpus,
     "execution_summary": execution_summary,
@@ -282,24 +276,7 @@ SOURCES: dict[str, Callable[[Ctx], pl.DataFrame]] = {
 SOURCE_ARGS = ("group", "key", "device", "start_ms", "end_ms", "depth", "view", "phase")
 
 
-def find_source(name: str) -> Callable[[Ctx], pl.DataFrame] | None:
-    from kinetolens.views.dashboard.critical_path_page import SOURCES as critical_path
-    from kinetolens.views.dashboard.phases_page import SOURCES as phases
-
-    return SOURCES.get(name) or _compare_sources().get(name) or critical_path.get(name) or phases.get(name)
-
-
-def table(ctx: Ctx, name: str) -> pl.DataFrame:
-    """The named source's frame, memoized per step and parameters, floats rounded for display."""
-    source = find_source(name)
-    if source is None:
-        raise KeyError(name)
-    other = ctx.other.trace.path if ctx.other is not None else None
-    key = ("table", name, ctx.step, other, ctx.ranks_key, tuple((a, ctx.args.get(a, "")) for a in SOURCE_ARGS))
-    return ctx.memo(key, lambda: rounded(_without_device_columns(ctx, source(ctx))))
-
-
-def _without_device_columns(ctx: Ctx, frame: pl.DataFrame) -> pl.DataFrame:
+def without_device_columns(ctx: Ctx, frame: pl.DataFrame) -> pl.DataFrame:
     """A CPU-only trace's tables without their ``device_*`` time columns: zeros in every row say nothing."""
     if ctx.trace.kernels.height or ctx.other is not None or ctx.ranks is not None:
         return frame

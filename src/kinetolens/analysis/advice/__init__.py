@@ -1,0 +1,1 @@
+"""What to change first: the recommendation rules and the findings they produce."""

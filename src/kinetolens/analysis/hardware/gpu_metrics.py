@@ -1,0 +1,144 @@
+"""Per-GPU figures for the overview: how busy each GPU was during the steps.
+
+All figures are over the same time span as the step breakdown, from the
+first step's start to the last step's end (:func:`overview.step_windows`),
+so kernels before or after the profiled steps do not dilute them.
+
+* ``utilization``: fraction of the span in which at least one kernel ran
+  (union of kernel intervals; memcpy/memset are not kernels).
+* ``sm_efficiency``: estimated fraction of SMs busy, averaged over the span.
+  A kernel with ``blocks per SM`` = b keeps min(b, 1) of the SMs busy;
+  concurrent kernels add up, capped at 1.  An estimate: it assumes blocks
+  spread evenly and take the kernel's whole duration.
+* ``occupancy``: the profiler's estimated achieved occupancy per kernel
+  (fraction of the SM's maximum resident warps), averaged weighted by kernel
+  time inside the span.  Older Kineto traces record only the theoretical
+  occupancy; the model falls back to it, an upper bound of the achieved one.
+* ``tensor_core_share``: fraction of the device's kernel time (whole trace)
+  in kernels that use Tensor Cores (:func:`tensor_cores.kernel_tensor_cores`:
+  measured counters, else kernel-name rules); kernels neither rule can
+  classify count as not using them, so it is a lower bound; null when no
+  kernel on the device could be classified.
+* ``peak_allocated_bytes``, ``peak_basis``, ``live_at_start_bytes``: the
+  memory view's peak on that device (:func:`memory.peak_memory`; needs
+  ``profile_memory=True``), what it covers, and the bytes alive when the
+  profiling window opened.
+
+These are torch-tb-profiler's Overview "GPU Summary" definitions.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from kinetolens.analysis.gputime.gpu_streams import union_intervals
+from kinetolens.analysis.memory.usage import CPU_DEVICE_TYPE, peak_memory
+from kinetolens.analysis.gputime.overview import step_windows
+from kinetolens.analysis.hardware.tensor_cores import kernel_tensor_cores
+from kinetolens.model.trace import Trace
+
+
+SCHEMA = {
+    "device": pl.Int64,
+    "utilization": pl.Float64,
+    "sm_efficiency": pl.Float64,
+    "occupancy": pl.Float64,
+    "tensor_core_share": pl.Float64,
+    "peak_allocated_bytes": pl.Int64,
+    "peak_basis": pl.String,
+    "live_at_start_bytes": pl.Int64,
+}
+
+
+def metrics_span(trace: Trace) -> tuple[int, int] | None:
+    """[first step start, last step end) in ns, or None without a span."""
+    windows = step_windows(trace)
+    if windows.height == 0:
+        return None
+    return int(windows["start"].min()), int(windows["end"].max())  # type: ignore[arg-type]
+
+
+def _kernels(trace: Trace) -> pl.DataFrame:
+    k = trace.kernels
+    return k.filter((pl.col("kind").cast(pl.String) == "kernel") & pl.col("device").is_not_null()).select(
+        "device", "ts", "dur", "blocks_per_sm", "occupancy", end=pl.col("ts") + pl.col("dur")
+    )
+
+
+def _clipped(start: pl.Expr, end: pl.Expr, lo: int, hi: int) -> pl.Expr:
+    """Length of [start, end) inside [lo, hi), zero when outside."""
+    return (pl.min_horizontal(end, pl.lit(hi)) - pl.max_horizontal(start, pl.lit(lo))).clip(lower_bound=0)
+
+
+def _utilization(k: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
+    """Busy time per device: the union of kernel intervals."""
+    merged = union_intervals(k, by=["device"])
+    return merged.group_by("device").agg(utilization=_clipped(pl.col("ts"), pl.col("end"), lo, hi).sum() / (hi - lo))
+
+
+def _sm_efficiency(k: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
+    """Sweep per device: summed blocks-per-SM of running kernels, capped at 1."""
+    valued = k.filter(pl.col("blocks_per_sm") > 0)
+    marks = pl.concat(
+        [
+            valued.select("device", t="ts", v="blocks_per_sm"),
+            valued.select("device", t="end", v=-pl.col("blocks_per_sm")),
+        ]
+    )
+    level = (
+        marks.group_by("device", "t")
+        .agg(pl.col("v").sum())
+        .sort("device", "t")
+        .with_columns(level=pl.col("v").cum_sum().over("device"), next_t=pl.col("t").shift(-1).over("device"))
+        .drop_nulls("next_t")
+    )
+    # Float running sums leave tiny residues where nothing runs: treat as idle.
+    busy = pl.when(pl.col("level") > 1e-9).then(pl.col("level").clip(upper_bound=1.0)).otherwise(0.0)
+    weighted = busy * _clipped(pl.col("t"), pl.col("next_t"), lo, hi)
+    return level.group_by("device").agg(sm_efficiency=weighted.sum() / (hi - lo))
+
+
+def _occupancy(k: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
+    inside = k.filter(pl.col("occupancy") >= 0).with_columns(w=_clipped(pl.col("ts"), pl.col("end"), lo, hi))
+    inside = inside.filter(pl.col("w") > 0)
+    return inside.group_by("device").agg(
+        occupancy=(pl.col("occupancy") * pl.col("w")).sum() / pl.col("w").sum() / 100.0
+    )
+
+
+def _peak_memory(trace: Trace) -> pl.DataFrame:
+    """The memory view's peak (:func:`memory.peak_memory`, the one definition) per GPU."""
+    peaks = peak_memory(trace).filter((pl.col("device_type") != CPU_DEVICE_TYPE) & (pl.col("device_id") >= 0))
+    return peaks.select(
+        device="device_id", peak_allocated_bytes="peak_allocated", peak_basis="basis", live_at_start_bytes="live_at_start"
+    )
+
+
+def _tensor_core_share(trace: Trace) -> pl.DataFrame:
+    verdicts = kernel_tensor_cores(trace).select("kernel_id", "tc")
+    k = trace.kernels.filter(pl.col("kind").cast(pl.String) == "kernel").select("kernel_id", "device", "dur")
+    k = k.join(verdicts, on="kernel_id", how="left").filter(pl.col("device").is_not_null())
+    dur = pl.col("dur").cast(pl.Float64)
+    share = dur.filter(pl.col("tc") == "yes").sum() / dur.sum()
+    known = (pl.col("tc").fill_null("unknown") != "unknown").any()
+    return k.group_by("device").agg(tensor_core_share=pl.when(known).then(share))
+
+
+def gpu_metrics(trace: Trace) -> pl.DataFrame:
+    """One row per GPU that ran kernels or holds memory records."""
+    k = _kernels(trace)
+    span = metrics_span(trace)
+    frames: list[pl.DataFrame] = []
+    if span is not None and span[1] > span[0] and k.height:
+        lo, hi = span
+        frames = [_utilization(k, lo, hi), _sm_efficiency(k, lo, hi), _occupancy(k, lo, hi)]
+    frames.append(_tensor_core_share(trace))
+    frames.append(_peak_memory(trace))
+    devices = pl.concat([k.select("device").unique(), *[f.select("device") for f in frames]]).unique()
+    out = devices
+    for frame in frames:
+        out = out.join(frame, on="device", how="left")
+    for name, dtype in SCHEMA.items():
+        if name not in out.columns:
+            out = out.with_columns(pl.lit(None, dtype).alias(name))
+    return out.select(list(SCHEMA)).cast(SCHEMA).sort("device")

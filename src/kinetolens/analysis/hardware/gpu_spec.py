@@ -1,0 +1,63 @@
+"""Which GPU's ceilings apply to a trace: the table entry for its device, a
+user's spec file, or single-number overrides."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import MappingProxyType
+from typing import Any
+
+import polars as pl
+
+from kinetolens.ingest.gpu_spec_file import read_spec_file
+from kinetolens.model.trace import Trace
+from kinetolens.registry.gpus import GpuSpec, match_device, spec_from_fields, with_device
+
+
+def trace_device(trace: Trace) -> dict[str, Any] | None:
+    """The device that ran the most kernel time (the first named one otherwise)."""
+    devices = [d for d in trace.devices if d.get("name")]
+    if not devices:
+        return None
+    k = trace.kernels
+    if k.height and "device" in k.columns:
+        busiest = k.group_by("device").agg(pl.col("dur").sum()).sort("dur", descending=True)["device"].drop_nulls()
+        for dev_id in busiest.to_list():
+            for d in devices:
+                if d.get("id") == dev_id:
+                    return d
+    return devices[0]
+
+
+def gpu_spec(
+    trace: Trace,
+    spec_file: str | None = None,
+    peak_tflops: float | None = None,
+    peak_gbps: float | None = None,
+) -> GpuSpec | None:
+    """The ceilings to compare this trace's kernels with, or None if unknown.
+
+    Order: the table entry matching the trace's device (with the trace's own
+    SM count and memory size), then a user spec file's fields, then the
+    single-number overrides (``peak_tflops`` replaces every precision's peak,
+    ``peak_gbps`` the DRAM bandwidth).  A bad spec file raises
+    :class:`TraceError` naming it.
+    """
+    for label, value in (("peak_tflops", peak_tflops), ("peak_gbps", peak_gbps)):
+        if value is not None and (isinstance(value, bool) or not value > 0):
+            raise ValueError(f"{label} must be a positive number, got {value!r}")
+    device = trace_device(trace)
+    spec = match_device(device.get("name"), device.get("totalGlobalMem")) if device else None
+    if spec is not None and device is not None:
+        spec = with_device(spec, device)
+    if spec_file is not None:
+        spec = spec_from_fields(str(spec_file), read_spec_file(str(spec_file)), spec)
+    if peak_tflops is None and peak_gbps is None:
+        return spec
+    base = spec or GpuSpec("custom", MappingProxyType({}), None, None, None, "user override")
+    return replace(
+        base,
+        peak_override_tflops=float(peak_tflops) if peak_tflops is not None else base.peak_override_tflops,
+        dram_gbps=float(peak_gbps) if peak_gbps is not None else base.dram_gbps,
+        origin="override",
+    )

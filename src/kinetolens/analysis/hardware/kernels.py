@@ -1,0 +1,129 @@
+"""The per-kernel table (PyProf's report): one row per GPU activity."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from kinetolens.analysis.workload.fusions import fused_op_names
+from kinetolens.analysis.workload.params import dtypes_expr, shapes_expr
+from kinetolens.analysis.hardware.tensor_cores import kernel_tensor_cores
+from kinetolens.analysis.workload.work import kernel_work
+from kinetolens.registry.kernel_names import short_names
+from kinetolens.model.trace import Trace
+
+#: Column name -> meaning, in default display order (``kinetolens kernels -h``).
+KERNEL_COLUMNS: dict[str, str] = {
+    "idx": "kernel index in start order",
+    "step": "profiler step (ProfilerStep#N) that launched it",
+    "dir": "fprop / bprop / optimizer / other",
+    "module": "nn.Module path (backward kernels: the forward op's module)",
+    "op": "innermost PyTorch op that launched it",
+    "top_op": "outermost PyTorch op on the launching thread",
+    "fwd_op": "for backward kernels, the forward op they differentiate",
+    "sub": "index of this kernel among its op call's kernels (dgrad=0, wgrad=1 ...)",
+    "kernel": "kernel name as recorded, the whole C++ signature (memcpy/memset included)",
+    "short_name": "readable kernel name: no argument list, namespaces or template plumbing",
+    "fused_ops": "torch.compile kernels: the source ops fused into it (see kinetolens compiled)",
+    "kind": "kernel / memcpy / memset",
+    "params": "input shapes and dtypes (backward: the forward op's)",
+    "dur_us": "silicon time in microseconds",
+    "tc": "Tensor Cores used: yes / no / unknown",
+    "flops": "FLOPs of the op's work this kernel did (shared by duration when the op ran several)",
+    "bytes": "minimum bytes moved (inputs read once, outputs written once), shared likewise",
+    "tflops_s": "achieved TFLOP/s: flops / dur",
+    "gbps": "achieved GB/s: bytes / dur",
+    "device": "GPU index",
+    "stream": "CUDA stream",
+    "grid": "grid dimensions",
+    "block": "block dimensions",
+    "regs": "registers per thread",
+    "smem": "shared memory per block (bytes)",
+    "occupancy": "estimated achieved occupancy (%)",
+    "blocks_per_sm": "blocks per SM",
+    "source": "user code that launched it: file:line of the call, or in func (file:line) where only the enclosing function is known (the line it was entered at)",
+    "launch": "the runtime/driver call that launched it",
+    "graph": "CUDA/HIP graph it was replayed from and its node there (graph:node); empty for eager kernels",
+    "start_us": "start time, microseconds from the first kernel",
+}
+
+DEFAULT_COLUMNS = [
+    "idx", "step", "dir", "module", "op", "fwd_op", "sub", "kernel", "short_name", "params", "dur_us", "tc", "device",
+    "stream", "grid", "block", "source",
+]  # fmt: skip
+
+
+def _dims(prefix: str) -> pl.Expr:
+    parts = [pl.col(f"{prefix}_{a}").cast(pl.String) for a in "xyz"]
+    return pl.when(pl.col(f"{prefix}_x").is_not_null()).then(
+        pl.concat_str([pl.lit("("), parts[0], pl.lit(","), parts[1], pl.lit(","), parts[2], pl.lit(")")])
+    )
+
+
+def kernel_table(trace: Trace, step: int | None = None) -> pl.DataFrame:
+    """PyProf-style rows for every kernel (optionally one step only)."""
+    k = trace.kernels
+    if step is not None:
+        k = k.filter(pl.col("step") == step)
+    ops = trace.ops.select("op_id", "input_dims", "input_types")
+    # Backward kernels take the forward op's shapes, as PyProf did.
+    k = (
+        k.with_columns(param_op=pl.coalesce("fwd_op_id", "op_id"))
+        .join(ops, left_on="param_op", right_on="op_id", how="left")
+    )
+    k = k.join(kernel_tensor_cores(trace).select("kernel_id", "tc"), on="kernel_id", how="left")
+    # renamed: the kernels table's own ``bytes`` is what a memcpy/memset moved
+    work = kernel_work(trace).select("kernel_id", "flops", work_bytes=pl.col("bytes"))
+    k = k.join(work, on="kernel_id", how="left")
+    first = trace.kernels["ts"].min() if trace.kernels.height else 0
+    shapes = shapes_expr()
+    dtypes = dtypes_expr()
+    table = k.select(
+        idx=pl.col("kernel_id"),
+        step=pl.col("step"),
+        dir=pl.col("direction").cast(pl.String),
+        module=pl.col("module"),
+        op=pl.col("op"),
+        top_op=pl.col("top_op"),
+        fwd_op=pl.col("fwd_op"),
+        sub=pl.col("sub"),
+        kernel=pl.col("name"),
+        kind=pl.col("kind").cast(pl.String),
+        params=pl.concat_str([shapes, dtypes], separator=" ", ignore_nulls=True),
+        dur_us=pl.col("dur") / 1000.0,
+        tc=pl.col("tc"),
+        flops=pl.col("flops"),
+        bytes=pl.col("work_bytes"),
+        tflops_s=pl.when(pl.col("dur") > 0).then(pl.col("flops") / pl.col("dur") / 1e3),
+        gbps=pl.when(pl.col("dur") > 0).then(pl.col("work_bytes") / pl.col("dur")),
+        device=pl.col("device"),
+        stream=pl.col("stream"),
+        grid=_dims("grid"),
+        block=_dims("block"),
+        regs=pl.col("registers_per_thread"),
+        smem=pl.col("shared_memory"),
+        occupancy=pl.col("occupancy"),
+        blocks_per_sm=pl.col("blocks_per_sm"),
+        source=pl.col("source"),
+        launch=pl.col("launch"),
+        graph=pl.format("{}:{}", "graph_id", "graph_node") if "graph_id" in k.columns else pl.lit(None, pl.String),
+        start_us=(pl.col("ts") - first) / 1000.0,
+    )
+    # once per distinct name, not per row: a trace has ~100 names over ~100k kernels
+    table = table.with_columns(short_name=short_names(table["kernel"]), fused_ops=fused_op_names(trace, table["kernel"]))
+    order = list(KERNEL_COLUMNS)
+    return table.select(sorted(table.columns, key=order.index)).sort("idx")
+
+
+def tensor_core_time(table: pl.DataFrame) -> pl.DataFrame:
+    """GPU time per Tensor Core verdict of a :func:`kernel_table`: ``tc, us``.
+
+    ``tc`` is yes / no / unknown (a kernel without a verdict counts as
+    unknown); verdicts with no time are left out.  The chart, the markdown
+    report and the dashboard all show this one split.
+    """
+    return (
+        table.group_by(pl.col("tc").fill_null("unknown"))
+        .agg(us=pl.col("dur_us").sum())
+        .filter(pl.col("us") > 0)
+        .sort("tc")
+    )

@@ -1,0 +1,193 @@
+"""The nn.Module tree: forward and backward GPU time, FLOPs and roofline per module.
+
+A module's path (``Qwen2Model_0.Qwen2DecoderLayer_3.Qwen2Attention_3``) is
+the chain of module frames around the work, each a class name with its
+instance suffix.  A kernel belongs to the innermost module of its op, so a
+module's *self* time is that of its own kernels and its *total* time adds
+its descendants': each kernel is in one node's self time, and the roots'
+totals add up to the GPU time.  Kernels outside any module (optimizer,
+data copies) are the root ``(no module)``.  In a trace without GPU kernels
+the times are host (CPU) time instead, as ``ops`` ranks such a trace: each
+op's self time in its innermost module.
+
+FLOPs, ideal time and percent of roofline come from
+:func:`kinetolens.analysis.hardware.roofline.roofline_by` (``by="module"``), summed
+over the subtree; without a known GPU only FLOPs are known (from
+:func:`kinetolens.analysis.workload.ops.op_stats`).  ``tflops_s`` is the subtree's
+FLOPs over its total device time.
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+from kinetolens.analysis.workload.modules import module_calls
+from kinetolens.analysis.workload.op_times import op_instances
+from kinetolens.analysis.workload.ops import in_steps, op_stats, step_time_ns, without_annotations
+from kinetolens.analysis.hardware.roofline import roofline_by
+from kinetolens.errors import TraceError
+from kinetolens.model.trace import Trace
+from kinetolens.registry.gpus import GpuSpec
+
+NO_MODULE = "(no module)"
+SEP = "."
+_INSTANCE = re.compile(r"_\d+$")
+#: Times of a node: forward, backward, and all (optimizer and other kernels included).
+TIMES = ("fwd_self_us", "fwd_total_us", "bwd_self_us", "bwd_total_us", "self_us", "total_us")
+_SUMMED = ("fwd_us", "bwd_us", "all_us", "stepped_us", "flops", "ideal_us", "roofed_us")
+
+
+def module_type(segment: str) -> str:
+    """``Qwen2Attention_3`` -> ``Qwen2Attention``: the class, without the instance suffix."""
+    return _INSTANCE.sub("", segment)
+
+
+def _natural(path: str) -> tuple:
+    """Sort key: siblings in instance order (``Layer_2`` before ``Layer_10``)."""
+    return tuple((module_type(s), int(m.group(0)[1:]) if (m := _INSTANCE.search(s)) else -1) for s in path.split(SEP))
+
+
+def _own(trace: Trace, spec: GpuSpec | None, step: int | None, roof: pl.DataFrame | None) -> pl.DataFrame:
+    """Per module path: its own kernels' time by direction (its ops' host self
+    time in a trace without kernels), FLOPs, ideal and roofed time."""
+    if trace.kernels.height:
+        k, dur = trace.kernels, pl.col("dur") / 1000.0
+    else:  # CPU only: the host is what the steps spend, as `ops` ranks them (time_basis)
+        k, dur = without_annotations(op_instances(trace)), pl.col("host_self") / 1000.0
+    k = k if step is None else k.filter(pl.col("step") == step)
+    direction = pl.col("direction").cast(pl.String)
+    times = k.group_by(path=pl.col("module").fill_null(NO_MODULE)).agg(
+        fwd_us=dur.filter(direction == "fprop").sum(),
+        bwd_us=dur.filter(direction == "bprop").sum(),
+        all_us=dur.sum(),
+        stepped_us=dur.filter(in_steps(trace)).sum(),
+    )
+    work = _work(trace, spec, step, roof)
+    return times.join(work, on="path", how="full", coalesce=True).with_columns(
+        pl.col(c).fill_null(0.0) for c in _SUMMED
+    )
+
+
+def _work(trace: Trace, spec: GpuSpec | None, step: int | None, roof: pl.DataFrame | None) -> pl.DataFrame:
+    """FLOPs, ideal time and time with a known roof per module path, from the roofline."""
+    if roof is None and spec is not None and trace.kernels.height:
+        try:
+            roof = roofline_by(trace, spec, by="module", step=step)
+        except TraceError:
+            roof = None
+    if roof is not None:
+        pct = pl.col("pct_of_roof")
+        return roof.select(
+            path=pl.col("module"),
+            flops=pl.col("flops").cast(pl.Float64),
+            ideal_us=pl.col("ideal_us"),
+            roofed_us=pl.when(pct > 0).then(pl.col("ideal_us") * 100.0 / pct),
+        )
+    stats = op_stats(trace, by="module", step=step)
+    return stats.select(
+        path=pl.col("module").fill_null(NO_MODULE),
+        flops="flops",
+        ideal_us=pl.lit(None, pl.Float64),
+        roofed_us=pl.lit(None, pl.Float64),
+    )
+
+
+def module_tree(
+    trace: Trace, spec: GpuSpec | None = None, *, step: int | None = None, roof: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    """One row per module (and every module around one), parents before children.
+
+    Columns: ``path, parent, depth, name, type, calls`` (forward calls,
+    :func:`kinetolens.analysis.workload.modules.module_calls`; null where unknown), the :data:`TIMES` in
+    microseconds, ``step_share_pct`` (the part of ``total_us`` inside the
+    steps, of their wall time: the roots' shares sum to at most 100%), ``flops, tflops_s,
+    ideal_us, pct_of_roof`` (null where unknown).  ``roof``: the trace's
+    ``roofline_by(trace, spec, by="module", step=step)`` where the caller has it.
+    """
+    own = _own(trace, spec, step, roof)
+    with_ancestors = own.with_columns(
+        segments=pl.col("path").str.split(SEP),
+    ).with_columns(
+        ancestor=pl.int_ranges(1, pl.col("segments").list.len() + 1)
+    ).explode("ancestor").with_columns(
+        ancestor=pl.col("segments").list.head(pl.col("ancestor")).list.join(SEP),
+    )
+    totals = with_ancestors.group_by("ancestor").agg(
+        fwd_total_us=pl.col("fwd_us").sum(),
+        bwd_total_us=pl.col("bwd_us").sum(),
+        total_us=pl.col("all_us").sum(),
+        _stepped_us=pl.col("stepped_us").sum(),
+        flops=pl.col("flops").sum(),
+        ideal_us=pl.col("ideal_us").sum(),
+        roofed_us=pl.col("roofed_us").sum(),
+    ).rename({"ancestor": "path"})
+    mine = own.select("path", fwd_self_us="fwd_us", bwd_self_us="bwd_us", self_us="all_us")
+    tree = totals.join(mine, on="path", how="left").with_columns(pl.col(c).fill_null(0.0) for c in TIMES)
+    step_ns = step_time_ns(trace, step)
+    segments = pl.col("path").str.split(SEP)
+    tree = tree.with_columns(
+        parent=pl.when(segments.list.len() > 1).then(segments.list.head(segments.list.len() - 1).list.join(SEP)),
+        depth=(segments.list.len() - 1).cast(pl.Int64),
+        name=segments.list.last(),
+        step_share_pct=pl.col("_stepped_us") * 1000.0 / step_ns * 100.0 if step_ns else pl.lit(None, pl.Float64),
+        tflops_s=pl.when((pl.col("total_us") > 0) & (pl.col("flops") > 0)).then(pl.col("flops") / pl.col("total_us") / 1e6),
+        pct_of_roof=pl.when(pl.col("roofed_us") > 0).then(pl.col("ideal_us") / pl.col("roofed_us") * 100.0),
+        ideal_us=pl.when(pl.col("roofed_us") > 0).then(pl.col("ideal_us")),
+        flops=pl.when(pl.col("flops") > 0).then(pl.col("flops")),
+    ).with_columns(type=pl.col("name").map_elements(module_type, return_dtype=pl.String))
+    calls = module_calls(trace, step).select(path="module", calls=pl.col("calls").cast(pl.Int64))
+    tree = tree.join(calls, on="path", how="left")
+    order = sorted(tree["path"].to_list(), key=lambda p: (p == NO_MODULE, _natural(p)))
+    rank = pl.DataFrame({"path": order, "_rank": range(len(order))})
+    return tree.join(rank, on="path").sort("_rank").select(
+        "path", "parent", "depth", "name", "type", "calls", *TIMES, "step_share_pct", "flops", "tflops_s", "ideal_us",
+        "pct_of_roof", "roofed_us",
+    )
+
+
+def by_depth(tree: pl.DataFrame, depth: int | None) -> pl.DataFrame:
+    """The tree down to ``depth`` (0: the roots); all of it for None."""
+    return tree if depth is None else tree.filter(pl.col("depth") <= depth)
+
+
+def by_type(tree: pl.DataFrame) -> pl.DataFrame:
+    """One row per module class (``Qwen2Attention``: count 24), repeated layers read as one.
+
+    ``total_us`` and the direction totals are summed over the instances;
+    ``mean_us``, ``min_us``, ``max_us`` are of one instance's total time;
+    ``pct_of_roof`` is the summed ideal time over the summed time with a
+    known roof.  Ordered by ``total_us``.  A class nested in itself would
+    count the inner instances' time twice; its ``nested`` column says so.
+    """
+    paths = set(tree["path"].to_list())
+    nested = {p for p in paths if any(module_type(s) == module_type(p.rsplit(SEP, 1)[-1]) for s in p.split(SEP)[:-1])}
+    return (
+        tree.with_columns(_nested=pl.col("path").is_in(list(nested)))
+        .group_by("type")
+        .agg(
+            count=pl.len(),
+            calls=pl.col("calls").sum(),
+            total_us=pl.col("total_us").sum(),
+            mean_us=pl.col("total_us").mean(),
+            min_us=pl.col("total_us").min(),
+            max_us=pl.col("total_us").max(),
+            fwd_total_us=pl.col("fwd_total_us").sum(),
+            bwd_total_us=pl.col("bwd_total_us").sum(),
+            self_us=pl.col("self_us").sum(),
+            step_share_pct=pl.col("step_share_pct").sum(),
+            flops=pl.col("flops").sum(),
+            _ideal=pl.col("ideal_us").sum(),
+            _roofed=pl.col("roofed_us").filter(pl.col("ideal_us").is_not_null()).sum(),
+            nested=pl.col("_nested").any(),
+            depth=pl.col("depth").min(),
+        )
+        .with_columns(
+            flops=pl.when(pl.col("flops") > 0).then(pl.col("flops")),
+            tflops_s=pl.when((pl.col("total_us") > 0) & (pl.col("flops") > 0)).then(pl.col("flops") / pl.col("total_us") / 1e6),
+            pct_of_roof=pl.when(pl.col("_roofed") > 0).then(pl.col("_ideal") / pl.col("_roofed") * 100.0),
+        )
+        .drop("_ideal", "_roofed")
+        .sort(["total_us", "type"], descending=[True, False])
+    )

@@ -1,0 +1,1 @@
+"""Inference: engine iterations and their prefill/decode phases."""

@@ -1,0 +1,1 @@
+"""Memory over time: the allocation curve, peaks, leaks and per-op usage."""

@@ -1,0 +1,356 @@
+"""Memory over time: the allocator's curve per device, its peak, and the op behind each event.
+
+The profiler's ``[memory]`` instants (``trace.memory``) record every allocator
+call with the byte delta (negative = free), the address, and, in recent
+PyTorch, the allocator's running totals (``total_allocated``,
+``total_reserved``).  Everything here derives from those rows:
+
+* :func:`memory_events`: each event with its device label and the innermost op
+  on the same thread whose ``[ts, end)`` encloses it (the op that asked for or
+  released the memory), found with an as-of join plus a walk up the parents,
+  so cost grows with nesting depth, not with the number of events.
+* :func:`memory_curve` / :func:`memory_peaks` / :func:`peak_memory`: allocated
+  and reserved bytes over time and their maxima (with the op and module at
+  the peak).  A GPU allocator's totals cover everything alive on the device
+  (``basis = "allocator"``), and the bytes alive when the window opened are
+  known (``live_at_start``).  Old traces carry no totals, and torch's CPU
+  allocator counts only what it allocated while profiling: those curves
+  cover only memory allocated inside the window (``basis = "window_sum"``);
+  what was alive before it (parameters, optimizer state, data) is missing.
+* :func:`op_memory_stats`: torch-tb-profiler's memory view (calls, allocation
+  and free counts and sizes, increase), self and including children.
+
+Allocation/free pairing, lifetimes and leaks are in
+:mod:`kinetolens.analysis.memory.allocations`.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from kinetolens.model.ids import rows_by_id
+from kinetolens.model.trace import Trace
+
+#: c10::DeviceType numbers as they appear in ``Device Type``.  CUDA and HIP
+#: both print as ``GPU<id>``, the label torch-tb-profiler uses.
+DEVICE_TYPE_NAMES: dict[int, str] = {
+    0: "CPU",
+    1: "GPU",
+    6: "GPU",
+    9: "XLA",
+    12: "XPU",
+    13: "MPS",
+    15: "HPU",
+    19: "MTIA",
+    20: "PrivateUse1",
+}
+
+#: Kineto's ``Device Type`` of CPU memory events.
+CPU_DEVICE_TYPE = 0
+
+#: ``allocated`` is everything alive on the device (its allocator's totals).
+ALLOCATOR = "allocator"
+#: ``allocated`` counts only memory allocated inside the profiling window.
+WINDOW_SUM = "window_sum"
+
+#: What a peak of each basis leaves out, said next to the number in every view.
+BASIS_NOTES = {
+    ALLOCATOR: "everything alive on the device",
+    WINDOW_SUM: "allocated while profiling only: weights, optimizer state and data allocated before are not counted",
+}
+
+
+def device_label() -> pl.Expr:
+    """``CPU``, ``GPU<id>`` (CUDA/HIP) or ``<TYPE><id>`` for other devices."""
+    name = pl.col("device_type").replace_strict(
+        DEVICE_TYPE_NAMES, default=None, return_dtype=pl.String
+    ).fill_null(pl.lit("dev") + pl.col("device_type").cast(pl.String))
+    return (
+        pl.when(pl.col("device_type") == 0)
+        .then(pl.lit("CPU"))
+        .otherwise(name + pl.col("device_id").cast(pl.String).fill_null(""))
+        .alias("device")
+    )
+
+
+def _op_spans(ops: pl.DataFrame) -> pl.DataFrame:
+    return ops.select("op_id", "pid", "tid", "ts", "end", "depth", "parent_id")
+
+
+def enclosing_ops(events: pl.DataFrame, ops: pl.DataFrame) -> pl.Series:
+    """For each row of ``events`` (pid, tid, ts), the ``op_id`` of the innermost
+    op on that thread with ``ts <= event.ts < end``, or null.
+
+    The as-of join finds the latest-starting op at or before the event (the
+    deepest one among ops starting together); if that op already ended, the
+    answer is one of its ancestors, so rows that miss step to their parent
+    until each lands inside its op or runs out of parents.  Half-open
+    intervals follow torch-tb-profiler: an event exactly at an op's end
+    belongs to what comes after it.
+    """
+    if events.height == 0:
+        return pl.Series("op_id", [], dtype=pl.Int64)
+    spans = _op_spans(ops).sort("ts", "depth")
+    probe = events.select("pid", "tid", "ts").with_row_index("_row")
+    found = (
+        probe.sort("ts")
+        .join_asof(
+            spans.select("pid", "tid", pl.col("ts").alias("op_ts"), "op_id"),
+            left_on="ts",
+            right_on="op_ts",
+            by=["pid", "tid"],
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .select("_row", "ts", "op_id")
+    )
+    lookup = ops.select("op_id", "end", "parent_id")  # in op order: looked up by position
+    max_depth = int(spans["depth"].max() or 0) if spans.height else 0
+    for _ in range(max_depth + 2):
+        found = found.drop("end", "parent_id", strict=False)
+        found = pl.concat([found, rows_by_id(lookup, "op_id", found["op_id"], ["end", "parent_id"])], how="horizontal")
+        outside = pl.col("op_id").is_not_null() & (pl.col("end") <= pl.col("ts"))
+        if not found.select(outside.any()).item():
+            break
+        found = found.with_columns(op_id=pl.when(outside).then(pl.col("parent_id")).otherwise(pl.col("op_id")))
+    return found.sort("_row")["op_id"].alias("op_id")
+
+
+def memory_events(trace: Trace) -> pl.DataFrame:
+    """``trace.memory`` in time order (ties keep file order, column ``seq``),
+    with ``device`` and the enclosing op's ``op_id``, ``op``, ``op_kind`` and
+    ``module``."""
+    mem = trace.memory.with_row_index("seq").with_columns(pl.col("seq").cast(pl.Int64), device_label())
+    op_id = enclosing_ops(mem, trace.ops)
+    names = trace.ops.select(
+        "op_id",
+        pl.col("name").alias("op"),
+        pl.col("kind").cast(pl.String).alias("op_kind"),
+        "module",
+    )
+    found = rows_by_id(names, "op_id", op_id, ["op", "op_kind", "module"])
+    return pl.concat([mem.with_columns(op_id), found], how="horizontal").sort("ts", "seq")
+
+
+def _with_allocated(events: pl.DataFrame) -> pl.DataFrame:
+    """``allocated``: the allocator's own total where the trace has it, else
+    the running sum of deltas per device; ``basis`` says what that covers."""
+    window_sum = pl.col("bytes").fill_null(0).cum_sum().over("device")
+    has_totals = pl.col("total_allocated").is_not_null().all().over("device")
+    # The CUDA (and other device) caching allocators report everything alive
+    # on the device; torch's CPU allocator counts only what it allocated while
+    # a profiler ran, so a CPU total leaves out memory held before the window.
+    whole = has_totals & (pl.col("device_type") != CPU_DEVICE_TYPE)
+    return events.with_columns(
+        allocated=pl.when(has_totals).then(pl.col("total_allocated")).otherwise(window_sum),
+        reserved=pl.col("total_reserved"),
+        basis=pl.when(whole).then(pl.lit(ALLOCATOR)).otherwise(pl.lit(WINDOW_SUM)),
+    )
+
+
+def _per_device() -> list[pl.Expr]:
+    """The figures every view shows per device, from a curve of :func:`_with_allocated`."""
+    return [
+        pl.col("allocated").max().alias("peak_allocated"),
+        pl.col("basis").first().alias("basis"),
+        # Alive before the first event: known only where the totals cover the whole device.
+        pl.when(pl.col("basis").first() == ALLOCATOR)
+        .then(pl.col("allocated").first() - pl.col("bytes").fill_null(0).first())
+        .alias("live_at_start"),
+    ]
+
+
+def peak_memory(trace: Trace) -> pl.DataFrame:
+    """Per device: ``device`` label, ``device_type``, ``device_id``,
+    ``peak_allocated``, ``basis`` and ``live_at_start`` (bytes alive when the
+    window opened, null where the trace cannot tell).
+
+    The one definition of peak memory: :func:`memory_peaks` gives the same
+    numbers with the op at the peak, and the GPU table of the overview
+    (:func:`kinetolens.analysis.hardware.gpu_metrics.gpu_metrics`) reads this.
+    """
+    mem = trace.memory.with_row_index("seq").with_columns(device_label()).sort("ts", "seq")
+    curve = _with_allocated(mem)
+    return curve.group_by("device").agg(
+        pl.col("device_type").first(), pl.col("device_id").first(), *_per_device()
+    ).sort("device")
+
+
+def memory_curve(events: pl.DataFrame) -> pl.DataFrame:
+    """One row per allocator event: device, ts (ns), bytes, allocated,
+    reserved (null where the trace lacks it), basis, op, module."""
+    return _with_allocated(events).select(
+        "device", "ts", "bytes", "allocated", "reserved", "basis", "op_id", "op", "module"
+    )
+
+
+def memory_peaks(events: pl.DataFrame) -> pl.DataFrame:
+    """Per device: the highest allocated bytes, when, under which op and
+    module, plus the highest reserved, the final allocated bytes and how many
+    events had no enclosing op."""
+    curve = _with_allocated(events)
+    at_peak = (
+        curve.sort("allocated", descending=True, maintain_order=True)
+        .group_by("device", maintain_order=True)
+        .first()
+        .select(
+            "device",
+            pl.col("allocated").alias("peak_allocated"),
+            pl.col("ts").alias("peak_ts"),
+            pl.col("op").alias("peak_op"),
+            pl.col("op_id").alias("peak_op_id"),
+            pl.col("module").alias("peak_module"),
+        )
+    )
+    totals = curve.group_by("device").agg(
+        *[e for e in _per_device() if e.meta.output_name() != "peak_allocated"],
+        events=pl.len(),
+        allocations=(pl.col("bytes") > 0).sum(),
+        frees=(pl.col("bytes") < 0).sum(),
+        allocated_bytes=pl.col("bytes").clip(lower_bound=0).sum(),
+        freed_bytes=(-pl.col("bytes")).clip(lower_bound=0).sum(),
+        peak_reserved=pl.col("reserved").max(),
+        final_allocated=pl.col("allocated").last(),
+        first_ts=pl.col("ts").first(),
+        last_ts=pl.col("ts").last(),
+        unattributed_events=pl.col("op_id").is_null().sum(),
+    )
+    return at_peak.join(totals, on="device").sort("peak_allocated", descending=True)
+
+
+def _ancestors(ops: pl.DataFrame) -> pl.DataFrame:
+    """Every (op_id, ancestor_id) pair including the op itself, by repeated
+    parent joins (as many rounds as the deepest nesting)."""
+    parents = ops.select("op_id", "parent_id")
+    pairs = parents.select("op_id", pl.col("op_id").alias("ancestor_id"))
+    frontier = parents.select("op_id", pl.col("parent_id").alias("ancestor_id")).drop_nulls()
+    while frontier.height:
+        pairs = pl.concat([pairs, frontier])
+        frontier = (
+            frontier.join(parents, left_on="ancestor_id", right_on="op_id")
+            .select("op_id", pl.col("parent_id").alias("ancestor_id"))
+            .drop_nulls()
+        )
+    return pairs
+
+
+def _byte_aggregates(prefix: str) -> list[pl.Expr]:
+    alloc = pl.col("bytes") > 0
+    free = pl.col("bytes") < 0
+    return [
+        alloc.sum().alias(f"{prefix}alloc_count"),
+        pl.col("bytes").filter(alloc).sum().alias(f"{prefix}alloc_bytes"),
+        free.sum().alias(f"{prefix}free_count"),
+        (-pl.col("bytes").filter(free)).sum().alias(f"{prefix}free_bytes"),
+        pl.col("bytes").sum().alias(f"{prefix}increase_bytes"),
+    ]
+
+
+def op_memory_stats(events: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """torch-tb-profiler's memory view, per device and op name.
+
+    ``self_*`` counts the events whose innermost enclosing op is that op;
+    the unprefixed columns include every op nested inside it.  Like the
+    tb plugin, annotations (``ProfilerStep#N``, ``Optimizer.step``,
+    ``record_function`` blocks) get no row.  Like torch's
+    ``key_averages()``, an op called from an op of the same name (``aten::sum``
+    dispatching to ``aten::sum``) is one call, and an event under both counts
+    once for that name, so totals equal torch's ``cpu_memory_usage``.
+    """
+    attributed = events.filter(pl.col("op_id").is_not_null()).select("seq", "device", "op_id", "bytes")
+    is_op = ops.select("op_id", "name", (pl.col("kind").cast(pl.String) == "op").alias("is_op"))
+    self_stats = (
+        attributed.join(is_op, on="op_id")
+        .filter("is_op")
+        .group_by("device", "name")
+        .agg(_byte_aggregates("self_"))
+    )
+    inclusive = (
+        attributed.join(_ancestors(ops), on="op_id")
+        .join(is_op, left_on="ancestor_id", right_on="op_id")
+        .filter("is_op")
+        .unique(["seq", "name"])
+        .group_by("device", "name")
+        .agg(_byte_aggregates(""))
+    )
+    parent_names = ops.select(pl.col("op_id").alias("parent_id"), pl.col("name").alias("parent_name"))
+    calls = (
+        ops.filter(pl.col("kind").cast(pl.String) == "op")
+        .join(parent_names, on="parent_id", how="left")
+        .filter(pl.col("parent_name").is_null() | (pl.col("parent_name") != pl.col("name")))
+        .group_by("name")
+        .agg(calls=pl.len())
+    )
+    zero = [c for c in self_stats.columns if c.startswith("self_")]
+    return (
+        inclusive.join(self_stats, on=["device", "name"], how="left")
+        .with_columns(pl.col(zero).fill_null(0))
+        .join(calls, on="name", how="left")
+        .select(
+            "device",
+            pl.col("name").alias("op"),
+            "calls",
+            "alloc_count",
+            "alloc_bytes",
+            "free_count",
+            "free_bytes",
+            "increase_bytes",
+            *zero,
+        )
+        .sort("self_alloc_bytes", "alloc_bytes", "op", descending=[True, True, False])
+    )
+
+
+def resolve_device(events: pl.DataFrame, wanted: str) -> str:
+    """The device label meant by ``wanted``: a label (``GPU1``, ``cpu``) or a
+    device index (``1``; ``-1`` is the CPU).  ValueError names the choices."""
+    labels = events.select("device", "device_type", "device_id").unique().sort("device")
+    by_label = {d.upper(): d for d in labels["device"].to_list()}
+    if wanted.strip().upper() in by_label:
+        return by_label[wanted.strip().upper()]
+    try:
+        index = int(wanted)
+    except ValueError:
+        index = None
+    if index is not None:
+        hits = labels.filter((pl.col("device_id") == index) & ((pl.col("device_type") != 0) | (index == -1)))
+        if hits.height == 1:
+            return str(hits["device"][0])
+    choices = ", ".join(labels["device"].to_list()) or "none"
+    raise ValueError(f"no device {wanted!r} among the memory events (devices: {choices})")
+
+
+def category_timeline(raw: pl.DataFrame, resolution_ns: int = 1) -> pl.DataFrame:
+    """Bytes alive per tensor category over time from torch's raw memory
+    timeline (:func:`kinetolens.ingest.memory_timeline.read_memory_timeline`):
+    one row per distinct time (``ts`` floored to ``resolution_ns``; the state
+    after that time's last event), a column per category and ``total``.
+
+    ``resolution_ns=1000`` reproduces the microsecond steps of torch's own
+    ``export_memory_timeline`` plot, which can hide a peak that lasts less
+    than a microsecond.
+    """
+    steps = (
+        raw.sort("ts", "seq")
+        .with_columns(
+            ts=(pl.col("ts") // resolution_ns) * resolution_ns,
+            alive=pl.col("bytes").cum_sum().over("category"),
+        )
+        .pivot(on="category", index=["seq", "ts"], values="alive")
+        .sort("seq")
+    )
+    categories = [c for c in steps.columns if c not in ("seq", "ts")]
+    return (
+        steps.with_columns(pl.col(categories).forward_fill().fill_null(0))
+        .group_by("ts", maintain_order=True)
+        .last()
+        .drop("seq")
+        .with_columns(total=pl.sum_horizontal(categories))
+    )
+
+
+def category_peak(timeline: pl.DataFrame) -> dict[str, int]:
+    """The row of :func:`category_timeline` with the most bytes alive (the
+    first such), as ``{"ts": ..., "total": ..., <category>: ...}``."""
+    row = timeline.sort("total", descending=True, maintain_order=True).row(0, named=True)
+    return {k: int(v) for k, v in row.items()}

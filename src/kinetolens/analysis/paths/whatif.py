@@ -1,0 +1,411 @@
+"""What-if: re-time a step's dependency graph with changes and predict its time.
+
+The step's graph (:mod:`kinetolens.analysis.paths.dependency_graph`) is replayed
+as a max-plus system: a node happens when the last of its dependencies has
+happened, plus what the edges in between take.  Every measured node time
+is explained as ``max(dependency + edge weight) + residual``; the residual
+is the part of the node's delay the graph has no cause for (Python between
+top-level ops, a wait on something not traced) and it stays as measured.
+Changes scale edge weights; a sync, a queued kernel or a data wait then
+shrinks on its own, because the node it waited for moves.  With no change
+the replay gives back every measured time exactly.
+
+What is added to the critical-path graph for re-timing:
+
+* stream order: every activity waits for the previous one on its stream
+  (the graph only links the queued ones, the others waited for their
+  launch), with the measured gap or, where the stream sat empty, the
+  step's median gap between queued activities;
+* a queued kernel's launch edge weighs the step's median launch delay on an
+  empty stream (capped by what was measured), so that a kernel whose stream
+  empties after a change waits for its launch as such kernels did;
+* thread joins: a thread idle until just after another thread's op ended
+  waited for it (``backward()``'s caller and the autograd thread);
+* carry-over: a stream's first activity waits for the previous step's work
+  on that stream, which ends where it did relative to the step's start.
+
+The step ends when its host range and every GPU activity it launched have
+ended (:mod:`kinetolens.model.steps`); the predicted step time is the
+measured one less the shift of that end, and never below the busiest
+stream's own work.  The longest path is taken with
+:func:`kinetolens.analysis.paths.longest_path.longest_path` over the re-timed
+graph plus a source (each unconstrained node's measured start) and a sink
+(the step's end), so it is the new critical path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from kinetolens.analysis.paths.critical_path import (
+    Window,
+    _path_table,
+    step_windows,
+    summarize,
+    whole_window,
+)
+from kinetolens.analysis.paths.dependency_graph import DependencyGraph, TraceFacts, build_graph
+from kinetolens.analysis.paths.longest_path import longest_path
+from kinetolens.analysis.paths.whatif_changes import BadChange, Change, change_mask, parse_change
+from kinetolens.model.trace import Trace
+
+__all__ = ["BadChange", "Change", "parse_change", "whatif", "whatif_many", "retime", "prepare", "predict"]
+
+#: The sink edges' weight: larger than any step, so the longest path ends at the step's end.
+_SINK = 1 << 50
+
+@dataclass
+class StepPrediction:
+    """One window re-timed: measured and predicted time (us) and the new critical path."""
+
+    window: Window
+    measured_us: float
+    predicted_us: float
+    length_us: float
+    path: pl.DataFrame
+    summary: pl.DataFrame
+    #: Edges each change matched (how many stretches it re-timed).
+    matched: dict[str, int] = field(default_factory=dict)
+    #: Time to the step's end off the modelled path: untraced gaps kept as measured,
+    #: and the wait for work that starts on its own (a thread's first op).
+    untraced_us: float = 0.0
+    #: Time the path starts with waiting for the previous step's GPU work on a stream.
+    carried_us: float = 0.0
+
+
+@dataclass
+class WhatIf:
+    """The changes, every step's prediction, and their means (us)."""
+
+    changes: list[Change]
+    steps: list[StepPrediction]
+
+    @property
+    def measured_us(self) -> float:
+        return float(np.mean([s.measured_us for s in self.steps])) if self.steps else 0.0
+
+    @property
+    def predicted_us(self) -> float:
+        return float(np.mean([s.predicted_us for s in self.steps])) if self.steps else 0.0
+
+    @property
+    def delta_us(self) -> float:
+        return self.predicted_us - self.measured_us
+
+    @property
+    def matched(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for s in self.steps:
+            for k, v in s.matched.items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    def summary(self) -> pl.DataFrame:
+        """The new critical paths' bound-by split per step (the mean over steps),
+        with ``untraced``: the rest of the time to the step's end."""
+        empty = pl.DataFrame(schema={"bound_by": pl.String, "us": pl.Float64, "pct": pl.Float64, "edges": pl.Int64})
+        if not self.steps:
+            return empty
+        path = pl.concat([s.path for s in self.steps])
+        n = len(self.steps)
+        untraced = sum(s.untraced_us for s in self.steps)
+        carried = sum(s.carried_us for s in self.steps)
+        total = sum(s.length_us for s in self.steps) + untraced + carried
+        out = summarize(path, total) if path.height else empty
+        pct = [100 * v / total if total else 0.0 for v in (carried, untraced)]
+        rest = pl.DataFrame({"bound_by": ["previous_step", "untraced"], "us": [carried, untraced], "pct": pct, "edges": [0, 0]}, schema=empty.schema)
+        rest = rest.filter(pl.col("us") > 0)
+        return pl.concat([out, rest]).with_columns(pl.col("us") / n, (pl.col("edges") // n).cast(pl.Int64))
+
+
+def replays(trace: Trace, step: int | None = None) -> list[Replay]:
+    """Every complete step (or ``step``) prepared for re-timing; the whole trace without steps."""
+    from kinetolens.analysis.paths.critical_path import step_window
+    from kinetolens.model.steps import without_incomplete_steps
+
+    if step is not None:
+        windows = [step_window(trace, step)]
+    else:
+        trace = without_incomplete_steps(trace)
+        windows = step_windows(trace) if trace.steps.height else [whole_window(trace)]
+    facts = TraceFacts(trace)
+    out = []
+    for w in windows:
+        graph = build_graph(trace, w.start, w.end, facts)
+        if graph.events.height == 0:
+            continue
+        row = trace.steps.filter(pl.col("step") == w.step) if w.step is not None else trace.steps.clear()
+        measured = float(row["dur"][0]) if row.height else None
+        out.append(prepare(graph, measured_ns=measured, step_name=w.label if w.step is not None else None, window=w))
+    return out
+
+
+def whatif(trace: Trace, changes: list[Change], step: int | None = None) -> WhatIf:
+    """Predict each complete step's time (or ``step``'s) after ``changes``."""
+    return whatif_many(trace, [changes], step)[0]
+
+
+def whatif_many(trace: Trace, change_sets: list[list[Change]], step: int | None = None, paths: bool = True) -> list[WhatIf]:
+    """:func:`whatif` for several change sets, each step's graph built and explained once;
+    ``paths=False`` predicts step times only (no new critical path tables)."""
+    for changes in change_sets:
+        if any(c.kind == "rank" for c in changes):
+            raise BadChange("rank:N=median needs a run directory with every rank's trace")
+    prepared = replays(trace, step)
+    return [WhatIf(changes=changes, steps=[predict(r, changes, paths) for r in prepared]) for changes in change_sets]
+
+
+def _categories(edges: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
+    """Each edge's bound-by category (the rules of the critical path's table)."""
+    info = ev.select("eid", "side", "kind", "name", "op", "module", "data_loading", "comm", "pid", "tid", "ts", "end", "device", "stream", "launch_id", "kernel_id")
+    e = edges.join(info, on="eid", how="left")
+    cat = (
+        pl.when(pl.col("type") == "dependency")
+        .then(pl.lit("dependency"))
+        .when(pl.col("type") == "sync")
+        .then(pl.lit("sync_wait"))
+        .when(pl.col("type") == "launch")
+        .then(pl.lit("launch_overhead"))
+        .when(pl.col("type") == "kernel_gap")
+        .then(pl.lit("kernel_gap"))
+        .when(pl.col("type") == "cpu")
+        .then(pl.when(pl.col("data_loading").fill_null(False)).then(pl.lit("data_loading")).otherwise(pl.lit("cpu")))
+        .when(pl.col("comm").fill_null(False))
+        .then(pl.lit("communication"))
+        .when(pl.col("kind").is_in(["memcpy", "memset"]))
+        .then(pl.lit("gpu_memory"))
+        .otherwise(pl.lit("gpu_compute"))
+    )
+    return e.with_columns(category=cat)
+
+
+def _stream_order(ev: pl.DataFrame, edges: pl.DataFrame) -> pl.DataFrame:
+    """Previous activity on the stream -> the next one, for the pairs the graph left
+    unlinked (the next one waited for its launch): weighted by the median queued gap."""
+    gpu = ev.filter(pl.col("side") == "gpu").sort("ts", "eid").with_columns(
+        prev=pl.col("eid").shift(1).over("device", "stream"), prev_end=pl.col("end").shift(1).over("device", "stream")
+    ).filter(pl.col("prev").is_not_null())
+    gaps = edges.filter(pl.col("type") == "kernel_gap")
+    typical = float(gaps["weight"].median()) if gaps.height else 0.0
+    have = gaps.select(dst_eid=pl.col("dst") // 2, has=pl.lit(True))
+    missing = gpu.join(have, left_on="eid", right_on="dst_eid", how="left").filter(pl.col("has").is_null())
+    return missing.select(
+        src=2 * pl.col("prev") + 1,
+        dst=2 * pl.col("eid"),
+        weight=pl.min_horizontal(pl.lit(int(typical)), (pl.col("ts") - pl.col("prev_end")).clip(lower_bound=0)).cast(pl.Int64),
+        type=pl.lit("kernel_gap"),
+        eid=pl.col("prev"),
+    )
+
+
+#: A thread idle this long before an op (ns) may have been waiting for another thread.
+JOIN_GAP_NS = 1_000_000
+#: ... when another thread's op ended at most this long before it resumed (ns).
+JOIN_TOLERANCE_NS = 2_000_000
+
+
+def _thread_joins(ev: pl.DataFrame, edges: pl.DataFrame, t0: np.ndarray) -> pl.DataFrame:
+    """A thread that sat idle until just after another thread's op ended was
+    waiting for it (the caller of ``backward()`` for the autograd thread):
+    that idle stretch becomes a wait on the other op's end, weighing 0."""
+    cpu = ev.filter(pl.col("side") == "cpu")
+    if cpu.select(pl.struct("pid", "tid").n_unique()).item() < 2:
+        return edges
+    span = pl.Series(t0[edges["dst"].to_numpy()] - t0[edges["src"].to_numpy()])
+    idle = (
+        edges.with_columns(span=span, row=pl.int_range(pl.len()))
+        .filter(pl.col("type").is_in(["cpu", "dependency"]) & (pl.col("dst") % 2 == 0) & (pl.col("span") >= JOIN_GAP_NS))
+        .with_columns(v_eid=pl.col("dst") // 2)
+        .join(cpu.select(v_eid="eid", pid="pid", tid="tid", tv="ts"), on="v_eid", how="inner")
+    )
+    if idle.height == 0:
+        return edges
+    ends = cpu.select("pid", k_tid="tid", k_eid="eid", k_end="end").sort("k_end")
+    j = (
+        idle.sort("tv")
+        .join_asof(ends, left_on="tv", right_on="k_end", by="pid", strategy="backward", check_sortedness=False)
+        .filter(
+            pl.col("k_eid").is_not_null()
+            & (pl.col("k_tid") != pl.col("tid"))
+            & (pl.col("tv") - pl.col("k_end") <= pl.min_horizontal(pl.lit(JOIN_TOLERANCE_NS), pl.col("span") // 8))
+        )
+    )
+    if j.height == 0:
+        return edges
+    waits = j.select(src=2 * pl.col("k_eid") + 1, dst="dst", weight=pl.lit(0, pl.Int64), type=pl.lit("sync"), eid=pl.lit(None, pl.Int64))
+    weight = edges["weight"].scatter(j["row"].to_numpy(), 0)
+    return pl.concat([edges.with_columns(weight=weight), waits.cast(edges.schema)])
+
+
+@dataclass
+class Replay:
+    """A step's graph made ready to re-time: the edges (categories joined),
+    their measured weights, each node's residual, and the measured replay."""
+
+    graph: DependencyGraph
+    edges: pl.DataFrame
+    t0: np.ndarray
+    weight: np.ndarray
+    residual: np.ndarray
+    has_in: np.ndarray
+    ends: np.ndarray
+    #: Carry-over: the first activity of each stream (node) cannot start before
+    #: the previous step's work on that stream ended (ns after the first node).
+    carry_node: np.ndarray
+    carry_ns: np.ndarray
+    measured_ns: float
+    window: Window
+    base_ns: int = 0
+
+
+def prepare(graph: DependencyGraph, measured_ns: float | None = None, step_name: str | None = None, window: Window | None = None) -> Replay:
+    """Explain every measured node time (see the module docstring) once, for any number of change sets."""
+    ev = graph.events
+    n = ev.height
+    t0 = np.empty(2 * n, dtype=np.int64)
+    t0[0::2] = ev["ts"].to_numpy()
+    t0[1::2] = ev["end"].to_numpy()
+    edges = graph.edges
+    # A queued kernel's launch edge: the median delay of launches onto an empty stream.
+    launched = edges.filter((pl.col("type") == "launch") & (pl.col("weight") > 0))
+    typical_launch = int(launched["weight"].median()) if launched.height else 0
+    edges = _thread_joins(ev, pl.concat([edges, _stream_order(ev, edges)]), t0)
+    span = t0[edges["dst"].to_numpy()] - t0[edges["src"].to_numpy()]
+    weight = edges["weight"].to_numpy()
+    queued = (edges["type"].to_numpy() == "launch") & (weight == 0)
+    weight = np.where(queued, np.clip(np.minimum(typical_launch, span), 0, None), weight)
+    # Edges the measured times contradict are not dependencies.
+    edges = edges.with_columns(weight=pl.Series(weight, dtype=pl.Int64)).filter(pl.Series(span >= weight))
+    e = _categories(edges, ev)
+    src = e["src"].to_numpy()
+    dst = e["dst"].to_numpy()
+    w = e["weight"].to_numpy().astype(np.int64)
+    # Residual: how much later each node happened than its dependencies explain.
+    origin = int(t0.min())
+    carry_node, carry_ns = _carry(ev, origin)
+    explained = np.full(2 * n, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(explained, dst, t0[src] + w)
+    np.maximum.at(explained, carry_node, origin + carry_ns)
+    has_in = explained > np.iinfo(np.int64).min
+    residual = np.where(has_in, t0 - explained, 0)
+    step_node = _step_end_node(ev, step_name)
+    gpu_ends = 2 * ev.filter(pl.col("side") == "gpu")["eid"].to_numpy() + 1
+    ends = np.concatenate([[step_node] if step_node is not None else _sinks(src, 2 * n), gpu_ends]).astype(np.int64)
+    replay = Replay(
+        graph=graph, edges=e, t0=t0, weight=w, residual=residual, has_in=has_in, ends=ends, measured_ns=0.0,
+        carry_node=carry_node, carry_ns=carry_ns,
+        window=window or Window(label="window", start=graph.start, end=graph.end),
+    )  # fmt: skip
+    replay.base_ns, _ = _run(replay, w)
+    replay.measured_ns = float(measured_ns) if measured_ns is not None else float(replay.base_ns)
+    return replay
+
+
+def _carry(ev: pl.DataFrame, origin: int) -> tuple[np.ndarray, np.ndarray]:
+    """Start nodes of each stream's first activity in the window that was queued
+    behind earlier work (the previous step's), and when that work ended (ns after ``origin``).
+    The previous step is taken to end as measured, relative to this one's start."""
+    gpu = ev.filter(pl.col("side") == "gpu")
+    if gpu.height == 0 or "busy_until" not in gpu.columns:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    first = gpu.sort("ts", "eid").group_by("device", "stream", maintain_order=True).first()
+    first = first.filter(pl.col("busy_until").is_not_null() & (pl.col("busy_until") > origin) & (pl.col("busy_until") <= pl.col("ts")))
+    return (2 * first["eid"].to_numpy()).astype(np.int64), (first["busy_until"].to_numpy() - origin).astype(np.int64)
+
+
+def _run(r: Replay, weights: np.ndarray, src: np.ndarray | None = None) -> tuple[int, list[int]]:
+    """The step's end (ns from its first node) under ``weights`` (and edge sources
+    ``src``, default the graph's), and the path to it."""
+    n2 = r.t0.size
+    dst = r.edges["dst"].to_numpy()
+    src = r.edges["src"].to_numpy() if src is None else src
+    s_node, t_node = n2, n2 + 1
+    origin = int(r.t0.min())
+    sources = np.flatnonzero(~r.has_in)
+    extra_src = [np.full(sources.size, s_node), r.ends, np.full(r.carry_node.size, s_node)]
+    extra_dst = [sources, np.full(r.ends.size, t_node), r.carry_node]
+    extra_w = [r.t0[sources] - origin, np.full(r.ends.size, _SINK), r.carry_ns + r.residual[r.carry_node]]
+    a = np.concatenate([src, *extra_src])
+    b = np.concatenate([dst, *extra_dst])
+    ww = np.concatenate([weights + r.residual[dst], *extra_w]).astype(np.int64)
+    nodes = longest_path(a, b, ww, n2 + 2)
+    if len(nodes) < 2:
+        return 0, nodes
+    key = a * np.int64(n2 + 2) + b
+    p = np.asarray(nodes, dtype=np.int64)
+    order = np.lexsort((-ww, key))
+    on = order[np.searchsorted(key[order], p[:-1] * np.int64(n2 + 2) + p[1:])]
+    return int(ww[on].sum()) - _SINK, nodes
+
+
+def predict(r: Replay, changes: list[Change], paths: bool = True) -> StepPrediction:
+    """The prepared step re-timed with ``changes`` (and its new critical path, with ``paths``)."""
+    e, ev = r.edges, r.graph.events
+    factor = np.ones(e.height)
+    matched: dict[str, int] = {}
+    src = e["src"].to_numpy().copy()
+    for c in changes:
+        mask = change_mask(e, ev, c).to_numpy()
+        matched[c.spec] = int(mask.sum())
+        factor[mask] *= c.factor if c.factor is not None else 1.0
+        if c.kind == "overlap":
+            # Overlapped: what waited for a collective's end waits for its start; the
+            # collective still runs its time on its stream, and the step waits for it.
+            src[mask] -= 1
+    new_w = np.rint(r.weight * factor).astype(np.int64)
+    new, nodes = _run(r, new_w, src) if changes else (r.base_ns, _run(r, r.weight)[1] if paths else [])
+    predicted = r.measured_ns - (r.base_ns - new)
+    # A stream cannot run its step's work faster than back to back.
+    stream = np.isin(e["type"].to_numpy(), ["kernel", "kernel_gap"])
+    if stream.any():
+        busy = e.filter(pl.Series(stream)).with_columns(nw=pl.Series(new_w[stream])).group_by("device", "stream").agg(pl.col("nw").sum())
+        predicted = max(predicted, float(busy["nw"].max() or 0))
+    n2 = r.t0.size
+    path_nodes = [v for v in nodes if v < n2] if paths else []
+    new_graph = DependencyGraph(events=ev, edges=e.select("dst", "type", "eid", src=pl.Series(src), weight=pl.Series(new_w)), start=r.graph.start, end=r.graph.end)
+    path = _path_table(new_graph, path_nodes)
+    length = float(path["us"].sum()) if path.height else 0.0
+    carried = 0.0
+    if path_nodes and path_nodes[0] in set(r.carry_node.tolist()):
+        i = int(np.flatnonzero(r.carry_node == path_nodes[0])[0])
+        carried = float(r.carry_ns[i]) / 1000
+    return StepPrediction(
+        window=r.window,
+        measured_us=r.measured_ns / 1000,
+        predicted_us=max(predicted, 0.0) / 1000,
+        length_us=length,
+        path=path,
+        summary=summarize(path, length),
+        matched=matched,
+        untraced_us=max(new / 1000 - length - carried, 0.0),
+        carried_us=carried,
+    )
+
+
+def retime(
+    graph: DependencyGraph,
+    changes: list[Change],
+    measured_ns: float | None = None,
+    step_name: str | None = None,
+    window: Window | None = None,
+) -> StepPrediction:
+    """Replay ``graph`` with ``changes``; ``measured_ns``: the step's measured time (default: its graph's span)."""
+    return predict(prepare(graph, measured_ns, step_name, window), changes)
+
+
+def _step_end_node(ev: pl.DataFrame, step_name: str | None) -> int | None:
+    """The end node of the step's own host range (``ProfilerStep#N``), if it is in the graph."""
+    if step_name is None:
+        return None
+    row = ev.filter((pl.col("side") == "cpu") & (pl.col("name") == step_name)).sort("ts")
+    return int(2 * row["eid"][0] + 1) if row.height else None
+
+
+def _sinks(src: np.ndarray, nodes: int) -> np.ndarray:
+    """Nodes nothing depends on."""
+    out = np.ones(nodes, dtype=bool)
+    out[src] = False
+    return np.flatnonzero(out)

@@ -1,0 +1,1 @@
+"""Many ranks: collectives, the cross-rank step spread and stragglers."""

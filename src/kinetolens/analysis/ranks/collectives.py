@@ -1,0 +1,354 @@
+"""One rank's collectives: every call, its bytes and its time on the wire.
+
+A collective call is the communication library's own range, ``nccl:*`` or
+``gloo:*`` (c10d records one per call, under ``c10d::<op>`` and, in newer
+torch, ``record_param_comms``).  Traces from torch builds without those
+ranges still have ``record_param_comms`` with a ``Collective name``; such a
+range with no library range below it is a call too.  ``wait`` and
+``barrier`` bookkeeping ranges are not calls.
+
+Where the call ran:
+
+* NCCL: the ``nccl*`` kernels launched by the call (or by its
+  ``record_param_comms`` parent): from the first kernel's start to the last
+  one's end.  The host range is only the enqueue: a call whose kernels were
+  not captured (or not tied to it) keeps its host range but is marked
+  ``timed = False``, and the cross-rank figures (waiting, transfer time, bus
+  bandwidth) leave it out: microseconds of enqueue for 78 MB read as
+  ~800 GB/s on an A100 pair that moved it at 6 GB/s.
+* gloo (and any other library that works on the host): the ``gloo:*`` range
+  itself, on gloo's worker thread, which does the transfer (and the
+  waiting) on the CPU.
+
+Bytes are the larger of the input and output message
+(``In/Out msg nelems`` x ``dtype`` of ``record_param_comms``), the size
+nccl-tests reports, so that :func:`bus_factor` turns them into its bus
+bandwidth.  Older traces have no message sizes; there the input tensors of
+the library range (shape x element size) are used, as torch-tb-profiler
+does.
+
+Calls are numbered per rank within their process group and collective
+(``seq``): every rank issues the collectives of a group in the same order,
+so ``(group, collective, seq)`` names the same call on every rank.  Numbering
+per collective rather than per group keeps the matching intact where a
+sampled or truncated trace lost a call of another kind.  Newer PyTorch
+records the process group's own sequence number of each call
+(``record_param_comms``' ``Seq``); where every call of a group and collective has one, it
+is the ``seq``, and a call lost on one rank no longer shifts the others.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+import polars as pl
+
+from kinetolens.analysis.gputime.gpu_streams import covered_ns, union_intervals
+from kinetolens.analysis.gputime.overview import COMM_KERNEL_PREFIX, step_windows
+from kinetolens.model.trace import Trace
+from kinetolens.registry.dtypes import dtype_bytes
+
+LIBRARY_PREFIXES = ("nccl:", "gloo:")
+PARAM_COMMS = "record_param_comms"
+#: ``record_param_comms`` ranges that are bookkeeping, not transfers.
+NOT_CALLS = ("wait", "barrier", "init", "")
+#: Host ops that wrap or wait for collectives: never compute time.
+COMM_HOST_PREFIXES = ("nccl:", "gloo:", "c10d::", PARAM_COMMS)
+
+#: c10::ScalarType names, as ``record_param_comms`` spells its dtype.
+SCALAR_TYPE_BYTES: dict[str, int] = {
+    "Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2,
+    "Char": 1, "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16,
+    "Float8_e4m3fn": 1, "Float8_e5m2": 1,
+}  # fmt: skip
+
+#: Collective kind (nccl-tests' naming) from the spelling in a trace.
+_KINDS: tuple[tuple[str, str], ...] = (
+    ("allreduce", r"all_?reduce"),
+    ("reduce_scatter", r"reduce_?scatter"),
+    ("allgather", r"all_?gather"),
+    ("alltoall", r"all_?to_?all"),
+    ("broadcast", r"broadcast"),
+    ("reduce", r"reduce"),
+    ("sendrecv", r"send|recv"),
+    ("barrier", r"barrier"),
+    ("gather", r"gather"),
+    ("scatter", r"scatter"),
+)
+
+CALL_SCHEMA: dict[str, pl.DataType] = {
+    "group": pl.String(),
+    "collective": pl.String(),
+    "kind": pl.String(),
+    "seq": pl.Int64(),
+    "step": pl.Int64(),
+    "op_id": pl.Int64(),
+    "host_ts": pl.Int64(),
+    "host_dur": pl.Int64(),
+    "ts": pl.Int64(),
+    "dur": pl.Int64(),
+    "kernels": pl.Int64(),
+    "bytes": pl.Int64(),
+    "group_size": pl.Int64(),
+    "timed": pl.Boolean(),
+}
+
+STEP_SCHEMA: dict[str, pl.DataType] = {
+    "step": pl.Int64(),
+    "start": pl.Int64(),
+    "step_ns": pl.Int64(),
+    "compute_ns": pl.Int64(),
+    "comm_ns": pl.Int64(),
+    "overlap_ns": pl.Int64(),
+    "other_ns": pl.Int64(),
+}
+
+
+def collective_kind(name: str) -> str:
+    """``allreduce``, ``allgather``, ... from ``nccl:all_reduce``, ``_all_gather_base``."""
+    low = name.lower().split(":", 1)[-1]
+    for kind, pattern in _KINDS:
+        if re.search(pattern, low):
+            return kind
+    return low.strip("_") or "unknown"
+
+
+def bus_factor(kind: str, ranks: int | None) -> float | None:
+    """nccl-tests' bus-bandwidth factor: busbw = algbw x factor.
+
+    all-reduce moves ``2(n-1)/n`` of the message over each rank's link;
+    all-gather, reduce-scatter and all-to-all ``(n-1)/n``; broadcast,
+    reduce and point-to-point the whole message once.
+    """
+    if not ranks or ranks < 1:
+        return None
+    n = float(ranks)
+    if kind == "allreduce":
+        return 2.0 * (n - 1) / n
+    if kind in ("allgather", "reduce_scatter", "alltoall", "gather", "scatter"):
+        return (n - 1) / n
+    if kind in ("broadcast", "reduce", "sendrecv"):
+        return 1.0
+    return None
+
+
+def _element_bytes(dtype: str | None) -> float | None:
+    if not dtype:
+        return None
+    return SCALAR_TYPE_BYTES.get(dtype) or dtype_bytes(dtype)
+
+
+def _tensor_bytes(dims_text: str | None, types_text: str | None) -> int | None:
+    """Bytes of the tensor inputs of a range (shape x element size)."""
+    if not dims_text or not types_text:
+        return None
+    try:
+        dims = msgspec.json.decode(dims_text)
+        types = msgspec.json.decode(types_text)
+    except msgspec.DecodeError:
+        return None
+    total = 0.0
+    known = False
+    for shape, dtype in zip(dims, types, strict=False):
+        size = _element_bytes(dtype) if isinstance(dtype, str) else None
+        if (
+            size is None
+            or not isinstance(shape, list)
+            or any(isinstance(d, list) for d in shape)
+        ):
+            continue
+        count = 1
+        for d in shape:
+            count *= int(d)
+        total += count * size
+        known = True
+    return int(total) if known else None
+
+
+def _message_bytes(row: dict) -> int | None:
+    size = _element_bytes(row.get("p_dtype"))
+    nelems = [v for v in (row.get("p_in"), row.get("p_out")) if v is not None]
+    if size is not None and nelems:
+        return int(max(nelems) * size)
+    return _tensor_bytes(row.get("input_dims"), row.get("input_types"))
+
+
+def _call_ops(ops: pl.DataFrame) -> pl.DataFrame:
+    """The ops that are collective calls, with their ``record_param_comms`` fields."""
+    name = pl.col("name")
+    library = name.str.starts_with(LIBRARY_PREFIXES[0]) | name.str.starts_with(
+        LIBRARY_PREFIXES[1]
+    )
+    params = ops.filter(name == PARAM_COMMS).select(
+        p_id="op_id",
+        p_parent="parent_id",
+        p_collective="collective_name",
+        p_in="in_msg_nelems",
+        p_out="out_msg_nelems",
+        p_dtype="comm_dtype",
+        p_size="group_size",
+        p_group="process_group_name",
+        p_seq=pl.col("comm_seq") if "comm_seq" in ops.columns else pl.lit(None, pl.Int64),
+        p_found=pl.lit(True),
+    )
+    lib = ops.filter(library).join(
+        params, left_on="parent_id", right_on="p_id", how="left"
+    )
+    # record_param_comms with a collective name and no library range under it
+    covered = lib["parent_id"].drop_nulls()
+    bare = (
+        ops.filter((name == PARAM_COMMS) & ~pl.col("op_id").is_in(covered.implode()))
+        .filter(
+            pl.col("collective_name").is_not_null()
+            & ~pl.col("collective_name").is_in(NOT_CALLS)
+        )
+        .join(params, left_on="op_id", right_on="p_id", how="left")
+        .with_columns(name=pl.col("collective_name"))
+    )
+    return pl.concat([lib, bare], how="diagonal_relaxed")
+
+
+def _nccl_backend(trace: Trace) -> bool:
+    """Whether collectives without a library range (bare ``record_param_comms``)
+    are NCCL's: the trace's backend says so, else its NCCL kernels do."""
+    info = trace.metadata.get("distributedInfo")
+    backend = info.get("backend") if isinstance(info, dict) else None
+    if isinstance(backend, str) and backend:
+        return "nccl" in backend.lower()
+    k = trace.kernels
+    return bool(k.height) and bool(
+        k["name"].str.to_lowercase().str.starts_with(COMM_KERNEL_PREFIX).any()
+    )
+
+
+def collective_calls(trace: Trace) -> pl.DataFrame:
+    """One row per collective call of this rank (see the module docstring)."""
+    calls = _call_ops(trace.ops)
+    if calls.height == 0:
+        return pl.DataFrame(schema=CALL_SCHEMA)
+    # Kernels belong to the call when launched by it or by its record_param_comms.
+    owners = pl.concat(
+        [
+            calls.select(call_id="op_id", owner="op_id"),
+            calls.filter(
+                pl.col("p_found").fill_null(False) & pl.col("name").str.contains(":")
+            ).select(call_id="op_id", owner="parent_id"),
+        ]
+    ).unique()
+    k = trace.kernels
+    device = pl.DataFrame(
+        schema={
+            "call_id": pl.Int64,
+            "k_ts": pl.Int64,
+            "k_end": pl.Int64,
+            "kernels": pl.UInt32,
+        }
+    )
+    if k.height and "op_id" in k.columns:
+        device = (
+            k.filter(
+                pl.col("name").str.to_lowercase().str.starts_with(COMM_KERNEL_PREFIX)
+            )
+            .join(owners, left_on="op_id", right_on="owner")
+            .group_by("call_id")
+            .agg(
+                k_ts=pl.col("ts").min(),
+                k_end=(pl.col("ts") + pl.col("dur")).max(),
+                kernels=pl.len(),
+            )
+        )
+    rows = calls.join(device, left_on="op_id", right_on="call_id", how="left")
+    extra = [c for c in ("input_dims", "input_types") if c not in rows.columns]
+    rows = rows.with_columns(*(pl.lit(None, pl.String).alias(c) for c in extra))
+    msg = rows.select(
+        "p_dtype", "p_in", "p_out", "input_dims", "input_types"
+    ).to_dicts()
+    out = rows.select(
+        group=pl.col("p_group").fill_null(""),
+        collective=pl.col("name").str.replace(r"^(nccl|gloo):", ""),
+        step=pl.col("step"),
+        op_id=pl.col("op_id"),
+        host_ts=pl.col("ts"),
+        host_dur=pl.col("dur"),
+        ts=pl.coalesce("k_ts", "ts"),
+        dur=pl.coalesce(pl.col("k_end") - pl.col("k_ts"), pl.col("dur")),
+        kernels=pl.col("kernels").fill_null(0).cast(pl.Int64),
+        bytes=pl.Series([_message_bytes(r) for r in msg], dtype=pl.Int64),
+        group_size=pl.col("p_size"),
+        p_seq=pl.col("p_seq"),
+        nccl=pl.col("name").str.starts_with(LIBRARY_PREFIXES[0])
+        | (~pl.col("name").str.contains(":") & pl.lit(_nccl_backend(trace))),
+    )
+    # NCCL calls whose kernels were not captured keep their host range (they
+    # are still counted as calls, never dropped) but are not timed.
+    out = out.with_columns(
+        kind=pl.col("collective").map_elements(collective_kind, return_dtype=pl.String),
+        timed=(pl.col("kernels") > 0) | ~pl.col("nccl"),
+    )
+    recorded = pl.col("p_seq").is_not_null().all().over("group", "collective")
+    out = out.sort("host_ts").with_columns(
+        seq=pl.when(recorded).then(pl.col("p_seq")).otherwise(pl.int_range(pl.len()).over("group", "collective"))
+    )
+    return out.select(list(CALL_SCHEMA)).cast(CALL_SCHEMA)  # type: ignore[arg-type]
+
+
+def _is_comm_host(name: pl.Expr) -> pl.Expr:
+    return pl.any_horizontal(*(name.str.starts_with(p) for p in COMM_HOST_PREFIXES))
+
+
+def compute_and_comm_intervals(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``[ts, end)`` intervals of computation and of communication.
+
+    With GPU kernels: computation is every non-NCCL kernel (memcpy and
+    memset are neither, as in torch-tb-profiler), communication the NCCL
+    kernels plus any gloo ranges.  Without: computation is the host ops that
+    neither wrap nor wait for a collective, communication the gloo ranges.
+    """
+    cols = [pl.col("ts"), (pl.col("ts") + pl.col("dur")).alias("end")]
+    gloo = trace.ops.filter(pl.col("name").str.starts_with("gloo:")).select(cols)
+    k = trace.kernels.filter(pl.col("dur") >= 0)
+    if k.height:
+        comm_kernel = (
+            pl.col("name").str.to_lowercase().str.starts_with(COMM_KERNEL_PREFIX)
+        )
+        compute = k.filter(
+            (pl.col("kind").cast(pl.String) == "kernel") & ~comm_kernel
+        ).select(cols)
+        comm = pl.concat([k.filter(comm_kernel).select(cols), gloo])
+    else:
+        host = trace.ops.filter(
+            (pl.col("kind").cast(pl.String) == "op") & ~_is_comm_host(pl.col("name"))
+        )
+        compute = host.select(cols)
+        comm = gloo
+    return union_intervals(compute), union_intervals(comm)
+
+
+def _clip(intervals: pl.DataFrame, start: int, end: int) -> pl.DataFrame:
+    return intervals.filter((pl.col("end") > start) & (pl.col("ts") < end)).select(
+        ts=pl.max_horizontal("ts", pl.lit(start)),
+        end=pl.min_horizontal("end", pl.lit(end)),
+    )
+
+
+def comm_overlap_per_step(trace: Trace) -> pl.DataFrame:
+    """Per step: wall time, computation, communication, their overlap, and the rest (ns).
+
+    ``other = step - (computation + communication - overlap)``: torch-tb-profiler's
+    "computation / communication / overlap / other" split of its Distributed view,
+    on kinetolens' disjoint step windows.
+    """
+    compute, comm = compute_and_comm_intervals(trace)
+    rows = []
+    for w in step_windows(trace).iter_rows(named=True):
+        a, b = int(w["start"]), int(w["end"])
+        cp, cm = _clip(compute, a, b), _clip(comm, a, b)
+        comp_ns, comm_ns = covered_ns(cp), covered_ns(cm)
+        both = covered_ns(union_intervals(pl.concat([cp, cm])))
+        overlap = comp_ns + comm_ns - both
+        rows.append({
+            "step": w["step"], "start": a, "step_ns": b - a, "compute_ns": comp_ns, "comm_ns": comm_ns,
+            "overlap_ns": overlap, "other_ns": (b - a) - both,
+        })  # fmt: skip
+    return pl.DataFrame(rows, schema=STEP_SCHEMA)

@@ -1,0 +1,1 @@
+"""What work ran: ops, modules, annotations and the FLOPs and bytes each carried."""

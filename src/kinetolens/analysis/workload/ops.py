@@ -1,0 +1,335 @@
+"""Op statistics grouped and filtered as MegEngine's ``profile_analyze`` did.
+
+Grouping keys: ``op`` (name), ``op+shape`` (name and input shapes),
+``module``, ``source``, and ``kernel`` (GPU kernels by name).  Every number
+comes from :func:`op_instances`; this module only groups and orders them.
+
+``aggregate`` says how a group's times, FLOPs and bytes are taken: ``sum``,
+``mean``, ``max`` or ``min`` over its calls; ``count`` ranks groups by
+``calls`` and keeps the sums (a count of microseconds means nothing).
+``calls``, ``step_share_pct`` (of the summed ranking time), ``tflops_s`` and
+``gbps`` (summed work over summed time) are the same under every aggregate.
+Attributes that are not the key (``in_shapes``, ``dtypes``, ``direction``,
+a kernel's ``op``) are the group's value when all its calls agree, else
+say the group is mixed (:mod:`kinetolens.analysis.workload.group_labels`).  A
+kernel name's ``blocks_per_sm`` and ``occupancy`` are weighted by duration.
+
+Ops nest (``aten::conv2d`` > ``aten::convolution`` > ``aten::_convolution``
+> ``aten::cudnn_convolution``), so their total times count the same GPU
+work once per level.  Op groupings therefore rank by *self* time and take
+their step share of it, as torch-tb-profiler's operator view does: each
+microsecond of GPU time is in one row and the shares sum to at most 100%.
+``inclusive=True`` ranks by total time instead (shares then overlap).
+Module and source groupings keep only top-level ops, whose totals are
+already disjoint.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from kinetolens.analysis.workload.group_labels import counts, listed, mixed
+from kinetolens.analysis.workload.modules import with_module_calls
+from kinetolens.analysis.workload.op_times import op_instances
+from kinetolens.analysis.gputime.overview import STEP_PREFIX, step_windows
+from kinetolens.analysis.workload.work import kernel_work
+from kinetolens.model.nesting import nearest_marked, outermost_marked
+from kinetolens.model.trace import Trace
+
+GROUPINGS = {
+    "op": ["name"],
+    "op+shape": ["name", "shapes"],
+    "module": ["module"],
+    "source": ["source"],
+    "kernel": ["name"],
+}
+AGGREGATES = ("sum", "mean", "max", "min", "count")
+TIME_COLUMNS = ("device_self_us", "device_total_us", "host_self_us", "host_total_us")
+#: Columns whose values add up over groups whatever the aggregate (a running
+#: total of them means something); the time, FLOPs and bytes columns add up
+#: only under ``sum`` and ``count`` (see :func:`additive`).
+ALWAYS_ADDITIVE = ("calls", "step_share_pct", "lost_us")
+_SUMMED = (*TIME_COLUMNS, "flops", "bytes")
+
+
+def additive(column: str, aggregate: str) -> bool:
+    """Whether ``column`` of an :func:`op_stats` table taken with ``aggregate`` sums over groups."""
+    return column in ALWAYS_ADDITIVE or (column in _SUMMED and aggregate in ("sum", "count"))
+
+
+def default_order(trace: Trace, by: str, aggregate: str, *, inclusive: bool = False) -> str:
+    """The column a table of ``op_stats(trace, by=by, aggregate=aggregate)`` is ranked by."""
+    if aggregate == "count":
+        return "calls"
+    if by == "kernel":
+        return "device_total_us"  # kernels have only device time
+    return rank_basis(trace, by, inclusive=inclusive)
+
+
+def rank_basis(trace: Trace, by: str = "op", *, inclusive: bool = False) -> str:
+    """The time column that ranks ``by`` groups and makes their step share:
+    self time for op groupings (nested ops would count their children's
+    work again), total time for the rest or with ``inclusive``."""
+    basis = time_basis(trace)
+    if by in ("op", "op+shape") and not inclusive:
+        return basis.replace("_total_", "_self_")
+    return "device_total_us" if by == "kernel" else basis
+
+
+def step_time_ns(trace: Trace, step: int | None = None) -> int:
+    """Wall time the shares are taken of: the steps' windows as the overview
+    cuts them (disjoint, so GPU work that runs past a step is not counted
+    twice), or the whole trace's window when it has no steps; only ``step``'s
+    window when one is given."""
+    windows = step_windows(trace)
+    if step is not None:
+        windows = windows.filter(pl.col("step") == step)
+    return int((windows["end"] - windows["start"]).sum()) if windows.height else 0
+
+
+def in_steps(trace: Trace) -> pl.Expr:
+    """Rows (with a ``step`` column) whose time a step share may count: those
+    inside a step when the trace has steps (work before the first or after
+    the last step is not in the wall time the share is of), else all."""
+    return pl.col("step").is_not_null() if trace.steps.height else pl.lit(True)
+
+
+def time_basis(trace: Trace) -> str:
+    """The total that ranks ops and makes their step share.
+
+    Device time where the trace has GPU work; host time in a CPU-only
+    trace, where device time is zero and the host is what the steps spend.
+    """
+    return "device_total_us" if trace.kernels.height else "host_total_us"
+
+
+def _with_step_share(table: pl.DataFrame, trace: Trace, step: int | None) -> pl.DataFrame:
+    """The group's summed time (``_basis_ns``, whatever the aggregate) as a
+    percentage of the wall time of the steps it was taken over; drops the helper."""
+    total = step_time_ns(trace, step)
+    share = pl.col("_basis_ns") / total * 100.0 if total else pl.lit(None, pl.Float64)
+    return table.with_columns(step_share_pct=share).drop("_basis_ns")
+
+
+def _with_achieved(table: pl.DataFrame) -> pl.DataFrame:
+    """TFLOP/s and GB/s from the groups' summed work and time (``_work_ns``), then drop the helpers."""
+    ns = pl.when(pl.col("_work_ns") > 0).then(pl.col("_work_ns"))
+    return table.with_columns(
+        tflops_s=pl.col("_flops_sum") / ns / 1e3,
+        gbps=pl.col("_bytes_sum") / ns,
+    ).drop("_flops_sum", "_bytes_sum", "_work_ns")
+
+
+def without_step_ranges(inst: pl.DataFrame) -> pl.DataFrame:
+    """:func:`op_instances` rows without the ``ProfilerStep#N`` ranges, and the
+    ops directly inside one made top-level.
+
+    Older traces record the ranges as ops (``cpu_op``): they are the steps
+    the shares are of, not ops, and as every op's top-level op they would
+    take the whole step in module and source groupings.
+    """
+    step_range = pl.col("name").str.starts_with(STEP_PREFIX)
+    in_step = pl.col("parent_id").is_in(inst.filter(step_range)["op_id"].implode())
+    return inst.filter(~step_range).with_columns(
+        top_op_id=pl.when(in_step).then(pl.col("op_id")).otherwise(pl.col("top_op_id"))
+    )
+
+
+def is_annotation() -> pl.Expr:
+    """:func:`op_instances` rows that mark a span rather than do work:
+    annotations, ``ProfilerStep#N``, ``nccl:*`` ranges, and the
+    ``record_function`` ranges older traces record as ops, named
+    ``what#where`` (``Optimizer.step#SGD.step``,
+    ``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``)."""
+    name = pl.col("name")
+    return (
+        (pl.col("kind").cast(pl.String) != "op")
+        | name.str.starts_with(STEP_PREFIX)
+        | name.str.starts_with("nccl:")
+        | name.str.contains(r"^[^:\s]+#")
+    )
+
+
+def without_annotations(inst: pl.DataFrame) -> pl.DataFrame:
+    """:func:`op_instances` (all of it, in op_id order) without the rows of
+    :func:`is_annotation`; each op's top-level op is its outermost ancestor
+    that is an op, so a range around the work (a step, ``Optimizer.step#``)
+    does not take its ops' time in module and source groupings."""
+    marked = inst.select(~is_annotation()).to_series()
+    top = outermost_marked(inst["parent_id"], marked)
+    return inst.with_columns(top_op_id=pl.Series(top).cast(inst.schema["top_op_id"])).filter(marked)
+
+
+#: Figures of an op that include its nested ops': a module entry gives up its nested entries' share.
+_NESTED_FIGURES = ("host_total", "device_total", "flops_total", "bytes_total")
+
+
+def module_entries(trace: Trace, inst: pl.DataFrame) -> pl.DataFrame:
+    """The op calls of ``inst`` a by-module table counts, each with what is its module's.
+
+    A module's time is that of its top-level ops, plus ops nested in an op
+    of an enclosing module but placed in a submodule of it (the model puts a
+    ``torch.compile`` kernel in the submodule it fuses,
+    :mod:`kinetolens.model.compiled_modules`); the enclosing op then gives up
+    their total times, FLOPs and bytes, so nothing counts twice and the
+    groups still add up to the top-level ops' figures.
+    """
+    top = inst.filter(pl.col("top_op_id") == pl.col("op_id"))
+    ops = trace.ops.select("op_id", "parent_id", "module")
+    if not ops.height or not ops["op_id"].equals(pl.int_range(ops.height, eager=True, dtype=pl.Int64), check_names=False):
+        return top  # ancestry below walks rows as op ids
+    kept = ops["op_id"].is_in(inst["op_id"].implode())
+    parent = ops["parent_id"].cast(pl.Int64)
+    # each op's nearest ancestor counted here (annotations between are skipped)
+    up = nearest_marked(parent, kept).gather(parent)
+    deeper = ops["module"].str.starts_with(ops["module"].gather(up) + ".").fill_null(False)
+    nested = kept & up.is_not_null() & deeper
+    if not nested.any():
+        return top
+    is_top = ops["op_id"].is_in(top["op_id"].implode())
+    entry = is_top | nested
+    # the nearest entry strictly above each nested entry takes its figures off
+    above = nearest_marked(parent, entry).gather(parent)
+    moved = pl.DataFrame({"op_id": ops["op_id"], "above": above}).filter(nested)
+    moved = moved.join(inst.select("op_id", *_NESTED_FIGURES), on="op_id", how="left")
+    given = moved.group_by("above").agg(pl.col(c).fill_null(0).sum().alias(f"_{c}") for c in _NESTED_FIGURES)
+    entries = ops["op_id"].filter(entry).implode()
+    out = inst.filter(pl.col("op_id").is_in(entries)).join(
+        given.rename({"above": "op_id"}), on="op_id", how="left", maintain_order="left"
+    )
+    return out.with_columns(
+        (pl.col(c) - pl.col(f"_{c}").fill_null(0)).cast(inst.schema[c]).alias(c) for c in _NESTED_FIGURES
+    ).drop(*(f"_{c}" for c in _NESTED_FIGURES))
+
+
+def weighted_mean(col: str, weight: str) -> pl.Expr:
+    """Mean of ``col`` over a group's rows weighted by ``weight`` (rows without
+    ``col`` left out): a kernel name's occupancy is that of the time it ran,
+    as torch-tb-profiler reports it, not that of its average launch."""
+    known = pl.col(col).is_not_null()
+    total = pl.col(weight).filter(known).sum()
+    return pl.when(total > 0).then((pl.col(col) * pl.col(weight)).filter(known).sum() / total)
+
+
+def _agg(col: str, how: str) -> pl.Expr:
+    """``col`` over a group's calls: ``count`` keeps the sum (the count itself
+    is ``calls``); null where no call has a value (no work known is not zero work)."""
+    expr = pl.col(col)
+    taken = {"mean": expr.mean(), "max": expr.max(), "min": expr.min()}.get(how, expr.sum())
+    return pl.when(expr.is_not_null().any()).then(taken)
+
+
+def op_stats(
+    trace: Trace,
+    *,
+    by: str = "op",
+    aggregate: str = "sum",
+    include_annotations: bool = False,
+    step: int | None = None,
+    inclusive: bool = False,
+) -> pl.DataFrame:
+    """One row per group with calls and the four times in microseconds;
+    ``step_share_pct`` is of :func:`rank_basis` (self time for op groupings
+    unless ``inclusive``)."""
+    if by not in GROUPINGS:
+        raise ValueError(f"unknown grouping {by!r}; choose from {', '.join(GROUPINGS)}")
+    if aggregate not in AGGREGATES:
+        raise ValueError(f"unknown aggregate {aggregate!r}; choose from {', '.join(AGGREGATES)}")
+    if by == "kernel":
+        return _kernel_stats(trace, aggregate, step)
+    inst = op_instances(trace)
+    if not include_annotations:
+        inst = without_annotations(inst)
+    if step is not None:
+        inst = inst.filter(pl.col("step") == step)
+    keys = GROUPINGS[by]
+    if by == "module":
+        inst = module_entries(trace, inst)
+    elif by == "source":
+        # A line's time is that of its top-level ops, so nested ops are not
+        # counted twice.
+        inst = inst.filter(pl.col("top_op_id") == pl.col("op_id"))
+    times = {
+        "device_self_us": "device_self",
+        "device_total_us": "device_total",
+        "host_self_us": "host_self",
+        "host_total_us": "host_total",
+    }
+    basis = times[time_basis(trace)]
+    share_basis = times[rank_basis(trace, by, inclusive=inclusive)]
+    grouped = inst.group_by(keys).agg(
+        calls=pl.len(),
+        **{out: _agg(src, aggregate) / 1000.0 for out, src in times.items()},
+        flops=_agg("flops_total", aggregate),
+        bytes=_agg("bytes_total", aggregate),
+        _flops_sum=pl.col("flops_total").sum(),
+        _bytes_sum=pl.col("bytes_total").sum(),
+        _work_ns=pl.col(basis).filter(pl.col("flops_total").is_not_null() | pl.col("bytes_total").is_not_null()).sum(),
+        _basis_ns=pl.col(share_basis).filter(in_steps(trace)).sum(),
+        in_shapes=counts("shapes"),
+        dtypes=counts("dtypes"),
+        direction=counts("direction"),
+    ).with_columns(mixed("in_shapes"), mixed("dtypes"), listed("direction"))
+    table = _with_step_share(_with_achieved(grouped), trace, step)
+    return with_module_calls(table, trace, step) if by == "module" else table  # calls: times the module ran
+
+
+def _kernel_stats(trace: Trace, aggregate: str, step: int | None) -> pl.DataFrame:
+    work = kernel_work(trace).select("kernel_id", "flops", work_bytes=pl.col("bytes"))  # not memcpy ``bytes``
+    k = trace.kernels.join(work, on="kernel_id", how="left")
+    if step is not None:
+        k = k.filter(pl.col("step") == step)
+    grouped = k.group_by("name").agg(
+        calls=pl.len(),
+        device_self_us=_agg("dur", aggregate) / 1000.0,
+        device_total_us=_agg("dur", aggregate) / 1000.0,
+        mean_us=pl.col("dur").mean() / 1000.0,
+        max_us=pl.col("dur").max() / 1000.0,
+        min_us=pl.col("dur").min() / 1000.0,
+        op=counts("op", missing="(no op)"),
+        blocks_per_sm=weighted_mean("blocks_per_sm", "dur"),
+        occupancy=weighted_mean("occupancy", "dur"),
+        flops=_agg("flops", aggregate),
+        bytes=_agg("work_bytes", aggregate),
+        _flops_sum=pl.col("flops").sum(),
+        _bytes_sum=pl.col("work_bytes").sum(),
+        _work_ns=pl.col("dur").filter(pl.col("flops").is_not_null() | pl.col("work_bytes").is_not_null()).sum(),
+        # Kernels have only device time, even in a CPU-only trace (where the table is empty).
+        _basis_ns=pl.col("dur").filter(in_steps(trace)).sum(),
+    ).with_columns(listed("op"))
+    return _with_step_share(_with_achieved(grouped), trace, step)
+
+
+def order_and_filter(
+    table: pl.DataFrame,
+    *,
+    order_by: str = "device_total_us",
+    top: int | None = None,
+    min_time_us: float | None = None,
+    max_time_us: float | None = None,
+    name_regex: str | None = None,
+    time_column: str | None = None,
+    aggregate: str = "sum",
+) -> pl.DataFrame:
+    """Sort (``+COL`` ascending, ``COL`` descending), filter, cut, and add
+    ``cumulative`` (the running total of COL) where COL adds up over groups
+    under ``aggregate`` (:func:`additive`: a running total of means or
+    percents of roof would mean nothing)."""
+    ascending = order_by.startswith("+")
+    col = order_by.lstrip("+-")
+    if col not in table.columns:
+        raise ValueError(f"cannot order by {col!r}; columns: {', '.join(table.columns)}")
+    time_col = time_column or (col if col in TIME_COLUMNS else "device_total_us")
+    if min_time_us is not None:
+        table = table.filter(pl.col(time_col) >= min_time_us)
+    if max_time_us is not None:
+        table = table.filter(pl.col(time_col) <= max_time_us)
+    if name_regex:
+        key = table.columns[0]
+        table = table.filter(pl.col(key).cast(pl.String).str.contains(name_regex))
+    table = table.sort(col, descending=not ascending, nulls_last=True, maintain_order=True)
+    if table.schema[col].is_numeric() and additive(col, aggregate):
+        table = table.with_columns(cumulative=pl.col(col).cum_sum())
+    if top is not None:
+        table = table.head(top)
+    return table
