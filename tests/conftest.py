@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -48,3 +49,12 @@ def backward_roots(ops: pl.DataFrame) -> list[int | None]:
             p = parents[i]
             root[i] = root[p] if p is not None and root[p] is not None else i
     return root
+
+
+def place(dst: Path, src: Path) -> None:
+    """A copy of the trace (or folder) ``src`` at ``dst``: the dashboard serves
+    only files inside its logdir, so a link out to ../shared would not do."""
+    if Path(src).is_dir():
+        shutil.copytree(src, dst)
+    else:
+        shutil.copyfile(src, dst)

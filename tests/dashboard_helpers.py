@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tests.conftest import trace_path
+from tests.conftest import place, trace_path
 
 H100 = "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 V100 = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
@@ -31,7 +31,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 
 
 def build_logdir(root: Path) -> Path:
-    """A torch-tb-profiler-style logdir: symlinks to real traces, one run per case, and a corrupt run."""
+    """A torch-tb-profiler-style logdir: copies of real traces, one run per case, and a corrupt run."""
     layout = {
         "h100": {"qwen.pt.trace.json.gz": H100},
         "v100": {"worker0.1623143089861.pt.trace.json.gz": V100},
@@ -44,7 +44,7 @@ def build_logdir(root: Path) -> Path:
     for run, files in layout.items():
         (root / run).mkdir(parents=True)
         for name, rel in files.items():
-            (root / run / name).symlink_to(trace_path(rel))
+            place((root / run / name), trace_path(rel))
     (root / "corrupt").mkdir()
     (root / "corrupt" / "worker0.pt.trace.json").write_text('{"traceEvents": [{"ph": "X", "name": "aten::mm", ')
     return root

@@ -31,7 +31,7 @@ from kinetolens.views import units
 from kinetolens.views.cross_rank_path_section import cross_rank_section
 from kinetolens.views.report_data import collect
 from kinetolens.views.report_md import render_md
-from tests.conftest import trace_path
+from tests.conftest import place, trace_path
 from tests.dashboard_helpers import ThreadServer, chromium_page, dashboard_server
 from tests.distributed.runs import DELAY_MS, SLOW_RANK, WHOLE_STEPS, DistributedRun, slow_loader_2  # noqa: F401
 
@@ -162,10 +162,10 @@ def logdir(slow_loader_2: DistributedRun, tmp_path_factory: pytest.TempPathFacto
     root = tmp_path_factory.mktemp("cross_rank_dash")
     (root / "hta").mkdir()
     for r in (0, 1):
-        (root / "hta" / f"rank-{r}.pt.trace.json.gz").symlink_to(trace_path(f"hta/trace_filter/sampled_rank-{r}.json.gz"))
+        place((root / "hta" / f"rank-{r}.pt.trace.json.gz"), trace_path(f"hta/trace_filter/sampled_rank-{r}.json.gz"))
     (root / "gloo").mkdir()
     for t in slow_loader_2.traces:
-        (root / "gloo" / t.name).symlink_to(t)
+        place((root / "gloo" / t.name), t)
     return root
 
 

@@ -34,7 +34,7 @@ from kinetolens.analysis.memory.allocations import allocations
 from kinetolens.analysis.workload.ops import op_stats
 from kinetolens.analysis.summary import attribution, steps_block
 from kinetolens.views.perfetto import chrome_trace
-from tests.conftest import trace_path
+from tests.conftest import place, trace_path
 from tests.dashboard_helpers import (
     CHROMIUM_ARGS,
     CONTROL,
@@ -269,7 +269,7 @@ def test_a_run_written_while_serving_appears_without_a_restart(server: Server, p
     open_view(page, server, "h100", QWEN_W, "overview")  # the page is up before the run exists
     assert "late" not in server.get_json("/api/runs")[1]["runs"]
     (server.logdir / "late").mkdir()
-    (server.logdir / "late" / "falcon.pt.trace.json.gz").symlink_to(trace_path(FALCON))
+    place((server.logdir / "late" / "falcon.pt.trace.json.gz"), trace_path(FALCON))
     runs = {r["run"]: [w["id"] for w in r["workers"]] for r in server.get_json("/api/runs")[1]["runs"]}
     assert runs["late"] == ["falcon.pt.trace.json.gz"]
     # the open page picks it up on its own (it lists the runs again every 10 s), no reload
@@ -303,7 +303,7 @@ def test_no_path_reaches_outside_the_discovered_traces(server: Server, path: str
 def test_requests_answer_while_a_large_trace_loads(tmp_path: Path) -> None:
     logdir = build_logdir(tmp_path / "logdir")
     (logdir / "large").mkdir()
-    (logdir / "large" / "worker0.pt.trace.json.gz").symlink_to(trace_path(LARGE))
+    place((logdir / "large" / "worker0.pt.trace.json.gz"), trace_path(LARGE))
     srv = Server(logdir, tmp_path / "empty-cache")  # nothing cached: the load parses 53 MB
     try:
         srv.wait_ready("h100", QWEN_W)
@@ -317,19 +317,23 @@ def test_requests_answer_while_a_large_trace_loads(tmp_path: Path) -> None:
             large,
         ]
 
-        def timed(path: str) -> tuple[str, int, float]:
-            t0 = time.monotonic()
-            status, _ = srv.get(path, timeout=30)
-            return path, status, time.monotonic() - t0
+        def answered(path: str) -> tuple[str, int, float]:
+            # 60 s: a hang guard only; how fast a loaded machine answers is not the point
+            status, _ = srv.get(path, timeout=60)
+            return path, status, time.monotonic()
 
         with ThreadPoolExecutor(16) as pool:
-            results = list(pool.map(timed, small * 12))
+            results = list(pool.map(answered, small * 12))
         states_seen = {srv.get_json(large)[1].get("state")}
-        for path, status, took in results:
+        for path, status, _ in results:
             assert status in (200, 202), (path, status)
-            assert took < 5.0, (path, took)
             if path != large:
                 assert status == 200
+        # Answered while the load ran: some request for another trace got its
+        # 200 before a later request for the large one still got 202 (loading).
+        still_loading = [at for path, status, at in results if path == large and status == 202]
+        assert still_loading, "the large trace loaded before any answer: nothing shows requests answer during a load"
+        assert any(path != large and at <= max(still_loading) for path, _, at in results)
         srv.wait_ready("large", "worker0.pt.trace.json.gz")
         status, body = srv.get_json(large)
         assert status == 200 and body["state"] == "ready", (states_seen, body)

@@ -25,7 +25,7 @@ import kinetolens
 from kinetolens.analysis.inference.phases import inference_block, phase_tables
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import units
-from tests.conftest import trace_path
+from tests.conftest import place, trace_path
 from tests.dashboard_helpers import V100, ThreadServer, chromium_page, dashboard_server
 
 playwright = pytest.importorskip("playwright.sync_api")
@@ -86,12 +86,12 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("phases")
     vllm = trace_path(VLLM_DIR)
     (root / "vllm").mkdir()
-    (root / "vllm" / "graph_execution.json.gz").symlink_to(vllm / "graph_execution.json.gz")
-    (root / "vllm" / "capture_traces").symlink_to(vllm / "capture_traces")  # paired on load, as beside the replay
+    place((root / "vllm" / "graph_execution.json.gz"), vllm / "graph_execution.json.gz")
+    place((root / "vllm" / "capture_traces"), vllm / "capture_traces")  # paired on load, as beside the replay
     (root / "sglang").mkdir()
-    (root / "sglang" / "sglang.json.gz").symlink_to(trace_path(SGLANG))
+    place((root / "sglang" / "sglang.json.gz"), trace_path(SGLANG))
     (root / "v100").mkdir()
-    (root / "v100" / "w.pt.trace.json.gz").symlink_to(trace_path(V100))
+    place((root / "v100" / "w.pt.trace.json.gz"), trace_path(V100))
     clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     subprocess.run([sys.executable, "-c", LOOP, str(root)], check=True, capture_output=True, timeout=300, env=clean)
     return root

@@ -36,7 +36,7 @@ from kinetolens.views import units
 from kinetolens.views.report_data import collect
 from kinetolens.views.report_html import render_html
 from kinetolens.views.report_md import render_md
-from tests.conftest import trace_path
+from tests.conftest import place, trace_path
 from tests.cpu_capture import capture_small_mlp
 from tests.dashboard_helpers import H100, V100, ThreadServer, chromium_page, dashboard_server
 
@@ -146,7 +146,7 @@ def logdir(tmp_path_factory: pytest.TempPathFactory, torch_cpu: Path) -> Path:
     for run, path in {"v100": trace_path(V100), "h100": trace_path(H100), "cpu_only": trace_path(CPU_ONLY), "torch_cpu": torch_cpu}.items():
         (root / run).mkdir()
         suffix = ".json.gz" if path.name.endswith(".gz") else ".json"
-        (root / run / f"w.pt.trace{suffix}").symlink_to(path)
+        place((root / run / f"w.pt.trace{suffix}"), path)
     return root
 
 

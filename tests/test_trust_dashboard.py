@@ -24,7 +24,7 @@ from kinetolens.runs import LocalExecutor, summarize_run
 from kinetolens.views.dashboard import create_app
 from kinetolens.views.dashboard.app import Dashboard
 from kinetolens.views.dashboard.state import TraceStore
-from tests.conftest import trace_path
+from tests.conftest import place, trace_path
 from tests.dashboard_helpers import H100, ThreadServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -40,7 +40,7 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for n in (8, 16, 64):
         generate(trace_path(SOURCE), root / f"r{n}", n, STRAGGLER, keep_every=64, seed=n)
     (root / "h100").mkdir()
-    (root / "h100" / "qwen.pt.trace.json.gz").symlink_to(trace_path(H100))
+    place((root / "h100" / "qwen.pt.trace.json.gz"), trace_path(H100))
     return root
 
 
@@ -283,7 +283,7 @@ def test_two_traces_of_one_rank_are_said_not_merged(tmp_path: Path) -> None:
     run = tmp_path / "logdir" / "twice"
     run.mkdir(parents=True)
     for name in ("first.json.gz", "second.json.gz"):  # both say rank 0 in their distributedInfo
-        (run / name).symlink_to(trace_path(SOURCE))
+        place((run / name), trace_path(SOURCE))
     srv = ThreadServer(create_app(tmp_path / "logdir", cache=False))
     try:
         q = {"run": "twice", "worker": "first.json.gz", "ranks": "all"}

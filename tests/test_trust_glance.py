@@ -23,7 +23,7 @@ import pytest
 import kinetolens
 from kinetolens.analysis.hardware.gpu_metrics import gpu_metrics
 from kinetolens.analysis.advice.recommendations import recommendations_frame
-from tests.conftest import trace_path
+from tests.conftest import place, trace_path
 from tests.dashboard_helpers import H100, V100, ThreadServer, chromium_page, dashboard_server
 
 playwright = pytest.importorskip("playwright.sync_api")
@@ -76,7 +76,7 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("glance")
     for run, rel in TRACES.items():
         (root / run).mkdir()
-        (root / run / "w.pt.trace.json.gz").symlink_to(trace_path(rel))
+        place((root / run / "w.pt.trace.json.gz"), trace_path(rel))
     (root / "torch_cpu").mkdir()
     subprocess.run([sys.executable, "-c", CAPTURE, str(root / "torch_cpu" / "w.pt.trace.json")], check=True,
                    capture_output=True, timeout=300)  # fmt: skip

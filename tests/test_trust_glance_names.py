@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 import pytest
 
 from kinetolens.registry.kernel_names import short_kernel_name
-from tests.conftest import trace_path
+from tests.conftest import place, trace_path
 from tests.dashboard_helpers import CHROMIUM_ARGS, RANKS, V100, ThreadServer
 
 RUNS = {"v100": V100, "rank0": RANKS[0], "rank1": RANKS[1]}
@@ -34,7 +34,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadServer]:
     root = tmp_path_factory.mktemp("names")
     for run, rel in RUNS.items():
         (root / run).mkdir()
-        (root / run / WORKER).symlink_to(trace_path(rel))
+        place((root / run / WORKER), trace_path(rel))
     srv = ThreadServer(create_app(root, cache=False))
     yield srv
     srv.stop()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import trace_path
+from tests.conftest import place, trace_path
 from tests.dashboard_helpers import RANKS, chromium_page
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -55,7 +55,7 @@ def test_two_rank_report_chart(page, tmp_path: Path) -> None:  # type: ignore[no
     run = tmp_path / "run"
     run.mkdir()
     for i, rel in enumerate(RANKS):
-        (run / f"rank-{i}.pt.trace.json.gz").symlink_to(trace_path(rel))
+        place((run / f"rank-{i}.pt.trace.json.gz"), trace_path(rel))
     page.goto(report(run, tmp_path / "r.html").as_uri())
     page.wait_for_selector("#kl-chart-cross_ranks .main-svg")
     chart = page.evaluate(CHART, "kl-chart-cross_ranks")

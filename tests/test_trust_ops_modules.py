@@ -13,7 +13,7 @@ import pytest
 import kinetolens
 from kinetolens.analysis.workload.ops import op_stats
 from kinetolens.analysis.hardware.gpu_spec import gpu_spec
-from tests.conftest import trace_path
+from tests.conftest import place, trace_path
 
 RESNET = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
 QWEN = "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
@@ -229,7 +229,7 @@ def test_dashboard_module_page_is_the_tree_and_its_roll_up(tmp_path) -> None:
 
     run = tmp_path / "logdir" / "qwen"
     run.mkdir(parents=True)
-    (run / "worker0.pt.trace.json.gz").symlink_to(trace_path(QWEN))
+    place((run / "worker0.pt.trace.json.gz"), trace_path(QWEN))
     srv = ThreadServer(create_app(tmp_path / "logdir"))
     try:
         def rows(**extra: str) -> list[dict]:

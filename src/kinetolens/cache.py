@@ -1,12 +1,23 @@
 """Parquet cache of loaded traces, so a second load skips decoding.
 
-Key: absolute path, size, mtime and kinetolens version; any change makes a
-new key, so a stale entry is never read.  An entry is a directory of one
-Parquet file per table plus ``meta.json``, written to a temporary directory
-and renamed into place, so readers never see half an entry.  An entry that
-does not decode (missing file, bad Parquet, bad JSON) is deleted and
-rebuilt; one that cannot be read for another reason (permissions, a failing
-disk or network) is left alone, as it may be good for other readers.
+Key: absolute path, size, mtime, a fingerprint of the content (the file's
+first and last MiB, :mod:`kinetolens.fingerprint`) and a hash of the code
+that shapes the tables; any change makes a new key, so a stale entry is
+never read.  An entry is a directory named by its key (32 hex digits)
+holding one Parquet file per table, ``meta.json`` (with each table's column
+names and dtypes) and ``checksum`` (a hash of all of them), written to a
+temporary ``.tmp-HOST-PID-*`` directory and renamed into place, so readers
+never see half an entry.  An entry that does not decode, whose checksum or
+schema does not match, is rebuilt with one warning line; one that cannot
+be read for another reason (permissions, a failing disk or network) is left
+alone, as it may be good for other readers.
+
+The cache deletes only what it owns: a directory with a key's (or a
+temporary entry's) name holding nothing but an entry's files, never
+following a link; anything else in the folder is left alone.  Writing is
+best effort: a full disk or a read-only folder is one warning line, and the
+load goes on.  Half-written entries of a writer that died (its pid gone, or
+older than an hour) are removed on the next load.
 
 A local cache holds at most ``$KINETOLENS_CACHE_MAX_SIZE`` (default 10G):
 every write removes the least recently used entries beyond that, a read
@@ -21,9 +32,11 @@ import dataclasses
 import functools
 import hashlib
 import json
+import logging
 import os
 import re
-import shutil
+import socket
+import stat
 import tempfile
 import time
 from dataclasses import dataclass
@@ -34,6 +47,7 @@ import polars as pl
 
 from kinetolens import __version__
 from kinetolens.errors import TraceWarning, shown_path
+from kinetolens.fingerprint import content_fingerprint
 from kinetolens.model.trace import TABLES, Trace
 
 ENV_DIR = "KINETOLENS_CACHE_DIR"
@@ -44,6 +58,14 @@ STALE_TMP_S = 3600
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
 # ``s3://bucket/x``, ``file:///x``, chained ``simplecache::s3://...``
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*(://|::)")
+#: Names the cache owns in its folder: entries, and entries being written.
+_KEY_NAME = re.compile(r"^[0-9a-f]{32}$")
+_TMP_NAME = re.compile(r"^\.tmp-(?:(?P<host>.+)-(?P<pid>\d+)-)?[A-Za-z0-9_]+$")
+#: Files an entry holds; a directory holding anything else is not the cache's.
+_ENTRY_FILE = re.compile(r"^(?:[a-z_]+\.parquet|meta\.json|checksum)$")
+CHECKSUM = "checksum"
+
+log = logging.getLogger("kinetolens.cache")
 
 
 def is_url(location: str | Path) -> bool:
@@ -99,59 +121,109 @@ def key_of(source_ident: str) -> str:
 
 
 def cache_key(path: Path) -> str:
+    """Key of a local trace file: where it is, its size, mtime and content fingerprint."""
     st = path.stat()
-    return key_of(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}")
+    fp = content_fingerprint(path, st.st_size)
+    return key_of(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{fp}")
 
 
 class EntryDamaged(Exception):
-    """A cache entry's files are missing or do not decode: rebuild it."""
+    """A cache entry's files are missing, do not decode or do not match: rebuild it."""
+
+
+def _digest(files: dict[str, bytes]) -> str:
+    """The checksum of an entry's files (names and bytes, in name order)."""
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        digest.update(f"{name}\0{len(files[name])}\0".encode())
+        digest.update(files[name])
+    return digest.hexdigest()
+
+
+def _schema(frame: pl.DataFrame) -> list[list[str]]:
+    """A table's column names and dtypes, as stored in ``meta.json``."""
+    return [[name, str(dtype)] for name, dtype in frame.schema.items()]
 
 
 def read_entry(entry: Path, source: str) -> Trace:
     """The trace stored in the entry directory ``entry``.
 
-    Raises :class:`EntryDamaged` when a file is missing or does not decode;
-    other ``OSError``s (the files cannot be read right now) pass through.
+    Raises :class:`EntryDamaged` when a file is missing or does not decode,
+    when the files do not match the checksum written with them, or a table
+    does not have the columns and dtypes ``meta.json`` gives it; other
+    ``OSError``s (the files cannot be read right now) pass through.
     """
+    names = ["meta.json", *(f"{name}.parquet" for name in TABLES)]
     try:
-        meta = json.loads((entry / "meta.json").read_bytes())
-        tables = {name: pl.read_parquet(entry / f"{name}.parquet") for name in TABLES}
+        files = {name: (entry / name).read_bytes() for name in names}
+        stored = (entry / CHECKSUM).read_text("ascii").strip()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as exc:
+        raise EntryDamaged(f"missing {Path(exc.filename or '?').name}") from exc
+    except UnicodeDecodeError as exc:
+        raise EntryDamaged("checksum file is not text") from exc
+    if _digest(files) != stored:
+        raise EntryDamaged("checksum does not match its files")
+    try:
+        meta = json.loads(files["meta.json"])
+        tables = {name: pl.read_parquet(files[f"{name}.parquet"]) for name in TABLES}
+        for name, frame in tables.items():
+            if _schema(frame) != meta["schema"][name]:
+                raise EntryDamaged(f"{name}.parquet does not have the {name} table's columns")
         warnings = [TraceWarning(**w) for w in meta["warnings"]]
         return Trace(path=source, format=meta["format"], metadata=meta["metadata"], warnings=warnings, **tables)
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as exc:
-        raise EntryDamaged(f"{entry}: missing {exc.filename}") from exc
-    except OSError:
+    except EntryDamaged:
         raise
     except Exception as exc:  # noqa: BLE001 - Parquet, JSON and field errors all mean damage
-        raise EntryDamaged(f"{entry}: {exc}") from exc
+        raise EntryDamaged(" ".join(f"{type(exc).__name__}: {exc}".split())[:200]) from exc
 
 
 def write_entry(entry: Path, source: str, trace: Trace) -> None:
     """Write ``trace`` as an entry into the (existing, empty) directory ``entry``."""
+    files: dict[str, bytes] = {}
     for name in TABLES:
-        getattr(trace, name).write_parquet(entry / f"{name}.parquet", compression="zstd")
+        path = entry / f"{name}.parquet"
+        getattr(trace, name).write_parquet(path, compression="zstd")
+        files[path.name] = path.read_bytes()
     meta = {
         "format": trace.format,
         "metadata": trace.metadata,
         "warnings": [dataclasses.asdict(w) for w in trace.warnings],
         "source": source,
+        "schema": {name: _schema(getattr(trace, name)) for name in TABLES},
     }
-    (entry / "meta.json").write_bytes(msgspec.json.encode(meta))
+    files["meta.json"] = msgspec.json.encode(meta)
+    (entry / "meta.json").write_bytes(files["meta.json"])
+    # last: an entry with its checksum is complete
+    (entry / CHECKSUM).write_text(_digest(files), "ascii")
 
 
 def read_cached(cache_dir: Path, path: Path) -> Trace | None:
     return read_keyed(cache_dir, cache_key(path), shown_path(path))
 
 
+def _warn(message: str) -> None:
+    """One line on stderr (through logging, so a program may route it)."""
+    log.warning("kinetolens: %s", " ".join(message.split()))
+
+
 def read_keyed(cache_dir: Path, key: str, source: str) -> Trace | None:
-    """The entry ``key`` of the local ``cache_dir``, or None (missing, damaged or unreadable)."""
+    """The entry ``key`` of the local ``cache_dir``, or None (missing, damaged or unreadable).
+
+    A damaged entry is removed (one warning line) for the load to rebuild;
+    half-written entries of dead writers are removed on the way.
+    """
+    remove_stale(cache_dir)
     entry = cache_dir / key
-    if not entry.is_dir():
+    try:
+        if not stat.S_ISDIR(entry.lstat().st_mode):
+            return None  # a link or a file: never read through it
+    except OSError:
         return None
     try:
         trace = read_entry(entry, source)
-    except EntryDamaged:
-        shutil.rmtree(entry, ignore_errors=True)
+    except EntryDamaged as exc:
+        _warn(f"cache entry {entry} of {source} is damaged ({exc}): rebuilding it")
+        remove_entry(entry)
         return None
     except OSError:
         return None  # not this entry's fault: leave it for other readers
@@ -167,26 +239,60 @@ def write_cached(cache_dir: Path, path: Path, trace: Trace) -> None:
     write_keyed(cache_dir, cache_key(path), shown_path(path), trace)
 
 
+def _host() -> str:
+    """This machine's name as written into temporary entries' names (no ``-``)."""
+    return re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname()) or "host"
+
+
+def _tmp_prefix() -> str:
+    return f".tmp-{_host()}-{os.getpid()}-"
+
+
 def write_keyed(cache_dir: Path, key: str, source: str, trace: Trace) -> None:
-    """Store ``trace`` as entry ``key`` of the local ``cache_dir`` (best effort),
-    then prune the cache to its size limit."""
+    """Store ``trace`` as entry ``key`` of the local ``cache_dir``, then prune
+    the cache to its size limit.
+
+    Best effort: any failure (a full disk, a quota, a read-only folder, a
+    path that is not the cache's) is one warning line, and the load goes on.
+    """
+    tmp: Path | None = None
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
         final = cache_dir / key
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=cache_dir))
-        try:
-            write_entry(tmp, source, trace)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        if not _make_room_for(final, source):
+            return
+        tmp = Path(tempfile.mkdtemp(prefix=_tmp_prefix(), dir=cache_dir))
+        write_entry(tmp, source, trace)
         try:
             os.rename(tmp, final)
+            tmp = None
         except OSError:
-            # Another process won the race; its entry is as good as ours.
-            shutil.rmtree(tmp, ignore_errors=True)
+            pass  # another process won the race; its entry is as good as ours
         prune(cache_dir, max_cache_bytes(), keep=key)
-    except OSError:
-        return
+    except Exception as exc:  # noqa: BLE001 - polars reports a full disk as ComputeError
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else " ".join(str(exc).split())[:160]
+        _warn(f"cannot write the cache in {cache_dir} ({why}); going on without it")
+    finally:
+        if tmp is not None:
+            _remove_owned(tmp)
+
+
+def _make_room_for(final: Path, source: str) -> bool:
+    """Whether an entry may be renamed to ``final``: nothing is there, or an
+    entry (a writer that won a race), or a plain file under the key's name,
+    which is removed.  A link or a folder that is not an entry stays, and
+    ``source`` is not cached (one warning line)."""
+    try:
+        st = final.lstat()
+    except FileNotFoundError:
+        return True
+    if stat.S_ISREG(st.st_mode):
+        final.unlink()  # a name the cache owns; no entry is a plain file
+        return True
+    if stat.S_ISDIR(st.st_mode) and _owned(final):
+        return True
+    _warn(f"{final} is not a cache entry (a link or another folder): {source} is not cached")
+    return False
 
 
 def max_cache_bytes() -> int:
@@ -205,51 +311,154 @@ class CacheEntry:
     key: str
     bytes: int
     last_used: float  # seconds since the epoch
+    #: False for an entry still being written (a ``.tmp-*`` folder).
+    complete: bool = True
 
 
-def cache_entries(cache_dir: Path) -> list[CacheEntry]:
-    """The complete entries of a local cache, least recently used first."""
-    entries = []
+@dataclass(frozen=True)
+class Removal:
+    """What a prune or clear removed, and what it could not (with why)."""
+
+    removed: list[CacheEntry]
+    failed: list[tuple[CacheEntry, str]]
+
+
+def _owned(path: Path) -> bool:
+    """Whether the cache wrote ``path``: a real folder (not a link) with an
+    entry's name holding only an entry's files (regular files, not links)."""
+    if not (_KEY_NAME.match(path.name) or _TMP_NAME.match(path.name)):
+        return False
     try:
-        children = list(os.scandir(cache_dir))
+        if not stat.S_ISDIR(path.lstat().st_mode):
+            return False
+        with os.scandir(path) as children:
+            return all(_ENTRY_FILE.match(c.name) and c.is_file(follow_symlinks=False) for c in children)
+    except OSError:
+        return False
+
+
+def _remove_owned(path: Path) -> str | None:
+    """Remove an entry the cache owns, file by file (never through a link);
+    None when it is gone, else why it is not."""
+    if not _owned(path):
+        return "not a cache entry" if os.path.lexists(path) else None
+    error = None
+    try:
+        with os.scandir(path) as children:
+            names = [c.name for c in children]
+        for name in names:
+            try:
+                os.unlink(path / name)
+            except FileNotFoundError:
+                pass
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        error = exc.strerror or str(exc)
+    if os.path.lexists(path):
+        return error or "still there"
+    return None
+
+
+def remove_entry(entry: Path) -> bool:
+    """Remove one entry the cache owns; whether it is gone."""
+    return _remove_owned(entry) is None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # someone else's process
+    return True
+
+
+def _stale(child: os.DirEntry[str], now: float) -> bool:
+    """A half-written entry whose writer died (this host's pid is gone) or
+    that is older than :data:`STALE_TMP_S`."""
+    match = _TMP_NAME.match(child.name)
+    if match is None:
+        return False
+    host, pid = match.group("host"), match.group("pid")
+    if pid is not None and host == _host() and not _pid_alive(int(pid)):
+        return True
+    try:
+        return now - child.stat(follow_symlinks=False).st_mtime > STALE_TMP_S
+    except OSError:
+        return False
+
+
+def remove_stale(cache_dir: Path) -> list[CacheEntry]:
+    """Remove the half-written entries of writers that died; returns them."""
+    now = time.time()
+    removed = []
+    try:
+        with os.scandir(cache_dir) as children:
+            stale = [c for c in children if c.name.startswith(".tmp-") and _stale(c, now)]
     except OSError:
         return []
-    for child in children:
-        if child.name.startswith(".") or not child.is_dir(follow_symlinks=False):
-            continue
-        try:
-            size = sum(f.stat().st_size for f in os.scandir(child.path) if f.is_file(follow_symlinks=False))
-            entries.append(CacheEntry(child.name, size, child.stat().st_mtime))
-        except OSError:
-            continue  # removed meanwhile
-    return sorted(entries, key=lambda e: (e.last_used, e.key))
-
-
-def prune(cache_dir: Path, max_bytes: int, keep: str | None = None) -> list[CacheEntry]:
-    """Remove the least recently used entries until the cache holds at most
-    ``max_bytes`` (never ``keep``, the entry just written), and half-written
-    entries left by writers that died.  Returns the entries removed."""
-    now = time.time()
-    for child in cache_dir.glob(".tmp-*"):
-        try:
-            if now - child.stat().st_mtime > STALE_TMP_S:
-                shutil.rmtree(child, ignore_errors=True)
-        except OSError:
-            continue
-    entries = cache_entries(cache_dir)
-    total = sum(e.bytes for e in entries)
-    removed = []
-    for entry in entries:
-        if total <= max_bytes:
-            break
-        if entry.key == keep:
-            continue
-        shutil.rmtree(cache_dir / entry.key, ignore_errors=True)
-        total -= entry.bytes
-        removed.append(entry)
+    for child in stale:
+        size = _size_of(Path(child.path))
+        if _remove_owned(Path(child.path)) is None:
+            removed.append(CacheEntry(child.name, size, 0.0, complete=False))
     return removed
 
 
-def clear(cache_dir: Path) -> list[CacheEntry]:
-    """Remove every entry of a local cache; returns them."""
+def _size_of(entry: Path) -> int:
+    try:
+        with os.scandir(entry) as files:
+            return sum(f.stat(follow_symlinks=False).st_size for f in files if f.is_file(follow_symlinks=False))
+    except OSError:
+        return 0
+
+
+def cache_entries(cache_dir: Path, *, pending: bool = False) -> list[CacheEntry]:
+    """The entries the cache owns in ``cache_dir``, least recently used
+    first; with ``pending``, the ones being written too."""
+    entries = []
+    try:
+        with os.scandir(cache_dir) as scan:
+            children = list(scan)
+    except OSError:
+        return []
+    for child in children:
+        complete = _KEY_NAME.match(child.name) is not None
+        if not (complete or (pending and _TMP_NAME.match(child.name))) or not _owned(Path(child.path)):
+            continue
+        try:
+            mtime = child.stat(follow_symlinks=False).st_mtime
+        except OSError:
+            continue  # removed meanwhile
+        entries.append(CacheEntry(child.name, _size_of(Path(child.path)), mtime, complete))
+    return sorted(entries, key=lambda e: (e.last_used, e.key))
+
+
+def prune(cache_dir: Path, max_bytes: int, keep: str | None = None) -> Removal:
+    """Remove the least recently used entries until the cache (entries being
+    written included) holds at most ``max_bytes`` (never ``keep``, the entry
+    just written, nor an entry still being written), and half-written
+    entries left by writers that died."""
+    removed = remove_stale(cache_dir)
+    entries = cache_entries(cache_dir, pending=True)
+    total = sum(e.bytes for e in entries)
+    failed = []
+    for entry in entries:
+        if total <= max_bytes:
+            break
+        if entry.key == keep or not entry.complete:
+            continue
+        why = _remove_owned(cache_dir / entry.key)
+        if why is None:
+            total -= entry.bytes
+            removed.append(entry)
+        else:
+            failed.append((entry, why))
+    return Removal(removed, failed)
+
+
+def clear(cache_dir: Path) -> Removal:
+    """Remove every entry of a local cache (and dead writers' half-written ones)."""
     return prune(cache_dir, -1)

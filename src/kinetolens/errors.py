@@ -30,6 +30,12 @@ class TraceError(Exception):
         self.problem = " ".join(str(problem).split())
         super().__init__(f"{self.path}: {self.problem}")
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Rebuilt from (path, problem), not from the message: a worker
+        # process's error must reach the parent whole (a process pool
+        # unpickles it), with any attribute a subclass added.
+        return (type(self), (self.path, self.problem), self.__dict__)
+
 
 @dataclass(frozen=True)
 class TraceWarning:

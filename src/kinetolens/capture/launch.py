@@ -59,6 +59,11 @@ class LaunchResult:
     profiling: bool = False
     #: Why profiling could not start or went wrong, each reason once.
     failures: list[str] = field(default_factory=list)
+    #: The signal that killed the command, when one did.
+    signal: int | None = None
+    #: Files the command left in the run folder that are not finished traces
+    #: (a trace cut short when its writer died).
+    partial: list[Path] = field(default_factory=list)
 
 
 
@@ -170,7 +175,10 @@ def _run(command: Sequence[str], config: dict[str, Any], run_dir: Path, before: 
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     traces = sorted(_existing_traces(run_dir) - before)
-    result = LaunchResult(exit_status(returncode), run_dir, traces)
+    result = LaunchResult(exit_status(returncode), run_dir, traces, signal=-returncode if returncode < 0 else None)
+    if returncode != 0 and run_dir.is_dir():
+        result.partial = sorted(p for p in run_dir.iterdir() if p.is_file() and p not in traces
+                                and (".tmp" in p.name or p.name.endswith((".part", ".partial"))))  # fmt: skip
     _read_status(status, result)
     if result.exit_code == 0 and result.failures and not traces:
         # The command succeeded, the profile it was run for did not.
@@ -178,10 +186,24 @@ def _run(command: Sequence[str], config: dict[str, Any], run_dir: Path, before: 
     return result
 
 
+def _signal_name(signum: int) -> str:
+    try:
+        return f"{signal.Signals(signum).name} (signal {signum})"
+    except ValueError:
+        return f"signal {signum}"
+
+
 def no_trace_reason(result: LaunchResult, command: Sequence[str], skip_warmup: int) -> str:
     """Why a launch that started wrote no trace, from what its processes noted."""
     if result.failures:
         return "; ".join(result.failures)
+    if result.profiling and (result.signal is not None or result.exit_code != 0):
+        program = Path(command[0]).name if command else "the command"
+        how = (f"was killed by {_signal_name(result.signal)}" if result.signal is not None
+               else f"exited with status {result.exit_code}")  # fmt: skip
+        where = (f"; partial output: {', '.join(str(p) for p in result.partial)}" if result.partial
+                 else "; no partial trace was written")  # fmt: skip
+        return f"{program} {how} inside the profiling window, before its trace was written{where}"
     if result.profiling:
         return (
             f"no process got through skip + warmup = {skip_warmup} steps after profiling began (it begins "

@@ -36,16 +36,31 @@ def cache_command() -> None:
 def info_command(cache_dir: Path | None) -> None:
     """Where the cache is, its entries and size, and its limit."""
     where = cache_dir or default_cache_dir()
-    entries = cache_entries(where)
+    entries = cache_entries(where, pending=True)
+    done = [e for e in entries if e.complete]
+    writing = [e for e in entries if not e.complete]
     click.echo(f"cache: {where}")
-    click.echo(f"entries: {len(entries)}, {_size(sum(e.bytes for e in entries))}")
+    click.echo(f"entries: {len(done)}, {_size(sum(e.bytes for e in done))}")
+    if writing:
+        click.echo(f"being written (or left by a writer that died): {len(writing)}, {_size(sum(e.bytes for e in writing))}")
     click.echo(f"limit: {_size(max_cache_bytes())} (${ENV_MAX_SIZE})")
 
 
 @cache_command.command("clear")
 @_DIR
 def clear_command(cache_dir: Path | None) -> None:
-    """Remove every entry of the cache."""
+    """Remove every entry of the cache (only the entries kinetolens wrote:
+    anything else in the folder is left alone).  Exit status 1 when some
+    entry could not be removed."""
     where = cache_dir or default_cache_dir()
-    removed = clear(where)
+    result = clear(where)
+    removed = result.removed
     click.echo(f"removed {len(removed)} entries ({_size(sum(e.bytes for e in removed))}) from {where}")
+    if result.failed:
+        reasons = sorted({why for _, why in result.failed})
+        click.echo(
+            f"could not remove {len(result.failed)} entries ({_size(sum(e.bytes for e, _ in result.failed))}): "
+            + "; ".join(reasons),
+            err=True,
+        )
+        raise SystemExit(1)

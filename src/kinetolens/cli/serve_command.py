@@ -28,12 +28,12 @@ def serve_command(logdir: Path, host: str, port: int, no_cache: bool, keep: int)
     import uvicorn
 
     from kinetolens.views.dashboard import create_app
-    from kinetolens.views.dashboard.hosts import host_name, is_loopback
+    from kinetolens.views.dashboard.hosts import bound_name, is_loopback
 
     if not logdir.is_dir():
         raise click.BadParameter(f"{logdir} is not a directory", param_hint="--logdir")
     app = create_app(logdir, cache=not no_cache, keep=keep, host=host)
-    if not is_loopback(host_name(host)):
+    if not is_loopback(bound_name(host)):
         click.echo(f"kinetolens: warning: serving on {host}: anyone who can reach it can read these traces", err=True)
     sock = listen(host, port)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))

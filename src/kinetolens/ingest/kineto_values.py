@@ -227,6 +227,7 @@ class ColumnError(Exception):
     """A column's values do not fit its type; carries what to report."""
 
     def __init__(self, column: str, values: list[Any]) -> None:
+        super().__init__(column, values)  # args rebuild it when unpickled (decode workers)
         self.column = column
         self.values = values
 

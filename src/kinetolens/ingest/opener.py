@@ -71,6 +71,7 @@ class _TrailingGarbage(Exception):
     """Bytes after the last gzip member that are not another member."""
 
     def __init__(self, junk: int) -> None:
+        super().__init__(junk)  # args rebuild it when unpickled
         self.junk = junk
 
 

@@ -38,6 +38,9 @@ class FormulaError(Exception):
         self.reason = reason
         super().__init__(f"FLOP formula for {op_name} failed: {reason}")
 
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.op_name, self.reason), self.__dict__)  # not from the message
+
 
 def lookup(name: str) -> Entry | None:
     return REGISTRY.get(name)

@@ -52,6 +52,7 @@ class Pending(Exception):
     """The trace (or one of a run's traces) is still loading: answer 202 with its status."""
 
     def __init__(self, status: dict[str, Any]) -> None:
+        super().__init__(status)  # args rebuild it when unpickled
         self.status = status
 
 
@@ -59,6 +60,7 @@ class Failed(Exception):
     """The trace cannot be loaded: answer its one-line error."""
 
     def __init__(self, error: str) -> None:
+        super().__init__(error)  # args rebuild it when unpickled
         self.error = error
 
 

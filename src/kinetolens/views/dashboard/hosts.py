@@ -11,6 +11,7 @@ the dashboard is open to the network anyway, and any name is answered.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -23,14 +24,41 @@ LOOPBACK_NAMES = frozenset({"localhost"})
 WILDCARDS = frozenset({"", "0.0.0.0", "::"})
 
 
-def host_name(header: str) -> str:
-    """The name in a ``Host`` header, without port, brackets or trailing dot, lower-cased."""
+_PORT = re.compile(r"^[0-9]{1,5}$")
+_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$")
+
+
+def host_name(header: str) -> str | None:
+    """The host of a ``Host`` header (``name``, ``name:port``, ``[v6]``,
+    ``[v6]:port``), lower-cased, without a trailing dot; None where the
+    header is anything else (``127.0.0.1:1@evil.com``, ``[::1].evil.com``).
+
+    Parsed strictly: whatever a lenient parser and a browser might read
+    differently is refused rather than guessed at.
+    """
     h = header.strip().lower()
-    if h.startswith("["):  # [::1]:6006
-        return h[1:].split("]", 1)[0]
-    if h.count(":") == 1:
-        h = h.split(":", 1)[0]
-    return h.rstrip(".")
+    if h.startswith("["):  # [::1] or [::1]:6006
+        inner, sep, rest = h[1:].partition("]")
+        if not sep or (rest and not (rest.startswith(":") and _PORT.match(rest[1:]))):
+            return None
+        try:
+            return str(ipaddress.IPv6Address(inner))
+        except ValueError:
+            return None
+    name, sep, port = h.partition(":")
+    if sep and not _PORT.match(port):
+        return None
+    name = name[:-1] if name.endswith(".") else name
+    return name if _NAME.match(name) else None
+
+
+def bound_name(bound: str) -> str:
+    """The address given to ``serve --host``, as :func:`host_name` writes hosts."""
+    b = bound.strip().lower().strip("[]").rstrip(".")
+    try:
+        return str(ipaddress.ip_address(b))
+    except ValueError:
+        return b
 
 
 def is_loopback(name: str) -> bool:
@@ -44,12 +72,14 @@ def is_loopback(name: str) -> bool:
 
 def allowed(header: str | None, bound: str) -> bool:
     """Whether a request with this ``Host`` header may be answered by a server bound to ``bound``."""
-    if host_name(bound) in WILDCARDS:
+    if bound_name(bound) in WILDCARDS:
         return True
     if header is None:  # not a browser: no page of another site sent it
         return True
     name = host_name(header)
-    return is_loopback(name) or name == host_name(bound)
+    if name is None:
+        return False
+    return is_loopback(name) or name == bound_name(bound)
 
 
 class HostCheck:

@@ -15,12 +15,18 @@ file stays the same and in the logdir.  A run of 64 ranks thus needs 64
 loads and 64 digests, however few whole traces the LRU keeps.
 
 Runs and workers are looked up by name in the list :func:`find_runs`
-discovered; a name from a request is never joined into a path, so no
-request can reach a file outside the logdir.
+discovered; a name from a request is never joined into a path, and a trace
+whose resolved path is outside the logdir (a link pointing out of it) is
+neither listed nor served, so no request can reach a file outside the
+logdir.  A trace is known by its path, size, mtime and content fingerprint
+(:mod:`kinetolens.fingerprint`): a rewrite that keeps size and mtime is a
+new trace.  A trace whose file is gone answers "unknown" at once, and what
+was kept for it is dropped.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -31,6 +37,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kinetolens.errors import TraceError
+from kinetolens.fingerprint import file_fingerprint
 from kinetolens.loader import load
 from kinetolens.logdir import WorkerTrace, find_runs
 from kinetolens.model.trace import Trace
@@ -94,13 +101,25 @@ class _Job:
     rank: int | None = None
 
 
-def file_key(path: Path) -> tuple[str, int, int]:
-    """A trace is the same trace while its path, size and mtime stay the same."""
+FileKey = tuple[str, int, int, str]
+
+
+def file_key(path: Path) -> FileKey:
+    """A trace is the same trace while its path, size, mtime and content
+    fingerprint (its first and last MiB) stay the same."""
     try:
         st = path.stat()
+        return (str(path), st.st_size, st.st_mtime_ns, file_fingerprint(path, st))
     except OSError:
-        return (str(path), -1, -1)
-    return (str(path), st.st_size, st.st_mtime_ns)
+        return (str(path), -1, -1, "")
+
+
+def inside(path: Path, root: Path) -> bool:
+    """Whether ``path``, links resolved, is ``root`` or under it."""
+    try:
+        return path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):  # a link loop
+        return False
 
 
 class TraceStore:
@@ -125,9 +144,9 @@ class TraceStore:
         self._pool = ThreadPoolExecutor(max_workers=loaders, thread_name_prefix="kinetolens-load")
         self._lock = threading.Lock()
         self._runs: dict[str, list[WorkerTrace]] = {}
-        self._jobs: dict[tuple[str, int, int], _Job] = {}
-        self._loaded: OrderedDict[tuple[str, int, int], Loaded] = OrderedDict()
-        self._digests: dict[tuple[str, int, int], Future[Any]] = {}
+        self._jobs: dict[FileKey, _Job] = {}
+        self._loaded: OrderedDict[FileKey, Loaded] = OrderedDict()
+        self._digests: dict[FileKey, Future[Any]] = {}
 
     # -- discovery -----------------------------------------------------
     def runs(self) -> dict[str, list[WorkerTrace]]:
@@ -137,16 +156,25 @@ class TraceStore:
         since, are forgotten: what the store keeps is bounded by the logdir.
         """
         try:
-            found = find_runs(self.logdir)
+            listed = find_runs(self.logdir)
         except TraceError:  # the logdir itself is gone: so are its runs
             with self._lock:
                 self._runs = {}
+                self._loaded.clear()
+                self._digests.clear()
             raise
+        found = {}
+        for run, traces in listed.items():
+            kept = [w for w in traces if inside(w.path, self.logdir)]  # no link out of the logdir
+            if kept:
+                found[run] = kept
         current = {file_key(w.path) for traces in found.values() for w in traces}
         with self._lock:
             self._runs = found
             for key in [k for k in self._digests if k not in current]:
                 del self._digests[key]
+            for key in [k for k in self._loaded if k not in current]:
+                del self._loaded[key]  # its file is gone or rewritten: release its memory
             for key in [k for k, j in self._jobs.items() if k not in current and j.state not in ("queued", "loading")]:
                 del self._jobs[key]  # (a load under way still reports to its job)
         return found
@@ -159,10 +187,31 @@ class TraceStore:
             if traces is not None:
                 for w in traces:
                     if worker_id(w) == worker:
+                        self._check_servable(w)
                         return w
             if attempt == 0:
                 self.runs()
         raise UnknownTrace(f"no trace {worker!r} in run {run!r}")
+
+    def _check_servable(self, w: WorkerTrace) -> None:
+        """:class:`UnknownTrace` for a trace whose file is gone (what was kept
+        for it is dropped) or that now resolves outside the logdir."""
+        if not os.path.lexists(w.path) or not w.path.exists():
+            self._forget(str(w.path))
+            raise UnknownTrace(f"trace {worker_id(w)!r} of run {w.run!r} is gone from the logdir")
+        if not inside(w.path, self.logdir):
+            self._forget(str(w.path))
+            raise UnknownTrace(f"no trace {worker_id(w)!r} in run {w.run!r}")
+
+    def _forget(self, path: str) -> None:
+        """Drop the loaded trace, digest and finished load states of ``path``."""
+        with self._lock:
+            for key in [k for k in self._loaded if k[0] == path]:
+                del self._loaded[key]
+            for key in [k for k in self._digests if k[0] == path]:
+                del self._digests[key]
+            for key in [k for k, j in self._jobs.items() if k[0] == path and j.state not in ("queued", "loading")]:
+                del self._jobs[key]
 
     def run_workers(self, run: str) -> list[WorkerTrace]:
         with self._lock:
@@ -238,7 +287,7 @@ class TraceStore:
         self._pool.submit(self._load, key, w.path)
         return None
 
-    def _make_digest(self, key: tuple[str, int, int], loaded: Loaded, rank: int | None) -> Future[Any]:
+    def _make_digest(self, key: FileKey, loaded: Loaded, rank: int | None) -> Future[Any]:
         fut: Future[Any] = Future()
         try:
             assert self._digest_of is not None
@@ -248,7 +297,7 @@ class TraceStore:
         with self._lock:
             return self._digests.setdefault(key, fut)
 
-    def _load(self, key: tuple[str, int, int], path: Path) -> None:
+    def _load(self, key: FileKey, path: Path) -> None:
         with self._lock:
             job = self._jobs[key]
             job.state, job.started_at = "loading", time.monotonic()
@@ -270,7 +319,8 @@ class TraceStore:
             self._make_digest(key, loaded, rank)
         self._finish(key, loaded=loaded)
 
-    def _finish(self, key: tuple[str, int, int], *, loaded: Loaded | None = None, error: str | None = None) -> None:
+    def _finish(self, key: FileKey, *, loaded: Loaded | None = None, error: str | None = None) -> None:
+        same = loaded is None or file_key(Path(key[0])) == key
         with self._lock:
             job = self._jobs.get(key)
             if job is None:  # forgotten meanwhile: the file changed or went away
@@ -280,6 +330,9 @@ class TraceStore:
                 job.state, job.error = "error", error
                 return
             job.state = "ready"
+            if not same:  # the file went away or changed while it loaded: keep nothing of it
+                self._digests.pop(key, None)
+                return
             self._loaded[key] = loaded
             while len(self._loaded) > self.keep:
                 self._loaded.popitem(last=False)
