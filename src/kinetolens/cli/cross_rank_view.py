@@ -129,6 +129,7 @@ def _print_steps(console: Console, paths: list[CrossRankPath]) -> None:
 
 def show_run_whatif(run_dir: str, changes: list, step: int | None, json_: bool, width: int | None, cache: bool) -> None:
     """``kinetolens whatif RUNDIR --change rank:N=median``: the predicted step after the changes."""
+    from kinetolens.analysis.paths.cross_rank_whatif import RunWhatIf
     from kinetolens.analysis.paths.whatif import BadChange
     from kinetolens.runs.graphs import run_whatif
 
@@ -140,30 +141,10 @@ def show_run_whatif(run_dir: str, changes: list, step: int | None, json_: bool, 
         preds = run_whatif(ranks, changes, step, run_dir)
     except BadChange as exc:
         raise click.BadParameter(str(exc), param_hint="'--change'") from None
-    measured = sum(p.measured_us for p in preds) / len(preds)
-    predicted = sum(p.predicted_us for p in preds) / len(preds)
-    delta = predicted - measured
+    result = RunWhatIf(ranks=len(ranks), changes=tuple(c.spec for c in changes), steps=tuple(preds))
+    measured, predicted, delta = result.measured_us, result.predicted_us, result.delta_us
     if json_:
-        emit_json(
-            {
-                "run": str(run_dir),
-                "ranks": len(ranks),
-                "changes": [c.spec for c in changes],
-                "measured_us": measured,
-                "predicted_us": predicted,
-                "delta_us": delta,
-                "delta_pct": 100 * delta / measured if measured else None,
-                "steps": [
-                    {
-                        "step": p.step, "measured_us": p.measured_us, "predicted_us": p.predicted_us,
-                        "length_us": p.before.length_us, "new_length_us": p.after.length_us,
-                        "verdict": p.before.verdict, "new_verdict": p.after.verdict,
-                        "scaled": p.scaled.to_dicts(), "summary": p.after.summary.to_dicts(),
-                    }  # fmt: skip
-                    for p in preds
-                ],
-            }
-        )
+        emit_json(result.to_json(str(run_dir)))
         return
     con = render_console(width)
     what = f"step {preds[0].step}" if len(preds) == 1 else f"{len(preds)} steps, mean"
@@ -177,7 +158,7 @@ def show_run_whatif(run_dir: str, changes: list, step: int | None, json_: bool, 
             )
     con.print(f"measured step (slowest rank)  {duration(measured)}")
     sign = "+" if delta >= 0 else "-"
-    con.print(f"predicted step                {duration(predicted)}  ({sign}{duration(abs(delta))}, {delta / measured if measured else 0:+.1%})")
+    con.print(f"predicted step                {duration(predicted)}  ({sign}{duration(abs(delta))}, {(result.delta_pct or 0) / 100:+.1%})")
     con.print(Text(f"now:   {preds[-1].before.verdict}"))
     con.print(Text(f"after: {preds[-1].after.verdict}"))
     path, length = combined([p.after for p in preds])

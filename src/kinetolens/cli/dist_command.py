@@ -7,13 +7,8 @@ import polars as pl
 from rich.padding import Padding
 from rich.text import Text
 
-from kinetolens.analysis.ranks.distributed import (
-    collective_stats,
-    run_overview,
-    step_spread,
-    step_times,
-)
-from kinetolens.analysis.ranks.stragglers import CAUSES, straggler_findings, stragglers
+from kinetolens.analysis.ranks.dist_report import dist_report
+from kinetolens.analysis.ranks.stragglers import CAUSES
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import emit_json, print_table
 from kinetolens.runs import summarize_run
@@ -47,35 +42,13 @@ def dist_command(
     cache = False if no_cache else (cache_dir if cache_dir is not None else True)
     notes: list[str] = []
     summaries = summarize_run(run_dir, executor, cache=cache, notes=notes)
-    cut: dict[tuple[int, ...], list[int]] = {}
-    for s in summaries:
-        if s.cut_steps:
-            cut.setdefault(tuple(s.cut_steps), []).append(s.rank)
-    for steps, ranks in cut.items():
-        notes.append(
-            f"step {', '.join(map(str, steps))} of rank {', '.join(map(str, ranks))} was cut short by the end "
-            "of profiling: left out of the per-step figures"
-        )
-    for note in notes:  # on stderr: --json output stays one JSON document
+    report = dist_report(summaries)
+    for note in [*notes, *report.notes]:  # on stderr: --json output stays one JSON document
         click.echo(f"kinetolens: note: {note}", err=True)
-    straggling = stragglers(summaries)
-    tables = {
-        "ranks": step_times(summaries),
-        "steps": step_spread(summaries),
-        "collectives": collective_stats(summaries),
-        "stragglers": straggling,
-    }
-    findings = [f.to_dict() for f in straggler_findings(summaries, straggling)]
-    overview = run_overview(summaries)
     if json_:
-        emit_json(
-            {
-                "run": overview,
-                **{k: v.to_dicts() for k, v in tables.items()},
-                "recommendations": findings,
-            }
-        )
+        emit_json(report.to_json())
         return
+    overview = report.overview
     console = render_console()  # the shared width rule: the terminal's, full width when piped
     world = overview["world_size"]
     console.print(
@@ -83,13 +56,13 @@ def dist_command(
         + (f", {overview['backend']}" if overview["backend"] else ""),
         highlight=False,
     )  # fmt: skip
-    for name, frame in tables.items():
+    for name, frame in report.tables().items():
         if frame.height:
             print_table(_table(name, frame), title=TITLES[name], headers=HEADERS, out=console)
-    for f in findings:
-        console.print(Text(f"straggler: {f['title']}", style="bold"))
-        console.print(Padding(Text(f["evidence"]), (0, 0, 0, 2), expand=False))
-        console.print(Padding(Text(f"change: {f['change']}"), (0, 0, 0, 2), expand=False))
+    for f in report.findings:
+        console.print(Text(f"straggler: {f.title}", style="bold"))
+        console.print(Padding(Text(f.evidence), (0, 0, 0, 2), expand=False))
+        console.print(Padding(Text(f"change: {f.change}"), (0, 0, 0, 2), expand=False))
 
 
 #: Terminal titles and column headers (the JSON keeps the column names).

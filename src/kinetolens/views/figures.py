@@ -40,7 +40,7 @@ import polars as pl
 
 from kinetolens.analysis.hardware.kernels import tensor_core_time
 from kinetolens.analysis.gputime.overview import CATEGORIES, OTHER
-from kinetolens.analysis.hardware.roofline import peak_tflops
+from kinetolens.analysis.hardware.roofline import peak_tflops, roofline_points
 from kinetolens.views import units
 
 if TYPE_CHECKING:
@@ -206,23 +206,7 @@ def module_icicle_figure(
 
 def roofline_figure(ops: pl.DataFrame, spec: GpuSpec, title: str) -> go.Figure:
     """Log-log roofline: the memory slope, one flat roof per compute ceiling used, one point per op and shapes."""
-    pts = (
-        ops.filter(pl.col("intensity").is_not_null() & (pl.col("intensity") > 0) & (pl.col("flops") > 0))
-        .group_by("name", "shapes", "ceiling", "bound")
-        .agg(
-            calls=pl.len(),
-            device_us=pl.col("device_us").sum(),
-            ideal_us=pl.col("ideal_us").sum(),
-            flops=pl.col("flops").sum(),
-            bytes=pl.col("bytes").sum(),
-        )
-        .with_columns(
-            intensity=pl.col("flops") / pl.col("bytes"),
-            achieved_tflops=pl.col("flops") / pl.col("device_us") / 1e6,
-            pct=pl.col("ideal_us") / pl.col("device_us") * 100.0,
-        )
-        .sort("device_us", descending=True)
-    )
+    pts = roofline_points(ops)
     bw = float(spec.dram_gbps or 0.0)
     precisions = sorted(p for p in pts["ceiling"].drop_nulls().unique().to_list() if peak_tflops(spec, p))
     lo = min([0.01, *pts["intensity"].to_list()]) / 2
@@ -242,7 +226,8 @@ def roofline_figure(ops: pl.DataFrame, spec: GpuSpec, title: str) -> go.Figure:
         hover = [
             f"{r['name']}<br>shapes: {r['shapes']}<br>{r['calls']} calls, {r['device_us']:,.1f} us<br>"
             f"intensity {r['intensity']:,.2f} FLOP/B<br>achieved {r['achieved_tflops']:,.3f} TFLOP/s<br>"
-            f"{r['pct']:,.1f}% of roof ({r['bound']}-bound)"
+            + (f"{r['pct_of_roof']:,.1f}% of roof" if r["pct_of_roof"] is not None else "roof unknown")
+            + f" ({r['bound']}-bound)"
             for r in sub.iter_rows(named=True)
         ]
         sizes = [6 + 40 * (v / biggest) ** 0.5 for v in sub["device_us"].to_list()]

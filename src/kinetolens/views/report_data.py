@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import plotly.graph_objects as go
 import polars as pl
 
-from kinetolens.analysis.ranks.distributed import RankSummary, collective_stats, run_overview, step_spread, step_times
+from kinetolens.analysis.ranks.dist_report import dist_report
+from kinetolens.analysis.ranks.distributed import RankSummary
 from kinetolens.analysis.gputime.idle import idle_breakdown, temporal_breakdown
 from kinetolens.analysis.hardware.kernels import kernel_table, tensor_core_time
 from kinetolens.analysis.memory.usage import memory_curve, memory_events, memory_peaks
@@ -24,7 +25,6 @@ from kinetolens.analysis.workload.ops import op_stats, rank_basis, time_basis
 from kinetolens.analysis.gputime.overview import step_breakdown
 from kinetolens.analysis.finding import Finding
 from kinetolens.analysis.hardware.roofline import op_roofline, roofline_by
-from kinetolens.analysis.ranks.stragglers import straggler_findings, stragglers
 from kinetolens.analysis.summary import summarize
 from kinetolens.errors import TraceError
 from kinetolens.logdir import one_run
@@ -58,17 +58,17 @@ class CrossRank:
 
 
 def cross_rank(summaries: list[RankSummary], graphs: list[RankGraphs] | str | None = None) -> CrossRank:
-    """The cross-rank section from each rank's summary (:mod:`kinetolens.analysis.ranks.distributed`
-    and :mod:`kinetolens.analysis.ranks.stragglers` compute every number) and, given
+    """The cross-rank section from each rank's summary (:func:`kinetolens.analysis.ranks.dist_report.dist_report`
+    computes every number, as for ``kinetolens dist``) and, given
     each rank's step graphs, the critical path across ranks."""
-    table = stragglers(summaries)
+    report = dist_report(summaries)
     return CrossRank(
-        overview=run_overview(summaries),
-        ranks=step_times(summaries),
-        steps=step_spread(summaries),
-        collectives=collective_stats(summaries),
-        stragglers=table,
-        findings=straggler_findings(summaries, table),
+        overview=report.overview,
+        ranks=report.ranks,
+        steps=report.steps,
+        collectives=report.collectives,
+        stragglers=report.stragglers,
+        findings=list(report.findings),
         path=cross_rank_section(graphs),
     )
 

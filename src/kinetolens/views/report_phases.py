@@ -46,11 +46,9 @@ def inference_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
         return rows
     counts = ", ".join(f"{p['phase']} {p['iterations']}" for p in block["phases"])
     rows.append(("iterations", f"{len(its):,} ({counts})"))
-    tokens = [r["tokens"] for r in its if r["tokens"] is not None]
-    if tokens:
-        secs = sum(r["dur_us"] for r in its if r["tokens"] is not None) / 1e6
-        rate = f", {token_rate(sum(tokens) / secs)} tok/s" if secs else ""
-        rows.append(("tokens", f"{sum(tokens):,} in {units.duration(secs * 1e6)}{rate}"))
+    if block["tokens"] is not None:
+        rate = f", {token_rate(block['tokens_per_s'])} tok/s" if block["tokens_per_s"] is not None else ""
+        rows.append(("tokens", f"{block['tokens']:,} in {units.duration(block['tokens_time_us'])}{rate}"))
     return rows
 
 

@@ -341,6 +341,36 @@ def op_roofline(trace: Trace, spec: GpuSpec | None) -> pl.DataFrame:
     return out
 
 
+#: A group's % of roof: its summed ideal time over the device time of the calls whose roof is known.
+_PCT_OF_ROOF = pl.col("ideal_us") / pl.when(pl.col("_known_us") > 0).then(pl.col("_known_us")) * 100.0
+
+
+def roofline_points(ops: pl.DataFrame) -> pl.DataFrame:
+    """The points of a roofline chart: :func:`op_roofline`'s calls with FLOPs and bytes grouped by
+    op, shapes, ceiling and bound; ``intensity, achieved_tflops, pct_of_roof`` as :func:`roofline_by`
+    computes them; sorted by device time."""
+    known = pl.col("ideal_us").is_not_null()
+    return (
+        ops.filter(pl.col("intensity").is_not_null() & (pl.col("intensity") > 0) & (pl.col("flops") > 0))
+        .group_by("name", "shapes", "ceiling", "bound")
+        .agg(
+            calls=pl.len(),
+            device_us=pl.col("device_us").sum(),
+            _known_us=pl.col("device_us").filter(known).sum(),
+            ideal_us=pl.when(known.any()).then(pl.col("ideal_us").sum()),
+            flops=pl.col("flops").sum(),
+            bytes=pl.col("bytes").sum(),
+        )
+        .with_columns(
+            intensity=pl.col("flops") / pl.col("bytes"),
+            achieved_tflops=pl.col("flops") / pl.col("device_us") / 1e6,
+            pct_of_roof=_PCT_OF_ROOF,
+        )
+        .drop("_known_us")
+        .sort("device_us", descending=True)
+    )
+
+
 def roofline_by(trace: Trace, spec: GpuSpec | None, by: str = "op", *, step: int | None = None) -> pl.DataFrame:
     """Op calls grouped by op name (``by="op"``), op and shapes, module or
     source line, sorted by time lost; ``step`` keeps one profiler step.
@@ -385,7 +415,7 @@ def roofline_by(trace: Trace, spec: GpuSpec | None, by: str = "op", *, step: int
     )
     out = out.with_columns(
         ceiling=pl.when(pl.col("flops") > 0).then(pl.col("ceiling")),
-        pct_of_roof=pl.col("ideal_us") / pl.when(pl.col("_known_us") > 0).then(pl.col("_known_us")) * 100.0,
+        pct_of_roof=_PCT_OF_ROOF,
         intensity=pl.when(pl.col("bytes") > 0).then(pl.col("flops") / pl.col("bytes")),
         achieved_tflops=pl.col("flops") / pl.col("device_us") / 1e6,
         achieved_gbps=pl.col("bytes") / pl.col("device_us") / 1e3,

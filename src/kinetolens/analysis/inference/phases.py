@@ -492,10 +492,17 @@ def inference_block(trace: Trace) -> dict[str, Any]:
          "tokens": r["tokens"], "tokens_per_s": r["tokens_per_s"], "average_us": {c: us(r[c]) for c in COLUMNS}}
         for r in phase_summary(its).iter_rows(named=True)
     ]  # fmt: skip
+    counted = [r for r in rows if r["tokens"] is not None]
+    tokens = sum(r["tokens"] for r in counted) if counted else None
+    counted_us = sum(r["dur_us"] for r in counted)
     return {
         "detected": found.inference,
         "evidence": found.evidence,
         "against": found.against,
         "iterations": rows,
         "phases": phases,
+        # over the iterations that count tokens, as each phase's tokens_per_s
+        "tokens": tokens,
+        "tokens_time_us": counted_us if counted else None,
+        "tokens_per_s": tokens / (counted_us / 1e6) if counted and counted_us > 0 else None,
     }

@@ -103,3 +103,49 @@ def whatif_run(graph: JoinedGraph, changes: list[Change]) -> RunStepPrediction:
         step=graph.step, measured_us=measured, predicted_us=predicted, before=before, after=after,
         scaled=pl.DataFrame(scaled, schema={"rank": pl.Int64, "own_us": pl.Float64, "new_us": pl.Float64, "median_us": pl.Float64, "factor": pl.Float64}),
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RunWhatIf:
+    """A run's steps re-timed with the same changes, and their mean: what ``whatif RUNDIR`` shows."""
+
+    ranks: int
+    changes: tuple[str, ...]
+    steps: tuple[RunStepPrediction, ...]
+
+    @property
+    def measured_us(self) -> float:
+        """The mean over the steps of the slowest rank's measured step."""
+        return sum(p.measured_us for p in self.steps) / len(self.steps)
+
+    @property
+    def predicted_us(self) -> float:
+        return sum(p.predicted_us for p in self.steps) / len(self.steps)
+
+    @property
+    def delta_us(self) -> float:
+        return self.predicted_us - self.measured_us
+
+    @property
+    def delta_pct(self) -> float | None:
+        return 100 * self.delta_us / self.measured_us if self.measured_us else None
+
+    def to_json(self, run: str) -> dict[str, object]:
+        return {
+            "run": run,
+            "ranks": self.ranks,
+            "changes": list(self.changes),
+            "measured_us": self.measured_us,
+            "predicted_us": self.predicted_us,
+            "delta_us": self.delta_us,
+            "delta_pct": self.delta_pct,
+            "steps": [
+                {
+                    "step": p.step, "measured_us": p.measured_us, "predicted_us": p.predicted_us,
+                    "length_us": p.before.length_us, "new_length_us": p.after.length_us,
+                    "verdict": p.before.verdict, "new_verdict": p.after.verdict,
+                    "scaled": p.scaled.to_dicts(), "summary": p.after.summary.to_dicts(),
+                }  # fmt: skip
+                for p in self.steps
+            ],
+        }

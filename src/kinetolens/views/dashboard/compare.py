@@ -10,7 +10,6 @@ each rank, so the Distributed view works with or without that module.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,10 @@ from typing import Any
 
 import polars as pl
 
+from kinetolens.analysis import diff as diff_module
 from kinetolens.analysis.gputime.idle import comm_comp_overlap, temporal_breakdown
+from kinetolens.analysis.ranks.dist_report import DistReport, dist_report
+from kinetolens.analysis.ranks.distributed import rank_summary
 from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.views import figures, units
 from kinetolens.views.dashboard import cross_rank_path_page
@@ -26,13 +28,6 @@ from kinetolens.views.dashboard.blocks import Block, figure, table, text
 from kinetolens.views.dashboard.sources import BadParameter, Ctx
 
 DIFF_LEVELS = ("step", "module", "op", "kernel")
-
-
-def _optional(module: str) -> Any | None:
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        return None
 
 
 # -- distributed --------------------------------------------------------------
@@ -60,8 +55,7 @@ def rank_digest(trace: Any, rank: int | None = None) -> RankDigest:
 
     Every table of the digest carries the rank the summary settled on, so a
     rank known only from its file name is that rank in every table and bar."""
-    dist = _optional("kinetolens.analysis.ranks.distributed")
-    summary = dist.rank_summary(trace, rank) if dist is not None else None
+    summary = rank_summary(trace, rank)
     settled = summary.rank if summary is not None else (trace.rank if trace.rank is not None else rank)
     tag = pl.lit(settled, pl.Int64).alias("rank")
     return RankDigest(
@@ -96,21 +90,25 @@ def rank_overlap(ctx: Ctx) -> pl.DataFrame:
     return pl.concat(parts).sort("rank") if parts else pl.DataFrame(schema={"rank": pl.Int64})
 
 
-def _run_table(module: str, name: str) -> Callable[[Ctx], pl.DataFrame]:
-    """A table of ``module.name(summaries)``: the run-level analyses take every rank's summary."""
+def _dist(ctx: Ctx) -> DistReport:
+    """The run's distributed view, as ``kinetolens dist`` computes it, once per set of ranks."""
+    return ctx.memo(("dist_report", ctx.ranks_key), lambda: dist_report(_summaries(ctx)))
+
+
+def _run_table(name: str) -> Callable[[Ctx], pl.DataFrame]:
+    """One table of the run's :class:`DistReport`, shares in percent."""
     def source(ctx: Ctx) -> pl.DataFrame:
-        return units.shares_as_percent(getattr(importlib.import_module(module), name)(_summaries(ctx)))
+        return units.shares_as_percent(getattr(_dist(ctx), name))
 
     return source
 
 
-#: source -> (analysis module, function, title, initial sort)
+#: source -> (table of the DistReport, title, initial sort)
 RUN_TABLES = {
-    "dist_steps": ("kinetolens.analysis.ranks.distributed", "step_times", "Step time per rank (ms)", "rank"),
-    "dist_spread": ("kinetolens.analysis.ranks.distributed", "step_spread", "Spread of each step across ranks", "step"),
-    "dist_collectives": ("kinetolens.analysis.ranks.distributed", "collective_stats",
-                         "Collectives: synchronizing vs transfer time, bus bandwidth", None),
-    "dist_stragglers": ("kinetolens.analysis.ranks.stragglers", "stragglers", "Stragglers", None),
+    "dist_steps": ("ranks", "Step time per rank (ms)", "rank"),
+    "dist_spread": ("steps", "Spread of each step across ranks", "step"),
+    "dist_collectives": ("collectives", "Collectives: synchronizing vs transfer time, bus bandwidth", None),
+    "dist_stragglers": ("stragglers", "Stragglers", None),
 }  # fmt: skip
 
 
@@ -148,18 +146,14 @@ def distributed(ctx: Ctx) -> list[Block]:
     path = cross_rank_path_page.section(ctx)
     blocks += cross_rank_path_page.verdict_blocks(path)
     temporal = _temporal(ctx)
-    if _optional("kinetolens.analysis.ranks.distributed") is None or _optional("kinetolens.analysis.ranks.stragglers") is None:
-        blocks.append(text("Collective statistics and stragglers: not available in this installation.", "warn"))
-        tables = {}
-    else:
-        tables = RUN_TABLES
+    tables = RUN_TABLES
     blocks += [
-        *[table(src, title, sort=sort, descending=sort is None) for src, (_, _, title, sort) in tables.items()
+        *[table(src, title, sort=sort, descending=sort is None) for src, (_, title, sort) in tables.items()
           if src in ("dist_steps", "dist_spread")],
         figure(_temporal_figure(temporal)),
         table("dist_overlap", "Compute, communication and overlap per rank (us, % of the GPU span)", sort="rank",
               descending=False),
-        *[table(src, title, sort=sort) for src, (_, _, title, sort) in tables.items()
+        *[table(src, title, sort=sort) for src, (_, title, sort) in tables.items()
           if src not in ("dist_steps", "dist_spread")],
         *cross_rank_path_page.blocks(path),
     ]  # fmt: skip
@@ -172,8 +166,7 @@ def _diff(ctx: Ctx) -> Any:
     if ctx.other is None:
         raise BadParameter("pick a second run to compare with")
     other = ctx.other
-    diff = importlib.import_module("kinetolens.analysis.diff")
-    return ctx.memo(("diff", other.trace.path), lambda: diff.compare(ctx.trace, other.trace, levels=DIFF_LEVELS))
+    return ctx.memo(("diff", other.trace.path), lambda: diff_module.compare(ctx.trace, other.trace, levels=DIFF_LEVELS))
 
 
 def _diff_source(level: str) -> Callable[[Ctx], pl.DataFrame]:
@@ -191,13 +184,10 @@ def _largest(change: dict[str, Any] | None, labels: dict[str, str]) -> str:
 
 
 def diff_view(ctx: Ctx) -> list[Block]:
-    if _optional("kinetolens.analysis.diff") is None:
-        return [text("Diff: not available in this installation (kinetolens.analysis.diff is missing).", "warn")]
     picker: Block = {"type": "diff-picker"}
     if ctx.other is None:
         return [picker, text("Pick the run to compare with (the experiment); the run in the left panel is the baseline.")]
     summary = _diff(ctx).summary
-    diff = importlib.import_module("kinetolens.analysis.diff")
     b, e = summary["baseline"]["mean_step_us"], summary["experiment"]["mean_step_us"]
     delta, pct = summary["step_delta_us"], summary["regression_pct"]
     cards = [
@@ -205,10 +195,10 @@ def diff_view(ctx: Ctx) -> list[Block]:
         ["experiment mean step", "-" if e is None else f"{e / 1000:,.3f} ms"],
         ["step delta", "-" if delta is None else f"{delta / 1000:+,.3f} ms"],
         ["change", "-" if pct is None else f"{pct:+.1f}%"],
-        ["largest step change", _largest(summary["largest_step_change"], diff.STEP_LABELS)],
+        ["largest step change", _largest(summary["largest_step_change"], diff_module.STEP_LABELS)],
         ["time basis", summary["basis"]],
     ]
-    warning = diff.environment_warning(summary["environment"])
+    warning = diff_module.environment_warning(summary["environment"])
     return [
         picker,
         *([text(f"Warning: {warning}.", "warn")] if warning else []),
@@ -220,6 +210,6 @@ def diff_view(ctx: Ctx) -> list[Block]:
 SOURCES: dict[str, Callable[[Ctx], pl.DataFrame]] = {
     "dist_overlap": rank_overlap,
     **cross_rank_path_page.SOURCES,
-    **{src: _run_table(mod, fn) for src, (mod, fn, _, _) in RUN_TABLES.items()},
+    **{src: _run_table(name) for src, (name, _, _) in RUN_TABLES.items()},
     **{f"diff_{lv}": _diff_source(lv) for lv in DIFF_LEVELS},
 }
