@@ -14,6 +14,7 @@ from kinetolens.analysis.distributed import (
     step_times,
 )
 from kinetolens.analysis.stragglers import CAUSES, straggler_findings, stragglers
+from kinetolens.cli.load_options import TraceLoading, trace_load_options
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import emit_json, print_table
 from kinetolens.runs import summarize_run
@@ -28,23 +29,21 @@ from kinetolens.runs import summarize_run
 @click.option(
     "--json", "json_", is_flag=True, help="Print every table as one JSON object."
 )
-@click.option(
-    "--no-cache", is_flag=True, help="Neither read nor write the Parquet cache."
-)
+@trace_load_options()
 @click.option(
     "--cache-dir", default=None, metavar="DIR|URL",
     help="Where the per-rank Parquet caches go: a directory or an fsspec URL (default: $KINETOLENS_CACHE_DIR, else ~/.cache/kinetolens).",
 )  # fmt: skip
 def dist_command(
-    run_dir: str, executor: str | None, json_: bool, no_cache: bool, cache_dir: str | None
+    run_dir: str, executor: str | None, json_: bool, loading: TraceLoading, cache_dir: str | None
 ) -> None:
     """Step time per rank, computation / communication overlap, collectives
     (synchronizing vs data transfer, bus bandwidth) and stragglers.
 
     RUNDIR is a directory or an fsspec URL (file://, s3://, gs://, ...)."""
-    if no_cache and cache_dir is not None:
+    if not loading.cache and cache_dir is not None:
         raise click.UsageError("--no-cache and --cache-dir exclude each other")
-    cache = False if no_cache else (cache_dir if cache_dir is not None else True)
+    cache = cache_dir if loading.cache and cache_dir is not None else loading.cache
     notes: list[str] = []
     summaries = summarize_run(run_dir, executor, cache=cache, notes=notes)
     cut: dict[tuple[int, ...], list[int]] = {}

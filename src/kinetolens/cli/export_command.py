@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kinetolens.loader import load
+from kinetolens.cli.load_options import TraceLoading, trace_load_options
 from kinetolens.views.export_tables import FORMATS
 
 
@@ -13,8 +13,8 @@ from kinetolens.views.export_tables import FORMATS
 @click.option("--format", "fmt", type=click.Choice([*FORMATS, "perfetto"]), default="parquet", show_default=True,
               help="parquet/csv/json: one file per table in the OUT directory; perfetto: one Chrome trace JSON file.")  # fmt: skip
 @click.option("-o", "--output", required=True, help="Directory (tables) or file (perfetto; .gz compresses).")
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
-def export_command(trace: str, fmt: str, output: str, no_cache: bool) -> None:
+@trace_load_options()
+def export_command(trace: str, fmt: str, output: str, loading: TraceLoading) -> None:
     """Write TRACE's tables, or a Chrome/Perfetto trace annotated with kinetolens' attribution.
 
     The perfetto file opens in ui.perfetto.dev: each kernel's args carry its
@@ -22,7 +22,7 @@ def export_command(trace: str, fmt: str, output: str, no_cache: bool) -> None:
     percent of roofline; launch arrows link runtime calls to kernels; counter
     tracks show GPU utilization and memory.
     """
-    t = load(trace, cache=not no_cache)
+    t = loading.load(trace)
     if fmt == "perfetto":
         from kinetolens.views.perfetto import write_chrome_trace
 

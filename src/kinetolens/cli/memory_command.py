@@ -25,11 +25,11 @@ from kinetolens.analysis.memory import (
 from kinetolens.analysis.memory_allocations import allocations, leaks, pairable
 from kinetolens.analysis.memory_samples import memory_samples, sample_summary
 from kinetolens.cli.checks import ROWS
-from kinetolens.cli.render import emit, emit_json
+from kinetolens.cli.load_options import TraceLoading, trace_load_options
 from kinetolens.cli.render import console as render_console
+from kinetolens.cli.render import emit, emit_json
 from kinetolens.errors import TraceError
 from kinetolens.ingest.memory_timeline import is_memory_timeline, read_memory_timeline
-from kinetolens.loader import load
 from kinetolens.views.memory_flow_svg import human_bytes, render_memory_flow
 
 
@@ -51,8 +51,10 @@ def _since(column: str, origin: int) -> pl.Expr:
 @click.option("--json", "json_", is_flag=True, help="All tables as JSON (see docs/memory.md).")
 @click.option("--device", default=None, help="Only this device: index (1, -1 = CPU) or label (GPU1, CPU).")
 @click.option("-t", "--top", type=ROWS, default=10, show_default=True, help="Rows of the op and leak tables.")
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
-def memory_command(trace: str, svg_path: str | None, json_: bool, device: str | None, top: int, no_cache: bool) -> None:
+@trace_load_options()
+def memory_command(
+    trace: str, svg_path: str | None, json_: bool, device: str | None, top: int, loading: TraceLoading
+) -> None:
     """Memory per device: peak with its op and module, top allocating ops, leaks.
 
     TRACE may also be torch's raw memory timeline
@@ -64,7 +66,7 @@ def memory_command(trace: str, svg_path: str | None, json_: bool, device: str | 
         if svg_path is not None:  # after the report: --svg never hides what can be shown
             raise TraceError(trace, f"a raw memory timeline has no addresses, so there is no memory-flow picture ({svg_path} not written)")
         return
-    loaded = load(trace, cache=not no_cache)
+    loaded = loading.load(trace)
     samples = memory_samples(loaded)
     sampled = sample_summary(samples)
     if loaded.memory.height == 0:
