@@ -6,7 +6,6 @@ from pathlib import Path
 
 import click
 
-from kinetolens.cache import ENV_MAX_SIZE, cache_entries, clear, default_cache_dir, max_cache_bytes
 
 
 def _size(n: float) -> str:
@@ -35,6 +34,8 @@ def cache_command() -> None:
 @_DIR
 def info_command(cache_dir: Path | None) -> None:
     """Where the cache is, its entries and size, and its limit."""
+    from kinetolens.cache import ENV_MAX_SIZE, cache_entries, default_cache_dir, max_cache_bytes
+
     where = cache_dir or default_cache_dir()
     entries = cache_entries(where)
     click.echo(f"cache: {where}")
@@ -46,6 +47,8 @@ def info_command(cache_dir: Path | None) -> None:
 @_DIR
 def clear_command(cache_dir: Path | None) -> None:
     """Remove every entry of the cache."""
+    from kinetolens.cache import clear, default_cache_dir
+
     where = cache_dir or default_cache_dir()
     removed = clear(where)
     click.echo(f"removed {len(removed)} entries ({_size(sum(e.bytes for e in removed))}) from {where}")

@@ -25,7 +25,6 @@ def _show_analysis(trace: Path) -> None:
     except ImportError as exc:
         click.echo(f"(analysis commands unavailable: {exc})", err=True)
         return
-    commands = getattr(cli, "commands", {})
     from kinetolens import load
 
     # The columns that fit an 80-column terminal; `kinetolens ops` shows all.
@@ -33,7 +32,7 @@ def _show_analysis(trace: Path) -> None:
     on_gpu = load(trace).kernels.height > 0
     compact = "name,calls,host_self_us,host_total_us," + ("device_total_us," if on_gpu else "") + "step_share_pct"
     for args in (["summary", str(trace)], ["ops", str(trace), "-t", "10", "-c", compact]):
-        if args[0] not in commands:
+        if cli.get_command(click.Context(cli), args[0]) is None:
             click.echo(f"(no '{args[0]}' command in this build; skipped)", err=True)
             continue
         click.echo()

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import click
-import polars as pl
-from rich.padding import Padding
-from rich.text import Text
+from typing import TYPE_CHECKING
 
-from kinetolens.analysis.distributed import (
-    collective_stats,
-    run_overview,
-    step_spread,
-    step_times,
-)
-from kinetolens.analysis.stragglers import CAUSES, straggler_findings, stragglers
+import click
+
 from kinetolens.cli.load_options import TraceLoading, trace_load_options
-from kinetolens.cli.render import console as render_console
-from kinetolens.cli.render import emit_json, print_table
-from kinetolens.runs import summarize_run
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 @click.command(name="dist")
@@ -41,6 +33,16 @@ def dist_command(
     (synchronizing vs data transfer, bus bandwidth) and stragglers.
 
     RUNDIR is a directory or an fsspec URL (file://, s3://, gs://, ...)."""
+    # Here, not at the top: `kinetolens dist -h` needs none of them.
+    from rich.padding import Padding
+    from rich.text import Text
+
+    from kinetolens.analysis.distributed import collective_stats, run_overview, step_spread, step_times
+    from kinetolens.analysis.stragglers import straggler_findings, stragglers
+    from kinetolens.cli.render import console as render_console
+    from kinetolens.cli.render import emit_json, print_table
+    from kinetolens.runs import summarize_run
+
     if not loading.cache and cache_dir is not None:
         raise click.UsageError("--no-cache and --cache-dir exclude each other")
     cache = cache_dir if loading.cache and cache_dir is not None else loading.cache
@@ -115,6 +117,10 @@ def _table(name: str, frame: pl.DataFrame) -> pl.DataFrame:
     """One analysis table for the terminal: shares in percent, the cause
     category as a user names it, empty columns left out; printed through
     :func:`kinetolens.cli.render.print_table` (numbers whole, bytes with units)."""
+    import polars as pl
+
+    from kinetolens.analysis.stragglers import CAUSES
+
     if name == "collectives" and not (frame["untimed_calls"].fill_null(0) > 0).any():
         frame = frame.drop("untimed_calls")
     if name == "stragglers":
