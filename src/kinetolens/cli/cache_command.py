@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from kinetolens.registry.words import counted
 
 
 def _size(n: float) -> str:
@@ -51,4 +52,4 @@ def clear_command(cache_dir: Path | None) -> None:
 
     where = cache_dir or default_cache_dir()
     removed = clear(where)
-    click.echo(f"removed {len(removed)} entries ({_size(sum(e.bytes for e in removed))}) from {where}")
+    click.echo(f"removed {counted(len(removed), 'entry', 'entries')} ({_size(sum(e.bytes for e in removed))}) from {where}")

@@ -8,6 +8,7 @@ import polars as pl
 from kinetolens.analysis.counters import NoCounters, counter_table
 from kinetolens.cli.checks import WIDTH
 from kinetolens.cli.load_options import TraceLoading, trace_load_options
+from kinetolens.registry.words import counted
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import emit
 from kinetolens.errors import TraceError
@@ -61,7 +62,7 @@ def counters_command(
     total = table["flops"].sum() if table["flops"].null_count() < table.height else None
     dram = table["dram_bytes"].sum() if table["dram_bytes"].null_count() < table.height else None
     render_console(width).print(
-        f"{table.height} kernels; op stacks: {pairing}; "
+        f"{counted(table.height, 'kernel')}; op stacks: {pairing}; "
         f"CUDA-core FLOPs {'-' if total is None else units.flops(total)}; "
         f"DRAM bytes {'-' if dram is None else units.traffic(dram)}",
         markup=False,

@@ -24,6 +24,7 @@ from kinetolens.analysis.critical_path import (
 from kinetolens.cache import is_url
 from kinetolens.cli.checks import ROWS, WIDTH
 from kinetolens.cli.load_options import TraceLoading, trace_load_options
+from kinetolens.registry.words import counted
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import emit_json
 from kinetolens.errors import TraceError
@@ -117,7 +118,7 @@ def critical_path_command(
         from kinetolens.views.critical_path_perfetto import write_trace_with_path
 
         count = write_trace_with_path(t, paths, LABELS, perfetto)
-        click.echo(f"wrote {perfetto} ({count:,} events; the path is the 'critical path' process)", err=True)
+        click.echo(f"wrote {perfetto} ({counted(count, 'event')}; the path is the 'critical path' process)", err=True)
     # An op's own time and its name are the same row twice: "By op" is for the kernels and calls they launch.
     if json_:
         emit_json(

@@ -29,6 +29,7 @@ from kinetolens.analysis.diff import (
 )
 from kinetolens.cli.checks import WIDTH
 from kinetolens.cli.load_options import TraceLoading, trace_load_options
+from kinetolens.registry.words import counted
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import emit, emit_json, print_pairs, print_table
 from kinetolens.errors import TraceError
@@ -67,9 +68,9 @@ def _ms(us: float | None) -> str:
 
 def _side_line(info: dict[str, Any]) -> str:
     steps = info["steps"]
-    counted = f"{sum(steps)} steps" if info["has_steps"] else "no ProfilerStep ranges (whole trace as one step)"
+    counted_steps = counted(sum(steps), "step") if info["has_steps"] else "no ProfilerStep ranges (whole trace as one step)"
     ranks = f" over {info['ranks']} traces" if info["ranks"] > 1 else ""
-    return f"{_ms(info['mean_step_us'])} mean step ({counted}{ranks})"
+    return f"{_ms(info['mean_step_us'])} mean step ({counted_steps}{ranks})"
 
 
 def environment_line(env: dict[str, Any]) -> str:

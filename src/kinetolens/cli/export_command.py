@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from kinetolens.cli.load_options import TraceLoading, trace_load_options
+from kinetolens.registry.words import counted
 from kinetolens.views.export_tables import FORMATS
 
 
@@ -27,10 +28,10 @@ def export_command(trace: str, fmt: str, output: str, loading: TraceLoading) -> 
         from kinetolens.views.perfetto import write_chrome_trace
 
         n = write_chrome_trace(t, output)
-        click.echo(f"kinetolens export: wrote {n:,} events to {output}", err=True)
+        click.echo(f"kinetolens export: wrote {counted(n, 'event')} to {output}", err=True)
         return
     from kinetolens.views.export_tables import write_tables
 
     written = write_tables(t, output, fmt)
     rows = sum(getattr(t, name).height for name in written)
-    click.echo(f"kinetolens export: wrote {len(written)} tables ({rows:,} rows) to {output}", err=True)
+    click.echo(f"kinetolens export: wrote {counted(len(written), 'table')} ({counted(rows, 'row')}) to {output}", err=True)

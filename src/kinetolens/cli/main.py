@@ -184,6 +184,10 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("kinetolens: aborted", err=True)
         sys.exit(130)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        # A group without its command: its help, readable, as click prints it (exit 2).
+        click.echo(exc.ctx.get_help(), err=True)
+        sys.exit(EXIT_BAD_INPUT)
     except click.ClickException as exc:
         # One line, like a bad file: click's usage block (three more lines
         # before the message) is what -h is for.

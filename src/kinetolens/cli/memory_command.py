@@ -26,6 +26,7 @@ from kinetolens.analysis.memory_allocations import allocations, leaks, pairable
 from kinetolens.analysis.memory_samples import memory_samples, sample_summary
 from kinetolens.cli.checks import ROWS
 from kinetolens.cli.load_options import TraceLoading, trace_load_options
+from kinetolens.registry.words import counted
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import emit, emit_json
 from kinetolens.errors import TraceError
@@ -194,13 +195,13 @@ def _print_summary(
         pl.col("increase_bytes").alias("incl_increase"),
     )
     emit(_bytes_columns(ops, ["allocated", "increase", "incl_allocated", "incl_increase"]),
-         title=f"top {top} ops by bytes they allocate themselves (incl_: with nested ops)")
+         title=f"top {counted(top, 'op')} by bytes they allocate themselves (incl_: with nested ops)")
     if not pairable(events):
         console.print("leaks: the memory events carry no addresses (PyTorch < 1.10), so allocations cannot be "
                       "paired with their frees.")
         return
     if leaked.height == 0:
-        console.print(f"leaks: none; all {allocs.height:,} allocations in the window were freed in it.")
+        console.print(f"leaks: none; all {counted(allocs.height, 'allocation')} in the window were freed in it.")
         return
     emit(_bytes_columns(leaked.head(top), ["bytes", "largest"]),
          title="not freed inside the window: alive_at_end (still held at the end) / "

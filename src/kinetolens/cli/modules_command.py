@@ -55,7 +55,7 @@ def modules_command(
     loading: TraceLoading,
 ) -> None:
     """GPU time per nn.Module: forward and backward, self and total, FLOPs and % of roofline
-    (host time in a trace without GPU kernels, as ``ops`` ranks it).
+    (host time in a trace without GPU kernels, as kinetolens ops ranks it).
 
     A module's self time is its own kernels'; its total adds its children's.
     Kernels outside every module (the optimizer, copies) are '(no module)'.

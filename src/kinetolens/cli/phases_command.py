@@ -27,6 +27,7 @@ from kinetolens.analysis.ops import rank_basis
 from kinetolens.analysis.overview import CATEGORIES, OTHER
 from kinetolens.cli.checks import ROWS, WIDTH
 from kinetolens.cli.load_options import TraceLoading, trace_load_options
+from kinetolens.registry.words import counted
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import emit_json, print_captioned, print_heading, print_table
 from kinetolens.registry.kernel_names import short_names
@@ -86,7 +87,7 @@ def print_inference(console: Console, block: dict[str, Any], *, limit: int | Non
     for r in shown:
         table.add_row(str(r["iteration"]), r["phase"], units.in_unit(r["dur_us"], scale), units.count(r["tokens"]),
                       token_rate(r["tokens_per_s"]), *_share_cells(r["breakdown_us"], cats))  # fmt: skip
-    notes = [] if len(shown) == len(rows) else [f"{len(shown)} of {len(rows):,} iterations shown: kinetolens phases lists them all"]
+    notes = [] if len(shown) == len(rows) else [f"{len(shown)} of {counted(len(rows), 'iteration')} shown: kinetolens phases lists them all"]
     notes += [n for n in (_left_out(rows, "breakdown_us", cats, "iteration"),) if n]
     table.caption = "\n".join(notes) or None
     print_captioned(console, table)

@@ -26,8 +26,8 @@ def report_command(
 
     TRACE_OR_RUN is a trace file or a run directory; a run of several ranks
     gets a cross-rank section (step time per rank and its spread,
-    collectives, stragglers: the ``kinetolens dist`` numbers; the critical
-    path across ranks: ``kinetolens critical-path RUNDIR``) and the rest
+    collectives, stragglers: the kinetolens dist numbers; the critical
+    path across ranks: kinetolens critical-path RUNDIR) and the rest
     is its first rank, in full, as the report says.  HTML is one
     self-contained file (plotly.js embedded, opens offline); md is for
     terminals, pull requests and CI summaries (stdout without -o).
