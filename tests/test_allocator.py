@@ -44,13 +44,20 @@ def test_the_command_tunes_its_process_and_leaves_children_alone() -> None:
     assert _run("import kinetolens.cli.main; " + child) == "None"
 
 
+#: The command tunes the allocator when a command is about to run (not for --help).
+RUN_A_COMMAND = (
+    "import contextlib, io, tempfile; from kinetolens.cli.main import main\n"
+    "with contextlib.redirect_stdout(io.StringIO()): main(['cache', 'info', '--dir', tempfile.mkdtemp()])\n"
+)
+
+
 def test_decode_workers_get_the_options_unless_the_user_set_them() -> None:
     # issue 17, point 19: kinetolens' own worker processes are tuned.
     show = "import kinetolens._allocator as a; e = a.worker_env(); print(e and e['_RJEM_MALLOC_CONF'])"
     assert _run("import polars; " + show).split(",") == OURS
-    assert _run("import kinetolens.cli.main; " + show).split(",") == OURS
+    assert _run(RUN_A_COMMAND + show).split(",") == OURS
     assert _run("import polars; " + show, _RJEM_MALLOC_CONF="narenas:4") == "None"
-    assert _run("import kinetolens.cli.main; " + show, _RJEM_MALLOC_CONF="") == "None"
+    assert _run(RUN_A_COMMAND + show, _RJEM_MALLOC_CONF="") == "None"
 
 
 FREED = """
@@ -84,9 +91,9 @@ print(held, at_200ms, lowest)
 @pytest.mark.parametrize(
     ("start", "user_conf", "tuned"),
     [
-        ("import kinetolens.cli.main", None, True),  # the command
+        (RUN_A_COMMAND, None, True),  # the command
         ("import kinetolens; kinetolens.tune_allocator()", None, True),  # explicit opt-in
-        ("import kinetolens.cli.main", "", False),  # the user keeps polars' defaults
+        (RUN_A_COMMAND, "", False),  # the user keeps polars' defaults
         ("import kinetolens", None, False),  # issue 17, point 19: the library alone tunes nothing
     ],
 )

@@ -18,11 +18,12 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from kinetolens.capture.layout import TRACE_SUFFIX, new_run_dir, point_latest
+from kinetolens.capture.options import ProfileOptions
 from kinetolens.capture.runner import ENV_CONFIG
 from kinetolens.errors import TraceError
 
@@ -101,23 +102,22 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def launch(command: Sequence[str], config: dict[str, Any]) -> LaunchResult:
+def launch(command: Sequence[str], options: ProfileOptions) -> LaunchResult:
     """Run ``command`` with profiling armed; wait for it and report.
 
-    ``config`` holds :class:`~kinetolens.capture.profile.Profile` keywords;
-    ``logdir`` is made absolute so a script that changes directory still
-    writes where the user asked.
+    ``options.run`` names the run (required); ``logdir`` is made absolute so
+    a script that changes directory still writes where the user asked.
     """
-    config = dict(config)
-    logdir = Path(config.get("logdir", "./kinetolens-runs")).expanduser().resolve()
-    config["logdir"] = str(logdir)
-    config["command"] = list(command)
+    if options.run is None:
+        raise ValueError("launch: options.run must name the run")
+    logdir = Path(options.logdir).resolve()
     try:
-        run_dir = new_run_dir(logdir, str(config["run"]))  # this run's own folder
+        run_dir = new_run_dir(logdir, options.run)  # this run's own folder
     except OSError as exc:  # before the command starts: it would run for nothing
         where = Path(exc.filename) if exc.filename else logdir
         raise TraceError(where, f"cannot create the run folder ({exc.strerror or exc})") from None
-    config["logdir"], config["run"] = str(run_dir.parent), run_dir.name
+    config = replace(options, logdir=run_dir.parent, run=run_dir.name).to_config()
+    config["command"] = list(command)
     before = _existing_traces(run_dir)
     status = Path(tempfile.mkdtemp(prefix="kinetolens-run-"))
     try:

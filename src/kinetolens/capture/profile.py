@@ -20,25 +20,24 @@ cheap and works without torch installed.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import sys
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from kinetolens.capture import counters as hw_counters
 from kinetolens.capture import inductor_provenance, layout
 from kinetolens.capture.metadata import collect
+from kinetolens.capture.options import ProfileOptions, args_doc, keyword_parameters
 
 if TYPE_CHECKING:
     import torch.profiler
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-DEFAULT_LOGDIR = "./kinetolens-runs"
-DEFAULT_WARMUP = 2
 
 # What kinetolens.step() advances, innermost last.  A list of bound callables
 # keeps a marker to one truthiness test and one call.
@@ -87,76 +86,16 @@ def _default_run_name() -> str:
     return Path(argv0).stem or "default"
 
 
-def _check_count(name: str, value: int, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"kinetolens.profile: {name} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
 class Profile:
     """One profiling configuration; each ``with`` block (or decorated call)
     is one torch.profiler session.  Use :func:`profile` to make one."""
 
-    def __init__(
-        self,
-        *,
-        logdir: str | Path = DEFAULT_LOGDIR,
-        run: str | None = None,
-        steps: int | None = None,
-        warmup: int | None = None,
-        skip: int = 0,
-        wait: int = 0,
-        repeat: int = 1,
-        activities: Iterable[Any] | None = None,
-        profile_device: bool = True,
-        record_shapes: bool = True,
-        with_stack: bool = True,
-        with_modules: bool = True,
-        profile_memory: bool = True,
-        with_flops: bool = False,
-        counters: Iterable[str] | str | None = None,
-        counters_per_kernel: bool = True,
-        sample_rate: int | None = None,
-        **torch_kwargs: Any,
-    ) -> None:
-        if steps is not None:
-            _check_count("steps", steps, 1)
-        if warmup is None:
-            warmup = DEFAULT_WARMUP if steps is not None else 0
-        self.logdir = Path(logdir).expanduser()
-        self.run = run
-        self.steps = steps
-        self.warmup = _check_count("warmup", warmup, 0)
-        self.skip = _check_count("skip", skip, 0)
-        self.wait = _check_count("wait", wait, 0)
-        self.repeat = _check_count("repeat", repeat, 0)
-        if run is not None and (not run or "/" in run or "\\" in run or run in (".", "..")):
-            raise ValueError(f"kinetolens.profile: run must be a plain directory name, got {run!r}")
-        self.activities = list(activities) if activities is not None else None
-        self.profile_device = profile_device
-        self.options: dict[str, Any] = {
-            "record_shapes": record_shapes,
-            "with_stack": with_stack,
-            "with_modules": with_modules,
-            "profile_memory": profile_memory,
-            "with_flops": with_flops,
-        }
+    def __init__(self, options: ProfileOptions | None = None, /, **torch_kwargs: Any) -> None:
+        #: What to record (checked when it was made); ``torch_kwargs`` go to torch.profiler as given.
+        self.options = options if options is not None else ProfileOptions()
+        if self.options.counters is not None and "experimental_config" in torch_kwargs:
+            raise ValueError("kinetolens.profile: pass counters or experimental_config, not both")
         self.torch_kwargs = torch_kwargs
-        #: CUPTI metric names to collect (presets expanded), or None.
-        self.counters: list[str] | None = None
-        self.counters_per_kernel = bool(counters_per_kernel)
-        if counters is not None:
-            self.counters = hw_counters.resolve(counters)
-            if "experimental_config" in torch_kwargs:
-                raise ValueError("kinetolens.profile: pass counters or experimental_config, not both")
-            if not profile_device:
-                raise hw_counters.CaptureUnsupportedError(
-                    "kinetolens.profile: hardware counters are device counters; profile_device=False turns them off"
-                )
-        if sample_rate is not None and (isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or sample_rate < 1):
-            raise ValueError(f"kinetolens.profile: sample_rate must be a positive integer, got {sample_rate!r}")
-        #: Sample memory every this many ops (see ``capture.memory_sampling``), or None.
-        self.sample_rate = sample_rate
         self._sampler: Any = None
         self._undo_operator_lines: Callable[[], None] | None = None
         #: Every trace written by this profile, oldest first.
@@ -185,18 +124,8 @@ class Profile:
     def finished(self) -> bool:
         """True once every scheduled window of the current session is written;
         further steps record nothing, so a caller may stop early."""
-        return self.steps is not None and self.repeat > 0 and self._session_traces >= self.repeat
-
-    @property
-    def schedule(self) -> dict[str, Any]:
-        """The schedule as plain data (also stored in the metadata)."""
-        return {
-            "skip": self.skip,
-            "wait": self.wait,
-            "warmup": self.warmup,
-            "steps": self.steps,
-            "repeat": self.repeat,
-        }
+        o = self.options
+        return o.steps is not None and o.repeat > 0 and self._session_traces >= o.repeat
 
     # -- session ------------------------------------------------------------
 
@@ -209,16 +138,11 @@ class Profile:
     def _make_schedule(self) -> Callable[[int], Any]:
         from torch.profiler import ProfilerAction, schedule
 
-        if self.steps is not None:
-            return schedule(
-                skip_first=self.skip,
-                wait=self.wait,
-                warmup=self.warmup,
-                active=self.steps,
-                repeat=self.repeat,
-            )
-        start = self.skip + self.wait
-        record = start + self.warmup
+        o = self.options
+        if o.steps is not None:
+            return schedule(skip_first=o.skip, wait=o.wait, warmup=o.warmup, active=o.steps, repeat=o.repeat)
+        start = o.skip + o.wait
+        record = start + o.warmup
 
         def open_ended(step_num: int) -> ProfilerAction:
             # Never RECORD_AND_SAVE: the single trace is written at exit.
@@ -234,11 +158,11 @@ class Profile:
         import torch
         from torch.profiler import ProfilerActivity
 
-        if self.activities is not None:
-            acts = list(self.activities)
+        if self.options.activities is not None:
+            acts = list(self.options.activities)
         else:
             acts = [ProfilerActivity.CPU]
-            if self.profile_device and torch.cuda.is_available():
+            if self.options.profile_device and torch.cuda.is_available():
                 acts.append(ProfilerActivity.CUDA)
         self._cuda = ProfilerActivity.CUDA in acts
         self._activity_names = [getattr(a, "name", str(a)) for a in acts]
@@ -252,39 +176,41 @@ class Profile:
             )
         import torch.profiler
 
-        self._run_dir = self.logdir.resolve() / (self.run or _default_run_name())
+        o = self.options
+        self._run_dir = Path(o.logdir).resolve() / (o.run or _default_run_name())
         self._session_traces = 0
         self._rank = layout.distributed_rank()
         activities = self._make_activities()
         extra = dict(self.torch_kwargs)
-        if self.counters is not None:
+        if o.counters is not None:
             # Before the profiler starts: torch would record no counters, silently.
-            hw_counters.check_supported(self.counters, self._cuda)
-            extra["experimental_config"] = hw_counters.experimental_config(self.counters, self.counters_per_kernel)
+            counters = list(o.counters)
+            hw_counters.check_supported(counters, self._cuda)
+            extra["experimental_config"] = hw_counters.experimental_config(counters, o.counters_per_kernel)
         prof = torch.profiler.profile(
             activities=activities,
             schedule=self._make_schedule(),
             on_trace_ready=self._on_trace_ready,
-            **self.options,
+            **o.torch_switches,
             **extra,
         )
         prof.__enter__()
         self._prof = prof
         inductor_provenance.watch()  # kernels compiled from here on name their source ops and modules
-        if self.options["with_stack"]:
+        if o.with_stack:
             from kinetolens.capture.call_sites import record_operator_lines
 
             self._undo_operator_lines = record_operator_lines()
-        if self.sample_rate is not None:
+        if o.sample_rate is not None:
             import torch
 
             from kinetolens.capture.memory_sampling import MemorySampler
 
-            self._sampler = MemorySampler(self.sample_rate, cuda=self._cuda and torch.cuda.is_available())
+            self._sampler = MemorySampler(o.sample_rate, cuda=self._cuda and torch.cuda.is_available())
             self._sampler.__enter__()
         # Only a schedule of several windows has cycles to warn about; a single
         # window keeps torch's own step, with no wrapper frame per step.
-        several_windows = self.steps is not None and self.repeat != 1
+        several_windows = o.steps is not None and o.repeat != 1
         self.step = _without_cycle_warning(prof.step) if several_windows else prof.step  # type: ignore[method-assign]
         _RUNNING.append(self)
         if self._register_marker:
@@ -314,7 +240,7 @@ class Profile:
             warnings.warn(
                 f"kinetolens.profile: no trace written: the block ended after {prof.step_num} "
                 f"step() calls, before recording started (skip+wait+warmup = "
-                f"{self.skip + self.wait + self.warmup})",
+                f"{self.options.skip + self.options.wait + self.options.warmup})",
                 RuntimeWarning,
                 stacklevel=2,
             )
@@ -338,8 +264,8 @@ class Profile:
             worker=worker,
             trace_file=path.name,
             window=self._session_traces,
-            schedule=self.schedule,
-            options={**self.options, "activities": self._activity_names, **self._counter_options()},
+            schedule=self.options.schedule,
+            options={**self.options.torch_switches, "activities": self._activity_names, **self._counter_options()},
             cuda=self._cuda,
             extra={**self.extra_metadata, **_compiled_kernels()},
         )
@@ -354,7 +280,7 @@ class Profile:
         are recorded (``capture.call_sites``) and the window's memory samples
         when sampling."""
         sampler = self._sampler
-        with_stack = self.options["with_stack"]
+        with_stack = self.options.with_stack
         if sampler is None and not with_stack:
             return prof.export_chrome_trace
 
@@ -372,17 +298,18 @@ class Profile:
         return export
 
     def _counter_options(self) -> dict[str, Any]:
-        if self.counters is None:
+        o = self.options
+        if o.counters is None:
             return {}
-        return {"counters": list(self.counters), "counters_per_kernel": self.counters_per_kernel}
+        return {"counters": list(o.counters), "counters_per_kernel": o.counters_per_kernel}
 
     # -- decorator ----------------------------------------------------------
 
     def __call__(self, fn: F) -> F:
         """Profile each call of ``fn`` as one session (one trace per call with
         the default open-ended schedule)."""
-        if self.run is None:
-            self.run = getattr(fn, "__name__", None) or "default"
+        if self.options.run is None:
+            self.options = dataclasses.replace(self.options, run=getattr(fn, "__name__", None) or "default")
 
         if inspect.iscoroutinefunction(fn):
 
@@ -414,54 +341,10 @@ def profile(fn: F, /) -> F: ...
 
 
 @overload
-def profile(
-    fn: None = None,
-    /,
-    *,
-    logdir: str | Path = ...,
-    run: str | None = ...,
-    steps: int | None = ...,
-    warmup: int | None = ...,
-    skip: int = ...,
-    wait: int = ...,
-    repeat: int = ...,
-    activities: Iterable[Any] | None = ...,
-    profile_device: bool = ...,
-    record_shapes: bool = ...,
-    with_stack: bool = ...,
-    with_modules: bool = ...,
-    profile_memory: bool = ...,
-    with_flops: bool = ...,
-    counters: Iterable[str] | str | None = ...,
-    counters_per_kernel: bool = ...,
-    sample_rate: int | None = ...,
-    **torch_kwargs: Any,
-) -> Profile: ...
+def profile(fn: None = None, /, **options: Any) -> Profile: ...
 
 
-def profile(
-    fn: Callable[..., Any] | None = None,
-    /,
-    *,
-    logdir: str | Path = DEFAULT_LOGDIR,
-    run: str | None = None,
-    steps: int | None = None,
-    warmup: int | None = None,
-    skip: int = 0,
-    wait: int = 0,
-    repeat: int = 1,
-    activities: Iterable[Any] | None = None,
-    profile_device: bool = True,
-    record_shapes: bool = True,
-    with_stack: bool = True,
-    with_modules: bool = True,
-    profile_memory: bool = True,
-    with_flops: bool = False,
-    counters: Iterable[str] | str | None = None,
-    counters_per_kernel: bool = True,
-    sample_rate: int | None = None,
-    **torch_kwargs: Any,
-) -> Any:
+def profile(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """Profile a block or a function with torch.profiler.
 
     ``with kinetolens.profile(steps=5, warmup=2) as prof: ... prof.step()``
@@ -469,43 +352,35 @@ def profile(
     trace written prints one line to stderr, ``kinetolens: trace written to
     PATH``; ``prof.trace_files`` lists them all.
 
-    Args:
-        logdir: root directory; traces go to ``logdir/run/``.
-        run: run name (a directory); default: the decorated function's name,
-            else the script's name.
-        steps: active steps per window; None records to the end of the block.
-        warmup: steps profiled but discarded before each window (default 2
-            with ``steps``, else 0).
-        skip: steps ignored once at the start.
-        wait: idle steps before each window.
-        repeat: number of windows (0 = until the block ends).
-        activities: torch ProfilerActivity list, overriding the default of
-            CPU plus CUDA when available.
-        profile_device: False for CPU only.
-        record_shapes, with_stack, with_modules, profile_memory, with_flops:
-            passed to torch.profiler (all on except with_flops).  With
-            with_stack, each op's call line is also written into the trace
-            when it is exported (see ``capture.call_sites``).
-        counters: CUPTI hardware counters: preset names ("roofline",
-            "tensor_cores", "memory"; see ``capture.counter_presets``) or
-            metric names.  Needs a CUDA build and device; raises
-            :class:`~kinetolens.capture.counters.CaptureUnsupportedError`
-            (a ValueError) where they cannot be collected.
-        counters_per_kernel: measure each kernel separately (slower:
-            kernels are serialized) rather than each step range.
-        sample_rate: sample memory every N dispatched ops (CUDA allocated
-            and reserved bytes, else the process's RSS) into the trace as
-            "kinetolens memory sample" counter events; None (default)
-            installs nothing.
-        torch_kwargs: any other torch.profiler.profile keyword.
+    The keywords are :class:`~kinetolens.capture.options.ProfileOptions`
+    (the signature and the list below are made from it); any other keyword
+    is passed to ``torch.profiler.profile`` as given.  With ``with_stack``,
+    each op's call line is written into the trace when it is exported (see
+    ``capture.call_sites``); counter presets are listed in
+    ``capture.counter_presets``; ``sample_rate`` records CUDA allocated and
+    reserved bytes, else the process's RSS, as "kinetolens memory sample"
+    counter events.
     """
-    prof = Profile(
-        logdir=logdir, run=run, steps=steps, warmup=warmup, skip=skip, wait=wait, repeat=repeat,
-        activities=activities, profile_device=profile_device, record_shapes=record_shapes, with_stack=with_stack,
-        with_modules=with_modules, profile_memory=profile_memory, with_flops=with_flops, counters=counters,
-        counters_per_kernel=counters_per_kernel, sample_rate=sample_rate, **torch_kwargs,
-    )  # fmt: skip
+    settings, torch_kwargs = ProfileOptions.split(options)
+    prof = Profile(settings, **torch_kwargs)
     prof.announce = True
     if fn is not None:
         return prof(fn)
     return prof
+
+
+# The real signature and Args section, from the one declaration of the options.
+profile.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [
+        inspect.Parameter("fn", inspect.Parameter.POSITIONAL_ONLY, default=None),
+        *keyword_parameters(),
+        inspect.Parameter("torch_kwargs", inspect.Parameter.VAR_KEYWORD, annotation="Any"),
+    ],
+    return_annotation="Any",
+)
+profile.__doc__ = (
+    inspect.cleandoc(profile.__doc__ or "")
+    + "\n\n"
+    + args_doc()
+    + "\n    torch_kwargs: any other torch.profiler.profile keyword.\n"
+)

@@ -46,27 +46,10 @@ from kinetolens.capture import inductor_provenance
 from kinetolens.capture.import_hook import when_imported
 
 # The list object itself: kinetolens.step() calls its last entry.
+from kinetolens.capture.options import ProfileOptions
 from kinetolens.capture.profile import _MARKERS, Profile
 
 ENV_CONFIG = "KINETOLENS_RUN_CONFIG"
-
-# Settings that map one-to-one onto Profile keywords.
-PROFILE_KEYS = (
-    "logdir",
-    "run",
-    "steps",
-    "warmup",
-    "skip",
-    "wait",
-    "repeat",
-    "profile_device",
-    "record_shapes",
-    "with_stack",
-    "with_modules",
-    "profile_memory",
-    "with_flops",
-    "counters",
-)
 
 _MISSING = object()
 
@@ -208,7 +191,7 @@ class Session:
     def _start(self) -> None:
         self._forget_environment()
         try:
-            prof = Profile(**{k: self.config[k] for k in PROFILE_KEYS if k in self.config})
+            prof = Profile(ProfileOptions.from_config(self.config))
             prof._register_marker = False  # markers go through self.marker
             prof.extra_metadata["launch_command"] = self.config.get("command")
             prof.__enter__()

@@ -14,6 +14,8 @@ from rich.text import Text
 
 from kinetolens.analysis.workload.annotations import annotation_stats
 from kinetolens.analysis.hardware.kernels import DEFAULT_COLUMNS, KERNEL_COLUMNS, kernel_table
+from kinetolens.analysis.memory.usage import ALLOCATOR, BASIS_NOTES, WINDOW_SUM
+from kinetolens.analysis.workload.op_tree import collapse, op_tree
 from kinetolens.analysis.workload.ops import (
     AGGREGATES,
     GROUPINGS,
@@ -23,12 +25,17 @@ from kinetolens.analysis.workload.ops import (
     order_and_filter,
     rank_basis,
 )
-from kinetolens.analysis.memory.usage import ALLOCATOR, BASIS_NOTES, WINDOW_SUM
-from kinetolens.analysis.workload.op_tree import collapse, op_tree
 from kinetolens.analysis.hardware.roofline import LOST_COLUMNS, with_time_lost
 from kinetolens.analysis.summary import summarize
-from kinetolens.cli.checks import ROWS, WIDTH, check_step, check_time_range, regex, require_kernels
-from kinetolens.cli.load_options import capture_option
+from kinetolens.cli.checks import (
+    ROWS,
+    WIDTH,
+    check_step,
+    check_time_range,
+    regex,
+    require_kernels,
+)
+from kinetolens.cli.load_options import TraceLoading, trace_load_options
 from kinetolens.cli.phases_command import print_inference
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import (
@@ -40,7 +47,6 @@ from kinetolens.cli.render import (
     print_pairs,
     terminal_width,
 )
-from kinetolens.loader import load
 from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views.memory_flow_svg import human_bytes
@@ -59,13 +65,12 @@ def _pct(value: float | None) -> str:
 @click.argument("trace", type=str)
 @click.option("--json", "json_", is_flag=True, help="Stable JSON (see docs/summary-json.md).")
 @click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width for the tables.")
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
-@capture_option
+@trace_load_options(capture=True)
 def summary_command(
-    trace: str, json_: bool, no_cache: bool, capture: str | None = None, width: int | None = None
+    trace: str, json_: bool, loading: TraceLoading, width: int | None = None
 ) -> None:
     """What TRACE is, and how well its kernels are attributed."""
-    t = load(trace, capture=capture, cache=not no_cache)
+    t = loading.load(trace)
     info = summarize(t)
     if json_:
         emit_json(info)
@@ -302,11 +307,10 @@ class _ColumnHelp(click.Command):
 @click.option("--step", type=int, default=None, help="Only kernels of this profiler step.")
 @click.option("-n", "--limit", type=ROWS, default=None, help="At most this many rows.")
 @click.option("--full-names", is_flag=True, help="Show kernels' whole recorded names, not their short form.")
-@click.option("--no-cache", is_flag=True)
-@capture_option
+@trace_load_options(capture=True)
 def kernels_command(
     trace: str, columns: str | None, csv: bool, tsv: bool, json_: bool, width: int | None, step: int | None,
-    limit: int | None, full_names: bool, no_cache: bool, capture: str | None = None,
+    limit: int | None, full_names: bool, loading: TraceLoading,
 ) -> None:
     """One row per GPU kernel: layer, op, shapes, direction, time (PyProf's report).
 
@@ -322,7 +326,7 @@ def kernels_command(
     unknown = [c for c in cols if c not in KERNEL_COLUMNS]
     if unknown:
         raise click.BadParameter(f"unknown column(s) {', '.join(unknown)}; choose from {', '.join(KERNEL_COLUMNS)}", param_hint="-c")
-    loaded = load(trace, capture=capture, cache=not no_cache)
+    loaded = loading.load(trace)
     require_kernels(trace, loaded)
     check_step(trace, loaded, step)
     table = kernel_table(loaded, step=step).select(cols)
@@ -424,13 +428,11 @@ def _print_ops(frame: pl.DataFrame, keys: list[str], title: str, caption: str, w
 @click.option("--csv", is_flag=True)
 @click.option("--json", "json_", is_flag=True)
 @click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width for the table.")
-@click.option("--no-cache", is_flag=True)
-@capture_option
+@trace_load_options(capture=True)
 def ops_command(
     trace: str, top: int, by: str, aggregate: str, order_by: str | None, min_time: float | None, max_time: float | None,
     name_regex: str | None, step: int | None, columns: str | None, csv: bool, json_: bool, width: int | None,
-    no_cache: bool, inclusive: bool = False, tree: bool = False, min_share: float = 1.0, annotations: bool = False,
-    capture: str | None = None,
+    loading: TraceLoading, inclusive: bool = False, tree: bool = False, min_share: float = 1.0, annotations: bool = False,
 ) -> None:
     """Top ops by device/host time (MegEngine profile_analyze options).
 
@@ -444,7 +446,7 @@ def ops_command(
     do not repeat the same work; --inclusive ranks by total time.
     """
     check_time_range(min_time, max_time)
-    loaded = load(trace, capture=capture, cache=not no_cache)
+    loaded = loading.load(trace)
     check_step(trace, loaded, step)
     if tree or annotations:
         _ops_view(loaded, trace, tree=tree, min_share=min_share, top=top, step=step, json_=json_, csv=csv, width=width)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from kinetolens.cache import ENV_MAX_SIZE, cache_entries, clear, default_cache_dir, max_cache_bytes
+from kinetolens.registry.words import counted
 
 
 def _size(n: float) -> str:
@@ -35,6 +35,8 @@ def cache_command() -> None:
 @_DIR
 def info_command(cache_dir: Path | None) -> None:
     """Where the cache is, its entries and size, and its limit."""
+    from kinetolens.cache import ENV_MAX_SIZE, cache_entries, default_cache_dir, max_cache_bytes
+
     where = cache_dir or default_cache_dir()
     entries = cache_entries(where, pending=True)
     done = [e for e in entries if e.complete]
@@ -49,18 +51,9 @@ def info_command(cache_dir: Path | None) -> None:
 @cache_command.command("clear")
 @_DIR
 def clear_command(cache_dir: Path | None) -> None:
-    """Remove every entry of the cache (only the entries kinetolens wrote:
-    anything else in the folder is left alone).  Exit status 1 when some
-    entry could not be removed."""
+    """Remove every entry of the cache."""
+    from kinetolens.cache import clear, default_cache_dir
+
     where = cache_dir or default_cache_dir()
-    result = clear(where)
-    removed = result.removed
-    click.echo(f"removed {len(removed)} entries ({_size(sum(e.bytes for e in removed))}) from {where}")
-    if result.failed:
-        reasons = sorted({why for _, why in result.failed})
-        click.echo(
-            f"could not remove {len(result.failed)} entries ({_size(sum(e.bytes for e, _ in result.failed))}): "
-            + "; ".join(reasons),
-            err=True,
-        )
-        raise SystemExit(1)
+    removed = clear(where)
+    click.echo(f"removed {counted(len(removed), 'entry', 'entries')} ({_size(sum(e.bytes for e in removed))}) from {where}")

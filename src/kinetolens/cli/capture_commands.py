@@ -10,13 +10,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import click
 
 from kinetolens.capture.counter_presets import DESCRIPTIONS
-
-DEFAULT_LOGDIR = "./kinetolens-runs"
+from kinetolens.capture.options import DEFAULT_LOGDIR, DEFAULT_WARMUP, ProfileOptions
 
 
 def _show_analysis(trace: Path) -> None:
@@ -27,7 +25,6 @@ def _show_analysis(trace: Path) -> None:
     except ImportError as exc:
         click.echo(f"(analysis commands unavailable: {exc})", err=True)
         return
-    commands = getattr(cli, "commands", {})
     from kinetolens import load
 
     # The columns that fit an 80-column terminal; `kinetolens ops` shows all.
@@ -35,7 +32,7 @@ def _show_analysis(trace: Path) -> None:
     on_gpu = load(trace).kernels.height > 0
     compact = "name,calls,host_self_us,host_total_us," + ("device_total_us," if on_gpu else "") + "step_share_pct"
     for args in (["summary", str(trace)], ["ops", str(trace), "-t", "10", "-c", compact]):
-        if args[0] not in commands:
+        if cli.get_command(click.Context(cli), args[0]) is None:
             click.echo(f"(no '{args[0]}' command in this build; skipped)", err=True)
             continue
         click.echo()
@@ -114,7 +111,9 @@ def demo_command(logdir: Path, steps: int, warmup: int, device: str, no_analysis
     type=click.IntRange(min=0),
     help="Profiled steps per window (0 = until the process exits).",
 )
-@click.option("--warmup", default=2, show_default=True, type=click.IntRange(min=0), help="Unrecorded steps before.")
+@click.option(
+    "--warmup", default=DEFAULT_WARMUP, show_default=True, type=click.IntRange(min=0), help="Unrecorded steps before."
+)
 @click.option("--skip", default=0, show_default=True, type=click.IntRange(min=0), help="Steps ignored at first.")
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(min=0), help="Windows (0 = no limit).")
 @click.option("--cpu-only", is_flag=True, help="Do not profile CUDA activity.")
@@ -160,32 +159,27 @@ def run_command(
     that succeeded while profiling could not start (counters this machine
     cannot collect, say) exits with status 2.
     """
-    from kinetolens.capture.counters import resolve
     from kinetolens.capture.launch import launch, no_trace_reason
 
-    counter_names = None
-    if counters is not None:
-        counter_names = [c for c in counters.split(",") if c.strip()]
-        try:
-            resolve(counter_names)  # bad names fail here, not in every rank
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--counters") from exc
-    config: dict[str, Any] = {
-        "logdir": str(logdir),
-        "run": run_name or default_run_name(command),
-        "steps": steps or None,
-        "warmup": warmup,
-        "skip": skip,
-        "repeat": repeat,
-        "profile_device": not cpu_only,
-        "with_stack": not no_stack,
-        "record_shapes": not no_shapes,
-        "profile_memory": not no_memory,
-        "with_modules": not no_modules,
-    }
-    if counter_names is not None:
-        config["counters"] = counter_names
-    result = launch(command, config)
+    try:  # bad counter names fail here, not in every rank
+        options = ProfileOptions(
+            logdir=logdir,
+            run=run_name or default_run_name(command),
+            steps=steps or None,
+            warmup=warmup,
+            skip=skip,
+            repeat=repeat,
+            profile_device=not cpu_only,
+            with_stack=not no_stack,
+            record_shapes=not no_shapes,
+            profile_memory=not no_memory,
+            with_modules=not no_modules,
+            counters=None if counters is None else [c for c in counters.split(",") if c.strip()],
+        )
+    except ValueError as exc:
+        hint = "--counters" if counters is not None and "counter" in str(exc) else "--run"
+        raise click.BadParameter(str(exc), param_hint=hint) from exc
+    result = launch(command, options)
     if result.traces:
         for trace in result.traces:
             click.echo(f"kinetolens: wrote {trace}", err=True)

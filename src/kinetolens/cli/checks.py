@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import click
-import polars as pl
 
 from kinetolens.errors import TraceError
+
 if TYPE_CHECKING:
     from kinetolens.model.trace import Trace
 
@@ -31,6 +31,8 @@ def regex(_ctx: click.Context, _param: click.Parameter, value: str | None) -> st
     """A ``--name`` pattern, checked with the regex engine that will run it (polars')."""
     if value is None:
         return None
+    import polars as pl  # only when a pattern is given: the CLI's help starts without polars
+
     try:
         pl.Series([""]).str.contains(value)
     except pl.exceptions.PolarsError as exc:

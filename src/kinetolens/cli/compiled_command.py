@@ -7,9 +7,8 @@ import polars as pl
 
 from kinetolens.analysis.hardware.compiled_kernels import compiled_kernel_table
 from kinetolens.cli.checks import WIDTH
-from kinetolens.cli.load_options import capture_option
+from kinetolens.cli.load_options import TraceLoading, trace_load_options
 from kinetolens.cli.render import emit, print_table, terminal_width
-from kinetolens.loader import load
 from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 
 HEADERS = {
@@ -32,11 +31,8 @@ DROPPABLE = ("flops", "calls", "pct_of_roof", "bytes")
 @click.option("--csv", is_flag=True)
 @click.option("--json", "json_", is_flag=True)
 @click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width for the table.")
-@click.option("--no-cache", is_flag=True)
-@capture_option
-def compiled_command(
-    trace: str, csv: bool, json_: bool, width: int | None, no_cache: bool, capture: str | None = None
-) -> None:
+@trace_load_options(capture=True)
+def compiled_command(trace: str, csv: bool, json_: bool, width: int | None, loading: TraceLoading) -> None:
     """Kernels torch.compile generated (inductor C++ and Triton): the source
     ops and nn.Modules each fuses, FLOPs and bytes per call (the sum of the
     fused ops'), and % of roofline where the GPU's peaks are known.
@@ -46,7 +42,7 @@ def compiled_command(
     kernel's name gives its ops (provenance: name).  C++ kernels' times are
     host time.
     """
-    loaded = load(trace, capture=capture, cache=not no_cache)
+    loaded = loading.load(trace)
     table = compiled_kernel_table(loaded, gpu_spec(loaded))
     if not table.height:
         raise click.UsageError(

@@ -7,10 +7,11 @@ import polars as pl
 
 from kinetolens.analysis.hardware.counters import NoCounters, counter_table
 from kinetolens.cli.checks import WIDTH
-from kinetolens.cli.render import emit
+from kinetolens.cli.load_options import TraceLoading, trace_load_options
+from kinetolens.registry.words import counted
 from kinetolens.cli.render import console as render_console
+from kinetolens.cli.render import emit
 from kinetolens.errors import TraceError
-from kinetolens.loader import load
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import units
 
@@ -29,8 +30,10 @@ def _flat(table: pl.DataFrame) -> pl.DataFrame:
 @click.option("--json", "json_", is_flag=True, help="JSON records, every counter column.")
 @click.option("-n", "--limit", type=click.IntRange(min=1), help="At most this many rows.")
 @click.option("-w", "--width", type=WIDTH, help="Terminal width for the table.")
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
-def counters_command(trace: str, csv_: bool, json_: bool, limit: int | None, width: int | None, no_cache: bool) -> None:
+@trace_load_options()
+def counters_command(
+    trace: str, csv_: bool, json_: bool, limit: int | None, width: int | None, loading: TraceLoading
+) -> None:
     """CUPTI counters of each kernel in TRACE, with its op stack, FLOPs and DRAM bytes.
 
     Needs a trace recorded with per-kernel CUPTI range profiling
@@ -38,7 +41,7 @@ def counters_command(trace: str, csv_: bool, json_: bool, limit: int | None, wid
     FLOPs count the SASS add/mul/fma instructions (FMA = 2); tc is yes/no from
     Tensor Core instruction counters when recorded, else from the kernel name.
     """
-    t = load(trace, cache=not no_cache)
+    t = loading.load(trace)
     try:
         table = counter_table(t)
     except NoCounters as exc:
@@ -59,7 +62,7 @@ def counters_command(trace: str, csv_: bool, json_: bool, limit: int | None, wid
     total = table["flops"].sum() if table["flops"].null_count() < table.height else None
     dram = table["dram_bytes"].sum() if table["dram_bytes"].null_count() < table.height else None
     render_console(width).print(
-        f"{table.height} kernels; op stacks: {pairing}; "
+        f"{counted(table.height, 'kernel')}; op stacks: {pairing}; "
         f"CUDA-core FLOPs {'-' if total is None else units.flops(total)}; "
         f"DRAM bytes {'-' if dram is None else units.traffic(dram)}",
         markup=False,

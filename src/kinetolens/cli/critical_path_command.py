@@ -21,16 +21,17 @@ from kinetolens.analysis.paths.critical_path import (
     summarize,
     top_items,
 )
-from kinetolens.cli.checks import ROWS, WIDTH
-from kinetolens.cli.render import emit_json
-from kinetolens.cli.render import console as render_console
 from kinetolens.cache import is_url
+from kinetolens.cli.checks import ROWS, WIDTH
+from kinetolens.cli.load_options import TraceLoading, trace_load_options
+from kinetolens.registry.words import counted
+from kinetolens.cli.render import console as render_console
+from kinetolens.cli.render import emit_json
 from kinetolens.errors import TraceError
-from kinetolens.loader import load
 from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.registry.kernel_names import short_names
-from kinetolens.views.units import duration, in_unit, middle, percent, time_unit
 from kinetolens.views.bound_labels import BOUND_LABELS as LABELS
+from kinetolens.views.units import duration, in_unit, middle, percent, time_unit
 
 #: Bounds whose path edges are named after a GPU activity.
 GPU_BOUNDS = ("launch_overhead", "kernel_gap", "gpu_compute", "gpu_memory", "communication")
@@ -53,7 +54,7 @@ def _short(name: str | None, chars: int = NAME_CHARS) -> str:
 @click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width (default: the terminal's).")
 @click.option("--perfetto", "perfetto", type=click.Path(dir_okay=False), default=None, help="Also write the annotated trace with a critical-path track (.json or .json.gz) for ui.perfetto.dev.")
 @click.option("--keep-last-step", is_flag=True, help="Keep a last step the profiler cut short.")
-@click.option("--no-cache", is_flag=True, help="Parse the trace again instead of reading the cache.")
+@trace_load_options()
 @click.option(
     "--executor", default=None, metavar="SPEC",
     help="RUNDIR: local, local:N, or dask://HOST:PORT (default: $DASK_SCHEDULER_ADDRESS if set, else a local process pool).",
@@ -68,7 +69,7 @@ def critical_path_command(
     width: int | None,
     perfetto: str | None,
     keep_last_step: bool,
-    no_cache: bool,
+    loading: TraceLoading,
     executor: str | None,
 ) -> None:
     """The longest dependency path through each step and what bounds it.
@@ -89,7 +90,7 @@ def critical_path_command(
             raise click.UsageError("with a RUNDIR, use --step (no --annotation, --perfetto or --keep-last-step)")
         from kinetolens.cli.cross_rank_view import show_run
 
-        show_run(trace, step, top, json_, width, executor, not no_cache)
+        show_run(trace, step, top, json_, width, executor, loading.cache)
         return
     if executor is not None:
         raise click.UsageError("--executor is for a RUNDIR of several ranks' traces")
@@ -97,7 +98,7 @@ def critical_path_command(
         raise click.UsageError("use --step or --annotation, not both")
     if instance and annotation is None:
         raise click.UsageError("--instance picks a match of --annotation, which is missing")
-    t = load(trace, cache=not no_cache)
+    t = loading.load(trace)
     if step is None and annotation is None and not keep_last_step:
         t = without_incomplete_steps(t)
     windows: list[Window]
@@ -117,7 +118,7 @@ def critical_path_command(
         from kinetolens.views.critical_path_perfetto import write_trace_with_path
 
         count = write_trace_with_path(t, paths, LABELS, perfetto)
-        click.echo(f"wrote {perfetto} ({count:,} events; the path is the 'critical path' process)", err=True)
+        click.echo(f"wrote {perfetto} ({counted(count, 'event')}; the path is the 'critical path' process)", err=True)
     # An op's own time and its name are the same row twice: "By op" is for the kernels and calls they launch.
     if json_:
         emit_json(

@@ -14,6 +14,7 @@ from kinetolens.analysis.paths.cross_rank_run import path_bounds, run_path
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import emit_json
 from kinetolens.registry.kernel_names import short_names
+from kinetolens.registry.words import counted
 from kinetolens.runs.graphs import run_graphs, run_paths
 from kinetolens.views.units import duration, in_unit, middle, percent, time_unit
 from kinetolens.views.bound_labels import BOUND_LABELS as LABELS
@@ -85,7 +86,7 @@ def _print(console: Console, ranks: int, paths: list[CrossRankPath], top: int) -
         for header, justify in (("rank", "right"), (f"time {unit}", "right"), ("share", "right")):
             t.add_column(header, justify=justify)  # type: ignore[arg-type]
         for row in shares.iter_rows(named=True):
-            who = str(row["rank"]) if row["rank"] is not None else f"{row['ranks']} others"
+            who = str(row["rank"]) if row["rank"] is not None else counted(row["ranks"], "other")
             t.add_row(who, in_unit(row["us"], scale), percent(row["pct"] / 100))
         console.print(t)
     gates = run.gates

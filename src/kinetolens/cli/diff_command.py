@@ -28,10 +28,11 @@ from kinetolens.analysis.diff import (
     environment_warning,
 )
 from kinetolens.cli.checks import WIDTH
+from kinetolens.cli.load_options import TraceLoading, trace_load_options
+from kinetolens.registry.words import counted
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import emit, emit_json, print_pairs, print_table
 from kinetolens.errors import TraceError
-from kinetolens.loader import load
 from kinetolens.logdir import one_run
 from kinetolens.model.trace import Trace
 from kinetolens.registry.kernel_names import short_names
@@ -57,8 +58,8 @@ def side_paths(path: str) -> list[Path]:
     return [t.path for t in one_run(p)]
 
 
-def _load_side(path: str, cache: bool) -> list[Trace]:
-    return [load(p, cache=cache) for p in side_paths(path)]
+def _load_side(path: str, loading: TraceLoading) -> list[Trace]:
+    return [loading.load(str(p)) for p in side_paths(path)]
 
 
 def _ms(us: float | None) -> str:
@@ -67,9 +68,9 @@ def _ms(us: float | None) -> str:
 
 def _side_line(info: dict[str, Any]) -> str:
     steps = info["steps"]
-    counted = f"{sum(steps)} steps" if info["has_steps"] else "no ProfilerStep ranges (whole trace as one step)"
+    counted_steps = counted(sum(steps), "step") if info["has_steps"] else "no ProfilerStep ranges (whole trace as one step)"
     ranks = f" over {info['ranks']} traces" if info["ranks"] > 1 else ""
-    return f"{_ms(info['mean_step_us'])} mean step ({counted}{ranks})"
+    return f"{_ms(info['mean_step_us'])} mean step ({counted_steps}{ranks})"
 
 
 def environment_line(env: dict[str, Any]) -> str:
@@ -221,10 +222,10 @@ def _gate(diff: RunDiff, limit_pct: float) -> None:
               help="Exit 1 when the experiment's mean step time is more than PCT% above the baseline's.")
 @click.option("--exact-names", is_flag=True, help="Match raw names (keep module instance numbers, hashes, step numbers).")
 @click.option("-w", "--width", type=WIDTH, help="Terminal width for the tables.")
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
+@trace_load_options()
 def diff_command(
     baseline: str, experiment: str, level: str | None, top: int | None, json_: bool, csv_: bool, tsv: bool,
-    fail_if_slower: float | None, exact_names: bool, width: int | None, no_cache: bool,
+    fail_if_slower: float | None, exact_names: bool, width: int | None, loading: TraceLoading,
 ) -> None:
     """Compare EXPERIMENT with BASELINE per step: first the step-time
     categories that changed most (data loading, GPU kernels, CPU execution,
@@ -237,8 +238,8 @@ def diff_command(
     machine = json_ or csv_ or tsv
     levels = [level or DEFAULT_LEVEL] if machine else ["step", *([level] if level else DEFAULT_VIEW)]
     diff = compare(
-        _load_side(baseline, not no_cache),
-        _load_side(experiment, not no_cache),
+        _load_side(baseline, loading),
+        _load_side(experiment, loading),
         levels=list(dict.fromkeys(levels)),
         exact_names=exact_names,
     )

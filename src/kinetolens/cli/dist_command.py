@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import click
-import polars as pl
-from rich.padding import Padding
-from rich.text import Text
+from typing import TYPE_CHECKING
 
-from kinetolens.analysis.ranks.dist_report import dist_report
-from kinetolens.analysis.ranks.stragglers import CAUSES
-from kinetolens.cli.render import console as render_console
-from kinetolens.cli.render import emit_json, print_table
-from kinetolens.runs import summarize_run
+import click
+
+from kinetolens.cli.load_options import TraceLoading, trace_load_options
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 @click.command(name="dist")
@@ -23,23 +21,30 @@ from kinetolens.runs import summarize_run
 @click.option(
     "--json", "json_", is_flag=True, help="Print every table as one JSON object."
 )
-@click.option(
-    "--no-cache", is_flag=True, help="Neither read nor write the Parquet cache."
-)
+@trace_load_options()
 @click.option(
     "--cache-dir", default=None, metavar="DIR|URL",
     help="Where the per-rank Parquet caches go: a directory or an fsspec URL (default: $KINETOLENS_CACHE_DIR, else ~/.cache/kinetolens).",
 )  # fmt: skip
 def dist_command(
-    run_dir: str, executor: str | None, json_: bool, no_cache: bool, cache_dir: str | None
+    run_dir: str, executor: str | None, json_: bool, loading: TraceLoading, cache_dir: str | None
 ) -> None:
     """Step time per rank, computation / communication overlap, collectives
     (synchronizing vs data transfer, bus bandwidth) and stragglers.
 
     RUNDIR is a directory or an fsspec URL (file://, s3://, gs://, ...)."""
-    if no_cache and cache_dir is not None:
+    # Here, not at the top: `kinetolens dist -h` needs none of them.
+    from rich.padding import Padding
+    from rich.text import Text
+
+    from kinetolens.analysis.ranks.dist_report import dist_report
+    from kinetolens.cli.render import console as render_console
+    from kinetolens.cli.render import emit_json, print_table
+    from kinetolens.runs import summarize_run
+
+    if not loading.cache and cache_dir is not None:
         raise click.UsageError("--no-cache and --cache-dir exclude each other")
-    cache = False if no_cache else (cache_dir if cache_dir is not None else True)
+    cache = cache_dir if loading.cache and cache_dir is not None else loading.cache
     notes: list[str] = []
     summaries = summarize_run(run_dir, executor, cache=cache, notes=notes)
     report = dist_report(summaries)
@@ -89,6 +94,10 @@ def _table(name: str, frame: pl.DataFrame) -> pl.DataFrame:
     """One analysis table for the terminal: shares in percent, the cause
     category as a user names it, empty columns left out; printed through
     :func:`kinetolens.cli.render.print_table` (numbers whole, bytes with units)."""
+    import polars as pl
+
+    from kinetolens.analysis.ranks.stragglers import CAUSES
+
     if name == "collectives" and not (frame["untimed_calls"].fill_null(0) > 0).any():
         frame = frame.drop("untimed_calls")
     if name == "stragglers":

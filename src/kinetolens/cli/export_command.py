@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from kinetolens.loader import load
+from kinetolens.cli.load_options import TraceLoading, trace_load_options
+from kinetolens.registry.words import counted
 from kinetolens.views.export_tables import FORMATS
 
 
@@ -13,8 +14,8 @@ from kinetolens.views.export_tables import FORMATS
 @click.option("--format", "fmt", type=click.Choice([*FORMATS, "perfetto"]), default="parquet", show_default=True,
               help="parquet/csv/json: one file per table in the OUT directory; perfetto: one Chrome trace JSON file.")  # fmt: skip
 @click.option("-o", "--output", required=True, help="Directory (tables) or file (perfetto; .gz compresses).")
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
-def export_command(trace: str, fmt: str, output: str, no_cache: bool) -> None:
+@trace_load_options()
+def export_command(trace: str, fmt: str, output: str, loading: TraceLoading) -> None:
     """Write TRACE's tables, or a Chrome/Perfetto trace annotated with kinetolens' attribution.
 
     The perfetto file opens in ui.perfetto.dev: each kernel's args carry its
@@ -22,15 +23,15 @@ def export_command(trace: str, fmt: str, output: str, no_cache: bool) -> None:
     percent of roofline; launch arrows link runtime calls to kernels; counter
     tracks show GPU utilization and memory.
     """
-    t = load(trace, cache=not no_cache)
+    t = loading.load(trace)
     if fmt == "perfetto":
         from kinetolens.views.perfetto import write_chrome_trace
 
         n = write_chrome_trace(t, output)
-        click.echo(f"kinetolens export: wrote {n:,} events to {output}", err=True)
+        click.echo(f"kinetolens export: wrote {counted(n, 'event')} to {output}", err=True)
         return
     from kinetolens.views.export_tables import write_tables
 
     written = write_tables(t, output, fmt)
     rows = sum(getattr(t, name).height for name in written)
-    click.echo(f"kinetolens export: wrote {len(written)} tables ({rows:,} rows) to {output}", err=True)
+    click.echo(f"kinetolens export: wrote {counted(len(written), 'table')} ({counted(rows, 'row')}) to {output}", err=True)

@@ -15,17 +15,17 @@ from kinetolens.analysis.gputime.idle import (
 )
 from kinetolens.analysis.gputime.launch import (
     SHORT_LAUNCH_US,
-    multi_kernel_launches,
     launch_stats,
     launch_summary,
     memory_bw_summary,
+    multi_kernel_launches,
     queue_length_summary,
     short_kernels,
 )
 from kinetolens.cli.checks import MICROSECONDS
+from kinetolens.cli.load_options import TraceLoading, trace_load_options
 from kinetolens.cli.render import emit, emit_json
 from kinetolens.errors import TraceError
-from kinetolens.loader import load
 from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
 from kinetolens.registry.kernel_names import short_names
@@ -34,8 +34,8 @@ from kinetolens.registry.kernel_names import short_names
 SHORT_ROWS = 15
 
 
-def _trace(path: str, no_cache: bool, keep_last_step: bool) -> Trace:
-    trace = load(path, cache=not no_cache)
+def _trace(path: str, loading: TraceLoading, keep_last_step: bool) -> Trace:
+    trace = loading.load(path)
     if trace.kernels.height == 0:
         raise TraceError(path, "has no GPU kernels, memcpys or memsets to analyze")
     return trace if keep_last_step else without_incomplete_steps(trace)
@@ -81,7 +81,6 @@ _keep_last_step = click.option(
     "--keep-last-step", is_flag=True,
     help="Keep the last ProfilerStep even when the profiler cut it short (by default such a step is dropped).",
 )
-_no_cache = click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
 _json = click.option("--json", "json_", is_flag=True, help="All tables as one JSON object (see docs/idle.md).")
 _csv = click.option("--csv", is_flag=True, help="All tables as CSV, each after a '# name' line.")
 
@@ -93,10 +92,12 @@ _csv = click.option("--csv", is_flag=True, help="All tables as CSV, each after a
 @click.option("--kernel-wait-us", type=MICROSECONDS, default=KERNEL_WAIT_US, show_default=True,
               help="Gaps shorter than this between queued work count as launch overhead (kernel_wait).")
 @_keep_last_step
-@_no_cache
-def idle_command(trace: str, json_: bool, csv: bool, kernel_wait_us: float, keep_last_step: bool, no_cache: bool) -> None:
+@trace_load_options()
+def idle_command(
+    trace: str, json_: bool, csv: bool, kernel_wait_us: float, keep_last_step: bool, loading: TraceLoading
+) -> None:
     """GPU busy / idle time, kernel types and their overlap, and why each stream idles."""
-    t = _trace(trace, no_cache, keep_last_step)
+    t = _trace(trace, loading, keep_last_step)
     _emit_tables({
         "temporal_breakdown": temporal_breakdown(t),
         "kernel_types": kernel_type_breakdown(t),
@@ -113,10 +114,12 @@ def idle_command(trace: str, json_: bool, csv: bool, kernel_wait_us: float, keep
 @click.option("--short-us", type=MICROSECONDS, default=SHORT_LAUNCH_US, show_default=True,
               help="Short kernels: those running shorter than a launch call of at most this many µs.")
 @_keep_last_step
-@_no_cache
-def launches_command(trace: str, json_: bool, csv: bool, short_us: float, keep_last_step: bool, no_cache: bool) -> None:
+@trace_load_options()
+def launches_command(
+    trace: str, json_: bool, csv: bool, short_us: float, keep_last_step: bool, loading: TraceLoading
+) -> None:
     """Launch cost and delay per launch call, launch-bound kernels, graph launches, queue depth, copy bandwidth."""
-    t = _trace(trace, no_cache, keep_last_step)
+    t = _trace(trace, loading, keep_last_step)
     stats = launch_stats(t)
     short = short_kernels(stats, short_us)
     _emit_tables({

@@ -1,8 +1,25 @@
-"""Options that choose how a command loads its trace, shared by the commands."""
+"""How a command loads its trace: the options, declared once for every command.
+
+``@trace_load_options()`` gives a command ``--no-cache`` (and, with
+``capture=True``, ``--capture``) and hands the command one
+:class:`TraceLoading` instead of the raw flags; ``loading.load(path)`` is the
+loader call every command makes.  Nothing here imports polars: the loader is
+imported when a trace is loaded.
+"""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
 import click
+
+if TYPE_CHECKING:
+    from kinetolens.model.trace import Trace
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: ``--capture PATH``: the graph capture trace a replay trace's kernels pair with.
 capture_option = click.option(
@@ -12,3 +29,42 @@ capture_option = click.option(
     help="Graph capture trace (file or folder) for a CUDA/HIP graph replay trace; "
     "default: capture_traces/ beside TRACE when it holds execution_details.json.",
 )
+
+no_cache_option = click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
+
+
+@dataclass(frozen=True)
+class TraceLoading:
+    """What the load options asked for."""
+
+    #: False with ``--no-cache``: neither read nor write the Parquet cache.
+    cache: bool = True
+    #: ``--capture``: the graph capture trace, or None to look beside the trace.
+    capture: str | None = None
+
+    def load(self, path: str) -> Trace:
+        """``kinetolens.load`` with these options."""
+        from kinetolens.loader import load
+
+        return load(path, capture=self.capture, cache=self.cache)
+
+
+def trace_load_options(*, capture: bool = False) -> Callable[[F], F]:
+    """Add the trace-loading options to a command; it receives ``loading: TraceLoading``.
+
+    ``capture``: also offer ``--capture`` (commands whose tables pair graph
+    replays with their capture).
+    """
+
+    offer_capture = capture
+
+    def decorate(command: F) -> F:
+        @functools.wraps(command)
+        def with_loading(*args: Any, no_cache: bool, capture: str | None = None, **kwargs: Any) -> Any:
+            return command(*args, loading=TraceLoading(cache=not no_cache, capture=capture), **kwargs)
+
+        # In --help, --no-cache comes before --capture (decorators apply bottom-up).
+        decorated: Any = capture_option(with_loading) if offer_capture else with_loading
+        return no_cache_option(decorated)  # type: ignore[no-any-return]
+
+    return decorate

@@ -4,67 +4,175 @@ from __future__ import annotations
 
 import sys
 
+import importlib
+from typing import NamedTuple
+
+import click
+
+from kinetolens import __version__
 from kinetolens._allocator import tune_allocator
-
-tune_allocator()  # the command's own process: before any command module imports polars
-
-import click  # noqa: E402
-
-from kinetolens import __version__  # noqa: E402
-from kinetolens.cli.analysis_commands import (
-    kernels_command,
-    ops_command,
-    summary_command,
-)
-from kinetolens.cli.cache_command import cache_command
-from kinetolens.cli.capture_commands import demo_command, run_command
 from kinetolens.cli.checks import one_line
-from kinetolens.cli.compiled_command import compiled_command
-from kinetolens.cli.counters_command import counters_command
-from kinetolens.cli.critical_path_command import critical_path_command
-from kinetolens.cli.diff_command import diff_command
-from kinetolens.cli.dist_command import dist_command
-from kinetolens.cli.export_command import export_command
-from kinetolens.cli.gpu_time_commands import idle_command, launches_command
-from kinetolens.cli.memory_command import memory_command
-from kinetolens.cli.modules_command import modules_command
-from kinetolens.cli.phases_command import phases_command
-from kinetolens.cli.report_command import report_command
-from kinetolens.cli.roofline_command import roofline_command
-from kinetolens.cli.serve_command import serve_command
-from kinetolens.cli.whatif_command import whatif_command
 from kinetolens.errors import TraceError
 
 EXIT_BAD_INPUT = 2
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Entry(NamedTuple):
+    """Where a command lives, and the line ``kinetolens --help`` shows for it."""
+
+    module: str
+    attribute: str
+    short_help: str
+
+
+#: Every command, imported only when it runs or its own help is shown: the
+#: command modules pull in polars, rich and the analyses, which
+#: ``kinetolens --help`` does not need.  ``short_help`` is the line the
+#: command list shows (cut to the terminal's width), the gist of its help.
+COMMANDS: dict[str, Entry] = {
+    "summary": Entry(
+        "kinetolens.cli.analysis_commands", "summary_command", "What TRACE is, and how well its kernels are attributed."
+    ),
+    "kernels": Entry(
+        "kinetolens.cli.analysis_commands",
+        "kernels_command",
+        "One row per GPU kernel: layer, op, shapes, direction, time (PyProf's report).",
+    ),
+    "ops": Entry(
+        "kinetolens.cli.analysis_commands",
+        "ops_command",
+        "Top ops by device/host time (MegEngine profile_analyze options).",
+    ),
+    "modules": Entry(
+        "kinetolens.cli.modules_command",
+        "modules_command",
+        "GPU time per nn.Module: forward and backward, self and total, FLOPs and % of roofline.",
+    ),
+    "phases": Entry(
+        "kinetolens.cli.phases_command",
+        "phases_command",
+        "An inference trace's engine iterations, each labelled prefill, decode or mixed.",
+    ),
+    "compiled": Entry(
+        "kinetolens.cli.compiled_command",
+        "compiled_command",
+        "Kernels torch.compile generated (inductor C++ and Triton): the source ops and nn.Modules each fuses.",
+    ),
+    "demo": Entry(
+        "kinetolens.cli.capture_commands",
+        "demo_command",
+        "Profile a small CNN + transformer training job and analyze its trace.",
+    ),
+    "run": Entry(
+        "kinetolens.cli.capture_commands",
+        "run_command",
+        "Profile an unmodified script; each training process writes one trace.",
+    ),
+    "memory": Entry(
+        "kinetolens.cli.memory_command",
+        "memory_command",
+        "Memory per device: peak with its op and module, top allocating ops, leaks.",
+    ),
+    "counters": Entry(
+        "kinetolens.cli.counters_command",
+        "counters_command",
+        "CUPTI counters of each kernel in TRACE, with its op stack, FLOPs and DRAM bytes.",
+    ),
+    "idle": Entry(
+        "kinetolens.cli.gpu_time_commands",
+        "idle_command",
+        "GPU busy / idle time, kernel types and their overlap, and why each stream idles.",
+    ),
+    "launches": Entry(
+        "kinetolens.cli.gpu_time_commands",
+        "launches_command",
+        "Launch cost and delay per launch call, launch-bound kernels, graph launches, queue depth, copy bandwidth.",
+    ),
+    "roofline": Entry(
+        "kinetolens.cli.roofline_command",
+        "roofline_command",
+        "Time each op (or module) loses to its roofline in TRACE.",
+    ),
+    "dist": Entry(
+        "kinetolens.cli.dist_command",
+        "dist_command",
+        "Step time per rank, computation / communication overlap, collectives and stragglers.",
+    ),
+    "serve": Entry(
+        "kinetolens.cli.serve_command",
+        "serve_command",
+        "Browse the runs under LOGDIR in a web browser.",
+    ),
+    "diff": Entry(
+        "kinetolens.cli.diff_command",
+        "diff_command",
+        "Compare EXPERIMENT with BASELINE per step.",
+    ),
+    "report": Entry(
+        "kinetolens.cli.report_command",
+        "report_command",
+        "Overview, recommendations, top ops, kernels, modules, roofline, memory and GPU idle time in one file.",
+    ),
+    "export": Entry(
+        "kinetolens.cli.export_command",
+        "export_command",
+        "Write TRACE's tables, or a Chrome/Perfetto trace annotated with kinetolens' attribution.",
+    ),
+    "cache": Entry(
+        "kinetolens.cli.cache_command",
+        "cache_command",
+        "The local cache of loaded traces (Parquet, least recently used pruned first).",
+    ),
+    "critical-path": Entry(
+        "kinetolens.cli.critical_path_command",
+        "critical_path_command",
+        "The longest dependency path through each step and what bounds it.",
+    ),
+    "whatif": Entry(
+        "kinetolens.cli.whatif_command",
+        "whatif_command",
+        "Predict the step time after CHANGES, and what would bound the step then.",
+    ),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose commands are imported when they run or show their help;
+    listing them (``kinetolens --help``) reads :data:`COMMANDS` only."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        # A command that will run loads traces: tune polars' allocator before
+        # its module imports polars.  Help alone needs no polars at all.
+        own_args = args[1 : args.index("--")] if "--" in args else args[1:]
+        if not any(arg in ctx.help_option_names for arg in own_args):
+            tune_allocator()
+        return super().resolve_command(ctx, args)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None:
+            return None
+        command = getattr(importlib.import_module(entry.module), entry.attribute)
+        assert isinstance(command, click.Command), entry
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(map(len, names))
+        rows = [(name, click.utils.make_default_short_help(COMMANDS[name].short_help, limit)) for name in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="kinetolens")
 def cli() -> None:
     """Where the time of a PyTorch job goes, kernel by kernel."""
-
-
-cli.add_command(summary_command, "summary")
-cli.add_command(kernels_command, "kernels")
-cli.add_command(ops_command, "ops")
-cli.add_command(modules_command, "modules")
-cli.add_command(phases_command, "phases")
-cli.add_command(compiled_command, "compiled")
-cli.add_command(demo_command, "demo")
-cli.add_command(run_command, "run")
-cli.add_command(memory_command, "memory")
-cli.add_command(counters_command, "counters")
-cli.add_command(idle_command, "idle")
-cli.add_command(launches_command, "launches")
-cli.add_command(roofline_command, "roofline")
-cli.add_command(dist_command, "dist")
-cli.add_command(serve_command, "serve")
-cli.add_command(diff_command, "diff")
-cli.add_command(report_command, "report")
-cli.add_command(export_command, "export")
-cli.add_command(cache_command, "cache")
-cli.add_command(critical_path_command, "critical-path")
-cli.add_command(whatif_command, "whatif")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -76,6 +184,10 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("kinetolens: aborted", err=True)
         sys.exit(130)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        # A group without its command: its help, readable, as click prints it (exit 2).
+        click.echo(exc.ctx.get_help(), err=True)
+        sys.exit(EXIT_BAD_INPUT)
     except click.ClickException as exc:
         # One line, like a bad file: click's usage block (three more lines
         # before the message) is what -h is for.

@@ -25,11 +25,12 @@ from kinetolens.analysis.memory.usage import (
 from kinetolens.analysis.memory.allocations import allocations, leaks, pairable
 from kinetolens.analysis.memory.samples import memory_samples, sample_summary
 from kinetolens.cli.checks import ROWS
-from kinetolens.cli.render import emit, emit_json
+from kinetolens.cli.load_options import TraceLoading, trace_load_options
+from kinetolens.registry.words import counted
 from kinetolens.cli.render import console as render_console
+from kinetolens.cli.render import emit, emit_json
 from kinetolens.errors import TraceError
 from kinetolens.ingest.memory_timeline import is_memory_timeline, read_memory_timeline
-from kinetolens.loader import load
 from kinetolens.views.memory_flow_svg import human_bytes, render_memory_flow
 
 
@@ -51,8 +52,10 @@ def _since(column: str, origin: int) -> pl.Expr:
 @click.option("--json", "json_", is_flag=True, help="All tables as JSON (see docs/memory.md).")
 @click.option("--device", default=None, help="Only this device: index (1, -1 = CPU) or label (GPU1, CPU).")
 @click.option("-t", "--top", type=ROWS, default=10, show_default=True, help="Rows of the op and leak tables.")
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
-def memory_command(trace: str, svg_path: str | None, json_: bool, device: str | None, top: int, no_cache: bool) -> None:
+@trace_load_options()
+def memory_command(
+    trace: str, svg_path: str | None, json_: bool, device: str | None, top: int, loading: TraceLoading
+) -> None:
     """Memory per device: peak with its op and module, top allocating ops, leaks.
 
     TRACE may also be torch's raw memory timeline
@@ -64,7 +67,7 @@ def memory_command(trace: str, svg_path: str | None, json_: bool, device: str | 
         if svg_path is not None:  # after the report: --svg never hides what can be shown
             raise TraceError(trace, f"a raw memory timeline has no addresses, so there is no memory-flow picture ({svg_path} not written)")
         return
-    loaded = load(trace, cache=not no_cache)
+    loaded = loading.load(trace)
     samples = memory_samples(loaded)
     sampled = sample_summary(samples)
     if loaded.memory.height == 0:
@@ -192,13 +195,13 @@ def _print_summary(
         pl.col("increase_bytes").alias("incl_increase"),
     )
     emit(_bytes_columns(ops, ["allocated", "increase", "incl_allocated", "incl_increase"]),
-         title=f"top {top} ops by bytes they allocate themselves (incl_: with nested ops)")
+         title=f"top {counted(top, 'op')} by bytes they allocate themselves (incl_: with nested ops)")
     if not pairable(events):
         console.print("leaks: the memory events carry no addresses (PyTorch < 1.10), so allocations cannot be "
                       "paired with their frees.")
         return
     if leaked.height == 0:
-        console.print(f"leaks: none; all {allocs.height:,} allocations in the window were freed in it.")
+        console.print(f"leaks: none; all {counted(allocs.height, 'allocation')} in the window were freed in it.")
         return
     emit(_bytes_columns(leaked.head(top), ["bytes", "largest"]),
          title="not freed inside the window: alive_at_end (still held at the end) / "

@@ -7,9 +7,8 @@ import polars as pl
 
 from kinetolens.analysis.hardware.module_tree import by_depth, by_type, module_tree
 from kinetolens.cli.checks import WIDTH, check_step
-from kinetolens.cli.load_options import capture_option
+from kinetolens.cli.load_options import TraceLoading, trace_load_options
 from kinetolens.cli.render import emit, print_table
-from kinetolens.loader import load
 from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 
 #: Depth the terminal tree stops at without --depth (the model, its layers, their blocks).
@@ -50,20 +49,19 @@ DROPPABLE = (
 @click.option("--csv", is_flag=True)
 @click.option("--json", "json_", is_flag=True)
 @click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width for the table.")
-@click.option("--no-cache", is_flag=True)
-@capture_option
+@trace_load_options(capture=True)
 def modules_command(
-    trace: str, depth: int | None, by: str, step: int | None, csv: bool, json_: bool, width: int | None, no_cache: bool,
-    capture: str | None = None,
+    trace: str, depth: int | None, by: str, step: int | None, csv: bool, json_: bool, width: int | None,
+    loading: TraceLoading,
 ) -> None:
     """GPU time per nn.Module: forward and backward, self and total, FLOPs and % of roofline
-    (host time in a trace without GPU kernels, as ``ops`` ranks it).
+    (host time in a trace without GPU kernels, as kinetolens ops ranks it).
 
     A module's self time is its own kernels'; its total adds its children's.
     Kernels outside every module (the optimizer, copies) are '(no module)'.
     Needs a trace recorded with with_stack=True or with_modules=True.
     """
-    loaded = load(trace, capture=capture, cache=not no_cache)
+    loaded = loading.load(trace)
     check_step(trace, loaded, step)
     tree = module_tree(loaded, gpu_spec(loaded), step=step)
     if tree.filter(pl.col("path") != "(no module)").height == 0:

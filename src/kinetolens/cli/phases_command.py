@@ -18,14 +18,18 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from kinetolens.analysis.inference.phases import inference_block, iterations, phase_tables
+from kinetolens.analysis.inference.phases import (
+    inference_block,
+    iterations,
+    phase_tables,
+)
 from kinetolens.analysis.workload.ops import rank_basis
 from kinetolens.analysis.gputime.overview import CATEGORIES, OTHER
 from kinetolens.cli.checks import ROWS, WIDTH
-from kinetolens.cli.load_options import capture_option
+from kinetolens.cli.load_options import TraceLoading, trace_load_options
+from kinetolens.registry.words import counted
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import emit_json, print_captioned, print_heading, print_table
-from kinetolens.loader import load
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import units
 from kinetolens.views.report_phases import token_rate
@@ -83,7 +87,7 @@ def print_inference(console: Console, block: dict[str, Any], *, limit: int | Non
     for r in shown:
         table.add_row(str(r["iteration"]), r["phase"], units.in_unit(r["dur_us"], scale), units.count(r["tokens"]),
                       token_rate(r["tokens_per_s"]), *_share_cells(r["breakdown_us"], cats))  # fmt: skip
-    notes = [] if len(shown) == len(rows) else [f"{len(shown)} of {len(rows):,} iterations shown: kinetolens phases lists them all"]
+    notes = [] if len(shown) == len(rows) else [f"{len(shown)} of {counted(len(rows), 'iteration')} shown: kinetolens phases lists them all"]
     notes += [n for n in (_left_out(rows, "breakdown_us", cats, "iteration"),) if n]
     table.caption = "\n".join(notes) or None
     print_captioned(console, table)
@@ -120,15 +124,12 @@ def _top(table: pl.DataFrame, phase: str, key: str, time: str, n: int) -> pl.Dat
 @click.option("--json", "json_", is_flag=True, help="JSON: iterations, phases, and each phase's top kernels and ops.")
 @click.option("-n", "--top", type=ROWS, default=10, show_default=True, help="Kernels and ops shown per phase.")
 @click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width for the tables.")
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
-@capture_option
-def phases_command(
-    trace: str, json_: bool, top: int, width: int | None, no_cache: bool, capture: str | None = None
-) -> None:
+@trace_load_options(capture=True)
+def phases_command(trace: str, json_: bool, top: int, width: int | None, loading: TraceLoading) -> None:
     """An inference trace's engine iterations, each labelled prefill, decode
     or mixed (and how), with time, tokens/s, breakdown, and the top kernels
     and ops of each phase (docs/inference.md)."""
-    t = load(trace, capture=capture, cache=not no_cache)
+    t = loading.load(trace)
     block = inference_block(t)
     its = iterations(t) if block["iterations"] else None
     kernels = phase_tables(t, its, by="kernel") if its is not None else pl.DataFrame()

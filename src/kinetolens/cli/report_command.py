@@ -7,9 +7,8 @@ from pathlib import Path
 
 import click
 
-from kinetolens.cli.load_options import capture_option
+from kinetolens.cli.load_options import TraceLoading, trace_load_options
 from kinetolens.errors import TraceError
-from kinetolens.loader import load
 
 
 @click.command("report")
@@ -18,23 +17,25 @@ from kinetolens.loader import load
 @click.option("--format", "fmt", type=click.Choice(["html", "md"]), default=None,
               help="html (self-contained, charts included) or md. Default: from -o's suffix, else html.")  # fmt: skip
 @click.option("--title", default=None, help="Report title (default: the trace file's name).")
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
-@capture_option
+@trace_load_options(capture=True)
 def report_command(
-    trace_or_run: str, output: str | None, fmt: str | None, title: str | None, no_cache: bool, capture: str | None = None
+    trace_or_run: str, output: str | None, fmt: str | None, title: str | None, loading: TraceLoading
 ) -> None:
     """Overview, recommendations, top ops, kernels, modules, roofline, memory
     and GPU idle time of TRACE_OR_RUN in one file.
 
     TRACE_OR_RUN is a trace file or a run directory; a run of several ranks
     gets a cross-rank section (step time per rank and its spread,
-    collectives, stragglers: the ``kinetolens dist`` numbers; the critical
-    path across ranks: ``kinetolens critical-path RUNDIR``) and the rest
+    collectives, stragglers: the kinetolens dist numbers; the critical
+    path across ranks: kinetolens critical-path RUNDIR) and the rest
     is its first rank, in full, as the report says.  HTML is one
     self-contained file (plotly.js embedded, opens offline); md is for
     terminals, pull requests and CI summaries (stdout without -o).
     """
-    from kinetolens.views.report_data import collect, resolve_target  # plotly: only for reports
+    from kinetolens.views.report_data import (  # plotly: only for reports
+        collect,
+        resolve_target,
+    )
 
     if fmt is None:
         fmt = "md" if output and Path(output).suffix.lower() in (".md", ".markdown") else "html"
@@ -43,8 +44,8 @@ def report_command(
     if note is not None:  # a run of several ranks: every rank, side by side, and the path across them
         from kinetolens.runs.graphs import run_summaries_and_graphs
 
-        ranks, graphs = run_summaries_and_graphs(trace_or_run, cache=not no_cache)
-    data = collect(load(path, capture=capture, cache=not no_cache), title=title, note=note, ranks=ranks, graphs=graphs)
+        ranks, graphs = run_summaries_and_graphs(trace_or_run, cache=loading.cache)
+    data = collect(loading.load(str(path)), title=title, note=note, ranks=ranks, graphs=graphs)
     if fmt == "md":
         from kinetolens.views.report_md import render_md
 

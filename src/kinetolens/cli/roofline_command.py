@@ -19,11 +19,10 @@ from kinetolens.analysis.hardware.roofline import (
 )
 from kinetolens.analysis.workload.work import FORMULA_FAILED
 from kinetolens.cli.checks import WIDTH
-from kinetolens.cli.load_options import capture_option
-from kinetolens.cli.render import emit
+from kinetolens.cli.load_options import TraceLoading, trace_load_options
 from kinetolens.cli.render import console as render_console
+from kinetolens.cli.render import emit
 from kinetolens.errors import TraceError
-from kinetolens.loader import load
 from kinetolens.registry.gpus import GpuSpec
 from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 from kinetolens.views import units
@@ -154,12 +153,11 @@ def _write_chart(path: str, ops: pl.DataFrame, spec: GpuSpec, title: str) -> Non
 @click.option("--csv", "csv_", is_flag=True, help="CSV output, every row and column.")
 @click.option("--json", "json_", is_flag=True, help="JSON records, every row and column.")
 @click.option("-w", "--width", type=WIDTH, help="Terminal width for the table.")
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
-@capture_option
+@trace_load_options(capture=True)
 def roofline_command(
     trace: str, output: str | None, by: str, peak_tflops: float | None, peak_gbps: float | None,
-    spec_file: str | None, top: int, csv_: bool, json_: bool, width: int | None, no_cache: bool,
-    capture: str | None = None,
+    spec_file: str | None, top: int, csv_: bool, json_: bool, width: int | None,
+    loading: TraceLoading,
 ) -> None:  # fmt: skip
     """Time each op (or module) loses to its roofline in TRACE.
 
@@ -168,7 +166,7 @@ def roofline_command(
     device time minus the time at 100% of the roof; lost_75_us against a
     realistic 75%.  Rows are sorted by lost_us.
     """
-    t = load(trace, capture=capture, cache=not no_cache)
+    t = loading.load(trace)
     spec = require_roofs(gpu_spec(t, spec_file=spec_file, peak_tflops=peak_tflops, peak_gbps=peak_gbps), t)
     ops = op_roofline(t, spec)
     table = roofline_by(t, spec, by=by)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from kinetolens.cli.load_options import TraceLoading, trace_load_options
+
 LOOPBACK = "127.0.0.1"
 
 
@@ -16,10 +18,10 @@ LOOPBACK = "127.0.0.1"
 @click.option("--host", default=LOOPBACK, show_default=True,
               help="Address to bind. The default serves this machine only; other addresses expose your traces.")
 @click.option("--port", default=6006, show_default=True, type=click.IntRange(0, 65535), help="Port (0: any free port).")
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
+@trace_load_options()
 @click.option("--keep", default=6, show_default=True, type=click.IntRange(2, 1000),
               help="Loaded traces kept in memory (a diff holds two).")
-def serve_command(logdir: Path, host: str, port: int, no_cache: bool, keep: int) -> None:
+def serve_command(logdir: Path, host: str, port: int, loading: TraceLoading, keep: int) -> None:
     """Browse the runs under LOGDIR in a web browser: overview, operators, kernels,
     modules, roofline, memory, distributed, diff and timeline views.
 
@@ -32,7 +34,7 @@ def serve_command(logdir: Path, host: str, port: int, no_cache: bool, keep: int)
 
     if not logdir.is_dir():
         raise click.BadParameter(f"{logdir} is not a directory", param_hint="--logdir")
-    app = create_app(logdir, cache=not no_cache, keep=keep, host=host)
+    app = create_app(logdir, cache=loading.cache, keep=keep, host=host)
     if not is_loopback(bound_name(host)):
         click.echo(f"kinetolens: warning: serving on {host}: anyone who can reach it can read these traces", err=True)
     sock = listen(host, port)

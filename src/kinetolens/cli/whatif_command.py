@@ -8,12 +8,12 @@ from rich.table import Table
 from rich.text import Text
 
 from kinetolens.analysis.paths.whatif import BadChange, Change, WhatIf, parse_change
-from kinetolens.cli.critical_path_command import LABELS
 from kinetolens.cli.checks import WIDTH
+from kinetolens.cli.critical_path_command import LABELS
+from kinetolens.cli.load_options import TraceLoading, trace_load_options
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import emit_json
 from kinetolens.views.units import duration, in_unit, percent, time_unit
-
 
 #: The summary rows for time off the modelled path.
 EXTRA = {"untraced": "untraced, as measured", "previous_step": "previous step's GPU work"}
@@ -33,8 +33,10 @@ def _changes(_ctx: click.Context, _param: click.Parameter, value: tuple[str, ...
 @click.option("--step", type=int, default=None, help="Only this profiler step (default: every complete step, averaged).")
 @click.option("--json", "json_", is_flag=True, help="Measured and predicted time per step, and the new path's split, as JSON.")
 @click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width (default: the terminal's).")
-@click.option("--no-cache", is_flag=True, help="Parse the trace again instead of reading the cache.")
-def whatif_command(trace: str, changes: list[Change], step: int | None, json_: bool, width: int | None, no_cache: bool) -> None:
+@trace_load_options()
+def whatif_command(
+    trace: str, changes: list[Change], step: int | None, json_: bool, width: int | None, loading: TraceLoading
+) -> None:
     """Predict the step time after CHANGES, and what would bound the step then.
 
     Each change scales durations in the step's dependency graph (0.5: twice
@@ -45,15 +47,14 @@ def whatif_command(trace: str, changes: list[Change], step: int | None, json_: b
     """
     from kinetolens.analysis.paths.whatif import whatif
     from kinetolens.cli.critical_path_command import is_run_dir
-    from kinetolens.loader import load
 
     if is_run_dir(trace):  # every rank's step joined at collectives; rank:N=median, category:C=F
         from kinetolens.cli.cross_rank_view import show_run_whatif
 
-        show_run_whatif(trace, changes, step, json_, width, not no_cache)
+        show_run_whatif(trace, changes, step, json_, width, loading.cache)
         return
 
-    result = whatif(load(trace, cache=not no_cache), changes, step)
+    result = whatif(loading.load(trace), changes, step)
     if not result.steps:
         raise click.ClickException(f"{trace}: no step with CPU ops to re-time")
     if json_:

@@ -51,6 +51,7 @@ from kinetolens.analysis.hardware.tensor_cores import (
 )
 from kinetolens.analysis.finding import Finding
 from kinetolens.analysis.trace_kind import TraceKind, trace_kind
+from kinetolens.registry.words import counted
 from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
 from kinetolens.analysis.hardware.gpu_spec import gpu_spec, trace_device
@@ -241,7 +242,7 @@ def synchronizations(ctx: RuleContext) -> list[Finding]:
             rule="synchronization",
             title="Host-device synchronizations drain the GPU queue",
             evidence=(
-                f"{cost.height} blocking calls in the profiled steps ({calls}); "
+                f"{counted(cost.height, 'blocking call')} in the profiled steps ({calls}); "
                 + (f"{scalar} under aten::item/_local_scalar_dense; " if ctx.kind.pytorch else "")
                 + f"the GPU then idled {idle_ms:.2f} ms per step "
                 f"until the next launch" + (f"; most from {source}" if source else "")
