@@ -78,3 +78,19 @@ def test_the_pandas_extra_installs_what_to_pandas_needs() -> None:
     extras = {name: {re.split(r"[<>=!~ \[]", d)[0] for d in deps} for name, deps in project["optional-dependencies"].items()}
     assert {"pandas", "pyarrow"} <= extras["pandas"]
     assert {"pandas", "pyarrow"} <= extras["test"]  # so that the snippet runs in CI
+
+
+def test_readme_states_the_unit_step_breakdown_returns() -> None:
+    """The README said µs while step_breakdown returns the model's nanoseconds: each step's total
+    is within 10% of its ProfilerStep range's duration in ns (the window also holds the step's
+    GPU tail, as torch-tb-profiler's; µs would be 1,000 times smaller)."""
+    from kinetolens.analysis.gputime.overview import step_breakdown
+
+    line = next(x for x in README.read_text().splitlines() if x.startswith("step_breakdown(t)"))
+    assert "nanoseconds" in line, line
+    trace = kinetolens.load(trace_path("kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"))
+    ranges = trace.ops.filter(trace.ops["name"].str.starts_with("ProfilerStep#")).select("step", "dur")
+    both = step_breakdown(trace).join(ranges, on="step")
+    assert both.height == ranges.height == 6
+    for total, dur in both.select("total", "dur").iter_rows():
+        assert abs(total - dur) <= 0.1 * dur, (total, dur)
