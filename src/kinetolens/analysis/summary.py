@@ -24,6 +24,7 @@ from kinetolens.analysis.advice.recommendations import RuleContext, damaged_inpu
 from kinetolens.formats import RUN_METADATA_KEY
 from kinetolens.model.frames import FUNCTION_ONLY_PREFIX
 from kinetolens.model.steps import without_incomplete_steps
+from kinetolens.model.devices import device_name
 from kinetolens.model.trace import Trace
 
 SCHEMA_VERSION = 2
@@ -202,7 +203,7 @@ def summarize(trace: Trace) -> dict[str, Any]:
     devices = [
         {
             "id": d.get("id"),
-            "name": d.get("name"),
+            "name": device_name(d),
             "memory_bytes": d.get("totalGlobalMem"),
             "sms": d.get("numSms"),
             "compute_capability": (

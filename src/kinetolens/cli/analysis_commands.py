@@ -77,7 +77,7 @@ def summary_command(
         return
     console = render_console(width)
     table = _Pairs()
-    dev = ", ".join(f"{d['name']} (id {d['id']})" for d in info["devices"] if d["name"]) or _run_device(info["device"])
+    dev = _devices_text(info["devices"]) or _run_device(info["device"])
     table.add_row("format", info["format"])
     gpu = info["kind"]["gpu"]
     if not gpu:
@@ -105,7 +105,7 @@ def summary_command(
         print_inference(console, info["inference"])
     else:
         _print_breakdown(console, steps, gpu)
-    _print_gpus(console, info["gpu"], info["devices"], "GPUs during the steps" if steps["count"] else "GPUs over the trace")
+    _print_gpus(console, info["gpu"], "GPUs during the steps" if steps["count"] else "GPUs over the trace")
     _print_recommendations(console, info["recommendations"])
     if info["recommendations_withheld"]:
         console.print(f"No recommendations: {info['recommendations_withheld']}.", markup=False, highlight=False)
@@ -261,11 +261,27 @@ def _print_breakdown(console: Console, steps: dict, gpu: bool = True) -> None:
     print_captioned(console, table)
 
 
-def _print_gpus(console: Console, gpus: list[dict], devices: list[dict], title: str) -> None:
+def _devices_text(devices: list[dict]) -> str:
+    """``AMD Instinct MI300X (id 0)``; GPUs of one model listed once with their ids (``8 x H100 (ids 0-7)``)."""
+    by_name: dict[str, list] = {}
+    for d in devices:
+        if d["name"]:
+            by_name.setdefault(d["name"], []).append(d["id"])
+    parts = []
+    for name, ids in by_name.items():
+        if len(ids) == 1:
+            parts.append(f"{name} (id {ids[0]})")
+        else:
+            run = ids == list(range(ids[0], ids[0] + len(ids))) if all(isinstance(i, int) for i in ids) else False
+            shown = f"{ids[0]}-{ids[-1]}" if run else ", ".join(map(str, ids))
+            parts.append(f"{len(ids)} x {name} (ids {shown})")
+    return ", ".join(parts)
+
+
+def _print_gpus(console: Console, gpus: list[dict], title: str) -> None:
     """``title`` names the span the figures cover (:func:`~kinetolens.analysis.hardware.gpu_metrics.metrics_span`)."""
     if not gpus:
         return
-    names = {d["id"]: d["name"] for d in devices}
     table = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, collapse_padding=True, caption_justify="left")
     for header in ("GPU", "name", "util", "SM eff", "occup.", "TC", "peak mem"):
         table.add_column(header, justify="left" if header == "name" else "right")
@@ -273,7 +289,7 @@ def _print_gpus(console: Console, gpus: list[dict], devices: list[dict], title: 
         peak = g["peak_allocated_bytes"]
         table.add_row(
             str(g["device"]),
-            names.get(g["device"]) or "-",
+            g["name"] or "-",
             _pct(g["utilization"]),
             _pct(g["sm_efficiency"]),
             _pct(g["occupancy"]),

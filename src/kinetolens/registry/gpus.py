@@ -193,6 +193,25 @@ MATCHES: tuple[tuple[re.Pattern[str], float | None, str], ...] = tuple(
 )
 
 
+#: Devices a trace lists without a name (ROCm builds leave ``name`` empty), known by what it
+#: does record: (warp size, compute capability major, minor, multiprocessors) -> table entry.
+#: The AMD ISA version is the compute capability there (gfx942 -> 9.4, gfx90a -> 9.0, gfx950 -> 9.5).
+BY_PROPERTIES: Mapping[tuple[int, int, int, int], str] = MappingProxyType(
+    {
+        (64, 9, 4, 304): "MI300X",
+        (64, 9, 5, 256): "MI355X",
+        (64, 9, 0, 110): "MI250X-GCD",
+        (64, 9, 0, 104): "MI250-GCD",
+    }
+)
+
+
+def identify(device: Mapping[str, Any]) -> str | None:
+    """The table entry a nameless device's recorded properties fit exactly, or None."""
+    key = tuple(device.get(k) for k in ("warpSize", "computeMajor", "computeMinor", "numSms"))
+    return BY_PROPERTIES.get(key) if all(isinstance(v, int) for v in key) else None  # type: ignore[arg-type]
+
+
 def match_device(name: str | None, memory_bytes: int | None = None) -> GpuSpec | None:
     """The table entry for a device name, or None when no pattern fits."""
     if not name:

@@ -35,11 +35,14 @@ from kinetolens.analysis.gputime.gpu_streams import union_intervals
 from kinetolens.analysis.memory.usage import CPU_DEVICE_TYPE, peak_memory
 from kinetolens.analysis.gputime.overview import step_windows
 from kinetolens.analysis.hardware.tensor_cores import kernel_tensor_cores
+from kinetolens.model.devices import device_name, device_properties
 from kinetolens.model.trace import Trace
 
 
 SCHEMA = {
     "device": pl.Int64,
+    #: The GPU's recorded name, or the model its recorded properties identify (:mod:`kinetolens.model.devices`).
+    "name": pl.String,
     "utilization": pl.Float64,
     "sm_efficiency": pl.Float64,
     "occupancy": pl.Float64,
@@ -138,6 +141,10 @@ def gpu_metrics(trace: Trace) -> pl.DataFrame:
     out = devices
     for frame in frames:
         out = out.join(frame, on="device", how="left")
+    ids = out["device"].to_list()
+    out = out.with_columns(
+        name=pl.Series([device_name(device_properties(trace.devices, d)) for d in ids], dtype=pl.String)
+    )
     for name, dtype in SCHEMA.items():
         if name not in out.columns:
             out = out.with_columns(pl.lit(None, dtype).alias(name))

@@ -11,22 +11,28 @@ import polars as pl
 
 from kinetolens.ingest.gpu_spec_file import read_spec_file
 from kinetolens.model.trace import Trace
-from kinetolens.registry.gpus import GpuSpec, match_device, spec_from_fields, with_device
+from kinetolens.model.devices import device_name, device_properties
+from kinetolens.registry.gpus import SPECS, GpuSpec, identify, match_device, spec_from_fields, with_device
 
 
 def trace_device(trace: Trace) -> dict[str, Any] | None:
-    """The device that ran the most kernel time (the first named one otherwise)."""
-    devices = [d for d in trace.devices if d.get("name")]
-    if not devices:
+    """The listed properties of the GPU that ran the most kernel time (the first listed one otherwise),
+    with ``name`` filled in where the trace left it empty and its properties identify the model."""
+    if not trace.devices:
         return None
+    chosen = None
     k = trace.kernels
-    if k.height and "device" in k.columns:
+    if k.height:
         busiest = k.group_by("device").agg(pl.col("dur").sum()).sort("dur", descending=True)["device"].drop_nulls()
         for dev_id in busiest.to_list():
-            for d in devices:
-                if d.get("id") == dev_id:
-                    return d
-    return devices[0]
+            chosen = device_properties(trace.devices, dev_id)
+            if chosen is not None:
+                break
+    chosen = dict(chosen if chosen is not None else trace.devices[0])
+    name = device_name(chosen)
+    if not name:
+        return None
+    return {**chosen, "name": name}
 
 
 def gpu_spec(
@@ -48,6 +54,8 @@ def gpu_spec(
             raise ValueError(f"{label} must be a positive number, got {value!r}")
     device = trace_device(trace)
     spec = match_device(device.get("name"), device.get("totalGlobalMem")) if device else None
+    if spec is None and device is not None and identify(device):
+        spec = SPECS[identify(device)]
     if spec is not None and device is not None:
         spec = with_device(spec, device)
     if spec_file is not None:
