@@ -36,6 +36,7 @@ TRACES = SHARED / "traces"
 BERT = TRACES / "tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz"
 ALEXNET = TRACES / "hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
 EXEC_TRACE = TRACES / "hta/execution_trace/benchmark_simple_add_et.json.gz"
+ROCPROF = TRACES / "tracelens/rocprof/908_results.json.gz"  # rocprofv3 JSON: a negative input
 LEGACY = TRACES / "kineto_legacy/resnet50_num_workers_0_2020-12/worker0.pt.trace.json.gz"
 
 # issue 17 (skips mean something): the real traces are part of the test
@@ -208,6 +209,7 @@ bad("directory", lambda d: d, "directory", commands=("summary", "ops"))
 bad("nsys-sqlite", file_of("report.sqlite", lambda: b"SQLite format 3\x00" + random.Random(5).randbytes(4096)),
     "SQLite")
 bad("execution-trace", file_of(EXEC_TRACE.name, EXEC_TRACE.read_bytes), "execution trace")
+bad("rocprof", file_of(ROCPROF.name, ROCPROF.read_bytes), "rocprofv3", "not a Kineto trace")
 
 
 # 2. Damaged gzip.

@@ -65,14 +65,18 @@ HTA_VIEW_EXCEPTIONS: dict[tuple[str, str], tuple[float | None, str]] = {
                                           "as 'no link', so the kernel that is the file's first event is not queued")),
     ("critical_path__simple_add", "queue"): (0.02, ("HTA orders an enqueue and a dequeue at the same µs with an unstable sort; "
                                     "two such ties move the mean queue length by 1.1%")),
+    ("b300__qwen3", "queue"): (0.05, ("the same unstable sort on stream 37 once rounded to µs: HTA's mean 0.82 lies between "
+                                      "enqueue-first (0.86, ours) and dequeue-first (0.78) at the tied µs")),
 }
 #: Memory bandwidth on ns traces: HTA keeps Kineto's bandwidth for memsets it rounded to 0 or
 #: -1 µs, whose end then precedes their start, so it has fewer positive points than the exact series.
 MEMSET_ROUNDING_TRACES = ("Qwen", "timesformer")
 
+#: Golden files of several ranks analysed as one directory (each has its own test below).
+MULTI_RANK = ("hta__trace_filter.json", "param__dlrm_kineto.json")
 GOLDEN_FILES = sorted(
     p.name for p in HTA.glob("*.json")
-    if p.name != "hta__trace_filter.json" and json.loads(p.read_text())["calls"]
+    if p.name not in MULTI_RANK and json.loads(p.read_text())["calls"]
 )
 
 
@@ -344,7 +348,7 @@ def test_hta_view_memory_bandwidth_on_ns_traces() -> None:
 # --- our view: the figures we report ---------------------------------------------
 
 SYNC_WAIT_TRACES = ("alexnet", "critical_path__simple_add", "cuda_event_sync")
-CPU_OP_STREAM_TRACES = ("triton_example", "b200")
+CPU_OP_STREAM_TRACES = ("triton_example", "tracelens__b200")
 DEVICE_WAIT_TRACES = ("mtia",)
 
 
@@ -386,7 +390,8 @@ def test_our_temporal_breakdown(name: str) -> None:
 #: Traces with ns timestamps: compared in HTA's view only (its µs rounding changes every gap).
 NS_TRACES = (
     "hta__mtia_inference_trace", "hta__nccl_parser_config", "hta__ns_resolution_trace", "hta__triton_example",
-    "tracelens__b200", "tracelens__h100",
+    "tracelens__b200", "tracelens__h100", "ai-performance-engineering__b200_gpt2_toy", "tracelens__b300",
+    "tracelens__mi210", "tracelens__mi300__ddp_resnet18_no_pool",
 )
 
 
@@ -426,6 +431,11 @@ def test_our_idle_launch_queue_on_us_traces(name: str) -> None:
         bad = mismatches(pairs)
         if "trace_diff__test" in name:
             assert bad and all(k.startswith("Memcpy DtoD") for k, _, _ in bad), bad
+        elif "resnet_kineto" in name:
+            # The same unstable sort: 5 memsets start at the µs another ends, and HTA
+            # adds 2 of them to the one ending (364 points to our 362, median 7.4 GB/s
+            # to our 3.9); the memsets never overlap, so no two run at once.
+            assert bad and all(k.startswith("Memset") for k, _, _ in bad), bad
         else:
             assert not bad, bad[:6]
 
@@ -442,6 +452,47 @@ def test_trace_filter_two_ranks() -> None:
         bad += mismatches(temporal_pairs(v, g) + overlap_pairs(v, g) + kernel_pairs(v, g) + idle_pairs(v, g))
         bad += mismatches(launch_pairs(v, g, HTA_LAUNCH_CALLS) + queue_pairs(v, g, HTA_QUEUE_CALLS))
     assert not bad, bad[:6]
+
+
+#: DLRM ranks whose figures HTA gets otherwise, and why.
+DLRM_EXCEPTIONS = {
+    # 64 kernels of the previous step have no launch in the file; HTA links a kernel
+    # without one to the event in row 0 (a cpu_op 14 ms later), so it counts the
+    # short gaps between them as host_wait where we count kernel_wait.
+    1: ("idle", ("7 host_wait", "7 kernel_wait")),
+    3: ("idle", ("7 host_wait", "7 kernel_wait")),
+    # HTA's unstable sort of an enqueue and a dequeue at the same µs (see
+    # HTA_VIEW_EXCEPTIONS): its mean lies between enqueue-first and dequeue-first.
+    4: ("queue", ("7 mean", "7 std")),
+    5: ("queue", ("7 mean", "7 std")),
+}
+
+
+def test_dlrm_eight_ranks() -> None:
+    """HTA on the eight DLRM ranks as one directory: kernel types summed over ranks, and each rank's figures."""
+    g = golden("param__dlrm_kineto.json")["calls"]
+    paths = sorted((TRACES / "param" / "dlrm_kineto").glob("*.pt.trace.json.gz"))
+    views = [our_view(p) for p in paths]
+    assert sorted(idle.rank_of(v) for v in views) == list(range(8))
+    assert not mismatches(kernel_type_pairs(views, g))
+    for v in views:
+        rank = idle.rank_of(v)
+        assert not has_fractional_ts(v)
+        checks = {
+            "temporal": temporal_pairs(v, g) + overlap_pairs(v, g) + kernel_pairs(v, g) + membw_pairs(v, g),
+            "idle": idle_pairs(v, g),
+            "launch": launch_pairs(v, g, HTA_LAUNCH_CALLS),
+            "queue": queue_pairs(v, g, HTA_QUEUE_CALLS),
+        }
+        for check, pairs in checks.items():
+            bad = mismatches(pairs)
+            listed, keys = DLRM_EXCEPTIONS.get(rank, (None, ()))
+            if check == listed:
+                assert bad and all(k.startswith(keys) for k, _, _ in bad), (rank, check, bad)
+                if check == "queue":
+                    assert not mismatches(pairs, 0.03), (rank, bad)
+            else:
+                assert not bad, (rank, check, bad[:6])
 
 
 def test_without_last_step_keeps_what_hta_keeps() -> None:

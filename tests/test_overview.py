@@ -64,6 +64,20 @@ MOVED = {"kineto/test/gpu_metrics_input.json": "kineto/gpu_metrics/gpu_metrics_i
 PLUGIN_COMM_OPS = [
     f"{lib}:{op}" for lib in ("nccl", "gloo") for op in ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter")
 ]
+#: Traces whose whole-trace window (no ProfilerStep) the plugin gets wrong; the
+#: tests check ours and the plugin's figures that do not depend on the window.
+PLUGIN_WINDOW_UNSET = (
+    # GPU activity only, no CPU op: the plugin's window is never set and its
+    # Total underflows to -(2**64 - 1) us, its utilization -0.0%.
+    "tracelens__mi210__gpu_only_trace",
+)
+PLUGIN_WINDOW_LATE = (
+    # The plugin's window starts 535 us after the first op (aten::linear at 119 us;
+    # 7 ops, 1.55 ms of host time, run before it), so its Total (10.53 ms) and
+    # CpuOp/Runtime are short of ours (11.04 ms); the GPU time is the same.
+    "tracelens__b300__moe_05_large_capacity",
+)
+DEVICE_CATEGORIES = ["Kernel", "Memcpy", "Memset", "Communication"]
 STEP_SHARE_TOL = 0.01  # of the step's wall time
 METRIC_TOL = 0.005  # 0.5 percentage points
 
@@ -142,12 +156,30 @@ def _assert_close(ours: dict, ref: dict, categories: list[str], label: str) -> N
 # --------------------------------------------------------------------------- breakdown parity
 
 
+def _window_differs(name: str, ours: dict, ref: dict, trace: kinetolens.Trace) -> bool:
+    """For the traces listed in PLUGIN_WINDOW_*: checks what does not depend on
+    the plugin's window and returns True; False for every other trace."""
+    if name.startswith(PLUGIN_WINDOW_UNSET):
+        window = step_windows(trace).row(0, named=True)
+        assert ref["Total"] < 0 < ours["total"] == window["end"] - window["start"], name
+        assert ours["kernel"] > 0 and trace.ops.height == 0, name
+        return True
+    if name.startswith(PLUGIN_WINDOW_LATE):
+        _assert_close(ours, ref, DEVICE_CATEGORIES, name)
+        assert ours["total"] / 1000.0 > ref["Total"] + 500 and ours["cpu_exec"] / 1000.0 > ref["CpuOp"] + 300, name
+        ops = trace.ops.filter(pl.col("kind").cast(pl.String) == "op")
+        assert step_windows(trace)["start"][0] == ops["ts"].min(), name  # our window: from the first op
+        return True
+    return False
+
+
 def test_engine_with_plugin_rules_matches_every_category(case) -> None:
     name, golden, trace = case
     table = breakdown(plugin_intervals(trace), step_windows(trace))
     assert _step_names(table) == golden["steps"]
     for ours, ref in zip(table.iter_rows(named=True), golden["step_costs_us"], strict=True):
-        _assert_close(ours, ref, list(PLUGIN_NAMES), f"{name} step {ours['step']}")
+        if not _window_differs(name, ours, ref, trace):
+            _assert_close(ours, ref, list(PLUGIN_NAMES), f"{name} step {ours['step']}")
 
 
 def _nccl_kernels(trace: kinetolens.Trace) -> pl.DataFrame:
@@ -169,6 +201,8 @@ def test_step_breakdown_matches_plugin(case) -> None:
     deliberate = _nccl_kernels(trace).height > 0 and _plugin_linked_share(trace) < 0.01
     for ours, ref in zip(table.iter_rows(named=True), golden["step_costs_us"], strict=True):
         label = f"{name} step {ours['step']}"
+        if _window_differs(name, ours, ref, trace):
+            continue
         if not deliberate:
             _assert_close(ours, ref, list(PLUGIN_NAMES), label)
             continue
@@ -187,8 +221,11 @@ def test_step_breakdown_matches_plugin(case) -> None:
 
 
 def test_average_is_the_mean_of_the_steps(case) -> None:
-    _, golden, trace = case
+    name, golden, trace = case
     avg = average_breakdown(step_breakdown(trace))
+    if name.startswith(PLUGIN_WINDOW_UNSET + PLUGIN_WINDOW_LATE):  # one window: the average is the step
+        assert avg == step_breakdown(trace).drop("step", "complete").row(0, named=True)
+        return
     assert avg["total"] / 1000.0 == pytest.approx(golden["avg_costs_us"]["Total"], rel=0.001)
     assert avg["dataloader"] / 1000.0 == pytest.approx(
         golden["avg_costs_us"]["DataLoader"], abs=STEP_SHARE_TOL * golden["avg_costs_us"]["Total"]
@@ -214,10 +251,25 @@ def test_gpu_metrics_match_plugin(case) -> None:
     assert {str(d) for d, r in metrics.items() if r["utilization"] is not None} == set(golden["gpu_utilization"])
     for dev, ref in golden["gpu_utilization"].items():
         ours = metrics[int(dev)]
-        assert ours["utilization"] == pytest.approx(ref, abs=METRIC_TOL), name
+        if name.startswith(PLUGIN_WINDOW_UNSET):
+            assert ref <= 0 < ours["utilization"] <= 1, name  # busy over an unset window
+        elif name.startswith(PLUGIN_WINDOW_LATE):
+            # the same busy time over a longer window
+            total, ref_total = step_breakdown(trace)["total"][0] / 1000.0, golden["step_costs_us"][0]["Total"]
+            assert ours["utilization"] * total == pytest.approx(ref * ref_total, rel=METRIC_TOL), name
+        else:
+            assert ours["utilization"] == pytest.approx(ref, abs=METRIC_TOL), name
+        if name.startswith(PLUGIN_WINDOW_LATE):
+            continue  # SM efficiency is over the same window
+        if golden["sm_efficiency"][dev] is None:
+            # No "blocks per SM" in the trace (ROCm): no SM efficiency, from either tool.
+            assert ours["sm_efficiency"] is None, name
+            continue
         assert ours["sm_efficiency"] == pytest.approx(golden["sm_efficiency"][dev], abs=METRIC_TOL), name
         occupancy = golden["occupancy"][dev]
-        if occupancy is None:
+        if occupancy is None and trace.kernels["occupancy"].is_null().all():
+            assert ours["occupancy"] is None, name  # no occupancy field at all (ROCm)
+        elif occupancy is None:
             # The trace records only "theoretical occupancy %"; the model
             # falls back to it (an upper bound), the plugin shows nothing.
             assert ours["occupancy"] is not None and ours["occupancy"] < 0.01, name

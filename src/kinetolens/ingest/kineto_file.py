@@ -271,6 +271,8 @@ def _read_checked(opened: OpenedFile, data: Any, warnings: list[TraceWarning]) -
         if "traceEvents" not in top:
             if "nodes" in top:
                 raise TraceError(path, "this is a PyTorch execution trace (has 'nodes'), not a Kineto trace")
+            if "rocprofiler-sdk-tool" in top:
+                raise TraceError(path, "this is rocprofv3 (rocprofiler-sdk) JSON output, not a Kineto trace")
             raise TraceError(path, "no 'traceEvents' array: not a Kineto/Chrome trace")
         try:
             raw_events = _EVENTS.decode(top.pop("traceEvents"))

@@ -379,8 +379,9 @@ def roofline_by(trace: Trace, spec: GpuSpec | None, by: str = "op", *, step: int
     ``calls, device_us, ideal_us, pct_of_roof, lost_us, lost_75_us, flops,
     bytes, intensity, achieved_tflops, achieved_gbps, bound, precision,
     ceiling, assumed_us``.  ``pct_of_roof`` is summed ideal time over summed
-    device time; ``bound`` is that of the call with the most ideal time,
-    ``precision`` and ``ceiling`` those of the call with the most FLOPs
+    device time; ``bound`` compares the group's ``intensity`` with the ridge
+    point of its ``ceiling`` (so the label agrees with the row's own numbers,
+    whatever its single calls are), ``precision`` and ``ceiling`` those of the call with the most FLOPs
     (then device time; no ceiling where the group does no FLOPs).
     ``assumed_us`` is the device time of calls held to an assumed Tensor
     Core ceiling (:func:`ceiling`).  Calls whose roof is unknown (a dtype,
@@ -420,6 +421,7 @@ def roofline_by(trace: Trace, spec: GpuSpec | None, by: str = "op", *, step: int
         achieved_tflops=pl.col("flops") / pl.col("device_us") / 1e6,
         achieved_gbps=pl.col("bytes") / pl.col("device_us") / 1e3,
     )
+    out = out.with_columns(bound=_group_bound(out, require_roofs(spec, trace)))
     cols = [*keys, "calls", "device_us", "ideal_us", "pct_of_roof", "lost_us", "lost_75_us", "flops", "bytes",
             "intensity", "achieved_tflops", "achieved_gbps", "bound", "precision", "ceiling", "assumed_us"]  # fmt: skip
     if "measured_bytes" in ops.columns:
@@ -431,6 +433,26 @@ def roofline_by(trace: Trace, spec: GpuSpec | None, by: str = "op", *, step: int
     if by == "module":
         return with_module_calls(out, trace, step)  # calls: times the module ran; ops: calls carrying work
     return out.rename({"name": "op"}) if "name" in keys else out
+
+
+def _group_bound(out: pl.DataFrame, spec: GpuSpec) -> pl.Expr:
+    """``compute`` where a group's intensity reaches the ridge point (peak over
+    DRAM bandwidth) of its ceiling, else ``memory``; none where its roof is unknown."""
+    bw = float(spec.dram_gbps or 0.0)
+    if spec.peak_override_tflops is not None:
+        peak = pl.lit(spec.peak_override_tflops, pl.Float64)
+    else:
+        peaks = {c: peak_tflops(spec, c) for c in out["ceiling"].drop_nulls().unique().to_list()}
+        peak = pl.col("ceiling").replace_strict(peaks, default=None, return_dtype=pl.Float64)
+    ridge = peak * 1e3 / bw  # FLOP/byte: TFLOP/s over GB/s
+    return (
+        pl.when(pl.col("ideal_us").is_null()).then(None)
+        .when(pl.col("flops") <= 0).then(pl.lit("memory"))
+        .when(pl.col("intensity").is_null()).then(pl.lit("compute"))
+        .when(pl.col("intensity") >= ridge).then(pl.lit("compute"))
+        .when(ridge.is_not_null()).then(pl.lit("memory"))
+        .otherwise(pl.col("bound"))
+    )
 
 
 def ceiling_caveats(ops: pl.DataFrame) -> pl.DataFrame:
