@@ -28,6 +28,7 @@ from kinetolens.analysis.workload.op_times import op_instances
 from kinetolens.analysis.workload.ops import in_steps, op_stats, step_time_ns, without_annotations
 from kinetolens.analysis.hardware.roofline import roofline_by
 from kinetolens.errors import TraceError
+from kinetolens.model.earlier_launches import without_earlier_iteration
 from kinetolens.model.trace import Trace
 from kinetolens.registry.gpus import GpuSpec
 
@@ -106,6 +107,7 @@ def module_tree(
     ideal_us, pct_of_roof`` (null where unknown).  ``roof``: the trace's
     ``roofline_by(trace, spec, by="module", step=step)`` where the caller has it.
     """
+    trace = without_earlier_iteration(trace)  # the previous iteration's tail is in no step: count each layer's own step
     own = _own(trace, spec, step, roof)
     with_ancestors = own.with_columns(
         segments=pl.col("path").str.split(SEP),

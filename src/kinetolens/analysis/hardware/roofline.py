@@ -46,6 +46,7 @@ from kinetolens.analysis.workload.ops import weighted_mean
 from kinetolens.analysis.hardware.tensor_cores import MATRIX_OPS, kernel_tensor_cores, matrix_dtype
 from kinetolens.analysis.workload.work import carried_work, kernel_work
 from kinetolens.errors import TraceError
+from kinetolens.model.earlier_launches import without_earlier_iteration
 from kinetolens.model.trace import Trace
 from kinetolens.registry.dtypes import canonical
 from kinetolens.registry.flops import REGISTRY, OpArgs
@@ -393,7 +394,8 @@ def roofline_by(trace: Trace, spec: GpuSpec | None, by: str = "op", *, step: int
     """
     if by not in GROUP_KEYS:
         raise ValueError(f"unknown grouping {by!r}; choose from {', '.join(GROUP_KEYS)}")
-    ops = op_roofline(trace, spec)
+    # as op_stats and module_tree: the previous iteration's tail (ops copied from the next) is in no step
+    ops = op_roofline(without_earlier_iteration(trace), spec)
     if step is not None:
         ops = ops.filter(pl.col("step") == step)
     keys = GROUP_KEYS[by]

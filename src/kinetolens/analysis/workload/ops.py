@@ -34,6 +34,7 @@ from kinetolens.analysis.workload.op_times import op_instances
 from kinetolens.analysis.gputime.overview import STEP_PREFIX, step_windows
 from kinetolens.analysis.workload.work import kernel_work
 from kinetolens.model.nesting import nearest_marked, outermost_marked
+from kinetolens.model.earlier_launches import without_earlier_iteration
 from kinetolens.model.trace import Trace
 
 GROUPINGS = {
@@ -237,6 +238,8 @@ def op_stats(
         raise ValueError(f"unknown aggregate {aggregate!r}; choose from {', '.join(AGGREGATES)}")
     if by == "kernel":
         return _kernel_stats(trace, aggregate, step)
+    # ops copied from the next iteration to name the previous one's tail are in no step: each op counts in its own
+    trace = without_earlier_iteration(trace)
     inst = op_instances(trace)
     if not include_annotations:
         inst = without_annotations(inst)
