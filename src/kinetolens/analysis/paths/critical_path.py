@@ -29,6 +29,7 @@ from kinetolens.analysis.paths.dependency_graph import DependencyGraph, TraceFac
 from kinetolens.analysis.paths.longest_path import CycleError
 from kinetolens.analysis.paths.longest_path import longest_path as chain_longest_path
 from kinetolens.errors import TraceError
+from kinetolens.model.clocks import gpu_clock_offset
 from kinetolens.model.trace import Trace
 
 BOUND_BY = (
@@ -141,31 +142,14 @@ def critical_path(trace: Trace, window: Window, facts: TraceFacts | None = None)
         summary=summarize(path, length),
         nodes=graph.nodes,
         edges=graph.edges.height,
-        notes=_clock_notes(graph),
+        notes=_clock_notes(trace, window),
     )
 
 
-#: Every GPU activity starting this long after its launch means the GPU's clock is offset (ns).
-CLOCK_OFFSET_NS = 1_000_000
-#: ... for at least this many activities (one kernel may really have waited that long).
-CLOCK_EVIDENCE = 5
-
-
-def _clock_notes(graph: DependencyGraph) -> list[str]:
-    """A launch takes microseconds: when even the quickest activity of the
-    window started more than a millisecond after its launch call, the GPU
-    clock is offset from the CPU's and launch overhead is inflated by that."""
-    ev = graph.events
-    gpu = ev["side"] == "gpu"
-    if int(gpu.sum()) < CLOCK_EVIDENCE or "launch_ts" not in ev.columns:
-        return []
-    quickest = (ev["ts"].filter(gpu) - ev["launch_ts"].filter(gpu)).min()
-    if quickest is None or quickest <= CLOCK_OFFSET_NS:
-        return []
-    return [
-        f"every GPU activity starts at least {quickest / 1e6:,.1f} ms after its launch: the GPU clock "
-        "looks offset from the CPU clock, so launch overhead is overstated by about that much"
-    ]
+def _clock_notes(trace: Trace, window: Window) -> list[str]:
+    """The model's clock check over the window's launched activities (:mod:`kinetolens.model.clocks`)."""
+    offset = gpu_clock_offset(trace, (window.start, window.end))
+    return [offset.sentence()] if offset is not None else []
 
 
 def _node_ts(graph: DependencyGraph, node: int) -> int:
