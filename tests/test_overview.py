@@ -386,7 +386,7 @@ def test_summary_json_has_steps_and_gpu_blocks() -> None:
     assert steps["mean_us"] == pytest.approx(steps["average_us"]["total"])
     (gpu,) = info["gpu"]
     assert gpu["device"] == 1 and gpu["peak_allocated_bytes"] == 6474129 * 1024
-    assert set(gpu) == {"device", "utilization", "sm_efficiency", "occupancy", "tensor_core_share", "peak_allocated_bytes",
+    assert set(gpu) == {"device", "name", "utilization", "sm_efficiency", "occupancy", "tensor_core_share", "peak_allocated_bytes",
                         "peak_basis", "live_at_start_bytes"}
 
 
