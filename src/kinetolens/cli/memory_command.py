@@ -16,6 +16,7 @@ from kinetolens.analysis.memory.usage import (
     WINDOW_SUM,
     category_peak,
     category_timeline,
+    how_to_record_memory,
     memory_curve,
     memory_events,
     memory_peaks,
@@ -75,7 +76,7 @@ def memory_command(
             raise TraceError(
                 trace,
                 "has no [memory] events" + (" to draw" if svg_path is not None else "")
-                + "; record with torch.profiler.profile(profile_memory=True) or kinetolens.profile(sample_rate=N)",
+                + "; " + how_to_record_memory(loaded.format),
             )
         _samples_only_report(trace, samples, sampled, json_)
         if svg_path is not None:

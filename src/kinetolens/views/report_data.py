@@ -19,7 +19,7 @@ from kinetolens.analysis.ranks.dist_report import dist_report
 from kinetolens.analysis.ranks.distributed import RankSummary
 from kinetolens.analysis.gputime.idle import idle_breakdown, temporal_breakdown
 from kinetolens.analysis.hardware.kernels import kernel_table, tensor_core_time
-from kinetolens.analysis.memory.usage import memory_curve, memory_events, memory_peaks
+from kinetolens.analysis.memory.usage import how_to_record_memory, memory_curve, memory_events, memory_peaks
 from kinetolens.analysis.hardware.module_tree import module_tree
 from kinetolens.analysis.workload.ops import op_stats, rank_basis, time_basis
 from kinetolens.analysis.gputime.overview import step_breakdown
@@ -237,7 +237,7 @@ def left_out(data: ReportData) -> dict[str, str]:
             "the ops carry no call sites (profile with with_stack=True)" if kind["pytorch"] else "the trace has no call sites"
         )
     if data.memory.height == 0 and data.memory_peaks.height == 0:
-        why["memory"] = "the trace has no memory events" + (" (profile with profile_memory=True)" if kind["pytorch"] else "")
+        why["memory"] = f"the trace has no memory events ({how_to_record_memory(data.trace.format)})"
     return {name: f"{SECTION_TITLES[name]} left out: {reason}." for name, reason in why.items()}
 
 

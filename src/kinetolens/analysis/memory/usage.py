@@ -60,6 +60,17 @@ BASIS_NOTES = {
 }
 
 
+def how_to_record_memory(trace_format: str) -> str:
+    """What records the allocator events the memory views read, for a trace of this format (one sentence)."""
+    if trace_format.startswith("nsys"):
+        return (
+            "an Nsight Systems export holds no PyTorch allocator events (nsys --cuda-memory-usage=true records "
+            "GPU memory usage for Nsight's own view only); capture a Kineto trace with "
+            "torch.profiler.profile(profile_memory=True) or kinetolens.profile(sample_rate=N) for this view"
+        )
+    return "record with torch.profiler.profile(profile_memory=True) or kinetolens.profile(sample_rate=N)"
+
+
 def device_label() -> pl.Expr:
     """``CPU``, ``GPU<id>`` (CUDA/HIP) or ``<TYPE><id>`` for other devices."""
     name = pl.col("device_type").replace_strict(

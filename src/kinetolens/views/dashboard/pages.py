@@ -14,7 +14,7 @@ from typing import Any
 import polars as pl
 
 from kinetolens.analysis.hardware.kernels import tensor_core_time
-from kinetolens.analysis.memory.usage import memory_curve, memory_events, memory_peaks
+from kinetolens.analysis.memory.usage import how_to_record_memory, memory_curve, memory_events, memory_peaks
 from kinetolens.analysis.memory.allocations import pairable
 from kinetolens.analysis.workload.ops import op_stats, rank_basis, time_basis
 from kinetolens.analysis.advice.recommendations import damaged_inputs, recommendations_frame
@@ -201,9 +201,7 @@ def roofline(ctx: Ctx) -> list[Block]:
 
 def memory(ctx: Ctx) -> list[Block]:
     if ctx.trace.memory.height == 0:
-        why = ("this Nsight export holds no allocator records" if _nsys(ctx)
-               else "it has no memory records (profile with profile_memory=True)")
-        return [unavailable("Memory is", why)]
+        return [unavailable("Memory is", f"it has no memory records: {how_to_record_memory(ctx.trace.format)}")]
     events, _ = memory_window(ctx)
     device = ctx.args.get("device", "")
     peaks = memory_peaks(events)
