@@ -92,7 +92,8 @@ def test_dist_with_a_local_pool_names_the_corrupt_rank_in_one_line(tmp_path: Pat
     bad = run / "rank-1.json"
     bad.write_text('{"traceEvents": [{"ph": "X", "name": "aten::mm", ')
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"), "KINETOLENS_CACHE_DIR": str(tmp_path / "cache")}
-    done = subprocess.run([sys.executable, "-m", "kinetolens.cli.main", "dist", str(run), "--executor", "local:2"],
+    # --strict: the bad rank's error crosses the pool whole and stops the command in one line
+    done = subprocess.run([sys.executable, "-m", "kinetolens.cli.main", "dist", str(run), "--executor", "local:2", "--strict"],
                           env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert "Traceback" not in done.stderr and "BrokenProcessPool" not in done.stderr, done.stderr[-2000:]
     lines = [line for line in done.stderr.splitlines() if line.strip()]

@@ -23,7 +23,7 @@ from kinetolens.analysis.paths.critical_path import (
 )
 from kinetolens.cache import is_url
 from kinetolens.cli.checks import ROWS, WIDTH
-from kinetolens.cli.load_options import TraceLoading, trace_load_options
+from kinetolens.cli.load_options import TraceLoading, strict_option, trace_load_options
 from kinetolens.registry.words import counted
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import emit_json
@@ -55,6 +55,7 @@ def _short(name: str | None, chars: int = NAME_CHARS) -> str:
 @click.option("--perfetto", "perfetto", type=click.Path(dir_okay=False), default=None, help="Also write the annotated trace with a critical-path track (.json or .json.gz) for ui.perfetto.dev.")
 @click.option("--keep-last-step", is_flag=True, help="Keep a last step the profiler cut short.")
 @trace_load_options()
+@strict_option
 @click.option(
     "--executor", default=None, metavar="SPEC",
     help="RUNDIR: local, local:N, or dask://HOST:PORT (default: $DASK_SCHEDULER_ADDRESS if set, else a local process pool).",
@@ -70,6 +71,7 @@ def critical_path_command(
     perfetto: str | None,
     keep_last_step: bool,
     loading: TraceLoading,
+    strict: bool,
     executor: str | None,
 ) -> None:
     """The longest dependency path through each step and what bounds it.
@@ -90,7 +92,7 @@ def critical_path_command(
             raise click.UsageError("with a RUNDIR, use --step (no --annotation, --perfetto or --keep-last-step)")
         from kinetolens.cli.cross_rank_view import show_run
 
-        show_run(trace, step, top, json_, width, executor, loading.cache)
+        show_run(trace, step, top, json_, width, executor, loading.cache, strict)
         return
     if executor is not None:
         raise click.UsageError("--executor is for a RUNDIR of several ranks' traces")

@@ -22,9 +22,12 @@ from kinetolens.views.bound_labels import BOUND_LABELS as LABELS
 MAX_STEP_ROWS = 12
 
 
-def show_run(run_dir: str, step: int | None, top: int, json_: bool, width: int | None, executor: str | None, cache: bool) -> None:
+def show_run(
+    run_dir: str, step: int | None, top: int, json_: bool, width: int | None, executor: str | None, cache: bool,
+    strict: bool = False,
+) -> None:
     notes: list[str] = []
-    ranks = run_graphs(run_dir, executor, cache=cache, notes=notes)
+    ranks = run_graphs(run_dir, executor, cache=cache, notes=notes, strict=strict)
     for note in notes:  # on stderr: --json output stays one JSON document
         click.echo(f"kinetolens: note: {note}", err=True)
     paths = run_paths(ranks, step, run_dir)
@@ -128,14 +131,16 @@ def _print_steps(console: Console, paths: list[CrossRankPath]) -> None:
     console.print(t)
 
 
-def show_run_whatif(run_dir: str, changes: list, step: int | None, json_: bool, width: int | None, cache: bool) -> None:
+def show_run_whatif(
+    run_dir: str, changes: list, step: int | None, json_: bool, width: int | None, cache: bool, strict: bool = False
+) -> None:
     """``kinetolens whatif RUNDIR --change rank:N=median``: the predicted step after the changes."""
     from kinetolens.analysis.paths.cross_rank_whatif import RunWhatIf
     from kinetolens.analysis.paths.whatif import BadChange
     from kinetolens.runs.graphs import run_whatif
 
     notes: list[str] = []
-    ranks = run_graphs(run_dir, None, cache=cache, notes=notes)
+    ranks = run_graphs(run_dir, None, cache=cache, notes=notes, strict=strict)
     for note in notes:
         click.echo(f"kinetolens: note: {note}", err=True)
     try:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from kinetolens.cli.load_options import TraceLoading, trace_load_options
+from kinetolens.cli.load_options import TraceLoading, strict_option, trace_load_options
 
 if TYPE_CHECKING:
     import polars as pl
@@ -22,12 +22,13 @@ if TYPE_CHECKING:
     "--json", "json_", is_flag=True, help="Print every table as one JSON object."
 )
 @trace_load_options()
+@strict_option
 @click.option(
     "--cache-dir", default=None, metavar="DIR|URL",
     help="Where the per-rank Parquet caches go: a directory or an fsspec URL (default: $KINETOLENS_CACHE_DIR, else ~/.cache/kinetolens).",
 )  # fmt: skip
 def dist_command(
-    run_dir: str, executor: str | None, json_: bool, loading: TraceLoading, cache_dir: str | None
+    run_dir: str, executor: str | None, json_: bool, loading: TraceLoading, strict: bool, cache_dir: str | None
 ) -> None:
     """Step time per rank, computation / communication overlap, collectives
     (synchronizing vs data transfer, bus bandwidth) and stragglers.
@@ -46,7 +47,7 @@ def dist_command(
         raise click.UsageError("--no-cache and --cache-dir exclude each other")
     cache = cache_dir if loading.cache and cache_dir is not None else loading.cache
     notes: list[str] = []
-    summaries = summarize_run(run_dir, executor, cache=cache, notes=notes)
+    summaries = summarize_run(run_dir, executor, cache=cache, notes=notes, strict=strict)
     report = dist_report(summaries)
     for note in [*notes, *report.notes]:  # on stderr: --json output stays one JSON document
         click.echo(f"kinetolens: note: {note}", err=True)

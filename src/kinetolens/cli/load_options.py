@@ -68,3 +68,10 @@ def trace_load_options(*, capture: bool = False) -> Callable[[F], F]:
         return no_cache_option(decorated)  # type: ignore[no-any-return]
 
     return decorate
+
+
+#: For commands over a run's ranks: one rank's bad trace stops the command instead of being left out.
+strict_option = click.option(
+    "--strict", is_flag=True,
+    help="A run with a rank whose trace cannot be read: stop with its error (exit 2) instead of leaving that rank out.",
+)  # fmt: skip

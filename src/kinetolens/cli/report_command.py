@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from kinetolens.cli.load_options import TraceLoading, trace_load_options
+from kinetolens.cli.load_options import TraceLoading, strict_option, trace_load_options
 from kinetolens.errors import TraceError
 
 
@@ -18,8 +18,9 @@ from kinetolens.errors import TraceError
               help="html (self-contained, charts included) or md. Default: from -o's suffix, else html.")  # fmt: skip
 @click.option("--title", default=None, help="Report title (default: the trace file's name).")
 @trace_load_options(capture=True)
+@strict_option
 def report_command(
-    trace_or_run: str, output: str | None, fmt: str | None, title: str | None, loading: TraceLoading
+    trace_or_run: str, output: str | None, fmt: str | None, title: str | None, loading: TraceLoading, strict: bool
 ) -> None:
     """Overview, recommendations, top ops, kernels, modules, roofline, memory
     and GPU idle time of TRACE_OR_RUN in one file.
@@ -44,7 +45,11 @@ def report_command(
     if note is not None:  # a run of several ranks: every rank, side by side, and the path across them
         from kinetolens.runs.graphs import run_summaries_and_graphs
 
-        ranks, graphs = run_summaries_and_graphs(trace_or_run, cache=loading.cache)
+        notes: list[str] = []
+        ranks, graphs = run_summaries_and_graphs(trace_or_run, cache=loading.cache, notes=notes, strict=strict)
+        for line in notes:
+            click.echo(f"kinetolens: note: {line}", err=True)
+        note = " ".join([note, *(f"{line}." for line in notes)])
     data = collect(loading.load(str(path)), title=title, note=note, ranks=ranks, graphs=graphs)
     if fmt == "md":
         from kinetolens.views.report_md import render_md

@@ -10,7 +10,7 @@ from rich.text import Text
 from kinetolens.analysis.paths.whatif import BadChange, Change, WhatIf, parse_change
 from kinetolens.cli.checks import WIDTH
 from kinetolens.cli.critical_path_command import LABELS
-from kinetolens.cli.load_options import TraceLoading, trace_load_options
+from kinetolens.cli.load_options import TraceLoading, strict_option, trace_load_options
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import emit_json
 from kinetolens.views.units import duration, in_unit, percent, time_unit
@@ -34,8 +34,10 @@ def _changes(_ctx: click.Context, _param: click.Parameter, value: tuple[str, ...
 @click.option("--json", "json_", is_flag=True, help="Measured and predicted time per step, and the new path's split, as JSON.")
 @click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width (default: the terminal's).")
 @trace_load_options()
+@strict_option
 def whatif_command(
-    trace: str, changes: list[Change], step: int | None, json_: bool, width: int | None, loading: TraceLoading
+    trace: str, changes: list[Change], step: int | None, json_: bool, width: int | None, loading: TraceLoading,
+    strict: bool,
 ) -> None:
     """Predict the step time after CHANGES, and what would bound the step then.
 
@@ -51,7 +53,7 @@ def whatif_command(
     if is_run_dir(trace):  # every rank's step joined at collectives; rank:N=median, category:C=F
         from kinetolens.cli.cross_rank_view import show_run_whatif
 
-        show_run_whatif(trace, changes, step, json_, width, loading.cache)
+        show_run_whatif(trace, changes, step, json_, width, loading.cache, strict)
         return
 
     result = whatif(loading.load(trace), changes, step)

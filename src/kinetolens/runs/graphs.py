@@ -42,9 +42,11 @@ def run_graphs(
     executor: Executor | str | None = None,
     cache: bool | str | Path = True,
     notes: list[str] | None = None,
+    strict: bool = False,
 ) -> list[RankGraphs]:
-    """Every rank's step graphs, in rank order (one trace per rank, as ``dist`` picks them)."""
-    return map_ranks(run_dir, graphs_file, executor, cache, notes)
+    """Every rank's step graphs, in rank order (one trace per rank, as ``dist`` picks them; a bad rank's
+    trace left out and named in ``notes`` unless ``strict``)."""
+    return map_ranks(run_dir, graphs_file, executor, cache, notes, strict)
 
 
 @dataclass
@@ -73,10 +75,11 @@ def run_summaries_and_graphs(
     executor: Executor | str | None = None,
     cache: bool | str | Path = True,
     notes: list[str] | None = None,
+    strict: bool = False,
 ) -> tuple[list[RankSummary], list[RankGraphs] | str]:
     """Every rank's summary and step graphs, each trace loaded once (``kinetolens report RUNDIR``):
     the graphs, or the first rank's reason for having none."""
-    parts = map_ranks(run_dir, parts_file, executor, cache, notes)
+    parts = map_ranks(run_dir, parts_file, executor, cache, notes, strict)
     why = next((p.graphs for p in parts if isinstance(p.graphs, str)), None)
     graphs = [p.graphs for p in parts if not isinstance(p.graphs, str)]
     return [p.summary for p in parts], why if why is not None else graphs

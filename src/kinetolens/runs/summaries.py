@@ -47,6 +47,27 @@ class RankJob:
     size: int | None = None
 
 
+@dataclass(frozen=True)
+class RankFailure:
+    """A rank whose trace could not be analysed: its file and the one-line reason."""
+
+    path: str
+    problem: str
+
+
+@dataclass(frozen=True)
+class _Guarded:
+    """``fn`` with a rank's bad input returned, not raised, so the other ranks still count (picklable)."""
+
+    fn: Callable[[RankJob], Any]
+
+    def __call__(self, job: RankJob) -> Any:
+        try:
+            return self.fn(job)
+        except TraceError as exc:
+            return RankFailure(exc.path, exc.problem)
+
+
 def summarize_file(job: RankJob) -> RankSummary:
     """Load one rank's trace (through the cache) and summarize it."""
     return rank_summary(load_source(job.path, job.cache), job.rank)
@@ -90,6 +111,7 @@ def summarize_run(
     executor: Executor | str | None = None,
     cache: bool | str | Path = True,
     notes: list[str] | None = None,
+    strict: bool = False,
 ) -> list[RankSummary]:
     """Summaries of every rank of ``run_dir`` (a directory or an fsspec URL),
     in rank order.  ``cache``: True for ``$KINETOLENS_CACHE_DIR`` or the
@@ -97,9 +119,10 @@ def summarize_run(
 
     One trace per rank: where several files are of one rank (by name, or,
     once loaded, by the rank they record) the newest is used, and a line
-    saying so is appended to ``notes``.
+    saying so is appended to ``notes``; so is a rank whose trace is bad
+    input, left out (unless ``strict``: then its error is raised).
     """
-    return map_ranks(run_dir, summarize_file, executor, cache, notes)
+    return map_ranks(run_dir, summarize_file, executor, cache, notes, strict)
 
 
 def map_ranks(
@@ -108,10 +131,15 @@ def map_ranks(
     executor: Executor | str | None = None,
     cache: bool | str | Path = True,
     notes: list[str] | None = None,
+    strict: bool = False,
 ) -> list[R]:
     """``fn`` (a picklable function of a :class:`RankJob` returning something
     with a ``rank``) over the newest trace of each rank of ``run_dir``, on
-    the executor, in rank order (see :func:`summarize_run`)."""
+    the executor, in rank order (see :func:`summarize_run`).
+
+    A rank whose trace is bad input is left out and named in ``notes`` with
+    its error, so one corrupt file of N does not stop the other N-1; with
+    ``strict`` (or when no rank is left) its error is raised instead."""
     traces, left_out = newest_per_rank(rank_traces(run_dir, notes))
     ex = (
         executor
@@ -119,7 +147,15 @@ def map_ranks(
         else executor_for(executor)
     )
     where = cache_location(cache)
-    summaries = ex.map(fn, [_job(t, where) for t in traces])
+    results = ex.map(_Guarded(fn), [_job(t, where) for t in traces])
+    failed = [r for r in results if isinstance(r, RankFailure)]
+    if failed and (strict or len(failed) == len(results)):
+        raise TraceError(failed[0].path, failed[0].problem)
+    if notes is not None:
+        notes += [f"{f.path}: {f.problem} (this rank is left out of every figure; --strict stops instead)" for f in failed]
+    kept = [(s, t) for s, t in zip(results, traces, strict=True) if not isinstance(s, RankFailure)]
+    summaries = [s for s, _ in kept]
+    traces = [t for _, t in kept]
     newest: dict[int, tuple[R, RunTrace]] = {}
     for s, t in zip(summaries, traces, strict=True):
         if s.rank not in newest or trace_age(t) > trace_age(newest[s.rank][1]):
