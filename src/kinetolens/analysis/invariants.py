@@ -17,6 +17,7 @@ two decimals some tables round to, three times over for a sum of three).
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -220,10 +221,11 @@ def step_windows_disjoint_in_trace(steps: pl.DataFrame, trace_span: tuple[int, i
 
 
 @invariant("summary_agrees_with_analyses")
-def summary_agrees_with_analyses(summary: dict[str, Any], breakdown: pl.DataFrame, gpu_metrics: pl.DataFrame) -> Iterator[Bad]:
+def summary_agrees_with_analyses(summary: dict[str, Any], unit_breakdown: pl.DataFrame, gpu_metrics: pl.DataFrame) -> Iterator[Bad]:
     """A figure is defined once: the summary's step time and GPU utilization are those the analyses compute."""
     from kinetolens.analysis.gputime.overview import average_breakdown
 
+    breakdown = unit_breakdown  # per step, or per engine iteration of an inference trace
     steps = summary.get("steps") or {}
     if breakdown.height and steps.get("average_us"):
         mean = average_breakdown(breakdown)["total"] / 1000.0
@@ -264,8 +266,12 @@ def critical_path_bound_within_work(paths: list[Any], stream_work: pl.DataFrame)
         rows = p.path.filter(pl.col("us") > 0)
         if rows.height == 0:
             continue
-        lo = float(rows["start_us"].min()) * 1000  # type: ignore[arg-type]
-        hi = float((rows["start_us"] + rows["us"]).max()) * 1000  # type: ignore[arg-type]
+        # The path's times are absolute microseconds in floats: near 1.7e15 us
+        # they step by 0.25 us, so the span is widened by that rounding.
+        first = float(rows["start_us"].min())  # type: ignore[arg-type]
+        slack = math.ulp(abs(first)) * 1000
+        lo = first * 1000 - slack
+        hi = float((rows["start_us"] + rows["us"]).max()) * 1000 + slack  # type: ignore[arg-type]
         for bound, kind in PATH_GPU_BOUNDS.items():
             on_path = float(rows.filter(pl.col("bound_by") == bound)["us"].sum())
             if on_path <= 0:
@@ -284,7 +290,9 @@ def critical_path_bound_within_work(paths: list[Any], stream_work: pl.DataFrame)
 @invariant("recommendation_saves_and_shortens")
 def recommendation_saves_and_shortens(summary: dict[str, Any]) -> Iterator[Bad]:
     """Advice saves time or says nothing: a saving is >= 0 and the step it predicts is no longer than today's."""
-    step_ms = ((summary.get("steps") or {}).get("mean_us") or 0.0) / 1000.0
+    steps = summary.get("steps") or {}
+    step_us = steps.get("mean_us") or (steps.get("average_us") or {}).get("total") or 0.0
+    step_ms = step_us / 1000.0
     for f in summary.get("recommendations") or []:
         saving, predicted = f.get("saving_ms"), f.get("predicted_step_ms")
         if saving is not None and saving < -EPS_US / 1000:
@@ -407,6 +415,13 @@ def _gpu_time_us(r: Results) -> float:
     return float(k.filter(pl.col("dur") > 0)["dur"].sum()) / 1000.0 if k.height else 0.0
 
 
+def _unit_breakdown(r: Results) -> pl.DataFrame:
+    """The breakdown the advice and the summary are per: steps, or an inference trace's iterations."""
+    from kinetolens.analysis.advice.recommendations import RuleContext
+
+    return RuleContext(r.trace).breakdown  # type: ignore[arg-type]
+
+
 def _producers() -> dict[str, Callable[[Results], Any]]:
     from kinetolens.analysis.gputime import idle
     from kinetolens.analysis.gputime.gpu_streams import stream_work
@@ -420,6 +435,7 @@ def _producers() -> dict[str, Callable[[Results], Any]]:
         "steps": lambda r: r.trace.steps,
         "trace_span": _trace_span,
         "breakdown": lambda r: step_breakdown(r.trace),
+        "unit_breakdown": _unit_breakdown,
         "idle_gaps": lambda r: idle.idle_gaps(r.trace),
         "idle_stats": lambda r: idle.idle_gap_stats(r.trace),
         "idle_breakdown": lambda r: idle.idle_breakdown(r.trace),

@@ -18,6 +18,7 @@ from kinetolens.cli.analysis_commands import (
 )
 from kinetolens.cli.cache_command import cache_command
 from kinetolens.cli.capture_commands import demo_command, run_command
+from kinetolens.cli.check_command import check_command
 from kinetolens.cli.checks import one_line
 from kinetolens.cli.compiled_command import compiled_command
 from kinetolens.cli.counters_command import counters_command
@@ -65,6 +66,7 @@ cli.add_command(export_command, "export")
 cli.add_command(cache_command, "cache")
 cli.add_command(critical_path_command, "critical-path")
 cli.add_command(whatif_command, "whatif")
+cli.add_command(check_command, "check")
 
 
 def main(argv: list[str] | None = None) -> None:
