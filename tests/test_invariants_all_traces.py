@@ -31,7 +31,8 @@ from kinetolens.registry.gpus import SPECS
 from tests.conftest import TRACES
 
 REPO = Path(__file__).resolve().parents[1]
-NOT_TRACES = {"benchmark_simple_add_et.json.gz", "execution_details.json"}
+#: A PyTorch execution trace, graph-capture metadata and a rocprofv3 JSON: not traces kinetolens reads.
+NOT_TRACES = {"benchmark_simple_add_et.json.gz", "execution_details.json", "908_results.json.gz"}
 ALL = sorted(
     p
     for p in TRACES.rglob("*")
