@@ -118,6 +118,11 @@ COMMANDS: dict[str, Entry] = {
         "export_command",
         "Write TRACE's tables, or a Chrome/Perfetto trace annotated with kinetolens' attribution.",
     ),
+    "check": Entry(
+        "kinetolens.cli.check_command",
+        "check_command",
+        "Check that every result of TRACE (or each rank of RUNDIR) keeps the invariants: no negative time, shares within their whole, ...",
+    ),
     "cache": Entry(
         "kinetolens.cli.cache_command",
         "cache_command",

@@ -800,7 +800,7 @@ def findings(ctx: RuleContext) -> list[Finding]:
         return []
     found = [f for rule in RULES if applies(rule, ctx.kind) for f in rule(ctx)]
     if ctx.iterations is None:  # the simulator re-times steps, not an engine's iterations
-        found = simulated(found, ctx.trace, ctx.changes)
+        found = simulated(found, ctx.trace, ctx.changes, step_ms=ctx.step_ms)
     if ctx.kind.inference:
         found = served(found, per_iteration=ctx.iterations is not None)
     return sorted(found, key=lambda f: -f.saving_ms)  # stable: ties keep RULES order
@@ -822,11 +822,18 @@ SIMULATED: dict[str, tuple[str, ...]] = {
 SIMULATED_FROM: dict[str, tuple[str, ...]] = {"host_bound": ("category:data_loading=0",)}
 
 
-def simulated(found: list[Finding], trace: Trace, made: dict[str, list[Any]] | None = None) -> list[Finding]:
+def simulated(
+    found: list[Finding], trace: Trace, made: dict[str, list[Any]] | None = None, step_ms: float | None = None
+) -> list[Finding]:
     """``found`` with the savings of :data:`SIMULATED` rules (and of rules that
     put their change in ``made``) taken from the what-if simulator, each
     step's graph built once for all of them.  A trace the simulator cannot
-    re-time keeps the formula estimates."""
+    re-time keeps the formula estimates.
+
+    The predicted step is today's step as every view shows it (``step_ms``,
+    the step breakdown's mean) less the saving, not the simulator's own
+    re-timing of the measured graph: a path shorter or longer than the step
+    would otherwise predict a step longer than today's for a saving >= 0."""
     from dataclasses import replace
 
     from kinetolens.analysis.paths.whatif import parse_change, whatif_many
@@ -853,8 +860,9 @@ def simulated(found: list[Finding], trace: Trace, made: dict[str, list[Any]] | N
             continue
         after = results[plan[f.rule]].predicted_us
         before = results[SIMULATED_FROM.get(f.rule, ())].predicted_us
-        saving = max(before - after, 0.0) / 1000
-        predicted = measured / 1000 - saving
+        today = step_ms or measured / 1000
+        saving = min(max(before - after, 0.0) / 1000, today)
+        predicted = today - saving
         spec = " ".join(c for c in plan[f.rule] if c not in SIMULATED_FROM.get(f.rule, ()))
         basis = f" after {' '.join(SIMULATED_FROM[f.rule])}" if f.rule in SIMULATED_FROM else ""
         how = (
@@ -864,7 +872,7 @@ def simulated(found: list[Finding], trace: Trace, made: dict[str, list[Any]] | N
         )
         estimate = (
             f"simulated: each step's dependency graph re-timed with {how}; "
-            f"predicted step time after the change: {predicted:,.3g} ms, {-saving / (measured / 1000):+.0%}"
+            f"predicted step time after the change: {predicted:,.3g} ms, {-saving / today:+.0%}"
         )
         out.append(replace(f, saving_ms=saving, estimate=estimate, predicted_step_ms=predicted, whatif=None if f.rule in made else spec))
     return out

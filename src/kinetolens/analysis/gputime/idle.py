@@ -191,10 +191,17 @@ def idle_gaps(trace: Trace, kernel_wait_us: float = KERNEL_WAIT_US) -> pl.DataFr
     began after the previous work had ended (the host was late),
     ``kernel_wait`` when it is shorter than ``kernel_wait_us`` (launch
     overhead between queued work), else ``other``.
+
+    Work that starts before everything earlier on its stream has ended
+    (kernels overlapping on one stream, as Blackwell's programmatic
+    dependent launch lets them) leaves no gap: the gap is measured from the
+    latest end so far, and an overlap is not a gap (never negative idle).
     """
     work = stream_work(trace).sort(["stream", "ts"], maintain_order=True)
-    prev_end = pl.col("end").shift(1).over("stream")
-    gaps = work.with_columns(prev_end=prev_end).filter(pl.col("prev_end").is_not_null())
+    prev_end = pl.col("end").cum_max().shift(1).over("stream")
+    gaps = work.with_columns(prev_end=prev_end).filter(
+        pl.col("prev_end").is_not_null() & (pl.col("ts") >= pl.col("prev_end"))
+    )
     gap = pl.col("ts") - pl.col("prev_end")
     category = (
         pl.when(pl.col("launch_ts") > pl.col("prev_end")).then(pl.lit("host_wait"))

@@ -507,14 +507,25 @@ def _gpu_edges(cols: _Columns, wait_dst: np.ndarray, wait_end: np.ndarray) -> _E
     prev = np.full(n, -1, dtype=np.int64)
     prev[on_stream[1:]] = np.where(new[1:], -1, on_stream[:-1])
     launched = (busy < launch_ts) & (sync_end < launch_ts)
-    prev_end = np.where(prev >= 0, end[np.maximum(prev, 0)], 0)
+    # The latest end of the activities before each one on its stream: work
+    # that starts before it (kernels overlapping on one stream, as
+    # programmatic dependent launch lets them) shares that time with the
+    # work before, so its own run on a path is only the part after it.
+    prev_end = np.full(n, 0, dtype=np.int64)
+    sorted_end = end[on_stream]
+    firsts = np.flatnonzero(new) if n else np.zeros(0, dtype=np.int64)
+    for a, b in zip(firsts, [*firsts[1:], n], strict=True):
+        running = np.maximum.accumulate(sorted_end[a:b])
+        prev_end[on_stream[a + 1 : b]] = running[:-1]
+    prev_end = np.where(prev >= 0, prev_end, 0)
     queued = ~launched & (prev >= 0) & (sync_end < prev_end)
+    own_start = np.where(prev >= 0, np.clip(prev_end, ts, end), ts)
     o = order
-    run = _Edges(2 * eid[o], 2 * eid[o] + 1, end[o] - ts[o], EDGE_TYPES.index("kernel"), eid[o])
+    run = _Edges(2 * eid[o], 2 * eid[o] + 1, end[o] - own_start[o], EDGE_TYPES.index("kernel"), eid[o])
     lo = o[rt_eid[o] >= 0]
     launch = _Edges(2 * rt_eid[lo], 2 * eid[lo], np.where(launched[lo], ts[lo] - launch_ts[lo], 0), EDGE_TYPES.index("launch"), eid[lo])
     q = o[queued[o]]
-    gap = _Edges(2 * eid[prev[q]] + 1, 2 * eid[q], ts[q] - prev_end[q], EDGE_TYPES.index("kernel_gap"), eid[prev[q]])
+    gap = _Edges(2 * eid[prev[q]] + 1, 2 * eid[q], np.maximum(ts[q] - prev_end[q], 0), EDGE_TYPES.index("kernel_gap"), eid[prev[q]])
     return _Edges.concat([run, launch, gap])
 
 
