@@ -49,7 +49,7 @@ from kinetolens.analysis.paths.critical_path import (
     whole_window,
 )
 from kinetolens.analysis.paths.dependency_graph import DependencyGraph, TraceFacts, build_graph
-from kinetolens.analysis.paths.longest_path import longest_path
+from kinetolens.analysis.paths.longest_path import Contracted
 from kinetolens.analysis.paths.whatif_changes import BadChange, Change, change_mask, parse_change
 from kinetolens.model.trace import Trace
 
@@ -311,6 +311,8 @@ class Replay:
     measured_ns: float
     window: Window
     base_ns: int = 0
+    #: The longest-path searches' contracted graphs, by edge sources (:func:`_run`).
+    searches: dict[bytes, Contracted] = field(default_factory=dict, repr=False)
 
 
 def prepare(graph: DependencyGraph, measured_ns: float | None = None, step_name: str | None = None, window: Window | None = None) -> Replay:
@@ -383,7 +385,12 @@ def _run(r: Replay, weights: np.ndarray, src: np.ndarray | None = None) -> tuple
     a = np.concatenate([src, *extra_src])
     b = np.concatenate([dst, *extra_dst])
     ww = np.concatenate([weights + r.residual[dst], *extra_w]).astype(np.int64)
-    nodes = longest_path(a, b, ww, n2 + 2)
+    # Change sets change weights, and an overlap the sources of some edges: the
+    # contracted graph is built once per distinct topology of the step.
+    key = src.tobytes()
+    if key not in r.searches:
+        r.searches[key] = Contracted(a, b, n2 + 2)
+    nodes = r.searches[key].path(ww)
     if len(nodes) < 2:
         return 0, nodes
     key = a * np.int64(n2 + 2) + b
