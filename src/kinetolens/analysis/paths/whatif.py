@@ -176,6 +176,7 @@ def iter_replays(trace: Trace, windows: list[Window]) -> Iterator[Replay]:
         row = trace.steps.filter(pl.col("step") == w.step) if w.step is not None else trace.steps.clear()
         measured = float(row["dur"][0]) if row.height else None
         yield prepare(graph, measured_ns=measured, step_name=w.label if w.step is not None else None, window=w)
+        del graph  # before the next window's is built
 
 
 def replays(trace: Trace, step: int | None = None) -> list[Replay]:
@@ -207,6 +208,7 @@ def whatif_many(
     for r in iter_replays(trace, picked):
         for result in out:
             result.steps.append(predict(r, result.changes, paths))
+        del r  # before the next step's graph is built
     return out
 
 
