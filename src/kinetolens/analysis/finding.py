@@ -23,6 +23,8 @@ class Finding:
     whatif: str | None = None
     #: What ``saving_ms`` is per: ``step``, or ``iteration`` on an inference trace (:mod:`kinetolens.analysis.advice.inference`).
     per: str = "step"
+    #: The steps the saving was simulated on when only a sample was (``"8 of 60 steps"``); None: all of them.
+    simulated_on: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

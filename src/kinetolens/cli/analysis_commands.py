@@ -193,6 +193,9 @@ def _print_recommendations(console: Console, findings: list[dict]) -> None:
     per = findings[0].get("per", "step")  # an inference trace's: per engine iteration
     console.print(Text(f"What to change first (estimated saving per {per})", style="bold"))
     width = min(console.width, 100_000)
+    sampled = next((f["simulated_on"] for f in findings[:TOP_RECOMMENDATIONS] if f.get("simulated_on")), None)
+    if sampled:
+        console.print(Text(f"savings simulated on {sampled} (evenly spaced over the trace)"))
     for i, f in enumerate(findings[:TOP_RECOMMENDATIONS], 1):
         predicted = f" (step -> {f['predicted_step_ms']:.2f} ms)" if f.get("predicted_step_ms") is not None else ""
         for text in (f"{i}. {f['saving_ms']:.2f} ms{predicted}  {f['title']}: {f['evidence']}", f"change: {f['change']}"):

@@ -871,10 +871,10 @@ def simulated(
             else f"{spec}{basis} (kinetolens whatif)"
         )
         estimate = (
-            f"simulated: each step's dependency graph re-timed with {how}; "
+            f"simulated: {results[()].re_timed} re-timed with {how}; "
             f"predicted step time after the change: {predicted:,.3g} ms, {-saving / today:+.0%}"
         )
-        out.append(replace(f, saving_ms=saving, estimate=estimate, predicted_step_ms=predicted, whatif=None if f.rule in made else spec))
+        out.append(replace(f, saving_ms=saving, estimate=estimate, predicted_step_ms=predicted, whatif=None if f.rule in made else spec, simulated_on=results[()].sampled))
     return out
 
 

@@ -88,57 +88,75 @@ def _lowest_longest(g: rx.PyDiGraph, a: np.ndarray, b: np.ndarray, w: np.ndarray
     return np.asarray(path[::-1], dtype=np.int64)
 
 
+class Contracted:
+    """A graph's plain chains contracted and its rustworkx graph built, once per
+    topology: the what-if re-times one step's graph with several change sets,
+    which change weights, not edges, and building the graph cost as much as the
+    search.  The edges' data are their contracted indices, so that weights can
+    change from one search to the next."""
+
+    def __init__(self, src: np.ndarray, dst: np.ndarray, nodes: int) -> None:
+        self.src, self.dst, self.nodes = src, dst, nodes
+        edges = src.size
+        ids = np.arange(edges)
+        through = (np.bincount(dst, minlength=nodes) == 1) & (np.bincount(src, minlength=nodes) == 1)
+        in_edge = np.full(nodes, -1, dtype=np.int64)
+        in_edge[dst] = ids
+        out_edge = np.full(nodes, -1, dtype=np.int64)
+        out_edge[src] = ids
+        # prev[e] / next[e]: the edge before / after e on its chain (e itself at the chain's ends).
+        prev = np.where(through[src], in_edge[src], ids)
+        self.head = _root(prev)
+        self.rank = _depth(prev)
+        last = _root(np.where(through[dst], out_edge[dst], ids))
+        self.heads = np.flatnonzero(self.head == ids)
+        c_src, c_dst = src[self.heads], dst[last[self.heads]]
+        used = np.zeros(nodes, dtype=bool)
+        used[c_src] = True
+        used[c_dst] = True
+        self.kept = np.flatnonzero(used)
+        index = np.cumsum(used) - 1
+        self.a, self.b = index[c_src], index[c_dst]
+        self.graph = rx.PyDiGraph(check_cycle=False, multigraph=True, node_count_hint=self.kept.size, edge_count_hint=self.heads.size)
+        self.graph.add_nodes_from(range(self.kept.size))
+        self.graph.add_edges_from(list(zip(self.a.tolist(), self.b.tolist(), range(self.heads.size))))
+
+    def path(self, weight: np.ndarray, ties: str = "rustworkx") -> list[int]:
+        """Node ids along a heaviest path under ``weight`` (see :func:`longest_path`)."""
+        edges, kept = self.src.size, self.kept
+        head, heads, a, b = self.head, self.heads, self.a, self.b
+        total = np.bincount(head, weights=weight.astype(np.float64), minlength=edges)
+        c_w = np.rint(total[heads]).astype(np.int64)
+        if ties == "lowest":
+            path = _lowest_longest(self.graph, a, b, c_w, kept.size)
+        else:
+            w = c_w.tolist()
+            try:
+                path = np.asarray(rx.dag_longest_path(self.graph, weight_fn=lambda _u, _v, i: w[i]), dtype=np.int64)
+            except rx.DAGHasCycle:
+                raise CycleError("the dependency graph has a cycle") from None
+        if path.size < 2:
+            return kept[path].tolist()
+        # Between two kept nodes, the heaviest contracted edge is the one the path took.
+        key = a * kept.size + b
+        step_key = path[:-1] * kept.size + path[1:]
+        by_key = np.lexsort((-c_w, key))
+        first = by_key[np.searchsorted(key[by_key], step_key)]
+        chosen = heads[first]
+        # Expand each chosen chain in order: its edges, by rank.
+        pos = np.full(edges, -1, dtype=np.int64)
+        pos[chosen] = np.arange(chosen.size)
+        on = np.flatnonzero(pos[head] >= 0)
+        on = on[np.lexsort((self.rank[on], pos[head[on]]))]
+        return [int(self.src[on[0]]), *self.dst[on].tolist()]
+
+
 def longest_path(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, nodes: int, ties: str = "rustworkx") -> list[int]:
     """Node ids along a heaviest path (weights are non-negative integers).
 
     ``ties="lowest"``: equal lengths resolve to the lowest node ids (the same
-    path in every run); the default keeps rustworkx's choice."""
-    edges = src.size
-    if edges == 0:
+    path in every run); the default keeps rustworkx's choice.  Several
+    searches on one topology: :class:`Contracted` (built once)."""
+    if src.size == 0:
         return []
-    ids = np.arange(edges)
-    through = (np.bincount(dst, minlength=nodes) == 1) & (np.bincount(src, minlength=nodes) == 1)
-    in_edge = np.full(nodes, -1, dtype=np.int64)
-    in_edge[dst] = ids
-    out_edge = np.full(nodes, -1, dtype=np.int64)
-    out_edge[src] = ids
-    # prev[e] / next[e]: the edge before / after e on its chain (e itself at the chain's ends).
-    prev = np.where(through[src], in_edge[src], ids)
-    head = _root(prev)
-    rank = _depth(prev)
-    last = _root(np.where(through[dst], out_edge[dst], ids))
-    heads = np.flatnonzero(head == ids)
-    total = np.bincount(head, weights=weight.astype(np.float64), minlength=edges)
-    c_src, c_dst = src[heads], dst[last[heads]]
-    c_w = np.rint(total[heads]).astype(np.int64)
-    used = np.zeros(nodes, dtype=bool)
-    used[c_src] = True
-    used[c_dst] = True
-    kept = np.flatnonzero(used)
-    index = np.cumsum(used) - 1
-    a, b = index[c_src], index[c_dst]
-
-    g = rx.PyDiGraph(check_cycle=False, multigraph=True, node_count_hint=kept.size, edge_count_hint=heads.size)
-    g.add_nodes_from(range(kept.size))
-    g.add_edges_from(list(zip(a.tolist(), b.tolist(), c_w.tolist())))
-    if ties == "lowest":
-        path = _lowest_longest(g, a, b, c_w, kept.size)
-    else:
-        try:
-            path = np.asarray(rx.dag_longest_path(g, weight_fn=lambda _u, _v, w: w), dtype=np.int64)
-        except rx.DAGHasCycle:
-            raise CycleError("the dependency graph has a cycle") from None
-    if path.size < 2:
-        return kept[path].tolist()
-    # Between two kept nodes, the heaviest contracted edge is the one the path took.
-    key = a * kept.size + b
-    step_key = path[:-1] * kept.size + path[1:]
-    by_key = np.lexsort((-c_w, key))
-    first = by_key[np.searchsorted(key[by_key], step_key)]
-    chosen = heads[first]
-    # Expand each chosen chain in order: its edges, by rank.
-    pos = np.full(edges, -1, dtype=np.int64)
-    pos[chosen] = np.arange(chosen.size)
-    on = np.flatnonzero(pos[head] >= 0)
-    on = on[np.lexsort((rank[on], pos[head[on]]))]
-    return [int(src[on[0]]), *dst[on].tolist()]
+    return Contracted(src, dst, nodes).path(weight, ties)

@@ -35,6 +35,7 @@ graph plus a source (each unconstrained node's measured start) and a sink
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,11 +49,11 @@ from kinetolens.analysis.paths.critical_path import (
     whole_window,
 )
 from kinetolens.analysis.paths.dependency_graph import DependencyGraph, TraceFacts, build_graph
-from kinetolens.analysis.paths.longest_path import longest_path
+from kinetolens.analysis.paths.longest_path import Contracted
 from kinetolens.analysis.paths.whatif_changes import BadChange, Change, change_mask, parse_change
 from kinetolens.model.trace import Trace
 
-__all__ = ["BadChange", "Change", "parse_change", "whatif", "whatif_many", "retime", "prepare", "predict"]
+__all__ = ["BadChange", "Change", "parse_change", "whatif", "whatif_many", "iter_replays", "retime", "prepare", "predict", "SAMPLE_STEPS"]
 
 #: The sink edges' weight: larger than any step, so the longest path ends at the step's end.
 _SINK = 1 << 50
@@ -78,10 +79,26 @@ class StepPrediction:
 
 @dataclass
 class WhatIf:
-    """The changes, every step's prediction, and their means (us)."""
+    """The changes, every simulated step's prediction, and their means (us).
+
+    ``of``: the complete steps the trace has; fewer were simulated when a
+    sample was asked for (:func:`whatif_many`'s ``max_steps``)."""
 
     changes: list[Change]
     steps: list[StepPrediction]
+    of: int | None = None
+
+    @property
+    def sampled(self) -> str | None:
+        """``"8 of 60 steps"`` when only a sample of the steps was simulated, else None."""
+        if self.of is None or len(self.steps) >= self.of:
+            return None
+        return f"{len(self.steps)} of {self.of} steps"
+
+    @property
+    def re_timed(self) -> str:
+        """What was re-timed, in words: every step's graph, or the sample's."""
+        return f"the dependency graphs of {self.sampled} (evenly spaced)" if self.sampled else "each step's dependency graph"
 
     @property
     def measured_us(self) -> float:
@@ -121,41 +138,78 @@ class WhatIf:
         return pl.concat([out, rest]).with_columns(pl.col("us") / n, (pl.col("edges") // n).cast(pl.Int64))
 
 
-def replays(trace: Trace, step: int | None = None) -> list[Replay]:
-    """Every complete step (or ``step``) prepared for re-timing; the whole trace without steps."""
+#: Steps the recommendations' what-if simulates at most (evenly spaced over the
+#: trace): their savings are means over steps, and re-timing every step of a
+#: long trace cost more than everything else the summary does.
+SAMPLE_STEPS = 8
+
+
+def sample(n: int, k: int | None) -> list[int]:
+    """Positions of ``k`` of ``n`` items, evenly spaced, first and last included (all when ``k`` is None or >= n)."""
+    if k is None or n <= k:
+        return list(range(n))
+    if k <= 1:
+        return [n // 2] if k == 1 else []
+    return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
+
+
+def _windows(trace: Trace, step: int | None) -> tuple[Trace, list[Window]]:
+    """The trace to re-time and its windows: ``step``'s, every complete step's, or the whole trace without steps."""
     from kinetolens.analysis.paths.critical_path import step_window
     from kinetolens.model.steps import without_incomplete_steps
 
     if step is not None:
-        windows = [step_window(trace, step)]
-    else:
-        trace = without_incomplete_steps(trace)
-        windows = step_windows(trace) if trace.steps.height else [whole_window(trace)]
+        return trace, [step_window(trace, step)]
+    trace = without_incomplete_steps(trace)
+    return trace, (step_windows(trace) if trace.steps.height else [whole_window(trace)])
+
+
+def iter_replays(trace: Trace, windows: list[Window]) -> Iterator[Replay]:
+    """Each window's graph prepared for re-timing, one at a time: a caller that
+    drops each replay before asking for the next holds one step's graph, however
+    many steps the trace has (windows without events are skipped)."""
     facts = TraceFacts(trace)
-    out = []
     for w in windows:
         graph = build_graph(trace, w.start, w.end, facts)
         if graph.events.height == 0:
             continue
         row = trace.steps.filter(pl.col("step") == w.step) if w.step is not None else trace.steps.clear()
         measured = float(row["dur"][0]) if row.height else None
-        out.append(prepare(graph, measured_ns=measured, step_name=w.label if w.step is not None else None, window=w))
-    return out
+        yield prepare(graph, measured_ns=measured, step_name=w.label if w.step is not None else None, window=w)
+        del graph  # before the next window's is built
+
+
+def replays(trace: Trace, step: int | None = None) -> list[Replay]:
+    """Every complete step (or ``step``) prepared for re-timing; the whole trace without steps."""
+    return list(iter_replays(*_windows(trace, step)))
 
 
 def whatif(trace: Trace, changes: list[Change], step: int | None = None) -> WhatIf:
     """Predict each complete step's time (or ``step``'s) after ``changes``."""
-    return whatif_many(trace, [changes], step)[0]
+    return whatif_many(trace, [changes], step, max_steps=None)[0]
 
 
-def whatif_many(trace: Trace, change_sets: list[list[Change]], step: int | None = None, paths: bool = True) -> list[WhatIf]:
+def whatif_many(
+    trace: Trace, change_sets: list[list[Change]], step: int | None = None, paths: bool = True, max_steps: int | None = SAMPLE_STEPS
+) -> list[WhatIf]:
     """:func:`whatif` for several change sets, each step's graph built and explained once;
-    ``paths=False`` predicts step times only (no new critical path tables)."""
+    ``paths=False`` predicts step times only (no new critical path tables).
+
+    ``max_steps``: simulate at most that many complete steps, evenly spaced
+    (None: all); each result's ``of`` and ``sampled`` say how many there were.
+    The steps are re-timed one after another, each step's graph dropped before
+    the next is built, so memory does not grow with the number of steps."""
     for changes in change_sets:
         if any(c.kind == "rank" for c in changes):
             raise BadChange("rank:N=median needs a run directory with every rank's trace")
-    prepared = replays(trace, step)
-    return [WhatIf(changes=changes, steps=[predict(r, changes, paths) for r in prepared]) for changes in change_sets]
+    trace, windows = _windows(trace, step)
+    picked = [windows[i] for i in sample(len(windows), max_steps)]
+    out = [WhatIf(changes=changes, steps=[], of=len(windows)) for changes in change_sets]
+    for r in iter_replays(trace, picked):
+        for result in out:
+            result.steps.append(predict(r, result.changes, paths))
+        del r  # before the next step's graph is built
+    return out
 
 
 def _categories(edges: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
@@ -259,6 +313,8 @@ class Replay:
     measured_ns: float
     window: Window
     base_ns: int = 0
+    #: The longest-path searches' contracted graphs, by edge sources (:func:`_run`).
+    searches: dict[bytes, Contracted] = field(default_factory=dict, repr=False)
 
 
 def prepare(graph: DependencyGraph, measured_ns: float | None = None, step_name: str | None = None, window: Window | None = None) -> Replay:
@@ -331,7 +387,12 @@ def _run(r: Replay, weights: np.ndarray, src: np.ndarray | None = None) -> tuple
     a = np.concatenate([src, *extra_src])
     b = np.concatenate([dst, *extra_dst])
     ww = np.concatenate([weights + r.residual[dst], *extra_w]).astype(np.int64)
-    nodes = longest_path(a, b, ww, n2 + 2)
+    # Change sets change weights, and an overlap the sources of some edges: the
+    # contracted graph is built once per distinct topology of the step.
+    key = src.tobytes()
+    if key not in r.searches:
+        r.searches[key] = Contracted(a, b, n2 + 2)
+    nodes = r.searches[key].path(ww)
     if len(nodes) < 2:
         return 0, nodes
     key = a * np.int64(n2 + 2) + b
