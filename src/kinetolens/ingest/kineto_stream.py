@@ -70,7 +70,7 @@ def try_piece(piece: bytes, exact: bool = False) -> list[Event] | None:
     try:
         return decode_piece(piece, exact)
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        if is_text_error(exc):
+        if is_text_error(exc, piece):
             raise StreamUnsupported("text that is not valid Unicode") from None
         return None
 
