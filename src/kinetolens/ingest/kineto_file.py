@@ -301,10 +301,11 @@ def _read_checked(opened: OpenedFile, data: Any, warnings: list[TraceWarning]) -
         ))
 
     decoder = _ChunkDecoder(path)
-    tables = decode_events(path, decoder.chunks(raw_events))
+    decoded = decode_events(path, decoder.chunks(raw_events))
+    warnings += decoded.warnings
     if decoder.bad_events:
         if decoder.bad_events == len(raw_events):
             raise TraceError(path, f"no event could be decoded ({decoder.first_bad})")
         warnings.append(TraceWarning("malformed events skipped", decoder.bad_events, decoder.first_bad))
     del raw_events, top
-    return RawTables(format=fmt, metadata=metadata, warnings=warnings, **tables)
+    return RawTables(format=fmt, metadata=metadata, warnings=warnings, **decoded.tables)

@@ -201,7 +201,7 @@ def stream_kineto(path: Path) -> RawTables:
     """
     pieces = Pieces(file_blocks(path, PIECE_BYTES))
     try:
-        tables = decode_events(str(path), pieces)
+        decoded = decode_events(str(path), pieces)
     except ArgsInvalid:
         raise StreamUnsupported("args of an event do not decode") from None
     except UnicodeDecodeError:  # shapes or dtypes that are not UTF-8
@@ -210,4 +210,4 @@ def stream_kineto(path: Path) -> RawTables:
         close = getattr(pieces.blocks, "close", None)
         if close is not None:
             close()
-    return RawTables(format="kineto-json", metadata=pieces.metadata, warnings=[], **tables)
+    return RawTables(format="kineto-json", metadata=pieces.metadata, warnings=decoded.warnings, **decoded.tables)

@@ -351,7 +351,7 @@ def without_bom(blocks: Iterator[bytes]) -> Iterator[bytes]:
     """``blocks`` less a UTF-8 byte order mark at the start (some Windows
     tools write one; JSON forbids it, and it carries no information)."""
     first = next(blocks, b"")
-    yield first[len(UTF8_BOM) :] if first.startswith(UTF8_BOM) else first
+    yield first.removeprefix(UTF8_BOM)
     yield from blocks
 
 
