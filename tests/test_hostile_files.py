@@ -23,7 +23,15 @@ import pytest
 
 import kinetolens
 from kinetolens import TraceError
-from tests.test_bad_input import BERT, bert_json, check_cli_rejection, load_rejection, nth_kernel, run_cli, write
+from tests.test_bad_input import (
+    BERT,
+    bert_json,
+    check_cli_rejection,
+    load_rejection,
+    nth_kernel,
+    run_cli,
+    write,
+)
 
 DEEP = b"[" * 100_000 + b"]" * 100_000
 
@@ -80,7 +88,7 @@ def test_named_pipe_is_refused_without_blocking(tmp_path: Path) -> None:
     start = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "kinetolens.cli.main", "summary", "--no-cache", str(path)],
-        capture_output=True, text=True, timeout=60,
+        check=False, capture_output=True, text=True, timeout=60,
     )
     assert "named pipe" in check_cli_rejection(proc, path)
     assert time.monotonic() - start < 60
@@ -173,7 +181,7 @@ def test_gzip_bomb_stops_at_the_configured_limit(tmp_path: Path, monkeypatch: py
     env = dict(os.environ, KINETOLENS_MAX_INFLATE="1M")
     proc = subprocess.run(
         [sys.executable, "-m", "kinetolens.cli.main", "summary", "--no-cache", str(path)],
-        capture_output=True, text=True, timeout=120, env=env,
+        check=False, capture_output=True, text=True, timeout=120, env=env,
     )
     problem = check_cli_rejection(proc, path)
     assert "gzip bomb" in problem and "1,048,576 bytes" in problem, problem
