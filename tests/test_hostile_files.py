@@ -215,3 +215,12 @@ def test_truncated_gzip_does_not_claim_most_of_the_trace(tmp_path: Path) -> None
     events = len(json.loads(bert_json())["traceEvents"])
     kept = int(text.split("kept the first ")[1].split(" events")[0].replace(",", ""))
     assert 0 < kept < events * 3 // 4
+
+
+def test_nsys_schema_with_names_that_are_not_utf8_is_one_line(tmp_path: Path) -> None:
+    """A flipped byte in the schema: sqlite3 itself cannot decode the table's columns."""
+    blob = bytearray((BERT.parents[2] / "nsys/pipit_saxpy-mpi-cuda_nsys_perlmutter0.sqlite").read_bytes())
+    # The "E" of "TABLE" in a table's CREATE statement, as a fuzzed copy had it.
+    blob[blob.index(b"CREATE TABLE CUDNN_EVENTS") + len("CREATE TABL")] = 0xBF
+    path = write(tmp_path, "schema.sqlite", bytes(blob))
+    assert "corrupt SQLite file" in check_cli_rejection(run_cli(path), path)
