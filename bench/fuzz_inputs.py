@@ -356,7 +356,7 @@ def worker() -> None:
             err.write(traceback.format_exc())
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
-        reply = {"rc": rc, "out": out.getvalue()[-200_000:], "err": err.getvalue()[-4000:], "s": time.perf_counter() - start}
+        reply = {"rc": rc, "out": out.getvalue()[-(64 << 20) :], "err": err.getvalue()[-4000:], "s": time.perf_counter() - start}
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()
 

@@ -22,7 +22,7 @@ sys.path.insert(0, str(BENCH))
 import fuzz_inputs
 
 #: Mutants per run: each class several times, about a minute on two busy cores.
-N = 180
+N = 270
 SEED = 20
 
 

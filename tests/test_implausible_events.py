@@ -143,3 +143,19 @@ def test_nsys_end_of_int64_max_and_impossible_gpu_are_dropped(tmp_path: Path) ->
     proc = run_cli(path, "summary", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["span_us"] < 3600 * 1e6
+
+
+@pytest.mark.parametrize(
+    ("info", "dropped"),
+    [({"rank": 2**63, "world_size": 8}, 1), ({"rank": 3, "world_size": -1}, 1), ({"rank": "0", "world_size": 0}, 2)],
+)
+def test_impossible_distributed_info_is_dropped(tmp_path: Path, info: dict[str, object], dropped: int) -> None:
+    doc = json.loads(bert_json())
+    doc["distributedInfo"] = {"backend": "nccl", **info}
+    path = write(tmp_path, "dist.json", json.dumps(doc).encode())
+    trace = kinetolens.load(path, cache=False)
+    assert warned(trace, "impossible values") == dropped
+    assert trace.rank is None or 0 <= trace.rank < 2**24
+    assert trace.world_size is None or 1 <= trace.world_size < 2**24
+    proc = run_cli(path, "summary", "--json")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr

@@ -12,7 +12,7 @@ from kinetolens.ingest.kineto_parallel import estimated_json_bytes, parallel_kin
 from kinetolens.ingest.kineto_stream import stream_kineto
 from kinetolens.ingest.nsys import read_nsys
 from kinetolens.ingest.opener import StreamUnsupported, check_trace_file, open_trace_bytes
-from kinetolens.ingest.plausible import check_device_properties, drop_far_off_events
+from kinetolens.ingest.plausible import check_device_properties, check_distributed_info, drop_far_off_events
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -35,7 +35,8 @@ def read_raw(path: str | Path) -> RawTables:
     if head == SQLITE_MAGIC:
         return drop_far_off_events(read_nsys(p), str(p))  # its device properties are checked as they are read
     try:
-        return drop_far_off_events(check_device_properties(_read_kineto(p)), str(p))
+        raw = check_distributed_info(check_device_properties(_read_kineto(p)))
+        return drop_far_off_events(raw, str(p))
     except RecursionError:
         # msgspec stops at the interpreter's recursion limit (about 1,000
         # levels); no trace nests that deep, and no reader can isolate the

@@ -118,6 +118,26 @@ def plausible_devices(devices: Any) -> tuple[list[dict[str, Any]], TraceWarning 
     return out, TraceWarning("device properties dropped", len(bad), f"impossible values ignored: {shown}")
 
 
+#: Largest rank or world size taken from a trace's ``distributedInfo``.
+MAX_RANKS = 1 << 24
+
+
+def check_distributed_info(raw: RawTables) -> RawTables:
+    """``raw`` without a ``distributedInfo`` rank or world size no job can have (in place)."""
+    info = raw.metadata.get("distributedInfo")
+    if not isinstance(info, dict):
+        return raw
+    bad = []
+    for key, low in (("rank", 0), ("world_size", 1)):
+        value = info.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not low <= value < MAX_RANKS):
+            bad.append(f"{key}={info.pop(key)!r}")
+    if bad:
+        raw.metadata["distributedInfo"] = info
+        raw.warnings.append(TraceWarning("distributed info dropped", len(bad), f"impossible values ignored: {', '.join(bad)}"))
+    return raw
+
+
 def check_device_properties(raw: RawTables) -> RawTables:
     """``raw`` with its metadata's ``deviceProperties`` made plausible (in place)."""
     if "deviceProperties" not in raw.metadata:
