@@ -22,6 +22,7 @@ ALL = sorted(
 NOT_KINETO = {
     "benchmark_simple_add_et.json.gz",  # a PyTorch execution trace, not a Kineto one
     "908_results.json.gz",  # rocprofv3 JSON, a negative input: rejected in test_bad_input.py ("rocprof")
+    "execution_details.json",  # vLLM/xDiT's list of graph capture traces: no event in it
 }
 KINETO = [p for p in ALL if p.name not in NOT_KINETO]
 
@@ -72,11 +73,9 @@ FORWARD_NOT_RECORDED = {
 MODULE_TRACES = ("tracelens/h100", "tracelens/b200")
 # issue 17 (skips mean something): each check runs on the traces it is about,
 # and the traces left out are checked for being what they are listed as.
-# No GPU kernel at all: CPU-only captures, and vLLM/xDiT execution records.
+# No GPU kernel at all: CPU-only captures.
 NO_KERNELS = (
     "hta/cpu_only/", "hta/cupti_profiler/", "hta/distributed_info_unavailable/", "hta/rank_non_gpu/",
-    "tracelens/inference/vllm_prefilldecode_piecewise/capture_traces/execution_details.json",
-    "tracelens/inference/xdit_flux.1/capture_traces/execution_details.json",
 )
 # No backward kernel: inference, forward-only benchmarks and GPU-less traces.
 NO_BACKWARD = (
@@ -135,6 +134,12 @@ def _evidence(trace: kinetolens.Trace) -> tuple[pl.Expr, pl.DataFrame]:
 def _before_window(trace: kinetolens.Trace) -> pl.Expr:
     first = trace.runtime["correlation"].min()
     return pl.col("launch_id").is_null() & (pl.col("correlation") < first)
+
+
+@pytest.mark.parametrize("path", [p for p in ALL if p.name in NOT_KINETO], ids=_rel)
+def test_files_listed_as_not_kineto_are_refused(path) -> None:
+    with pytest.raises(kinetolens.TraceError):
+        kinetolens.load(path, cache=False)
 
 
 @pytest.mark.parametrize("path", [p for p in KINETO if _listed(p, NO_KERNELS)], ids=_rel)

@@ -11,6 +11,7 @@ from kinetolens.formats import RUN_METADATA_KEY
 from kinetolens.ingest import read_raw
 from kinetolens.ingest.kineto_counter_events import read_counter_events
 from kinetolens.ingest.kineto_counters import read_profiler_counters
+from kinetolens.ingest.opener import check_trace_file
 from kinetolens.ingest.run_metadata import read_run_metadata
 from kinetolens.model import Trace, build_trace
 from kinetolens.model.compiled_modules import attribute_generated
@@ -45,10 +46,7 @@ def load(
     Raises :class:`TraceError` (one line, naming the file) on bad input.
     """
     p = Path(path)
-    if not p.exists():
-        raise TraceError(p, "no such file")
-    if p.is_dir():
-        raise TraceError(p, "is a directory, expected a trace file")
+    check_trace_file(p)
     capture_path, capture_warning = _capture_file(p, capture)
     cache_dir = None
     key = cache_key(p)

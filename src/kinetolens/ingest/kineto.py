@@ -22,6 +22,7 @@ Output tables (all times are integer nanoseconds, exact):
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,7 @@ import polars as pl
 
 from kinetolens.errors import TraceError, TraceWarning
 from kinetolens.ingest.kineto_columns import (
+    NO_CAT,
     Partition,
     counter_frame,
     device_frame,
@@ -172,6 +174,26 @@ TABLES: dict[str, dict[str, pl.DataType]] = {
 #: Decodes one chunk of events; ``True`` asks for timestamps kept exact.
 ChunkSource = Callable[[bool], Sequence[Event]]
 
+#: Tables of events that carry a time (an event in none of them is not usable).
+TIMED_TABLES = ("host", "device", "memory", "counters")
+
+
+@dataclass
+class Decoded:
+    """The tables of a Kineto file, and what was left out of them."""
+
+    tables: dict[str, pl.DataFrame]
+    warnings: list[TraceWarning]
+
+
+def skipped_warnings(skipped: Counter[str]) -> list[TraceWarning]:
+    """One counted warning per reason events were left out."""
+    return [
+        TraceWarning("events without a category" if reason == NO_CAT else "events skipped", n, reason)
+        for reason, n in skipped.items()
+        if n
+    ]
+
 
 def _frame(path: str, table: str, build: Callable[[], dict[str, pl.Series]]) -> pl.DataFrame:
     """One table's columns for one chunk, in schema order and types."""
@@ -250,6 +272,7 @@ def decode_events(path: str, chunks: Iterable[ChunkSource]) -> dict[str, pl.Data
     parts: dict[str, list[pl.DataFrame]] = {name: [] for name in TABLES}
     exact = False
     missing_dur = negative_dur = 0
+    skipped: Counter[str] = Counter()
     for chunk in chunks:
         p = partition(chunk(exact))
         missing_dur += p.missing_dur
@@ -260,19 +283,26 @@ def decode_events(path: str, chunks: Iterable[ChunkSource]) -> dict[str, pl.Data
             frames = chunk_frames(path, p, exact)
         except NeedsExactTime:
             exact = True
-            frames = chunk_frames(path, partition(chunk(exact)), exact)
+            p = partition(chunk(exact))
+            frames = chunk_frames(path, p, exact)
+        skipped.update(p.skipped)
         for table, frame in frames.items():
             parts[table].append(frame)
     if negative_dur:
         raise TraceError(path, f"{negative_dur} event(s) have a negative duration ('dur' < 0)")
     if missing_dur:
         raise TraceError(path, f"{missing_dur} complete ('X') event(s) have no duration ('dur')")
-    return finish_tables(path, parts)
+    return finish_tables(path, parts, skipped)
 
 
-def finish_tables(path: str, parts: dict[str, list[pl.DataFrame]]) -> dict[str, pl.DataFrame]:
-    """The chunks' frames, in file order, joined into one frame per table and checked."""
+def finish_tables(path: str, parts: dict[str, list[pl.DataFrame]], skipped: Counter[str] | None = None) -> Decoded:
+    """The chunks' frames, in file order, joined into one frame per table and
+    checked; the events skipped on the way become counted warnings."""
     tables = _concat(parts)
     _check_end(path, "host", tables["host"])
     _check_end(path, "device", tables["device"])
-    return tables
+    skipped = Counter(skipped or {})
+    if not any(tables[name].height for name in TIMED_TABLES):
+        why = "; ".join(f"{reason}: {n:,}" for reason, n in skipped.items()) or "no complete ('X'), memory or counter event"
+        raise TraceError(path, f"no usable events ({why})")
+    return Decoded(tables, skipped_warnings(skipped))

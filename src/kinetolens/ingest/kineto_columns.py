@@ -12,8 +12,10 @@ traces, ints beyond 64 bits, epoch-scale float timestamps).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from decimal import Decimal
 from functools import lru_cache
 from itertools import compress
@@ -68,6 +70,15 @@ class Partition:
     counters: list[Event]
     missing_dur: int = 0
     negative_dur: int = 0
+    #: Events left out, by reason (each becomes a counted load warning).
+    skipped: Counter[str] = dataclass_field(default_factory=Counter)
+
+
+NO_PHASE = "events without a phase ('ph') skipped"
+NO_TS = "complete ('X') events without a timestamp ('ts') skipped"
+NO_CAT = "complete ('X') events without a category ('cat') kept as other host ranges (not ops, kernels or runtime calls)"
+#: A missing or null ``ts`` of an exact-time event (kept as JSON text).
+_NULL_TEXT = msgspec.Raw(b"null")
 
 
 def partition(events: Sequence[Event]) -> Partition:
@@ -82,7 +93,11 @@ def partition(events: Sequence[Event]) -> Partition:
                 p.missing_dur += 1
             elif dur < 0:
                 p.negative_dur += 1
+            elif e.ts is None or e.ts == _NULL_TEXT:
+                p.skipped[NO_TS] += 1
             else:
+                if e.cat is None:
+                    p.skipped[NO_CAT] += 1
                 on_device, kind = _classify(e.cat)
                 if on_device:
                     device.append(e)
@@ -99,6 +114,10 @@ def partition(events: Sequence[Event]) -> Partition:
             p.meta.append(e)
         elif ph == "C":
             p.counters.append(e)
+        elif not ph:
+            p.skipped[NO_PHASE] += 1
+        else:
+            p.skipped[f"events of phase '{ph[:8]}' (not read by kinetolens) skipped"] += 1
     return p
 
 

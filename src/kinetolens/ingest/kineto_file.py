@@ -81,7 +81,7 @@ class _ChunkDecoder:
             try:
                 events.append(self._one[exact].decode(raw))
             except msgspec.DecodeError as exc:
-                if is_text_error(exc):
+                if is_text_error(exc, raw):
                     raise  # repaired and decoded again, never skipped
                 self._check_range(str(exc), first_index + i)
                 bad += 1
@@ -236,7 +236,7 @@ def _read(opened: OpenedFile, data: Any, warnings: list[TraceWarning]) -> RawTab
     try:
         return _read_checked(opened, data, warnings)
     except (UnicodeDecodeError, msgspec.DecodeError) as exc:
-        if is_text_error(exc):
+        if is_text_error(exc, data):
             raise InvalidText(str(exc)) from exc
         raise
 
@@ -251,16 +251,17 @@ def _read_checked(opened: OpenedFile, data: Any, warnings: list[TraceWarning]) -
     try:
         top = _EVENTS.decode(data) if legacy else _TOP.decode(data)
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        if is_text_error(exc):
+        if is_text_error(exc, data):
             raise
         problem = _describe_decode_error(exc, data, opened.compressed)
         if "truncated" not in problem:
             raise TraceError(path, problem) from None
         size = len(data)
         data, dropped = _recover_truncated(path, data, legacy)
-        kept = f"kept {size - dropped:,} of {size:,} bytes ({(size - dropped) / size:.2%}) up to the last complete event"
-        warnings.append(TraceWarning("truncated JSON", 1, f"the file ends mid-event: {kept}"))
+        cut = (size - dropped, dropped)
         top = _EVENTS.decode(data) if legacy else _TOP.decode(data)
+    else:
+        cut = None
 
     metadata: dict[str, Any] = {}
     if legacy:
@@ -291,12 +292,22 @@ def _read_checked(opened: OpenedFile, data: Any, warnings: list[TraceWarning]) -
         fmt = "kineto-json"
     if not raw_events:
         raise TraceError(path, "the trace has no events")
+    if cut is not None:
+        # Only what was read is known, not how long the trace was: a share
+        # of the bytes read would say "99.99%" of a file cut to a tenth.
+        json_bytes = " of the decompressed JSON" if opened.compressed else ""
+        warnings.append(TraceWarning(
+            "truncated JSON", 1,
+            f"the file ends mid-event: kept the first {len(raw_events):,} events ({cut[0]:,} bytes{json_bytes}), "
+            f"dropped the {cut[1]:,} bytes of the event cut off; how much of the trace is missing is unknown",
+        ))
 
     decoder = _ChunkDecoder(path)
-    tables = decode_events(path, decoder.chunks(raw_events))
+    decoded = decode_events(path, decoder.chunks(raw_events))
+    warnings += decoded.warnings
     if decoder.bad_events:
         if decoder.bad_events == len(raw_events):
             raise TraceError(path, f"no event could be decoded ({decoder.first_bad})")
         warnings.append(TraceWarning("malformed events skipped", decoder.bad_events, decoder.first_bad))
     del raw_events, top
-    return RawTables(format=fmt, metadata=metadata, warnings=warnings, **tables)
+    return RawTables(format=fmt, metadata=metadata, warnings=warnings, **decoded.tables)

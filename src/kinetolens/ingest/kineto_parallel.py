@@ -124,8 +124,8 @@ def decode_piece_frames(path: str, piece: bytes) -> dict[str, pl.DataFrame] | No
     except (msgspec.DecodeError, UnicodeDecodeError):
         return None
     p = partition(events)
-    if p.missing_dur or p.negative_dur:
-        return None
+    if p.missing_dur or p.negative_dur or p.skipped:
+        return None  # the serial readers count what they leave out
     try:
         try:
             return chunk_frames(path, p, False)
@@ -293,5 +293,5 @@ def parallel_kineto(path: Path, workers: int, piece_bytes: int = PIECE_BYTES) ->
         close = getattr(pieces.blocks, "close", None)
         if close is not None:
             close()
-    tables = finish_tables(str(path), parts)
-    return RawTables(format="kineto-json", metadata=pieces.metadata, warnings=[], **tables)
+    decoded = finish_tables(str(path), parts)
+    return RawTables(format="kineto-json", metadata=pieces.metadata, warnings=decoded.warnings, **decoded.tables)

@@ -70,7 +70,7 @@ def try_piece(piece: bytes, exact: bool = False) -> list[Event] | None:
     try:
         return decode_piece(piece, exact)
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        if is_text_error(exc):
+        if is_text_error(exc, piece):
             raise StreamUnsupported("text that is not valid Unicode") from None
         return None
 
@@ -128,18 +128,38 @@ class Pieces:
             buf, source = self._cut(buf)
             if source is not None:
                 yield source
+        # Blocks wait in a list and are joined only when a cut is tried; when
+        # no cut decodes (one event larger than a piece, or a run of blanks),
+        # the next try waits until the backlog has doubled.  Joining and
+        # scanning the whole backlog at every block would be quadratic.
+        pending, size, next_try = [buf], len(buf), PIECE_BYTES
         for block in self.blocks:
-            buf += block
-            if len(buf) >= PIECE_BYTES:
-                buf, source = self._cut(buf)
+            pending.append(block)
+            size += len(block)
+            if size >= next_try:
+                buf, source = self._cut(b"".join(pending))
+                pending, size = [buf], len(buf)
                 if source is not None:
+                    next_try = PIECE_BYTES
                     yield source
-        yield self._last(buf)
+                else:
+                    next_try = 2 * size
+        yield self._last(b"".join(pending))
 
     def _skip_head(self) -> bytes:
-        buf = b""
-        for block in self.blocks:
-            buf += block
+        pending: list[bytes] = []
+        size, next_try = 0, 0
+        blocks = iter(self.blocks)
+        while True:
+            block = next(blocks, None)
+            if block is not None:
+                pending.append(block)
+                size += len(block)
+                if size < next_try:
+                    continue  # as in __iter__: a long head is joined and searched a linear number of times
+            next_try = 2 * size
+            buf = b"".join(pending)
+            pending = [buf]
             if not buf.lstrip()[:1] in (b"", b"{"):
                 raise StreamUnsupported("not a JSON object")
             m = _ARRAY_START.search(buf)
@@ -149,7 +169,7 @@ class Pieces:
                 if rest.startswith(b"]"):
                     raise StreamUnsupported("no events")
                 return rest
-            if len(buf) > _MAX_HEAD_BYTES:
+            if block is None or len(buf) > _MAX_HEAD_BYTES:
                 break
         raise StreamUnsupported("no traceEvents array")
 
@@ -201,7 +221,7 @@ def stream_kineto(path: Path) -> RawTables:
     """
     pieces = Pieces(file_blocks(path, PIECE_BYTES))
     try:
-        tables = decode_events(str(path), pieces)
+        decoded = decode_events(str(path), pieces)
     except ArgsInvalid:
         raise StreamUnsupported("args of an event do not decode") from None
     except UnicodeDecodeError:  # shapes or dtypes that are not UTF-8
@@ -210,4 +230,4 @@ def stream_kineto(path: Path) -> RawTables:
         close = getattr(pieces.blocks, "close", None)
         if close is not None:
             close()
-    return RawTables(format="kineto-json", metadata=pieces.metadata, warnings=[], **tables)
+    return RawTables(format="kineto-json", metadata=pieces.metadata, warnings=decoded.warnings, **decoded.tables)

@@ -43,6 +43,7 @@ from kinetolens.ingest.nsys_host import (
     read_threads,
     runtime_host_rows,
 )
+from kinetolens.ingest.plausible import plausible_devices
 
 FORMAT = "nsys-sqlite"
 #: Tables only an nsys export has; one of them identifies the file.
@@ -134,7 +135,9 @@ def _read(db: Database) -> RawTables:
         )
     gpu, runtime = _separate_correlations(gpu, runtime)
 
-    devices = device_properties(db)
+    devices, device_warning = plausible_devices(device_properties(db))
+    if device_warning is not None:
+        warnings.append(device_warning)
     procs = pl.concat([gpu["proc"], runtime["proc"], nvtx["proc"]])
     host = pl.concat([runtime_host_rows(runtime), nvtx_host_rows(nvtx)], how="vertical")
     threads = read_threads(db)

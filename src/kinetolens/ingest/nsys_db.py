@@ -88,6 +88,8 @@ class Database:
                 self.columns[name] = {r[1]: (r[2] or "").upper() for r in info}
         except sqlite3.Error as exc:
             raise TraceError(path, f"corrupt SQLite file ({_first_line(exc)})") from None
+        except UnicodeDecodeError:  # a damaged schema: table or column names that are not UTF-8
+            raise TraceError(path, "corrupt SQLite file (its schema holds names that are not UTF-8)") from None
 
     def close(self) -> None:
         self.conn.close()

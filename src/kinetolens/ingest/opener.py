@@ -9,9 +9,11 @@ what was decompressed and reports it, so a truncated file still loads.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import queue
+import stat
 import struct
 import threading
 import zlib
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kinetolens.errors import TraceError
+from kinetolens.registry.sizes import parse_size
 
 try:  # ISA-L inflates gzip about 1.5-2x faster than zlib (the `fast` extra)
     from isal import isal_zlib as _inflate_lib
@@ -30,7 +33,53 @@ except ImportError:  # pragma: no cover - depends on the installed extras
     _INFLATE_ERRORS = (zlib.error,)
 
 _BLOCK = 1 << 20
+#: The most one decompress call may produce: a block of zeros can inflate
+#: a thousandfold, so the output is capped per call, never only per file.
+_MAX_OUT_PER_CALL = 16 << 20
 GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"
+
+#: Decompressed bytes allowed per gzip file (bytes or K/M/G/T); and the
+#: largest ratio of decompressed to compressed bytes read so far, checked
+#: once more than ``INFLATE_RATIO_FLOOR`` bytes came out.  Real traces
+#: compress 5-30x; a gzip bomb (zeros) about 1000x.  0 turns a limit off.
+MAX_INFLATE_ENV = "KINETOLENS_MAX_INFLATE"
+MAX_INFLATE_RATIO_ENV = "KINETOLENS_MAX_INFLATE_RATIO"
+DEFAULT_MAX_INFLATE = 64 << 30
+DEFAULT_MAX_INFLATE_RATIO = 200
+INFLATE_RATIO_FLOOR = 64 << 20
+
+
+@dataclass(frozen=True)
+class InflateLimit:
+    """How far one gzip file may inflate (0: no limit)."""
+
+    max_bytes: int
+    max_ratio: float
+
+    @classmethod
+    def from_env(cls) -> InflateLimit:
+        size = parse_size(os.environ.get(MAX_INFLATE_ENV))
+        try:
+            ratio = float(os.environ.get(MAX_INFLATE_RATIO_ENV, ""))
+        except ValueError:
+            ratio = DEFAULT_MAX_INFLATE_RATIO
+        return cls(DEFAULT_MAX_INFLATE if size is None else size, ratio)
+
+    def check(self, path: Path, produced: int, consumed: int) -> None:
+        """Raise a TraceError once ``produced`` bytes from ``consumed`` exceed a limit."""
+        if self.max_bytes and produced > self.max_bytes:
+            raise TraceError(
+                path,
+                f"gzip data inflates to more than {self.max_bytes:,} bytes (from {consumed:,} compressed bytes): "
+                f"a gzip bomb, or a trace larger than ${MAX_INFLATE_ENV} allows",
+            )
+        if self.max_ratio and produced > INFLATE_RATIO_FLOOR and produced > self.max_ratio * max(consumed, 1):
+            raise TraceError(
+                path,
+                f"gzip data inflates more than {self.max_ratio:,.0f}x ({produced:,} bytes from {consumed:,} "
+                f"compressed bytes): a gzip bomb, not a trace (${MAX_INFLATE_RATIO_ENV} sets the limit)",
+            )
 
 
 @dataclass
@@ -43,6 +92,56 @@ class OpenedFile:
     damage: list[str] = field(default_factory=list)
 
 
+#: What a path that is not a regular file is, for the error message.
+_FILE_KINDS = (
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _stat_problem(exc: OSError) -> str:
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+        return "no such file"
+    if exc.errno == errno.ELOOP:
+        return "symlink loop (too many levels of symbolic links)"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied (the file or a directory above it cannot be read)"
+    return f"cannot read file ({exc.strerror or exc})"
+
+
+def check_trace_file(path: str | Path) -> os.stat_result:
+    """The ``stat`` of ``path`` if it can be a trace file; else a one-line TraceError.
+
+    Checked before anything opens the file: opening a named pipe blocks
+    until a writer appears, and a device never ends.  A regular file whose
+    size is 0 but which has content is a pseudo-file (``/proc``, ``/sys``).
+    """
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except OSError as exc:
+        raise TraceError(p, _stat_problem(exc)) from None
+    except ValueError:  # a NUL byte in the name
+        raise TraceError(p, "no such file") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise TraceError(p, "is a directory, expected a trace file")
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((what for test, what in _FILE_KINDS if test(st.st_mode)), "a special file")
+        raise TraceError(p, f"is {kind}, not a regular file: expected a trace file")
+    if st.st_size == 0:
+        try:
+            with p.open("rb") as fh:
+                has_content = bool(fh.read(1))
+        except OSError as exc:
+            raise TraceError(p, _stat_problem(exc)) from None
+        if has_content:
+            raise TraceError(p, "reports a size of 0 but has content: a special file (as in /proc), not a trace file")
+        raise TraceError(p, "file is empty")
+    return st
+
+
 def gzip_size_hint(path: Path, file_size: int) -> int:
     """Uncompressed size from the gzip trailer (mod 2**32); a hint only."""
     if file_size < 18:
@@ -52,14 +151,17 @@ def gzip_size_hint(path: Path, file_size: int) -> int:
         (isize,) = struct.unpack("<I", fh.read(4))
     # ISIZE is modulo 4 GiB and can be garbage on truncated files; never
     # trust a hint smaller than the compressed size or absurdly large.
+    limit = InflateLimit.from_env()
     if isize < file_size or isize > file_size * 2000:
         return 0
+    if (limit.max_bytes and isize > limit.max_bytes) or (limit.max_ratio and isize > limit.max_ratio * file_size):
+        return 0  # never preallocate what the limit will refuse
     return isize
 
 
 def _corrupt(exc: Exception, pos: int) -> str:
     reason = str(exc).rpartition("while decompressing data: ")[2] or str(exc)
-    after = f" after {pos} decompressed bytes" if pos else ""
+    after = f" after {pos:,} decompressed bytes" if pos else ""
     return f"corrupt gzip data ({reason}){after}: the file is damaged, not just cut short"
 
 
@@ -82,14 +184,20 @@ def _inflate(path: Path, max_out: int = 0) -> Iterator[bytes]:
     streaming reader differ only in what they do with damage.  After the
     last good block it raises ``_Truncated`` (the stream just ends),
     ``_TrailingGarbage`` (junk after a complete member, whose CRC passed) or
-    ``zlib.error`` (corrupt data).  ``max_out`` caps each block (0: no cap).
+    ``zlib.error`` (corrupt data).  ``max_out`` caps each block (0: the
+    default cap).  More output than :class:`InflateLimit` allows raises a
+    :class:`TraceError` as soon as it is produced.
     """
+    limit = InflateLimit.from_env()
     decomp = _inflate_lib.decompressobj(wbits=47)  # gzip or zlib header, auto-detected
+    produced = 0
     with path.open("rb") as fh:
         data = fh.read(_BLOCK)
         while data:
-            out = decomp.decompress(data, max_out)
+            out = decomp.decompress(data, max_out or _MAX_OUT_PER_CALL)
             if out:
+                produced += len(out)
+                limit.check(path, produced, fh.tell() - len(decomp.unconsumed_tail))
                 yield out
             if decomp.eof:
                 rest = decomp.unused_data + fh.read(_BLOCK)
@@ -136,11 +244,14 @@ def _gunzip(path: Path, file_size: int) -> tuple[bytearray, list[str]]:
     except _INFLATE_ERRORS as exc:
         raise TraceError(path, _corrupt(exc, pos)) from None
     except _TrailingGarbage as garbage:
-        damage.append(f"ignored {garbage.junk} bytes of trailing garbage after the gzip data")
+        damage.append(f"ignored {garbage.junk:,} bytes of trailing garbage after the gzip data")
     except _Truncated:
         if pos == 0:
             raise TraceError(path, "gzip stream ends early (truncated file) before any data") from None
-        damage.append(f"gzip stream ends early (truncated file): kept {pos} bytes")
+        damage.append(
+            f"gzip stream ends early (truncated file): all {file_size:,} compressed bytes held "
+            f"{pos:,} bytes of JSON; the rest of the trace is missing"
+        )
     if pos != len(out):
         del out[pos:]
     if pos == 0:
@@ -151,28 +262,23 @@ def _gunzip(path: Path, file_size: int) -> tuple[bytearray, list[str]]:
 def open_trace_bytes(path: str | Path) -> OpenedFile:
     """Return the decompressed bytes of ``path`` (gzip detected by magic)."""
     p = Path(path)
-    try:
-        size = p.stat().st_size
-    except FileNotFoundError:
-        raise TraceError(p, "no such file") from None
-    except OSError as exc:
-        raise TraceError(p, f"cannot read file ({exc.strerror})") from None
-    if p.is_dir():
-        raise TraceError(p, "is a directory, expected a trace file")
-    if size == 0:
-        raise TraceError(p, "file is empty")
+    size = check_trace_file(p).st_size
     try:
         with p.open("rb") as fh:
             magic = fh.read(2)
     except OSError as exc:
         raise TraceError(p, f"cannot read file ({exc.strerror})") from None
     if magic == GZIP_MAGIC:
-        data, damage = _gunzip(p, size)
-        return OpenedFile(p, data, True, damage)
+        unpacked, damage = _gunzip(p, size)
+        if unpacked.startswith(UTF8_BOM):
+            del unpacked[: len(UTF8_BOM)]
+        return OpenedFile(p, unpacked, True, damage)
     with p.open("rb") as fh:
         # A private read-only map: the kernel pages it in and can drop it
         # again under pressure, and msgspec decodes from it without a copy.
         data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    if data[: len(UTF8_BOM)] == UTF8_BOM:
+        return OpenedFile(p, memoryview(data)[len(UTF8_BOM) :], False, [])
     return OpenedFile(p, data, False, [])
 
 
@@ -222,6 +328,8 @@ def gzip_blocks(path: Path, size: int) -> Iterator[bytes]:
                     return
                 put(block)
             put(None)
+        except TraceError as exc:  # over the inflate limit: no reader would do better
+            put(exc)
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
             put(StreamUnsupported(type(exc).__name__))
 
@@ -240,8 +348,17 @@ def gzip_blocks(path: Path, size: int) -> Iterator[bytes]:
         worker.join()
 
 
+def without_bom(blocks: Iterator[bytes]) -> Iterator[bytes]:
+    """``blocks`` less a UTF-8 byte order mark at the start (some Windows
+    tools write one; JSON forbids it, and it carries no information)."""
+    first = next(blocks, b"")
+    yield first.removeprefix(UTF8_BOM)
+    yield from blocks
+
+
 def file_blocks(path: Path, size: int) -> Iterator[bytes]:
-    """Decompressed blocks of at most ``size`` bytes, gzip detected by its magic."""
+    """Decompressed blocks of at most ``size`` bytes, gzip detected by its
+    magic, a leading UTF-8 byte order mark dropped."""
     with path.open("rb") as fh:
         magic = fh.read(2)
-    return gzip_blocks(path, size) if magic == GZIP_MAGIC else plain_blocks(path, size)
+    return without_bom(gzip_blocks(path, size) if magic == GZIP_MAGIC else plain_blocks(path, size))

@@ -33,11 +33,24 @@ class InvalidText(Exception):
     """A decoder met text that is not valid Unicode; the reader repairs and retries."""
 
 
-def is_text_error(exc: BaseException) -> bool:
-    """Invalid UTF-8 bytes, or a JSON escape of a lone UTF-16 surrogate."""
+def is_text_error(exc: BaseException, data: Any = None) -> bool:
+    """Invalid UTF-8 bytes, or a JSON escape of a lone UTF-16 surrogate.
+
+    msgspec names a lone *low* surrogate, but a lone *high* one followed by
+    text (``"\\ud800xyz"``, what ``json.dump`` writes) reads to it as an
+    unterminated escape or a truncated document; given the ``data`` that
+    failed, such an error counts as a text error when ``data`` holds one.
+    """
     if isinstance(exc, UnicodeDecodeError):
         return True
-    return isinstance(exc, msgspec.DecodeError) and "surrogate" in str(exc)
+    if not isinstance(exc, msgspec.DecodeError):
+        return False
+    text = str(exc)
+    if "surrogate" in text:
+        return True
+    if data is None or not ("escape" in text or "truncated" in text):
+        return False
+    return bool(_lone_surrogates(data, first_only=True))
 
 
 def decode_replacing(raw: bytes) -> tuple[str, int]:
@@ -106,8 +119,9 @@ def repair_json_text(data: Any) -> Repaired:
     return Repaired(fixed, count, max(first, 0))
 
 
-def _lone_surrogates(data: bytes) -> list[tuple[int, int]]:
-    """Spans of ``\\udXXX`` escapes that are not half of a well-formed pair."""
+def _lone_surrogates(data: Any, first_only: bool = False) -> list[tuple[int, int]]:
+    """Spans of ``\\udXXX`` escapes that are not half of a well-formed pair
+    (only the first with ``first_only``)."""
     spans: list[tuple[int, int]] = []
     pair_end = -1
     for m in _SURROGATE_ESCAPE.finditer(data):
@@ -123,4 +137,6 @@ def _lone_surrogates(data: bytes) -> list[tuple[int, int]]:
             pair_end = end + 6
             continue
         spans.append((start, end))
+        if first_only:
+            break
     return spans
