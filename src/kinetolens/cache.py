@@ -46,6 +46,7 @@ import msgspec
 import polars as pl
 
 from kinetolens import __version__
+from kinetolens.registry.sizes import parse_size
 from kinetolens.errors import TraceWarning, shown_path
 from kinetolens.fingerprint import content_fingerprint
 from kinetolens.model.trace import TABLES, Trace
@@ -55,7 +56,6 @@ ENV_MAX_SIZE = "KINETOLENS_CACHE_MAX_SIZE"
 DEFAULT_MAX_BYTES = 10 << 30
 #: Half-written entries of a writer that died are removed after this long.
 STALE_TMP_S = 3600
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
 # ``s3://bucket/x``, ``file:///x``, chained ``simplecache::s3://...``
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*(://|::)")
 #: Names the cache owns in its folder: entries, and entries being written.
@@ -298,12 +298,8 @@ def _make_room_for(final: Path, source: str) -> bool:
 def max_cache_bytes() -> int:
     """The local cache's size limit: ``$KINETOLENS_CACHE_MAX_SIZE`` (bytes, or
     with a K/M/G/T suffix), else 10 GiB."""
-    value = os.environ.get(ENV_MAX_SIZE)
-    match = _SIZE.match(value) if value else None
-    if match is None:
-        return DEFAULT_MAX_BYTES
-    number, unit = match.groups()
-    return int(float(number) * (1 << (10 * "BKMGT".index(unit.upper() or "B"))))
+    size = parse_size(os.environ.get(ENV_MAX_SIZE))
+    return DEFAULT_MAX_BYTES if size is None else size
 
 
 @dataclass(frozen=True)
