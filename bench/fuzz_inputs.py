@@ -17,7 +17,7 @@ replaced, and its mutant counted as a hang.
     python bench/fuzz_inputs.py -n 1000 --seed 1          # class x outcome table
     python bench/fuzz_inputs.py -n 200 --seed 3 --keep DIR # keep failing mutants
 
-``tests/test_fuzz_inputs.py`` runs a short seeded campaign of the same.
+``tests/ingest/test_fuzz_inputs.py`` runs a short seeded campaign of the same.
 """
 
 from __future__ import annotations

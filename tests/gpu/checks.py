@@ -1,7 +1,7 @@
 """The checks a CUDA trace recorded by kinetolens must pass (issue 21).
 
 One set of functions for both places they run: ``tests/gpu/`` applies them
-to the trace it has just captured on the GPU, and ``tests/test_gpu_recorded.py``
+to the trace it has just captured on the GPU, and ``tests/gpu_recorded/test_gpu_recorded.py``
 applies them, on any machine, to the traces the suite recorded into
 ``tests/data/gpu/``.  Each function takes a loaded trace (plus the figures
 torch itself reported during the capture, kept in the recording's

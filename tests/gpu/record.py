@@ -4,7 +4,7 @@ With ``KINETOLENS_GPU_RECORD=DIR`` (``bench/gpu_check.sh`` sets it) each
 test copies the trace it checked into ``DIR`` as ``NAME.pt.trace.json.gz``
 with ``NAME.expect.json`` (and the run metadata as ``NAME.kinetolens.json``): which checks of :mod:`tests.gpu.checks` apply and
 the figures torch reported during the capture (FlopCounterMode's counts,
-``torch.cuda.max_memory_allocated``), so ``tests/test_gpu_recorded.py`` can
+``torch.cuda.max_memory_allocated``), so ``tests/gpu_recorded/test_gpu_recorded.py`` can
 run the same checks later without a GPU.  ``environment.json`` names the
 GPU, driver, CUDA, cuDNN, torch and Triton versions; ``results.json``
 collects what every test measured.  Committing ``DIR``'s files under

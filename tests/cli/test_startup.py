@@ -1,0 +1,73 @@
+"""What ``kinetolens --help`` and a command's ``--help`` import, in fresh interpreters.
+
+The command list comes from a static table (``cli.main.COMMANDS``), so the
+group's help imports no command module, and with them neither polars,
+msgspec, plotly nor rich's console; a command module is imported when that
+command runs or shows its own help.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+
+from kinetolens.cli.main import COMMANDS, cli
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+HEAVY = ("polars", "msgspec", "plotly", "numpy", "rich.console", "rich.table", "kinetolens.loader", "kinetolens.model")
+
+PROBE = """
+import contextlib, io, json, sys
+from kinetolens.cli.main import main
+out = io.StringIO()
+code = 0
+with contextlib.redirect_stdout(out):
+    try:
+        main(sys.argv[1:])
+    except SystemExit as exc:
+        code = exc.code
+print(json.dumps({
+    "code": code,
+    "help": out.getvalue(),
+    "loaded": sorted(m for m in sys.modules if m in HEAVY or m.startswith("kinetolens.cli.") and m.endswith("_command")
+                    or m.startswith("kinetolens.cli.") and m.endswith("_commands")),
+}))
+"""
+
+
+def _probe(*args: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": SRC, "COLUMNS": "80"}
+    code = f"HEAVY = {HEAVY!r}\n" + PROBE
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, check=True)
+    return json.loads(out.stdout)
+
+
+def test_group_help_lists_every_command_and_imports_none_of_them() -> None:
+    result = _probe("--help")
+    assert result["code"] == 0
+    assert result["loaded"] == []  # no polars, msgspec, plotly, rich console, nor any command module
+    listed = [line.split()[0] for line in result["help"].split("Commands:\n", 1)[1].splitlines() if line.strip()]
+    assert listed == sorted(COMMANDS)
+
+
+@pytest.mark.parametrize("command", ["run", "demo", "serve", "report", "cache", "dist"])
+def test_command_help_imports_only_its_own_module(command: str) -> None:
+    result = _probe(command, "--help")
+    assert result["code"] == 0 and result["help"].startswith(f"Usage: kinetolens {command} ")
+    assert [m for m in result["loaded"] if m in HEAVY] == []
+    assert [m for m in result["loaded"] if m.startswith("kinetolens.cli.")] == [COMMANDS[command].module]
+
+
+def test_every_table_entry_is_a_command() -> None:
+    ctx = click.Context(cli)
+    for name, entry in COMMANDS.items():
+        command = cli.get_command(ctx, name)
+        assert isinstance(command, click.Command), name
+        assert command.callback is not None or isinstance(command, click.Group), name
+    assert cli.get_command(ctx, "no-such-command") is None
