@@ -1,6 +1,5 @@
 """One definition of each headline number, the same in summary, report, dashboard and API.
 
-# issue 17, points 11, 12 and 29
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ def qwen() -> kinetolens.Trace:
 
 
 def test_step_time_is_one_number_everywhere(qwen: kinetolens.Trace) -> None:
-    # issue 17, point 11: the step's host range is 47.15 ms and it opens with a 14.1 ms
+    # the step's host range is 47.15 ms and it opens with a 14.1 ms
     # cudaDeviceSynchronize on the previous step's kernels; its time is its 35.18 ms window.
     api_ms = float(qwen.steps["dur"].mean()) / 1e6  # type: ignore[arg-type]
     summary_ms = summarize(qwen)["steps"]["mean_us"] / 1000
@@ -51,7 +50,7 @@ def test_step_time_is_one_number_everywhere(qwen: kinetolens.Trace) -> None:
 
 @pytest.mark.parametrize("rel", [QWEN, RESNET])
 def test_peak_memory_is_one_number_everywhere(rel: str) -> None:
-    # issue 17, point 11: the resnet trace has no allocator totals; its GPU peak used to be "-"
+    # the resnet trace has no allocator totals; its GPU peak used to be "-"
     # in the summary and 2.6 GiB in the memory view.
     trace = kinetolens.load(trace_path(rel))
     view = {r["device"]: r for r in memory_peaks(memory_events(trace)).to_dicts()}
@@ -69,7 +68,7 @@ def test_peak_memory_is_one_number_everywhere(rel: str) -> None:
         assert api[device]["peak_allocated"] == in_summary[device]["peak_allocated"] == in_report[device]["peak_allocated"] == peak
         assert api[device]["basis"] == in_summary[device]["basis"] == row["basis"]
         label = "" if row["basis"] == ALLOCATOR else " (allocated while profiling only)"
-        assert dashboard_cards[f"{device} peak allocated"] == f"{units.memory(peak)}{label}"  # issue 18: one format
+        assert dashboard_cards[f"{device} peak allocated"] == f"{units.memory(peak)}{label}"  # one format
         if device.startswith("GPU"):
             assert gpu_table[device]["peak_allocated_bytes"] == dashboard_gpus[device]["peak_allocated_bytes"] == peak
     if rel == RESNET:
@@ -77,7 +76,7 @@ def test_peak_memory_is_one_number_everywhere(rel: str) -> None:
 
 
 def test_kernels_launched_before_profiling_are_explained(qwen: kinetolens.Trace) -> None:
-    # issue 17, point 12: 30% of the Qwen kernel time has no launch record (no op, ever).
+    # 30% of the Qwen kernel time has no launch record (no op, ever).
     kernels = qwen.kernels.filter(pl.col("kind") == "kernel")
     orphan = kernels.filter(pl.col("launch_id").is_null() & (pl.col("external_id").fill_null(0) == 0))
     share = float(orphan["dur"].sum()) / float(kernels["dur"].sum())
@@ -92,13 +91,12 @@ def test_kernels_launched_before_profiling_are_explained(qwen: kinetolens.Trace)
 
 
 def test_every_launch_recorded_says_nothing() -> None:
-    # issue 17, point 12
     block = summarize(kinetolens.load(trace_path(RESNET)))["unrecorded_launches"]
     assert block["note"] is None and not block["share"]
 
 
 def test_memory_peaks_say_what_they_cover(qwen: kinetolens.Trace) -> None:
-    # issue 17, point 29: the CPU allocator counts only what it allocated while profiling;
+    # the CPU allocator counts only what it allocated while profiling;
     # a GPU allocator's totals give the bytes alive when the window opened.
     peaks = {r["device"]: r for r in summarize(qwen)["memory"]}
     assert peaks["CPU"]["basis"] == WINDOW_SUM and peaks["CPU"]["live_at_start"] is None
@@ -119,11 +117,11 @@ def _cli(*args: str) -> str:
 
 
 def test_terminal_views_say_what_a_memory_peak_counts() -> None:
-    # issue 17, point 29: next to the number, in the summary and the memory view.
+    # next to the number, in the summary and the memory view.
     path = str(trace_path(QWEN))
     summary = " ".join(_cli("summary", path).split())
     assert "peak memory CPU 16 B, allocated while profiling only" in summary
-    assert "peak memory GPU0 1.95 GiB (939 MiB alive when profiling started)" in summary  # issue 18: 3 figures
+    assert "peak memory GPU0 1.95 GiB (939 MiB alive when profiling started)" in summary  # 3 figures
     memory = _cli("memory", path)
     rows: dict[str, list[str]] = {}
     for line in memory.splitlines():
@@ -135,7 +133,7 @@ def test_terminal_views_say_what_a_memory_peak_counts() -> None:
 
 
 def test_calls_of_a_module_are_the_times_it_ran(qwen: kinetolens.Trace) -> None:
-    # issue 17, point 11: one attention module showed 29 calls in `ops --aggregate-by module`
+    # one attention module showed 29 calls in `ops --aggregate-by module`
     # (its top-level ops) and 15 in `roofline --by module` (those carrying work); it ran once.
     from kinetolens.analysis.workload.modules import module_calls
     from kinetolens.analysis.workload.ops import op_stats

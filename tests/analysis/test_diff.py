@@ -375,7 +375,7 @@ def test_terminal_view(pair: dict[str, Any], capsys: pytest.CaptureFixture[str],
     assert code == 0
     assert "+46.584 ms (60.1% slower)" in out
     assert "Memcpy DtoD (Device -> Device)" in out and "3 → 768 " in out
-    # Kernel names are shown in their short form (the JSON keeps them whole); issue 18
+    # Kernel names are shown in their short form (the JSON keeps them whole)
     full = next(n for n in pair["diff"].tables["kernel"]["name"] if n.startswith("void split_embedding_backward"))
     assert len(full) > 300
     short = short_kernel_name(full)

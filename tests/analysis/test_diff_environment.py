@@ -1,5 +1,5 @@
-"""kinetolens diff says first when the two runs ran on different GPUs or software
-(issue 17, point 14): an A100 baseline against a V100 experiment is 60% slower
+"""kinetolens diff says first when the two runs ran on different GPUs or software:
+an A100 baseline against a V100 experiment is 60% slower
 for reasons no op delta explains."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_summary_compares_the_environments(pair: tuple[kinetolens.Trace, kinetolens.Trace]) -> None:
-    # issue 17, point 14: the analysis exposes the comparison as data.
+    # the analysis exposes the comparison as data.
     env = compare(*pair, levels=["step"]).summary["environment"]
     # The GPU names, compute capabilities and world sizes as the files' deviceProperties and
     # distributedInfo hold them (see MANIFEST.md); Kineto records no torch version.
@@ -53,7 +53,7 @@ def test_summary_compares_the_environments(pair: tuple[kinetolens.Trace, kinetol
 
 
 def test_environment_reads_torch_and_cuda_where_the_trace_records_them() -> None:
-    # issue 17, point 14: TraceLens' H100 traces carry the harness's torch_env_info and Kineto's
+    # TraceLens' H100 traces carry the harness's torch_env_info and Kineto's
     # cuda_runtime_version (12040).
     from kinetolens.analysis.diff import environment
 
@@ -63,7 +63,7 @@ def test_environment_reads_torch_and_cuda_where_the_trace_records_them() -> None
 
 
 def test_cli_warns_before_any_number() -> None:
-    # issue 17, point 14, as the user sees it: the warning is the first thing printed.
+    # the warning is the first thing printed.
     proc = _cli(str(trace_path(CONTROL)), str(trace_path(TEST)), "-t", "3")
     assert proc.returncode == 0, proc.stderr
     head = proc.stdout[: proc.stdout.index("kinetolens diff")]
@@ -80,7 +80,7 @@ def test_cli_warns_before_any_number() -> None:
 
 
 def test_same_environment_has_no_warning() -> None:
-    # issue 17, point 14: two ResNet-50 runs on the same V100 box.
+    # two ResNet-50 runs on the same V100 box.
     proc = _cli(str(trace_path(RESNET_A)), str(trace_path(RESNET_B)), "-t", "1")
     assert proc.returncode == 0, proc.stderr
     assert "Warning" not in proc.stdout
@@ -88,7 +88,7 @@ def test_same_environment_has_no_warning() -> None:
 
 
 def test_dashboard_diff_view_warns_first(pair: tuple[kinetolens.Trace, kinetolens.Trace]) -> None:
-    # issue 17, point 14, in the dashboard's Diff view (HTML).
+    # In the dashboard's Diff view (HTML).
     ctx = Ctx(loaded=Loaded(pair[0]), step=None, args={}, other=Loaded(pair[1]))
     blocks = dashboard_compare.diff_view(ctx)
     assert blocks[0]["type"] == "diff-picker"
@@ -109,7 +109,7 @@ def _capture(logdir: Path) -> Path:
 
 
 def test_torch_versions_from_kinetolens_run_metadata(tmp_path: Path) -> None:
-    # issue 17, point 14: kinetolens.profile records torch's version beside the trace; the loader
+    # kinetolens.profile records torch's version beside the trace; the loader
     # reads it and diff compares it.  A second torch build cannot be installed here, so the other
     # run is a copy of a real capture whose metadata names another version (the only edited field).
     from kinetolens.analysis.diff import environment
@@ -136,7 +136,7 @@ def test_torch_versions_from_kinetolens_run_metadata(tmp_path: Path) -> None:
 
 
 def test_diff_module_level_keeps_the_work_inside_step_ranges_recorded_as_ops() -> None:
-    # issue 17, point 10 (same fault in diff's module level): this 2021 trace records ProfilerStep#N
+    # Same fault in diff's module level: this 2021 trace records ProfilerStep#N
     # as cpu_op, so every op inside a step had the step range as its top-level op, and the module
     # level, which skips the ranges, lost all of it: 64,437 us of the 100,593 us of GPU time a step.
     a, b = (kinetolens.load(trace_path(p)) for p in (RESNET_A, RESNET_B))
@@ -147,7 +147,7 @@ def test_diff_module_level_keeps_the_work_inside_step_ranges_recorded_as_ops() -
 
 
 def test_torch_versions_recorded_by_another_harness_differ() -> None:
-    # issue 17, point 14: TraceLens' Qwen traces from an MI300X (torch 2.7.0 built from source) and
+    # TraceLens' Qwen traces from an MI300X (torch 2.7.0 built from source) and
     # an H100 (torch 2.6.0+cu124), as their harness's torch_env_info records them.
     mi300 = "tracelens/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
     env = compare(kinetolens.load(trace_path(mi300)), kinetolens.load(trace_path(QWEN)), levels=["step"]).summary[

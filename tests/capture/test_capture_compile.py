@@ -133,7 +133,7 @@ def test_compiled_ops_attributed_to_module(compiled_ops: Any) -> None:
 
 def test_compiled_regions_attributed_to_script_lines(compiled_ops: Any) -> None:
     """The region is entered from ``train_step``'s line that calls the
-    network (issue 18: source lines: the call line kinetolens records, no
+    network (source lines: the call line kinetolens records, no
     longer the ``def`` line torch names the frame by); the compiled function
     runs inside ``forward`` with no recorded call line, so its source names
     that function."""

@@ -107,7 +107,7 @@ def test_run_reports_unsupported_counters(tmp_path: Path) -> None:
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     # The job itself is not disturbed, but the profile it was run for failed
-    # (issue 17, point 17): exit 2, and one line saying why.
+    #: exit 2, and one line saying why.
     assert res.returncode == 2, res.stderr
     assert res.stdout == "done\n"
     (line,) = [x for x in res.stderr.splitlines() if x.startswith("kinetolens:")]

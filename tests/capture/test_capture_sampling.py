@@ -165,7 +165,7 @@ def test_samples_alone_are_reported_without_allocator_events(tmp_path: Path) -> 
     assert doc["devices"] == [] and doc["sampled"][0]["samples"] == len(_raw_samples(path))
     svg = _cli("memory", str(path), "--no-cache", "--svg", str(tmp_path / "x.svg"))
     assert svg.returncode == 2 and "no memory-flow picture" in svg.stderr and "Traceback" not in svg.stderr
-    assert "memory samples only" in svg.stdout  # what can be shown still is (issue 17, point 18)
+    assert "memory samples only" in svg.stdout  # what can be shown still is
 
 
 def test_trace_without_samples_has_no_sampled_section(tmp_path: Path) -> None:

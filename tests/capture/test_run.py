@@ -1,6 +1,6 @@
 """``kinetolens run`` says what happened when no trace was written.
 
-Issue 17, point 17: a script that never started (``python missing.py``)
+a script that never started (``python missing.py``)
 and counters that cannot be collected were both reported as "no process got
 through skip + warmup steps after profiling began", which never began.
 Each case runs the real CLI on a real command.
@@ -35,7 +35,6 @@ def reported(proc: subprocess.CompletedProcess[str], run: str, tmp_path: Path) -
     return lines[0][len(prefix) :]
 
 
-# issue 17, point 17
 def test_script_that_does_not_exist(tmp_path: Path) -> None:
     proc = kl_run(tmp_path, "--", sys.executable, "missing.py")
     assert proc.returncode == 2, proc.stderr  # python's own status for a missing script
@@ -43,21 +42,18 @@ def test_script_that_does_not_exist(tmp_path: Path) -> None:
     assert reported(proc, "missing", tmp_path) == f"{Path(sys.executable).name} exited with status 2 before importing torch"
 
 
-# issue 17, point 17
 def test_script_that_fails_after_importing_torch(tmp_path: Path) -> None:
     proc = kl_run(tmp_path, "--run", "crash", "--", sys.executable, "-c", "import torch, sys; sys.exit(7)")
     assert proc.returncode == 7, proc.stderr
     assert "exited with status 7 before profiling began" in reported(proc, "crash", tmp_path)
 
 
-# issue 17, point 17
 def test_script_that_never_imports_torch(tmp_path: Path) -> None:
     proc = kl_run(tmp_path, "--run", "plain", "--", sys.executable, "-c", "print('hi')")
     assert proc.returncode == 0 and proc.stdout == "hi\n", proc.stderr
     assert reported(proc, "plain", tmp_path) == f"{Path(sys.executable).name} never imported torch"
 
 
-# issue 17, point 17
 def test_command_that_is_not_python(tmp_path: Path) -> None:
     proc = kl_run(tmp_path, "--", "true")
     assert proc.returncode == 0, proc.stderr
@@ -70,7 +66,6 @@ def _cupti_ok() -> bool:
     return torch.cuda.is_available() and torch.backends.cuda.is_built()
 
 
-# issue 17, point 17
 @pytest.mark.skipif(_cupti_ok(), reason="this machine can collect CUPTI counters")
 def test_counters_that_cannot_be_collected(tmp_path: Path) -> None:
     """Two processes arm (a parent that starts a child): the reason is said once."""
@@ -97,7 +92,6 @@ def test_counters_that_cannot_be_collected(tmp_path: Path) -> None:
     assert "CUDA" in reason
 
 
-# issue 17, point 17 (a script whose file name is not UTF-8)
 def test_script_name_that_is_not_utf8(tmp_path: Path) -> None:
     """torch's stack recording refuses such a file name; the reason and the way
     around it are said, and --no-stack does record."""
@@ -116,7 +110,6 @@ def test_script_name_that_is_not_utf8(tmp_path: Path) -> None:
     assert proc.returncode == 0 and "kinetolens: wrote " in proc.stderr, proc.stderr
 
 
-# issue 17, point 17 (a run folder that cannot be made)
 def test_logdir_that_cannot_be_created(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     logdir = tmp_path / "file" / "runs"

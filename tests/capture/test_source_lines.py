@@ -1,4 +1,4 @@
-"""Source lines that do not mislead (issue 18: source lines).
+"""Source lines that do not mislead (source lines).
 
 torch names a ``python_function`` frame by the line where its function was
 entered, so an op inside ``forward`` used to show the ``def`` line as its
@@ -114,7 +114,7 @@ def _sources(ops: pl.DataFrame, name: str) -> set[str]:
     return set(ops.filter(pl.col("name") == name)["source"].to_list())
 
 
-# issue 18: source lines
+# source lines
 def test_training_step_lines(captured: tuple[Path, Path]) -> None:
     """Loss, backward, zero_grad and step each get their own line, and so
     does each line of ``forward`` that calls a function; before, all of the
@@ -138,7 +138,7 @@ def test_training_step_lines(captured: tuple[Path, Path]) -> None:
     assert _sources(ops, "aten::softmax") == at("SOFTMAX")
 
 
-# issue 18: source lines (each line inside forward, operator-only lines too)
+# source lines (each line inside forward, operator-only lines too)
 def test_operator_lines_get_their_own_line(captured: tuple[Path, Path]) -> None:
     """``h * 2`` and ``h += 1`` call no function (C type slots): torch
     records no call for them, so before they showed ``in forward (def
@@ -158,7 +158,7 @@ def test_operator_lines_get_their_own_line(captured: tuple[Path, Path]) -> None:
     assert not ops.filter(pl.col("cat") == "cpu_op")["source"].str.starts_with("in ").any()
 
 
-# issue 18: source lines
+# source lines
 def test_capture_leaves_tensor_operators_as_they_were(tmp_path: Path) -> None:
     """The operators are Python methods only while a profile records stacks."""
     import torch
@@ -174,7 +174,7 @@ def test_capture_leaves_tensor_operators_as_they_were(tmp_path: Path) -> None:
     assert {name: vars(torch.Tensor).get(name) for name in before} == before
 
 
-# issue 18: source lines
+# source lines
 def test_cli_ops_by_source_shows_each_line(captured: tuple[Path, Path]) -> None:
     trace, script = captured
     proc = subprocess.run(
@@ -187,7 +187,7 @@ def test_cli_ops_by_source_shows_each_line(captured: tuple[Path, Path]) -> None:
     assert f"in forward ({script}:{line_of('DEF')})" not in proc.stdout
 
 
-# issue 18: source lines
+# source lines
 def test_report_has_source_lines(captured: tuple[Path, Path]) -> None:
     trace, script = captured
     proc = subprocess.run(
@@ -203,7 +203,7 @@ def test_report_has_source_lines(captured: tuple[Path, Path]) -> None:
 
 
 
-# issue 18: source lines
+# source lines
 def test_bare_torch_trace_says_only_functions_are_known() -> None:
     """A trace from bare ``torch.profiler(with_stack=True)`` names frames by
     their entry line only: the kernels table shows each kernel's function,

@@ -1,6 +1,6 @@
 """Option values that cannot give a meaningful table: one line, exit 2.
 
-Issue 17, point 16: a regex that does not parse printed a polars traceback;
+a regex that does not parse printed a polars traceback;
 ``demo --device cuda`` on a CPU-only torch a torch traceback; ``-t 0``, a
 step the trace does not have, or a trace without kernels printed an empty
 table (or nothing at all, for ``-w 0``) and exited 0.  Every command with
@@ -78,13 +78,11 @@ def assert_one_line(proc: subprocess.CompletedProcess[str], words: list[str]) ->
     return lines[0]
 
 
-# issue 17, point 16
 @pytest.mark.parametrize("key", list(REFUSED))
 def test_refused_with_one_line(key: str, refused: dict[str, subprocess.CompletedProcess[str]]) -> None:
     assert_one_line(refused[key], REFUSED[key][1])
 
 
-# issue 17, point 16
 @pytest.mark.skipif(_cuda_usable(), reason="torch can use CUDA here")
 def test_demo_on_cuda_without_cuda(tmp_path: Path) -> None:
     proc = run_cli(["demo", "--device", "cuda", "--logdir", str(tmp_path)])

@@ -24,7 +24,7 @@ def _run(args: list[str], columns: int = 120) -> subprocess.CompletedProcess[str
 
 
 def test_json_has_the_path_in_order() -> None:
-    # issue 19, point 1: --json carries the length, the bound-by split and the path's edges in order.
+    # --json carries the length, the bound-by split and the path's edges in order.
     out = _run([ALEXNET, "--annotation", PARAM, "--instance", "1", "--json"])
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
@@ -37,7 +37,7 @@ def test_json_has_the_path_in_order() -> None:
 
 
 def test_terminal_fits_80_columns() -> None:
-    # issue 19, point 1: one small summary table, then the top items, numbers with units.
+    # one small summary table, then the top items, numbers with units.
     for columns in (80, 120):
         out = _run([EVENT_SYNC, "--step", "100"], columns)
         assert out.returncode == 0, out.stderr
@@ -50,7 +50,7 @@ def test_terminal_fits_80_columns() -> None:
 
 
 def test_bad_window_is_one_line() -> None:
-    # issue 19, point 1: a step or annotation the trace lacks: one line naming it, exit 2.
+    # a step or annotation the trace lacks: one line naming it, exit 2.
     for args, words in (
         ([EVENT_SYNC, "--step", "3"], ["no step 3"]),
         ([EVENT_SYNC, "--annotation", "nope"], ["'nope'"]),
@@ -65,7 +65,7 @@ def test_bad_window_is_one_line() -> None:
 
 
 def test_perfetto_track_of_the_path(tmp_path) -> None:
-    # issue 19, point 1: the Perfetto overlay: the trace plus a "critical path" track whose
+    # the Perfetto overlay: the trace plus a "critical path" track whose
     # slices are the path's stretches, at their times, summing to its length.
     out_file = tmp_path / "cp" / "trace.json.gz"
     out = _run([ALEXNET, "--annotation", PARAM, "--instance", "1", "--perfetto", str(out_file)])

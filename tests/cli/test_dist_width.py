@@ -1,4 +1,4 @@
-"""``kinetolens dist`` piped uses the shared width rule: full width, no wrap at 80 (issue 18)."""
+"""``kinetolens dist`` piped uses the shared width rule: full width, no wrap at 80."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ SOURCE = "hta/trace_filter/sampled_rank-0.json.gz"
 
 
 def test_dist_piped_is_not_wrapped_at_80_columns(tmp_path: Path) -> None:
-    # issue 18: `kinetolens dist RUNDIR | cat` wrapped at rich's default 80 columns
+    # `kinetolens dist RUNDIR | cat` wrapped at rich's default 80 columns
     generate(trace_path(SOURCE), tmp_path, 4, 2, keep_every=8, seed=1)
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     run = subprocess.run(

@@ -1,4 +1,4 @@
-"""The first five minutes (issue 18): what a performance engineer reads at a glance.
+"""The first five minutes: what a performance engineer reads at a glance.
 
 ``kinetolens diff`` leads with the step-time categories that changed most;
 ``summary`` says which rank, world size and device a kinetolens capture ran
@@ -39,7 +39,7 @@ def _tb_avg_us(rel: str) -> dict[str, float]:
 
 
 def test_diff_leads_with_the_step_category_that_changed() -> None:
-    # issue 18, point 1: with 4 DataLoader workers the ResNet-50 step is faster because data
+    # with 4 DataLoader workers the ResNet-50 step is faster because data
     # loading left the step; that must be on the first screen, before any op or kernel row.
     # The expected figures are torch-tb-profiler's step breakdowns of the two files.
     base, exp = _tb_avg_us(RESNET_0), _tb_avg_us(RESNET_4)
@@ -66,7 +66,7 @@ def test_diff_leads_with_the_step_category_that_changed() -> None:
 
 
 def test_diff_says_new_and_gone_everywhere() -> None:
-    # issue 18, point 1: one vocabulary for rows only one side has ("new"/"gone"), in the
+    # one vocabulary for rows only one side has ("new"/"gone"), in the
     # terminal, in the JSON and in the Python tables.
     args = (str(trace_path(RESNET_0)), str(trace_path(RESNET_4)))
     proc = _cli("diff", *args)
@@ -82,7 +82,7 @@ def test_diff_says_new_and_gone_everywhere() -> None:
 
 
 def test_dashboard_diff_leads_with_the_step_category() -> None:
-    # issue 18, point 1, in the dashboard: the largest step change sits with the step times, and
+    # the largest step change sits with the step times, and
     # the first table is the step breakdown, largest change first.
     from kinetolens.views.dashboard import compare as dashboard_compare
     from kinetolens.views.dashboard.sources import Ctx
@@ -128,7 +128,7 @@ def _summary_rows(trace: Path) -> dict[str, str]:
 
 
 def test_summary_reads_rank_world_size_and_device_of_a_kinetolens_capture(captured: tuple[Path, str]) -> None:
-    # issue 18, point 2: a single-process CPU capture is rank 0 of 1 on this machine's CPU; the
+    # a single-process CPU capture is rank 0 of 1 on this machine's CPU; the
     # trace itself has no distributedInfo nor deviceProperties, the .kinetolens.json beside it does.
     trace, _ = captured
     rows = _summary_rows(trace)
@@ -140,7 +140,7 @@ def test_summary_reads_rank_world_size_and_device_of_a_kinetolens_capture(captur
 
 
 def test_summary_reads_the_launchers_rank(tmp_path: Path) -> None:
-    # issue 18, point 2: torchrun sets RANK and WORLD_SIZE before the job initializes
+    # torchrun sets RANK and WORLD_SIZE before the job initializes
     # torch.distributed; a capture made under them says so (not the 0 / 1 of a lone process).
     trace, _ = capture_small_mlp(tmp_path, RANK="1", WORLD_SIZE="2")
     assert _summary_rows(trace)["rank / world size"] == "1 / 2"
@@ -158,7 +158,7 @@ def _documented_tables() -> dict[str, str]:
 
 
 def test_help_trace_documents_every_table_and_column_with_units() -> None:
-    # issue 18, point 3: every table of a real loaded trace (a V100 ResNet-50 run: ops, kernels,
+    # every table of a real loaded trace (a V100 ResNet-50 run: ops, kernels,
     # runtime, memory, flows, steps...) has a section in help(Trace) that names each of its
     # columns; times are said to be nanoseconds, where the CLI prints us and ms.
     import pydoc
@@ -179,7 +179,7 @@ def test_help_trace_documents_every_table_and_column_with_units() -> None:
 
 
 def test_profile_has_a_real_signature_and_says_where_the_trace_went(captured: tuple[Path, str]) -> None:
-    # issue 18, point 3: inspect.signature shows the keywords (not **kwargs), each one documented,
+    # inspect.signature shows the keywords (not **kwargs), each one documented,
     # and a capture prints one line to stderr naming the trace it wrote.
     import inspect
 
@@ -199,7 +199,7 @@ def test_profile_has_a_real_signature_and_says_where_the_trace_went(captured: tu
 
 
 def test_dir_lists_the_public_api_only() -> None:
-    # issue 18, point 3: no helpers (importlib, TYPE_CHECKING, _LAZY) nor submodules in dir().
+    # no helpers (importlib, TYPE_CHECKING, _LAZY) nor submodules in dir().
     kinetolens.load  # noqa: B018 - a first use imports submodules
     assert set(dir(kinetolens)) == set(kinetolens.__all__)
 
@@ -221,7 +221,7 @@ BENCH_DIARY = ("previous session", "previous run", "previous full run", "Tried",
 
 
 def test_module_docstrings_say_why_not_what_was_measured() -> None:
-    # issue 18, point 4: docstrings of the allocator and Kineto readers give the reason briefly;
+    # docstrings of the allocator and Kineto readers give the reason briefly;
     # the figures live in docs/BENCHMARKS.md (and the history in commit messages).
     import ast
 
@@ -236,7 +236,7 @@ def test_module_docstrings_say_why_not_what_was_measured() -> None:
 
 
 def test_benchmarks_doc_is_method_tables_and_commands() -> None:
-    # issue 18, point 4: every section of docs/BENCHMARKS.md has its command and a current table,
+    # every section of docs/BENCHMARKS.md has its command and a current table,
     # and none reads as a diary of earlier runs.
     text = (REPO / "docs" / "BENCHMARKS.md").read_text()
     for phrase in BENCH_DIARY:

@@ -1,6 +1,6 @@
 """Terminal output a person reads at a glance: short kernel names, tables that
 fit 80 and 120 columns with rows of at most two lines, piped output not
-wrapped, numbers with units (issue 18)."""
+wrapped, numbers with units."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def body(out: str) -> list[str]:
 # -- short kernel names --------------------------------------------------------------
 
 
-# issue 18: short names of real CUDA (H100, V100) and ROCm (MI300) kernel names
+# short names of real CUDA (H100, V100) and ROCm (MI300) kernel names
 EXPECTED_SHORT = {
     # template noise and argument lists dropped, the functor kept
     "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>, at::detail::Array<char*, 3> >"
@@ -79,7 +79,7 @@ EXPECTED_SHORT = {
 
 @pytest.mark.parametrize("rel", [QWEN, RESNET, QWEN_MI300, NSFW_MI300])
 def test_short_names_of_real_kernels(rel: str) -> None:
-    # issue 18: the kernels view's short_name column, over every distinct name of real traces
+    # the kernels view's short_name column, over every distinct name of real traces
     table = kernel_table(kinetolens.load(trace_path(rel)))
     pairs = dict(table.select("kernel", "short_name").unique().iter_rows())
     assert len(pairs) > 10
@@ -101,7 +101,7 @@ def test_short_names_of_real_kernels(rel: str) -> None:
 
 
 def test_expected_short_names() -> None:
-    # issue 18
+
     for raw, short in EXPECTED_SHORT.items():
         assert short_kernel_name(raw) == short
     series = pl.Series(list(EXPECTED_SHORT) * 3 + [None])
@@ -127,7 +127,7 @@ COMMANDS = {
 @pytest.mark.parametrize("width", [80, 120])
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_tables_fit_the_width(name: str, width: int) -> None:
-    # issue 18: no line wider than COLUMNS; before, kernels at 80 columns took 1,281 lines for 15 rows
+    # no line wider than COLUMNS; before, kernels at 80 columns took 1,281 lines for 15 rows
     args = [str(trace_path(a)) if a.endswith(".gz") else a for a in COMMANDS[name]]
     out = cli(*args, columns=width)
     too_wide = [line for line in out.splitlines() if len(line.rstrip()) > width]
@@ -162,7 +162,7 @@ def longest_run(lines: list[str], continues: object) -> int:
 @pytest.mark.parametrize("width", [80, 120])
 @pytest.mark.parametrize("rel", [QWEN, RESNET])
 def test_every_cell_is_at_most_two_lines(rel: str, width: int) -> None:
-    # issue 18: the renderer itself, on the whole kernels table of a real trace
+    # the renderer itself, on the whole kernels table of a real trace
     frame = kernel_table(kinetolens.load(trace_path(rel))).select(
         "idx", "step", "dir", "module", "op", "short_name", "params", "dur_us", "tc", "stream", "source"
     )
@@ -176,7 +176,7 @@ def test_every_cell_is_at_most_two_lines(rel: str, width: int) -> None:
 
 
 def test_full_names_and_short_names() -> None:
-    # issue 18: the short form by default, --full-names for the raw name
+    # the short form by default, --full-names for the raw name
     path = str(trace_path(RESNET))
     short = cli("kernels", path, "-n", "40", "-c", "idx,short_name", columns=None)
     full = cli("kernels", path, "-n", "40", "-c", "idx,short_name", "--full-names", columns=None)
@@ -188,7 +188,7 @@ def test_full_names_and_short_names() -> None:
 
 
 def test_piped_output_is_not_wrapped() -> None:
-    # issue 18: `kinetolens ops T | less` used rich's default 80 columns and split headers
+    # `kinetolens ops T | less` used rich's default 80 columns and split headers
     path = str(trace_path(QWEN))
     out = cli("kernels", path, "-n", "15", "--step", "6", columns=None)
     rows = body(out)
@@ -204,7 +204,7 @@ def test_piped_output_is_not_wrapped() -> None:
 
 
 def test_units() -> None:
-    # issue 18: numbers with units a person reads
+    # numbers with units a person reads
     assert units.flops(3_093_603_287_040.0) == "3.09 TFLOP"
     assert units.traffic(33.8e9) == "33.8 GB"
     assert units.percent(0.555) == "55.5%"
@@ -217,7 +217,7 @@ def test_units() -> None:
 
 
 def test_columns_carry_their_unit() -> None:
-    # issue 18: counts as integers, times in the unit that fits with the unit in the header
+    # counts as integers, times in the unit that fits with the unit in the header
     calls = format_column("calls", pl.Series([10.0, 3.0]))
     assert calls.cells == ["10", "3"]
     times = format_column("device_total_us", pl.Series([12_790.0, 53.1]))
@@ -228,7 +228,7 @@ def test_columns_carry_their_unit() -> None:
 
 
 def test_csv_and_json_keep_exact_numbers_without_float_noise() -> None:
-    # issue 18: 18.112, not 18.112000000000002 (the clock ticks in nanoseconds)
+    # 18.112, not 18.112000000000002 (the clock ticks in nanoseconds)
     path = str(trace_path(QWEN))
     csv = cli("kernels", path, "--csv", "-c", "idx,dur_us,start_us", columns=None)
     values = [v for line in csv.splitlines()[1:] for v in line.split(",")[1:]]
@@ -237,7 +237,7 @@ def test_csv_and_json_keep_exact_numbers_without_float_noise() -> None:
     assert rows[0]["dur_us"] == 18.112
 
 
-# issue 18, terminal: a name longer than its cell is cut in the middle on one line, never
+# a name longer than its cell is cut in the middle on one line, never
 # folded mid-word (at 80 columns, `max_pool_forward_nchw<float` + a line holding only `>`)
 @pytest.mark.parametrize("rel", [QWEN, RESNET])
 def test_names_are_cut_in_the_middle_not_folded(rel: str) -> None:
@@ -263,7 +263,7 @@ def test_names_are_cut_in_the_middle_not_folded(rel: str) -> None:
     assert cut > 0  # 80 columns are too narrow for some names of both traces
 
 
-# issue 18, terminal: the one cell rule, on real kernel names at every width
+# the one cell rule, on real kernel names at every width
 def test_fit_cell_on_real_names() -> None:
     from kinetolens.cli.render import fit_cell
 
@@ -280,7 +280,7 @@ def test_fit_cell_on_real_names() -> None:
                 assert " ".join(p.strip() for p in parts) == " ".join(name.split())
 
 
-# issue 18, terminal: `dist` fits 80 and 120 columns through the shared renderer: numbers are
+# `dist` fits 80 and 120 columns through the shared renderer: numbers are
 # never cut ("797,7…" bytes, "colle…" headers before), bytes carry units
 @pytest.mark.parametrize("width", [80, 120])
 def test_dist_fits_the_width_with_whole_numbers(tmp_path, width: int) -> None:  # type: ignore[no-untyped-def]
@@ -296,7 +296,7 @@ def test_dist_fits_the_width_with_whole_numbers(tmp_path, width: int) -> None:  
     assert "yes" not in out  # no rank of this run is a straggler
 
 
-# issue 18, terminal: at 80 columns the row's name keeps room to be read (`aten::…orward` in 14
+# at 80 columns the row's name keeps room to be read (`aten::…orward` in 14
 # columns before): a number column is left out (and named) first
 def test_names_keep_room_at_80_columns() -> None:
     from kinetolens.cli.render import MIN_KEY
@@ -309,7 +309,7 @@ def test_names_keep_room_at_80_columns() -> None:
     assert "not shown at this width" in out
 
 
-# issue 18, terminal: a table's title is not folded at the table's width: the summary's trace
+# a table's title is not folded at the table's width: the summary's trace
 # path stays whole on its line at 80 columns (it was cut to '...1074.pt.trace' + '.json.gz'),
 # and is cut in the middle only where the terminal is narrower than the path
 @pytest.mark.parametrize("width", [60, 80])
@@ -322,7 +322,7 @@ def test_title_path_is_not_folded(width: int) -> None:
     assert shown[0] == (path if len(path) <= width else units.middle(path, width))
 
 
-# issue 18, terminal: one explanation, one note: the CPU and GPU peaks of the V100 trace both
+# one explanation, one note: the CPU and GPU peaks of the V100 trace both
 # carry "allocated while profiling only" and printed the same note twice as [1] and [2]
 def test_summary_notes_are_not_repeated() -> None:
     out = cli("summary", str(trace_path(RESNET)), columns=80)

@@ -1,1 +1,1 @@
-"""The GPU suite (issue 21): run by bench/gpu_check.sh on a CUDA machine, skipped elsewhere."""
+"""The GPU suite: run by bench/gpu_check.sh on a CUDA machine, skipped elsewhere."""

@@ -1,4 +1,4 @@
-"""The checks a CUDA trace recorded by kinetolens must pass (issue 21).
+"""The checks a CUDA trace recorded by kinetolens must pass.
 
 One set of functions for both places they run: ``tests/gpu/`` applies them
 to the trace it has just captured on the GPU, and ``tests/gpu_recorded/test_gpu_recorded.py``
@@ -30,7 +30,7 @@ from kinetolens.analysis.summary import attribution, unrecorded_launches
 from kinetolens.analysis.workload.work import op_work
 from kinetolens.registry.tensor_cores import TENSOR_COUNTER
 
-#: The bars of issue 21 (the same as the attribution health check's).
+#: The bars a GPU capture must reach (the same as the attribution health check's).
 OP_SHARE = 0.99
 MODULE_SHARE = 0.95
 BACKWARD_SHARE = 0.95

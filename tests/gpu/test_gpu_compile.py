@@ -1,7 +1,7 @@
 """A torch.compile'd bf16 transformer on the GPU: inductor's Triton kernels,
 named after the ops fused into them (the ``fused_ops`` column of
 ``kinetolens kernels``, ``kinetolens compiled``), attributed like eager
-kernels.  (issue 21, the suite)"""
+kernels."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from tests.gpu.test_gpu_training import cli
 
 
 def test_compiled_model_triton_kernels(tmp_path: Path, recorder: Recorder) -> None:
-    # issue 21: a torch.compile'd model's Triton kernels, named by their fused ops, get op and module
+    # a torch.compile'd model's Triton kernels, named by their fused ops, get op and module
     import torch._dynamo
 
     if not torch._dynamo.is_dynamo_supported():

@@ -1,6 +1,6 @@
 """``kinetolens.profile(counters=["roofline"])`` collects CUPTI counters per
 kernel on the GPU, and ``kinetolens counters`` maps them to the ops that
-launched each kernel.  (issue 21, the suite)"""
+launched each kernel."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from tests.gpu.test_gpu_training import cli
 
 
 def test_roofline_counters_collected_and_mapped_to_ops(tmp_path: Path, recorder: Recorder) -> None:
-    # issue 21: counters=["roofline"] collects CUPTI counters; `kinetolens counters` maps them to ops
+    # counters=["roofline"] collects CUPTI counters; `kinetolens counters` maps them to ops
     trainer = Trainer(TINY, "cuda")
     for _ in range(2):
         trainer.step()

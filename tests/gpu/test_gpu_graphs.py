@@ -1,6 +1,6 @@
 """A bf16 transformer forward captured into a CUDA graph and replayed, each
 under ``kinetolens.profile``: loaded together, every replayed kernel gets
-the op (and module) that launched it at capture.  (issue 21, the suite; see
+the op (and module) that launched it at capture (see
 docs/graph-replay.md)"""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tests.gpu.record import Recorder
 
 
 def test_graph_replay_kernels_get_their_capture_ops(tmp_path: Path, recorder: Recorder) -> None:
-    # issue 21: a CUDA-graph captured and replayed step whose replayed kernels get their ops
+    # a CUDA-graph captured and replayed step whose replayed kernels get their ops
     graphed = GraphedForward(SMALL)
     with kinetolens.profile(logdir=tmp_path, run="graph_capture") as capture:
         graphed.capture()

@@ -4,7 +4,7 @@ by ``nsys``, its SQLite export loaded, kernels attributed to the marked ops.
 ``nsys`` is often not on PATH where Nsight Compute (``ncu``) is: the test
 looks for the binary where CUDA toolkits and Nsight Systems installers put
 it, and where there is none it records that in ``environment.json`` and
-skips, saying where it looked.  (issue 21, Nsight tools)
+skips, saying where it looked.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def find_nsys() -> tuple[str | None, str]:
 
 
 def test_nsys_profile_of_nvtx_marked_script(tmp_path: Path, recorder: Recorder) -> None:
-    # issue 21: nsys (if an Nsight Systems binary exists) profiles kinetolens.nvtx() ranges; SQLite loaded
+    # nsys (if an Nsight Systems binary exists) profiles kinetolens.nvtx() ranges; SQLite loaded
     exe, about = find_nsys()
     ncu = shutil.which("ncu") or next(iter(sorted(glob.glob("/usr/local/cuda*/bin/ncu"))), None)
     recorder.note("nsys", {"binary": exe, "about": about})

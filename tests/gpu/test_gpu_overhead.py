@@ -1,6 +1,6 @@
 """Capture overhead on the GPU: ``bench/capture_overhead.py --device cuda``,
 kinetolens.profile's step time against bare torch.profiler with the same
-options, within 2%.  (issue 21, the suite)"""
+options, within 2%."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ RESULT_ENV = "KINETOLENS_GPU_OVERHEAD_JSON"
 
 
 def test_capture_overhead_within_two_percent(tmp_path: Path, recorder: Recorder) -> None:
-    # issue 21: capture overhead vs bare torch.profiler on the GPU, target within 2%
+    # capture overhead vs bare torch.profiler on the GPU, target within 2%
     given = os.environ.get(RESULT_ENV)
     out = Path(given) if given else tmp_path / "overhead.json"
     if not given:

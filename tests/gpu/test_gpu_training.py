@@ -3,7 +3,7 @@
 --device cuda``: kernels attributed to ops, modules and forward ops, Tensor
 Cores found for the bf16 GEMMs and not for fp32 elementwise kernels, GEMM
 and attention FLOPs equal to FlopCounterMode's, the memory peak equal to
-torch's own.  (issue 21, the suite)"""
+torch's own."""
 
 from __future__ import annotations
 
@@ -62,22 +62,22 @@ def profiled(tmp_path_factory: pytest.TempPathFactory, recorder: Recorder) -> di
 
 
 def test_profile_attribution(profiled: dict[str, Any], recorder: Recorder) -> None:
-    # issue 21: kernels to op >= 99%, module >= 95%, backward to forward op >= 95%
+    # kernels to op >= 99%, module >= 95%, backward to forward op >= 95%
     recorder.report("profile_bf16.attribution", checks.check_attribution(profiled["trace"]))
 
 
 def test_profile_tensor_cores(profiled: dict[str, Any], recorder: Recorder) -> None:
-    # issue 21: tc yes for the bf16 GEMMs, no for fp32 elementwise kernels
+    # tc yes for the bf16 GEMMs, no for fp32 elementwise kernels
     recorder.report("profile_bf16.tensor_cores", checks.check_tensor_cores(profiled["trace"]))
 
 
 def test_profile_gemm_flops_equal_flop_counter(profiled: dict[str, Any], recorder: Recorder) -> None:
-    # issue 21: each GEMM's FLOPs equal torch.utils.flop_counter's for the same model
+    # each GEMM's FLOPs equal torch.utils.flop_counter's for the same model
     recorder.report("profile_bf16.gemm_flops", checks.check_gemm_flops(profiled["trace"], profiled["flop_counter"]))
 
 
 def test_profile_attention_flops_equal_flop_counter(profiled: dict[str, Any], recorder: Recorder) -> None:
-    # issue 21: the fused attention (flash / cuDNN / efficient) counted like FlopCounterMode
+    # the fused attention (flash / cuDNN / efficient) counted like FlopCounterMode
     if not checks.attention_flops(profiled["flop_counter"]):
         pytest.skip(f"FlopCounterMode counts no attention op here (it counted {sorted(profiled['flop_counter'])})")
     got = checks.check_attention_flops(profiled["trace"], profiled["flop_counter"])
@@ -85,7 +85,7 @@ def test_profile_attention_flops_equal_flop_counter(profiled: dict[str, Any], re
 
 
 def test_profile_memory_peak_matches_torch(profiled: dict[str, Any], recorder: Recorder) -> None:
-    # issue 21: memory profiling's peak within 5% of torch.cuda.max_memory_allocated
+    # memory profiling's peak within 5% of torch.cuda.max_memory_allocated
     recorder.report("profile_bf16.memory_peak", checks.check_memory_peak(profiled["trace"], profiled["peak"]))
 
 
@@ -106,22 +106,22 @@ def run_trace(tmp_path_factory: pytest.TempPathFactory, profiled: dict[str, Any]
 
 
 def test_run_attribution(run_trace: Any, recorder: Recorder) -> None:
-    # issue 21: `kinetolens run` on the bf16 transformer, same bars as kinetolens.profile
+    # `kinetolens run` on the bf16 transformer, same bars as kinetolens.profile
     recorder.report("run_bf16.attribution", checks.check_attribution(run_trace))
 
 
 def test_run_tensor_cores(run_trace: Any, recorder: Recorder) -> None:
-    # issue 21: Tensor Cores under `kinetolens run`
+    # Tensor Cores under `kinetolens run`
     recorder.report("run_bf16.tensor_cores", checks.check_tensor_cores(run_trace))
 
 
 def test_run_gemm_flops_equal_flop_counter(run_trace: Any, profiled: dict[str, Any], recorder: Recorder) -> None:
-    # issue 21: FLOPs depend on shapes only: the script's model has the profiled one's
+    # FLOPs depend on shapes only: the script's model has the profiled one's
     recorder.report("run_bf16.gemm_flops", checks.check_gemm_flops(run_trace, profiled["flop_counter"]))
 
 
 def test_demo_on_cuda(tmp_path: Path, recorder: Recorder) -> None:
-    # issue 21: `kinetolens demo --device cuda` profiles on the GPU and shows its analysis
+    # `kinetolens demo --device cuda` profiles on the GPU and shows its analysis
     res = cli("demo", "--device", "cuda", "--logdir", str(tmp_path), "--steps", "2", "--warmup", "1", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     (line,) = [x for x in res.stdout.splitlines() if x.startswith("trace: ")]

@@ -1,4 +1,4 @@
-"""CPU CI over the CUDA traces the GPU suite recorded (issue 21, keep the proof).
+"""CPU CI over the CUDA traces the GPU suite recorded.
 
 ``tests/data/gpu/`` holds what ``bench/gpu_check.sh`` recorded on a GPU
 machine: ``NAME.pt.trace.json.gz`` and ``NAME.expect.json`` (the checks that
@@ -54,13 +54,13 @@ def _cases() -> list:
 
 @pytest.mark.parametrize(("expect", "check"), _cases())
 def test_recorded_gpu_trace(expect: Path, check: str) -> None:
-    # issue 21, keep the proof: attribution, Tensor Cores, FLOPs, graph replay... on the recorded CUDA traces
+    # attribution, Tensor Cores, FLOPs, graph replay... on the recorded CUDA traces
     checks.run_recorded(expect, check)
 
 
 @pytest.mark.skipif(not _recordings(), reason=_no_recordings())
 def test_recordings_are_described_and_small() -> None:
-    # issue 21, keep the proof: the note names GPU, driver, CUDA and torch; a few MB at most
+    # the note names GPU, driver, CUDA and torch; a few MB at most
     env = json.loads((DATA / "environment.json").read_text())
     for key in ("gpu", "driver", "cuda", "torch"):
         assert env.get(key), f"environment.json lacks {key}"
@@ -86,7 +86,7 @@ def _load(rel: str, **kw: object) -> kinetolens.Trace:
 
 
 def test_attribution_check_passes_and_fails() -> None:
-    # issue 21: the attribution bars hold on a real B200 inference trace, and a trace
+    # the attribution bars hold on a real B200 inference trace, and a trace
     # that lost the op of 2% of its kernel time is refused
     trace = _load(B200)
     got = checks.check_attribution(trace, backward=False)
@@ -104,7 +104,7 @@ def test_attribution_check_passes_and_fails() -> None:
 
 
 def test_tensor_core_check_passes_and_fails() -> None:
-    # issue 21: bf16 GEMMs tc=yes, fp32 elementwise tc=no on a real H100 trace;
+    # bf16 GEMMs tc=yes, fp32 elementwise tc=no on a real H100 trace;
     # GEMM kernels renamed to a CUDA-core SGEMM are refused
     trace = _load(QWEN_H100)
     got = checks.check_tensor_cores(trace)
@@ -118,7 +118,7 @@ def test_tensor_core_check_passes_and_fails() -> None:
 
 
 def test_graph_replay_check_passes_and_fails() -> None:
-    # issue 21: replayed kernels with their capture ops (vLLM's piecewise graphs
+    # replayed kernels with their capture ops (vLLM's piecewise graphs
     # with their capture trace); without the capture trace the check refuses
     got = checks.check_graph_replay(_load(VLLM))
     assert got["replayed_kernels"] > 0 and got["with_capture_op"] >= 0.99
@@ -127,7 +127,7 @@ def test_graph_replay_check_passes_and_fails() -> None:
 
 
 def test_memory_peak_check_tolerance() -> None:
-    # issue 21: within 5% of torch's max_memory_allocated passes, 6% off fails
+    # within 5% of torch's max_memory_allocated passes, 6% off fails
     trace = _load(QWEN_H100)
     peak = 2088508416  # regression pin: kinetolens' GPU0 peak of this trace (allocator totals)
     assert checks.check_memory_peak(trace, int(peak / 1.04))["ratio"] == pytest.approx(1.04, rel=1e-6)
@@ -136,7 +136,7 @@ def test_memory_peak_check_tolerance() -> None:
 
 
 def test_flops_checks_on_a_cpu_capture(tmp_path: Path) -> None:
-    # issue 21: the FLOPs checks on the suite's own bf16-autocast transformer, captured
+    # the FLOPs checks on the suite's own bf16-autocast transformer, captured
     # on the CPU here, against FlopCounterMode (GEMMs) and torch's SDPA formulas
     # (attention); a miscount is refused
     pytest.importorskip("torch")
@@ -170,7 +170,7 @@ def test_flops_checks_on_a_cpu_capture(tmp_path: Path) -> None:
 
 
 def test_recorded_tests_collect_and_run_a_recording(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 21: with recordings present the parametrized test collects one test per
+    # with recordings present the parametrized test collects one test per
     # (recording, check) and each runs its check (real B200 and H100 traces stand in
     # for recordings here); with none it collects one clear skip
     data = tmp_path / "gpu"
@@ -219,7 +219,7 @@ def _run(*cmd: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.skipif(CUDA, reason="this machine has a GPU: the suite runs")
 def test_gpu_suite_collects_and_skips_without_cuda() -> None:
-    # issue 21, the suite: every test of tests/gpu is marked gpu (a registered marker)
+    # every test of tests/gpu is marked gpu (a registered marker)
     # and skipped with the reason, so CPU CI stays green
     res = _run(sys.executable, "-m", "pytest", "--strict-markers", "-m", "gpu", "-p", "no:cacheprovider", "-q", "-rs",
                "tests/gpu")  # fmt: skip
@@ -233,7 +233,7 @@ def test_gpu_suite_collects_and_skips_without_cuda() -> None:
 
 @pytest.mark.skipif(CUDA, reason="this machine has a GPU")
 def test_gpu_check_fails_fast_in_one_line_without_cuda() -> None:
-    # issue 21, the script: on a machine without CUDA it stops at once, saying why, exit 2
+    # on a machine without CUDA it stops at once, saying why, exit 2
     res = _run("bash", str(REPO / "bench" / "gpu_check.sh"))
     assert res.returncode == 2
     assert res.stdout == ""
@@ -243,7 +243,7 @@ def test_gpu_check_fails_fast_in_one_line_without_cuda() -> None:
 
 @pytest.mark.skipif(CUDA, reason="this machine has a GPU")
 def test_overhead_bench_refuses_cuda_without_a_gpu() -> None:
-    # issue 21: `bench/capture_overhead.py --device cuda` says why in one line instead of a traceback
+    # `bench/capture_overhead.py --device cuda` says why in one line instead of a traceback
     res = _run(sys.executable, str(REPO / "bench" / "capture_overhead.py"), "--device", "cuda")
     assert res.returncode == 2
     (line,) = res.stderr.strip().splitlines()
@@ -251,7 +251,7 @@ def test_overhead_bench_refuses_cuda_without_a_gpu() -> None:
 
 
 def test_cli_starts_without_plotly() -> None:
-    # issue 21: the GPU machine gets no plotly (its wheel does not fit the budget of
+    # the GPU machine gets no plotly (its wheel does not fit the budget of
     # carried wheels): every command but report and roofline charts runs without it
     res = _run(sys.executable, "-c", "import sys, kinetolens.cli.main; print(sorted(m for m in sys.modules if m.split('.')[0] == 'plotly'))")
     assert res.returncode == 0, res.stderr
@@ -259,7 +259,7 @@ def test_cli_starts_without_plotly() -> None:
 
 
 def test_triton_kernel_check_passes_and_fails() -> None:
-    # issue 21: a torch.compile trace's Triton kernels (TraceLens' MI300X trace):
+    # a torch.compile trace's Triton kernels (TraceLens' MI300X trace):
     # named by their fused ops, each with its launch op; the provenance must be
     # what the trace allows (names only: compiled before kinetolens watched)
     trace = _load("tracelens/torch_compile_triton/trace.json.gz")

@@ -39,7 +39,7 @@ EXEC_TRACE = TRACES / "hta/execution_trace/benchmark_simple_add_et.json.gz"
 ROCPROF = TRACES / "tracelens/rocprof/908_results.json.gz"  # rocprofv3 JSON: a negative input
 LEGACY = TRACES / "kineto_legacy/resnet50_num_workers_0_2020-12/worker0.pt.trace.json.gz"
 
-# issue 17 (skips mean something): the real traces are part of the test
+# the real traces are part of the test
 # fixtures; without ../shared the tests fail, they do not skip.
 
 OUT_OF_RANGE = ("out of range", "does not fit")

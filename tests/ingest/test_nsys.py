@@ -32,7 +32,7 @@ CLOVERLEAF = NSYS / "pipit_perlmutter-cloverleaf-cuda.sqlite"
 SAXPY = NSYS / "pipit_saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
 FIXTURES = [pytest.param(CLOVERLEAF, id="cloverleaf"), pytest.param(SAXPY, id="saxpy")]
 
-# issue 17 (skips mean something): without ../shared these fail, never skip.
+# without ../shared these fail, never skip.
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"

@@ -1,6 +1,6 @@
 """Text that is not valid Unicode loads, replaced with U+FFFD and counted.
 
-Issue 17, point 15: one string with bytes that are not UTF-8 (a kernel name,
+one string with bytes that are not UTF-8 (a kernel name,
 an op's dtype, metadata another tool wrote into an nsys export) used to
 reject the whole file, or crash.  Every other number must come out exactly
 as from the clean file.  Each damaged file is a copy of a real trace from
@@ -76,7 +76,6 @@ def assert_same_numbers(trace: kinetolens.Trace, reference: kinetolens.Trace) ->
         assert got.select(numbers).equals(want.select(numbers)), table
 
 
-# issue 17, point 15
 @pytest.mark.parametrize("suffix", [".json", ".json.gz"])
 def test_invalid_utf8_in_a_kernel_name_is_replaced_and_counted(tmp_path: Path, suffix: str) -> None:
     text = bert_json()
@@ -100,7 +99,6 @@ def test_invalid_utf8_in_a_kernel_name_is_replaced_and_counted(tmp_path: Path, s
     assert "invalid text replaced" in proc.stdout
 
 
-# issue 17, point 15
 def test_invalid_utf8_in_metadata_and_in_op_dtypes(tmp_path: Path) -> None:
     """Metadata (device name) and a raw-JSON column (an op's input types): on
     the original code the first was refused, the second a UnicodeDecodeError traceback."""
@@ -121,7 +119,6 @@ def test_invalid_utf8_in_metadata_and_in_op_dtypes(tmp_path: Path) -> None:
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
 
 
-# issue 17, point 15
 def test_lone_surrogate_escape_keeps_the_event(tmp_path: Path) -> None:
     """``\\udc80`` is what Python's json.dump writes for a byte that is not
     UTF-8; msgspec refuses it, and the event used to be skipped as malformed
@@ -136,7 +133,6 @@ def test_lone_surrogate_escape_keeps_the_event(tmp_path: Path) -> None:
     assert any(n.startswith("\ufffd") for n in trace.kernels["name"])
 
 
-# issue 17, point 15
 def test_counter_rescan_reads_a_file_with_invalid_utf8(tmp_path: Path) -> None:
     """The second pass that reads CUPTI counter ranges replaces text the same way."""
     text = gzip.decompress(CUPTI.read_bytes())
@@ -151,7 +147,6 @@ def test_counter_rescan_reads_a_file_with_invalid_utf8(tmp_path: Path) -> None:
     assert replaced(kinetolens.load(path, cache=False)).count == 1
 
 
-# issue 17, point 15
 def test_invalid_bytes_outside_strings_are_still_invalid_json(tmp_path: Path) -> None:
     text = bert_json()
     at = text.index(b"[", text.index(b'"traceEvents"')) + 1
@@ -173,7 +168,6 @@ def nsys_copy(tmp_path: Path, *statements: str) -> Path:
     return path
 
 
-# issue 17, point 15
 def test_nsys_text_columns_that_are_not_utf8(tmp_path: Path) -> None:
     """Metadata another tool wrote, and the kernel name in StringIds: the
     original code refused the file ("Could not decode to UTF-8 column 'value'")."""
@@ -206,7 +200,6 @@ def test_clean_files_have_no_text_warning() -> None:
     assert isinstance(clean().kernels, pl.DataFrame)
 
 
-# issue 17, point 15 (the same fault in file names)
 def test_file_name_that_is_not_utf8(tmp_path: Path) -> None:
     """A Latin-1 file name reaches Python as lone surrogates, which the cache
     key, the cache's metadata and every JSON writer refused with a traceback."""
@@ -222,7 +215,6 @@ def test_file_name_that_is_not_utf8(tmp_path: Path) -> None:
     assert kinetolens.load(path).path == shown
 
 
-# issue 17, point 15 (the same fault in the run metadata beside a trace)
 def test_run_metadata_with_a_lone_surrogate_escape(tmp_path: Path) -> None:
     """``kinetolens run -- python café.py`` (a Latin-1 name) records the command
     as json.dump writes it, ``"caf\\udce9.py"``: the whole file was dropped."""

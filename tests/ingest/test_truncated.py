@@ -1,6 +1,5 @@
 """A truncated trace: analyses whose inputs were cut say so or stay silent.
 
-# issue 17, point 13
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ def cut_gzip(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("which", ["cut_json", "cut_gzip"])
 def test_no_advice_from_a_trace_that_lost_its_kernels(which: str, request: pytest.FixtureRequest) -> None:
-    # issue 17, point 13: this used to recommend fixing "input loading stalls" (40% of each step
+    # this used to recommend fixing "input loading stalls" (40% of each step
     # in DataLoader with no GPU work running): the GPU work was in the part of the file that was lost.
     trace = kinetolens.load(request.getfixturevalue(which), cache=False)
     assert trace.kernels.height == 0 and trace.ops.height > 0 and trace.steps.height > 0
@@ -58,7 +57,7 @@ def test_no_advice_from_a_trace_that_lost_its_kernels(which: str, request: pytes
 
 
 def test_the_warning_says_what_was_kept(cut_json: Path) -> None:
-    # issue 17, point 13.  No share of the bytes read: the file is what is
+    # No share of the bytes read: the file is what is
     # left of a longer trace, so "99.99% kept" would claim nearly all of it.
     (warning,) = [w for w in kinetolens.load(cut_json, cache=False).warnings if w.kind == "truncated JSON"]
     m = re.fullmatch(r"the file ends mid-event: kept the first ([\d,]+) events \(([\d,]+) bytes\), dropped the "
@@ -71,7 +70,7 @@ def test_the_warning_says_what_was_kept(cut_json: Path) -> None:
 
 
 def test_terminal_summary_of_a_truncated_trace(cut_json: Path) -> None:
-    # issue 17, point 13: what a user sees at 80 columns.
+    # what a user sees at 80 columns.
     out = subprocess.run(
         [sys.executable, "-m", "kinetolens.cli.main", "summary", str(cut_json), "--no-cache"],
         capture_output=True, text=True, check=True,
@@ -84,13 +83,13 @@ def test_terminal_summary_of_a_truncated_trace(cut_json: Path) -> None:
 
 
 def test_a_whole_trace_still_gets_advice() -> None:
-    # issue 17, point 13: the rule only silences damaged inputs.
+    # the rule only silences damaged inputs.
     info = summarize(kinetolens.load(trace_path(RESNET)))
     assert info["recommendations_withheld"] is None and info["recommendations"]
 
 
 def test_no_advice_when_many_events_were_malformed(tmp_path: Path) -> None:
-    # issue 17, point 13, the same fault elsewhere: half the kernels of a trace unreadable
+    # half the kernels of a trace unreadable
     # (a "ts" that is not a number) used to leave "low GPU utilization 2.6%" as advice.
     import json
 

@@ -1,5 +1,5 @@
 """The Parquet cache: bounded, least recently used first, and never deleting
-an entry it merely could not read (issue 17, point 22)."""
+an entry it merely could not read."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def _age(entry: Path, seconds_ago: float) -> None:
 
 
 def test_the_cache_keeps_to_its_size_dropping_the_least_recently_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 17, point 22: ~/.cache/kinetolens used to grow without bound.
+    # ~/.cache/kinetolens used to grow without bound.
     a, b, c = _copies(tmp_path)
     cache = tmp_path / "cache"
     kinetolens.load(a, cache=cache)
@@ -65,7 +65,7 @@ def test_the_cache_keeps_to_its_size_dropping_the_least_recently_used(tmp_path: 
 
 
 def test_cache_info_and_clear(tmp_path: Path) -> None:
-    # issue 17, point 22: the user can see and empty the cache.
+    # the user can see and empty the cache.
     a, b, _ = _copies(tmp_path)
     cache = tmp_path / "cache"
     kinetolens.load(a, cache=cache)
@@ -96,7 +96,7 @@ class RefusingFS(MemoryFileSystem):
 
 
 def test_a_store_that_cannot_be_read_keeps_its_entries(tmp_path: Path) -> None:
-    # issue 17, point 22: a network or credential error on one worker used
+    # a network or credential error on one worker used
     # to delete the entry every other worker of the run shares.
     fsspec.register_implementation("kl-refusing", RefusingFS, clobber=True)
     trace = kinetolens.load(trace_path(SMALL[0]), cache=False)

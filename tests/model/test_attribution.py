@@ -71,7 +71,7 @@ FORWARD_NOT_RECORDED = {
     "backward_thread.json",
 }
 MODULE_TRACES = ("tracelens/h100", "tracelens/b200")
-# issue 17 (skips mean something): each check runs on the traces it is about,
+# each check runs on the traces it is about,
 # and the traces left out are checked for being what they are listed as.
 # No GPU kernel at all: CPU-only captures.
 NO_KERNELS = (
@@ -197,7 +197,7 @@ def test_backward_kernels_have_forward_op(path) -> None:
         assert attr["backward_with_forward_op"] >= 0.95
         return
     # Each unlinked node's sequence number is carried by no forward op of its
-    # kind (issue 17, point 6: a collision with another kind is no link).
+    # kind (a collision with another kind is no link).
     ops = trace.ops
     forward = ops.filter((pl.col("direction") == "fprop") & pl.col("sequence_number").is_not_null())
     forward_names: dict[int, set[str]] = {}
@@ -229,7 +229,7 @@ def test_module_and_source_on_h100_bert() -> None:
     assert first["op"] == "aten::index_select"
     assert first["top_op"] == "aten::embedding"
     assert first["module"] == "BertLMHeadModel_0.BertModel_0.BertEmbeddings_0.Embedding_0"
-    # issue 18: source lines: the trace has no call line, only the frame of the
+    # source lines: the trace has no call line, only the frame of the
     # forward entered at modeling_bert.py:181, so the source names that function.
     assert first["source"] == "in forward (transformers/models/bert/modeling_bert.py:181)"
     assert first["step"] == 6

@@ -22,7 +22,6 @@ def _roots(ops: pl.DataFrame) -> pl.DataFrame:
     ).select("op_id", "name", "fwd_op", "fwd_link")
 
 
-# issue 17, point 6
 @pytest.mark.parametrize(("grad_fn", "fwd_op"), [
     ("AddmmBackward0", "aten::addmm"), ("AddmmBackward0", "aten::linear"),
     ("MmBackward0", "aten::mm"), ("MmBackward0", "aten::matmul"), ("MmBackward0", "aten::linear"),
@@ -48,7 +47,6 @@ def test_legitimate_pairs_fit(grad_fn: str, fwd_op: str) -> None:
     assert fits(grad_fn, fwd_op)
 
 
-# issue 17, point 6
 @pytest.mark.parametrize(("grad_fn", "fwd_op"), [
     (WRAP + "NativeLayerNormBackward0", "aten::addmm"),
     (WRAP + "SplitBackward0", "aten::addmm"),
@@ -59,7 +57,6 @@ def test_other_families_do_not_fit(grad_fn: str, fwd_op: str) -> None:
     assert not fits(grad_fn, fwd_op)
 
 
-# issue 17, point 6
 def test_colliding_sequence_numbers_leave_the_node_unlinked() -> None:
     # A sampled trace: the creators of three nodes were dropped, and their
     # sequence numbers name the aten::addmm (inside aten::linear) recorded
@@ -81,7 +78,6 @@ def test_colliding_sequence_numbers_leave_the_node_unlinked() -> None:
     assert [(w.kind, w.count) for w in trace.warnings if w.kind == MISMATCH] == [(MISMATCH, 3)]
 
 
-# issue 17, point 6
 @pytest.mark.parametrize("rel", [
     "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
     "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
@@ -126,7 +122,6 @@ p.export_chrome_trace(sys.argv[1])
 '''
 
 
-# issue 17, point 6
 def test_cpu_training_loop_links_every_node(tmp_path: Path) -> None:
     # Real torch on CPU: forward and backward run on one thread.  Every node
     # of both iterations links to a forward op of its own kind, and the

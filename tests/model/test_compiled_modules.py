@@ -1,7 +1,7 @@
 """torch.compile's generated kernels are split by the submodule they fuse:
 the model puts each kernel in the deepest module common to its fused nodes,
-so ``modules``, ``ops --aggregate-by module`` and the report agree (issue 20,
-part 3: compiled time by submodule).
+so ``modules``, ``ops --aggregate-by module`` and the report agree on
+compiled time by submodule.
 
 Reads the compiled CPU model of ``tests/compiled_model.py``, compiled once
 per session by ``conftest.compiled``.
@@ -50,7 +50,7 @@ def _modules_json(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def test_modules_command_splits_compiled_time_by_submodule(compiled: tuple[Trace, Any, Path]) -> None:
-    # issue 20, part 3 (compiled time by submodule): `kinetolens modules --json`
+    # `kinetolens modules --json`
     # shows the compiled submodules with their kernels' time
     trace, _, path = compiled
     rows = _modules_json(path)
@@ -69,7 +69,7 @@ def test_modules_command_splits_compiled_time_by_submodule(compiled: tuple[Trace
 
 
 def test_totals_unchanged_by_the_split(compiled: tuple[Trace, Any, Path]) -> None:
-    # issue 20, part 3 (compiled time by submodule): time moves from the
+    # time moves from the
     # compiled root to its submodules, none is made or lost
     trace, _, _ = compiled
     before, after = module_tree(_in_root(trace)), module_tree(trace)
@@ -83,7 +83,7 @@ def test_totals_unchanged_by_the_split(compiled: tuple[Trace, Any, Path]) -> Non
 
 
 def test_ops_by_module_and_report_agree(compiled: tuple[Trace, Any, Path]) -> None:
-    # issue 20, part 3 (compiled time by submodule): `ops --aggregate-by module`
+    # `ops --aggregate-by module`
     # counts a generated kernel in its submodule and takes it off the op around
     # it (the compiled graph's call), so the sums are those of the top-level ops
     trace, _, path = compiled
@@ -111,7 +111,7 @@ def test_ops_by_module_and_report_agree(compiled: tuple[Trace, Any, Path]) -> No
 
 
 def test_kernel_spanning_two_submodules_goes_to_their_parent(compiled: tuple[Trace, Any, Path]) -> None:
-    # issue 20, part 3 (compiled time by submodule): the relu backward kernel
+    # the relu backward kernel
     # also sums the head's bias gradient: nodes of `block` and `head`, so it
     # is Net's own (their common parent), not either submodule's
     trace, _, path = compiled
@@ -134,7 +134,7 @@ def test_kernel_spanning_two_submodules_goes_to_their_parent(compiled: tuple[Tra
     ],
 )
 def test_common_module_is_the_deepest_shared_path(paths: list[str], common: str | None) -> None:
-    # issue 20, part 3 (compiled time by submodule): the rule that places a kernel
+    # the rule that places a kernel
     from kinetolens.model.compiled_modules import common_module
 
     assert common_module(paths) == common

@@ -31,7 +31,6 @@ def _device_time_by_name() -> dict[str, tuple[int, float, int]]:
     return {k: (int(n), us, int(size)) for k, (n, us, size) in out.items()}
 
 
-# issue 17, point 7
 def test_mtia_dma_requests_are_copies_and_event_waits_are_not_kernel_time() -> None:
     truth = _device_time_by_name()
     assert truth["event_wait"][1] > 350_000  # 48 waits, 352.6 ms: more than any compute
@@ -52,7 +51,6 @@ def test_mtia_dma_requests_are_copies_and_event_waits_are_not_kernel_time() -> N
     assert dma["memory_bw_gbps"].null_count() == 0
 
 
-# issue 17, point 7
 def test_device_kind_rule() -> None:
     frame = pl.DataFrame({
         "cat": ["mtia_ccp_events"] * 6 + ["privateuse1_kernel", "kernel", "kernel"],

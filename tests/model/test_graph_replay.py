@@ -1,5 +1,5 @@
 """Kernels replayed from CUDA/HIP graphs take the ops that launched them at
-capture (issue 20, part 1), checked on TraceLens' vLLM piecewise case
+capture, checked on TraceLens' vLLM piecewise case
 against its own per-op report."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _replayed(trace: kinetolens.Trace) -> pl.DataFrame:
 
 
 def test_replayed_kernels_take_the_capture_ops(paired: kinetolens.Trace) -> None:
-    # issue 20, point 1: automatic pairing with capture_traces/ beside the
+    # automatic pairing with capture_traces/ beside the
     # replay; >= 95% of replayed kernel time on an op that launched it at
     # capture (an ATen or engine op), and on a module.
     assert paired.metadata["graph_capture"].endswith(".pt.trace.json.gz")
@@ -63,7 +63,7 @@ def test_replayed_kernels_take_the_capture_ops(paired: kinetolens.Trace) -> None
 
 
 def test_capture_ops_cost_no_replay_time(paired: kinetolens.Trace) -> None:
-    # issue 20, point 1: the appended capture ops are instants at their
+    # the appended capture ops are instants at their
     # graph launch (they ran no CPU code at replay), with their own id range.
     copies = paired.ops.filter("from_capture")
     own = paired.ops.filter(~pl.col("from_capture"))
@@ -75,7 +75,7 @@ def test_capture_ops_cost_no_replay_time(paired: kinetolens.Trace) -> None:
 
 
 def test_per_op_kernel_time_matches_tracelens(paired: kinetolens.Trace) -> None:
-    # issue 20, point 1 (measure): TraceLens' ops_summary.csv per-op kernel
+    # TraceLens' ops_summary.csv per-op kernel
     # time, every row within 1% (measured: equal to the ns).
     golden = pl.read_csv(PERF / "ops_summary.csv").select("name", us="total_direct_kernel_time_sum")
     ours = paired.kernels.group_by(name="op").agg(ours=pl.col("dur").sum() / 1e3)
@@ -86,7 +86,7 @@ def test_per_op_kernel_time_matches_tracelens(paired: kinetolens.Trace) -> None:
 
 
 def test_gemm_time_and_flops_match_tracelens(paired: kinetolens.Trace) -> None:
-    # issue 20, point 1 (measure): GEMM.csv's aten::addmm/aten::mm rows:
+    # GEMM.csv's aten::addmm/aten::mm rows:
     # kernel time per shape and GFLOPs within 1%, the replayed addmm
     # kernels' FLOPs coming from the capture op's shapes.  (TraceLens counts
     # the bias add of addmm as well: its GFLOPs are 0.02% higher.)
@@ -110,7 +110,7 @@ def test_gemm_time_and_flops_match_tracelens(paired: kinetolens.Trace) -> None:
 
 
 def test_without_a_capture_replays_keep_their_owner() -> None:
-    # issue 20, point 1: no capture trace -> replayed kernels grouped per
+    # no capture trace -> replayed kernels grouped per
     # graph (same kernels, same graph_id) under the op around the launch.
     t = kinetolens.load(trace_path(REPLAY), capture=False, cache=False)
     replayed = _replayed(t)
@@ -128,7 +128,7 @@ def test_without_a_capture_replays_keep_their_owner() -> None:
 
 
 def test_explicit_capture_and_cache_key(tmp_path: Path) -> None:
-    # issue 20, point 1: load(REPLAY, capture=...) with a copy of the replay
+    # load(REPLAY, capture=...) with a copy of the replay
     # that has no capture_traces/ beside it; the cache keeps paired and
     # unpaired loads apart.
     replay = tmp_path / "replay.json.gz"
@@ -149,7 +149,7 @@ def test_explicit_capture_and_cache_key(tmp_path: Path) -> None:
 
 
 def test_cli_picks_up_the_capture(tmp_path: Path) -> None:
-    # issue 20, point 1: `kinetolens ops` on the replay pairs automatically;
+    # `kinetolens ops` on the replay pairs automatically;
     # --capture names it; a missing one is one line and exit 2.
     env_cmd = [sys.executable, "-m", "kinetolens.cli.main"]
     out = subprocess.run(
@@ -191,7 +191,7 @@ def _with_recorded_graph_ids(src: Path, dst: Path) -> None:
 
 
 def test_recorded_graph_ids_are_kept(tmp_path: Path) -> None:
-    # issue 20, point 1: graph and node ids where the trace records them
+    # graph and node ids where the trace records them
     # (Kineto's "graph id"/"graph node id", added here to a copy of the real
     # replay as CUDA >= 12 Kineto writes them); pairing with the capture
     # still goes by sequence (recorded ids name the instantiated graph).
@@ -209,7 +209,7 @@ def test_recorded_graph_ids_are_kept(tmp_path: Path) -> None:
 
 
 def test_a_replay_missing_a_kernel_still_pairs() -> None:
-    # issue 20, point 1: xDiT's capture trace also replays its (FULL) graph
+    # xDiT's capture trace also replays its (FULL) graph
     # once, with one of the 994 captured kernels absent from the replay;
     # paired with itself, every replayed kernel still takes its capture op.
     capture = trace_path("tracelens/inference/xdit_flux.1/capture_traces/capture_trace_rank_0.json.gz")
@@ -224,7 +224,7 @@ def test_a_replay_missing_a_kernel_still_pairs() -> None:
 
 
 def test_summary_measures_replayed_attribution(paired: kinetolens.Trace) -> None:
-    # issue 20, point 1 (measure): summary reports the replayed kernel time
+    # summary reports the replayed kernel time
     # and the share of it on its capture op and on a module; without the
     # capture trace none is on a capture op (the op it shows then is the
     # annotation around the launch, which is why `op` alone read 100%).
@@ -238,7 +238,7 @@ def test_summary_measures_replayed_attribution(paired: kinetolens.Trace) -> None
 
 
 def test_a_replay_under_no_op_is_named_by_its_graph(tmp_path: Path) -> None:
-    # issue 20, point 1: without a capture trace and without the annotation
+    # without a capture trace and without the annotation
     # around the launches (removed from a copy of the real replay), replayed
     # kernels are named by launch and graph, with the module and source line
     # of the launch: never anonymous time.
@@ -255,7 +255,7 @@ def test_a_replay_under_no_op_is_named_by_its_graph(tmp_path: Path) -> None:
 
 
 def test_a_capture_of_other_graphs_pairs_nothing_and_says_so() -> None:
-    # issue 20, point 1: pairing vLLM's replay with xDiT's capture trace finds
+    # pairing vLLM's replay with xDiT's capture trace finds
     # no graph with its kernels; every replayed kernel keeps the op around its
     # launch and a warning counts them.
     other = trace_path("tracelens/inference/xdit_flux.1/capture_traces")
@@ -267,7 +267,7 @@ def test_a_capture_of_other_graphs_pairs_nothing_and_says_so() -> None:
 
 
 def test_nodes_captured_outside_every_op_keep_the_replay_owner(tmp_path: Path) -> None:
-    # issue 20, point 1: a capture trace without ops (its cpu_op and
+    # a capture trace without ops (its cpu_op and
     # user_annotation events removed from a copy of the real one) still
     # pairs every replayed kernel with its graph and node, and gives the
     # module of the capture-time launch; the op stays the replay's owner.
@@ -289,7 +289,7 @@ def test_nodes_captured_outside_every_op_keep_the_replay_owner(tmp_path: Path) -
 
 
 def test_graphs_captured_with_other_shapes_are_flagged(tmp_path: Path) -> None:
-    # issue 20, point 1: the 23 layer graphs hold the same kernels; when one
+    # the 23 layer graphs hold the same kernels; when one
     # of them was captured with other shapes (its addmm inputs set to a batch
     # of 4096 in a copy of the real capture trace, as when an engine
     # captures one graph per batch size), which replay took which graph is a

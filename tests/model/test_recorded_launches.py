@@ -10,7 +10,6 @@ from kinetolens.analysis.summary import attribution
 from tests.conftest import trace_path
 
 
-# issue 17, point 8
 def test_op_of_recorded_launches_counts_only_kernels_whose_launch_is_in_the_file() -> None:
     # 546 of this trace's kernels carry an External id but their launch call
     # is not in the file; they used to count as "recorded" (and unattributed).

@@ -1,6 +1,5 @@
 """A last step cut short by the end of profiling: detected, shown, and left out of means.
 
-# issue 17, point 26
 """
 
 from __future__ import annotations
@@ -38,7 +37,6 @@ def cut_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_cut_last_step_is_detected_with_its_evidence(cut_trace: Path) -> None:
-    # issue 17, point 26
     steps = kinetolens.load(cut_trace, cache=False).steps
     assert steps.height == 5
     assert steps["complete"].to_list() == [True, True, True, True, False]
@@ -49,7 +47,6 @@ def test_cut_last_step_is_detected_with_its_evidence(cut_trace: Path) -> None:
 
 
 def test_cut_step_is_shown_but_left_out_of_the_means(cut_trace: Path) -> None:
-    # issue 17, point 26
     trace = kinetolens.load(cut_trace, cache=False)
     block = summarize(trace)["steps"]
     last = int(trace.steps["step"][-1])
@@ -69,7 +66,7 @@ def test_cut_step_is_shown_but_left_out_of_the_means(cut_trace: Path) -> None:
 
 
 def test_cut_step_is_dropped_from_trimmed_views(cut_trace: Path) -> None:
-    # issue 17, point 26: what the idle and launches commands analyze.
+    # what the idle and launches commands analyze.
     trace = kinetolens.load(cut_trace, cache=False)
     last = int(trace.steps["step"][-1])
     trimmed = without_incomplete_steps(trace)
@@ -93,7 +90,6 @@ def test_whole_last_steps_are_kept(rel: str) -> None:
     On these traces every step launched the same number of GPU activities,
     so none was cut short: dropping the last one would lose a real step.
     """
-    # issue 17, point 26
     trace = kinetolens.load(trace_path(rel))
     assert trace.steps["complete"].all()
     assert without_incomplete_steps(trace) is trace
@@ -102,7 +98,7 @@ def test_whole_last_steps_are_kept(rel: str) -> None:
 
 
 def test_idle_keeps_a_whole_last_step() -> None:
-    # issue 17, points 11 and 26: the idle command and the report cover the same steps.
+    # the idle command and the report cover the same steps.
     path = trace_path("hta/df_index_resolver/df_index_resolver.json.gz")
     out = subprocess.run(
         [sys.executable, "-m", "kinetolens.cli.main", "idle", str(path), "--json"],
@@ -116,7 +112,7 @@ def test_idle_keeps_a_whole_last_step() -> None:
 
 
 def test_advice_and_diff_judge_whole_steps_only(cut_trace: Path) -> None:
-    # issue 17, point 26, the same fault elsewhere: per-step savings and diff means
+    # per-step savings and diff means
     # divided by a step count that included the cut step.
     from kinetolens.analysis.diff import compare
     from kinetolens.analysis.advice.recommendations import recommendations

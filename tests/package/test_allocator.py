@@ -29,14 +29,14 @@ def _conf(code: str, **env: str) -> str:
 
 
 def test_importing_the_library_leaves_the_allocator_alone() -> None:
-    # issue 17, point 19: a library must not tune the allocator of the whole
+    # a library must not tune the allocator of the whole
     # process (DataLoader workers, torchrun children, the user's polars code).
     assert _conf("import kinetolens, polars") == _conf("import polars")
     assert "narenas" not in _conf("import kinetolens; kinetolens.load; import polars")
 
 
 def test_the_command_tunes_its_process_and_leaves_children_alone() -> None:
-    # issue 17, point 19: the command loads polars with the options, then
+    # the command loads polars with the options, then
     # restores the environment, so a script under `kinetolens run` (or any
     # child) starts with its own defaults.
     assert _conf("import kinetolens.cli.main") == "None"
@@ -52,7 +52,7 @@ RUN_A_COMMAND = (
 
 
 def test_decode_workers_get_the_options_unless_the_user_set_them() -> None:
-    # issue 17, point 19: kinetolens' own worker processes are tuned.
+    # kinetolens' own worker processes are tuned.
     show = "import kinetolens._allocator as a; e = a.worker_env(); print(e and e['_RJEM_MALLOC_CONF'])"
     assert _run("import polars; " + show).split(",") == OURS
     assert _run(RUN_A_COMMAND + show).split(",") == OURS
@@ -94,7 +94,7 @@ print(held, at_200ms, lowest)
         (RUN_A_COMMAND, None, True),  # the command
         ("import kinetolens; kinetolens.tune_allocator()", None, True),  # explicit opt-in
         (RUN_A_COMMAND, "", False),  # the user keeps polars' defaults
-        ("import kinetolens", None, False),  # issue 17, point 19: the library alone tunes nothing
+        ("import kinetolens", None, False),  # the library alone tunes nothing
     ],
 )
 def test_freed_columns_leave_the_resident_size_within_a_fraction_of_a_second(start: str, user_conf: str | None, tuned: bool) -> None:
@@ -148,7 +148,7 @@ def test_kept_heap_reuses_freed_megabyte_buffers() -> None:
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
 def test_the_library_alone_never_calls_mallopt() -> None:
-    # issue 17, point 19: a big trace loaded by a user's process (not the
+    # a big trace loaded by a user's process (not the
     # command, no tune_allocator()) leaves glibc's malloc as it was.
     assert _faults("library") > 200 * 100
 

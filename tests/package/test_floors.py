@@ -1,4 +1,4 @@
-"""The declared dependency ranges are true (issue 17, point 21).
+"""The declared dependency ranges are true.
 
 .ci/run installs the floors declared here into a venv of their own and runs
 the analyzer's tests there; these checks keep the declaration honest where

@@ -22,7 +22,7 @@ print(json.dumps({
 
 
 def test_capture_imports_nothing_of_the_analyzer_and_leaves_the_environment_alone() -> None:
-    # issue 17, point 20: a training process that only captures pays for
+    # a training process that only captures pays for
     # neither polars (~150 ms) nor msgspec, and its environment (inherited by
     # DataLoader workers and torchrun children) is what it was.
     out = subprocess.run([sys.executable, "-c", CAPTURE_ONLY], capture_output=True, text=True, check=True)
@@ -30,14 +30,14 @@ def test_capture_imports_nothing_of_the_analyzer_and_leaves_the_environment_alon
 
 
 def test_the_analyzer_loads_on_first_use() -> None:
-    # issue 17, point 20: `load` and `Trace` still work as attributes.
+    # `load` and `Trace` still work as attributes.
     code = "import sys, kinetolens; t = kinetolens.Trace; print('polars' in sys.modules, kinetolens.load.__module__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
     assert out.stdout.split() == ["True", "kinetolens.loader"]
 
 
 def test_dir_lists_the_public_api() -> None:
-    # issue 17, point 20: names resolved lazily are still discoverable.
+    # names resolved lazily are still discoverable.
     assert set(kinetolens.__all__) <= set(dir(kinetolens))
     for name in kinetolens.__all__:
         assert getattr(kinetolens, name) is not None

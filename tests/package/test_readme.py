@@ -1,4 +1,4 @@
-"""README.md's Python snippets run as written (issue 17, "Proof").
+"""README.md's Python snippets run as written.
 
 The analysis snippets run in order in one fresh interpreter, in a directory
 holding a real trace under the name they use.  The capture snippet runs as

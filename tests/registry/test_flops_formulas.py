@@ -1,7 +1,6 @@
 """FLOP formulas: only argument problems mean "no number"; a formula bug is
 a counted warning naming the op; shapes must fit; one formula per op.
 
-issue 17, point 2.
 """
 
 from __future__ import annotations
@@ -42,14 +41,14 @@ def _buggy(op: OpArgs):
 
 
 def test_a_formula_bug_is_an_error_naming_the_op(monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 17, point 2: a TypeError inside a formula used to read as "no FLOPs".
+    # a TypeError inside a formula used to read as "no FLOPs".
     monkeypatch.setitem(REGISTRY, "aten::mm", dataclasses.replace(REGISTRY["aten::mm"], fn=_buggy))
     with pytest.raises(flops.FormulaError, match=r"aten::mm.*TypeError"):
         work("aten::mm", [[64, 32], [32, 16]], [F32, F32])
 
 
 def test_an_impossible_result_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 17, point 2: negative FLOPs are a bug, not a number to add up.
+    # negative FLOPs are a bug, not a number to add up.
     entry = REGISTRY["aten::mm"]
     monkeypatch.setitem(REGISTRY, "aten::mm", dataclasses.replace(entry, fn=lambda op: flops.Work(-1.0, 8.0, "bad")))
     with pytest.raises(flops.FormulaError, match="impossible"):
@@ -57,13 +56,13 @@ def test_an_impossible_result_is_an_error(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_a_failing_formula_is_a_counted_warning_on_the_trace(monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 17, point 2: the calls lose their own work (a composite above
+    # the calls lose their own work (a composite above
     # them, aten::matmul, may then count it), and the trace says so once,
     # with the number of calls and the op's name.
     t = load(str(trace_path(QWEN)))
     mm_calls = t.ops.filter(pl.col("name") == "aten::mm").height
     before = carried_work(t).ops.join(t.ops.select("op_id", "name"), on="op_id")
-    # regression pin (issue 20: 96 in the step + 43 of the previous iteration's tail, before the window)
+    # regression pin (96 in the step + 43 of the previous iteration's tail, before the window)
     assert before.filter(pl.col("name") == "aten::mm").height == mm_calls == 139
     monkeypatch.setitem(REGISTRY, "aten::mm", dataclasses.replace(REGISTRY["aten::mm"], fn=_buggy))
     after = carried_work(t).ops.join(t.ops.select("op_id", "name"), on="op_id")
@@ -76,7 +75,7 @@ def test_a_failing_formula_is_a_counted_warning_on_the_trace(monkeypatch: pytest
 
 
 def test_roofline_cli_prints_the_formula_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 17, point 2: the view that lost the rows says why.
+    # the view that lost the rows says why.
     monkeypatch.setitem(REGISTRY, "aten::mm", dataclasses.replace(REGISTRY["aten::mm"], fn=_buggy))
     result = CliRunner().invoke(cli, ["roofline", str(trace_path(QWEN)), "--no-cache", "-w", "200"])
     assert result.exit_code == 0, result.output
@@ -88,7 +87,7 @@ def test_roofline_cli_prints_the_formula_warning(monkeypatch: pytest.MonkeyPatch
 
 
 def test_registering_an_op_twice_is_an_error() -> None:
-    # issue 17, point 2: a second formula silently replaced the first.
+    # a second formula silently replaced the first.
     name = "test::registered_twice"
     try:
         register(name, "elementwise")(lambda op: None)
@@ -101,7 +100,7 @@ def test_registering_an_op_twice_is_an_error() -> None:
 @pytest.mark.parametrize(
     ("name", "dims", "types"),
     [
-        # issue 17, point 2: inner dimensions (and batches) must agree, as
+        # inner dimensions (and batches) must agree, as
         # torch.utils.flop_counter asserts; a misread overload is no number.
         ("aten::mm", [[64, 32], [16, 8]], [F32, F32]),
         ("aten::addmm", [[8], [64, 32], [16, 8], [], []], [F32, F32, F32, "Scalar", "Scalar"]),
@@ -168,7 +167,7 @@ def _mutate(dims: list, concrete: list, rng: random.Random) -> tuple[list, list]
 
 
 def test_mutated_real_arguments_never_raise() -> None:
-    # issue 17, point 2: with errors no longer swallowed, argument problems
+    # with errors no longer swallowed, argument problems
     # must be handled by the formulas themselves.  Real argument sets from
     # four traces, each mutated (a dimension changed or dropped, an argument
     # missing, a concrete value negative or zero): None or a valid count,
@@ -188,13 +187,13 @@ def test_mutated_real_arguments_never_raise() -> None:
 
 
 def test_formula_checks_change_no_number_on_real_traces() -> None:
-    # issue 17, point 2: every real call fits its shapes, so the checks drop
+    # every real call fits its shapes, so the checks drop
     # none.  Regression pins: the Qwen trace's per-op FLOPs, the same before
     # and after the checks (every op of every stored trace was compared).
     t = load(str(trace_path(QWEN)))
     by = roofline_by(t, gpu_spec(t))
     flops_by_op = dict(zip(by["op"], by["flops"]))
-    # (issue 20: with the previous iteration's tail before the window, named by its next iteration)
+    # (with the previous iteration's tail before the window, named by its next iteration)
     assert flops_by_op["aten::mm"] == 6_053_798_346_752
     assert flops_by_op["aten::addmm"] == 1_913_206_603_776
     assert flops_by_op["aten::_scaled_dot_product_flash_attention"] == 348_138_831_872

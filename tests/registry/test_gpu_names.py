@@ -1,6 +1,6 @@
 """A device name gets its own product's spec or none, never a neighbour's.
 
-issue 17, point 23 (GPU names): "NVIDIA GH200 480GB" matched the H200
+"NVIDIA GH200 480GB" matched the H200
 pattern and was held to the H200's 4.8 TB/s; it has 4.0 (HBM3) or 4.9
 (HBM3e) TB/s.
 """
@@ -27,7 +27,7 @@ QWEN = "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 @pytest.mark.parametrize(
     ("name", "memory", "spec"),
     [
-        # issue 17, point 23: the Grace Hopper GPU by its memory (HBM3 96 GB / HBM3e 144 GB) ...
+        # the Grace Hopper GPU by its memory (HBM3 96 GB / HBM3e 144 GB) ...
         ("NVIDIA GH200 480GB", 95 * GIB, "GH200-96GB"),
         ("NVIDIA GH200 144G HBM3e", 143 * GIB, "GH200-144GB"),
         # ... and no spec when the memory size cannot tell the two apart.
@@ -45,7 +45,7 @@ def test_device_name_matches_its_own_product(name: str, memory: int | None, spec
 
 
 def test_gh200_specs_are_its_own() -> None:
-    # issue 17, point 23: NVIDIA GH200 datasheet; H100-class compute, its own memory.
+    # NVIDIA GH200 datasheet; H100-class compute, its own memory.
     small, large = SPECS["GH200-96GB"], SPECS["GH200-144GB"]
     assert (small.dram_gbps, large.dram_gbps) == (4000.0, 4900.0)
     assert small.tflops["bf16"] == large.tflops["bf16"] == SPECS["H100-SXM"].tflops["bf16"]
@@ -68,7 +68,7 @@ def _renamed(tmp_path: Path, name: str, memory: int | None) -> Path:
 
 
 def test_gh200_trace_gets_the_gh200_roof(tmp_path: Path) -> None:
-    # issue 17, point 23: end to end, through the trace's deviceProperties.
+    # end to end, through the trace's deviceProperties.
     path = _renamed(tmp_path, "NVIDIA GH200 480GB", 102_005_473_280)  # 95 GiB: the HBM3 part
     spec = gpu_spec(load(str(path), cache=False))
     assert spec is not None and spec.name == "GH200-96GB" and spec.dram_gbps == 4000.0
@@ -78,7 +78,7 @@ def test_gh200_trace_gets_the_gh200_roof(tmp_path: Path) -> None:
 
 
 def test_gh200_without_memory_size_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # issue 17, point 23: no guess between the 4.0 and 4.9 TB/s parts.
+    # no guess between the 4.0 and 4.9 TB/s parts.
     path = _renamed(tmp_path, "NVIDIA GH200 480GB", None)
     assert gpu_spec(load(str(path), cache=False)) is None
     with pytest.raises(SystemExit) as exit_info:
@@ -89,7 +89,7 @@ def test_gh200_without_memory_size_is_a_clear_error(tmp_path: Path, capsys: pyte
 
 
 def test_a_gpu_spec_given_twice_is_an_error() -> None:
-    # issue 17, points 2 and 23 (same fault elsewhere): as with FLOP formulas,
+    # as with FLOP formulas,
     # a second entry of one name must not silently replace the first.
     from kinetolens.registry import gpus
 

@@ -1,6 +1,6 @@
 """Kernel-name Tensor Core rules that said "yes" (or nothing) for the wrong reason.
 
-issue 17, point 1 (same fault elsewhere): a wrong Tensor Core verdict puts
+a wrong Tensor Core verdict puts
 an elementwise kernel under a Tensor Core roof, or leaves a matrix-core
 convolution without one.  Names from the stored MI300X traces
 (tests/data/tensor_core_kernels.csv has them all, with evidence).

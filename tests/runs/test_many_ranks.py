@@ -47,7 +47,7 @@ def test_64_ranks_straggler_found(tmp_path: Path) -> None:
     assert row["last_share"] == 1.0  # last at every collective
     # It arrives 0.6..0.7 of each call's duration late, the earliest of the
     # other 63 close to 0: per step, its largest lateness is 0.6..0.7 of the
-    # step's longest call (issue 17, point 24: against the earliest rank).
+    # step's longest call (against the earliest rank).
     source = collective_calls(kinetolens.load(trace_path(SOURCE)))
     longest = source.group_by("step").agg(pl.col("dur").max())["dur"].mean() / 1e6
     assert 0.6 * longest <= row["late_ms"] <= 0.7 * longest

@@ -41,7 +41,6 @@ def twice(tmp_path_factory: pytest.TempPathFactory) -> tuple[DistributedRun, Dis
 
 
 def test_each_run_gets_its_own_folder(twice: tuple[DistributedRun, DistributedRun]) -> None:
-    # issue 17, point 27
     first, second = twice
     named = first.logdir / RUN_NAME
     assert first.run_dir != second.run_dir
@@ -65,7 +64,7 @@ def test_each_run_gets_its_own_folder(twice: tuple[DistributedRun, DistributedRu
 def test_dist_on_the_run_name_uses_latest(
     twice: tuple[DistributedRun, DistributedRun], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # issue 17, point 27: `kinetolens dist LOGDIR/NAME` is the newest run
+    # `kinetolens dist LOGDIR/NAME` is the newest run
     first, second = twice
     named = first.logdir / RUN_NAME
     main(["dist", str(named), "--executor", "local:1", "--no-cache", "--json"])
@@ -85,7 +84,7 @@ def test_dist_uses_the_newest_trace_of_each_rank(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # issue 17, point 27: two runs of one job in one folder (what a script that
+    # two runs of one job in one folder (what a script that
     # profiles itself leaves when run twice): same worker names, two stamps each
     shared = tmp_path / RUN_NAME
     shared.mkdir()

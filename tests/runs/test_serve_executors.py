@@ -1,4 +1,4 @@
-"""``kinetolens serve`` and the run executors say and do what they were asked (issue 17, point 28).
+"""``kinetolens serve`` and the run executors say and do what they were asked.
 
 Real subprocesses only: ``kinetolens serve --port 0`` on loopback, ``kinetolens
 dist`` against a closed loopback port and against a Dask scheduler and worker
@@ -52,7 +52,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # -- serve ---------------------------------------------------------------------
 
 def test_serve_port_0_prints_the_port_it_bound(tmp_path: Path) -> None:
-    # issue 17, point 28: `serve --port 0` used to print http://127.0.0.1:0/, which no browser can open
+    # `serve --port 0` used to print http://127.0.0.1:0/, which no browser can open
     (tmp_path / "logdir" / "run").mkdir(parents=True)
     (tmp_path / "logdir" / "run" / "rank-0.json.gz").symlink_to(trace_path(SOURCE))
     proc = subprocess.Popen(
@@ -82,7 +82,7 @@ def test_serve_port_0_prints_the_port_it_bound(tmp_path: Path) -> None:
 
 
 def test_serve_keeps_room_for_a_diff(tmp_path: Path) -> None:
-    # issue 17, point 28 (with point 23): --keep 1 could never show a diff, it is refused up front
+    # --keep 1 could never show a diff, it is refused up front
     result = kinetolens("serve", "--logdir", str(tmp_path), "--keep", "1", "--port", "0", timeout=30)
     assert result.returncode == 2 and "--keep" in result.stderr and "Traceback" not in result.stderr
 
@@ -102,7 +102,7 @@ def test_serve_on_a_busy_port_is_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("spec", ["local:0", "local:-3", "local:x", "local:"])
 def test_local_executor_needs_one_worker_or_more(run_dir: Path, spec: str) -> None:
-    # issue 17, point 28: local:0 and local:-3 used to run silently with one worker
+    # local:0 and local:-3 used to run silently with one worker
     with pytest.raises(TraceError, match="1 or more"):
         executor_for(spec)
     result = kinetolens("dist", str(run_dir), "--executor", spec, "--no-cache", timeout=60)
@@ -112,14 +112,14 @@ def test_local_executor_needs_one_worker_or_more(run_dir: Path, spec: str) -> No
 
 
 def test_local_executor_object_refuses_zero_workers() -> None:
-    # issue 17, point 28: the same from Python
+    # the same from Python
     with pytest.raises(ValueError, match="at least 1"):
         LocalExecutor(workers=0)
     assert executor_for("local:3").workers == 3  # type: ignore[attr-defined]
 
 
 def test_unreachable_scheduler_fails_within_seconds(run_dir: Path) -> None:
-    # issue 17, point 28: a closed port used to cost Dask's 30 s connect timeout
+    # a closed port used to cost Dask's 30 s connect timeout
     pytest.importorskip("distributed")
     address = f"127.0.0.1:{closed_port()}"
     t0 = time.monotonic()
@@ -189,7 +189,7 @@ def scheduler_elsewhere(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 def test_relative_cache_dir_is_the_clients_on_dask_workers(
     run_dir: Path, tmp_path: Path, scheduler_elsewhere: tuple[str, Path]
 ) -> None:
-    # issue 17, point 28: a relative --cache-dir was sent as it is, so each worker
+    # a relative --cache-dir was sent as it is, so each worker
     # wrote the cache under its own working directory
     address, elsewhere = scheduler_elsewhere
     here = tmp_path / "client-cwd"
@@ -209,7 +209,7 @@ def test_relative_cache_dir_is_the_clients_on_dask_workers(
     ("dask://127.0.0.1:99999", "port 99999 is not 1-65535"),
 ])  # fmt: skip
 def test_bad_scheduler_addresses_are_one_line_errors(run_dir: Path, spec: str, problem: str) -> None:
-    # issue 17, point 28 (the same fault): these ended in a Dask traceback, inproc:// after 20 s
+    # these ended in a Dask traceback, inproc:// after 20 s
     pytest.importorskip("distributed")
     t0 = time.monotonic()
     result = kinetolens("dist", str(run_dir), "--executor", spec, "--no-cache", timeout=90)
@@ -220,7 +220,7 @@ def test_bad_scheduler_addresses_are_one_line_errors(run_dir: Path, spec: str, p
 
 
 def test_scheduler_without_workers_is_an_error_not_a_wait(run_dir: Path, tmp_path: Path) -> None:
-    # issue 17, point 28 (the same fault): a scheduler whose workers never came waited without end
+    # a scheduler whose workers never came waited without end
     pytest.importorskip("distributed")
     from kinetolens.runs import summarize_run
 

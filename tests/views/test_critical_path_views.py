@@ -1,4 +1,4 @@
-"""The critical path in the report and on the dashboard (issue 19, part 1: "a dashboard view and a report section").
+"""The critical path in the report and on the dashboard ("a dashboard view and a report section").
 
 Real traces: V100 ResNet-50 (6 steps, data loading on the path), H100 Qwen
 (one step, GPU bound), HTA's alexnet (no profiler step: the whole trace),
@@ -66,7 +66,7 @@ def _section_html(page: str) -> str:
 
 
 def test_report_section_shows_each_steps_length_split_and_top_items(v100: kinetolens.Trace) -> None:
-    # issue 19, part 1: per step its length, the bound-by split in percent, the top ops/kernels/sources, a verdict
+    # per step its length, the bound-by split in percent, the top ops/kernels/sources, a verdict
     data = collect(v100)
     html = _section_html(render_html(data))
     whole = without_incomplete_steps(v100)
@@ -97,7 +97,7 @@ def test_report_section_shows_each_steps_length_split_and_top_items(v100: kineto
 
 
 def test_report_markdown_section_matches_the_html_numbers(v100: kinetolens.Trace) -> None:
-    # issue 19, part 1: the markdown report carries the same section
+    # the markdown report carries the same section
     md = render_md(collect(v100))
     part = md[md.index("## Critical path") : md.index("\n## ", md.index("## Critical path") + 5)]
     assert part.count("\n| 5 |") == 1 and "| 10 |" in part
@@ -106,7 +106,7 @@ def test_report_markdown_section_matches_the_html_numbers(v100: kinetolens.Trace
 
 
 def test_report_on_a_trace_without_steps_covers_the_whole_trace_and_says_so() -> None:
-    # issue 19, part 1: a trace with no steps uses the whole window, said in one line
+    # a trace with no steps uses the whole window, said in one line
     trace = kinetolens.load(trace_path(ALEXNET))
     assert trace.steps.height == 0
     html = _section_html(render_html(collect(trace)))
@@ -116,7 +116,7 @@ def test_report_on_a_trace_without_steps_covers_the_whole_trace_and_says_so() ->
 
 
 def test_report_without_a_path_says_why_in_one_line() -> None:
-    # issue 19, part 1: a step holding no CPU op has no path: one line, no heading, no chart
+    # a step holding no CPU op has no path: one line, no heading, no chart
     html = render_html(collect(kinetolens.load(trace_path(CPU_ONLY))))
     assert '<h2 id="critical-path">' not in html
     line = re.search(r'<p class="kl-left-out" id="critical-path">(.*?)</p>', html)
@@ -126,7 +126,7 @@ def test_report_without_a_path_says_why_in_one_line() -> None:
 
 
 def test_report_on_a_cpu_only_capture_has_a_path_and_no_kernel_table(torch_cpu: Path) -> None:
-    # issue 19, part 1: a CPU-only trace still has a path; its kernels table is one line
+    # a CPU-only trace still has a path; its kernels table is one line
     trace = kinetolens.load(torch_cpu)
     html = _section_html(render_html(collect(trace)))
     assert "A CPU-only trace: the path runs through CPU ops and runtime calls only." in html
@@ -168,7 +168,7 @@ def _rows(server: ThreadServer, logdir: Path, run: str, source: str, **extra: st
 
 
 def test_dashboard_view_and_tables_match_the_analysis(server: ThreadServer, logdir: Path, v100: kinetolens.Trace) -> None:
-    # issue 19, part 1: the dashboard page reads the analysis' numbers, per step and for one chosen step
+    # the dashboard page reads the analysis' numbers, per step and for one chosen step
     q = urlencode({"run": "v100", "worker": _worker(logdir, "v100")})
     status, body, _ = server.poll(f"/api/view/critical_path?{q}")
     assert status == 200 and body["state"] == "ready", body
@@ -191,7 +191,7 @@ def test_dashboard_view_and_tables_match_the_analysis(server: ThreadServer, logd
 
 
 def test_dashboard_says_in_one_line_when_there_is_no_path_or_no_kernel(server: ThreadServer, logdir: Path) -> None:
-    # issue 19, part 1: no empty chart or table: one line instead
+    # no empty chart or table: one line instead
     q = urlencode({"run": "cpu_only", "worker": _worker(logdir, "cpu_only")})
     status, body, _ = server.poll(f"/api/view/critical_path?{q}")
     assert status == 200
@@ -236,7 +236,7 @@ def page() -> Iterator[object]:
 
 @pytest.mark.parametrize(("run", "steps"), [("v100", 6), ("h100", 1), ("torch_cpu", 2), ("cpu_only", 0)])
 def test_critical_path_page_reads_in_chromium(server: ThreadServer, logdir: Path, page, tmp_path: Path, run: str, steps: int) -> None:  # type: ignore[no-untyped-def]
-    # issue 19, part 1: the page as a person sees it: a bar per step, tables filled, shares in %, nothing too wide
+    # the page as a person sees it: a bar per step, tables filled, shares in %, nothing too wide
     wk = _worker(logdir, run)
     page.goto(f"{server.url}/#" + urlencode({"run": run, "worker": wk, "view": "critical_path"}))
     page.wait_for_selector(f'#content[data-key="{run}|{wk}|critical_path"]', timeout=120000)

@@ -1,5 +1,4 @@
-"""The critical path across ranks in the report and on the dashboard (issue 19:
-"a dashboard view and a report section", for part 2's cross-rank path).
+"""The critical path across ranks in the report (a section) and on the dashboard (a view).
 
 Real runs: HTA's two ranks (A100s, NCCL), the real gloo run whose rank 1
 sleeps in its data loading (the session's ``slow_loader_2``, shared with
@@ -71,7 +70,7 @@ def gloo_md(slow_loader_2: DistributedRun, tmp_path_factory: pytest.TempPathFact
 
 
 def test_report_hta_two_ranks(hta_paths, tmp_path: Path) -> None:
-    # issue 19, part 2 in the report: per step the verdict, the bound-by split in percent,
+    # In the report: per step the verdict, the bound-by split in percent,
     # path time per rank and the collectives, inside the Across ranks section
     out = tmp_path / "report.html"
     main(["report", str(trace_path(HTA_RUN)), "-o", str(out)])
@@ -98,7 +97,7 @@ def test_report_hta_two_ranks(hta_paths, tmp_path: Path) -> None:
 
 
 def test_report_gloo_names_the_slow_ranks_data_loading(gloo_md: str, slow_loader_2: DistributedRun) -> None:  # noqa: F811
-    # issue 19, part 2 in the report: the real run whose rank 1 sleeps in its data loading
+    # In the report: the real run whose rank 1 sleeps in its data loading
     paths = run_paths(run_graphs(slow_loader_2.run_dir, "local:1", cache=False))
     md = gloo_md[gloo_md.index("### Critical path across ranks") :]
     assert [cp.step for cp in paths] == WHOLE_STEPS
@@ -124,7 +123,7 @@ def test_report_gloo_names_the_slow_ranks_data_loading(gloo_md: str, slow_loader
 
 
 def test_report_64_ranks_reads_top_ranks_and_others(tmp_path: Path) -> None:
-    # issue 19, part 2 in the report: 64 ranks, a planted straggler (rank 17): its rank
+    # In the report: 64 ranks, a planted straggler (rank 17): its rank
     # first, only ranks on the path listed, and past the top ranks one row for the others
     run = tmp_path / "run"
     generate(trace_path("hta/trace_filter/sampled_rank-0.json.gz"), run, 64, 17, keep_every=0, plant=True, seed=3)
@@ -194,7 +193,7 @@ def _rows(srv: ThreadServer, run: str, worker: str, source: str) -> pl.DataFrame
 
 
 def test_dashboard_distributed_page_over_http(server: ThreadServer, logdir: Path, hta_paths) -> None:  # noqa: F811
-    # issue 19, part 2 on the dashboard: the Distributed page opens with each step's verdict,
+    # On the dashboard: the Distributed page opens with each step's verdict,
     # and pages the section's tables like every other table
     wk = _first(logdir, "gloo")
     blocks = _view(server, "gloo", wk)
@@ -256,7 +255,7 @@ def _check(look: dict, where: str) -> None:
 
 @pytest.mark.parametrize("run", ["hta", "gloo"])
 def test_dashboard_page_in_chromium(server: ThreadServer, logdir: Path, page, run: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    # issue 19, part 2 on the dashboard, as a person sees it at 1280 px: both charts drawn, no
+    # On the dashboard: as a person sees it at 1280 px: both charts drawn, no
     # empty chart or table, nothing wider than the window
     wk = _first(logdir, run)
     page.goto(f"{server.url}/#" + urlencode({"run": run, "worker": wk, "view": "distributed"}))
@@ -269,7 +268,7 @@ def test_dashboard_page_in_chromium(server: ThreadServer, logdir: Path, page, ru
 
 
 def test_report_in_chromium(page, slow_loader_2: DistributedRun, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
-    # issue 19, part 2 in the report, as a person sees it at 1280 px (the gloo run)
+    # In the report: as a person sees it at 1280 px (the gloo run)
     out = tmp_path / "report.html"
     main(["report", str(slow_loader_2.run_dir), "-o", str(out), "--no-cache"])
     page.goto(out.as_uri())

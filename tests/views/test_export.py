@@ -157,7 +157,7 @@ def test_tables_round_trip(qwen: kinetolens.Trace, tmp_path: Path, fmt: str) -> 
 def test_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
     run = _run_cli("export", str(tmp_path / "missing.json"), "--format", "perfetto", "-o", str(tmp_path / "x.json"))
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and "missing.json" in run.stderr
-    # A missing folder is created (issue 17, point 18); a file in the way is not replaced.
+    # A missing folder is created; a file in the way is not replaced.
     (tmp_path / "file").write_text("")
     run = _run_cli("export", str(trace_path(QWEN)), "--format", "perfetto", "-o", str(tmp_path / "file" / "x.json"))
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and "cannot write trace" in run.stderr

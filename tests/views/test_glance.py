@@ -108,17 +108,17 @@ def open_view(page, server: ThreadServer, run: str, wk: str, view: str) -> dict:
 
 
 def check_look(look: dict, where: str) -> None:
-    # issue 18: no empty charts, no empty tables, nothing wider than the window at 1280 px
+    # no empty charts, no empty tables, nothing wider than the window at 1280 px
     assert look["empty_figures"] == [], f"{where}: empty charts {look['empty_figures']}"
     assert look["empty_tables"] == [], f"{where}: tables with no rows {look['empty_tables']}"
     assert look["scroll_width"] <= look["inner_width"], f"{where}: page {look['scroll_width']} px wide"
-    # issue 18: charts sized to be read (the report's idle chart plotted 40 px tall)
+    # charts sized to be read (the report's idle chart plotted 40 px tall)
     assert all(h >= 150 for h in look["plot_heights"]), f"{where}: plot areas {look['plot_heights']}"
 
 
 @pytest.mark.parametrize("run", ["cpu_only", "torch_cpu", "v100", "h100"])
 def test_every_page_reads_at_a_glance(server: ThreadServer, page, logdir: Path, run: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    # issue 18: each dashboard page on each trace, looked at as a person sees it
+    # each dashboard page on each trace, looked at as a person sees it
     wk = worker(logdir, run)
     for view in VIEWS:
         look = open_view(page, server, run, wk, view)
@@ -146,7 +146,7 @@ def cell_texts(page, source: str, col: str) -> list[str]:  # type: ignore[no-unt
 
 
 def test_gpu_overview_reads_percent_units_and_whole_recommendations(server: ThreadServer, page, logdir: Path) -> None:  # type: ignore[no-untyped-def]
-    # issue 18: utilization as 90.3% (never 0.903), bytes with units, recommendations whole
+    # utilization as 90.3% (never 0.903), bytes with units, recommendations whole
     from kinetolens.views import units
     trace = kinetolens.load(trace_path(H100))
     metrics = gpu_metrics(trace).row(0, named=True)
@@ -176,7 +176,7 @@ def test_gpu_overview_reads_percent_units_and_whole_recommendations(server: Thre
 
 
 def test_cpu_only_pages_say_why_in_one_line(server: ThreadServer, page, logdir: Path) -> None:  # type: ignore[no-untyped-def]
-    # issue 18: pages without data say in one line why: no kernel table or chart on a CPU-only trace
+    # pages without data say in one line why: no kernel table or chart on a CPU-only trace
     for run in ("cpu_only", "torch_cpu"):
         wk = worker(logdir, run)
         open_view(page, server, run, wk, "kernels")
@@ -186,7 +186,7 @@ def test_cpu_only_pages_say_why_in_one_line(server: ThreadServer, page, logdir: 
         assert page.locator('.table-block[data-source="gpus"]').count() == 0
         assert "0.000" not in cell_texts(page, "execution_summary", "time_us")  # no GPU categories of zeros
         assert "no GPU kernels" in page.inner_text("#content")
-    # issue 18: no columns of zeros: a CPU-only trace's operators carry no device time columns
+    # no columns of zeros: a CPU-only trace's operators carry no device time columns
     open_view(page, server, "torch_cpu", worker(logdir, "torch_cpu"), "operators")
     cols = page.eval_on_selector_all('.table-block[data-source="ops"] thead th', "ths => ths.map(t => t.dataset.col)")
     assert "host_total_us" in cols and not [c for c in cols if c.startswith("device_")]
@@ -196,7 +196,7 @@ def test_cpu_only_pages_say_why_in_one_line(server: ThreadServer, page, logdir: 
 
 @pytest.mark.parametrize("run", ["cpu_only", "torch_cpu", "v100", "h100"])
 def test_report_reads_at_a_glance(page, logdir: Path, run: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    # issue 18: the HTML report on each trace: no empty charts, charts tall enough to read, no overflow
+    # the HTML report on each trace: no empty charts, charts tall enough to read, no overflow
     from kinetolens.views.report_data import collect
     from kinetolens.views.report_html import write_html
 

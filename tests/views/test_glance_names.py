@@ -1,4 +1,4 @@
-"""Kernel names read the same in every dashboard table (issue 18: terminal,
+"""Kernel names read the same in every dashboard table (terminal,
 kernel names; report and dashboard).
 
 The CLI shows a kernel by its short name (``--full-names`` for the recorded
@@ -55,7 +55,7 @@ def column(page: dict, name: str) -> tuple[list[str], list[str]]:
     return [r[i] for r in page["text"]], [r[i] for r in page["rows"]]
 
 
-# issue 18, part 2: the kernels page has one name column, read as the short name
+# the kernels page has one name column, read as the short name
 def test_kernels_page_shows_short_names_with_the_recorded_one_underneath(server: ThreadServer) -> None:
     page = table(server, "kernels", "v100", limit="100")
     names = [c["name"] for c in page["columns"]]
@@ -71,7 +71,7 @@ def test_kernels_page_shows_short_names_with_the_recorded_one_underneath(server:
     assert found["matched"] >= 1 and long in column(found, "kernel")[0]
 
 
-# issue 18, part 2: the diff's kernel table reads like the CLI's `diff`
+# the diff's kernel table reads like the CLI's `diff`
 def test_diff_kernel_table_shows_short_names(server: ThreadServer) -> None:
     page = table(server, "diff_kernel", "rank0", other_run="rank1", other_worker=WORKER, limit="200")
     shown, raw = column(page, "kernel")
@@ -79,7 +79,7 @@ def test_diff_kernel_table_shows_short_names(server: ThreadServer) -> None:
     assert any(s != r for s, r in zip(shown, raw))
 
 
-# issue 18, part 2: the op -> kernels detail, in a browser, with the full name on hover and on request
+# the op -> kernels detail, in a browser, with the full name on hover and on request
 def test_op_kernels_detail_shows_short_names(server: ThreadServer, tmp_path: Path) -> None:
     playwright = pytest.importorskip("playwright.sync_api")
     chromium = Path("/usr/bin/chromium")

@@ -1,4 +1,4 @@
-"""Per-rank charts sized to be read, for 2 ranks and for 64 (issue 18: report
+"""Per-rank charts sized to be read, for 2 ranks and for 64 (report
 and dashboard; charts sized to be read).
 
 The per-rank bars (``report RUNDIR``'s cross-rank section, the dashboard's
@@ -50,7 +50,7 @@ def report(run: Path, out: Path) -> Path:
     return out
 
 
-# issue 18, part 4: the report's cross-rank section draws each rank's step, readable for 2 ranks
+# the report's cross-rank section draws each rank's step, readable for 2 ranks
 def test_two_rank_report_chart(page, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     run = tmp_path / "run"
     run.mkdir()
@@ -67,7 +67,7 @@ def test_two_rank_report_chart(page, tmp_path: Path) -> None:  # type: ignore[no
     assert "70.0%" in cells and "0.700" not in cells  # regression pin: rank 1 arrives last at 7 of 10 collectives
 
 
-# issue 18, part 4: 64 ranks stay readable: 32 bars, the outliers, a chart that fits a screen or two
+# 64 ranks stay readable: 32 bars, the outliers, a chart that fits a screen or two
 def test_many_rank_report_chart(page, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     run = tmp_path / "r64"
     generate(trace_path(RANKS[0]), run, 64, 17, keep_every=8, seed=1)
@@ -81,7 +81,7 @@ def test_many_rank_report_chart(page, tmp_path: Path) -> None:  # type: ignore[n
     assert chart["plot_h"] / 32 >= 20 and chart["height"] <= 1200
 
 
-# issue 18, part 4: the dashboard's per-rank chart follows the same rule
+# the dashboard's per-rank chart follows the same rule
 def test_many_rank_dashboard_chart(tmp_path: Path) -> None:
     from urllib.parse import urlencode
 

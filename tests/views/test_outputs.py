@@ -1,6 +1,6 @@
 """Output paths and the dashboard's port: fail in one line, or just work.
 
-Issue 17, point 18: ``serve`` on a busy port printed its banner and then
+``serve`` on a busy port printed its banner and then
 uvicorn's error, exiting 1; ``export --format perfetto -o newdir/t.json.gz``
 refused a folder the table exports create (so did ``report -o``,
 ``roofline -o`` and ``memory --svg``); ``memory --svg`` on a trace that
@@ -46,7 +46,6 @@ def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-# issue 17, point 18
 def test_serve_on_a_busy_port(tmp_path: Path) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -58,7 +57,6 @@ def test_serve_on_a_busy_port(tmp_path: Path) -> None:
     assert proc.stdout == ""  # no banner, no dashboard address
 
 
-# issue 17, point 18
 def test_every_output_path_gets_its_folder(tmp_path: Path) -> None:
     out = tmp_path / "new" / "deeper"
     runs = {
@@ -79,7 +77,6 @@ def test_every_output_path_gets_its_folder(tmp_path: Path) -> None:
     assert (out / "memory" / "flow.svg").read_text().startswith("<svg")
 
 
-# issue 17, point 18
 @pytest.mark.parametrize(
     ("trace", "shown"),
     [(NO_ADDRESSES, "memory peaks"), (RAW_TIMELINE, "torch memory timeline")],
@@ -95,7 +92,6 @@ def test_memory_svg_that_cannot_be_drawn_still_prints_the_tables(tmp_path: Path,
     assert not svg.exists()
 
 
-# issue 17, point 18
 def test_memory_svg_of_a_trace_without_memory_events(tmp_path: Path) -> None:
     proc = run_cli("memory", str(CPU_ONLY), "--svg", str(tmp_path / "flow.svg"))
     line = one_error_line(proc)

@@ -167,7 +167,7 @@ def test_html_report_renders_every_chart_offline(tmp_path: Path) -> None:
         assert chart["svgs"] >= 1 and chart["height"] > 100, chart
         assert chart["marks"] > 0, chart  # something was drawn, not an empty frame
     assert seen["sections"] == ["overview", "recommendations", "critical-path", "ops", "kernels", "modules", "sources", "roofline",
-                                "memory", "idle"]  # issue 19, part 1: the critical path after the recommendations
+                                "memory", "idle"]  # the critical path after the recommendations
     # The numbers in the page are the analyses': first op row and the step count.
     assert "aten::addmm" in text and "197.598" in text
     assert "Low GPU utilization" in text
@@ -177,7 +177,7 @@ def test_cpu_only_html_report_still_renders(tmp_path: Path) -> None:
     out = tmp_path / "cpu.html"
     assert _run_cli("report", str(trace_path(CPU_ONLY)), "-o", str(out)).returncode == 0
     text = out.read_text()
-    assert "Roofline left out: a CPU-only trace: no GPU was listed or used." in text  # issue 18, point 4
+    assert "Roofline left out: a CPU-only trace: no GPU was listed or used." in text
     seen = _open_offline(out, OUTPUT / "report_cpu_only.png")
     assert seen["errors"] == [] and all(c["svgs"] >= 1 for c in seen["charts"])
 
@@ -191,8 +191,8 @@ def test_markdown_report_matches_the_analyses(bert: kinetolens.Trace) -> None:
         assert heading in md
     step_ms = step_breakdown(bert)["total"].item() / 1e6
     assert f"| mean step time | {step_ms:.3f} ms |" in md
-    top = op_stats(bert).sort("device_self_us", descending=True).row(0, named=True)  # issue 18: ranked by self time
-    scale = units.time_unit(top["device_self_us"])[1]  # issue 18: one time unit per column (the top row's)
+    top = op_stats(bert).sort("device_self_us", descending=True).row(0, named=True)  # ranked by self time
+    scale = units.time_unit(top["device_self_us"])[1]  # one time unit per column (the top row's)
     assert f"| {top['name']} | {top['calls']} | {units.in_unit(top['device_self_us'], scale)} |" in md
     # Every table row has as many cells as its header (pipes in names are escaped).
     for block in md.split("\n\n"):
@@ -211,7 +211,7 @@ def test_run_directory_reports_its_first_rank(tmp_path: Path) -> None:
     run = _run_cli("report", str(run_dir), "-o", str(out))
     assert run.returncode == 0, run.stderr
     md = out.read_text()
-    # issue 18, point 2: the ranks side by side first, then rank 0 in full.
+    # the ranks side by side first, then rank 0 in full.
     assert "holds 2 traces (ranks 0-1): Across ranks compares them" in md
     assert "the rest of this report is rank 0 (worker_rank0.pt.trace.json.gz)" in md
     assert md.index("## Across ranks") < md.index("## Recommendations for rank 0")
@@ -224,7 +224,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
         run = _run_cli("report", str(target), "-o", str(tmp_path / "x.html"))
         assert run.returncode == 2
         assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr and str(target) in run.stderr
-    # A missing folder is created (issue 17, point 18); a file in the way is not replaced.
+    # A missing folder is created; a file in the way is not replaced.
     (tmp_path / "file").write_text("")
     run = _run_cli("report", str(trace_path(BERT)), "-o", str(tmp_path / "file" / "x.html"))
     assert run.returncode == 2 and "cannot write report" in run.stderr
@@ -239,5 +239,5 @@ def test_notebook_html(bert: kinetolens.Trace) -> None:
     assert findings[0].title in card and "ms per step" in card
     # A kernel name such as ``void f<a, b>(...)`` must not become a tag.
     fragment = collect(bert)._repr_html_()
-    assert "<html" not in fragment and fragment.count("Plotly.newPlot") == 10  # issue 19: the critical-path chart
-    assert "&lt;BFloat16" in fragment and "<BFloat16" not in fragment  # short kernel names (issue 18)
+    assert "<html" not in fragment and fragment.count("Plotly.newPlot") == 10  # the critical-path chart
+    assert "&lt;BFloat16" in fragment and "<BFloat16" not in fragment  # short kernel names

@@ -1,4 +1,4 @@
-"""The report's number cells read like the CLI's and the dashboard's (issue 18).
+"""The report's number cells read like the CLI's and the dashboard's.
 
 Both report formats format their table cells through
 :mod:`kinetolens.views.units`: memory in binary units, percent columns as
@@ -40,7 +40,7 @@ def rendered(request: pytest.FixtureRequest) -> tuple[str, str]:
 
 
 def test_no_exponent_or_float_noise_in_report_cells(rendered: tuple[str, str]) -> None:
-    # issue 18, report cells: the old formatter wrote "1.49e-08" (GiB) for the CPU's 16 B peak
+    # the old formatter wrote "1.49e-08" (GiB) for the CPU's 16 B peak
     page, md = rendered
     cells = _html_cells(page)
     assert cells and not [c for c in cells if BAD.search(c)]
@@ -49,7 +49,7 @@ def test_no_exponent_or_float_noise_in_report_cells(rendered: tuple[str, str]) -
 
 
 def test_memory_and_percent_cells_carry_units() -> None:
-    # issue 18: the Qwen H100 trace's memory table reads 1.95 GiB / 16 B, its idle shares 91.5%
+    # the Qwen H100 trace's memory table reads 1.95 GiB / 16 B, its idle shares 91.5%
     data = collect(kinetolens.load(trace_path(QWEN)))
     md = render_md(data)
     assert "| GPU0 | 1.95 GiB | 939 MiB |" in md  # regression pin: kinetolens' own peak (bytes in binary units)
@@ -62,7 +62,7 @@ def test_memory_and_percent_cells_carry_units() -> None:
 
 
 def test_time_columns_read_as_words_in_titles(rendered: tuple[str, str]) -> None:
-    # issue 18: the overview said "ops ranked by device_self_us" and charts "Top ops by device_self_us",
+    # the overview said "ops ranked by device_self_us" and charts "Top ops by device_self_us",
     # "device_total_us by module": column names where people read titles
     page, _ = rendered
     titles = re.findall(r'"title":\{"text":"([^"]*)"', page) + re.findall(r"<td>ops ranked by</td><td>(.*?)</td>", page)

@@ -67,7 +67,7 @@ def _plots(page: str) -> list[list[dict]]:
 
 
 def test_run_report_has_a_cross_rank_section(run_dir: Path, tmp_path: Path) -> None:
-    # issue 18, point 2: `report RUNDIR` compares every rank (step spread,
+    # `report RUNDIR` compares every rank (step spread,
     # stragglers, collectives) and names the straggler, with the numbers of
     # the distributed analysis itself (the report does not recompute them).
     md = _cli("report", str(run_dir), "--format", "md").stdout
@@ -87,7 +87,7 @@ def test_run_report_has_a_cross_rank_section(run_dir: Path, tmp_path: Path) -> N
 
 
 def test_real_gloo_run_report_names_the_slow_rank(slow_loader_2: DistributedRun) -> None:  # noqa: F811
-    # issue 18, point 2, on a real 2-rank gloo DDP capture whose rank 1 loads
+    # On a real 2-rank gloo DDP capture whose rank 1 loads
     # each batch 50 ms late.
     md = _cli("report", str(slow_loader_2.run_dir), "--format", "md").stdout
     section = md[md.index("## Across ranks"): md.index("## Recommendations")]
@@ -96,12 +96,12 @@ def test_real_gloo_run_report_names_the_slow_rank(slow_loader_2: DistributedRun)
 
 
 def test_single_trace_report_has_no_cross_rank_section() -> None:
-    # issue 18, point 2: one trace is not a run.
+    # one trace is not a run.
     assert "Across ranks" not in render_md(collect(load(CPU_ONLY)))
 
 
 def test_cpu_only_report_leaves_out_gpu_sections_and_says_why(tmp_path: Path) -> None:
-    # issue 18, point 4: a CPU-only trace (HTA's rank_non_gpu, no module
+    # a CPU-only trace (HTA's rank_non_gpu, no module
     # paths) gets no kernel, roofline, GPU idle or modules section, one line
     # each saying why, and not one chart without data.
     data = collect(load(CPU_ONLY))
@@ -124,7 +124,7 @@ def test_cpu_only_report_leaves_out_gpu_sections_and_says_why(tmp_path: Path) ->
 
 
 def test_one_slice_tensor_core_pie_is_a_sentence(tmp_path: Path) -> None:
-    # issue 18, point 4: saxpy's GPU time all ran without Tensor Cores;
+    # saxpy's GPU time all ran without Tensor Cores;
     # a pie of one "no" slice is one sentence instead.
     data = collect(load(SAXPY))
     note = data.chart_notes["tensor_cores"]
@@ -141,7 +141,7 @@ def test_one_slice_tensor_core_pie_is_a_sentence(tmp_path: Path) -> None:
 
 
 def test_finding_cards_are_whole(tmp_path: Path) -> None:
-    # issue 18, point 4: every finding's evidence, change and estimate are
+    # every finding's evidence, change and estimate are
     # on the page whole (CloverLeaf's run: a sync and a launch-bound finding).
     data = collect(load(CLOVERLEAF))
     assert {f.rule for f in data.findings} >= {"synchronization", "launch_overhead"}
@@ -159,7 +159,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 
 
 def test_side_by_side_charts_fit_their_half(tmp_path: Path) -> None:
-    # issue 18, point 4, as a reader sees it in Chromium: a chart in a
+    # As a reader sees it in Chromium: a chart in a
     # two-column grid is drawn at its column's width (it was drawn at the
     # page's width before its neighbour existed, covering the neighbour),
     # so the Tensor Core sentence beside the kernel pie is visible.

@@ -20,7 +20,7 @@ BERT = "tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz"
 def test_step_share_uses_host_time_when_the_trace_has_no_kernels() -> None:
     trace = kinetolens.load(trace_path(CPU_ONLY), cache=False)
     assert trace.kernels.height == 0
-    # issue 18: ops rank and share by (host) self time, and only time inside a step counts toward
+    # ops rank and share by (host) self time, and only time inside a step counts toward
     # the share of the steps' wall time: this trace's four aten::empty calls all lie outside its one step.
     from kinetolens.analysis.workload.ops import rank_basis
 
@@ -35,7 +35,7 @@ def test_step_share_uses_host_time_when_the_trace_has_no_kernels() -> None:
 def test_step_share_uses_device_time_when_the_trace_has_kernels() -> None:
     trace = kinetolens.load(trace_path(BERT), cache=False)
     step = int(trace.steps["step"][0])
-    stats = op_stats(trace, step=step).filter(pl.col("device_self_us") > 0)  # issue 18: the share is of self time
+    stats = op_stats(trace, step=step).filter(pl.col("device_self_us") > 0)  # the share is of self time
     row = stats.row(0, named=True)
     assert row["step_share_pct"] == pytest.approx(row["device_self_us"] * 1000.0 / step_time_ns(trace, step) * 100.0)
 

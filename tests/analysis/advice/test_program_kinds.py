@@ -85,7 +85,7 @@ def cpu_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_cpu_job_advice_fits_a_cpu_job(cpu_trace: Path) -> None:
-    # issue 18, point 1: the DataLoader advice for a job without a GPU
+    # the DataLoader advice for a job without a GPU
     # names worker processes, never pin_memory or moving work onto the GPU.
     trace = load(cpu_trace, cache=False)
     assert not trace_kind(trace).gpu and trace_kind(trace).pytorch
@@ -101,7 +101,7 @@ def test_cpu_job_advice_fits_a_cpu_job(cpu_trace: Path) -> None:
 
 @pytest.mark.parametrize("columns", [80, 120])
 def test_cpu_job_summary_has_no_gpu_rows(cpu_trace: Path, columns: int) -> None:
-    # issue 18, point 1: `kinetolens summary` of a CPU-only trace leaves out
+    # `kinetolens summary` of a CPU-only trace leaves out
     # the kernel-time rows, GPU event counts and GPU breakdown columns.
     out = _cli("summary", "--no-cache", str(cpu_trace), columns=columns)
     for row in ("kernel time", "with an op", "backward kernel time", "memcpy", "memset", "kernels 0", "GPUs during"):
@@ -112,7 +112,7 @@ def test_cpu_job_summary_has_no_gpu_rows(cpu_trace: Path, columns: int) -> None:
 
 @pytest.mark.parametrize("path", CPU_ONLY, ids=lambda p: p.name)
 def test_hta_cpu_only_traces_have_no_gpu_rows(path: Path) -> None:
-    # issue 18, point 1, on HTA's CPU-only traces (gloo all_reduce, no GPU).
+    # On HTA's CPU-only traces (gloo all_reduce: no GPU).
     info = summarize(load(path, cache=False))
     assert info["kind"] == {"gpu": False, "pytorch": True, "modules": False, "inference": False}
     out = _cli("summary", str(path), columns=80)
@@ -128,7 +128,7 @@ def nsys_trace(request: pytest.FixtureRequest) -> Path:
 
 
 def test_nsys_programs_are_not_pytorch(nsys_trace: Path) -> None:
-    # issue 18, point 3: an MPI + CUDA (saxpy) and a CUDA C++ (CloverLeaf)
+    # an MPI + CUDA (saxpy) and a CUDA C++ (CloverLeaf)
     # program: a GPU, no PyTorch, so no fprop/bprop label on any range.
     trace = load(nsys_trace, cache=False)
     kind = trace_kind(trace)
@@ -138,7 +138,7 @@ def test_nsys_programs_are_not_pytorch(nsys_trace: Path) -> None:
 
 
 def test_nsys_advice_is_not_pytorch_advice(nsys_trace: Path, tmp_path: Path) -> None:
-    # issue 18, point 3: the rules still fire (both programs block on
+    # the rules still fire (both programs block on
     # cudaMemcpy / cudaDeviceSynchronize), worded for CUDA, not PyTorch.
     info = summarize(load(nsys_trace, cache=False))
     rules = [f["rule"] for f in info["recommendations"]]

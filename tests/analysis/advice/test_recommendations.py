@@ -36,7 +36,7 @@ def test_sorted_by_saving_and_complete() -> None:
     found = recommendations(kinetolens.load(trace_path(NW0)))
     savings = [f.saving_ms for f in found]
     assert savings == sorted(savings, reverse=True)
-    # issue 19, part 3: simulated savings rank host overhead (16.0 ms, counted after the
+    # simulated savings rank host overhead (16.0 ms, counted after the
     # DataLoader fix) above fp32 Tensor Cores (13.4 ms: most GPU time is hidden by the host).
     assert [f.rule for f in found][:3] == ["dataloader_bound", "host_bound", "fp32_tensor_cores"]
     for f in found:
@@ -50,7 +50,7 @@ def test_dataloader_bound_matches_tb_share() -> None:
     # exclusive-time rule gives the same share.
     assert "33.4% of the step" in f.evidence
     assert any("33.4%" in r for r in _tb(NW0))
-    # issue 19, part 3: the saving is simulated (the steps re-timed without data
+    # the saving is simulated (the steps re-timed without data
     # loading: 177.6 -> 118.6 ms), no longer the DataLoader's exclusive time (59.26 ms,
     # close: with loading gone the step's kernels queue behind the previous step's).
     # Regression pin of the simulator's output.
@@ -95,7 +95,7 @@ def test_host_bound_does_not_double_count_dataloader() -> None:
 def test_launch_overhead_fires_on_resnet() -> None:
     f = _findings(NW0)["launch_overhead"]
     assert "905 kernels per step" in f.evidence
-    # issue 19, part 3: simulated with launch:0 (launch calls and launch delays removed):
+    # simulated with launch:0 (launch calls and launch delays removed):
     # 4.69 ms, below the formula's 5-10 ms (launch time minus kernel time), since
     # kernels queued behind others did not wait for their launch. Regression pin.
     assert f.saving_ms == pytest.approx(4.69, abs=0.05) and f.whatif == "launch:0"
@@ -140,7 +140,7 @@ def test_fp32_tensor_cores_differs_from_tb_where_tc_already_used() -> None:
 def test_exposed_communication_fires_on_distributed() -> None:
     f = _findings(RESOLVER)["exposed_communication"]
     assert "71.5" in f.evidence or "71.4" in f.evidence  # exposed communication per step, as measured
-    # issue 19, part 3: simulated with overlap:communication, the saving is 0: the step
+    # simulated with overlap:communication, the saving is 0: the step
     # is bound by the host (its critical path is 93% CPU ops), so hiding the collectives
     # behind compute would not shorten it (the formula claimed 71.47 ms).
     assert f.saving_ms == pytest.approx(0.0, abs=0.5) and f.whatif == "overlap:communication"

@@ -1,4 +1,4 @@
-"""Recommendations take their savings from the what-if simulator (issue 19, part 3)."""
+"""Recommendations take their savings from the what-if simulator."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def nw0():
 
 
 def test_dataloader_saving_is_the_simulated_one(nw0):
-    # issue 19, part 3: the saving is measured minus predicted step, as `whatif` says
+    # the saving is measured minus predicted step, as `whatif` says
     found = {f.rule: f for f in recommendations(nw0)}
     sim = whatif(nw0, [parse_change("category:data_loading=0")])
     f = found["dataloader_bound"]
@@ -33,7 +33,7 @@ def test_dataloader_saving_is_the_simulated_one(nw0):
 
 
 def test_tensor_core_saving_is_simulated_on_the_rules_kernels(nw0):
-    # issue 19, part 3: the fp32 rule's kernels (forward and backward) re-timed 2x faster:
+    # the fp32 rule's kernels (forward and backward) re-timed 2x faster:
     # 13.4 ms per step, not half their time (34.7 ms): the DataLoader stall and the host
     # hide most of the GPU time. Regression pin.
     f = {f.rule: f for f in recommendations(nw0)}["fp32_tensor_cores"]
@@ -43,7 +43,7 @@ def test_tensor_core_saving_is_simulated_on_the_rules_kernels(nw0):
 
 
 def test_frame_report_and_cli_show_the_predicted_step(nw0, tmp_path):
-    # issue 19, part 3: the frame has the predicted step column; the report and the CLI show it
+    # the frame has the predicted step column; the report and the CLI show it
     frame = recommendations_frame(nw0)
     assert "predicted_step_ms" in frame.columns
     row = frame.filter(frame["rule"] == "dataloader_bound").row(0, named=True)

@@ -51,7 +51,7 @@ def _plugin_wrong(golden_file) -> bool:
     return any(golden_file.name.startswith(k) for k in PLUGIN_WRONG)
 
 
-# issue 17 (skips mean something): each test runs on the files it is about.
+# each test runs on the files it is about.
 LINKED = [p for p in GOLDEN_FILES if _linked(p) and not _plugin_wrong(p)]
 UNLINKED = [p for p in GOLDEN_FILES if not _linked(p)]
 
@@ -107,7 +107,7 @@ def test_device_time_not_zero_where_plugin_failed(golden_file) -> None:
 
 @pytest.mark.parametrize("golden_file", [p for p in GOLDEN_FILES if _plugin_wrong(p)], ids=lambda p: p.name[:60])
 def test_where_the_plugin_is_wrong_it_credits_ops_that_launch_nothing(golden_file) -> None:
-    # issue 17 (skips mean something): the reason in PLUGIN_WRONG, checked.
+    # the reason in PLUGIN_WRONG, checked.
     # The plugin gives device time to ops under which no kernel, memcpy or
     # memset was launched; we give them none.
     golden = json.loads(golden_file.read_text())

@@ -303,7 +303,7 @@ HTA_VIEW_CHECKS: dict[str, tuple[str, Callable[[Path, dict], Pairs]]] = {
 }
 
 
-# issue 17 (skips mean something): each check on the files where HTA gave a result.
+# each check on the files where HTA gave a result.
 HTA_VIEW_CASES = [
     (name, check) for check in sorted(HTA_VIEW_CHECKS) for name in GOLDEN_FILES if ok(golden(name), HTA_VIEW_CHECKS[check][0])
 ]
@@ -378,8 +378,8 @@ def test_our_temporal_breakdown(name: str) -> None:
         assert float(ours["idle_us"][0]) >= 0
     elif any(f in name for f in DEVICE_WAIT_TRACES):
         # MTIA records its streams' event waits (352 ms here) among its device
-        # events; HTA counts them as compute, we as the stream waiting (issue 17,
-        # point 7).  Adding them back (HTA's view) reproduces HTA.
+        # events; HTA counts them as compute, we as the stream waiting.
+        # Adding them back (HTA's view) reproduces HTA.
         ref = g["calls"]["get_temporal_breakdown"]["result"]["records"][0]
         assert float(ours["compute_us"][0]) < ref["compute_time(us)"]
         assert float(ours["idle_us"][0]) > ref["idle_time(us)"]
@@ -431,7 +431,7 @@ def test_our_idle_launch_queue_on_us_traces(name: str) -> None:
         assert not mismatches(launch_pairs(view, g["calls"], HTA_LAUNCH_CALLS))
     if ok(g, "get_memory_bw_summary") and g["calls"]["get_memory_bw_summary"]["result"]:
         # The file rounds durations to whole µs; ours, like HTA's, is the bandwidth
-        # Kineto wrote from the exact ns duration (issue 17, point 3), so the figures
+        # Kineto wrote from the exact ns duration, so the figures
         # agree.  Except on trace_diff/test, where HTA counts the float residue its
         # running sum leaves when a copy ends (~1e-13 GB/s) as a positive point (7674
         # points for 3840 DtoD copies, quartiles near 0) and, sorting unstably, adds a

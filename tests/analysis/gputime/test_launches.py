@@ -22,7 +22,6 @@ def _copies_with_bandwidth(rel: str) -> list[dict]:
     return [e for e in events if e.get("ph") == "X" and BW_FIELD in (e.get("args") or {})]
 
 
-# issue 17, point 3
 def test_copy_bandwidth_is_kinetos_on_a_whole_us_trace() -> None:
     # The file writes durations in whole µs: a 128,000-byte memset timed at
     # 1.44 µs is written as "1", so bytes / written duration says 128 GB/s,
@@ -38,7 +37,6 @@ def test_copy_bandwidth_is_kinetos_on_a_whole_us_trace() -> None:
     assert memset["memory_bw_gbps"] == pytest.approx(88.889, abs=1e-3)
 
 
-# issue 17, point 3
 def test_copy_bandwidth_falls_back_to_bytes_over_duration() -> None:
     # A guard (passes before the fix too): nsys exports carry no bandwidth
     # field; their durations are exact ns.
@@ -50,7 +48,6 @@ def test_copy_bandwidth_falls_back_to_bytes_over_duration() -> None:
     )
 
 
-# issue 17, point 3
 def test_back_to_back_copies_do_not_add_up() -> None:
     # On a whole-µs trace one copy often starts at the µs the previous one on
     # its stream ends; the summed bandwidth must not count both at that instant.
@@ -81,7 +78,6 @@ def _graph_launches_in_file() -> tuple[dict[int, float], dict[int, int]]:
     return calls, released
 
 
-# issue 17, point 4
 def test_a_graph_launch_counts_once_with_the_kernels_it_released() -> None:
     calls, released = _graph_launches_in_file()
     assert len(calls) == 25 and sum(released.values()) == 361  # up to 15 kernels per replay
@@ -108,7 +104,6 @@ def test_a_graph_launch_counts_once_with_the_kernels_it_released() -> None:
     )
 
 
-# issue 17, point 4
 def test_a_graph_launch_is_one_queue_entry() -> None:
     trace = load(trace_path(GRAPHS))
     calls = trace.kernels["launch_id"].drop_nulls().n_unique()
@@ -121,7 +116,6 @@ def test_a_graph_launch_is_one_queue_entry() -> None:
     assert queue["queue_length"][-1] == 0
 
 
-# issue 17, point 4
 def test_launches_command_reports_multi_kernel_launches() -> None:
     from click.testing import CliRunner
 

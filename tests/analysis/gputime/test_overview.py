@@ -300,7 +300,7 @@ def _kib(text: str) -> float:
     return float(match.group(1))
 
 
-# issue 17 (skips mean something): only the files the plugin showed a memory view for.
+# only the files the plugin showed a memory view for.
 MEMORY_GOLDEN = [p for p in GOLDEN_FILES if "memory_peaks" in json.loads(p.read_text())]
 
 
@@ -309,7 +309,7 @@ def test_peak_memory_matches_plugin(golden_file: Path) -> None:
     name, golden = golden_file.name, json.loads(golden_file.read_text())
     trace = kinetolens.load(golden_trace(golden_file))
     # The plugin shows no peak for a trace without allocator totals; kinetolens shows the
-    # memory view's peak of what was allocated in the window, labelled so (issue 17, point 11).
+    # memory view's peak of what was allocated in the window, labelled so.
     rows = gpu_metrics(trace).iter_rows(named=True)
     peaks = {r["device"]: r["peak_allocated_bytes"] for r in rows if r["peak_basis"] in (None, "allocator")}
     expected = {int(k[3:]): _kib(v) for k, v in golden["memory_peaks"].items() if k.startswith("GPU")}

@@ -1,6 +1,5 @@
 """FLOPs and bytes of inference engines' ops against TraceLens' perf-model CSVs.
 
-# issue 20, point 3
 
 The cases: SGLang's eager prefill trace (Qwen3-8B on MI300X) and vLLM's
 piecewise CUDA-graph capture trace (gpt-oss on MI300X), whose ops carry the
@@ -129,7 +128,7 @@ def _golden(r: dict[str, str]) -> tuple[float, float]:
 
 
 def test_gemm(case: Case) -> None:
-    # issue 20, point 3: every GEMM row, the engines' wrappers (vllm::rocm_unquantized_gemm, aiter::gemm_a16w16) too
+    # every GEMM row, the engines' wrappers (vllm::rocm_unquantized_gemm, aiter::gemm_a16w16) too
     rows = case.rows("GEMM.csv")
     assert rows
     for r in rows:
@@ -142,7 +141,7 @@ def test_gemm(case: Case) -> None:
 
 
 def test_rmsnorm(case: Case) -> None:
-    # issue 20, point 3: aiter / vLLM RMSNorm and fused add + RMSNorm
+    # aiter / vLLM RMSNorm and fused add + RMSNorm
     rows = case.rows("RMSNorm_fwd.csv")
     assert rows
     for r in rows:
@@ -156,7 +155,7 @@ def test_rmsnorm(case: Case) -> None:
 
 
 def test_rope(case: Case) -> None:
-    # issue 20, point 3: RoPE on query and key
+    # RoPE on query and key
     for r in case.rows("RoPE_fwd.csv"):
         flops, moved = case.work_of(r, "rope")
         tl_flops, tl_bytes = _golden(r)
@@ -168,7 +167,7 @@ def test_rope(case: Case) -> None:
 
 
 def test_fused_activation(case: Case) -> None:
-    # issue 20, point 3: silu_and_mul (gate-up activation)
+    # silu_and_mul (gate-up activation)
     rows = [r for r in case.rows("UnaryElementwise.csv") if r["name"].endswith("_and_mul")]
     for r in rows:
         flops, moved = case.work_of(r, "elementwise")
@@ -179,7 +178,7 @@ def test_fused_activation(case: Case) -> None:
 
 
 def test_paged_attention(case: Case) -> None:
-    # issue 20, point 3: paged / variable-length attention (vLLM unified attention, aiter batch prefill),
+    # paged / variable-length attention (vLLM unified attention, aiter batch prefill),
     # its sequences from the engine's step annotation; exact match, FLOPs and bytes
     # The capture trace's dummy batch has no step annotation: its attention calls get no number
     # (the split into sequences is unknown); the replay trace's calls carry TraceLens' figures.
@@ -193,7 +192,7 @@ def test_paged_attention(case: Case) -> None:
 
 
 def test_step_annotation() -> None:
-    # issue 20, point 3: both annotation formats vLLM writes
+    # both annotation formats vLLM writes
     from kinetolens.registry.flops_paged_attention import step_batch
 
     new = step_batch("execute_8192_context_9(sq8155sk8430sqsq7475785sqsk7671310)_generation_37(sq37sk34489sqsq37sqsk34489)")
@@ -204,7 +203,7 @@ def test_step_annotation() -> None:
 
 
 def test_scaled_mm_fp8_from_a_real_trace(tmp_path) -> None:
-    # issue 20, point 3: FP8 GEMM (torch._scaled_mm on CPU, profiled for real): 2*M*N*K, scales' bytes read
+    # FP8 GEMM (torch._scaled_mm on CPU, profiled for real): 2*M*N*K, scales' bytes read
     import torch
     from torch.profiler import profile
 
@@ -223,7 +222,7 @@ def test_scaled_mm_fp8_from_a_real_trace(tmp_path) -> None:
 
 
 def test_scaled_mm_fp4_block_scaled() -> None:
-    # issue 20, point 3: MX FP4 GEMM: float4_e2m1fn_x2 stores two values per element (K = 2 * stored),
+    # MX FP4 GEMM: float4_e2m1fn_x2 stores two values per element (K = 2 * stored),
     # e8m0 block scales (one per 32 values) read
     from kinetolens.registry.flops import compute
 
@@ -236,7 +235,7 @@ def test_scaled_mm_fp4_block_scaled() -> None:
 
 
 def test_low_precision_ceilings() -> None:
-    # issue 20, point 3: FP8/FP4 Tensor Core rates in the GPU registry, and the roofline picks them
+    # FP8/FP4 Tensor Core rates in the GPU registry, and the roofline picks them
     from kinetolens.analysis.hardware.roofline import ceiling, peak_tflops
     from kinetolens.registry.gpus import SPECS, match_device
     from kinetolens.registry.tensor_cores import YES
@@ -256,7 +255,7 @@ def test_low_precision_ceilings() -> None:
 
 
 def test_moe_forward_from_the_layer_ops(case: Case) -> None:
-    # issue 20, point 3: fused MoE (vllm::moe_forward): k from the TopK op below it, the experts' shapes
+    # fused MoE (vllm::moe_forward): k from the TopK op below it, the experts' shapes
     # from the MXFP4 weights it views ([32, 1536, 5888] and [32, 1472, 3072] uint8, two values a byte).
     # TraceLens splits the layer in an up and a down pseudo-op and takes the experts' intermediate size
     # to be the hidden size (3072); the weights say 2944 (2880 padded), so we count (2*2944 + 2944) /
@@ -275,7 +274,7 @@ def test_moe_forward_from_the_layer_ops(case: Case) -> None:
 
 
 def test_fused_experts_with_weights() -> None:
-    # issue 20, point 3: fused-experts ops that take the weights: T=64 tokens, k=2 of E=8 experts,
+    # fused-experts ops that take the weights: T=64 tokens, k=2 of E=8 experts,
     # H=256, I=512 (w13 gate+up 1024 wide); 64*2 visits reach all 8 experts
     from kinetolens.registry.flops import compute
 
@@ -326,7 +325,7 @@ def _check_perf_rows(part: _Part, golden) -> int:
 
 @pytest.mark.parametrize("model", MI300)
 def test_mi300_models_gemm_attention_conv(model: str) -> None:
-    # issue 20, point 3: TraceLens' GEMM, SDPA and convolution rows on the MI300X model traces: FLOPs and
+    # TraceLens' GEMM, SDPA and convolution rows on the MI300X model traces: FLOPs and
     # bytes exact, but for the bias adds (see the module docstring), the convolution bias MIOpen reads and
     # flash attention's log-sum-exp (fp32, one per query row), which the kernels read / write and
     # TraceLens leaves out
@@ -335,14 +334,14 @@ def test_mi300_models_gemm_attention_conv(model: str) -> None:
 
 
 def test_xdit_flux_gemm_attention_conv() -> None:
-    # issue 20, point 3: the xDiT FLUX.1 inference case (aiter::fmha_v3_fwd attention among them), same
+    # the xDiT FLUX.1 inference case (aiter::fmha_v3_fwd attention among them), same
     # conventions as the MI300X model traces
     part = _Part("tracelens/inference/xdit_flux.1/capture_traces/capture_trace_rank_0.json.gz")
     assert _check_perf_rows(part, GOLDEN / "tracelens" / "inference" / "xdit_flux.1" / "perf_csvs") >= 40
 
 
 def test_elementwise_and_reduce_rows(case: Case) -> None:
-    # issue 20, point 3: the elementwise and reduce rows of the inference cases.  Bytes agree; TraceLens
+    # the elementwise and reduce rows of the inference cases.  Bytes agree; TraceLens
     # counts one FLOP per element of a copy_ (a copy or dtype conversion does no arithmetic: we count none).
     # TraceLens leaves a bool copy's bytes empty.
     checked = 0
@@ -390,7 +389,7 @@ def _matrix_kernel_time(rel: str) -> tuple[float, float, float]:
     ],
 )
 def test_matrix_kernel_time_has_flops(rel: str) -> None:
-    # issue 20, point 3 acceptance: FLOPs for >= 95% of GEMM-like (Tensor Core / matrix core) kernel time.
+    # FLOPs for >= 95% of GEMM-like (Tensor Core / matrix core) kernel time.
     # The MI300X Qwen trace's kernels with no launch record (the previous iteration's tail) take the
     # ops of the same launches one iteration later (kinetolens.model.earlier_launches): every kernel has an op.
     total, with_flops, launched = _matrix_kernel_time(rel)
@@ -400,7 +399,7 @@ def test_matrix_kernel_time_has_flops(rel: str) -> None:
 
 
 def test_b200_moe_from_its_buffers() -> None:
-    # issue 20, point 3: the B200 gpt-oss MoE layer (FlashInfer/TensorRT-LLM MXFP4 kernels) records no
+    # the B200 gpt-oss MoE layer (FlashInfer/TensorRT-LLM MXFP4 kernels) records no
     # weights: k = 4 from its [888, 4] int32 expert ids, I = 512 from its FP8 [5472, 512] activation
     # buffer beside the [5472, 3072] one.  The kernels' grids agree: the SwiGLU GEMM's 8 tiles of 128
     # output features are N13 = 2*I = 1024, the down GEMM's 24 are H = 3072.
@@ -422,7 +421,7 @@ def test_b200_moe_from_its_buffers() -> None:
 
 
 def test_flash_attn_ops() -> None:
-    # issue 20, point 3: flash-attn's / aiter's own attention ops, fixed-length (B, L, H, D) and
+    # flash-attn's / aiter's own attention ops, fixed-length (B, L, H, D) and
     # variable-length (4 sequences of 256 tokens packed in 1024, causal): each sequence's 256^2/2 pairs
     from kinetolens.registry.flops import compute
 
@@ -444,7 +443,7 @@ def test_flash_attn_ops() -> None:
 
 
 def test_kv_cache_writes(case: Case) -> None:
-    # issue 20, point 3: the KV-cache write beside attention (sglang::store_cache): no FLOPs; the new keys
+    # the KV-cache write beside attention (sglang::store_cache): no FLOPs; the new keys
     # and values read and written.  We also read the slot ids (T int64), which TraceLens leaves out.
     for r in case.rows("InferenceAttention_fwd.csv"):
         if r["name"] != "sglang::store_cache":
@@ -456,7 +455,7 @@ def test_kv_cache_writes(case: Case) -> None:
 
 
 def test_paged_decode_attention() -> None:
-    # issue 20, point 3: vLLM's decode kernels (paged_attention_v1/v2) count the step's decode keys:
+    # vLLM's decode kernels (paged_attention_v1/v2) count the step's decode keys:
     # 37 sequences with 34489 keys in all, 64 query / 8 KV heads of 64
     from kinetolens.registry.flops_base import OpArgs
     from kinetolens.registry.flops_paged_attention import paged_attention_decode, step_batch
@@ -476,7 +475,7 @@ def test_paged_decode_attention() -> None:
 
 
 def test_engine_quantized_gemms() -> None:
-    # issue 20, point 3: the engines' FP8 and block-scaled FP4 GEMMs, scale tensors read
+    # the engines' FP8 and block-scaled FP4 GEMMs, scale tensors read
     from kinetolens.registry.flops import compute
 
     m, n, k = 64, 512, 1024
@@ -511,7 +510,7 @@ def test_engine_quantized_gemms() -> None:
 
 
 def test_engine_op_precision() -> None:
-    # issue 20, point 3: the roofline holds an engine op to the ceiling of the dtype it computes in,
+    # the roofline holds an engine op to the ceiling of the dtype it computes in,
     # not of its first argument (an `out` tensor, int64 positions, FP4 stored as bytes)
     from kinetolens.analysis.hardware.roofline import _op_dtype
 
@@ -523,7 +522,7 @@ def test_engine_op_precision() -> None:
 
 
 def test_xdit_flux_norms() -> None:
-    # issue 20, point 3: layer and group norm rows of the xDiT case (aten::layer_norm, aiter::_groupnorm_run).
+    # layer and group norm rows of the xDiT case (aten::layer_norm, aiter::_groupnorm_run).
     # A convention each: we count 5 per element (mean, variance, normalize) +1 for the weight +1 for the
     # bias = 7N; TraceLens 5N + 6 per channel.  Bytes: we read the weight and bias at their dtype and write
     # mean and rstd per row (fp32); TraceLens reads three fp32 values per channel and writes no statistics.
@@ -547,7 +546,7 @@ def test_xdit_flux_norms() -> None:
 
 
 def test_fp4_tensor_core_eligibility() -> None:
-    # issue 20, point 3: FP4 matrix ops need Blackwell's Tensor Cores (compute capability 10.0)
+    # FP4 matrix ops need Blackwell's Tensor Cores (compute capability 10.0)
     from kinetolens.analysis.hardware.tensor_cores import eligibility
 
     assert eligibility("aten::_scaled_mm", "fp4x2", (9, 0))[0] is False

@@ -96,7 +96,7 @@ def test_time_lost_sums_agree_across_groupings(qwen) -> None:
     for col in ("device_us", "lost_us", "lost_75_us"):
         assert by_op[col].sum() == pytest.approx(ops[col].sum())
         assert by_module[col].sum() == pytest.approx(ops[col].sum())
-    # A module row's calls are the times the module ran; its op calls are ``ops`` (issue 17, point 11).
+    # A module row's calls are the times the module ran; its op calls are ``ops``.
     assert by_op["calls"].sum() == ops.height == by_module["ops"].sum()
     known = ops.filter(pl.col("ideal_us").is_not_null())
     # Lost time is device minus ideal per call, never below zero, and more against 75%.
@@ -190,7 +190,7 @@ def test_ops_order_by_lost_us_is_roofline_order(qwen) -> None:
     with_roof = [r for r in rows if r["lost_us"] is not None]
     expected = roofline_by(t, spec, "op")
     # Same lost time per op as the roofline (joined, not recomputed) ...
-    # (JSON times are rounded to the clock's nanosecond, issue 18)
+    # (JSON times are rounded to the clock's nanosecond)
     lost = dict(zip(expected["op"], expected["lost_us"]))
     assert {r["name"]: r["lost_us"] for r in with_roof} == pytest.approx(lost, abs=5e-4)
     # (aten::cat records no byte count for its tensor list, so no roof: null in both.)
@@ -200,7 +200,7 @@ def test_ops_order_by_lost_us_is_roofline_order(qwen) -> None:
     # ... and the same order: every op with a roofline first, by lost time.
     assert [r["lost_us"] for r in rows[: len(with_roof)]] == expected["lost_us"].round(3).to_list()
     assert [r["name"] for r in with_roof][:5] == expected["op"].head(5).to_list()
-    # regression pin; issue 20: with the previous iteration's tail (launched before the window) named
+    # regression pin; with the previous iteration's tail (launched before the window) named
     assert rows[0]["name"] == "aten::mul" and rows[0]["lost_us"] == pytest.approx(4295.234, abs=1e-3)
     # aten::linear carries no work itself (its aten::addmm does, where the loss is counted).
     assert next(r for r in rows if r["name"] == "aten::linear")["lost_us"] is None

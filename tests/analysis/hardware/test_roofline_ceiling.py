@@ -1,6 +1,6 @@
 """Which compute ceiling an op is held to, and what its precision column says.
 
-issue 17, point 1: a matrix op whose kernels' Tensor Core use is unknown
+a matrix op whose kernels' Tensor Core use is unknown
 must never be held to the CUDA-core FP32 peak, and the precision column
 shows the op's own dtype.
 """
@@ -39,7 +39,7 @@ def triton():
 
 
 def test_unknown_tensor_core_verdict_bf16_attention_gets_the_bf16_tensor_peak(triton) -> None:
-    # issue 17, point 1.  Held to MI300X's FP32 vector peak (163.4 TFLOP/s) the
+    # Held to MI300X's FP32 vector peak (163.4 TFLOP/s) the
     # attention call ran at 183% of its "roof" and lost no time; against the
     # bf16 matrix-core peak (1307.4) it runs at 23% and loses 2.8 ms.
     t, spec = triton
@@ -58,7 +58,7 @@ def test_unknown_tensor_core_verdict_bf16_attention_gets_the_bf16_tensor_peak(tr
 
 
 def test_kernel_rows_use_the_same_ceiling_as_their_op(triton) -> None:
-    # issue 17, point 1: the kernel view agrees with the op view.
+    # the kernel view agrees with the op view.
     t, spec = triton
     k = roofline.kernel_roofline(t, spec).filter(pl.col("name") == "attn_fwd")
     assert k.height == 1
@@ -85,13 +85,12 @@ def test_kernel_rows_use_the_same_ceiling_as_their_op(triton) -> None:
     ],
 )
 def test_ceiling_rules(name: str, dtype: str | None, tc: str, expected: tuple[str | None, bool]) -> None:
-    # issue 17, point 1
     assert roofline.ceiling(name, dtype, tc) == expected
 
 
 @pytest.mark.parametrize("rel", BF16_TRACES)
 def test_no_half_precision_matrix_op_is_held_to_the_fp32_vector_peak(rel: str) -> None:
-    # issue 17, point 1: on every bf16 trace, a matrix op not known to run on
+    # on every bf16 trace, a matrix op not known to run on
     # CUDA cores is held to its dtype's Tensor Core peak, never the FP32 one.
     t = load(str(trace_path(rel)))
     spec = gpu_spec(t)
@@ -107,7 +106,7 @@ def test_no_half_precision_matrix_op_is_held_to_the_fp32_vector_peak(rel: str) -
 
 
 def test_precision_column_is_the_ops_dtype() -> None:
-    # issue 17, point 1: bf16 elementwise ops were labelled fp32 (the peak
+    # bf16 elementwise ops were labelled fp32 (the peak
     # they are held to), in every view.
     t = load(str(trace_path(QWEN)))
     spec = gpu_spec(t)
@@ -127,7 +126,7 @@ def test_precision_column_is_the_ops_dtype() -> None:
 
 
 def test_cli_marks_an_assumed_ceiling_and_fits_100_columns() -> None:
-    # issue 17, point 1: the terminal says which ceiling is assumed, and the
+    # the terminal says which ceiling is assumed, and the
     # table stays readable at 100 columns (the op names are not squeezed out).
     result = CliRunner().invoke(cli, ["roofline", str(trace_path(TRITON)), "-w", "100"])
     assert result.exit_code == 0, result.output
@@ -141,7 +140,7 @@ def test_cli_marks_an_assumed_ceiling_and_fits_100_columns() -> None:
 
 
 def test_where_reads_the_dtype_of_its_values_not_its_condition() -> None:
-    # issue 17, point 1 (same fault elsewhere): torch.where(cond, a, b)
+    # torch.where(cond, a, b)
     # computes in a's and b's dtype; its first input is the bool condition.
     t = load(str(trace_path("hta/trace_diff/control/control.json.gz")))
     ops = roofline.op_roofline(t, gpu_spec(t)).filter(pl.col("name") == "aten::where")

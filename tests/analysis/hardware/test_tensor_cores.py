@@ -222,7 +222,7 @@ def _eligibility(rel: str) -> pl.DataFrame:
 def test_bf16_ops_on_h100_aligned_and_on_tensor_cores() -> None:
     e = _eligibility("tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
     linear = e.filter(pl.col("op") == "aten::linear")
-    assert linear.height == 168 + 73  # 24 layers x 7; issue 20: + the previous iteration's tail
+    assert linear.height == 168 + 73  # 24 layers x 7; + the previous iteration's tail
     assert set(linear["dtype"]) == {"bf16"} and linear["eligible"].all()
     # input [16, 559, 1024] x weight [N, 1024]: M = 16 * 559 = 8944, a multiple of 8.
     assert "M=8944" in linear["dims"][0] and linear["shapes_ok"].all()

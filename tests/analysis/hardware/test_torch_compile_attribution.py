@@ -1,5 +1,5 @@
 """torch.compile's generated kernels name the source ops and modules they
-fuse, with FLOPs and bytes summed over those ops (issue 20, part 3).
+fuse, with FLOPs and bytes summed over those ops.
 
 A tiny model is compiled (inductor, C++ kernels on the CPU) inside
 ``kinetolens.profile`` in its own interpreter (compiling leaves global
@@ -49,7 +49,7 @@ def _kernel(calls: pl.DataFrame, contains: str, direction: str) -> dict[str, Any
 
 
 def test_generated_kernels_name_their_source_ops_and_modules(compiled: tuple[Any, dict[str, Any], Path]) -> None:
-    # issue 20, part 3 (acceptance): a compiled CPU model whose generated kernels
+    # a compiled CPU model whose generated kernels
     # name their fused source ops and modules
     trace, _, _ = compiled
     calls = generated_kernels(trace)
@@ -72,7 +72,7 @@ def test_generated_kernels_name_their_source_ops_and_modules(compiled: tuple[Any
 
 
 def test_fused_flops_are_the_sum_of_the_fused_ops(compiled: tuple[Any, dict[str, Any], Path]) -> None:
-    # issue 20, part 3: FLOPs and bytes of a fused region = the sum of its ops'
+    # FLOPs and bytes of a fused region = the sum of its ops'
     trace, _, _ = compiled
     calls = generated_kernels(trace)
     block = _kernel(calls, "relu", "fprop")
@@ -89,7 +89,7 @@ def test_fused_flops_are_the_sum_of_the_fused_ops(compiled: tuple[Any, dict[str,
 
 
 def test_profile_names_cpp_kernels_and_restores_graph_cache(compiled: tuple[Any, dict[str, Any], Path]) -> None:
-    # issue 20, part 3: kinetolens.profile records the kernels without
+    # kinetolens.profile records the kernels without
     # TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE, and gives inductor its FX graph cache back
     trace, after, _ = compiled
     names = trace.ops.filter(pl.col("name").str.starts_with("graph_0_cpp_fused_"))["name"].unique().to_list()
@@ -99,7 +99,7 @@ def test_profile_names_cpp_kernels_and_restores_graph_cache(compiled: tuple[Any,
 
 
 def test_compiled_command_shows_fused_ops_and_modules(compiled: tuple[Any, dict[str, Any], Path]) -> None:
-    # issue 20, part 3: `kinetolens compiled` reads at 80 and 120 columns
+    # `kinetolens compiled` reads at 80 and 120 columns
     trace, _, path = compiled
     table = compiled_kernel_table(trace)
     assert table.filter(pl.col("modules") == "block.lin")["fused_ops"].to_list() == ["sum"]
@@ -121,7 +121,7 @@ def _tracelens_fused_ops() -> dict[str, list[str]]:
 
 
 def test_triton_kernels_named_by_their_fused_ops_like_tracelens() -> None:
-    # issue 20, part 3: the shared Triton trace, name only: the fused ops
+    # the shared Triton trace, name only: the fused ops
     # equal TraceLens' perf_params fused_ops for every Triton kernel
     trace = kinetolens.load(TRITON_TRACE, cache=False)
     calls = generated_kernels(trace)
@@ -140,7 +140,7 @@ def test_triton_kernels_named_by_their_fused_ops_like_tracelens() -> None:
 
 
 def test_triton_kernels_get_flops_bytes_and_roofline() -> None:
-    # issue 20, part 3: name-only FLOPs (1 per element per fused elementwise op over
+    # name-only FLOPs (1 per element per fused elementwise op over
     # the launch's largest argument; views none), bytes (the launch's arguments) and roofline
     trace = kinetolens.load(TRITON_TRACE, cache=False)
     calls = generated_kernels(trace).sort("name")
@@ -171,7 +171,7 @@ def test_triton_kernels_get_flops_bytes_and_roofline() -> None:
     ],
 )  # fmt: skip
 def test_kernel_names_split_into_aten_ops(name: str, ops: list[str]) -> None:
-    # issue 20, part 3: op names with underscores are kept whole
+    # op names with underscores are kept whole
     parsed = parse(name)
     assert parsed is not None and list(parsed.ops) == [f"aten::{op}" for op in ops]
 
@@ -183,7 +183,7 @@ def test_other_kernel_names_are_not_generated() -> None:
 
 
 def test_kinetolens_run_watches_inductor_from_the_start(tmp_path: Path) -> None:
-    # issue 20, part 3: `kinetolens run` arms the recorder at interpreter start,
+    # `kinetolens run` arms the recorder at interpreter start,
     # before the script imports torch or compiles anything
     code = (
         "import json, os, sys\n"

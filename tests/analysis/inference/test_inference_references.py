@@ -1,4 +1,4 @@
-"""Issue 20's acceptance points on FLOPs and graph replay, measured on the shared traces.
+"""FLOPs and graph replay on inference traces against TraceLens' references, measured on the shared traces.
 
 * FLOPs for >= 95% of GEMM-like kernel time on the B200 and every MI300X
   trace, kernels launched before the profiling window included (the MI300X
@@ -66,7 +66,7 @@ def _gemm_like_share(trace: kinetolens.Trace) -> tuple[float, float]:
 
 @pytest.mark.parametrize("rel", [B200, *MI300])
 def test_gemm_like_kernel_time_has_flops(rel: str) -> None:
-    # issue 20 acceptance (FLOPs on B200 and MI300X): >= 95% of all GEMM-like kernel time, none left out
+    # FLOPs on B200 and MI300X: >= 95% of all GEMM-like kernel time, none left out
     # (measured: 100% on each; the MI300X Qwen trace was 69% before its unlaunched kernels were named).
     total, share = _gemm_like_share(kinetolens.load(trace_path(rel)))
     assert total > 0 and share >= 0.95
@@ -78,7 +78,7 @@ def qwen() -> kinetolens.Trace:
 
 
 def test_kernels_launched_before_the_window_take_the_next_iterations_ops(qwen: kinetolens.Trace) -> None:
-    # issue 20 acceptance (MI300X): 463 kernels (30.9% of kernel time, correlation ids 48734-49484)
+    # MI300X: 463 kernels (30.9% of kernel time, correlation ids 48734-49484)
     # run during the step's opening hipDeviceSynchronize (correlation 49485): the previous iteration's
     # tail, launched before the window.  Every one has, 1706 runtime calls later (one iteration), a
     # recorded launch of the same kernel: it takes a copy of that launch's op, shapes and module.
@@ -117,7 +117,7 @@ def test_kernels_launched_before_the_window_take_the_next_iterations_ops(qwen: k
 
 
 def test_no_period_fitting_every_kernel_names_none(tmp_path: Path) -> None:
-    # issue 20 acceptance (never invent attribution): one unlaunched kernel renamed to a kernel
+    # Never invent attribution: one unlaunched kernel renamed to a kernel
     # the window never launched -> no period fits all 463: none is named, the summary says so.
     doc = json.loads(gzip.decompress(trace_path(QWEN_MI300).read_bytes()))
     for e in doc["traceEvents"]:
@@ -147,7 +147,7 @@ def _rows(name: str) -> list[dict[str, str]]:
 
 
 def test_vllm_gemm_and_attention_rows_match_tracelens() -> None:
-    # issue 20 acceptance: GEMM and attention FLOPs matching TraceLens' reports for >= 95% of rows,
+    # GEMM and attention FLOPs matching TraceLens' reports for >= 95% of rows,
     # within 1%, on the replay trace paired with its capture (as TraceLens merges them).
     # Measured: 9 of 9 rows (8 GEMM, 1 attention).  Convention: TraceLens adds addmm's bias (M*N)
     # to its FLOPs; we count 2*M*N*K (0.02% lower here, inside 1%).  Attention calls in the capture
@@ -179,7 +179,7 @@ def _replay_shares(trace: kinetolens.Trace, launch: str) -> tuple[float, float]:
 
 
 def test_replayed_kernels_on_capture_op_and_module() -> None:
-    # issue 20 acceptance: replayed kernels on the op that launched them at capture for >= 95% of
+    # replayed kernels on the op that launched them at capture for >= 95% of
     # their time, and on a module (the capture trace has module information).  Measured: 100%, 100%.
     t = kinetolens.load(trace_path(f"{VLLM}/graph_execution.json.gz"), cache=False)
     op, module = _replay_shares(t, "hipGraphLaunch")
@@ -210,7 +210,7 @@ def _as_cuda(src: Path, dst: Path) -> None:
 
 
 def test_cuda_graph_replay_pairs_without_kernel_names(tmp_path: Path) -> None:
-    # issue 20 acceptance (CUDA flavour): the shared vLLM case rewritten as CUDA records it
+    # CUDA flavour: the shared vLLM case rewritten as CUDA records it
     # (cudaGraphLaunch / cudaStreamBeginCapture / cudaLaunchKernel, no kernel names on launches):
     # captured nodes are matched by count and order alone, and every replayed kernel takes the
     # same op, graph and node as the HIP original.
@@ -237,7 +237,7 @@ def test_cuda_graph_replay_pairs_without_kernel_names(tmp_path: Path) -> None:
 
 
 def test_moe_roofline_follows_its_kernels_precision() -> None:
-    # issue 20 acceptance (roofline): the B200 gpt-oss MoE layer takes bf16 hidden states, but its
+    # Roofline: the B200 gpt-oss MoE layer takes bf16 hidden states, but its
     # GEMMs (TensorRT-LLM bmm_<out>_<A><B>_<acc>) multiply MXFP4 weights with MXFP8 activations:
     # FP8-rate Tensor Core work (mixed FP4 x FP8 runs at the FP8 rate), not bf16.
     t = kinetolens.load(trace_path(B200))
@@ -254,7 +254,7 @@ def test_moe_roofline_follows_its_kernels_precision() -> None:
 
 
 def test_kernel_name_precision_rules() -> None:
-    # issue 20 (roofline): the registry rule, by operand formats in the kernel name
+    # the registry rule, by operand formats in the kernel name
     assert declared_precision("bmm_Bfloat16_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_et128x16") == "fp8"
     assert declared_precision("bmm_MxE4m3_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3") == "fp8"  # FP8 output: not an operand
     assert declared_precision("bmm_Bfloat16_E2m1E2m1_Fp32_t128x8x512") == "fp4"  # NVFP4 x NVFP4

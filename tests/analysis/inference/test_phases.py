@@ -1,4 +1,4 @@
-"""Phases of inference (issue 20, part 2): engine iterations labelled prefill,
+"""Phases of inference: engine iterations labelled prefill,
 decode or mixed, with tokens/s and the step breakdown, in summary, phases
 and the report; training traces keep their steps."""
 
@@ -55,7 +55,7 @@ def sglang():
 
 
 def test_vllm_piecewise_is_one_mixed_iteration(vllm) -> None:
-    # issue 20, part 2.  How we know: the replay trace's only user annotation is
+    # How we know: the replay trace's only user annotation is
     # execute_8192_context_9(sq8155sk8430...)_generation_37(sq37sk34489...):
     # 9 prefill (context) requests feeding 8,155 tokens and 37 decode
     # (generation) requests, one token each, in one 8,192-token batch.
@@ -82,7 +82,7 @@ def test_vllm_piecewise_is_one_mixed_iteration(vllm) -> None:
 
 
 def test_vllm_phase_tables_hold_the_iterations_kernels(vllm) -> None:
-    # issue 20, part 2: kernel/op tables per phase.  One mixed iteration launches
+    # kernel/op tables per phase.  One mixed iteration launches
     # every kernel of the trace, so its kernel table's time is all kernel time.
     its = iterations(vllm)
     kernels = phase_tables(vllm, its, by="kernel")
@@ -97,7 +97,7 @@ def test_vllm_phase_tables_hold_the_iterations_kernels(vllm) -> None:
 
 
 def test_sglang_extend_step_is_prefill(sglang) -> None:
-    # issue 20, part 2.  How we know: SGLang's own step[EXTEND bs=15
+    # How we know: SGLang's own step[EXTEND bs=15
     # toks=15360] (EXTEND is SGLang's prefill) nests in an
     # execute_15360_context_15(...)_generation_0(...) range; the shapes agree:
     # aten::embedding takes ids [15360], aten::argmax logits [15, 151936].
@@ -117,14 +117,14 @@ def test_sglang_extend_step_is_prefill(sglang) -> None:
 
 
 def test_b200_vllm_native_annotation_is_prefill() -> None:
-    # issue 20, part 2.  How we know: execute_context_1(888_788544)_generation_0(0):
+    # How we know: execute_context_1(888_788544)_generation_0(0):
     # one prompt of 888 tokens, no decode; aten::embedding takes ids [888].
     its = iterations(load(trace_path(B200)))
     assert its.select("phase", "tokens", "requests", "decode_requests").rows() == [("prefill", 888, 1, 0)]
 
 
 def test_annotation_formats() -> None:
-    # issue 20, part 2: the engines' annotation formats (examples as the engines write them).
+    # the engines' annotation formats (examples as the engines write them).
     p = engine_annotations.parse
     assert p("step[DECODE bs=64]").phase == "decode" and p("step[DECODE bs=64]").decode_requests == 64
     mixed = p("step[MIXED bs=2 c=1 g=1 c_sq=5 c_sk=8 c_sqsq=25 c_sqsk=40 g_sq=1 g_sk=12 g_sqsq=1 g_sqsk=12]")
@@ -139,7 +139,7 @@ def test_annotation_formats() -> None:
 
 
 def test_summary_shows_phases_for_inference(vllm) -> None:
-    # issue 20, part 2: summary shows phases instead of training steps.
+    # summary shows phases instead of training steps.
     info = summarize(vllm)
     assert info["kind"]["inference"] is True and trace_kind(vllm).inference
     block = info["inference"]
@@ -154,7 +154,7 @@ def test_summary_shows_phases_for_inference(vllm) -> None:
 
 
 def test_phases_command_json_and_table(sglang) -> None:
-    # issue 20, part 2: kinetolens phases TRACE [--json].
+    # kinetolens phases TRACE [--json].
     doc = json.loads(_run("phases", "--json", "-n", "3", trace_path(SGLANG).as_posix()))
     assert [r["phase"] for r in doc["iterations"]] == ["prefill"]
     assert doc["iterations"][0]["tokens_per_s"] == pytest.approx(15360 / 0.987367, rel=1e-4)
@@ -162,14 +162,14 @@ def test_phases_command_json_and_table(sglang) -> None:
     out = _run("phases", "-n", "3", trace_path(SGLANG).as_posix(), columns=80)
     assert "Top kernels in prefill" in out and "Top ops in prefill by GPU self time" in out
     assert max(len(line) for line in out.splitlines()) <= 80
-    # issue 18: the heading's trace path is cut in the middle on one line, not folded mid-word
+    # the heading's trace path is cut in the middle on one line, not folded mid-word
     path = trace_path(SGLANG).as_posix()
     heading = next(line for line in out.splitlines()[:3] if line.endswith(path[-20:]))
     assert heading.startswith(path[:10]) or heading.startswith("kinetolens phases:")
 
 
 def test_report_shows_phases_for_inference(vllm, tmp_path: Path) -> None:
-    # issue 20, part 2: the report's overview shows the iterations, phases and
+    # the report's overview shows the iterations, phases and
     # each phase's top kernels instead of the step breakdown.
     data = collect(vllm)
     html = render_html(data)
@@ -187,7 +187,7 @@ def training_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_training_trace_keeps_steps(training_trace: Path) -> None:
-    # issue 20, part 2: a training trace is never an inference trace.
+    # a training trace is never an inference trace.
     t = load(training_trace)
     found = detect(t)
     assert not found.inference and "backward" in (found.against or "")
@@ -200,7 +200,7 @@ def test_training_trace_keeps_steps(training_trace: Path) -> None:
 
 
 def test_diffusion_capture_is_inference_without_llm_phases() -> None:
-    # issue 20, part 2, xDiT: the flux capture trace replays CUDA graphs and
+    # xDiT: the flux capture trace replays CUDA graphs and
     # runs no backward, so it is inference; its forwards are text encoders
     # and a denoiser with no decode step, so no LLM phases: steps are shown.
     t = load(trace_path(XDIT_CAPTURE))
@@ -281,7 +281,7 @@ def loop_traces(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 
 def test_cpu_inference_loop_found_from_shapes(loop_traces: list[Path]) -> None:
-    # issue 20, part 2: a CPU-captured generation loop with no special names.
+    # a CPU-captured generation loop with no special names.
     # How we know: the script runs one forward on ids [2, 48], then four on
     # ids [2, 1] against a KV cache growing from 48 to 51 tokens.
     with_modules, plain = (load(p) for p in loop_traces[:2])
@@ -307,7 +307,7 @@ def test_cpu_inference_loop_found_from_shapes(loop_traces: list[Path]) -> None:
 
 
 def test_vllm_forward_ranges_labelled_from_shapes(loop_traces: list[Path]) -> None:
-    # issue 20, part 2: vLLM V1's "gpu_model_runner: forward" ranges carry no
+    # vLLM V1's "gpu_model_runner: forward" ranges carry no
     # counts: each is an iteration, labelled by the shapes inside it (the
     # same loop as above, each forward wrapped in such a range).
     t = load(loop_traces[2])
@@ -323,7 +323,7 @@ def test_vllm_forward_ranges_labelled_from_shapes(loop_traces: list[Path]) -> No
 
 
 def test_packed_batch_labelled_from_token_ids_and_logits(loop_traces: list[Path]) -> None:
-    # issue 20, part 2: a packed batch (engine layout, no attention op): ids
+    # a packed batch (engine layout, no attention op): ids
     # [96] with logits [2, 128] is 2 sequences of 48 tokens (prefill); ids [2]
     # with logits [2, 128] is one token a sequence (decode).
     its = iterations(load(loop_traces[3]))

@@ -1,5 +1,5 @@
 """Recommendations on inference traces speak of engine iterations, and give no
-training advice (issue 20, part 2).
+training advice.
 
 Real traces: vLLM's piecewise graph replay (one mixed iteration, paired with
 its capture), SGLang's eager trace (one prefill iteration), and a CPU
@@ -48,7 +48,7 @@ def _texts(frame: pl.DataFrame) -> list[str]:
 
 
 def test_sglang_findings_are_per_iteration(sglang) -> None:
-    # issue 20, part 2: the figures are the iteration's (its window: host
+    # the figures are the iteration's (its window: host
     # range to the end of its GPU work), and every word says iteration.
     recs = recommendations_frame(sglang)
     assert set(recs["rule"]) == {"host_bound", "below_roofline"} and set(recs["per"]) == {"iteration"}
@@ -66,7 +66,7 @@ def test_sglang_findings_are_per_iteration(sglang) -> None:
 
 
 def test_vllm_sync_finding_is_per_iteration(vllm) -> None:
-    # issue 20, part 2: vLLM's one iteration ends in a hipEventSynchronize
+    # vLLM's one iteration ends in a hipEventSynchronize
     # (synchronize_input_prep); the GPU idles after it until the next launch,
     # inside the iteration: counted per iteration, with serving advice.
     recs = recommendations(vllm)
@@ -80,14 +80,14 @@ def test_vllm_sync_finding_is_per_iteration(vllm) -> None:
 
 
 def test_summary_cli_says_per_iteration() -> None:
-    # issue 20, part 2: the terminal's heading names the unit
+    # the terminal's heading names the unit
     out = CliRunner().invoke(cli, ["summary", trace_path(SGLANG).as_posix()], env={"COLUMNS": "80"}).output
     assert "What to change first (estimated saving per iteration)" in out
     assert "per step" not in out
 
 
 def test_report_cards_say_per_iteration(sglang, tmp_path: Path) -> None:
-    # issue 20, part 2: the report's recommendation cards too (HTML and Markdown)
+    # the report's recommendation cards too (HTML and Markdown)
     from kinetolens.views.report_data import collect
     from kinetolens.views.report_html import write_html
     from kinetolens.views.report_md import render_md
@@ -149,7 +149,7 @@ def served_loop(tmp_path_factory: pytest.TempPathFactory) -> kinetolens.Trace:
 
 
 def test_no_dataloader_advice_to_a_server(served_loop) -> None:
-    # issue 20, part 2: requests read through a slow DataLoader in a
+    # requests read through a slow DataLoader in a
     # generation loop: inference (decode iterations, no backward), so the
     # DataLoader-workers advice of a training loop is not given.
     found = detect(served_loop)
@@ -160,7 +160,7 @@ def test_no_dataloader_advice_to_a_server(served_loop) -> None:
 
 
 def test_host_bound_on_a_server_names_no_data_loader():
-    # issue 20, part 2: a served model has no DataLoader, so the host-bound finding's evidence and
+    # a served model has no DataLoader, so the host-bound finding's evidence and
     # estimate must not explain its time by data loading (they said "not explained by data loading").
     found = [f for f in recommendations(kinetolens.load(trace_path(SGLANG))) if f.rule == "host_bound"]
     assert found, "the SGLang iteration is host-bound (50% of it waits for launches)"

@@ -92,7 +92,7 @@ def test_peaks_match_tb_plugin(df_index: tuple[kinetolens.Trace, pl.DataFrame]) 
     assert set(peaks) == set(expected) == {"GPU1", "CPU"}
     for device, kb in expected.items():
         assert round(peaks[device]["peak_allocated"] / 1024, 1) == kb
-    # torch's CPU allocator counts only what it allocated while profiling (issue 17, point 29).
+    # torch's CPU allocator counts only what it allocated while profiling.
     assert peaks["GPU1"]["basis"] == ALLOCATOR and peaks["CPU"]["basis"] == WINDOW_SUM
     assert peaks["GPU1"]["peak_allocated"] == 6474129 * 1024
     assert peaks["CPU"]["peak_allocated"] == 8
@@ -346,7 +346,7 @@ def test_torch_svg_one_box_per_allocation(torch_run: dict[str, Any], tmp_path: P
     assert len(boxes) + in_marks == table.height
     assert len(boxes) >= table.height - 4
     titles = [b.find(f"{SVG}title").text or "" for b in boxes]  # type: ignore[union-attr]
-    assert sum("4.00 MiB" in t and "aten::empty" in t for t in titles) == 1  # issue 18: three figures
+    assert sum("4.00 MiB" in t and "aten::empty" in t for t in titles) == 1  # three figures
     legend = root.find(f".//{SVG}g[@id='legend']")
     assert legend is not None and any("aten::empty" in (t.text or "") for t in legend.iter(f"{SVG}text"))
 

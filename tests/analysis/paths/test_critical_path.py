@@ -51,7 +51,7 @@ def _window_path(case: str):
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_length_and_bounds_match_hta(case: str) -> None:
-    # issue 19, point 1: HTA's path length within 1%, its bound-by shares within 1 point.
+    # HTA's path length within 1%, its bound-by shares within 1 point.
     rel, _, _ = CASES[case]
     gold = _golden(rel)
     trace, window = _window_path(case)
@@ -72,7 +72,7 @@ def test_length_and_bounds_match_hta(case: str) -> None:
 
 
 def test_window_is_htas_instance_rule() -> None:
-    # issue 19, point 1: --annotation NAME --instance I picks the I-th range containing NAME.
+    # --annotation NAME --instance I picks the I-th range containing NAME.
     gold = _golden(CASES["alexnet"][0])
     trace, window = _window_path("alexnet")
     assert (window.end - window.start) / 1000 == gold["window"]["annotation_events"][0]["dur"]
@@ -83,7 +83,7 @@ def test_window_is_htas_instance_rule() -> None:
 
 
 def test_step_window_is_the_profiler_step() -> None:
-    # issue 19, point 1: --step N and HTA's ProfilerStep instance 0 are the same window.
+    # --step N and HTA's ProfilerStep instance 0 are the same window.
     trace, window = _window_path("cuda_event_sync")
     by_step = critical_path(trace, step_window(trace, 100))
     assert by_step.length_us == critical_path(trace, window).length_us == 2401.0
@@ -92,7 +92,7 @@ def test_step_window_is_the_profiler_step() -> None:
 
 
 def test_nested_cpu_edges_are_htas() -> None:
-    # issue 19, point 1: nested ops chain through their children. HTA's test pins the
+    # nested ops chain through their children. HTA's test pins the
     # first relu_ of simple_add: relu_ -> clamp_min_ -> cudaLaunchKernel -> back, 15/14/17/15/32 us.
     trace, window = _window_path("simple_add")
     g = build_graph(trace, window.start, window.end)
@@ -116,7 +116,7 @@ def _sync_pairs(case: str) -> set[tuple[str, str]]:
 
 
 def test_gpu_to_cpu_syncs() -> None:
-    # issue 19, point 1: stream/event/device synchronizations are GPU -> CPU edges
+    # stream/event/device synchronizations are GPU -> CPU edges
     # (HTA's test: spin_kernel -> cudaEventSynchronize and -> cudaDeviceSynchronize).
     pairs = _sync_pairs("cuda_event_sync")
     spin = "at::cuda::(anonymous namespace)::spin_kernel(long)"
@@ -126,7 +126,7 @@ def test_gpu_to_cpu_syncs() -> None:
 
 
 def test_event_record_stream_wait_links_streams() -> None:
-    # issue 19, point 1: cudaEventRecord -> cudaStreamWaitEvent is a GPU -> GPU edge
+    # cudaEventRecord -> cudaStreamWaitEvent is a GPU -> GPU edge
     # (HTA's test: the fft2d_c2r_32x32 kernel on stream 20 -> a kernel on stream 7).
     trace, window = _window_path("alexnet")
     g = build_graph(trace, window.start, window.end)
@@ -140,7 +140,7 @@ def test_event_record_stream_wait_links_streams() -> None:
 
 
 def test_graph_launched_kernels_hang_off_their_launch() -> None:
-    # issue 19, point 1: kernels a CUDA/HIP graph launch releases depend on that launch
+    # kernels a CUDA/HIP graph launch releases depend on that launch
     # (HTA leaves them out of its launch edges). vLLM's replay trace runs its kernels in hipGraphLaunch.
     trace = load(trace_path("tracelens/inference/vllm_prefilldecode_piecewise/graph_execution.json.gz"))
     from kinetolens.analysis.paths.critical_path import whole_window
@@ -160,7 +160,7 @@ def test_graph_launched_kernels_hang_off_their_launch() -> None:
 
 
 def test_backward_thread_follows_its_forward_ops() -> None:
-    # issue 19, point 1: the backward thread. Each backward op on the autograd engine's
+    # the backward thread. Each backward op on the autograd engine's
     # thread depends on its forward op on the main thread, so the path can run
     # forward ops -> backward ops -> their kernels instead of stopping at the thread's edge.
     trace = load(trace_path("kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"))
@@ -183,7 +183,7 @@ def test_backward_thread_follows_its_forward_ops() -> None:
 
 
 def test_chain_contraction_keeps_the_longest_path() -> None:
-    # issue 19, point 1: the longest path with chains contracted equals rustworkx's on the whole
+    # the longest path with chains contracted equals rustworkx's on the whole
     # graph, on random DAGs with long chains and parallel edges.
     import numpy as np
     import rustworkx as rx
@@ -217,7 +217,7 @@ def test_chain_contraction_keeps_the_longest_path() -> None:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_every_cpu_stretch_belongs_to_an_op(case: str) -> None:
-    # issue 19, point 1: time between two children of an op is the op's own time (HTA's
+    # time between two children of an op is the op's own time (HTA's
     # attribution: the enclosing op), the first top-level op of a thread included.
     trace, window = _window_path(case)
     g = build_graph(trace, window.start, window.end)

@@ -1,4 +1,4 @@
-"""The critical path's fixed cost per call (issue 19, leftovers of part 1: "fast and bounded").
+"""The critical path's fixed cost per call: fast and bounded.
 
 On HTA's tiny critical-path traces (54 to 418 nodes) a call's time is its
 fixed cost, and that is the number of polars queries it runs: each costs tens
@@ -53,7 +53,7 @@ def _queries(fn: Any) -> int:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_small_window_runs_a_few_queries(case: str) -> None:
-    # issue 19, part 2: the ~12 ms fixed cost per call, cut (the target: >= 10x faster than HTA on every shared trace)
+    # the ~12 ms fixed cost per call, cut (the target: >= 10x faster than HTA on every shared trace)
     rel, annotation, instance = CASES[case]
     trace = load(trace_path(rel), cache=False)
     window = annotation_window(trace, annotation, instance)
@@ -68,7 +68,7 @@ MAX_LATER_QUERIES = 5
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_later_window_reuses_the_trace_wide_tables(case: str) -> None:
-    # issue 19, part 1: the trace-wide lookups are made once per trace, not once per call
+    # the trace-wide lookups are made once per trace, not once per call
     rel, annotation, instance = CASES[case]
     trace = load(trace_path(rel), cache=False)
     window = annotation_window(trace, annotation, instance)

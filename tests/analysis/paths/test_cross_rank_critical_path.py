@@ -1,4 +1,4 @@
-"""The critical path across ranks (issue 19, part 2): every rank's step graph
+"""The critical path across ranks: every rank's step graph
 joined at its collectives, on HTA's two-rank traces, on generated runs of 64
 and 256 ranks with a planted straggler, and on a real gloo run whose rank 1
 sleeps in its data loading."""
@@ -45,7 +45,7 @@ def hta_ranks():
 
 
 def test_hta_two_ranks_joined_at_every_matched_call(hta_ranks) -> None:
-    # issue 19, part 2: calls matched by group, collective and sequence number, one join each
+    # calls matched by group, collective and sequence number, one join each
     for step in (551, 552):
         g = joined_graph(hta_ranks, step)
         calls = g.calls
@@ -63,7 +63,7 @@ def test_hta_two_ranks_joined_at_every_matched_call(hta_ranks) -> None:
 
 
 def test_hta_two_ranks_verdict(hta_ranks) -> None:
-    # issue 19, part 2: a CPU-bound step; rank 1 arrives last at 4 of its 5 calls.
+    # a CPU-bound step; rank 1 arrives last at 4 of its 5 calls.
     (cp,) = run_paths(hta_ranks, 552)
     # regression pins (kinetolens' own output): 359.0 ms of path, rank 1's ops
     assert cp.length_us == pytest.approx(359_011.0)
@@ -82,7 +82,7 @@ def _shifted_copy(src: Path, dst: Path, shift_us: float) -> None:
 
 
 def test_clock_offset_between_ranks_changes_nothing(tmp_path: Path, hta_ranks) -> None:
-    # issue 19, part 2: rank 1's clock 1.5 s ahead: no timestamp is compared across ranks
+    # rank 1's clock 1.5 s ahead: no timestamp is compared across ranks
     run = tmp_path / "run"
     run.mkdir()
     shutil.copy(trace_path("hta/trace_filter/sampled_rank-0.json.gz"), run / "sampled_rank-0.json.gz")
@@ -99,7 +99,7 @@ def test_clock_offset_between_ranks_changes_nothing(tmp_path: Path, hta_ranks) -
 
 @pytest.mark.parametrize(("ranks", "straggler"), [(64, 17), (256, 200)])
 def test_generated_straggler_is_on_the_path(tmp_path: Path, ranks: int, straggler: int) -> None:
-    # issue 19, part 2: the path runs through the straggler's planted work at every step
+    # the path runs through the straggler's planted work at every step
     run = _planted_run(tmp_path, ranks, straggler)
     started = time.perf_counter()
     paths = run_paths(run_graphs(run, "local", cache=False))
@@ -118,7 +118,7 @@ def test_generated_straggler_is_on_the_path(tmp_path: Path, ranks: int, straggle
 
 
 def test_simulator_api_retimes_the_joined_graph(tmp_path: Path) -> None:
-    # issue 19, part 2: the arrays the what-if simulator re-times; without the
+    # the arrays the what-if simulator re-times; without the
     # planted work the straggler no longer gates the step and the path shortens.
     run = _planted_run(tmp_path, 8, 5)
     g = run_joined_graph(run, 551, "local:1", cache=False)
@@ -137,7 +137,7 @@ def test_simulator_api_retimes_the_joined_graph(tmp_path: Path) -> None:
 
 
 def test_dask_executor_same_path(tmp_path: Path) -> None:
-    # issue 19, part 2: per-rank graphs built on a real Dask cluster give the same path
+    # per-rank graphs built on a real Dask cluster give the same path
     distributed = pytest.importorskip("distributed")
     run = _planted_run(tmp_path / "run", 6, 2)
     local = run_paths(run_graphs(run, "local:2", cache=False))
@@ -150,7 +150,7 @@ def test_dask_executor_same_path(tmp_path: Path) -> None:
 
 
 def test_gloo_slow_loader_gates_every_step(slow_loader_2: DistributedRun) -> None:  # noqa: F811
-    # issue 19, part 2: the path runs through the slowed rank's data loading and names it
+    # the path runs through the slowed rank's data loading and names it
     paths = run_paths(run_graphs(slow_loader_2.run_dir, "local:1", cache=False))
     assert [cp.step for cp in paths] == WHOLE_STEPS  # the cut last step is left out
     for cp in paths:
@@ -170,7 +170,7 @@ def test_gloo_slow_loader_gates_every_step(slow_loader_2: DistributedRun) -> Non
 
 
 def test_gloo_cli(slow_loader_2: DistributedRun, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
-    # issue 19, part 2: `kinetolens critical-path RUNDIR` as a user reads it, and as JSON
+    # `kinetolens critical-path RUNDIR` as a user reads it, and as JSON
     for cols in (80, 120):
         monkeypatch.setenv("COLUMNS", str(cols))
         main(["critical-path", str(slow_loader_2.run_dir), "--executor", "local:1", "--no-cache"])
@@ -187,7 +187,7 @@ def test_gloo_cli(slow_loader_2: DistributedRun, capsys: pytest.CaptureFixture[s
 
 
 def test_run_dir_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # issue 19, part 2: one clear line, exit 2
+    # one clear line, exit 2
     with pytest.raises(SystemExit) as exit_info:
         main(["critical-path", str(tmp_path)])
     assert exit_info.value.code == 2
@@ -226,7 +226,7 @@ def _with_seq(src: Path, dst: Path, drop_first: str | None) -> None:
 
 @pytest.mark.parametrize("recorded", [True, False])
 def test_calls_matched_by_recorded_sequence_number(tmp_path: Path, recorded: bool) -> None:
-    # issue 19, part 2: with the trace's Seq, a call lost on one rank does not shift the matching
+    # with the trace's Seq, a call lost on one rank does not shift the matching
     gen = tmp_path / "gen"
     generate(trace_path(SOURCE), gen, 2, None, jitter=0.0, keep_every=0, seed=1)  # two identical ranks
     run = tmp_path / "run"
@@ -250,7 +250,7 @@ def test_calls_matched_by_recorded_sequence_number(tmp_path: Path, recorded: boo
 
 
 def test_whatif_rank_as_fast_as_median(slow_loader_2: DistributedRun, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
-    # issue 19, part 2 (the simulator's rank change): rank 1 without its sleep
+    # The simulator's rank change: rank 1 without its sleep
     main(["whatif", str(slow_loader_2.run_dir), "--change", f"rank:{SLOW_RANK}=median", "--json", "--no-cache"])
     data = json.loads(capsys.readouterr().out)
     assert data["ranks"] == 2 and [s["step"] for s in data["steps"]] == WHOLE_STEPS

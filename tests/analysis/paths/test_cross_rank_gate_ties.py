@@ -33,7 +33,7 @@ SLOW_RANK, DELAY_MS = 1, 50.0
 
 @pytest.mark.parametrize("capture", ["f2", "f4"])
 def test_gate_is_the_rank_whose_work_holds_the_path(capture: str) -> None:
-    # issue 19, part 2 (gating rank): captures where the old rule, the rank the path
+    # captures where the old rule, the rank the path
     # arrives from at most collectives (1:1, broken by the longest hold), named rank 0.
     paths = run_paths(run_graphs(DATA / capture, "local:1", cache=False))
     assert [cp.step for cp in paths] == [2, 3]
@@ -49,7 +49,7 @@ def test_gate_is_the_rank_whose_work_holds_the_path(capture: str) -> None:
 
 
 def test_lowest_ties_pick_the_lowest_ids() -> None:
-    # issue 19, part 2 (fixed tie-break): two equal starts 1->2, 0->2 and two equal
+    # Fixed tie-break: two equal starts 1->2, 0->2 and two equal
     # ends 2->4, 2->3, given highest id first: the lowest ids win, at rustworkx's length.
     src = np.array([1, 0, 2, 2])
     dst = np.array([2, 2, 4, 3])
@@ -75,7 +75,7 @@ def sixteen(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_cross_rank_path_same_every_run(sixteen: Path) -> None:
-    # issue 19, part 2 (determinism): a generated 16-rank run whose ranks all leave the
+    # a generated 16-rank run whose ranks all leave the
     # straggler's (rank 5) collectives with equal weight; the path is the same node list
     # in this process, in spawned processes (each its own hash seed) and over executors.
     one = run_graphs(sixteen, "local:1", cache=False)

@@ -1,4 +1,4 @@
-"""What-if simulator on real traces (issue 19, part 3)."""
+"""What-if simulator on real traces."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def _op_slowdown(fast, slow) -> float:
 
 
 def test_no_change_reproduces_every_measured_step(r0):
-    # issue 19, part 3: the replay explains every measured node time, so no change = measured step
+    # the replay explains every measured node time, so no change = measured step
     r = whatif(r0, [])
     assert len(r.steps) == 6
     for s in r.steps:
@@ -53,7 +53,7 @@ def test_no_change_reproduces_every_measured_step(r0):
 
 
 def test_baseline_path_categories_match_critical_path(r0):
-    # issue 19, part 3: the simulator's bound-by rules are the critical path's (data loading on the 0-worker path)
+    # the simulator's bound-by rules are the critical path's (data loading on the 0-worker path)
     w = step_window(r0, 7)
     cp = critical_path(r0, w)
     sim = whatif(r0, [], step=7).steps[0]
@@ -62,7 +62,7 @@ def test_baseline_path_categories_match_critical_path(r0):
 
 
 def test_removing_data_loading_predicts_the_four_worker_run(r0, r4):
-    # issue 19, part 3: real pair, same job with 0 and 4 DataLoader workers (V100 ResNet-50).
+    # real pair, same job with 0 and 4 DataLoader workers (V100 ResNet-50).
     # Median steps: the 4-worker run has a warm-up step (182 ms) and one slow step (163 ms).
     measured = _median_measured(r4)  # 126.7 ms
     alone = statistics.median(s.predicted_us for s in whatif(r0, [parse_change("category:dataloader=0")]).steps)
@@ -81,7 +81,7 @@ def test_removing_data_loading_predicts_the_four_worker_run(r0, r4):
 
 
 def test_launch_overlap_and_kernel_changes_move_the_step_the_right_way(r0):
-    # issue 19, part 3: halving cuDNN kernels on a GPU-heavy path saves time, but less than
+    # halving cuDNN kernels on a GPU-heavy path saves time, but less than
     # the kernels' total (the CPU bounds part of the step); launch:0 removes launch delays
     step = 7
     base = whatif(r0, [], step=step).steps[0]
@@ -108,7 +108,7 @@ def test_launch_overlap_and_kernel_changes_move_the_step_the_right_way(r0):
     ],
 )
 def test_bad_specs_say_why(spec, message):
-    # issue 19, part 3: bad --change specs are one clear message
+    # bad --change specs are one clear message
     with pytest.raises(BadChange, match=message):
         parse_change(spec)
 
@@ -123,7 +123,7 @@ def _cli(*args: str, columns: int = 80):
 
 
 def test_cli_reports_measured_predicted_and_the_new_split():
-    # issue 19, part 3: kinetolens whatif TRACE --change SPEC; fits 80 columns, units on every time
+    # kinetolens whatif TRACE --change SPEC; fits 80 columns, units on every time
     p = _cli("whatif", str(R0), "--change", "category:dataloader=0", "--change", "kernel:cudnn=0.5", "--step", "7")
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
@@ -137,7 +137,7 @@ def test_cli_reports_measured_predicted_and_the_new_split():
 
 
 def test_cli_bad_spec_is_one_line_exit_2():
-    # issue 19, part 3: a bad spec is one clear line and exit 2, no traceback
+    # a bad spec is one clear line and exit 2, no traceback
     p = _cli("whatif", str(R0), "--change", "category:gpu=0")
     assert p.returncode == 2
     assert len(p.stderr.strip().splitlines()) == 1
@@ -145,7 +145,7 @@ def test_cli_bad_spec_is_one_line_exit_2():
 
 
 def test_overlap_hides_waits_on_collectives_not_the_collectives():
-    # issue 19, part 3: overlap:communication: what waited for a collective no longer does,
+    # overlap:communication: what waited for a collective no longer does,
     # but the collectives still run back to back on their stream and the step waits for them.
     # df_index_resolver (2-rank DDP, NCCL on stream 14): the step is host-bound, so hiding
     # communication saves nothing; with host and compute removed, the step cannot drop

@@ -1,4 +1,4 @@
-"""What-if against real CPU pairs captured here (issue 19, part 3): the same job
+"""What-if against real CPU pairs captured here: the same job
 with and without a deliberate slowdown of one op, one module and the data
 loader; the prediction from the slowed run with the slowdown removed (or
 scaled) must land within 10% of the measured fast run."""
@@ -101,7 +101,7 @@ def _quickest_step(trace) -> float:
     ],
 )
 def test_prediction_from_the_slowed_run_matches_the_fast_run(runs, slow, spec, slower_by_ms):
-    # issue 19, part 3: captured pairs; the quickest of 12 steps of each run
+    # captured pairs; the quickest of 12 steps of each run
     fast = _quickest_step(runs["none"])
     measured_slow = _quickest_step(runs[slow])
     assert measured_slow - fast > 0.6 * slower_by_ms * 1000  # the slowdown is really there

@@ -51,7 +51,7 @@ def test_concurrent_buckets_really_overlap(slow: list[RankSummary]) -> None:
 def test_waiting_is_never_more_than_the_step(
     slow: list[RankSummary], slow_loader_2: DistributedRun  # noqa: F811
 ) -> None:
-    # issue 17, point 24: the waits of concurrent calls are a union, not a sum
+    # the waits of concurrent calls are a union, not a sum
     steps = {r["rank"]: r for r in step_times(slow).iter_rows(named=True)}
     row = stragglers(slow).filter(pl.col("rank") == SLOW_RANK).row(0, named=True)
     waiter = steps[1 - SLOW_RANK]
@@ -70,7 +70,7 @@ def test_waiting_is_never_more_than_the_step(
 
 
 def test_lateness_is_the_whole_gap(slow: list[RankSummary]) -> None:
-    # issue 17, point 24: against the earliest arrival, so with two ranks the
+    # against the earliest arrival, so with two ranks the
     # late rank is late by the full gap (the median, their midpoint, halves it)
     table = stragglers(slow)
     late = dict(zip(table["rank"], table["late_ms"], strict=True))
@@ -88,7 +88,7 @@ def test_lateness_is_the_whole_gap(slow: list[RankSummary]) -> None:
 
 
 def test_straggler_found_and_explained(slow: list[RankSummary]) -> None:
-    # issue 17, point 25: the finding says why: the slow rank's data loading
+    # the finding says why: the slow rank's data loading
     table = stragglers(slow)
     assert table.filter(pl.col("straggler"))["rank"].to_list() == [SLOW_RANK]
     row = table.filter(pl.col("rank") == SLOW_RANK).row(0, named=True)
@@ -103,8 +103,7 @@ def test_straggler_found_and_explained(slow: list[RankSummary]) -> None:
 
 
 def test_ranks_compared_on_whole_steps(slow: list[RankSummary]) -> None:
-    # issue 17, points 24-25 with point 26's rule: a step the profiler cut
-    # short is in no per-step figure, on any rank
+    # A step the profiler cut short is in no per-step figure, on any rank
     for s in slow:
         assert s.cut_steps == [CUT_STEP]
         assert s.steps["step"].to_list() == WHOLE_STEPS == s.breakdown["step"].to_list()
@@ -114,7 +113,7 @@ def test_ranks_compared_on_whole_steps(slow: list[RankSummary]) -> None:
 
 
 def test_waits_within_a_step_on_four_ranks(spawn_4: DistributedRun) -> None:  # noqa: F811
-    # issue 17, point 24: four ranks without a planted delay (whether the
+    # four ranks without a planted delay (whether the
     # jitter of a busy machine makes one a straggler is left open): the
     # waiting caused by any rank, and by all together, fits in a step
     summaries = summarize_run(spawn_4.run_dir, "local:1", cache=False)
@@ -129,7 +128,7 @@ def test_cli_names_the_cause(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # issue 17, points 24-25, as a user reads `kinetolens dist` at 100 columns
+    # As a user reads `kinetolens dist` at 100 columns
     monkeypatch.setenv("COLUMNS", "100")
     main(["dist", str(slow_loader_2.run_dir), "--executor", "local:1", "--no-cache"])
     captured = capsys.readouterr()

@@ -65,7 +65,6 @@ def _is_dropped() -> pl.Expr:
 
 
 def test_kernel_less_nccl_call_is_untimed(runs: tuple[list, list]) -> None:
-    # issue 17, point 5
     _, lost = runs
     for s in lost:
         dropped = s.calls.filter(_is_dropped())
@@ -80,7 +79,7 @@ def test_kernel_less_nccl_call_is_untimed(runs: tuple[list, list]) -> None:
 
 
 def test_bandwidth_from_timed_calls_only(runs: tuple[list, list]) -> None:
-    # issue 17, point 5: the other three all-reduces' bytes over their transfer time
+    # the other three all-reduces' bytes over their transfer time
     intact, lost = runs
     m = matched_calls(intact).filter((pl.col("collective") == "all_reduce") & ~_is_dropped())
     expected_algbw = m["bytes"].sum() / m["transfer_ns"].sum()
@@ -103,7 +102,7 @@ def test_bandwidth_from_timed_calls_only(runs: tuple[list, list]) -> None:
 
 
 def test_gloo_keeps_its_host_time(spawn_4: DistributedRun) -> None:  # noqa: F811
-    # issue 17, point 5: gloo does its transfer on the host: its range is the call's time
+    # gloo does its transfer on the host: its range is the call's time
     summaries = summarize_run(spawn_4.run_dir, "local:1", cache=False)
     for s in summaries:
         assert s.calls["timed"].all() and (s.calls["kernels"] == 0).all()
@@ -112,7 +111,7 @@ def test_gloo_keeps_its_host_time(spawn_4: DistributedRun) -> None:  # noqa: F81
 
 
 def test_trace_without_kernels_has_no_bandwidth(tmp_path: Path) -> None:
-    # issue 17, point 5: HTA's rank_non_gpu trace records NCCL all-to-alls
+    # HTA's rank_non_gpu trace records NCCL all-to-alls
     # (backend nccl) but no GPU activity at all: six calls, none timed
     run = tmp_path / "run"
     run.mkdir()

@@ -172,7 +172,7 @@ def test_bad_run_directories(
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "holds no trace files" in err
     # two files claiming the same rank would double-count it: the newest is
-    # used, and a note says so (issue 17, point 27)
+    # used, and a note says so
     src = trace_path(f"{PAIR}/sampled_rank-0.json.gz")
     shutil.copy(src, tmp_path / "rank-0.json.gz")
     shutil.copy(src, tmp_path / "copy_rank-5.json.gz")

@@ -1,4 +1,4 @@
-"""``kinetolens modules`` on a CPU-only capture shows host times, as ``ops`` does (issue 18)."""
+"""``kinetolens modules`` on a CPU-only capture shows host times, as ``ops`` does."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_modules_of_a_cpu_capture_are_host_times(cpu_trace: Path) -> None:
-    # issue 18, modules on CPU: was exit 2 ("no GPU kernels"); now host time, the basis `ops` ranks a CPU trace by
+    # Modules on CPU: was exit 2 ("no GPU kernels"); now host time, the basis `ops` ranks a CPU trace by
     trace = kinetolens.load(cpu_trace)
     assert trace.kernels.height == 0 and rank_basis(trace) == "host_self_us"
     tree = module_tree(trace)

@@ -38,11 +38,11 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-# -- issue 17, point 9: --aggregate count --------------------------------------------
+# -- --aggregate count --------------------------------------------
 
 
 def test_count_keeps_times_and_work_as_sums(resnet: kinetolens.Trace) -> None:
-    # issue 17, point 9: count filled every time column with count/1000 and FLOPs/bytes with the count.
+    # count filled every time column with count/1000 and FLOPs/bytes with the count.
     summed = op_stats(resnet, aggregate="sum")
     counted = op_stats(resnet, aggregate="count")
     add_s, add_c = _row(summed, "aten::add_"), _row(counted, "aten::add_")
@@ -57,7 +57,7 @@ def test_count_keeps_times_and_work_as_sums(resnet: kinetolens.Trace) -> None:
 
 @pytest.mark.parametrize("aggregate", ["sum", "count", "mean", "max", "min"])
 def test_rates_and_step_share_agree_with_the_shown_columns(resnet: kinetolens.Trace, aggregate: str) -> None:
-    # issue 17, point 9: GB/s must be the shown bytes over the shown time wherever both are the
+    # GB/s must be the shown bytes over the shown time wherever both are the
     # group's (sum, count, mean: every aten::add_ call carries bytes, so mean/mean = sum/sum), and
     # the step share is of the summed time under every aggregate.
     table = op_stats(resnet, aggregate=aggregate)
@@ -70,7 +70,7 @@ def test_rates_and_step_share_agree_with_the_shown_columns(resnet: kinetolens.Tr
 
 
 def test_kernel_grouping_count_is_sums(resnet: kinetolens.Trace) -> None:
-    # issue 17, point 9, kernel grouping: device time under count is the kernels' summed time.
+    # device time under count is the kernels' summed time.
     table = op_stats(resnet, by="kernel", aggregate="count")
     expected = resnet.kernels.group_by("name").agg(n=pl.len(), us=pl.col("dur").sum() / 1000.0)
     joined = table.join(expected, on="name")
@@ -80,7 +80,7 @@ def test_kernel_grouping_count_is_sums(resnet: kinetolens.Trace) -> None:
 
 
 def test_running_total_only_of_columns_that_add_up(resnet: kinetolens.Trace) -> None:
-    # issue 17, point 9: a running total of means (or of percents of roof) is meaningless.
+    # a running total of means (or of percents of roof) is meaningless.
     counted = order_and_filter(op_stats(resnet, aggregate="count"), order_by="calls", aggregate="count")
     assert counted["cumulative"].to_list() == counted["calls"].cum_sum().to_list()
     mean = order_and_filter(op_stats(resnet, aggregate="mean"), order_by="device_total_us", aggregate="mean")
@@ -88,7 +88,7 @@ def test_running_total_only_of_columns_that_add_up(resnet: kinetolens.Trace) -> 
 
 
 def test_cli_count_ranks_by_calls_with_summed_times() -> None:
-    # issue 17, point 9, as the user sees it.
+    # As the user sees it.
     proc = _cli("ops", str(trace_path(RESNET)), "--aggregate", "count", "-t", "5", "--json")
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
@@ -98,11 +98,11 @@ def test_cli_count_ranks_by_calls_with_summed_times() -> None:
     assert add["device_total_us"] > 20_000 and add["bytes"] > 1e10
 
 
-# -- issue 17, point 10: attributes of a group keyed by name ---------------------------
+# -- attributes of a group keyed by name ---------------------------
 
 
 def test_op_group_shows_every_direction_with_counts(resnet: kinetolens.Trace) -> None:
-    # issue 17, point 10: aten::add_ was labelled "optimizer" (the mode) with one shape.
+    # aten::add_ was labelled "optimizer" (the mode) with one shape.
     row = _row(op_stats(resnet), "aten::add_")
     ops = resnet.ops.filter((pl.col("name") == "aten::add_") & (pl.col("kind") == "op"))
     counts = ops["direction"].cast(pl.String).value_counts().sort("count", descending=True)
@@ -115,7 +115,7 @@ def test_op_group_shows_every_direction_with_counts(resnet: kinetolens.Trace) ->
 
 
 def test_mixed_shapes_count_the_distinct_shapes(resnet: kinetolens.Trace) -> None:
-    # issue 17, point 10: the count in "mixed (N distinct)" is the number of distinct input shapes.
+    # the count in "mixed (N distinct)" is the number of distinct input shapes.
     by_shape = op_stats(resnet, by="op+shape").filter(pl.col("name") == "aten::add_")
     row = _row(op_stats(resnet), "aten::add_")
     assert row["in_shapes"] == f"mixed ({by_shape.height} distinct)"
@@ -124,7 +124,7 @@ def test_mixed_shapes_count_the_distinct_shapes(resnet: kinetolens.Trace) -> Non
 
 
 def test_kernel_groups_list_every_launching_op() -> None:
-    # issue 17, point 10, kernels grouped by name (ops --aggregate-by kernel and the dashboard's
+    # Kernels grouped by name (ops --aggregate-by kernel and the dashboard's
     # kernel table): the op column named one op for kernels launched by several, and its counts
     # (with the kernels no op launched) add up to the calls.
     trace = kinetolens.load(trace_path(QWEN))
@@ -142,7 +142,7 @@ def test_kernel_groups_list_every_launching_op() -> None:
 
 
 def test_cli_ops_table_fits_120_columns() -> None:
-    # issue 17, points 9 and 10, as the user sees them: at COLUMNS=120 the default table fits, and
+    # at COLUMNS=120 the default table fits, and
     # the mixed directions are listed.
     for args in (["-t", "30"], ["--aggregate", "count", "-t", "5"], ["--aggregate-by", "kernel", "-t", "10"]):
         proc = _cli("ops", str(trace_path(RESNET)), *args)
@@ -154,7 +154,7 @@ def test_cli_ops_table_fits_120_columns() -> None:
 
 
 def test_report_top_ops_say_when_shapes_are_mixed() -> None:
-    # issue 17, point 10, in the report: aten::linear runs with 4 input shapes in this trace, and the
+    # aten::linear runs with 4 input shapes in this trace, and the
     # report's "Top ops" showed one of them.
     from kinetolens.views.report_data import collect
     from kinetolens.views.report_md import render_md
@@ -164,7 +164,7 @@ def test_report_top_ops_say_when_shapes_are_mixed() -> None:
     assert shapes == 4
     md = render_md(collect(trace))
     top_ops = md[md.index("## Top ops") : md.index("## Top kernels")]
-    # issue 18: the top ops rank by self time, where aten::linear (whose kernels are aten::mm's) is not;
+    # the top ops rank by self time, where aten::linear (whose kernels are aten::mm's) is not;
     # aten::mm, its GEMM with the same 3 weight shapes, is.
     mm_shapes = op_stats(trace, by="op+shape").filter(pl.col("name") == "aten::mm").height
     line = next(li for li in top_ops.splitlines() if li.startswith("| aten::mm |"))
@@ -172,7 +172,7 @@ def test_report_top_ops_say_when_shapes_are_mixed() -> None:
 
 
 def test_kernel_occupancy_is_weighted_by_duration(resnet: kinetolens.Trace) -> None:
-    # issue 17, point 9 (same fault: a column aggregated against its meaning): a kernel name's
+    # Same fault: a column aggregated against its meaning: a kernel name's
     # blocks per SM and occupancy are those of the time it ran.  torch-tb-profiler's kernel view
     # ("Mean Blocks Per SM", "Mean Est. Achieved Occupancy (%)", weighted by duration, rounded to
     # 2 decimals) on the same trace is the reference; the unweighted mean gave 20.1% for the
@@ -192,21 +192,21 @@ def test_kernel_occupancy_is_weighted_by_duration(resnet: kinetolens.Trace) -> N
 
 
 def test_step_share_of_one_step_is_of_that_step(resnet: kinetolens.Trace) -> None:
-    # issue 17, point 9 (same fault): with --step the times are one step's, and the share was taken
+    # with --step the times are one step's, and the share was taken
     # of all six steps' wall time (aten::cudnn_convolution_backward: 4.27% instead of 26.0%).  The
     # step's wall time is torch-tb-profiler's for step 6 (175,153 us), which kinetolens summary shows.
     from tests.conftest import GOLDEN
 
     golden = json.loads((GOLDEN / "tb_plugin" / f"{RESNET.replace('/', '__')}.json").read_text())
     step6_us = golden["step_costs_us"][golden["steps"].index("6")]["Total"]
-    table = op_stats(resnet, step=6, inclusive=True)  # issue 18: the share of the total is inclusive's
+    table = op_stats(resnet, step=6, inclusive=True)  # the share of the total is inclusive's
     row = _row(table, "aten::cudnn_convolution_backward")
     assert row["step_share_pct"] == pytest.approx(row["device_total_us"] / step6_us * 100.0, rel=1e-6)
     assert row["step_share_pct"] == pytest.approx(26.0, abs=0.05)
 
 
 def test_profiler_step_ranges_are_not_ops(resnet: kinetolens.Trace) -> None:
-    # issue 17, point 10 (same fault, grouping keys): this 2021 trace records ProfilerStep#N as
+    # Same fault, grouping keys: this 2021 trace records ProfilerStep#N as
     # cpu_op.  Each was a row of the op table ("ProfilerStep#6" third under --step 6), and as the
     # top-level op of its step it took the step's whole time in the module and source groupings:
     # the line holding prof.step() (resnet50_profiler_api.py:54) owned 216,936 us of GPU time.

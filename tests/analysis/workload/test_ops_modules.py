@@ -1,4 +1,4 @@
-"""Ops ranked by self time, annotations and the op tree apart, and the nn.Module tree (issue 18)."""
+"""Ops ranked by self time, annotations and the op tree apart, and the nn.Module tree."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def qwen() -> kinetolens.Trace:
 
 
 def test_default_top_ops_hold_each_gpu_work_once() -> None:
-    # issue 18, ops: the default top 10 of the V100 ResNet-50 trace listed the same convolution four
+    # the default top 10 of the V100 ResNet-50 trace listed the same convolution four
     # times (conv2d, convolution, _convolution, cudnn_convolution, ranked by total time) and the shares
     # summed past 100%.  Ranked by self device time, as torch-tb-profiler's operator view does, each
     # kernel's time is in one row.
@@ -61,7 +61,7 @@ def test_default_top_ops_hold_each_gpu_work_once() -> None:
 
 
 def test_self_shares_sum_to_at_most_100_and_inclusive_ranks_by_total(resnet: kinetolens.Trace) -> None:
-    # issue 18, ops: step shares of self time never sum past 100%; --inclusive ranks by total time.
+    # step shares of self time never sum past 100%; --inclusive ranks by total time.
     stats = op_stats(resnet)
     assert stats["step_share_pct"].sum() <= 100.0
     assert op_stats(resnet, inclusive=True)["step_share_pct"].sum() > 100.0  # nested totals overlap
@@ -71,7 +71,7 @@ def test_self_shares_sum_to_at_most_100_and_inclusive_ranks_by_total(resnet: kin
 
 
 def test_kernel_shares_count_only_work_inside_the_steps(qwen: kinetolens.Trace) -> None:
-    # issue 18: the H100 Qwen trace has 13.7 ms of kernels (the prefill) before its one profiled step;
+    # the H100 Qwen trace has 13.7 ms of kernels (the prefill) before its one profiled step;
     # taken as shares of that step's 35.2 ms, the kernel rows summed to 130%.  Only work inside the
     # steps counts toward their wall time now.
     kernels = op_stats(qwen, by="kernel")
@@ -80,7 +80,7 @@ def test_kernel_shares_count_only_work_inside_the_steps(qwen: kinetolens.Trace) 
 
 
 def test_annotations_are_their_own_table(resnet: kinetolens.Trace) -> None:
-    # issue 18, ops: ProfilerStep#N ranges are in `ops --annotations`, as one row, not among the ops.
+    # ProfilerStep#N ranges are in `ops --annotations`, as one row, not among the ops.
     from kinetolens.analysis.workload.annotations import annotation_stats
 
     table = annotation_stats(resnet)
@@ -93,7 +93,7 @@ def test_annotations_are_their_own_table(resnet: kinetolens.Trace) -> None:
 
 
 def test_record_function_ranges_of_older_traces_are_annotations(resnet: kinetolens.Trace) -> None:
-    # issue 18, ops: this 2021 trace records record_function ranges as ops (Optimizer.step#SGD.step,
+    # this 2021 trace records record_function ranges as ops (Optimizer.step#SGD.step,
     # enumerate(DataLoader)#...); they are spans around work, so they go to the annotations table.
     names = op_stats(resnet)["name"].to_list()
     assert not [n for n in names if "#" in n]
@@ -106,7 +106,7 @@ def test_record_function_ranges_of_older_traces_are_annotations(resnet: kinetole
 
 
 def test_op_tree_puts_the_convolution_chain_under_one_branch(resnet: kinetolens.Trace) -> None:
-    # issue 18, ops --tree: aten::conv2d > aten::convolution > aten::_convolution > aten::cudnn_convolution
+    # Ops --tree: aten::conv2d > aten::convolution > aten::_convolution > aten::cudnn_convolution
     # > its kernels, each level with the same total, the kernels carrying the self time.
     from kinetolens.analysis.workload.op_tree import collapse, op_tree
 
@@ -126,7 +126,7 @@ def test_op_tree_puts_the_convolution_chain_under_one_branch(resnet: kinetolens.
 
 
 def test_module_tree_self_times_hold_every_kernel_once(qwen: kinetolens.Trace) -> None:
-    # issue 18, modules: a tree (parent, depth), self and total device time, FLOPs and % of roof.
+    # a tree (parent, depth), self and total device time, FLOPs and % of roof.
     from kinetolens.analysis.hardware.module_tree import NO_MODULE, module_tree
 
     tree = module_tree(qwen, gpu_spec(qwen))
@@ -140,13 +140,13 @@ def test_module_tree_self_times_hold_every_kernel_once(qwen: kinetolens.Trace) -
     children = tree.filter(pl.col("parent") == attn["path"])
     assert attn["total_us"] == pytest.approx(attn["self_us"] + children["total_us"].sum())
     assert attn["flops"] > 0 and 0 < attn["pct_of_roof"] < 100 and attn["tflops_s"] > 0
-    # issue 20: the kernels launched before the window (the previous iteration's tail) take the
+    # the kernels launched before the window (the previous iteration's tail) take the
     # modules of the same launches one iteration later: none is left outside every module
     assert NO_MODULE not in paths
 
 
 def test_modules_by_type_rolls_up_the_24_attention_layers(qwen: kinetolens.Trace) -> None:
-    # issue 18, modules --by type: the module column holds paths of Class_N segments
+    # Modules --by type: the module column holds paths of Class_N segments
     # ("Qwen2Model_0.Qwen2DecoderLayer_3.Qwen2Attention_3"); the type is the class without the suffix.
     proc = _cli("modules", str(trace_path(QWEN)), "--by", "type", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -182,7 +182,7 @@ def _rows_fit(out: str, width: int, rows: int) -> None:
 
 @pytest.mark.parametrize("width", [80, 120])
 def test_ops_and_modules_fit_80_and_120_columns(width: int) -> None:
-    # issue 18: at COLUMNS=80 and 120 no line is over the width and no row over two lines.
+    # at COLUMNS=80 and 120 no line is over the width and no row over two lines.
     resnet, qwen = str(trace_path(RESNET)), str(trace_path(QWEN))
     for args, rows in (
         (["ops", resnet, "-t", "10"], 10),
@@ -200,7 +200,7 @@ def test_ops_and_modules_fit_80_and_120_columns(width: int) -> None:
 
 
 def test_report_ranks_ops_by_self_time_and_shows_the_module_tree(resnet: kinetolens.Trace, tmp_path) -> None:
-    # issue 18, report: its top-ops table and pie use the same self-time ranking as `kinetolens ops`,
+    # its top-ops table and pie use the same self-time ranking as `kinetolens ops`,
     # and its Modules section is the module tree (collapsible) with the roll-up by module class.
     from kinetolens.views.report_data import collect
 
@@ -220,7 +220,7 @@ def test_report_ranks_ops_by_self_time_and_shows_the_module_tree(resnet: kinetol
 
 
 def test_dashboard_module_page_is_the_tree_and_its_roll_up(tmp_path) -> None:
-    # issue 18, dashboard: the Modules table is the module tree (depth chosen on the page) or, with
+    # the Modules table is the module tree (depth chosen on the page) or, with
     # view=type, one row per class; the Operators pies rank by self time.
     from urllib.parse import urlencode
 
@@ -241,7 +241,7 @@ def test_dashboard_module_page_is_the_tree_and_its_roll_up(tmp_path) -> None:
 
         tree = rows(depth="1")
         assert [r["module"] for r in tree[:3]] == ["Qwen2Model_0", "\u00a0" * 3 + "Embedding_0", "\u00a0" * 3 + "Qwen2DecoderLayer_0"]
-        assert len(tree) == 28  # the model, its 27 children (issue 20: no "(no module)" left)
+        assert len(tree) == 28  # the model, its 27 children (no "(no module)" left)
         types = rows(view="type")
         assert {r["type"]: r["count"] for r in types}["Qwen2Attention"] == 24
         status, body, _ = srv.poll("/api/view/operators?" + urlencode({"run": "qwen", "worker": "worker0.pt.trace.json.gz"}))

@@ -112,7 +112,7 @@ def test_h100_views_show_the_analysis_numbers(server: Server, page) -> None:  # 
     shot(page, "overview_h100")
 
     open_view(page, server, "h100", QWEN_W, "operators")
-    expected = op_stats(trace).sort("device_self_us", descending=True)  # issue 18: self time
+    expected = op_stats(trace).sort("device_self_us", descending=True)  # self time
     assert column(page, "ops", "name")[:3] == expected["name"][:3].to_list()
     # sort on calls by clicking its header: descending first, then ascending
     page.click('.table-block[data-source="ops"] th[data-col="calls"]')
@@ -171,7 +171,7 @@ def test_v100_overview_and_timeline(server: Server, page) -> None:  # type: igno
     trace = kinetolens.load(trace_path(V100))
     open_view(page, server, "v100", V100_W, "overview")
     assert f"{steps_block(trace)['mean_us'] / 1000.0:,.3f} ms" in page.inner_text(".cards")
-    assert page.locator('.findings .finding').count() >= 1  # recommendations are cards (issue 18)
+    assert page.locator('.findings .finding').count() >= 1  # recommendations are cards
     shot(page, "overview_v100")
     open_view(page, server, "v100", V100_W, "timeline")
     steps = trace.steps["step"].to_list()
@@ -195,7 +195,7 @@ def test_distributed_view_of_two_ranks(server: Server, page) -> None:  # type: i
     # the GPU-time bars take the height their rank count asks for, with no empty band under them
     wanted = page.evaluate("() => document.querySelector('.figure')._figure.layout.height")
     drawn = page.eval_on_selector(".figure", "d => d.getBoundingClientRect().height")
-    assert wanted <= 320 and abs(drawn - wanted) <= 2, (wanted, drawn)  # 320: the least a figure gets (issue 18)
+    assert wanted <= 320 and abs(drawn - wanted) <= 2, (wanted, drawn)  # 320: the least a figure gets
     shot(page, "distributed_multi")
 
 
@@ -228,7 +228,7 @@ def test_nsight_sqlite_runs_show_overview_and_kernels(server: Server, page) -> N
     assert f"{attribution(trace)['kernel_time_us'] / 1000.0:,.3f} ms" in cards  # 294.405 ms
     metrics = gpu_metrics(trace)
     assert [float(u) for u in column(page, "gpus", "utilization_pct")] == pytest.approx(
-        (metrics["utilization"] * 100).to_list(), abs=5e-2)  # fmt: skip  (percent: issue 18)
+        (metrics["utilization"] * 100).to_list(), abs=5e-2)  # fmt: skip  (percent)
     shot(page, "overview_nsys")
 
     open_view(page, server, "nsys", "cloverleaf.sqlite", "kernels")

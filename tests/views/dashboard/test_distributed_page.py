@@ -1,5 +1,5 @@
 """The dashboard's Distributed view on a run folder two runs wrote into
-(issue 17, point 27): one trace per rank, each rank's newest, as ``kinetolens
+: one trace per rank, each rank's newest, as ``kinetolens
 dist`` reads it, not every file counted as one more copy of its rank.  HTA's
 NCCL pair (A100s), each rank's trace written twice under tb-profiler names
 with two millisecond stamps, served over real HTTP on loopback."""
@@ -43,7 +43,7 @@ def rows(srv: ThreadServer, source: str) -> pl.DataFrame:
 
 
 def test_distributed_view_reads_one_trace_per_rank(server: ThreadServer) -> None:
-    # issue 17, point 27: four files, two ranks, two steps each
+    # four files, two ranks, two steps each
     steps = rows(server, "dist_steps")
     assert steps["rank"].to_list() == [0, 1]
     assert steps["steps"].to_list() == [2, 2]

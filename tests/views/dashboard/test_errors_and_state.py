@@ -1,4 +1,4 @@
-"""The dashboard's trust points (issue 17, point 23), over real HTTP on loopback.
+"""The dashboard's trust points, over real HTTP on loopback.
 
 Runs of 8, 16 and 64 generated ranks (``bench/gen_ranks.py``, from a real
 rank's trace) against the in-memory limit of 6 loaded traces; Host headers a
@@ -63,7 +63,7 @@ def rows(srv: ThreadServer, source: str, run: str, limit: int = 500) -> pl.DataF
     return pl.DataFrame([dict(zip([c["name"] for c in page["columns"]], r, strict=True)) for r in page["rows"]])
 
 
-# issue 17, point 23: more ranks than loaded traces kept used to requeue the evicted ranks forever
+# more ranks than loaded traces kept used to requeue the evicted ranks forever
 @pytest.mark.parametrize("ranks", [8, 16, 64])
 def test_distributed_view_finishes_with_more_ranks_than_kept_traces(
     server: ThreadServer, logdir: Path, ranks: int
@@ -88,7 +88,7 @@ def test_distributed_view_finishes_with_more_ranks_than_kept_traces(
 
 
 def test_distributed_bars_match_each_ranks_own_breakdown(server: ThreadServer, logdir: Path) -> None:
-    # issue 17, point 23: the figure comes from the kept per-rank summaries, one bar per rank
+    # the figure comes from the kept per-rank summaries, one bar per rank
     import kinetolens
 
     status, body, _ = server.poll(view("r8"), timeout=90)
@@ -102,7 +102,7 @@ def test_distributed_bars_match_each_ranks_own_breakdown(server: ThreadServer, l
         assert bars[part]["customdata"][5] == pytest.approx(rank5[f"{part}_us"])
 
 
-# issue 17, point 23: DNS rebinding: a page of another site that resolves its name to 127.0.0.1
+# DNS rebinding: a page of another site that resolves its name to 127.0.0.1
 # sends its own name in the Host header; only loopback names (and --host) are answered
 @pytest.mark.parametrize(("host", "status"), [
     ("127.0.0.1:{port}", 200),
@@ -124,7 +124,7 @@ def test_only_loopback_host_headers_are_answered(server: ThreadServer, host: str
 
 
 def test_host_given_to_serve_is_answered_too(logdir: Path) -> None:
-    # issue 17, point 23: `serve --host NAME` means the dashboard goes by NAME as well
+    # `serve --host NAME` means the dashboard goes by NAME as well
     srv = ThreadServer(create_app(logdir, host="dash.internal"))
     try:
         assert srv.get("/api/runs", host=f"dash.internal:{srv.port}")[0] == 200
@@ -140,7 +140,7 @@ def test_host_given_to_serve_is_answered_too(logdir: Path) -> None:
 
 
 def test_memo_per_trace_is_bounded(server: ThreadServer) -> None:
-    # issue 17, point 23: every memory range dragged to used to be kept forever, per table
+    # every memory range dragged to used to be kept forever, per table
     server.wait_ready("h100", "qwen.pt.trace.json.gz")
     for i in range(150):
         q = urlencode({"run": "h100", "worker": "qwen.pt.trace.json.gz", "start_ms": f"{i * 0.01:.2f}"})
@@ -157,7 +157,7 @@ def test_memo_per_trace_is_bounded(server: ThreadServer) -> None:
 def test_an_analysis_failing_is_a_logged_500_not_a_bad_parameter(
     server: ThreadServer, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # issue 17, point 23: a KeyError (or ValueError) raised inside an analysis used to answer
+    # a KeyError (or ValueError) raised inside an analysis used to answer
     # 400 "bad parameter" and log nothing; it is the server's fault
     from kinetolens.views.dashboard import catalog, sources
 
@@ -188,7 +188,7 @@ def test_an_analysis_failing_is_a_logged_500_not_a_bad_parameter(
 
 
 def test_a_failing_rank_analysis_is_a_logged_500(logdir: Path, caplog: pytest.LogCaptureFixture) -> None:
-    # issue 17, point 23: the same for the per-rank summaries the Distributed view keeps
+    # the same for the per-rank summaries the Distributed view keeps
     app = create_app(logdir)
     store: TraceStore = app.state.store
     store._digest_of = lambda trace, rank: trace.metadata["distributedInfo"]["no_such_key"]
@@ -203,7 +203,7 @@ def test_a_failing_rank_analysis_is_a_logged_500(logdir: Path, caplog: pytest.Lo
 
 
 def test_a_diff_always_has_room_for_its_two_traces(logdir: Path) -> None:
-    # issue 17, point 23 (the same fault as the ranks): with one trace kept, loading either side
+    # with one trace kept, loading either side
     # of a diff evicted the other, and the Diff page waited forever
     with pytest.raises(ValueError, match="at least 2"):
         create_app(logdir, keep=1)
@@ -218,7 +218,7 @@ def test_a_diff_always_has_room_for_its_two_traces(logdir: Path) -> None:
 
 @pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="needs Debian's chromium")
 def test_distributed_page_of_8_ranks_finishes_in_the_browser(server: ThreadServer) -> None:
-    # issue 17, point 23: the page itself, as a user opens it (8 ranks, 6 traces kept)
+    # the page itself, as a user opens it (8 ranks, 6 traces kept)
     playwright = pytest.importorskip("playwright.sync_api")
     from tests.dashboard_helpers import CHROMIUM_ARGS
 
@@ -250,7 +250,7 @@ def test_distributed_page_of_8_ranks_finishes_in_the_browser(server: ThreadServe
 
 
 def test_ranks_named_only_by_their_files_keep_their_ranks(tmp_path: Path) -> None:
-    # issue 17, point 23: traces without distributedInfo take their rank from the file name;
+    # traces without distributedInfo take their rank from the file name;
     # the one shown in the left panel (loaded first, for itself) must not fall back to rank 0
     import gzip
     import json
@@ -278,7 +278,7 @@ def test_ranks_named_only_by_their_files_keep_their_ranks(tmp_path: Path) -> Non
 
 
 def test_two_traces_of_one_rank_are_said_not_merged(tmp_path: Path) -> None:
-    # issue 17, point 23: `kinetolens dist` refuses two files of the same rank; the Distributed
+    # `kinetolens dist` refuses two files of the same rank; the Distributed
     # view used to fold them into one rank's numbers silently
     run = tmp_path / "logdir" / "twice"
     run.mkdir(parents=True)
@@ -296,7 +296,7 @@ def test_two_traces_of_one_rank_are_said_not_merged(tmp_path: Path) -> None:
 
 
 def test_runs_removed_while_serving_are_one_line_answers(tmp_path: Path) -> None:
-    # issue 17, point 23 (errors are one line of JSON, never a bare 500): a run directory
+    # Errors are one line of JSON, never a bare 500: a run directory
     # removed, then the whole logdir, while the dashboard serves it
     import shutil
 
@@ -318,7 +318,7 @@ def test_runs_removed_while_serving_are_one_line_answers(tmp_path: Path) -> None
 
 
 def test_empty_memory_range_and_unknown_step_are_said(server: ThreadServer) -> None:
-    # issue 17, point 23 (error classes): the memory-flow picture of a range dragged past the last
+    # the memory-flow picture of a range dragged past the last
     # event was a 500 (IndexError in the server); a step the trace lacks gave empty tables
     # (0 calls, 0 us) on every view but the timeline, which said "no step"
     server.wait_ready("h100", "qwen.pt.trace.json.gz")

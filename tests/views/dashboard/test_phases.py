@@ -1,5 +1,5 @@
 """The dashboard's overview of an inference trace: engine iterations and phases
-instead of training steps (issue 20, part 2), in real Chromium against a real
+instead of training steps, in real Chromium against a real
 server on loopback.
 
 Traces: the vLLM piecewise graph replay (paired with its ``capture_traces/``
@@ -139,7 +139,7 @@ def check_look(look: dict, where: str) -> None:
 @pytest.mark.parametrize("run", ["vllm", "sglang"])
 def test_engine_traces_show_iterations_and_phases(server: ThreadServer, page, logdir: Path, run: str,  # type: ignore[no-untyped-def]
                                                   tmp_path: Path) -> None:  # fmt: skip
-    # issue 20, part 2: the overview of an inference trace shows its engine
+    # the overview of an inference trace shows its engine
     # iterations and phases (label, basis, tokens, tokens/s, time, breakdown;
     # each phase's top kernels and ops) instead of training steps.
     path = worker(logdir, run)
@@ -177,7 +177,7 @@ def test_engine_traces_show_iterations_and_phases(server: ThreadServer, page, lo
 
 
 def test_two_phases_offer_a_choice(server: ThreadServer, page, logdir: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    # issue 20, part 2: a generation loop captured here (prefill of 2 x 48
+    # a generation loop captured here (prefill of 2 x 48
     # tokens, then 3 decodes of one token a prompt): one row per iteration,
     # and the per-phase tables switch between prefill and decode.
     path = worker(logdir, "loop")
@@ -206,7 +206,7 @@ def test_two_phases_offer_a_choice(server: ThreadServer, page, logdir: Path, tmp
 
 
 def test_training_trace_keeps_steps(server: ThreadServer, page, logdir: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    # issue 20, part 2: a training trace's overview is unchanged: steps, the
+    # a training trace's overview is unchanged: steps, the
     # step breakdown and the average step, no phase tables.
     look = open_overview(page, server, "v100", worker(logdir, "v100").name)
     page.screenshot(path=str(tmp_path / "v100_overview.png"), full_page=True)
