@@ -1,5 +1,5 @@
-"""The dashboard's Distributed view on a run folder two runs wrote into
-: one trace per rank, each rank's newest, as ``kinetolens
+"""The dashboard's Distributed view on a run folder two runs wrote into:
+one trace per rank, each rank's newest, as ``kinetolens
 dist`` reads it, not every file counted as one more copy of its rank.  HTA's
 NCCL pair (A100s), each rank's trace written twice under tb-profiler names
 with two millisecond stamps, served over real HTTP on loopback."""
