@@ -20,6 +20,7 @@ import polars as pl
 
 from kinetolens.analysis.gputime.idle import comm_comp_overlap, temporal_breakdown
 from kinetolens.model.steps import without_incomplete_steps
+from kinetolens.model.vocabulary import CATEGORY_WORDS
 from kinetolens.views import figures, units
 from kinetolens.views.dashboard import cross_rank_path_page
 from kinetolens.views.dashboard.blocks import Block, figure, table, text
@@ -205,7 +206,7 @@ def diff_view(ctx: Ctx) -> list[Block]:
         ["experiment mean step", "-" if e is None else f"{e / 1000:,.3f} ms"],
         ["step delta", "-" if delta is None else f"{delta / 1000:+,.3f} ms"],
         ["change", "-" if pct is None else f"{pct:+.1f}%"],
-        ["largest step change", _largest(summary["largest_step_change"], diff.STEP_LABELS)],
+        ["largest step change", _largest(summary["largest_step_change"], CATEGORY_WORDS)],
         ["time basis", summary["basis"]],
     ]
     warning = diff.environment_warning(summary["environment"])
