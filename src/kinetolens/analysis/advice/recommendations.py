@@ -398,8 +398,11 @@ def _backward_kernel_us(trace: Trace, forward_ops: pl.Series) -> float:
         matrix_roots(trace.ops.select("op_id", "name", "parent_id"))
     )
     k = trace.kernels.filter((pl.col("kind") == "kernel") & pl.col("fwd_op_id").is_not_null())
-    k = k.select("fwd_op_id", "dur").join(roots, left_on="fwd_op_id", right_on="op_id", how="inner")
-    return float(k.filter(pl.col("root").is_in(forward_ops.implode()))["dur"].sum() or 0) / 1000.0
+    k = k.select("op_id", "fwd_op_id", "dur").join(roots.rename({"root": "own_root"}), on="op_id", how="left")
+    k = k.join(roots, left_on="fwd_op_id", right_on="op_id", how="inner")
+    # A backward matrix op that is itself one of ``forward_ops`` (convolution_backward) is counted already.
+    mine = forward_ops.implode()
+    return float(k.filter(pl.col("root").is_in(mine) & ~pl.col("own_root").is_in(mine).fill_null(False))["dur"].sum() or 0) / 1000.0
 
 
 def misaligned_shapes(ctx: RuleContext) -> list[Finding]:
