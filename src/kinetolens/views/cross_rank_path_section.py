@@ -22,6 +22,7 @@ import polars as pl
 from kinetolens.analysis.paths.cross_rank_path import KIND_WORDS, common_steps
 from kinetolens.analysis.paths.cross_rank_run import TOP_RANKS, RunPath, run_path
 from kinetolens.errors import TraceError
+from kinetolens.model.vocabulary import BOUND_WORDS
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import units
 from kinetolens.views.critical_path_section import bounds_figure, stacked_path_layout
