@@ -72,18 +72,6 @@ EXPLAIN_TOP = 10
 #: Ops that moved less than this percentage of the step delta explain nothing
 #: worth listing.
 EXPLAIN_MIN_PCT = 1.0
-#: Words the views use for the step level's categories (:data:`~kinetolens.analysis.gputime.overview.COLUMNS`).
-STEP_LABELS: dict[str, str] = {
-    "kernel": "GPU kernels",
-    "memcpy": "memcpy",
-    "memset": "memset",
-    "communication": "communication",
-    "runtime": "CUDA runtime",
-    "dataloader": "data loading",
-    "cpu_exec": "CPU execution",
-    "other": "other (nothing busy)",
-    "total": "step time",
-}
 #: Row statuses: only in the experiment, only in the baseline, moved, within :data:`SAME_PCT`.
 STATUSES: tuple[str, ...] = ("new", "gone", "changed", "same")
 #: Label of rows whose key is missing (ops outside any module, ops without shapes).

@@ -51,6 +51,7 @@ from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views.memory_flow_svg import human_bytes
 from kinetolens.views.report_phases import inference_rows
+from kinetolens.model.vocabulary import CATEGORY_HEADERS
 
 
 def _format(csv: bool, tsv: bool, json_: bool) -> str:
@@ -205,17 +206,6 @@ def _print_recommendations(console: Console, findings: list[dict]) -> None:
 
 #: Step rows shown in the terminal; the average row covers all of them.
 MAX_STEP_ROWS = 12
-#: Short terminal headers for the breakdown categories (80 columns wide).
-BREAKDOWN_HEADERS = {
-    "kernel": "kernel",
-    "memcpy": "memcpy",
-    "memset": "memset",
-    "communication": "comm",
-    "runtime": "runtime",
-    "dataloader": "data",
-    "cpu_exec": "cpu",
-    "other": "other",
-}
 
 
 #: Breakdown categories only GPU work fills (always 0 without a GPU).
@@ -232,7 +222,7 @@ def _print_breakdown(console: Console, steps: dict, gpu: bool = True) -> None:
     rows, avg = steps["breakdown_us"], steps["average_us"]
     if not rows or avg is None:
         return
-    headers = {c: h for c, h in BREAKDOWN_HEADERS.items() if gpu or c not in GPU_CATEGORIES}
+    headers = {c: h for c, h in CATEGORY_HEADERS.items() if gpu or c not in GPU_CATEGORIES}
     table = Table(
         title="Step time breakdown (% of each step)", header_style="bold", box=box.SIMPLE_HEAD, collapse_padding=True, caption_justify="left"
     )

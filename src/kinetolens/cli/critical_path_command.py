@@ -30,8 +30,8 @@ from kinetolens.cli.render import emit_json
 from kinetolens.errors import TraceError
 from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.registry.kernel_names import short_names
-from kinetolens.views.bound_labels import BOUND_LABELS as LABELS
 from kinetolens.views.units import duration, in_unit, middle, percent, time_unit
+from kinetolens.model.vocabulary import BOUND_WORDS as LABELS
 
 #: Bounds whose path edges are named after a GPU activity.
 GPU_BOUNDS = ("launch_overhead", "kernel_gap", "gpu_compute", "gpu_memory", "communication")

@@ -17,7 +17,7 @@ from kinetolens.registry.kernel_names import short_names
 from kinetolens.registry.words import counted
 from kinetolens.runs.graphs import run_graphs, run_paths
 from kinetolens.views.units import duration, in_unit, middle, percent, time_unit
-from kinetolens.views.bound_labels import BOUND_LABELS as LABELS
+from kinetolens.model.vocabulary import BOUND_WORDS as LABELS
 
 MAX_STEP_ROWS = 12
 

@@ -22,7 +22,6 @@ from kinetolens.analysis.diff import (
     ENVIRONMENT,
     LEVEL_KEYS,
     LEVELS,
-    STEP_LABELS,
     RunDiff,
     compare,
     environment_warning,
@@ -35,6 +34,7 @@ from kinetolens.cli.render import emit, emit_json, print_pairs, print_table
 from kinetolens.errors import TraceError
 from kinetolens.logdir import one_run
 from kinetolens.model.trace import Trace
+from kinetolens.model.vocabulary import CATEGORY_WORDS
 from kinetolens.registry.kernel_names import short_names
 
 #: Rows shown in the terminal unless ``-t`` says otherwise.
@@ -100,14 +100,14 @@ def _print_lead(console: Console, diff: RunDiff) -> None:
         big = s["largest_step_change"]
         if big is not None:
             console.print(Text(
-                f"Largest change: {STEP_LABELS[big['category']]} {big['delta_us'] / 1000:+,.3f} ms per step",
+                f"Largest change: {CATEGORY_WORDS[big['category']]} {big['delta_us'] / 1000:+,.3f} ms per step",
                 style="bold",
             ))  # fmt: skip
     steps = diff.tables.get("step")
     if steps is None:
         return
     steps = steps.filter((pl.col("baseline_us") != 0) | (pl.col("experiment_us") != 0)).select(
-        category=pl.col("category").replace(STEP_LABELS),
+        category=pl.col("category").replace(CATEGORY_WORDS),
         status="status", baseline_us="baseline_us", experiment_us="experiment_us", delta_us="delta_us",
         delta_pct="delta_pct",
     )  # fmt: skip

@@ -33,14 +33,10 @@ from kinetolens.cli.render import emit_json, print_captioned, print_heading, pri
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import units
 from kinetolens.views.report_phases import token_rate
+from kinetolens.model.vocabulary import CATEGORY_HEADERS
 
 #: Iteration rows the summary shows; ``kinetolens phases`` shows them all.
 SUMMARY_ROWS = 12
-#: Short headers of the breakdown shares (as the step breakdown's).
-SHARE_HEADERS = {
-    "kernel": "kernel", "memcpy": "memcpy", "memset": "memset", "communication": "comm", "runtime": "runtime",
-    "dataloader": "data", "cpu_exec": "cpu", "other": "other",
-}  # fmt: skip
 
 
 def _categories(rows: list[dict[str, Any]], key: str) -> list[str]:
@@ -61,7 +57,7 @@ def _table(title: str, heads: list[str]) -> Table:
 
 
 def _left_out(rows: list[dict[str, Any]], key: str, cats: list[str], what: str) -> str | None:
-    zero = [SHARE_HEADERS[c] for c in (*CATEGORIES, OTHER) if c not in cats]
+    zero = [CATEGORY_HEADERS[c] for c in (*CATEGORIES, OTHER) if c not in cats]
     return f"0 in every {what}, left out: {', '.join(zero)}" if zero and rows else None
 
 
@@ -83,7 +79,7 @@ def print_inference(console: Console, block: dict[str, Any], *, limit: int | Non
     shown = rows if limit is None else rows[:limit]
     cats = _categories(rows, "breakdown_us")
     unit, scale = units.time_unit(max(r["dur_us"] for r in rows))
-    table = _table("Engine iterations (% of each iteration)", ["it", "phase", unit, "tokens", "tok/s", *(SHARE_HEADERS[c] for c in cats)])
+    table = _table("Engine iterations (% of each iteration)", ["it", "phase", unit, "tokens", "tok/s", *(CATEGORY_HEADERS[c] for c in cats)])
     for r in shown:
         table.add_row(str(r["iteration"]), r["phase"], units.in_unit(r["dur_us"], scale), units.count(r["tokens"]),
                       token_rate(r["tokens_per_s"]), *_share_cells(r["breakdown_us"], cats))  # fmt: skip
@@ -100,7 +96,7 @@ def print_inference(console: Console, block: dict[str, Any], *, limit: int | Non
     phases = block["phases"]
     unit, scale = units.time_unit(max(p["mean_us"] for p in phases))
     table = _table("Phases (% of the mean iteration)", ["phase", "iters", f"mean {unit}", "tokens", "tok/s",
-                                                        *(SHARE_HEADERS[c] for c in cats)])  # fmt: skip
+                                                        *(CATEGORY_HEADERS[c] for c in cats)])  # fmt: skip
     table.columns[0].justify = "left"
     table.columns[1].justify = "right"
     for p in phases:

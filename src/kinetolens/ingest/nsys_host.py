@@ -24,9 +24,8 @@ from kinetolens.ingest.categories import ANNOTATION, OP, RUNTIME
 from kinetolens.ingest.kineto import HOST_SCHEMA, PROCESS_SCHEMA, THREAD_SCHEMA
 from kinetolens.ingest.nsys_db import Database, quote
 from kinetolens.ingest.nsys_markers import has_markers, resolve_markers
+from kinetolens.registry.trace_names import STEP_PREFIX
 
-#: Kineto's profiler-step annotation names (``ProfilerStep#3``).
-STEP_PREFIX = "ProfilerStep#"
 
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
 NVTX_TABLE = "NVTX_EVENTS"

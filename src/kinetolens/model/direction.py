@@ -17,6 +17,8 @@ import re
 
 import polars as pl
 
+from kinetolens.model.vocabulary import STEP_PREFIX
+
 FPROP = "fprop"
 BPROP = "bprop"
 OPTIMIZER = "optimizer"
@@ -28,11 +30,11 @@ OTHER = "other"
 # wrapper around them.
 _BACKWARD_NODE = re.compile(r"(^autograd::engine::evaluate_function: )|(Backward\d*$)|(^torch::autograd::)")
 OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#", "Optimizer.")
-OTHER_PREFIXES = ("ProfilerStep#", "enumerate(DataLoader)", "DataLoader")
+OTHER_PREFIXES = (STEP_PREFIX, "enumerate(DataLoader)", "DataLoader")
 #: Op names only PyTorch records (its dispatcher, autograd engine, profiler
 #: steps, DataLoader and optimizers), in Kineto traces and in the NVTX ranges
 #: of ``torch.autograd.profiler.emit_nvtx`` alike.
-PYTORCH_PREFIXES = ("aten::", "autograd::", "torch::autograd::", "ProfilerStep#", "enumerate(DataLoader)", "Optimizer.")
+PYTORCH_PREFIXES = ("aten::", "autograd::", "torch::autograd::", STEP_PREFIX, "enumerate(DataLoader)", "Optimizer.")
 
 
 def pytorch_names(name: pl.Series) -> bool:

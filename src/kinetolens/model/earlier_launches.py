@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from kinetolens.model.graph_replay import KERNEL_OP_COLUMNS, appended_ops, copy_values, op_copies, set_by_kernel
-from kinetolens.model.steps import STEP_PREFIX
+from kinetolens.model.vocabulary import STEP_PREFIX
 from kinetolens.model.trace import Trace
 
 I64 = pl.Int64

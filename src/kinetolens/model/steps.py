@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from kinetolens.model.vocabulary import COMM_LIBRARY_PREFIXES, GPU_ACTIVITY, STEP_PREFIX, is_comm_op
+
 if TYPE_CHECKING:
     from kinetolens.model.trace import Trace
-
-STEP_PREFIX = "ProfilerStep#"
 
 #: A last step is cut short when its work (GPU activities it launched, or host
 #: ops where no step launched any) is below this share of the median of the
@@ -42,10 +42,6 @@ STEP_PREFIX = "ProfilerStep#"
 #: previous step's GPU activities for the same reason.
 COMPLETE_WORK_SHARE = 0.8
 
-#: Collective ops, named first in the evidence of a cut step.
-COMM_NAMES = r"^(gloo:|nccl:|c10d::|record_param_comms)"
-
-_GPU_ACTIVITY = ("kernel", "memcpy", "memset")
 _NEVER = -(2**62)
 
 
@@ -111,7 +107,7 @@ def host_range_windows(marks: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFra
     (:mod:`kinetolens.analysis.inference.phases`) are both cut this way.
     """
     gpu = (
-        kernels.filter(pl.col("kind").cast(pl.String).is_in(_GPU_ACTIVITY) & (pl.col("dur") >= 0))
+        kernels.filter(pl.col("kind").cast(pl.String).is_in(GPU_ACTIVITY) & (pl.col("dur") >= 0))
         .select("launch_ts", "ts", kend=pl.col("ts") + pl.col("dur"))
         .with_row_index("_k")
     )
@@ -157,10 +153,11 @@ def _short_names(counts: pl.DataFrame, steps: list[int]) -> pl.DataFrame:
     ran = per.filter(pl.col("step") == last).select("name", last="n")
     short = usual.join(ran, on="name", how="left").with_columns(pl.col("last").fill_null(0))
     # The backend's own collective ranges first, then c10d's, then any op.
+    name = pl.col("name")
     rank = (
-        pl.when(pl.col("name").str.contains(r"^(gloo|nccl):"))
+        pl.when(pl.any_horizontal(*(name.str.starts_with(p) for p in COMM_LIBRARY_PREFIXES)))
         .then(0)
-        .when(pl.col("name").str.contains(COMM_NAMES))
+        .when(is_comm_op(name))
         .then(1)
         .otherwise(2)
     )

@@ -57,6 +57,16 @@ def addmm(op: OpArgs) -> Work | None:
     return _gemm(a, b, 1, m, n, k, [bias] if bias else [], a.dtype, "addmm")
 
 
+@register("_int_mm", "gemm")
+def int_mm(op: OpArgs) -> Work | None:
+    """int8 x int8 GEMM with an int32 result."""
+    a, b = op.tensor(0), op.tensor(1)
+    if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2 or a.shape[1] != b.shape[0]:
+        return None
+    (m, k), (_, n) = a.shape, b.shape
+    return _gemm(a, b, 1, m, n, k, [], "int32", "_int_mm")
+
+
 @register(["mv", "addmv"], "gemm")
 def mv(op: OpArgs) -> Work | None:
     first = 1 if op.name.endswith("addmv") else 0
@@ -84,6 +94,18 @@ def baddbmm(op: OpArgs) -> Work | None:
         return None
     (bs, m, k), (_, _, n) = a.shape, b.shape
     return _gemm(a, b, bs, m, n, k, [c] if c else [], a.dtype, "baddbmm")
+
+
+@register("addbmm", "gemm")
+def addbmm(op: OpArgs) -> Work | None:
+    """C + sum over the batch of A[b] @ B[b]: one [M, N] result."""
+    c, a, b = op.tensor(0), op.tensor(1), op.tensor(2)
+    if a is None or b is None or not _batched_fit(a.shape, b.shape):
+        return None
+    (bs, m, k), (_, _, n) = a.shape, b.shape
+    out = size_of(m * n, a.dtype)
+    moved = total(a.nbytes, b.nbytes, out, *([c.nbytes] if c else []))
+    return Work(2.0 * bs * m * n * k, moved, f"addbmm 2*{bs}x{m}*{n}*{k}")
 
 
 @register("_scaled_mm", "gemm")

@@ -34,9 +34,9 @@ from kinetolens.analysis.paths.critical_path import (
 from kinetolens.errors import TraceError
 from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
+from kinetolens.model.vocabulary import BOUND_WORDS
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import units
-from kinetolens.views.bound_labels import BOUND_LABELS
 from kinetolens.views.figures import TEMPLATE
 
 #: One colour per bound, the same in every chart.
@@ -116,7 +116,7 @@ def _windows(trace: Trace, step: int | None) -> tuple[Trace, list[Window], list[
 
 
 def _labelled() -> pl.Expr:
-    return pl.col("bound_by").replace_strict(BOUND_LABELS, default=pl.col("bound_by"), return_dtype=pl.String).alias("bound")
+    return pl.col("bound_by").replace_strict(BOUND_WORDS, default=pl.col("bound_by"), return_dtype=pl.String).alias("bound")
 
 
 def _top(path: pl.DataFrame, length: float, key: str) -> pl.DataFrame:
@@ -161,7 +161,7 @@ def critical_path_section(trace: Trace, step: int | None = None) -> CriticalPath
         step=pl.when(pl.col("step").is_not_null()).then(pl.col("step").cast(pl.String)).otherwise(pl.col("window")),
         length_us="length_us",
         span_us="span_us",
-        mostly=pl.col("top_bound").replace_strict(BOUND_LABELS, default=pl.col("top_bound"), return_dtype=pl.String),
+        mostly=pl.col("top_bound").replace_strict(BOUND_WORDS, default=pl.col("top_bound"), return_dtype=pl.String),
         share_pct="top_pct",
     )
     split = window_bounds(paths)
@@ -206,7 +206,7 @@ def bounds_figure(frame: pl.DataFrame, title: str) -> go.Figure:
         rows = split.filter(pl.col("bound_by") == bound)
         if rows.height == 0:
             continue
-        label = BOUND_LABELS[bound]
+        label = BOUND_WORDS[bound]
         fig.add_trace(
             go.Bar(
                 y=rows["window"].to_list(),

@@ -22,9 +22,10 @@ import polars as pl
 from kinetolens.analysis.paths.cross_rank_path import KIND_WORDS, common_steps
 from kinetolens.analysis.paths.cross_rank_run import TOP_RANKS, RunPath, run_path
 from kinetolens.errors import TraceError
+from kinetolens.model.vocabulary import BOUND_WORDS
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import units
-from kinetolens.views.critical_path_section import BOUND_LABELS, bounds_figure, stacked_path_layout
+from kinetolens.views.critical_path_section import bounds_figure, stacked_path_layout
 
 if TYPE_CHECKING:
     from kinetolens.analysis.paths.cross_rank_path import RankGraphs
@@ -104,7 +105,7 @@ class CrossRankSection:
 
 
 def _label(bound: str) -> pl.Expr:
-    return pl.col(bound).replace_strict(BOUND_LABELS, default=pl.col(bound), return_dtype=pl.String)
+    return pl.col(bound).replace_strict(BOUND_WORDS, default=pl.col(bound), return_dtype=pl.String)
 
 
 def _rank_names() -> pl.Expr:

@@ -15,6 +15,8 @@ from typing import Any
 
 import polars as pl
 
+from kinetolens.model.vocabulary import TIME_BASIS_WORDS
+
 #: The one ellipsis every view uses when it cuts text.
 ELLIPSIS = "…"
 _SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
@@ -27,13 +29,6 @@ CLOCK_DECIMALS = 3
 RATES = {"tflops_s": "TFLOP/s", "achieved_tflops": "TFLOP/s", "gbps": "GB/s", "achieved_gbps": "GB/s",
          "intensity": "FLOP/byte", "bus_gbps": "GB/s", "algo_gbps": "GB/s", "tokens_per_s": "tokens/s"}  # fmt: skip
 #: Columns that count things, whatever their type (a mean over ranks may be a float).
-#: How the time columns that rank tables read in titles and captions.
-TIME_BASIS_WORDS = {
-    "device_self_us": "GPU self time",
-    "device_total_us": "GPU time",
-    "host_self_us": "CPU self time",
-    "host_total_us": "CPU time",
-}
 
 
 def basis_words(column: str) -> str:

@@ -54,6 +54,7 @@ from kinetolens.analysis.trace_kind import TraceKind, trace_kind
 from kinetolens.registry.words import counted
 from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
+from kinetolens.model.vocabulary import SYNCHRONIZING_CALLS
 from kinetolens.analysis.hardware.gpu_spec import gpu_spec, trace_device
 from kinetolens.registry.kernel_names import short_kernel_name
 
@@ -77,18 +78,6 @@ FP32_TC_SHARE = 0.1
 #: Assumed speed-up of matrix kernels moved from fp32 CUDA cores to Tensor
 #: Cores; real gains are 2-8x (TF32/fp16 peaks vs fp32), 2x keeps it conservative.
 TC_SPEEDUP = 2.0
-#: Calls that block the host until the GPU (or a stream) has drained.
-SYNC_CALLS = (
-    "cudaDeviceSynchronize",
-    "cudaStreamSynchronize",
-    "cudaEventSynchronize",
-    "cudaMemcpy",
-    "cudaMemcpy2D",
-    "hipDeviceSynchronize",
-    "hipStreamSynchronize",
-    "hipEventSynchronize",
-    "hipMemcpy",
-)
 #: Ops whose only purpose is reading a device value on the host.
 SCALAR_READ_OPS = ("aten::item", "aten::_local_scalar_dense")
 
@@ -171,7 +160,7 @@ class RuleContext:
         the next GPU activity is the cost (the time spent blocked is not,
         since the GPU was busy then), up to the end of the step.
         """
-        calls = self.trace.runtime.filter(pl.col("name").is_in(SYNC_CALLS))
+        calls = self.trace.runtime.filter(pl.col("name").is_in(sorted(SYNCHRONIZING_CALLS)))
         calls = self.in_steps(calls.select("name", "ts", "end", "op_id", "module", "source"), keep_end=True)
         if calls.height == 0:
             return calls.with_columns(idle_ns=pl.lit(0, pl.Int64))
@@ -410,8 +399,11 @@ def _backward_kernel_us(trace: Trace, forward_ops: pl.Series) -> float:
         matrix_roots(trace.ops.select("op_id", "name", "parent_id"))
     )
     k = trace.kernels.filter((pl.col("kind") == "kernel") & pl.col("fwd_op_id").is_not_null())
-    k = k.select("fwd_op_id", "dur").join(roots, left_on="fwd_op_id", right_on="op_id", how="inner")
-    return float(k.filter(pl.col("root").is_in(forward_ops.implode()))["dur"].sum() or 0) / 1000.0
+    k = k.select("op_id", "fwd_op_id", "dur").join(roots.rename({"root": "own_root"}), on="op_id", how="left")
+    k = k.join(roots, left_on="fwd_op_id", right_on="op_id", how="inner")
+    # A backward matrix op that is itself one of ``forward_ops`` (convolution_backward) is counted already.
+    mine = forward_ops.implode()
+    return float(k.filter(pl.col("root").is_in(mine) & ~pl.col("own_root").is_in(mine).fill_null(False))["dur"].sum() or 0) / 1000.0
 
 
 def misaligned_shapes(ctx: RuleContext) -> list[Finding]:

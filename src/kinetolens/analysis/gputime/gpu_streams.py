@@ -5,7 +5,10 @@ the same picture: every kernel, memcpy and memset with its stream, its launch
 call on the host and its type.  This module builds that picture once.
 
 Kernel types follow the name rules PyTorch's Holistic Trace Analysis uses, so
-figures compare with it: ``nccl...Kernel`` is communication; ``Memcpy...``,
+figures compare with it, except that communication is the one rule every
+kinetolens view uses (:func:`kinetolens.model.vocabulary.is_comm_kernel`:
+NCCL kernels, which HTA's ``nccl...Kernel`` names, and any kernel a
+collective's range launched itself); ``Memcpy...``,
 ``Memset...`` and ``dma...`` are memory; names that contain ``Memcpy`` or
 ``Sync`` elsewhere are *other*; everything else is computation.
 """
@@ -18,32 +21,31 @@ import polars as pl
 
 from kinetolens.model.ids import rows_by_id
 from kinetolens.model.trace import Trace
+from kinetolens.model.vocabulary import GPU_ACTIVITY, is_comm_kernel
 
 COMPUTATION = "COMPUTATION"
 COMMUNICATION = "COMMUNICATION"
 MEMORY = "MEMORY"
 OTHER = "OTHER"
 
-#: (kernel type, regex on the kernel name), first match wins; no match is computation.
+#: (kernel type, regex on the kernel name), first match wins after
+#: communication; no match is computation.
 KERNEL_TYPE_RULES: tuple[tuple[str, str], ...] = (
-    (COMMUNICATION, r"^nccl.*Kernel"),
     (MEMORY, r"^(Memcpy|Memset|dma)"),
     (OTHER, r"Memcpy|Sync"),
 )
-
-#: Device activity kinds that are work on a stream (not annotations or ranges).
-STREAM_WORK_KINDS = ("kernel", "memcpy", "memset")
 
 #: ProfilerStep names that must exist (distinct) before the last step is dropped.
 MIN_STEPS_TO_TRIM = 2
 
 
-def kernel_type(name: pl.Expr) -> pl.Expr:
-    """COMPUTATION / COMMUNICATION / MEMORY / OTHER from a kernel name."""
+def kernel_type(name: pl.Expr, comm: pl.Expr) -> pl.Expr:
+    """COMMUNICATION where ``comm`` (a communication kernel), else MEMORY /
+    OTHER / COMPUTATION from the kernel name."""
     expr: pl.Expr = pl.lit(COMPUTATION)
     for kind, pattern in reversed(KERNEL_TYPE_RULES):
         expr = pl.when(name.str.contains(pattern)).then(pl.lit(kind)).otherwise(expr)
-    return expr
+    return pl.when(comm).then(pl.lit(COMMUNICATION)).otherwise(expr)
 
 
 def rank_of(trace: Trace) -> int:
@@ -78,7 +80,8 @@ def stream_work(trace: Trace) -> pl.DataFrame:
         "bytes",
         "memory_bw_gbps",
         "launch_id",
-    ).filter(pl.col("kind").is_in(STREAM_WORK_KINDS) & pl.col("stream").is_not_null())
+        comm=is_comm_kernel(k) & (pl.col("kind").cast(pl.String) == "kernel"),
+    ).filter(pl.col("kind").is_in(GPU_ACTIVITY) & pl.col("stream").is_not_null())
     launches = rows_by_id(
         trace.runtime.select("launch_id", launch="name", launch_ts="ts", launch_dur="dur"),
         "launch_id",
@@ -87,7 +90,7 @@ def stream_work(trace: Trace) -> pl.DataFrame:
     )
     return (
         pl.concat([work, launches], how="horizontal")
-        .with_columns(kernel_type(pl.col("name")).alias("kernel_type"))
+        .with_columns(kernel_type(pl.col("name"), pl.col("comm")).alias("kernel_type"))
         .select(STREAM_WORK_COLUMNS)
         .sort("ts", maintain_order=True)
     )

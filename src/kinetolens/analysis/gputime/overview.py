@@ -6,8 +6,9 @@ that is busy then; instants where none is busy are Other.  So the parts of
 a step add up to its wall time, and time the GPU hides (a kernel running
 while the host launches the next) is counted once, as the higher category.
 These are torch-tb-profiler's Overview rules; kinetolens reads communication
-more widely (every ``nccl:``/``gloo:`` op, ``record_param_comms`` and NCCL
-kernels by name), see :func:`category_intervals`.
+more widely (every collective's host range and kernel, by the one rule of
+:mod:`kinetolens.model.vocabulary` that ``dist`` uses too), see
+:func:`category_intervals`.
 
 Steps are the disjoint windows of ``trace.steps`` (see
 :mod:`kinetolens.model.steps`): a step starts when its host range starts or
@@ -28,53 +29,21 @@ from __future__ import annotations
 import polars as pl
 
 from kinetolens.model.trace import Trace
+from kinetolens.model.vocabulary import (
+    GPU_ACTIVITY,
+    OTHER,
+    STEP_CATEGORIES,
+    STEP_PREFIX,
+    is_comm_kernel,
+    is_comm_op,
+    is_dataloader,
+)
 
 #: Busy categories in priority order; ``other`` is every instant none covers.
-CATEGORIES: tuple[str, ...] = (
-    "kernel",
-    "memcpy",
-    "memset",
-    "communication",
-    "runtime",
-    "dataloader",
-    "cpu_exec",
-)
-OTHER = "other"
+CATEGORIES: tuple[str, ...] = STEP_CATEGORIES
 COLUMNS: tuple[str, ...] = (*CATEGORIES, OTHER, "total")
 
-STEP_PREFIX = "ProfilerStep#"
-#: Host ranges that are collective communication (c10d's record functions).
-COMM_OP_PREFIXES = ("nccl:", "gloo:")
-COMM_OP_NAMES = ("record_param_comms",)
-#: Kernels NCCL (and RCCL) launch are named ``ncclKernel_*``/``ncclDevKernel_*``.
-COMM_KERNEL_PREFIX = "nccl"
-#: The DataLoader's ``__next__`` (and DataPipe iteration) record functions.
-DATALOADER_PREFIX = "enumerate(DataLoader)#"
-DATALOADER_SUFFIX = ".__next__"
-DATAPIPE_PREFIX = "enumerate(DataPipe)#"
-
-_GPU_ACTIVITY = ("kernel", "memcpy", "memset")
 _WINDOW_SCHEMA = {"step": pl.Int64, "start": pl.Int64, "end": pl.Int64}
-
-
-def _is_comm_op(name: pl.Expr) -> pl.Expr:
-    return name.str.starts_with(COMM_OP_PREFIXES[0]) | name.str.starts_with(COMM_OP_PREFIXES[1]) | name.is_in(
-        COMM_OP_NAMES
-    )
-
-
-def _is_dataloader(name: pl.Expr) -> pl.Expr:
-    return (name.str.starts_with(DATALOADER_PREFIX) & name.str.ends_with(DATALOADER_SUFFIX)) | name.str.starts_with(
-        DATAPIPE_PREFIX
-    )
-
-
-def is_comm_kernel(kernels: pl.DataFrame) -> pl.Expr:
-    """Kernels that are collectives: NCCL by name, or launched by a comm op."""
-    by_name = pl.col("name").str.to_lowercase().str.starts_with(COMM_KERNEL_PREFIX)
-    if "op" not in kernels.columns:
-        return by_name
-    return by_name | _is_comm_op(pl.col("op")).fill_null(False)
 
 
 def step_windows(trace: Trace) -> pl.DataFrame:
@@ -90,7 +59,7 @@ def step_windows(trace: Trace) -> pl.DataFrame:
 
 
 def _launched(kernels: pl.DataFrame) -> pl.DataFrame:
-    return kernels.filter(pl.col("kind").cast(pl.String).is_in(_GPU_ACTIVITY) & (pl.col("dur") >= 0))
+    return kernels.filter(pl.col("kind").cast(pl.String).is_in(GPU_ACTIVITY) & (pl.col("dur") >= 0))
 
 
 def _whole_trace_window(trace: Trace) -> pl.DataFrame:
@@ -117,10 +86,12 @@ def _whole_trace_window(trace: Trace) -> pl.DataFrame:
 def category_intervals(trace: Trace) -> pl.DataFrame:
     """Busy intervals (``cat`` = index into :data:`CATEGORIES`, start, end; ns).
 
-    * kernel / memcpy / memset: GPU activity on any device; NCCL kernels and
-      kernels launched by a communication op are communication instead.
-    * communication: also the host ranges of ``nccl:*``/``gloo:*`` ops and
-      ``record_param_comms``.
+    * kernel / memcpy / memset: GPU activity on any device; communication
+      kernels (:func:`~kinetolens.model.vocabulary.is_comm_kernel`: NCCL by
+      name, or launched by a collective's range) are communication instead.
+    * communication: also the host ranges of collective calls
+      (:func:`~kinetolens.model.vocabulary.is_comm_op`: ``nccl:*``,
+      ``gloo:*``, ``c10d::*``, ``record_param_comms``).
     * runtime: CUDA (and other accelerator) runtime and driver calls.  GPU-side
       ``cuda_sync`` waits are not host work and count nowhere.
     * dataloader: ``enumerate(DataLoader)#...__next__`` / ``enumerate(DataPipe)#``
@@ -153,9 +124,9 @@ def category_intervals(trace: Trace) -> pl.DataFrame:
         pl.col("kind").cast(pl.String).is_in(("op", "annotation")) & ~name.str.starts_with(STEP_PREFIX)
     )
     host_cat = (
-        pl.when(_is_comm_op(name))
+        pl.when(is_comm_op(name))
         .then(idx["communication"])
-        .when(_is_dataloader(name))
+        .when(is_dataloader(name))
         .then(idx["dataloader"])
         .otherwise(idx["cpu_exec"])
     )

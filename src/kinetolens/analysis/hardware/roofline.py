@@ -43,18 +43,18 @@ from kinetolens.analysis.hardware.counters import kernel_measured, op_measured
 from kinetolens.analysis.workload.group_labels import counts, listed
 from kinetolens.analysis.workload.modules import with_module_calls
 from kinetolens.analysis.workload.ops import weighted_mean
-from kinetolens.analysis.hardware.tensor_cores import MATRIX_OPS, kernel_tensor_cores, matrix_dtype
+from kinetolens.analysis.hardware.tensor_cores import kernel_tensor_cores, matrix_dtype
 from kinetolens.analysis.workload.work import carried_work, kernel_work
 from kinetolens.errors import TraceError
 from kinetolens.model.earlier_launches import without_earlier_iteration
 from kinetolens.model.trace import Trace
+from kinetolens.model.vocabulary import matrix_ops
 from kinetolens.registry.dtypes import canonical
 from kinetolens.registry.flops import REGISTRY, OpArgs
 from kinetolens.registry.flops_base import json_list
 from kinetolens.registry.gpus import GpuSpec
 from kinetolens.registry.kernel_precision import declared_precision
 from kinetolens.registry.tensor_cores import (
-    CUDA_CORE_MATRIX_OPS,
     DEFAULT_TENSOR_CORE_DTYPES,
     NO,
     UNKNOWN,
@@ -80,8 +80,6 @@ CEILINGS = {
     "int8 tensor": "int8",
     "tf32 tensor": "tf32", "fp64 tensor": "fp64_tensor", "fp32 vector": "fp32", "fp64 vector": "fp64",
 }  # fmt: skip
-#: Registry families whose ops PyTorch runs on Tensor Cores where it can.
-_MATRIX_FAMILIES = ("gemm", "conv", "attention")
 
 
 def precision(dtype: str | None, tc: str | None) -> str | None:
@@ -91,8 +89,7 @@ def precision(dtype: str | None, tc: str | None) -> str | None:
 
 def tensor_core_op(name: str | None) -> bool:
     """Whether PyTorch runs ``name`` (an op carrying work) on Tensor Cores where it can."""
-    entry = REGISTRY.get(name) if name else None
-    return entry is not None and entry.family in _MATRIX_FAMILIES and name not in CUDA_CORE_MATRIX_OPS
+    return name is not None and name in matrix_ops()
 
 
 def ceiling(name: str | None, dtype: str | None, tc: str | None) -> tuple[str | None, bool]:
@@ -269,7 +266,7 @@ def _op_dtype(name: str, dims: list, types: list) -> str | None:
     entry = REGISTRY.get(name)
     if entry is not None and entry.precision is not None:
         return entry.precision(OpArgs(name, dims, types, []))
-    if name in MATRIX_OPS or tensor_core_op(name):
+    if tensor_core_op(name):
         return matrix_dtype(name, dims, types)
     found = [d for d in (canonical(str(t)) if t else None for t in types) if d is not None]
     return next((d for d in found if d != "bool"), found[0] if found else None)

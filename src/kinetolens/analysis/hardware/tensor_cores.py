@@ -23,7 +23,9 @@ import polars as pl
 from kinetolens.model.ids import rows_by_id
 from kinetolens.model.nesting import outermost_marked
 from kinetolens.model.trace import Trace
+from kinetolens.model.vocabulary import matrix_ops
 from kinetolens.registry.dtypes import canonical
+from kinetolens.registry.flops import REGISTRY, OpArgs
 from kinetolens.registry.flops_base import json_list
 from kinetolens.analysis.hardware.gpu_spec import trace_device
 from kinetolens.registry.tensor_cores import NO, TENSOR_COUNTER, UNKNOWN, YES, classify
@@ -94,7 +96,9 @@ def kernel_tensor_cores(trace: Trace) -> pl.DataFrame:
 
 # -- per op ------------------------------------------------------------------------
 
-#: Matrix ops: name -> (family, index of the first and second operand).
+#: Where the operands of the matrix ops whose alignment is checked are
+#: (which ops are matrix ops: :func:`kinetolens.model.vocabulary.matrix_ops`).
+#: GEMMs: name -> index of the first and second operand.
 GEMM_OPS: dict[str, tuple[int, int]] = {
     "aten::mm": (0, 1),
     "aten::addmm": (1, 2),
@@ -132,7 +136,6 @@ ATTENTION_OPS = {
     "aten::_flash_attention_backward",
     "aten::_efficient_attention_backward",
 }
-MATRIX_OPS = set(GEMM_OPS) | CONV_OPS | ATTENTION_OPS
 
 #: Elements per 16 bytes: the dimension multiple Tensor Cores want.
 ALIGN = {"fp16": 8, "bf16": 8, "fp8": 16, "int8": 16, "uint8": 16, "fp32": 4}
@@ -178,7 +181,11 @@ def matrix_dims(name: str, dims: list[Any]) -> dict[str, int] | None:
 def matrix_dtype(name: str, dims: list[Any], types: list[Any]) -> str | None:
     """The precision a matrix op computes in: its first matrix operand's
     dtype (the bias of ``addmm``/``baddbmm``, the gradient of a backward op
-    skipped), as a canonical name."""
+    skipped), as a canonical name; the registry's word where the op names
+    it (an ``out`` first, FP4 stored as ``uint8``)."""
+    entry = REGISTRY.get(name)
+    if entry is not None and entry.precision is not None:
+        return entry.precision(OpArgs(name, dims, types, []))
     first = 1 if name in ("aten::addmm", "aten::baddbmm", "aten::addbmm") else 0
     if name == "aten::convolution_backward" or (name in ATTENTION_OPS and name.endswith("_backward")):
         first = 1
@@ -200,6 +207,11 @@ def _capability(device: dict[str, Any] | None) -> tuple[int, int] | None:
     return None
 
 
+def _is_conv(name: str) -> bool:
+    entry = REGISTRY.get(name)
+    return entry is not None and entry.family == "conv"
+
+
 def eligibility(name: str, dtype: str | None, cc: tuple[int, int] | None) -> tuple[bool | None, str]:
     """(eligible, why) under PyTorch defaults on a GPU of compute capability ``cc``."""
     if dtype is None:
@@ -207,7 +219,7 @@ def eligibility(name: str, dtype: str | None, cc: tuple[int, int] | None) -> tup
     if dtype == "fp32":
         if cc is not None and cc < MIN_CC["fp32"]:
             return False, "fp32: TF32 Tensor Cores need compute capability 8.0+"
-        if name in CONV_OPS:
+        if _is_conv(name):
             return True, "fp32 conv: TF32 (torch.backends.cudnn.allow_tf32, on by default)"
         return True, "fp32 matmul: TF32 when enabled (torch.set_float32_matmul_precision('high'); off by default since PyTorch 1.12)"
     if dtype not in MIN_CC:
@@ -230,7 +242,7 @@ def matrix_roots(ops: pl.DataFrame) -> pl.Series:
 
     ``aten::linear -> aten::addmm`` is one matrix op (the linear).
     """
-    matrix = ops["name"].is_in(list(MATRIX_OPS))
+    matrix = ops["name"].is_in(sorted(matrix_ops()))
     if not matrix.any():
         return pl.repeat(None, ops.height, dtype=pl.Int64, eager=True).alias("root")
     rows = ops.select("op_id").with_row_index("row").with_columns(pl.col("row").cast(pl.Int64))

@@ -31,17 +31,8 @@ from kinetolens.analysis.paths.longest_path import longest_path as chain_longest
 from kinetolens.errors import TraceError
 from kinetolens.model.clocks import gpu_clock_offset
 from kinetolens.model.trace import Trace
+from kinetolens.model.vocabulary import BOUND_BY
 
-BOUND_BY = (
-    "cpu",
-    "data_loading",
-    "launch_overhead",
-    "kernel_gap",
-    "gpu_compute",
-    "gpu_memory",
-    "communication",
-    "sync_wait",
-)
 
 _PATH_SCHEMA = {
     "order": pl.Int64,

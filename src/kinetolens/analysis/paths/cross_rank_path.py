@@ -49,13 +49,14 @@ from kinetolens.analysis.paths.longest_path import longest_path as chain_longest
 from kinetolens.errors import TraceError
 from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
+from kinetolens.model.vocabulary import BOUND_WORDS, C10D_PREFIX, PARAM_COMMS
 
 #: Edge bounds, as codes: :data:`kinetolens.analysis.paths.critical_path.BOUND_BY`
 #: and ``dependency`` (0 ns ordering edges, join edges into a call included).
 BOUNDS: tuple[str, ...] = (*BOUND_BY, "dependency")
 _CODE = {b: i for i, b in enumerate(BOUNDS)}
 #: Host ranges that issue a collective on the caller's thread.
-ISSUE_PREFIXES = ("c10d::", "record_param_comms")
+ISSUE_PREFIXES = (C10D_PREFIX, PARAM_COMMS)
 #: How collective kinds read in a verdict.
 KIND_WORDS = {
     "allreduce": "all-reduce", "allgather": "all-gather", "reduce_scatter": "reduce-scatter",
@@ -477,14 +478,6 @@ def _last_at(graph: JoinedGraph) -> pl.DataFrame:
         .with_columns(calls=pl.lit(n_calls, pl.UInt32))
         .sort("last", "held_ms", descending=True)
     )
-
-
-#: How bounds read in a verdict ("rank 5's data loading").
-BOUND_WORDS = {
-    "cpu": "CPU ops", "data_loading": "data loading", "launch_overhead": "kernel launches",
-    "kernel_gap": "kernel gaps", "gpu_compute": "GPU compute", "gpu_memory": "memcpy/memset",
-    "communication": "communication", "sync_wait": "synchronization",
-}  # fmt: skip
 
 
 #: Bounds that are no rank's own work: waiting for, or moving data with, the others.

@@ -45,30 +45,17 @@ import numpy as np
 import numpy.ma  # noqa: F401  (polars imports it on the first numpy -> polars conversion: at import, not in the first graph)
 import polars as pl
 
-from kinetolens.analysis.gputime.overview import _is_dataloader, is_comm_kernel
 from kinetolens.model.trace import Trace
-
-#: Runtime calls that block the CPU until GPU work is done (HTA's list, plus HIP's).
-BLOCKING_CALLS = (
-    "cudaDeviceSynchronize",
-    "cudaStreamSynchronize",
-    "cudaEventQuery",
-    "cudaEventSynchronize",
-    "cudaMemcpy",
-    "cudaMemcpyAsync",
-    "hipDeviceSynchronize",
-    "hipStreamSynchronize",
-    "hipEventSynchronize",
-    "hipEventQuery",
-    "hipMemcpy",
-    "hipMemcpyAsync",
-    "hipMemcpyWithStream",
+from kinetolens.model.vocabulary import (
+    BLOCKING_CALLS,
+    DEVICE_SYNC_CALLS,
+    GPU_ACTIVITY,
+    STREAM_SYNC_CALLS,
+    is_comm_kernel,
+    is_dataloader,
 )
-#: Device synchronizations without a ``cuda_sync`` record (older traces).
-DEVICE_SYNC_CALLS = ("cudaDeviceSynchronize", "hipDeviceSynchronize")
-STREAM_SYNC_CALLS = ("cudaStreamSynchronize", "hipStreamSynchronize")
+
 EVENT_RECORD_CALLS = ("cudaEventRecord", "hipEventRecord", "cudaEventRecordWithFlags", "hipEventRecordWithFlags")
-GPU_ACTIVITY = ("kernel", "memcpy", "memset")
 
 #: Host events (ops and runtime calls) up to which the whole trace's candidate events are made at once.
 _SMALL_TRACE = 20_000
@@ -160,7 +147,7 @@ class TraceFacts:
     @cached_property
     def loaders(self) -> pl.DataFrame:
         """DataLoader ``__next__`` ranges (ops in older traces, annotations in newer ones)."""
-        return self.trace.ops.filter(_is_dataloader(pl.col("name")))
+        return self.trace.ops.filter(is_dataloader(pl.col("name")))
 
     @cached_property
     def _ops_by_row(self) -> bool:
@@ -257,7 +244,7 @@ class _Columns:
             "blocking": pl.col("blocking").fill_null(False),
             "runtime": (pl.col("kind") == "runtime").fill_null(False),
             "is_op": (pl.col("kind") == "op").fill_null(False),
-            "sync_call": pl.col("name").is_in(DEVICE_SYNC_CALLS + STREAM_SYNC_CALLS).fill_null(False),
+            "sync_call": pl.col("name").is_in([*DEVICE_SYNC_CALLS, *STREAM_SYNC_CALLS]).fill_null(False),
             "cpu": (pl.col("side") == "cpu").fill_null(False),
         }
 
@@ -339,9 +326,9 @@ def _cpu_events(facts: TraceFacts, start: int, end: int) -> pl.LazyFrame:
     trace = facts.trace
     in_window = pl.col("ts").is_between(start, end) & (pl.col("dur") > 0)
     kind = pl.col("kind").cast(pl.String)
-    blocking = pl.col("name").is_in(BLOCKING_CALLS)
+    blocking = pl.col("name").is_in(sorted(BLOCKING_CALLS))
     # Older traces write the DataLoader's range as an op, newer ones as an annotation.
-    ops_in = trace.ops.lazy().filter(in_window & ((kind == "op") | _is_dataloader(pl.col("name"))))
+    ops_in = trace.ops.lazy().filter(in_window & ((kind == "op") | is_dataloader(pl.col("name"))))
     rt = trace.runtime.lazy().filter(in_window & (kind == "runtime"))
     frames = [
         ops_in.select(

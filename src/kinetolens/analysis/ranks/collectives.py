@@ -45,16 +45,21 @@ import msgspec
 import polars as pl
 
 from kinetolens.analysis.gputime.gpu_streams import covered_ns, union_intervals
-from kinetolens.analysis.gputime.overview import COMM_KERNEL_PREFIX, step_windows
+from kinetolens.analysis.gputime.overview import step_windows
 from kinetolens.model.trace import Trace
+from kinetolens.model.vocabulary import (
+    COMM_LIBRARY_PREFIXES,
+    GLOO_PREFIX,
+    NCCL_PREFIX,
+    PARAM_COMMS,
+    is_comm_kernel,
+    is_comm_kernel_name,
+    is_comm_op,
+)
 from kinetolens.registry.dtypes import dtype_bytes
 
-LIBRARY_PREFIXES = ("nccl:", "gloo:")
-PARAM_COMMS = "record_param_comms"
 #: ``record_param_comms`` ranges that are bookkeeping, not transfers.
 NOT_CALLS = ("wait", "barrier", "init", "")
-#: Host ops that wrap or wait for collectives: never compute time.
-COMM_HOST_PREFIXES = ("nccl:", "gloo:", "c10d::", PARAM_COMMS)
 
 #: c10::ScalarType names, as ``record_param_comms`` spells its dtype.
 SCALAR_TYPE_BYTES: dict[str, int] = {
@@ -177,9 +182,7 @@ def _message_bytes(row: dict) -> int | None:
 def _call_ops(ops: pl.DataFrame) -> pl.DataFrame:
     """The ops that are collective calls, with their ``record_param_comms`` fields."""
     name = pl.col("name")
-    library = name.str.starts_with(LIBRARY_PREFIXES[0]) | name.str.starts_with(
-        LIBRARY_PREFIXES[1]
-    )
+    library = pl.any_horizontal(*(name.str.starts_with(p) for p in COMM_LIBRARY_PREFIXES))
     params = ops.filter(name == PARAM_COMMS).select(
         p_id="op_id",
         p_parent="parent_id",
@@ -218,7 +221,7 @@ def _nccl_backend(trace: Trace) -> bool:
         return "nccl" in backend.lower()
     k = trace.kernels
     return bool(k.height) and bool(
-        k["name"].str.to_lowercase().str.starts_with(COMM_KERNEL_PREFIX).any()
+        k.select(is_comm_kernel_name(pl.col("name")).any()).item()
     )
 
 
@@ -247,9 +250,7 @@ def collective_calls(trace: Trace) -> pl.DataFrame:
     )
     if k.height and "op_id" in k.columns:
         device = (
-            k.filter(
-                pl.col("name").str.to_lowercase().str.starts_with(COMM_KERNEL_PREFIX)
-            )
+            k.filter(is_comm_kernel(k))
             .join(owners, left_on="op_id", right_on="owner")
             .group_by("call_id")
             .agg(
@@ -277,7 +278,7 @@ def collective_calls(trace: Trace) -> pl.DataFrame:
         bytes=pl.Series([_message_bytes(r) for r in msg], dtype=pl.Int64),
         group_size=pl.col("p_size"),
         p_seq=pl.col("p_seq"),
-        nccl=pl.col("name").str.starts_with(LIBRARY_PREFIXES[0])
+        nccl=pl.col("name").str.starts_with(NCCL_PREFIX)
         | (~pl.col("name").str.contains(":") & pl.lit(_nccl_backend(trace))),
     )
     # NCCL calls whose kernels were not captured keep their host range (they
@@ -293,32 +294,26 @@ def collective_calls(trace: Trace) -> pl.DataFrame:
     return out.select(list(CALL_SCHEMA)).cast(CALL_SCHEMA)  # type: ignore[arg-type]
 
 
-def _is_comm_host(name: pl.Expr) -> pl.Expr:
-    return pl.any_horizontal(*(name.str.starts_with(p) for p in COMM_HOST_PREFIXES))
-
-
 def compute_and_comm_intervals(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     """``[ts, end)`` intervals of computation and of communication.
 
-    With GPU kernels: computation is every non-NCCL kernel (memcpy and
-    memset are neither, as in torch-tb-profiler), communication the NCCL
-    kernels plus any gloo ranges.  Without: computation is the host ops that
+    With GPU kernels: computation is every kernel that is not communication
+    (:func:`~kinetolens.model.vocabulary.is_comm_kernel`, the step
+    breakdown's rule; memcpy and memset are neither, as in
+    torch-tb-profiler), communication those kernels plus any gloo ranges.  Without: computation is the host ops that
     neither wrap nor wait for a collective, communication the gloo ranges.
     """
     cols = [pl.col("ts"), (pl.col("ts") + pl.col("dur")).alias("end")]
-    gloo = trace.ops.filter(pl.col("name").str.starts_with("gloo:")).select(cols)
+    gloo = trace.ops.filter(pl.col("name").str.starts_with(GLOO_PREFIX)).select(cols)
     k = trace.kernels.filter(pl.col("dur") >= 0)
     if k.height:
-        comm_kernel = (
-            pl.col("name").str.to_lowercase().str.starts_with(COMM_KERNEL_PREFIX)
-        )
-        compute = k.filter(
-            (pl.col("kind").cast(pl.String) == "kernel") & ~comm_kernel
-        ).select(cols)
-        comm = pl.concat([k.filter(comm_kernel).select(cols), gloo])
+        kernel = pl.col("kind").cast(pl.String) == "kernel"
+        comm_kernel = is_comm_kernel(k)
+        compute = k.filter(kernel & ~comm_kernel).select(cols)
+        comm = pl.concat([k.filter(kernel & comm_kernel).select(cols), gloo])
     else:
         host = trace.ops.filter(
-            (pl.col("kind").cast(pl.String) == "op") & ~_is_comm_host(pl.col("name"))
+            (pl.col("kind").cast(pl.String) == "op") & ~is_comm_op(pl.col("name"))
         )
         compute = host.select(cols)
         comm = gloo

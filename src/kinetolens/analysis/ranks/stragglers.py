@@ -46,6 +46,7 @@ from kinetolens.analysis.ranks.distributed import (
 from kinetolens.analysis.gputime.gpu_streams import union_intervals
 from kinetolens.analysis.gputime.overview import CATEGORIES, OTHER
 from kinetolens.analysis.finding import Finding
+from kinetolens.model.vocabulary import CATEGORY_WORDS
 
 #: Waiting caused to the others, as a share of the mean step, to report.
 COST_SHARE = 0.05
@@ -58,16 +59,7 @@ LATE_Z = 3.5
 _MAD_SCALE = 1.4826
 #: Step-time categories that can explain lateness, as a user names them.
 #: Communication is left out: waiting at collectives is the effect.
-CAUSES: dict[str, str] = {
-    "dataloader": "data loading",
-    "cpu_exec": "host work",
-    "kernel": "GPU kernels",
-    "memcpy": "memory copies",
-    "memset": "memory sets",
-    "runtime": "CUDA runtime calls",
-    OTHER: "idle time",
-}
-assert set(CAUSES) == (set(CATEGORIES) | {OTHER}) - {"communication"}
+CAUSES: dict[str, str] = {c: CATEGORY_WORDS[c] for c in (*CATEGORIES, OTHER) if c != "communication"}
 #: What to do about each cause; the default: shorten it or balance it.
 CHANGES: dict[str, str] = {
     "dataloader": "Load this rank's batches faster (DataLoader workers, prefetching, faster storage) or give "

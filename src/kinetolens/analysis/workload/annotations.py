@@ -16,7 +16,7 @@ import polars as pl
 
 from kinetolens.analysis.workload.op_times import op_instances
 from kinetolens.analysis.workload.ops import in_steps, is_annotation, step_time_ns, time_basis
-from kinetolens.analysis.gputime.overview import STEP_PREFIX
+from kinetolens.model.vocabulary import STEP_PREFIX
 from kinetolens.model.trace import Trace
 
 #: The row the ``ProfilerStep#N`` ranges are merged into.

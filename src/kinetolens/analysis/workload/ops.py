@@ -31,11 +31,12 @@ import polars as pl
 from kinetolens.analysis.workload.group_labels import counts, listed, mixed
 from kinetolens.analysis.workload.modules import with_module_calls
 from kinetolens.analysis.workload.op_times import op_instances
-from kinetolens.analysis.gputime.overview import STEP_PREFIX, step_windows
+from kinetolens.analysis.gputime.overview import step_windows
 from kinetolens.analysis.workload.work import kernel_work
 from kinetolens.model.nesting import nearest_marked, outermost_marked
 from kinetolens.model.earlier_launches import without_earlier_iteration
 from kinetolens.model.trace import Trace
+from kinetolens.model.vocabulary import NCCL_PREFIX, STEP_PREFIX
 
 GROUPINGS = {
     "op": ["name"],
@@ -146,7 +147,7 @@ def is_annotation() -> pl.Expr:
     return (
         (pl.col("kind").cast(pl.String) != "op")
         | name.str.starts_with(STEP_PREFIX)
-        | name.str.starts_with("nccl:")
+        | name.str.starts_with(NCCL_PREFIX)
         | name.str.contains(r"^[^:\s]+#")
     )
 

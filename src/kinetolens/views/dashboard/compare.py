@@ -22,6 +22,7 @@ from kinetolens.analysis.gputime.idle import comm_comp_overlap, temporal_breakdo
 from kinetolens.analysis.ranks.dist_report import DistReport, dist_report
 from kinetolens.analysis.ranks.distributed import rank_summary
 from kinetolens.model.steps import without_incomplete_steps
+from kinetolens.model.vocabulary import CATEGORY_WORDS
 from kinetolens.views import figures, units
 from kinetolens.views.dashboard import cross_rank_path_page
 from kinetolens.views.dashboard.blocks import Block, figure, table, text
@@ -195,7 +196,7 @@ def diff_view(ctx: Ctx) -> list[Block]:
         ["experiment mean step", "-" if e is None else f"{e / 1000:,.3f} ms"],
         ["step delta", "-" if delta is None else f"{delta / 1000:+,.3f} ms"],
         ["change", "-" if pct is None else f"{pct:+.1f}%"],
-        ["largest step change", _largest(summary["largest_step_change"], diff_module.STEP_LABELS)],
+        ["largest step change", _largest(summary["largest_step_change"], CATEGORY_WORDS)],
         ["time basis", summary["basis"]],
     ]
     warning = diff_module.environment_warning(summary["environment"])
