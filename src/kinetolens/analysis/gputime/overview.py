@@ -72,8 +72,6 @@ def _is_dataloader(name: pl.Expr) -> pl.Expr:
 def is_comm_kernel(kernels: pl.DataFrame) -> pl.Expr:
     """Kernels that are collectives: NCCL by name, or launched by a comm op."""
     by_name = pl.col("name").str.to_lowercase().str.starts_with(COMM_KERNEL_PREFIX)
-    if "op" not in kernels.columns:
-        return by_name
     return by_name | _is_comm_op(pl.col("op")).fill_null(False)
 
 
@@ -102,7 +100,7 @@ def _whole_trace_window(trace: Trace) -> pl.DataFrame:
     if host:
         start = min(int(t["ts"].min()) for t in host)  # type: ignore[arg-type]
         end = max(int((t["ts"] + t["dur"]).max()) for t in host)  # type: ignore[arg-type]
-        if gpu.height and "launch_ts" in gpu.columns:
+        if gpu.height:
             inside = gpu.filter((pl.col("launch_ts") >= start) & (pl.col("launch_ts") < end))
             if inside.height:
                 end = max(end, int((inside["ts"] + inside["dur"]).max()))  # type: ignore[arg-type]
@@ -131,7 +129,7 @@ def category_intervals(trace: Trace) -> pl.DataFrame:
     idx = {name: i for i, name in enumerate(CATEGORIES)}
     # Each table cut to the columns read before filtering: a filter copies
     # every column it keeps, and the model tables are wide.
-    k = _launched(trace.kernels.select(c for c in ("kind", "name", "op", "ts", "dur") if c in trace.kernels.columns))
+    k = _launched(trace.kernels.select("kind", "name", "op", "ts", "dur"))
     kind = pl.col("kind").cast(pl.String)
     comm_kernel = is_comm_kernel(k)
     gpu_cat = (
@@ -218,8 +216,8 @@ def step_breakdown(trace: Trace) -> pl.DataFrame:
     ``kernel + memcpy + ... + other == total``, the step's wall time.
     """
     table = breakdown(category_intervals(trace), step_windows(trace))
-    complete = trace.steps.select("step", "complete") if "complete" in trace.steps.columns else None
-    if complete is None or table.height == 0 or table["step"].null_count() == table.height:
+    complete = trace.steps.select("step", "complete")
+    if table.height == 0 or table["step"].null_count() == table.height:
         return table.with_columns(complete=pl.lit(True))
     return table.join(complete, on="step", how="left", maintain_order="left").with_columns(
         pl.col("complete").fill_null(True)

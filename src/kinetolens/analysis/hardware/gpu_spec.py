@@ -20,7 +20,7 @@ def trace_device(trace: Trace) -> dict[str, Any] | None:
     if not devices:
         return None
     k = trace.kernels
-    if k.height and "device" in k.columns:
+    if k.height:
         busiest = k.group_by("device").agg(pl.col("dur").sum()).sort("dur", descending=True)["device"].drop_nulls()
         for dev_id in busiest.to_list():
             for d in devices:
