@@ -17,7 +17,6 @@ known to pass on good traces and to fail on broken ones.
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import os
 import re
