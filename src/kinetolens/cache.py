@@ -8,7 +8,8 @@ holding one Parquet file per table, ``meta.json`` (with each table's column
 names and dtypes) and ``checksum`` (a hash of all of them), written to a
 temporary ``.tmp-HOST-PID-*`` directory and renamed into place, so readers
 never see half an entry.  An entry that does not decode, whose checksum or
-schema does not match, is rebuilt with one warning line; one that cannot
+recorded schema does not match, or whose tables are not the model's
+(:mod:`kinetolens.model.schema`), is rebuilt with one warning line; one that cannot
 be read for another reason (permissions, a failing disk or network) is left
 alone, as it may be good for other readers.
 
@@ -49,6 +50,7 @@ from kinetolens import __version__
 from kinetolens.registry.sizes import parse_size
 from kinetolens.errors import TraceWarning, shown_path
 from kinetolens.fingerprint import content_fingerprint
+from kinetolens.model.schema import mismatch
 from kinetolens.model.trace import TABLES, Trace
 
 ENV_DIR = "KINETOLENS_CACHE_DIR"
@@ -150,7 +152,8 @@ def read_entry(entry: Path, source: str) -> Trace:
 
     Raises :class:`EntryDamaged` when a file is missing or does not decode,
     when the files do not match the checksum written with them, or a table
-    does not have the columns and dtypes ``meta.json`` gives it; other
+    does not have the columns and dtypes ``meta.json`` gives it or those of
+    the model (:mod:`kinetolens.model.schema`); other
     ``OSError``s (the files cannot be read right now) pass through.
     """
     names = ["meta.json", *(f"{name}.parquet" for name in TABLES)]
@@ -169,6 +172,9 @@ def read_entry(entry: Path, source: str) -> Trace:
         for name, frame in tables.items():
             if _schema(frame) != meta["schema"][name]:
                 raise EntryDamaged(f"{name}.parquet does not have the {name} table's columns")
+            problem = mismatch(name, frame)  # written by a model of other columns
+            if problem is not None:
+                raise EntryDamaged(problem)
         warnings = [TraceWarning(**w) for w in meta["warnings"]]
         return Trace(path=source, format=meta["format"], metadata=meta["metadata"], warnings=warnings, **tables)
     except EntryDamaged:

@@ -3,22 +3,31 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kinetolens.cache import cache_key, default_cache_dir, key_of, read_keyed, write_keyed
 from kinetolens.errors import TraceError, TraceWarning, shown_path
 from kinetolens.formats import RUN_METADATA_KEY
 from kinetolens.ingest import read_raw
+from kinetolens.ingest.kineto import RawTables
 from kinetolens.ingest.kineto_counter_events import read_counter_events
 from kinetolens.ingest.kineto_counters import read_profiler_counters
 from kinetolens.ingest.opener import check_trace_file
 from kinetolens.ingest.run_metadata import read_run_metadata
 from kinetolens.model import Trace, build_trace
+from kinetolens.model.amend import Step, apply, with_metadata, with_table, with_warnings
 from kinetolens.model.compiled_modules import attribute_generated
-from kinetolens.model.graph_replay import attach_capture
+from kinetolens.model.earlier_launches import name_earlier_launches
+from kinetolens.model.graph_replay import CAPTURE_KEY, pair_with_capture
 
-#: Metadata key naming the graph capture trace a replay's kernels were paired with.
-CAPTURE_KEY = "graph_capture"
+if TYPE_CHECKING:
+    import polars as pl
+
+__all__ = ["CAPTURE_KEY", "load"]
+
 #: The folder beside a graph replay trace that holds its capture trace.
 CAPTURE_DIR = "capture_traces"
 #: The file in that folder naming the capture trace (vLLM, sglang, xDiT).
@@ -44,60 +53,62 @@ def load(
     (``$KINETOLENS_CACHE_DIR`` or ``~/.cache/kinetolens``), a path uses that
     directory, ``False`` neither reads nor writes a cache.
     Raises :class:`TraceError` (one line, naming the file) on bad input.
+
+    One pipeline of ``Trace -> Trace`` steps: the build and
+    :func:`_model_steps` make what the cache stores; :func:`_load_steps`
+    run on every load, on a trace just built or read from the cache alike.
     """
     p = Path(path)
     check_trace_file(p)
     capture_path, capture_warning = _capture_file(p, capture)
-    cache_dir = None
     key = cache_key(p)
     if capture_path is not None:
         key = key_of(f"{key}|capture|{cache_key(capture_path)}")
-    if cache is not False:
-        cache_dir = default_cache_dir() if cache is True else Path(cache)
-        cached = read_keyed(cache_dir, key, shown_path(p))
-        if cached is not None:
-            return _with_run_metadata(cached, p)
-    raw = read_raw(p)
-    trace = build_trace(raw, shown_path(p))  # the name shown and stored; p opens the file
-    if trace.format == "kineto-json" and (trace.device_events["kind"] == "profiler_range").any():
-        trace.kernel_counters, counter_warnings = read_profiler_counters(p)
-        trace.warnings.extend(counter_warnings)
-    if trace.format == "kineto-json" and raw.counters.height:  # counter events: their args, read again
-        trace.counters, counter_warnings = read_counter_events(p)
-        trace.warnings.extend(counter_warnings)
+    cache_dir = None if cache is False else default_cache_dir() if cache is True else Path(cache)
+    trace = read_keyed(cache_dir, key, shown_path(p)) if cache_dir is not None else None
+    if trace is None:
+        raw = read_raw(p)
+        built = build_trace(raw, shown_path(p))  # the name shown and stored; p opens the file
+        trace = apply(built, _model_steps(p, raw, built, capture_path, capture_warning))
+        if cache_dir is not None:
+            write_keyed(cache_dir, key, shown_path(p), trace)
+    return apply(trace, _load_steps(p))
+
+
+def _model_steps(
+    path: Path, raw: RawTables, built: Trace, capture_path: Path | None, capture_warning: TraceWarning | None
+) -> list[Step]:
+    """The steps after the build whose result the cache stores: kernels
+    launched before the window named, the counter tables (their args are
+    read again from the file), the graph capture's ops paired in."""
+    steps: list[Step] = [name_earlier_launches]
+    if built.format == "kineto-json" and (built.device_events["kind"] == "profiler_range").any():
+        steps.append(partial(_read_table, "kernel_counters", read_profiler_counters, path))
+    if built.format == "kineto-json" and raw.counters.height:
+        steps.append(partial(_read_table, "counters", read_counter_events, path))
     if capture_warning is not None:
-        trace.warnings.append(capture_warning)
+        steps.append(partial(with_warnings, warnings=[capture_warning]))
     if capture_path is not None:
-        _pair_with_capture(trace, capture_path)
-    if cache_dir is not None:
-        write_keyed(cache_dir, key, shown_path(p), trace)
-    return _with_run_metadata(trace, p)
+        captured = build_trace(read_raw(capture_path), shown_path(capture_path))
+        steps.append(partial(pair_with_capture, captured=captured, capture_name=shown_path(capture_path)))
+    return steps
 
 
-def _pair_with_capture(trace: Trace, capture_path: Path) -> None:
-    """Link the replayed kernels of ``trace`` to the capture trace's ops (in place)."""
-    captured = build_trace(read_raw(capture_path), shown_path(capture_path))
-    paired = attach_capture(trace.ops, trace.kernels, captured.ops, captured.runtime)
-    trace.ops, trace.kernels = paired.ops, paired.kernels
-    trace.metadata = {**trace.metadata, CAPTURE_KEY: shown_path(capture_path)}
-    if paired.unmatched:
-        trace.warnings.append(
-            TraceWarning(
-                "replayed kernels without a captured node",
-                paired.unmatched,
-                f"no graph captured in {shown_path(capture_path)} has their launch's kernels; "
-                "kept with the op around the graph launch",
-            )
-        )
-    if paired.ambiguous:
-        trace.warnings.append(
-            TraceWarning(
-                "replayed kernels matching graphs captured with different shapes",
-                paired.ambiguous,
-                "several captured graphs hold the same kernels with different op shapes (one per batch size?); "
-                "replays took them in turn, so their shapes and FLOPs may be another capture's",
-            )
-        )
+def _read_table(name: str, reader: Callable[[Path], tuple[pl.DataFrame, list[TraceWarning]]], path: Path,
+                trace: Trace) -> Trace:
+    """``trace`` with its table ``name`` as ``reader`` reads it from ``path``."""
+    frame, warnings = reader(path)
+    return with_table(trace, name, frame, warnings)
+
+
+def _load_steps(path: Path) -> list[Step]:
+    """The steps of every load, after the cache: the run metadata beside the
+    trace (not cached: the file is small and written after the trace) and
+    torch.compile's kernels moved into the submodules they fuse."""
+    run = read_run_metadata(path)
+    if run is None:
+        return []
+    return [partial(with_metadata, **{RUN_METADATA_KEY: run}), attribute_generated]
 
 
 def _capture_file(path: Path, capture: str | Path | bool | None) -> tuple[Path | None, TraceWarning | None]:
@@ -141,12 +152,3 @@ def _capture_in(folder: Path) -> Path:
     if len(traces) != 1:
         raise TraceError(folder, f"holds {len(traces)} trace files and no {CAPTURE_DETAILS}; name the capture trace")
     return traces[0]
-
-
-def _with_run_metadata(trace: Trace, path: Path) -> Trace:
-    """Read beside the trace on every load (not cached: the file is small and written after the trace)."""
-    run = read_run_metadata(path)
-    if run is not None:
-        trace.metadata = {**trace.metadata, RUN_METADATA_KEY: run}
-        attribute_generated(trace)  # torch.compile's kernels into the submodules they fuse
-    return trace

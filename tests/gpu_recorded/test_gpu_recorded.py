@@ -16,6 +16,7 @@ known to pass on good traces and to fail on broken ones.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -96,7 +97,9 @@ def test_attribution_check_passes_and_fails() -> None:
     # the longest kernels until 2% of kernel time has lost its op
     before = order["dur"].cum_sum().shift(1, fill_value=0)
     lost = order.filter(before < 0.02 * order["dur"].sum())["kernel_id"].implode()
-    trace.kernels = kernels.with_columns(op_id=pl.when(pl.col("kernel_id").is_in(lost)).then(None).otherwise(pl.col("op_id")))
+    trace = dataclasses.replace(
+        trace, kernels=kernels.with_columns(op_id=pl.when(pl.col("kernel_id").is_in(lost)).then(None).otherwise(pl.col("op_id")))
+    )
     with pytest.raises(AssertionError):
         checks.check_attribution(trace, backward=False)
     with pytest.raises(AssertionError, match="no backward kernels"):
@@ -110,9 +113,9 @@ def test_tensor_core_check_passes_and_fails() -> None:
     got = checks.check_tensor_cores(trace)
     assert got["bf16_gemm_kernels"] > 0 and got["fp32_elementwise_kernels"] > 0
     gemm_ids = trace.kernels.filter(pl.col("op").is_in(checks.GEMM_OPS))["kernel_id"].implode()
-    trace.kernels = trace.kernels.with_columns(
+    trace = dataclasses.replace(trace, kernels=trace.kernels.with_columns(
         name=pl.when(pl.col("kernel_id").is_in(gemm_ids)).then(pl.lit("ampere_sgemm_128x64_tn")).otherwise(pl.col("name"))
-    )
+    ))
     with pytest.raises(AssertionError, match="without a tc=yes kernel"):
         checks.check_tensor_cores(trace)
 
@@ -267,6 +270,6 @@ def test_triton_kernel_check_passes_and_fails() -> None:
     assert got["triton_kernels"] > 0 and got["provenance"] == ["name"]
     with pytest.raises(AssertionError):
         checks.check_triton_kernels(trace, "inductor")
-    trace.kernels = trace.kernels.with_columns(op_id=pl.lit(None, pl.Int64))
+    trace = dataclasses.replace(trace, kernels=trace.kernels.with_columns(op_id=pl.lit(None, pl.Int64)))
     with pytest.raises(AssertionError):
         checks.check_triton_kernels(trace, "name")

@@ -67,16 +67,15 @@ def attribution(trace: Trace) -> dict[str, Any]:
 
 def _recorded(ops: pl.DataFrame) -> pl.DataFrame:
     """The ops the trace file itself holds (not those copied from a capture trace)."""
-    copied = [c for c in ("from_capture", "from_next_iteration") if c in ops.columns]
-    return ops.filter(~pl.any_horizontal(copied)) if copied else ops
+    return ops.filter(~(pl.col("from_capture") | pl.col("from_next_iteration")))
 
 
 def _graph_replay(trace: Trace, kernels: pl.DataFrame) -> dict[str, Any]:
     """Kernel time replayed from CUDA/HIP graphs and how much of it has the
     op that launched it at capture (``kinetolens.model.graph_replay``)."""
-    replayed = kernels.filter(pl.col("graph_id").is_not_null()) if "graph_id" in kernels.columns else kernels.clear()
+    replayed = kernels.filter(pl.col("graph_id").is_not_null())
     ops = trace.ops
-    captured = ops.filter(pl.col("from_capture"))["op_id"] if "from_capture" in ops.columns else ops["op_id"].clear()
+    captured = ops.filter(pl.col("from_capture"))["op_id"]
     return {
         "graph_replay_time_us": float(replayed["dur"].sum()) / 1000.0 if replayed.height else 0.0,
         "graph_replay_with_capture_op": _fraction(replayed, pl.col("op_id").is_in(captured.implode())),
@@ -119,7 +118,7 @@ def _us(ns: float) -> float:
 
 def incomplete_note(steps: pl.DataFrame) -> str | None:
     """One line naming the step cut short and the evidence, or None."""
-    cut = steps.filter(~pl.col("complete")) if "complete" in steps.columns else steps.clear()
+    cut = steps.filter(~pl.col("complete"))
     if cut.height == 0:
         return None
     row = cut.row(0, named=True)

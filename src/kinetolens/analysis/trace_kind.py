@@ -43,7 +43,7 @@ class TraceKind:
 
 def trace_kind(trace: Trace) -> TraceKind:
     """The :class:`TraceKind` of ``trace``."""
-    modules = "module" in trace.ops.columns and trace.ops["module"].null_count() < trace.ops.height
+    modules = trace.ops["module"].null_count() < trace.ops.height
     return TraceKind(
         gpu=trace.kernels.height > 0 or bool(trace.devices),
         pytorch=trace.format.startswith(PYTORCH_FORMATS) or pytorch_names(trace.ops["name"]),

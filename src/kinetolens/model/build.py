@@ -36,9 +36,10 @@ from kinetolens.model import direction as dirn
 from kinetolens.model.autograd_order import pair_by_order
 from kinetolens.model.backward_names import fits
 from kinetolens.model.frames import MODULE_PREFIX, enclosing_function, per_distinct, source_from_call_stack
-from kinetolens.model.earlier_launches import name_earlier_launches
+from kinetolens.model.earlier_launches import FLAG as FROM_NEXT_ITERATION
 from kinetolens.model.graph_replay import mark_replays
 from kinetolens.model.nesting import enclosing, nearest_marked, outermost_marked
+from kinetolens.model.schema import conform_trace
 from kinetolens.model.steps import assign_steps, build_steps
 from kinetolens.model.trace import Trace
 
@@ -64,9 +65,12 @@ def build_trace(raw: RawTables, path: str) -> Trace:
 
     Consumes ``raw.host``: its rows move into ops, runtime and python, and
     the raw table is dropped as soon as they are split off, so that it does
-    not add to the peak.
+    not add to the peak.  The result has exactly the columns of
+    :mod:`kinetolens.model.schema` (:class:`~kinetolens.model.schema.SchemaMismatch`
+    otherwise); the loader's steps after it (:mod:`kinetolens.loader`) return
+    new Traces.
     """
-    host = raw.host.with_columns(end=pl.col("ts") + pl.col("dur"), group=_thread_key())
+    host = _with_supplied(raw.host).with_columns(end=pl.col("ts") + pl.col("dur"), group=_thread_key())
     raw.host = raw.host.clear()
     ops = _rows_in_order(host, pl.col("kind").is_in([OP, ANNOTATION]), longest_first=True)
     ops = ops.drop(LAUNCH_ONLY_COLUMNS).with_row_index("op_id").with_columns(pl.col("op_id").cast(I64))
@@ -78,7 +82,7 @@ def build_trace(raw: RawTables, path: str) -> Trace:
     ops, runtime, overlaps = _nest_ops(ops, runtime)
     # A reader may name an op's module and call site itself (nsys ranges
     # written by kinetolens.nvtx); those win over Python frames.
-    supplied = ops.select(c for c in SUPPLIED_COLUMNS if c in ops.columns)
+    supplied = ops.select(SUPPLIED_COLUMNS)
     ops, runtime, python_module = _attach_python(ops.drop(supplied.columns), runtime, python)
     ops = ops.with_columns(pl.coalesce(pl.lit(supplied[c]), c).alias(c) for c in supplied.columns)
     ops, mismatched = _directions(ops, raw.flows)
@@ -88,8 +92,7 @@ def build_trace(raw: RawTables, path: str) -> Trace:
     steps = build_steps(ops, kernels)
     ops, runtime, kernels = assign_steps(steps, ops, runtime, kernels)
     ops, kernels = mark_replays(ops, kernels)
-    aligned = name_earlier_launches(ops, kernels, steps, runtime)
-    ops, kernels = aligned.ops, aligned.kernels
+    ops = ops.with_columns(pl.lit(False).alias(FROM_NEXT_ITERATION))  # set by the loader's later step
 
     warnings = list(raw.warnings)
     if overlaps:
@@ -104,7 +107,7 @@ def build_trace(raw: RawTables, path: str) -> Trace:
                 "left without a forward op (e.g. NativeLayerNormBackward0 -> aten::addmm)",
             )
         )
-    return Trace(
+    return conform_trace(Trace(
         path=path,
         format=raw.format,
         metadata=raw.metadata,
@@ -119,7 +122,14 @@ def build_trace(raw: RawTables, path: str) -> Trace:
         threads=raw.threads,
         processes=raw.processes,
         warnings=warnings,
-    )
+    ))
+
+
+def _with_supplied(host: pl.DataFrame) -> pl.DataFrame:
+    """The raw host table with the op columns a reader may fill itself
+    (:data:`SUPPLIED_COLUMNS`), null where this reader does not."""
+    missing = [c for c in SUPPLIED_COLUMNS if c not in host.columns]  # a raw table: readers differ
+    return host.with_columns(nulls(host.height, pl.String()).alias(c) for c in missing)
 
 
 def _typed_by_name(device: pl.DataFrame) -> pl.DataFrame:

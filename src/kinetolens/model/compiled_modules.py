@@ -21,6 +21,7 @@ module``, the report's module tree) splits compiled time the same way.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
@@ -84,9 +85,10 @@ def compiled_root(module: str | None, inner: str) -> str | None:
 
 
 def attribute_generated(trace: Trace) -> Trace:
-    """``trace`` (changed in place) with each generated kernel's op, and the
-    kernels it launches, moved into its fused nodes' common module (module
-    docstring).  Called when the run metadata is attached: it lives beside
+    """``trace`` with each generated kernel's op, and the kernels it
+    launches, moved into its fused nodes' common module (module docstring);
+    ``trace`` itself when nothing moves.  A step of the loader's pipeline,
+    run on every load once the run metadata is attached: that lives beside
     the trace file, not in the cached model.  An op already moved stays."""
     inner = kernel_modules(trace.metadata)
     ops = trace.ops
@@ -100,10 +102,11 @@ def attribute_generated(trace: Trace) -> Trace:
     if not hit.height or moved == hit["module"].to_list():
         return trace
     moved_s = pl.Series("module", moved, dtype=pl.String)
-    trace.ops = ops.with_columns(ops["module"].scatter(hit["row"], moved_s))
+    by_op = hit.select("op_id").with_columns(new_module=moved_s)
     k = trace.kernels
-    if k.height and "op_id" in k.columns:
-        by_op = hit.select("op_id").with_columns(new_module=moved_s)
-        new = k.select("op_id").join(by_op, on="op_id", how="left", maintain_order="left")["new_module"]
-        trace.kernels = k.with_columns(pl.coalesce(new, pl.col("module")).alias("module"))
-    return trace
+    new = k.select("op_id").join(by_op, on="op_id", how="left", maintain_order="left")["new_module"]
+    return dataclasses.replace(
+        trace,
+        ops=ops.with_columns(ops["module"].scatter(hit["row"], moved_s)),
+        kernels=k.with_columns(pl.coalesce(new, pl.col("module")).alias("module")),
+    )

@@ -55,9 +55,11 @@ class Aligned:
 
 
 def _unlaunched(kernels: pl.DataFrame) -> pl.DataFrame:
-    graph = pl.col("graph_id").is_null() if "graph_id" in kernels.columns else pl.lit(True)
     return kernels.filter(
-        pl.col("launch_id").is_null() & pl.col("op_id").is_null() & pl.col("correlation").is_not_null() & graph
+        pl.col("launch_id").is_null()
+        & pl.col("op_id").is_null()
+        & pl.col("correlation").is_not_null()
+        & pl.col("graph_id").is_null()
     ).select("kernel_id", "name", "ts", "step", corr=pl.col("correlation").cast(I64))
 
 
@@ -71,7 +73,7 @@ def iteration_length(steps: pl.DataFrame, runtime: pl.DataFrame) -> tuple[int, i
     """(first correlation id of the first recorded step, runtime calls per
     iteration): the ids from that step's first call to the first call after
     its host range (or its last call + 1)."""
-    if steps.height == 0 or "cpu_end" not in steps.columns or "correlation" not in runtime.columns:
+    if steps.height == 0:
         return None
     first = steps.sort("ts").row(0, named=True)
     rt = runtime.filter(pl.col("correlation").is_not_null()).select("ts", corr=pl.col("correlation").cast(I64))
@@ -101,15 +103,21 @@ def find_period(unlaunched: pl.DataFrame, launched: pl.DataFrame, begin: int, le
     return length if twins.height == unlaunched.height else None
 
 
-def name_earlier_launches(
+def name_earlier_launches(trace: Trace) -> Trace:
+    """``trace`` with the unlaunched kernels linked to copies of their twins'
+    ops (appended, :data:`FLAG` true), when the first step's length fits
+    them all; else ``trace`` itself.  A step of the loader's pipeline."""
+    aligned = align_earlier_launches(trace.ops, trace.kernels, trace.steps, trace.runtime)
+    if aligned.period is None:
+        return trace
+    return dataclasses.replace(trace, ops=aligned.ops, kernels=aligned.kernels)
+
+
+def align_earlier_launches(
     ops: pl.DataFrame, kernels: pl.DataFrame, steps: pl.DataFrame, runtime: pl.DataFrame
 ) -> Aligned:
-    """``ops`` with the copies appended (and :data:`FLAG` on every op) and
-    ``kernels`` with the unlaunched ones linked to them, when the first
-    step's length fits them all."""
-    ops = ops.with_columns(pl.lit(False).alias(FLAG))
-    if "correlation" not in kernels.columns:
-        return Aligned(ops, kernels)
+    """``ops`` with the copies appended and ``kernels`` with the unlaunched
+    ones linked to them, when the first step's length fits them all."""
     unlaunched = _unlaunched(kernels)
     if unlaunched.height == 0:
         return Aligned(ops, kernels)
@@ -172,7 +180,7 @@ def without_earlier_iteration(trace: Trace) -> Trace:
     """``trace`` without the copies made here and the kernels linked to them:
     what per-step figures divide by the recorded steps (the earlier
     iteration's tail lies outside every step)."""
-    if FLAG not in trace.ops.columns or not trace.ops[FLAG].any():
+    if not trace.ops[FLAG].any():
         return trace
     copies = trace.ops.filter(pl.col(FLAG))["op_id"].implode()
     return dataclasses.replace(

@@ -42,14 +42,19 @@ sequence.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import polars as pl
 
+from kinetolens.errors import TraceWarning
 from kinetolens.ingest.categories import KERNEL
+from kinetolens.model.trace import Trace
 
 I64 = pl.Int64
 
+#: Metadata key naming the graph capture trace a replay's kernels were paired with.
+CAPTURE_KEY = "graph_capture"
 #: Runtime calls that replay a graph.
 GRAPH_LAUNCH = r"GraphLaunch"
 #: Runtime calls that add a node to a graph being captured.
@@ -75,13 +80,10 @@ def mark_replays(ops: pl.DataFrame, kernels: pl.DataFrame) -> tuple[pl.DataFrame
     """
     ops = ops.with_columns(from_capture=pl.lit(False))
     recorded = pl.col("graph_id").fill_null(0) > 0  # CUPTI writes graph id 0 on eager work
-    if "graph_id" in kernels.columns:
-        kernels = kernels.with_columns(
-            graph_id=pl.when(recorded).then(pl.col("graph_id").cast(I64)),
-            graph_node=pl.when(recorded).then(pl.col("graph_node").cast(I64)),
-        )
-    else:
-        kernels = kernels.with_columns(graph_id=pl.lit(None, I64), graph_node=pl.lit(None, I64))
+    kernels = kernels.with_columns(
+        graph_id=pl.when(recorded).then(pl.col("graph_id").cast(I64)),
+        graph_node=pl.when(recorded).then(pl.col("graph_node").cast(I64)),
+    )
     nodes = _replayed_nodes(kernels, named=True)
     if nodes.height == 0:
         return ops, kernels
@@ -150,7 +152,7 @@ def attach_capture(
     ambiguous = _ambiguous_kernels(replayed, pairs, candidates, captured, capture_ops)
     copies = op_copies(linked.select("launch_id", "graph", "cap_op_id"), capture_ops, first_id=ops.height)
     at_launch = kernels.filter(pl.col("kernel_id").is_in(linked["kernel_id"].implode())).group_by("launch_id").agg(
-        at=pl.col("launch_ts").first(), at_step=pl.col("step").first() if "step" in kernels.columns else pl.lit(None, I64)
+        at=pl.col("launch_ts").first(), at_step=pl.col("step").first()
     )
     appended = appended_ops(copies.join(at_launch, on="launch_id", how="left", maintain_order="left"), capture_ops, ops)
     new_ops = pl.concat([ops, appended], how="vertical_relaxed") if appended.height else ops
@@ -179,6 +181,40 @@ def attach_capture(
     is_replayed = pl.col("kernel_id").is_in(linked.filter(pl.col("op_id").is_not_null())["kernel_id"].implode())
     kernels = kernels.with_columns(sub=pl.when(is_replayed).then(replay_sub).otherwise(sub))
     return Paired(new_ops, kernels, unmatched=unmatched, ambiguous=ambiguous)
+
+
+def pair_with_capture(trace: Trace, captured: Trace, capture_name: str) -> Trace:
+    """``trace`` with its replayed kernels linked to the ops of ``captured``
+    (the capture trace's model, shown as ``capture_name``), named in its
+    metadata (:data:`CAPTURE_KEY`), and a warning for the kernels that could
+    not be placed for sure.  A step of the loader's pipeline."""
+    paired = attach_capture(trace.ops, trace.kernels, captured.ops, captured.runtime)
+    warnings = []
+    if paired.unmatched:
+        warnings.append(
+            TraceWarning(
+                "replayed kernels without a captured node",
+                paired.unmatched,
+                f"no graph captured in {capture_name} has their launch's kernels; "
+                "kept with the op around the graph launch",
+            )
+        )
+    if paired.ambiguous:
+        warnings.append(
+            TraceWarning(
+                "replayed kernels matching graphs captured with different shapes",
+                paired.ambiguous,
+                "several captured graphs hold the same kernels with different op shapes (one per batch size?); "
+                "replays took them in turn, so their shapes and FLOPs may be another capture's",
+            )
+        )
+    return dataclasses.replace(
+        trace,
+        ops=paired.ops,
+        kernels=paired.kernels,
+        metadata={**trace.metadata, CAPTURE_KEY: capture_name},
+        warnings=[*trace.warnings, *warnings],
+    )
 
 
 #: The kernel columns that come from the op that launched it.
@@ -231,8 +267,7 @@ def captured_nodes(runtime: pl.DataFrame) -> pl.DataFrame:
     ``occurrence`` (of that name in the graph), ``cap_op_id`` and the
     launch's ``cap_module``/``cap_source``."""
     rt = runtime.select(
-        "pid", "tid", "ts", "name", "op_id", "module", "source",
-        kernel=pl.col("kernel") if "kernel" in runtime.columns else pl.lit(None, pl.String),
+        "pid", "tid", "ts", "name", "op_id", "module", "source", "kernel"
     ).sort("ts", maintain_order=True)
     begins = (
         rt.filter(pl.col("name").str.ends_with("StreamBeginCapture"))
@@ -284,9 +319,6 @@ def _copy_kind(name: pl.Expr, *, unnamed: pl.Expr) -> pl.Expr:
 def _replayed_nodes(kernels: pl.DataFrame, *, named: bool) -> pl.DataFrame:
     """Kernels run by graph launches: ``kernel_id, launch_id, ts, position``,
     and ``name``/``occurrence`` as :func:`captured_nodes` spells them."""
-    if "launch" not in kernels.columns:
-        return pl.DataFrame(schema={"kernel_id": I64, "launch_id": I64, "ts": I64, "position": I64,
-                                    "name": pl.String, "occurrence": I64})
     kernel_name = pl.col("name") if named else pl.lit(_UNNAMED)
     return (
         kernels.filter(pl.col("launch").str.contains(GRAPH_LAUNCH).fill_null(False))
@@ -425,8 +457,6 @@ def set_by_kernel(kernels: pl.DataFrame, values: pl.DataFrame, cols: list[str]) 
     hit = joined["_hit"].fill_null(False)
     out = []
     for c in cols:
-        new = joined[f"_{c}"]
-        if c in kernels.columns:
-            new = pl.select(pl.when(hit).then(new.cast(kernels.schema[c])).otherwise(kernels[c])).to_series()
+        new = pl.select(pl.when(hit).then(joined[f"_{c}"].cast(kernels.schema[c])).otherwise(kernels[c])).to_series()
         out.append(new.alias(c))
     return kernels.with_columns(out)

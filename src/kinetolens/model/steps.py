@@ -204,13 +204,11 @@ def incomplete_last_step(steps: pl.DataFrame, counts: pl.DataFrame) -> tuple[lis
 
 def complete_steps(steps: pl.DataFrame) -> pl.DataFrame:
     """The steps that ran whole: what means and per-rank comparisons average over."""
-    return steps.filter(pl.col("complete")) if "complete" in steps.columns else steps
+    return steps.filter(pl.col("complete"))
 
 
 def incomplete_steps(steps: pl.DataFrame) -> list[int]:
     """Step numbers cut short by the end of profiling (at most the last one)."""
-    if "complete" not in steps.columns:
-        return []
     return [int(s) for s in steps.filter(~pl.col("complete"))["step"].to_list()]
 
 

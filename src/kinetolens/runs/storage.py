@@ -26,6 +26,7 @@ fsspec comes with the ``dask`` extra; a store's own package (``s3fs``,
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import posixpath
 import shutil
@@ -267,7 +268,7 @@ def load_source(source: str, cache: str | None) -> Trace:
                 trace = load(local, cache=False)
             except TraceError as exc:  # name the object, not the temporary copy
                 raise TraceError(source, exc.problem) from None
-        trace.path = source
+        trace = dataclasses.replace(trace, path=source)  # frozen: a new Trace naming the object
     if store is not None and key:
         store.write(key, source, trace)
     return trace

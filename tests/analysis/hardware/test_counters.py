@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from pathlib import Path
@@ -164,7 +165,7 @@ def test_tensor_core_counters_override_names() -> None:
         metric=pl.lit("sm__inst_executed_pipe_tensor.sum"),
         value=pl.Series([0.0, 5.0e6]),  # the opposite of what the names say
     ).select(c.columns)
-    trace.kernel_counters = pl.concat([c, extra])
+    trace = dataclasses.replace(trace, kernel_counters=pl.concat([c, extra]))
     t = counter_table(trace)
     by_range = dict(zip(t["idx"], zip(t["tc"], t["tc_source"])))
     xi = t.filter(pl.col("kernel").str.contains("xmma_new"))["idx"][0]

@@ -71,7 +71,7 @@ def _whole_trace_window(trace: Trace) -> pl.DataFrame:
     if host:
         start = min(int(t["ts"].min()) for t in host)  # type: ignore[arg-type]
         end = max(int((t["ts"] + t["dur"]).max()) for t in host)  # type: ignore[arg-type]
-        if gpu.height and "launch_ts" in gpu.columns:
+        if gpu.height:
             inside = gpu.filter((pl.col("launch_ts") >= start) & (pl.col("launch_ts") < end))
             if inside.height:
                 end = max(end, int((inside["ts"] + inside["dur"]).max()))  # type: ignore[arg-type]
@@ -102,7 +102,7 @@ def category_intervals(trace: Trace) -> pl.DataFrame:
     idx = {name: i for i, name in enumerate(CATEGORIES)}
     # Each table cut to the columns read before filtering: a filter copies
     # every column it keeps, and the model tables are wide.
-    k = _launched(trace.kernels.select(c for c in ("kind", "name", "op", "ts", "dur") if c in trace.kernels.columns))
+    k = _launched(trace.kernels.select("kind", "name", "op", "ts", "dur"))
     kind = pl.col("kind").cast(pl.String)
     comm_kernel = is_comm_kernel(k)
     gpu_cat = (
@@ -189,8 +189,8 @@ def step_breakdown(trace: Trace) -> pl.DataFrame:
     ``kernel + memcpy + ... + other == total``, the step's wall time.
     """
     table = breakdown(category_intervals(trace), step_windows(trace))
-    complete = trace.steps.select("step", "complete") if "complete" in trace.steps.columns else None
-    if complete is None or table.height == 0 or table["step"].null_count() == table.height:
+    complete = trace.steps.select("step", "complete")
+    if table.height == 0 or table["step"].null_count() == table.height:
         return table.with_columns(complete=pl.lit(True))
     return table.join(complete, on="step", how="left", maintain_order="left").with_columns(
         pl.col("complete").fill_null(True)

@@ -127,7 +127,7 @@ def counter_table(trace: Trace) -> pl.DataFrame:
         # The innermost enclosing range on the launching thread; the external-id
         # link where containment found none.
         launch_op = launches.select(
-            "launch_id", op_id=pl.coalesce("contained_op_id", "op_id") if "contained_op_id" in launches.columns else pl.col("op_id")
+            "launch_id", op_id=pl.coalesce("contained_op_id", "op_id")
         )
         wide = pl.concat([wide, launch_op], how="horizontal")
         pairing = "launch order"

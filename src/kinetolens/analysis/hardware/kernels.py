@@ -105,7 +105,7 @@ def kernel_table(trace: Trace, step: int | None = None) -> pl.DataFrame:
         blocks_per_sm=pl.col("blocks_per_sm"),
         source=pl.col("source"),
         launch=pl.col("launch"),
-        graph=pl.format("{}:{}", "graph_id", "graph_node") if "graph_id" in k.columns else pl.lit(None, pl.String),
+        graph=pl.format("{}:{}", "graph_id", "graph_node"),
         start_us=(pl.col("ts") - first) / 1000.0,
     )
     # once per distinct name, not per row: a trace has ~100 names over ~100k kernels

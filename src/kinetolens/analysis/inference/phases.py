@@ -80,7 +80,7 @@ class Detection:
 
 
 def _training(trace: Trace) -> str | None:
-    if "direction" not in trace.ops.columns or trace.ops.height == 0:
+    if trace.ops.height == 0:
         return None
     seen = set(trace.ops["direction"].cast(pl.String).drop_nulls().unique().to_list())
     found = [d for d in ("bprop", "optimizer") if d in seen]
@@ -91,9 +91,7 @@ def _annotation_marks(trace: Trace) -> pl.DataFrame:
     """Outermost engine iteration annotations: ``op_id, name, tid, ts, cpu_end`` and their
     op ids with those nested in them (``inner``), in time order."""
     ops = trace.ops
-    cand = ops.filter(pl.col("name").str.contains(engine_annotations.CANDIDATE))
-    if "from_capture" in cand.columns:
-        cand = cand.filter(~pl.col("from_capture"))
+    cand = ops.filter(pl.col("name").str.contains(engine_annotations.CANDIDATE) & ~pl.col("from_capture"))
     rows = [r for r in cand.select("op_id", "name", "tid", "ts", "end").sort("ts").iter_rows(named=True)
             if engine_annotations.parse(r["name"]) is not None]  # fmt: skip
     marks: list[dict[str, Any]] = []
@@ -114,9 +112,7 @@ def _annotation_marks(trace: Trace) -> pl.DataFrame:
 
 def _token_embeddings(trace: Trace) -> pl.DataFrame:
     """``aten::embedding`` calls given integer ids: ``op_id, tid, ts, end, ids`` (the ids' dims) and ``vocab``."""
-    emb = trace.ops.filter(pl.col("name") == _EMBEDDING)
-    if "from_capture" in emb.columns:
-        emb = emb.filter(~pl.col("from_capture"))
+    emb = trace.ops.filter((pl.col("name") == _EMBEDDING) & ~pl.col("from_capture"))
     rows = []
     for r in emb.select("op_id", "tid", "ts", "end", "input_dims", "input_types").iter_rows(named=True):
         dims, types = _loads(r["input_dims"]), _loads(r["input_types"]) or []
@@ -148,7 +144,7 @@ def _forward_marks(trace: Trace, emb: pl.DataFrame) -> tuple[pl.DataFrame, str]:
     if emb.height == 0:
         return pl.DataFrame(schema=schema), "forward"
     py = trace.python
-    if py.height and "module" in py.columns:
+    if py.height:
         roots = py.filter(pl.col("name").str.starts_with("nn.Module: ") & ~pl.col("module").fill_null(".").str.contains(r"\."))
         roots = roots.select(name=pl.col("module"), root_tid=pl.col("tid").cast(_I64), root_ts="ts", cpu_end="end")
         hit = emb.sort("ts").join_asof(roots.sort("root_ts"), left_on="ts", right_on="root_ts", strategy="backward")
@@ -178,9 +174,8 @@ def _in_ranges(times: pl.DataFrame, marks: pl.DataFrame, t: str = "ts") -> pl.Da
 
 def _dims_of(ops: pl.DataFrame, name_regex: str, marks: pl.DataFrame, column: str = "input_dims") -> dict[int, Any]:
     """Per iteration, the input dims (or ``column``) of the first op matching ``name_regex`` in it."""
-    keep = pl.col("name").str.contains(name_regex)
-    if "from_capture" in ops.columns:  # a capture's ops ran at the captured batch, not this one
-        keep = keep & ~pl.col("from_capture")
+    # a capture's ops ran at the captured batch, not this one
+    keep = pl.col("name").str.contains(name_regex) & ~pl.col("from_capture")
     sel = ops.filter(keep).select("ts", value=column)
     found = _in_ranges(sel, marks).sort("ts").unique("iteration", keep="first")
     read = _loads if column == "input_dims" else (lambda v: v)
@@ -464,7 +459,7 @@ def detect(trace: Trace, its: pl.DataFrame | None = None) -> Detection:
     kv = trace.ops.filter(pl.col("name").str.contains(KV_CACHE_OPS))["name"]
     if kv.len():
         evidence.append(f"KV-cache ops ({kv[0]})")
-    if "graph_id" in trace.kernels.columns and trace.kernels["graph_id"].null_count() < trace.kernels.height:
+    if trace.kernels["graph_id"].null_count() < trace.kernels.height:
         evidence.append("CUDA/HIP graph replays")
     return Detection(inference=bool(evidence) and against is None, evidence=evidence, against=against)
 

@@ -192,7 +192,7 @@ def _call_ops(ops: pl.DataFrame) -> pl.DataFrame:
         p_dtype="comm_dtype",
         p_size="group_size",
         p_group="process_group_name",
-        p_seq=pl.col("comm_seq") if "comm_seq" in ops.columns else pl.lit(None, pl.Int64),
+        p_seq="comm_seq",
         p_found=pl.lit(True),
     )
     lib = ops.filter(library).join(
@@ -248,7 +248,7 @@ def collective_calls(trace: Trace) -> pl.DataFrame:
             "kernels": pl.UInt32,
         }
     )
-    if k.height and "op_id" in k.columns:
+    if k.height:
         device = (
             k.filter(is_comm_kernel(k))
             .join(owners, left_on="op_id", right_on="owner")

@@ -85,11 +85,7 @@ def rank_summary(trace: Trace, rank: int | None = None) -> RankSummary:
     the_rank = trace.rank if trace.rank is not None else rank
     if the_rank is None:
         the_rank = 0
-    modules = (
-        trace.ops["module"].drop_nulls()
-        if "module" in trace.ops.columns
-        else pl.Series([], dtype=pl.String)
-    )
+    modules = trace.ops["module"].drop_nulls()
     cut = incomplete_steps(trace.steps)
     whole = ~pl.col("step").is_in(cut).fill_null(False)
     return RankSummary(

@@ -21,7 +21,7 @@ from kinetolens.model.trace import Trace
 def module_calls(trace: Trace, step: int | None = None) -> pl.DataFrame:
     """``module, calls``: forward calls per module path (in ``step`` only, when given)."""
     python = trace.python
-    if python.height == 0 or "module" not in python.columns:
+    if python.height == 0:
         return pl.DataFrame(schema={"module": pl.String, "calls": pl.UInt32})
     frames = python.filter(pl.col("name").str.starts_with(MODULE_PREFIX)).select("module", "ts")
     if step is not None:
