@@ -82,7 +82,7 @@ def test_size_cap_and_clear_remove_only_the_caches_own_entries(tmp_path: Path) -
     assert [e.key for e in cache_entries(cache)] == [cache_key(other)], "the older entry is pruned"
     cleared = _cli("cache", "clear", cache=cache)
     assert cleared.returncode == 0, cleared.stderr
-    assert cleared.stdout.startswith("removed 1 entries")
+    assert cleared.stdout.startswith("removed 1 entry ")
     assert all(p.exists() for p in precious), "cache clear removed files it did not write"
     assert cache_entries(cache) == []
 
@@ -97,7 +97,7 @@ def test_clear_on_a_read_only_folder_says_what_it_could_not_remove(tmp_path: Pat
             pytest.skip(f"cannot remount read-only ({ro.stderr.strip()})")
         done = _cli("cache", "clear", cache=cache)
         assert done.stdout.startswith("removed 0 entries (0 B)"), done.stdout
-        assert "could not remove 1 entries" in done.stderr and "Read-only file system" in done.stderr
+        assert "could not remove 1 entry" in done.stderr and "Read-only file system" in done.stderr
         assert done.returncode == 1
         assert len(cache_entries(cache)) == 1
 

@@ -51,9 +51,20 @@ def info_command(cache_dir: Path | None) -> None:
 @cache_command.command("clear")
 @_DIR
 def clear_command(cache_dir: Path | None) -> None:
-    """Remove every entry of the cache."""
+    """Remove every entry of the cache (only the entries kinetolens wrote:
+    anything else in the folder is left alone).  Exit status 1 when some
+    entry could not be removed."""
     from kinetolens.cache import clear, default_cache_dir
 
     where = cache_dir or default_cache_dir()
-    removed = clear(where)
+    result = clear(where)
+    removed = result.removed
     click.echo(f"removed {counted(len(removed), 'entry', 'entries')} ({_size(sum(e.bytes for e in removed))}) from {where}")
+    if result.failed:
+        reasons = sorted({why for _, why in result.failed})
+        click.echo(
+            f"could not remove {counted(len(result.failed), 'entry', 'entries')} "
+            f"({_size(sum(e.bytes for e, _ in result.failed))}): " + "; ".join(reasons),
+            err=True,
+        )
+        raise SystemExit(1)
