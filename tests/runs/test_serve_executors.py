@@ -22,7 +22,7 @@ import pytest
 from kinetolens.errors import TraceError
 from kinetolens.runs import LocalExecutor, executor_for
 from kinetolens.runs.executors import DaskExecutor
-from tests.conftest import trace_path
+from tests.conftest import place, trace_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from gen_ranks import generate
@@ -54,7 +54,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_serve_port_0_prints_the_port_it_bound(tmp_path: Path) -> None:
     # `serve --port 0` used to print http://127.0.0.1:0/, which no browser can open
     (tmp_path / "logdir" / "run").mkdir(parents=True)
-    (tmp_path / "logdir" / "run" / "rank-0.json.gz").symlink_to(trace_path(SOURCE))
+    place(tmp_path / "logdir" / "run" / "rank-0.json.gz", trace_path(SOURCE))  # a copy: links out of the logdir are not served
     proc = subprocess.Popen(
         [sys.executable, "-m", "kinetolens.cli.main", "serve", "--logdir", str(tmp_path / "logdir"), "--port", "0"],
         stderr=subprocess.PIPE, text=True,

@@ -38,14 +38,20 @@ class ClockOffset:
         )
 
 
+def clock_offset_of(starts: pl.Series, launches: pl.Series) -> ClockOffset | None:
+    """The rule, on GPU activities' start times and their launch calls' (ns; nulls: not launched)."""
+    delays = (starts - launches).drop_nulls()
+    if delays.len() < EVIDENCE:
+        return None
+    quickest = delays.min()
+    if quickest is None or quickest <= OFFSET_NS:  # type: ignore[operator]
+        return None
+    return ClockOffset(offset_ns=int(quickest), activities=delays.len())  # type: ignore[arg-type]
+
+
 def gpu_clock_offset(trace: Trace, window: tuple[int, int] | None = None) -> ClockOffset | None:
     """The offset the activities launched inside ``window`` ([start, end) ns, if given) show, or None."""
     k = trace.kernels.filter(pl.col("launch_ts").is_not_null())
     if window is not None:
         k = k.filter((pl.col("launch_ts") >= window[0]) & (pl.col("launch_ts") < window[1]))
-    if k.height < EVIDENCE:
-        return None
-    quickest = (k["ts"] - k["launch_ts"]).min()
-    if quickest is None or quickest <= OFFSET_NS:  # type: ignore[operator]
-        return None
-    return ClockOffset(offset_ns=int(quickest), activities=k.height)  # type: ignore[arg-type]
+    return clock_offset_of(k["ts"], k["launch_ts"])

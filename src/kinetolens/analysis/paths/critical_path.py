@@ -29,7 +29,7 @@ from kinetolens.analysis.paths.dependency_graph import DependencyGraph, TraceFac
 from kinetolens.analysis.paths.longest_path import CycleError
 from kinetolens.analysis.paths.longest_path import longest_path as chain_longest_path
 from kinetolens.errors import TraceError
-from kinetolens.model.clocks import gpu_clock_offset
+from kinetolens.model.clocks import clock_offset_of
 from kinetolens.model.trace import Trace
 from kinetolens.model.vocabulary import BOUND_BY
 
@@ -133,13 +133,15 @@ def critical_path(trace: Trace, window: Window, facts: TraceFacts | None = None)
         summary=summarize(path, length),
         nodes=graph.nodes,
         edges=graph.edges.height,
-        notes=_clock_notes(trace, window),
+        notes=_clock_notes(graph),
     )
 
 
-def _clock_notes(trace: Trace, window: Window) -> list[str]:
-    """The model's clock check over the window's launched activities (:mod:`kinetolens.model.clocks`)."""
-    offset = gpu_clock_offset(trace, (window.start, window.end))
+def _clock_notes(graph: DependencyGraph) -> list[str]:
+    """The model's clock check (:mod:`kinetolens.model.clocks`) on the graph's GPU activities."""
+    ev = graph.events
+    gpu = ev["side"] == "gpu"
+    offset = clock_offset_of(ev["ts"].filter(gpu), ev["launch_ts"].filter(gpu)) if "launch_ts" in ev.columns else None
     return [offset.sentence()] if offset is not None else []
 
 
