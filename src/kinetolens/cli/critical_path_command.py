@@ -27,7 +27,7 @@ from kinetolens.cli.render import console as render_console
 from kinetolens.cache import is_url
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
-from kinetolens.model.steps import without_incomplete_steps
+from kinetolens.analysis.session import whole_steps
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views.units import duration, in_unit, middle, percent, time_unit
 from kinetolens.views.bound_labels import BOUND_LABELS as LABELS
@@ -99,7 +99,7 @@ def critical_path_command(
         raise click.UsageError("--instance picks a match of --annotation, which is missing")
     t = load(trace, cache=not no_cache)
     if step is None and annotation is None and not keep_last_step:
-        t = without_incomplete_steps(t)
+        t = whole_steps(t)
     windows: list[Window]
     if annotation is not None:
         windows = [annotation_window(t, annotation, instance)]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from kinetolens.analysis.session import per_trace
 from kinetolens.model.trace import Trace
 
 #: Busy categories in priority order; ``other`` is every instant none covers.
@@ -77,6 +78,7 @@ def is_comm_kernel(kernels: pl.DataFrame) -> pl.Expr:
     return by_name | _is_comm_op(pl.col("op")).fill_null(False)
 
 
+@per_trace
 def step_windows(trace: Trace) -> pl.DataFrame:
     """Disjoint [start, end) wall-time windows, one per step (ns).
 
@@ -211,6 +213,7 @@ def _segments(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     return segs.filter(pl.col("t") < pl.col("end")).select("w", "cat", "ns")
 
 
+@per_trace
 def step_breakdown(trace: Trace) -> pl.DataFrame:
     """One row per step: ``step`` and nanoseconds per category, plus ``total``
     and ``complete`` (false for a last step the profiler cut short).

@@ -40,10 +40,14 @@ from __future__ import annotations
 import polars as pl
 
 from kinetolens.analysis.hardware.counters import kernel_measured, op_measured
+from kinetolens.analysis.hardware.tensor_cores import (
+    MATRIX_OPS,
+    kernel_tensor_cores,
+    matrix_dtype,
+)
 from kinetolens.analysis.workload.group_labels import counts, listed
 from kinetolens.analysis.workload.modules import with_module_calls
 from kinetolens.analysis.workload.ops import weighted_mean
-from kinetolens.analysis.hardware.tensor_cores import MATRIX_OPS, kernel_tensor_cores, matrix_dtype
 from kinetolens.analysis.workload.work import carried_work, kernel_work
 from kinetolens.errors import TraceError
 from kinetolens.model.trace import Trace
@@ -227,7 +231,7 @@ def kernel_roofline(trace: Trace, spec: GpuSpec | None) -> pl.DataFrame:
     """
     spec = require_roofs(spec, trace)
     carried = carried_work(trace)
-    work = kernel_work(trace, carried)
+    work = kernel_work(trace)
     k = (
         trace.kernels.select("kernel_id", "name", "op", "dur")
         .join(work, on="kernel_id", how="inner")

@@ -47,9 +47,18 @@ from kinetolens.analysis.paths.critical_path import (
     summarize,
     whole_window,
 )
-from kinetolens.analysis.paths.dependency_graph import DependencyGraph, TraceFacts, build_graph
+from kinetolens.analysis.paths.dependency_graph import (
+    DependencyGraph,
+    TraceFacts,
+    build_graph,
+)
 from kinetolens.analysis.paths.longest_path import longest_path
-from kinetolens.analysis.paths.whatif_changes import BadChange, Change, change_mask, parse_change
+from kinetolens.analysis.paths.whatif_changes import (
+    BadChange,
+    Change,
+    change_mask,
+    parse_change,
+)
 from kinetolens.model.trace import Trace
 
 __all__ = ["BadChange", "Change", "parse_change", "whatif", "whatif_many", "retime", "prepare", "predict"]
@@ -124,14 +133,14 @@ class WhatIf:
 def replays(trace: Trace, step: int | None = None) -> list[Replay]:
     """Every complete step (or ``step``) prepared for re-timing; the whole trace without steps."""
     from kinetolens.analysis.paths.critical_path import step_window
-    from kinetolens.model.steps import without_incomplete_steps
+    from kinetolens.analysis.session import whole_steps
 
     if step is not None:
         windows = [step_window(trace, step)]
     else:
-        trace = without_incomplete_steps(trace)
+        trace = whole_steps(trace)
         windows = step_windows(trace) if trace.steps.height else [whole_window(trace)]
-    facts = TraceFacts(trace)
+    facts = TraceFacts.of(trace)
     out = []
     for w in windows:
         graph = build_graph(trace, w.start, w.end, facts)

@@ -19,7 +19,7 @@ from typing import Any
 import polars as pl
 
 from kinetolens.analysis.gputime.idle import comm_comp_overlap, temporal_breakdown
-from kinetolens.model.steps import without_incomplete_steps
+from kinetolens.analysis.session import whole_steps
 from kinetolens.views import figures, units
 from kinetolens.views.dashboard import cross_rank_path_page
 from kinetolens.views.dashboard.blocks import Block, figure, table, text
@@ -66,8 +66,8 @@ def rank_digest(trace: Any, rank: int | None = None) -> RankDigest:
     tag = pl.lit(settled, pl.Int64).alias("rank")
     return RankDigest(
         summary=summary,
-        temporal=temporal_breakdown(without_incomplete_steps(trace)).with_columns(tag),  # as `kinetolens idle`
-        overlap=comm_comp_overlap(without_incomplete_steps(trace)).with_columns(tag),  # and the report
+        temporal=temporal_breakdown(whole_steps(trace)).with_columns(tag),  # as `kinetolens idle`
+        overlap=comm_comp_overlap(whole_steps(trace)).with_columns(tag),  # and the report
         graphs=cross_rank_path_page.rank_graphs_of(trace, settled),
     )
 
