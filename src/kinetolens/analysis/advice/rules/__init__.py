@@ -42,7 +42,9 @@ def ordered(registry: dict[str, Rule], order: tuple[str, ...]) -> tuple[Rule, ..
     missing = [name for name in registry if name not in order]
     unknown = [name for name in order if name not in registry]
     if missing or unknown:
-        raise RuleError(f"rule order out of date: not placed {missing}, not registered {unknown}")
+        raise RuleError(
+            f"rule order out of date: not placed {missing}, not registered {unknown}"
+        )
     return tuple(registry[name] for name in order)
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import polars as pl
 
-from kinetolens.analysis.session import session_of
 from kinetolens.analysis.advice.rule_context import (
     RuleContext,
 )
 from kinetolens.analysis.advice.rule_registry import rule
 from kinetolens.analysis.finding import Finding
 from kinetolens.analysis.hardware.gpu_spec import gpu_spec
+from kinetolens.analysis.session import session_of
 
 #: Share of the step an op type must lose against a realistic roofline to be reported.
 BELOW_ROOF_SHARE = 0.05
