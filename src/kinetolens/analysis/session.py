@@ -110,8 +110,9 @@ _SESSIONS_LOCK = threading.Lock()
 
 
 def _drop(key: int) -> None:
-    with _SESSIONS_LOCK:
-        _SESSIONS.pop(key, None)
+    # A finalizer: the garbage collector may run it while this thread holds
+    # the lock (inside _new_session), so it takes none (a dict pop is atomic).
+    _SESSIONS.pop(key, None)
 
 
 def _tables(trace: Trace) -> tuple[Any, ...]:
