@@ -27,8 +27,8 @@ TOP_LEVEL = {"cache": "load", "loader": "load", "logdir": "load", "fingerprint":
 CAPTURE_USERS = {"capture", "cli"}
 #: Within analysis/, each folder (or top-level module) may use those listed before it.
 ANALYSIS_ORDER = [
-    "gputime", "workload", "memory", "hardware", "inference", "trace_kind", "finding", "ranks", "paths", "advice",
-    "diff", "summary", "invariants",
+    "session", "gputime", "workload", "memory", "hardware", "inference", "trace_kind", "finding", "ranks", "paths",
+    "advice", "diff", "summary", "invariants",
 ]  # fmt: skip
 
 

@@ -47,13 +47,13 @@ from typing import Any
 
 import polars as pl
 
+from kinetolens.analysis.gputime.overview import COLUMNS, step_breakdown
+from kinetolens.analysis.hardware.gpu_spec import trace_device
+from kinetolens.analysis.session import per_trace, whole_steps
 from kinetolens.analysis.workload.op_times import op_instances
 from kinetolens.analysis.workload.ops import without_step_ranges
-from kinetolens.analysis.gputime.overview import COLUMNS, step_breakdown
 from kinetolens.formats import RUN_METADATA_KEY
-from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
-from kinetolens.analysis.hardware.gpu_spec import trace_device
 
 LEVELS: tuple[str, ...] = ("step", "module", "op", "op_shape", "kernel")
 #: Key columns of each level's table.
@@ -211,17 +211,20 @@ def environment_warning(env: dict[str, Any]) -> str | None:
 
 @dataclass
 class _TraceFacts:
-    """What the levels need from one trace, computed once."""
+    """What the levels need from one trace, computed once per trace (in its
+    analysis session: a dashboard comparing it with several others reuses it)."""
 
-    trace: Trace
+    path: str | None
+    has_steps: bool
     steps: int
     breakdown: pl.DataFrame
     ops: pl.DataFrame  # op and annotation instances inside steps, without the steps
     kernels: pl.DataFrame  # GPU activity inside steps
 
 
+@per_trace
 def _facts(trace: Trace) -> _TraceFacts:
-    trace = without_incomplete_steps(trace)  # a step the profiler cut short is not a step to compare
+    trace = whole_steps(trace)  # a step the profiler cut short is not a step to compare
     breakdown = step_breakdown(trace)
     has_steps = trace.steps.height > 0
     # Annotations (record_function ranges) are rows too: a user range that
@@ -232,7 +235,7 @@ def _facts(trace: Trace) -> _TraceFacts:
     if has_steps:
         ops = ops.filter(pl.col("step").is_not_null())
         kernels = kernels.filter(pl.col("step").is_not_null())
-    return _TraceFacts(trace=trace, steps=breakdown.height, breakdown=breakdown, ops=ops, kernels=kernels)
+    return _TraceFacts(path=trace.path, has_steps=has_steps, steps=breakdown.height, breakdown=breakdown, ops=ops, kernels=kernels)
 
 
 @dataclass
@@ -401,10 +404,10 @@ class RunDiff:
 def _side_info(side: _Side) -> dict[str, Any]:
     mean = side.mean_step_ns
     return {
-        "traces": [f.trace.path for f in side.facts],
+        "traces": [f.path for f in side.facts],
         "ranks": len(side.facts),
         "steps": [f.steps for f in side.facts],
-        "has_steps": all(f.trace.steps.height > 0 for f in side.facts),
+        "has_steps": all(f.has_steps for f in side.facts),
         "mean_step_us": None if mean is None else mean / 1000.0,
     }
 

@@ -16,14 +16,15 @@ from typing import Any
 import polars as pl
 
 from kinetolens import __version__
+from kinetolens.analysis.advice.recommendations import RuleContext, damaged_inputs, recommendations
+from kinetolens.analysis.gputime.overview import COLUMNS, average_breakdown, complete_rows, step_breakdown
 from kinetolens.analysis.hardware.gpu_metrics import gpu_metrics
 from kinetolens.analysis.inference.phases import inference_block
 from kinetolens.analysis.memory.usage import BASIS_NOTES, peak_memory
-from kinetolens.analysis.gputime.overview import COLUMNS, average_breakdown, complete_rows, step_breakdown
-from kinetolens.analysis.advice.recommendations import RuleContext, damaged_inputs, findings
+from kinetolens.analysis.session import warnings_of, whole_steps
+from kinetolens.analysis.trace_kind import trace_kind
 from kinetolens.formats import RUN_METADATA_KEY
 from kinetolens.model.frames import FUNCTION_ONLY_PREFIX
-from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.devices import device_name
 from kinetolens.model.trace import Trace
 
@@ -192,11 +193,9 @@ def run_identity(trace: Trace) -> dict[str, Any]:
 
 def summarize(trace: Trace) -> dict[str, Any]:
     """Stable, documented JSON for ``kinetolens summary --json``."""
-    # The rules judge whole steps; the breakdown and utilization are computed
-    # once for the blocks and the rules when no step was cut short.
-    whole = without_incomplete_steps(trace)
-    shared = RuleContext(whole)
-    mine = shared if whole is trace else RuleContext(trace)
+    # The base results (breakdown, utilization, findings) come from the
+    # trace's analysis session: computed once for the blocks and the rules.
+    mine = RuleContext(trace)
     kinds = trace.kernels.group_by("kind").len() if trace.kernels.height else None
     counts = {str(k): int(v) for k, v in kinds.iter_rows()} if kinds is not None else {}
     devices = [
@@ -223,7 +222,7 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "kinetolens_version": __version__,
         "trace": trace.path,
         "format": trace.format,
-        "kind": shared.kind.to_dict(),
+        "kind": trace_kind(whole_steps(trace)).to_dict(),
         **run_identity(trace),
         "devices": devices,
         "devices_used": used,
@@ -246,7 +245,7 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "memory": memory_block(trace),
         "attribution": attribution(trace),
         "unrecorded_launches": unrecorded_launches(trace),
-        "recommendations": [f.to_dict() for f in findings(shared)],
+        "recommendations": [f.to_dict() for f in recommendations(trace)],
         "recommendations_withheld": damaged_inputs(trace),
-        "warnings": [{"kind": w.kind, "count": w.count, "detail": w.detail} for w in trace.warnings],
+        "warnings": [{"kind": w.kind, "count": w.count, "detail": w.detail} for w in warnings_of(trace)],
     }

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from kinetolens.analysis.inference.phases import detect
+from kinetolens.analysis.session import per_trace
 from kinetolens.model.direction import pytorch_names
 from kinetolens.model.trace import Trace
 
@@ -41,6 +42,7 @@ class TraceKind:
         return asdict(self)
 
 
+@per_trace
 def trace_kind(trace: Trace) -> TraceKind:
     """The :class:`TraceKind` of ``trace``."""
     modules = trace.ops["module"].null_count() < trace.ops.height

@@ -28,7 +28,7 @@ from kinetolens.registry.words import counted
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import emit_json
 from kinetolens.errors import TraceError
-from kinetolens.model.steps import without_incomplete_steps
+from kinetolens.analysis.session import whole_steps
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views.units import duration, in_unit, middle, percent, time_unit
 from kinetolens.model.vocabulary import BOUND_WORDS as LABELS
@@ -102,7 +102,7 @@ def critical_path_command(
         raise click.UsageError("--instance picks a match of --annotation, which is missing")
     t = loading.load(trace)
     if step is None and annotation is None and not keep_last_step:
-        t = without_incomplete_steps(t)
+        t = whole_steps(t)
     windows: list[Window]
     if annotation is not None:
         windows = [annotation_window(t, annotation, instance)]

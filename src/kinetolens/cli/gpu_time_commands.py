@@ -26,7 +26,7 @@ from kinetolens.cli.checks import MICROSECONDS
 from kinetolens.cli.load_options import TraceLoading, trace_load_options
 from kinetolens.cli.render import emit, emit_json
 from kinetolens.errors import TraceError
-from kinetolens.model.steps import without_incomplete_steps
+from kinetolens.analysis.session import whole_steps
 from kinetolens.model.trace import Trace
 from kinetolens.registry.kernel_names import short_names
 
@@ -38,7 +38,7 @@ def _trace(path: str, loading: TraceLoading, keep_last_step: bool) -> Trace:
     trace = loading.load(path)
     if trace.kernels.height == 0:
         raise TraceError(path, "has no GPU kernels, memcpys or memsets to analyze")
-    return trace if keep_last_step else without_incomplete_steps(trace)
+    return trace if keep_last_step else whole_steps(trace)
 
 
 def _emit_tables(

@@ -9,6 +9,7 @@ import polars as pl
 from rich.table import Table
 from rich.text import Text
 
+from kinetolens.analysis.session import warnings_of
 from kinetolens.analysis.hardware.roofline import (
     GROUPINGS,
     REALISTIC,
@@ -184,7 +185,7 @@ def roofline_command(
         f"{spec.name} ({spec.origin}): DRAM {spec.dram_gbps:,.0f} GB/s. Ops with a roofline: {total:,.1f} us on the GPU, "
         f"{lost:,.1f} us lost to the roof, {lost75:,.1f} us below {REALISTIC:.0%} of it{note}",
         *_caveat_lines(ops),
-        *(f"warning: {w}" for w in t.warnings if w.kind == FORMULA_FAILED),
+        *(f"warning: {w}" for w in warnings_of(t) if w.kind == FORMULA_FAILED),
     ]
     if dropped:
         lines.append(f"Not shown at this width: {', '.join(dropped)} (wider terminal or -w; --json/--csv have every column).")

@@ -32,7 +32,7 @@ from kinetolens.analysis.paths.critical_path import (
     window_bounds,
 )
 from kinetolens.errors import TraceError
-from kinetolens.model.steps import without_incomplete_steps
+from kinetolens.analysis.session import whole_steps
 from kinetolens.model.trace import Trace
 from kinetolens.model.vocabulary import BOUND_WORDS
 from kinetolens.registry.kernel_names import short_names
@@ -108,7 +108,7 @@ def _windows(trace: Trace, step: int | None) -> tuple[Trace, list[Window], list[
     """The windows analysed, and the line that says which when it is not plain steps."""
     if step is not None:
         return trace, [step_window(trace, step)], []
-    whole = without_incomplete_steps(trace)  # as `kinetolens critical-path`
+    whole = whole_steps(trace)  # as `kinetolens critical-path`
     if whole.steps.height == 0:
         why = "no complete profiler step" if trace.steps.height else "no profiler steps"
         return whole, step_windows(whole), [f"The trace has {why}: the path covers the whole trace."]

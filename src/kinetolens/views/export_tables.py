@@ -14,6 +14,7 @@ from pathlib import Path
 import msgspec
 import polars as pl
 
+from kinetolens.analysis.session import warnings_of
 from kinetolens.errors import TraceError
 from kinetolens.model.trace import TABLES, Trace
 
@@ -48,7 +49,7 @@ def write_tables(trace: Trace, out_dir: str | Path, fmt: str = "parquet") -> dic
             "source": trace.path,
             "format": trace.format,
             "metadata": trace.metadata,
-            "warnings": [{"kind": w.kind, "count": w.count, "detail": w.detail} for w in trace.warnings],
+            "warnings": [{"kind": w.kind, "count": w.count, "detail": w.detail} for w in warnings_of(trace)],
             "rows": {name: getattr(trace, name).height for name in TABLES},
         }
         (out / METADATA_FILE).write_bytes(msgspec.json.format(msgspec.json.encode(meta), indent=2))

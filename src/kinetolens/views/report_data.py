@@ -28,7 +28,7 @@ from kinetolens.analysis.hardware.roofline import op_roofline, roofline_by
 from kinetolens.analysis.summary import summarize
 from kinetolens.errors import TraceError
 from kinetolens.logdir import one_run
-from kinetolens.model.steps import without_incomplete_steps
+from kinetolens.analysis.session import whole_steps
 from kinetolens.model.trace import Trace
 from kinetolens.registry.gpus import GpuSpec
 from kinetolens.analysis.hardware.gpu_spec import gpu_spec
@@ -274,7 +274,7 @@ def collect(
     ranked = pl.col(basis)
     spec, roof_ops, roof_modules, roof_note = _roofline(trace)
     events = memory_events(trace)
-    whole = without_incomplete_steps(trace)  # what `kinetolens idle` covers
+    whole = whole_steps(trace)  # what `kinetolens idle` covers
     data = ReportData(
         trace=trace,
         title=title or Path(trace.path).name,

@@ -9,7 +9,11 @@ bucketing) mean nothing to a model being served.  On an inference trace:
   where the trace has them: the rules read the iterations' breakdown and
   windows as they read steps', so every figure is per iteration, and their
   words say so;
-* rules about training only are not run (:data:`TRAINING_ONLY`);
+* rules about training only are not run (registered ``training_only``: no
+  DataLoader feeds an engine; nn.DataParallel's advice is about gradients;
+  an engine fills the memory its weights leave with KV cache on purpose,
+  vLLM's gpu_memory_utilization is 0.9 by default, so a peak near capacity
+  is its design);
 * rules whose change names training tools get the serving counterpart (:data:`CHANGES`).
 """
 
@@ -22,12 +26,6 @@ from typing import Any
 import polars as pl
 
 from kinetolens.analysis.gputime.overview import COLUMNS
-
-#: Rules (function names) that do not apply to a served model: no DataLoader
-#: feeds an engine; nn.DataParallel's advice is about gradients; an engine
-#: fills the memory its weights leave with KV cache on purpose (vLLM's
-#: gpu_memory_utilization, 0.9 by default), so a peak near capacity is its design.
-TRAINING_ONLY = frozenset({"dataloader_bound", "data_parallel", "memory_capacity"})
 
 #: The change a finding (by ``rule``) advises on an inference trace, where its
 #: training wording names tools a server does not use.

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from kinetolens.analysis.session import per_trace
 from kinetolens.model.trace import Trace
 from kinetolens.model.vocabulary import (
     GPU_ACTIVITY,
@@ -46,6 +47,7 @@ COLUMNS: tuple[str, ...] = (*CATEGORIES, OTHER, "total")
 _WINDOW_SCHEMA = {"step": pl.Int64, "start": pl.Int64, "end": pl.Int64}
 
 
+@per_trace
 def step_windows(trace: Trace) -> pl.DataFrame:
     """Disjoint [start, end) wall-time windows, one per step (ns).
 
@@ -182,6 +184,7 @@ def _segments(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     return segs.filter(pl.col("t") < pl.col("end")).select("w", "cat", "ns")
 
 
+@per_trace
 def step_breakdown(trace: Trace) -> pl.DataFrame:
     """One row per step: ``step`` and nanoseconds per category, plus ``total``
     and ``complete`` (false for a last step the profiler cut short).

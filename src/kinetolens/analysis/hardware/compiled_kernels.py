@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from kinetolens.analysis.hardware.roofline import kernel_roofline
 from kinetolens.analysis.workload.fusions import fusion, recorded
 from kinetolens.analysis.workload.work import carried_work, kernel_work
-from kinetolens.analysis.hardware.roofline import kernel_roofline
 from kinetolens.model.compiled_modules import compiled_root, kernel_modules
 from kinetolens.model.trace import Trace
 from kinetolens.registry.gpus import GpuSpec
@@ -65,7 +65,7 @@ def generated_kernels(trace: Trace) -> pl.DataFrame:
     device = k.select("kernel_id", "op_id", "name", "dur", "step", "direction", "module")
     formulas = op_work.select(carrier="op_id", formula="formula")
     device = (
-        device.join(kernel_work(trace, carried).select("kernel_id", "flops", "bytes"), on="kernel_id", how="left")
+        device.join(kernel_work(trace).select("kernel_id", "flops", "bytes"), on="kernel_id", how="left")
         .join(carried.kernels.select("kernel_id", "carrier"), on="kernel_id", how="left")
         .join(formulas, on="carrier", how="left")
         .drop("carrier")

@@ -32,12 +32,12 @@ from __future__ import annotations
 import polars as pl
 
 from kinetolens.analysis.gputime.gpu_streams import union_intervals
-from kinetolens.analysis.memory.usage import CPU_DEVICE_TYPE, peak_memory
 from kinetolens.analysis.gputime.overview import step_windows
 from kinetolens.analysis.hardware.tensor_cores import kernel_tensor_cores
 from kinetolens.model.devices import device_name, device_properties
+from kinetolens.analysis.memory.usage import CPU_DEVICE_TYPE, peak_memory
+from kinetolens.analysis.session import per_trace
 from kinetolens.model.trace import Trace
-
 
 SCHEMA = {
     "device": pl.Int64,
@@ -127,6 +127,7 @@ def _tensor_core_share(trace: Trace) -> pl.DataFrame:
     return k.group_by("device").agg(tensor_core_share=pl.when(known).then(share))
 
 
+@per_trace
 def gpu_metrics(trace: Trace) -> pl.DataFrame:
     """One row per GPU that ran kernels or holds memory records."""
     k = _kernels(trace)

@@ -9,6 +9,7 @@ from typing import Any
 
 import polars as pl
 
+from kinetolens.analysis.session import per_trace
 from kinetolens.ingest.gpu_spec_file import read_spec_file
 from kinetolens.model.trace import Trace
 from kinetolens.model.devices import device_name, device_properties
@@ -35,6 +36,19 @@ def trace_device(trace: Trace) -> dict[str, Any] | None:
     return {**chosen, "name": name}
 
 
+@per_trace
+def device_spec(trace: Trace) -> GpuSpec | None:
+    """The table entry for the trace's device, with the trace's own SM count and
+    memory size (None when the table does not know it), once per trace."""
+    device = trace_device(trace)
+    spec = match_device(device.get("name"), device.get("totalGlobalMem")) if device else None
+    if spec is None and device is not None and identify(device):
+        spec = SPECS[identify(device)]  # a nameless ROCm device, known by its properties
+    if spec is not None and device is not None:
+        spec = with_device(spec, device)
+    return spec
+
+
 def gpu_spec(
     trace: Trace,
     spec_file: str | None = None,
@@ -52,12 +66,7 @@ def gpu_spec(
     for label, value in (("peak_tflops", peak_tflops), ("peak_gbps", peak_gbps)):
         if value is not None and (isinstance(value, bool) or not value > 0):
             raise ValueError(f"{label} must be a positive number, got {value!r}")
-    device = trace_device(trace)
-    spec = match_device(device.get("name"), device.get("totalGlobalMem")) if device else None
-    if spec is None and device is not None and identify(device):
-        spec = SPECS[identify(device)]
-    if spec is not None and device is not None:
-        spec = with_device(spec, device)
+    spec = device_spec(trace)
     if spec_file is not None:
         spec = spec_from_fields(str(spec_file), read_spec_file(str(spec_file)), spec)
     if peak_tflops is None and peak_gbps is None:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import polars as pl
 
+from kinetolens.analysis.hardware.tensor_cores import kernel_tensor_cores
 from kinetolens.analysis.workload.fusions import fused_op_names
 from kinetolens.analysis.workload.params import dtypes_expr, shapes_expr
-from kinetolens.analysis.hardware.tensor_cores import kernel_tensor_cores
 from kinetolens.analysis.workload.work import kernel_work
-from kinetolens.registry.kernel_names import short_names
 from kinetolens.model.trace import Trace
+from kinetolens.registry.kernel_names import short_names
 
 #: Column name -> meaning, in default display order (``kinetolens kernels -h``).
 KERNEL_COLUMNS: dict[str, str] = {

@@ -225,7 +225,7 @@ def kernel_roofline(trace: Trace, spec: GpuSpec | None) -> pl.DataFrame:
     """
     spec = require_roofs(spec, trace)
     carried = carried_work(trace)
-    work = kernel_work(trace, carried)
+    work = kernel_work(trace)
     k = (
         trace.kernels.select("kernel_id", "name", "op", "dur")
         .join(work, on="kernel_id", how="inner")

@@ -20,6 +20,8 @@ from typing import Any
 
 import polars as pl
 
+from kinetolens.analysis.hardware.gpu_spec import trace_device
+from kinetolens.analysis.session import per_trace
 from kinetolens.model.ids import rows_by_id
 from kinetolens.model.nesting import outermost_marked
 from kinetolens.model.trace import Trace
@@ -27,7 +29,6 @@ from kinetolens.model.vocabulary import matrix_ops
 from kinetolens.registry.dtypes import canonical
 from kinetolens.registry.flops import REGISTRY, OpArgs
 from kinetolens.registry.flops_base import json_list
-from kinetolens.analysis.hardware.gpu_spec import trace_device
 from kinetolens.registry.tensor_cores import NO, TENSOR_COUNTER, UNKNOWN, YES, classify
 
 # -- per kernel ------------------------------------------------------------------
@@ -65,6 +66,7 @@ def name_verdicts(names: pl.Series) -> pl.DataFrame:
     )
 
 
+@per_trace
 def kernel_tensor_cores(trace: Trace) -> pl.DataFrame:
     """One row per GPU activity: ``kernel_id, name, kind, tc, tc_reason, tc_source``.
 
@@ -280,6 +282,7 @@ def _shape_facts(name: str, dims_text: str | None, types_text: str | None, cc: t
     )
 
 
+@per_trace
 def op_tensor_core_eligibility(trace: Trace) -> pl.DataFrame:
     """One row per matrix op call (outermost, so linear -> addmm is one row).
 

@@ -53,8 +53,9 @@ from typing import Any
 
 import polars as pl
 
-from kinetolens.analysis.inference import engine_annotations
 from kinetolens.analysis.gputime.overview import COLUMNS, breakdown, category_intervals
+from kinetolens.analysis.inference import engine_annotations
+from kinetolens.analysis.session import per_trace
 from kinetolens.model.steps import host_range_windows
 from kinetolens.model.trace import Trace
 
@@ -316,6 +317,7 @@ def _marks(trace: Trace) -> tuple[pl.DataFrame, str, pl.DataFrame]:
     return marks.sort("ts").with_row_index("iteration").with_columns(pl.col("iteration").cast(_I64)), source, emb
 
 
+@per_trace
 def iterations(trace: Trace) -> pl.DataFrame:
     """One row per engine iteration, in time order; empty when none is found.
 

@@ -39,15 +39,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from kinetolens.analysis.ranks.collectives import collective_calls
 from kinetolens.analysis.paths.critical_path import BOUND_BY, summarize, top_items
 from kinetolens.analysis.paths.critical_path import step_windows as trace_step_windows
 from kinetolens.analysis.paths.dependency_graph import DependencyGraph, TraceFacts, build_graph
-from kinetolens.analysis.ranks.distributed import RankSummary, matched_calls
 from kinetolens.analysis.paths.longest_path import CycleError
 from kinetolens.analysis.paths.longest_path import longest_path as chain_longest_path
+from kinetolens.analysis.ranks.collectives import collective_calls
+from kinetolens.analysis.ranks.distributed import RankSummary, matched_calls
+from kinetolens.analysis.session import whole_steps
 from kinetolens.errors import TraceError
-from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.trace import Trace
 from kinetolens.model.vocabulary import BOUND_WORDS, C10D_PREFIX, PARAM_COMMS
 
@@ -105,9 +105,9 @@ class RankGraphs:
 def rank_graphs(trace: Trace, rank: int | None = None) -> RankGraphs:
     """Every whole step's graph of one rank's trace (run where the trace is)."""
     the_rank = trace.rank if trace.rank is not None else (rank if rank is not None else 0)
-    t = without_incomplete_steps(trace)
+    t = whole_steps(trace)
     calls = collective_calls(t)
-    facts = TraceFacts(t)
+    facts = TraceFacts.of(t)
     out = RankGraphs(rank=int(the_rank), world_size=t.world_size, path=t.path, calls=calls)
     if t.steps.height == 0:
         return out

@@ -38,6 +38,7 @@ and the recorded work as the last launch before that record.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -45,6 +46,7 @@ import numpy as np
 import numpy.ma  # noqa: F401  (polars imports it on the first numpy -> polars conversion: at import, not in the first graph)
 import polars as pl
 
+from kinetolens.analysis.session import session_of
 from kinetolens.model.trace import Trace
 from kinetolens.model.vocabulary import (
     BLOCKING_CALLS,
@@ -88,22 +90,26 @@ class DependencyGraph:
 
 
 class TraceFacts:
-    """The whole-trace tables every window's graph reads, computed once per trace."""
+    """The whole-trace tables every window's graph reads, computed once per trace.
+
+    It holds its trace weakly: the trace's analysis session keeps it
+    (:meth:`of`), and a session's results must not keep their trace alive.
+    """
 
     def __init__(self, trace: Trace) -> None:
-        self.trace = trace
+        self._trace = weakref.ref(trace)
+
+    @property
+    def trace(self) -> Trace:
+        trace = self._trace()
+        if trace is None:
+            raise ReferenceError("the trace of these dependency facts was collected")
+        return trace
 
     @classmethod
     def of(cls, trace: Trace) -> TraceFacts:
-        """The facts of ``trace``, kept on it: the next window's graph reuses them
-        (made again if its tables were replaced since)."""
-        tables = (trace.ops, trace.runtime, trace.kernels)
-        facts = trace.__dict__.get("_dependency_facts")
-        kept = facts.__dict__.get("_tables") if isinstance(facts, cls) else None
-        if kept is None or any(a is not b for a, b in zip(kept, tables)):
-            facts = trace.__dict__["_dependency_facts"] = cls(trace)
-            facts._tables = tables
-        return facts
+        """The facts of ``trace``, kept in its analysis session: the next window's graph reuses them."""
+        return session_of(trace).get(cls, trace)
 
     def __reduce__(self) -> tuple[type, tuple[Trace]]:
         """Pickled as its trace alone (a pickled trace stays lean; the tables are made again)."""

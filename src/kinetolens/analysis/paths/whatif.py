@@ -156,11 +156,11 @@ def sample(n: int, k: int | None) -> list[int]:
 def _windows(trace: Trace, step: int | None) -> tuple[Trace, list[Window]]:
     """The trace to re-time and its windows: ``step``'s, every complete step's, or the whole trace without steps."""
     from kinetolens.analysis.paths.critical_path import step_window
-    from kinetolens.model.steps import without_incomplete_steps
+    from kinetolens.analysis.session import whole_steps
 
     if step is not None:
         return trace, [step_window(trace, step)]
-    trace = without_incomplete_steps(trace)
+    trace = whole_steps(trace)
     return trace, (step_windows(trace) if trace.steps.height else [whole_window(trace)])
 
 
@@ -168,7 +168,7 @@ def iter_replays(trace: Trace, windows: list[Window]) -> Iterator[Replay]:
     """Each window's graph prepared for re-timing, one at a time: a caller that
     drops each replay before asking for the next holds one step's graph, however
     many steps the trace has (windows without events are skipped)."""
-    facts = TraceFacts(trace)
+    facts = TraceFacts.of(trace)
     for w in windows:
         graph = build_graph(trace, w.start, w.end, facts)
         if graph.events.height == 0:

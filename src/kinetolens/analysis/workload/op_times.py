@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import polars as pl
 
+from kinetolens.analysis.session import per_trace
 from kinetolens.analysis.workload.params import dtypes_expr, shapes_expr
 from kinetolens.analysis.workload.work import op_work
 from kinetolens.model.trace import Trace
 
 
+@per_trace
 def op_instances(trace: Trace) -> pl.DataFrame:
     ops = trace.ops
     n = ops.height

@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import polars as pl
 
+from kinetolens.analysis.gputime.overview import step_windows
+from kinetolens.analysis.session import per_trace
 from kinetolens.analysis.workload.group_labels import counts, listed, mixed
 from kinetolens.analysis.workload.modules import with_module_calls
 from kinetolens.analysis.workload.op_times import op_instances
-from kinetolens.analysis.gputime.overview import step_windows
 from kinetolens.analysis.workload.work import kernel_work
 from kinetolens.model.nesting import nearest_marked, outermost_marked
 from kinetolens.model.earlier_launches import without_earlier_iteration
@@ -221,6 +222,7 @@ def _agg(col: str, how: str) -> pl.Expr:
     return pl.when(expr.is_not_null().any()).then(taken)
 
 
+@per_trace
 def op_stats(
     trace: Trace,
     *,

@@ -29,13 +29,14 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from kinetolens.analysis.session import per_trace, session_of
 from kinetolens.analysis.workload.fusions import generated_op_work
 from kinetolens.errors import TraceWarning
 from kinetolens.model.nesting import outermost_marked
 from kinetolens.model.trace import Trace
 from kinetolens.registry.flops import REGISTRY, FormulaError, OpArgs, Work, evaluate
-from kinetolens.registry.tensor_cores import YES, classify
 from kinetolens.registry.flops_paged_attention import BatchStats, step_batch
+from kinetolens.registry.tensor_cores import YES, classify
 
 _KEY = ["name", "input_dims", "input_types", "concrete_inputs"]
 
@@ -267,14 +268,15 @@ class CarriedWork:
     kernels: pl.DataFrame
 
 
+@per_trace
 def carried_work(trace: Trace) -> CarriedWork:
     """Evaluate the formulas of all ops once and find which op carries each
     kernel's work (see the module docstring).
 
     A formula that fails for a reason other than its arguments (a bug) leaves
     its calls without work and a counted :class:`TraceWarning` naming the op
-    on ``trace.warnings`` (kind :data:`FORMULA_FAILED`), which every view
-    that lists the trace's warnings shows.
+    in the trace's session warnings (kind :data:`FORMULA_FAILED`), which
+    every view that lists the trace's warnings shows (:func:`warnings_of`).
     """
     ordered = trace.ops.select(c for c in _OP_COLUMNS if c in trace.ops.columns).sort("op_id")
     failures = _Failures()
@@ -283,8 +285,7 @@ def carried_work(trace: Trace) -> CarriedWork:
     if generated.height:
         works = pl.concat([works.filter(~pl.col("op_id").is_in(generated["op_id"].implode())), generated]).sort("op_id")
     for warning in failures.warnings():
-        if warning not in trace.warnings:  # every analysis evaluates afresh: one warning per failure
-            trace.warnings.append(warning)
+        session_of(trace).warn(warning)
     carrier = _carriers(ordered, works)
     ops = works.filter(carrier.gather(works["op_id"]) == works["op_id"])
     k = trace.kernels.filter(pl.col("op_id").is_not_null()).select(
@@ -299,9 +300,10 @@ def op_work(trace: Trace) -> pl.DataFrame:
     return carried_work(trace).ops
 
 
-def kernel_work(trace: Trace, carried: CarriedWork | None = None) -> pl.DataFrame:
+@per_trace
+def kernel_work(trace: Trace) -> pl.DataFrame:
     """One row per kernel whose op carries work: ``kernel_id, flops, bytes, estimated``."""
-    carried = carried or carried_work(trace)
+    carried = carried_work(trace)
     schema = {"kernel_id": pl.Int64, "flops": pl.Float64, "bytes": pl.Float64, "estimated": pl.Boolean}
     if not carried.kernels.height:
         return pl.DataFrame(schema=schema)

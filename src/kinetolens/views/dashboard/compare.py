@@ -21,8 +21,8 @@ from kinetolens.analysis import diff as diff_module
 from kinetolens.analysis.gputime.idle import comm_comp_overlap, temporal_breakdown
 from kinetolens.analysis.ranks.dist_report import DistReport, dist_report
 from kinetolens.analysis.ranks.distributed import rank_summary
-from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.model.vocabulary import CATEGORY_WORDS
+from kinetolens.analysis.session import whole_steps
 from kinetolens.views import figures, units
 from kinetolens.views.dashboard import cross_rank_path_page
 from kinetolens.views.dashboard.blocks import Block, figure, table, text
@@ -61,8 +61,8 @@ def rank_digest(trace: Any, rank: int | None = None) -> RankDigest:
     tag = pl.lit(settled, pl.Int64).alias("rank")
     return RankDigest(
         summary=summary,
-        temporal=temporal_breakdown(without_incomplete_steps(trace)).with_columns(tag),  # as `kinetolens idle`
-        overlap=comm_comp_overlap(without_incomplete_steps(trace)).with_columns(tag),  # and the report
+        temporal=temporal_breakdown(whole_steps(trace)).with_columns(tag),  # as `kinetolens idle`
+        overlap=comm_comp_overlap(whole_steps(trace)).with_columns(tag),  # and the report
         graphs=cross_rank_path_page.rank_graphs_of(trace, settled),
     )
 

@@ -83,7 +83,7 @@ def overview(ctx: Ctx) -> list[Block]:
     ]
     if inference:
         return [*head, *phases_page.blocks(ctx, inference), findings(ctx)]
-    breakdown = ctx.memo("step_breakdown", lambda: step_breakdown(t))
+    breakdown = step_breakdown(t)  # the trace's session keeps it
     return [
         *head,
         figure(figures.step_breakdown_figure(breakdown)) if breakdown.height
@@ -95,7 +95,7 @@ def overview(ctx: Ctx) -> list[Block]:
 
 def findings(ctx: Ctx) -> Block:
     """The recommendations as cards: each with its whole evidence, change and estimate (a table cell cuts them)."""
-    recs = ctx.memo("recommendations", lambda: recommendations_frame(ctx.trace))
+    recs = recommendations_frame(ctx.trace)  # findings kept in the trace's session
     withheld = ctx.memo("damaged_inputs", lambda: damaged_inputs(ctx.trace))
     items = [
         {"title": r["title"], "saving": f"(saves up to {units.sig(r['saving_ms'])} ms per {r['per']}"
@@ -114,7 +114,7 @@ def operators(ctx: Ctx) -> list[Block]:
                else "it records no operator events")
         return [unavailable("Operators are", why), text("The Kernels and Timeline views show its GPU work.")]
     basis = rank_basis(ctx.trace)  # self time: nested ops would count their children's kernels again
-    by_op = ctx.memo(("op_stats", ctx.step), lambda: op_stats(ctx.trace, by="op", step=ctx.step))
+    by_op = op_stats(ctx.trace, by="op", step=ctx.step)
     return [
         table(
             "ops", "Operators (click a row for its kernels and call sites)", sort=basis,
@@ -167,7 +167,7 @@ def tensor_cores(rows: pl.DataFrame) -> Block:
 
 
 def modules(ctx: Ctx) -> list[Block]:
-    mods = ctx.memo(("op_stats_module", ctx.step), lambda: op_stats(ctx.trace, by="module", step=ctx.step))
+    mods = op_stats(ctx.trace, by="module", step=ctx.step)
     if mods["module"].drop_nulls().len() == 0:
         why = ("Nsight exports carry no nn.Module hierarchy" if _nsys(ctx)
                else "it records no nn.Module hierarchy (profile with with_modules=True or with_stack=True)")
@@ -233,7 +233,7 @@ def memory(ctx: Ctx) -> list[Block]:
 
 def timeline(ctx: Ctx) -> list[Block]:
     t = ctx.trace
-    windows = ctx.memo("step_windows", lambda: step_windows(t))
+    windows = step_windows(t)
     if windows.height == 0:
         return [text("No events to draw.", "warn")]
     row = windows.row(0, named=True) if ctx.step is None else None

@@ -102,7 +102,7 @@ class Ctx:
 
 def spec_of(ctx: Ctx) -> GpuSpec | None:
     """The GPU's roofs when the registry knows it and it has both ceilings."""
-    spec = ctx.memo("spec", lambda: gpu_spec(ctx.trace))
+    spec = gpu_spec(ctx.trace)
     if spec is None or not spec.dram_gbps or (spec.peak_override_tflops is None and not spec.tflops):
         return None
     return spec
@@ -123,7 +123,7 @@ def gpus(ctx: Ctx) -> pl.DataFrame:
 
 def execution_summary(ctx: Ctx) -> pl.DataFrame:
     """The average step's breakdown: category, microseconds, percent of the step."""
-    table = ctx.memo("step_breakdown", lambda: step_breakdown(ctx.trace))
+    table = step_breakdown(ctx.trace)
     if table.height == 0:
         return pl.DataFrame(schema={"category": pl.String, "time_us": pl.Float64, "pct": pl.Float64})
     avg = average_breakdown(table)
@@ -153,7 +153,7 @@ def ops(ctx: Ctx) -> pl.DataFrame:
 
 
 def op_instances_of(ctx: Ctx) -> pl.DataFrame:
-    return ctx.memo("op_instances", lambda: op_instances(ctx.trace))
+    return op_instances(ctx.trace)
 
 
 def op_kernels(ctx: Ctx) -> pl.DataFrame:

@@ -5,8 +5,11 @@ queues its load on a small thread pool and answers at once with its status
 (``queued``, ``loading`` with the seconds spent, ``error`` with the one-line
 :class:`~kinetolens.errors.TraceError`), so the page can show progress and a
 large trace loading never holds up requests for others.  Loaded traces sit
-in a small LRU; each keeps a bounded memo of the analysis results computed
-for it, so a table that is sorted, filtered and paged is computed once.
+in a small LRU; each keeps a bounded memo of the tables and pictures made
+for it (per step and parameters), so a table that is sorted, filtered and
+paged is computed once.  The base analyses those tables read (op stats,
+step breakdown, recommendations ...) are kept once per trace by its
+analysis session (:mod:`kinetolens.analysis.session`), not here.
 
 A view over a run's ranks never needs every rank's trace in memory at once:
 each rank is loaded once and reduced to a small per-rank *digest* (the
@@ -44,8 +47,7 @@ from kinetolens.model.trace import Trace
 
 T = TypeVar("T")
 
-#: Results kept per loaded trace (base analyses, tables per step and
-#: parameters, pictures): the least recently used beyond this are dropped,
+#: Results kept per loaded trace (tables per step and parameters, pictures): the least recently used beyond this are dropped,
 #: so dragging a memory range to ever new places cannot grow it without end.
 MEMO_ENTRIES = 64
 
