@@ -131,10 +131,13 @@ def test_a_session_does_not_keep_its_trace_alive(tmp_path) -> None:
 
 
 def test_a_trace_whose_tables_are_replaced_gets_a_fresh_session(tmp_path) -> None:
+    import dataclasses
+
     trace = kinetolens.load(_negative_mm(tmp_path), cache=False)
     first = session_of(trace)
     assert session_of(trace) is first
     windows = overview.step_windows(trace)
-    trace.ops = trace.ops.clear()
-    assert session_of(trace) is not first
-    assert overview.step_windows(trace) is not windows
+    # the Trace is frozen: other tables make another Trace, with a session of its own
+    other = dataclasses.replace(trace, ops=trace.ops.clear())
+    assert session_of(other) is not first and session_of(trace) is first
+    assert overview.step_windows(other) is not windows and overview.step_windows(trace) is windows
