@@ -85,7 +85,7 @@ RULES: tuple[Rule, ...] = (
         NO,
         "legacy cuDNN engine / transform / scaling on CUDA cores",
     ),
-    _rule(r"bn_fw|bn_bw|batch_?norm|layer_?norm|rms_?norm|group_?norm|GammaBeta|RowwiseMoments|MomentsCUDA", NO, "normalization"),
+    _rule(r"bn_fw|bn_bw|batch_?norm|layer_?norm|rms_?norm|group_?norm|qk_?norm|GammaBeta|RowwiseMoments|MomentsCUDA", NO, "normalization"),
     # -- everything that is not a matrix product -------------------------------
     _rule(r"^nccl|ncclDevKernel|ncclKernel|all_?reduce|allgather|all_gather|reduce_scatter|multimem|cross_device", NO, "communication"),
     _rule(r"^(Memcpy|Memset)|memcpy|memset|copy_page|CatArray|_copy_|copy_kernel|direct_copy", NO, "copy / fill"),
@@ -97,7 +97,7 @@ RULES: tuple[Rule, ...] = (
     ),
     _rule(
         r"elementwise|reduce_kernel|softmax|dropout|embedding|scatter|gather|index|permute|transpose|"
-        r"rotary|quantiz|dequant|fp8_quant|FP8rowwise_to|qparam|reshape_and_cache|routing|finalizeKernel|topk|radix|scan|sort|histogram|"
+        r"rotary|(?<![a-z])rope_|quantiz|dequant|fp8_quant|FP8rowwise_to|qparam|reshape_and_cache|routing|finalizeKernel|topk|radix|scan|sort|histogram|"
         r"multi_tensor_apply|adam|bounds_check|offsets_range|searchsorted|to_dense|recat|Criterion|"
         r"pool|upsample|clamp|relu|gelu|silu|^void compute_cuda_kernel<",
         NO,

@@ -26,7 +26,13 @@ from kinetolens.capture.profile import profile as kl_profile
 
 ROOT = Path(__file__).resolve().parents[3]
 SHARED = ROOT.parent / "shared" / "traces"
-NSYS = sorted((SHARED / "nsys").glob("*.sqlite"))
+#: Nsight Systems exports of programs that are not PyTorch (pipit's MPI
+#: saxpy and CloverLeaf).  nsys-ai's FastVideo export is a PyTorch program
+#: recorded under torch.autograd.profiler.emit_nvtx (its NVTX ranges are
+#: "aten::view, op_id = ..."), so PyTorch advice is right for it; it has its
+#: own test below.
+NSYS_PYTORCH = SHARED / "nsys" / "nsys-ai_h100_2gpu_1s.sqlite"
+NSYS = sorted(p for p in (SHARED / "nsys").glob("*.sqlite") if p != NSYS_PYTORCH)
 CPU_ONLY = [
     SHARED / "hta" / "rank_non_gpu" / "rank_non_gpu.json.gz",
     *sorted((SHARED / "hta" / "cpu_only").glob("*.json.gz")),
@@ -159,3 +165,15 @@ def test_nsys_advice_is_not_pytorch_advice(nsys_trace: Path, tmp_path: Path) -> 
     body = page[page.index('<div class="kl-report">'):]
     for word in (".item()", "foreach", "fprop", "bprop", "torch.compile"):
         assert word not in body, word
+
+
+def test_nsys_export_of_a_pytorch_program_gets_pytorch_advice() -> None:
+    # The FastVideo run is PyTorch under nsys (emit_nvtx ranges name the
+    # aten ops): its blocking syncs sit under aten::item, so the advice names
+    # .item() rather than cudaMemcpyAsync/cudaDeviceSynchronize.
+    trace = load(NSYS_PYTORCH, cache=False)
+    kind = trace_kind(trace)
+    assert kind.gpu and kind.pytorch
+    sync = [f for f in recommendations(trace) if f.rule == "synchronization"]
+    assert len(sync) == 1
+    assert "aten::item" in sync[0].evidence and ".item()" in sync[0].change

@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 
 import kinetolens
+from kinetolens.analysis.workload.op_times import op_instances
 from kinetolens.analysis.workload.ops import op_stats
 from tests.conftest import GOLDEN, TRACES
 
@@ -29,7 +30,39 @@ PLUGIN_WRONG = {
     # aten::empty_strided / aten::view / aten::detach, which launch nothing,
     # and reports a negative host self time for aten::to.
     "hta__critical_path__alexnet": "plugin matched launches by colliding External ids",
+    # The same on the RTX 2080 ResNet trace: all 25,928 runtime calls carry
+    # External id == correlation id, so the plugin credits 238,739 us of GPU
+    # time to aten::result_type and 177,118 us to aten::empty, which launch
+    # nothing (its aten::result_type calls, 6,870 against our 7,316, are also
+    # short by the 446 same-name children it folds, see PLUGIN_RULES).
+    "param__resnet_kineto": "plugin matched launches by colliding External ids",
 }
+# How the plugin builds its operator table differently from us, per trace
+# (each difference measured on the trace; our figures are the recorded ones):
+# * "fold": the plugin folds an op's only child of the same name into it
+#   (remove_dup_nodes, after torch.autograd.profiler's _remove_dup_nodes):
+#   aten::mul 27 -> 25 calls on the B200 GPT-2 step (PowBackward0's mul calls
+#   mul), aten::div 10 -> 5 on MI300 ResNet-18.  We keep both recorded ranges:
+#   each is a dispatcher call with its own host time.
+# * "runtime_launches_only": the plugin links kernels only through CUDA
+#   runtime calls; kernels launched with the driver API (cuLaunchKernel,
+#   cuLaunchKernelEx: the CUTLASS 3 / cuBLASLt GEMMs on B200) get no op, so it
+#   reports aten::mm at 40 us of GPU time where its kernels ran 134.8 us.
+# * "dropped_backward": with module (with_stack) information the plugin
+#   re-hangs backward roots under the forward module that owns them and drops
+#   the roots it cannot place: on MI300 ResNet-18 the loss (F.mse_loss, in no
+#   nn.Module) has its MseLossBackward0 subtree dropped, so 5 of the 15
+#   aten::fill_ calls (and 19.6 us of their kernels) are missing there.
+PLUGIN_RULES: dict[str, dict[str, object]] = {
+    "ai-performance-engineering__b200_gpt2_toy": {"fold": True, "runtime_launches_only": True},
+    "tracelens__mi300__ddp_resnet18_no_pool": {
+        "fold": True,
+        "dropped_backward": ("autograd::engine::evaluate_function: MseLossBackward0",),
+    },
+}
+# Traces recorded with the GPU activity only (no CPU ops): there is no op to
+# credit GPU time to, for the plugin or for us.
+GPU_ONLY = {"tracelens__mi210__gpu_only_trace": "recorded with GPU activity only: HIP calls and kernels, no ops"}
 # The plugin truncates timestamps to whole microseconds; this trace has ns
 # resolution, so per-op sums differ by rounding, and one aten::mul whose
 # range straddles another op is dropped by the plugin's tree builder (we keep
@@ -51,6 +84,50 @@ def _plugin_wrong(golden_file) -> bool:
     return any(golden_file.name.startswith(k) for k in PLUGIN_WRONG)
 
 
+def _rules(golden_file) -> dict[str, object]:
+    return next((v for k, v in PLUGIN_RULES.items() if golden_file.name.startswith(k)), {})
+
+
+def _as_the_plugin_counts(trace: kinetolens.Trace, rules: dict[str, object]) -> dict[str, dict[str, float]]:
+    """Per op name, what the plugin's rules leave out of our figures (calls, µs)."""
+    inst = op_instances(trace)
+    name_of = dict(zip(inst["op_id"].to_list(), inst["name"].to_list(), strict=True))
+    parent_of = dict(zip(inst["op_id"].to_list(), inst["parent_id"].to_list(), strict=True))
+    out: dict[str, dict[str, float]] = {}
+
+    def take(name: str, **amounts: float) -> None:
+        row = out.setdefault(name, {"calls": 0, "device_self_us": 0.0, "device_total_us": 0.0, "host_total_us": 0.0})
+        for key, value in amounts.items():
+            row[key] += value
+
+    dropped_roots = set(rules.get("dropped_backward", ()))  # type: ignore[arg-type]
+    if dropped_roots:
+        tops = inst.filter(pl.col("name").is_in(sorted(dropped_roots)))["op_id"].to_list()
+        gone = inst.filter(pl.col("top_op_id").is_in(tops))
+        for r in gone.iter_rows(named=True):
+            take(r["name"], calls=1, device_self_us=r["device_self"] / 1e3,
+                 device_total_us=r["device_total"] / 1e3, host_total_us=r["host_total"] / 1e3)
+        inst = inst.filter(~pl.col("op_id").is_in(gone["op_id"].to_list()))
+    if rules.get("fold"):
+        siblings = inst.group_by("parent_id").agg(pl.len().alias("siblings"))
+        parents = inst.select(pl.col("op_id").alias("parent_id"), pl.col("name").alias("parent_name"))
+        folded = inst.join(parents, on="parent_id").join(siblings, on="parent_id")
+        folded = folded.filter((pl.col("name") == pl.col("parent_name")) & (pl.col("siblings") == 1))
+        for r in folded.iter_rows(named=True):
+            take(r["name"], calls=1, device_total_us=r["device_total"] / 1e3, host_total_us=r["host_total"] / 1e3)
+    if rules.get("runtime_launches_only"):
+        driver = trace.kernels.filter(pl.col("launch").str.starts_with("cu") & ~pl.col("launch").str.starts_with("cuda"))
+        for op_id, dur in driver.filter(pl.col("op_id").is_not_null()).select("op_id", "dur").iter_rows():
+            take(name_of[op_id], device_self_us=dur / 1e3)
+            while op_id is not None:
+                take(name_of[op_id], device_total_us=dur / 1e3)
+                op_id = parent_of.get(op_id)
+    return out
+
+
+# each test runs on the files it is about.
+
+
 # each test runs on the files it is about.
 LINKED = [p for p in GOLDEN_FILES if _linked(p) and not _plugin_wrong(p)]
 UNLINKED = [p for p in GOLDEN_FILES if not _linked(p)]
@@ -60,12 +137,22 @@ UNLINKED = [p for p in GOLDEN_FILES if not _linked(p)]
 def test_ops_agree_where_plugin_linked(golden_file) -> None:
     golden = json.loads(golden_file.read_text())
     linked = _linked(golden_file)
-    stats = op_stats(_load(golden))
+    trace = _load(golden)
+    stats = op_stats(trace)
     ns = golden_file.name.startswith(NS_TRACE)
+    rules = _rules(golden_file)
+    left_out = _as_the_plugin_counts(trace, rules) if rules else {}
+    if rules:
+        # The plugin's table has exactly the names left once its rules are applied.
+        calls = dict(zip(stats["name"].to_list(), stats["calls"].to_list(), strict=True))
+        gone = {n for n, r in left_out.items() if n in calls and r["calls"] == calls[n]}
+        assert stats.height - len(gone) == int(golden["num_op_rows"])
     for ref in linked:
         row = stats.filter(pl.col("name") == ref["name"]).to_dicts()
         assert row, f"{ref['name']} missing"
-        ours = row[0]
+        ours = dict(row[0])
+        for key, value in left_out.get(ref["name"], {}).items():
+            ours[key] -= value
         if ns:
             assert abs(ours["calls"] - ref["calls"]) <= 1, ref["name"]
             tol = max(2.0, 0.006 * ref["device_total_duration"])
@@ -84,6 +171,12 @@ def test_device_time_not_zero_where_plugin_failed(golden_file) -> None:
     trace = _load(golden)
     assert trace.kernels.height > 0
     stats = op_stats(trace)
+    if any(golden_file.name.startswith(k) for k in GPU_ONLY):
+        # No op to credit: the plugin lists none and neither do we, and the
+        # kernels are all still there (in the kernel view, not lost).
+        assert not golden["top_ops_by_name"] and trace.ops.height == 0 and stats.height == 0
+        assert trace.kernels["op_id"].null_count() == trace.kernels.height
+        return
     everything = op_stats(trace, include_annotations=True)
     # Every GPU microsecond the trace holds is credited to some op, except
     # work launched before the profiler started (hta trace_diff/test: 614

@@ -102,6 +102,9 @@ def test_table_rows_name_a_real_trace_and_give_evidence() -> None:
         ("Memcpy DtoH (Device -> Pinned)", NO),
         ("void tinygemm_m16n8k16_chunk_kernel<(KReductionType)0, 8, 8>(void const*)", YES),
         ("my_custom_kernel", UNKNOWN),
+        # SGLang's fused per-head QK RMSNorm and RoPE+KV-store (B300 decode trace).
+        ("void (anonymous namespace)::fused_qknorm_warp<128l, true, __nv_bfloat16>((anonymous namespace)::QKNormParams)", NO),
+        ("void (anonymous namespace)::fused_rope_store_kernel<true, 128l, true, __nv_bfloat16, long, 16u>((anonymous namespace)::FusedRopeStoreParams)", NO),
     ],
 )
 def test_current_kernel_families(name: str, verdict: str) -> None:

@@ -80,14 +80,27 @@ def rank_basis(trace: Trace, by: str = "op", *, inclusive: bool = False) -> str:
 
 
 def step_time_ns(trace: Trace, step: int | None = None) -> int:
-    """Wall time the shares are taken of: the steps' windows as the overview
+    """Time the shares are taken of: the steps' windows as the overview
     cuts them (disjoint, so GPU work that runs past a step is not counted
     twice), or the whole trace's window when it has no steps; only ``step``'s
-    window when one is given."""
+    window when one is given; once per GPU at work (:func:`gpus_at_work`)."""
     windows = step_windows(trace)
     if step is not None:
         windows = windows.filter(pl.col("step") == step)
-    return int((windows["end"] - windows["start"]).sum()) if windows.height else 0
+    wall = int((windows["end"] - windows["start"]).sum()) if windows.height else 0
+    return wall * gpus_at_work(trace)
+
+
+def gpus_at_work(trace: Trace) -> int:
+    """How many GPUs ran the trace's device time (1 without GPU work).
+
+    A process driving two GPUs (or an Nsight export of two) spends up to
+    twice the wall time in device time: shares of device time are taken of
+    the wall time once per GPU, so each GPU's work is at most its part and
+    the shares stay at most 100%."""
+    if not trace.kernels.height:
+        return 1
+    return max(1, trace.kernels["device"].drop_nulls().n_unique())
 
 
 def in_steps(trace: Trace) -> pl.Expr:
