@@ -42,12 +42,7 @@ ALL = sorted(
 #: (trace file name, invariant) -> the fault, for faults another change is fixing.
 KNOWN: dict[tuple[str, str], str] = {
     # % of roof above 100 with no flag saying the work beat the model (the ops/modules share fix).
-    **{(n, "roof_at_most_100"): "aten::div at 118% of its roof" for n in (
-        "worker0.1623143089861.pt.trace.json.gz", "worker0.1623143566756.pt.trace.json.gz", "worker0.1623212756351.pt.trace.json.gz")},
     ("train_resnet18.json.gz", "roof_at_most_100"): "MaxPool2d at 106.8% of roof, aten::zero_ at 104.1%",
-    # The bound label disagrees with intensity vs ridge point (the ops/modules share fix).
-    **{(n, "bound_matches_intensity"): "bound label vs ridge point" for n in (
-        "eager_trace.json.gz", "capture_trace_rank_0.json.gz", "train_resnet18.json.gz")},
 }
 
 _TIMES: dict[str, float] = {}
