@@ -42,18 +42,7 @@ ALL = sorted(
 #: (trace file name, invariant) -> the fault, for faults another change is fixing.
 KNOWN: dict[tuple[str, str], str] = {
     # % of roof above 100 with no flag saying the work beat the model (the ops/modules share fix).
-    **{(n, "roof_at_most_100"): "aten::div at 118% of its roof" for n in (
-        "worker0.1623143089861.pt.trace.json.gz", "worker0.1623143566756.pt.trace.json.gz", "worker0.1623212756351.pt.trace.json.gz")},
     ("train_resnet18.json.gz", "roof_at_most_100"): "MaxPool2d at 106.8% of roof, aten::zero_ at 104.1%",
-    # The bound label disagrees with intensity vs ridge point (the ops/modules share fix).
-    **{(n, "bound_matches_intensity"): "bound label vs ridge point" for n in (
-        "control.json.gz", "eager_trace.json.gz", "capture_trace_rank_0.json.gz", "train_resnet18.json.gz")},
-    # Shares of the step over 100% (the ops/modules share fix): nsys op self times 111.7%, op-tree and module roots.
-    ("nsys-ai_h100_2gpu_1s.sqlite", "shares_at_most_whole"): "ops 111.7%, op tree roots 111.7%, module roots 198.7% of step",
-    ("control.json.gz", "shares_at_most_whole"): "op tree roots 106.2%, module roots 107.9% of step",
-    ("test.json.gz", "shares_at_most_whole"): "op tree roots 120.2%, module roots 129.4% of step",
-    ("Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", "shares_at_most_whole"): "op tree roots 129.7% (H100) / 127.6% (MI300) of step",
-    ("mtia_inference_rank_0.json.gz", "shares_at_most_whole"): "module roots 134.4% of step",
 }
 
 _TIMES: dict[str, float] = {}

@@ -24,6 +24,7 @@ from kinetolens.analysis.workload.ops import (
     op_stats,
     order_and_filter,
     rank_basis,
+    share_whole_note,
 )
 from kinetolens.analysis.hardware.roofline import LOST_COLUMNS, with_time_lost
 from kinetolens.analysis.summary import summarize
@@ -503,6 +504,8 @@ def ops_command(
         table = table.with_columns(short_names(pl.Series(table["name"])).alias("name"))
     if by in ("op", "op+shape") and not inclusive and aggregate != "count":
         notes.append("ranked by self time: each op's own kernels, so nested ops do not repeat them (--inclusive: total)")
+    if by != "kernel" and (whole := share_whole_note(loaded, step)):
+        notes.append(whole)
     _print_ops(table, GROUPINGS[by], title, "\n".join(notes), width)
 
 
@@ -528,6 +531,8 @@ def _ops_view(
             host_total_us="host_total_us", step_share_pct="step_share_pct",
         )  # fmt: skip
         caption = f"nodes under {min_share:g}% of the step folded into 'N more' (--min-share); kernels shortened"
+        if whole := share_whole_note(loaded, step):
+            caption += f"\n{whole}"
         print_fitted(
             frame, key="op", title=f"op call tree (top {top} top-level ops)", caption=caption, width=width,
             headers=OPS_HEADERS, droppable=["step_share_pct", "device_self_us", "host_total_us"],

@@ -6,6 +6,7 @@ import click
 import polars as pl
 
 from kinetolens.analysis.hardware.module_tree import by_depth, by_type, module_tree
+from kinetolens.analysis.workload.ops import share_whole_note
 from kinetolens.cli.checks import WIDTH, check_step
 from kinetolens.cli.load_options import TraceLoading, trace_load_options
 from kinetolens.cli.render import emit, print_table
@@ -74,6 +75,7 @@ def modules_command(
             return
         caption = "per module class: times summed over its instances; mean, min, max: of one instance's total"
         caption += "" if loaded.kernels.height else f"\n{HOST_NOTE}"
+        caption += f"\n{whole}" if (whole := share_whole_note(loaded, step)) else ""
         print_table(
             table.select(TYPE_COLUMNS), title="modules by type", caption=caption, width=width,
             headers=HEADERS, droppable=[c for c in DROPPABLE if c in TYPE_COLUMNS], same_time_unit=True,
@@ -91,6 +93,8 @@ def modules_command(
     deeper = tree.height - shown.height
     if deeper:
         notes.append(f"{deeper} deeper modules not shown (--depth N; --by type rolls repeated layers up)")
+    if whole := share_whole_note(loaded, step):
+        notes.append(whole)
     print_table(
         frame, title="modules", caption="\n".join(notes), width=width, headers=HEADERS,
         droppable=[c for c in DROPPABLE if c in TREE_COLUMNS], same_time_unit=True,

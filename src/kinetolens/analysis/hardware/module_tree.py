@@ -25,7 +25,7 @@ import polars as pl
 
 from kinetolens.analysis.workload.modules import module_calls
 from kinetolens.analysis.workload.op_times import op_instances
-from kinetolens.analysis.workload.ops import in_steps, op_stats, step_time_ns, without_annotations
+from kinetolens.analysis.workload.ops import in_steps, op_stats, share_whole_ns, without_annotations
 from kinetolens.analysis.hardware.roofline import roofline_by
 from kinetolens.errors import TraceError
 from kinetolens.model.earlier_launches import without_earlier_iteration
@@ -127,7 +127,7 @@ def module_tree(
     ).rename({"ancestor": "path"})
     mine = own.select("path", fwd_self_us="fwd_us", bwd_self_us="bwd_us", self_us="all_us")
     tree = totals.join(mine, on="path", how="left").with_columns(pl.col(c).fill_null(0.0) for c in TIMES)
-    step_ns = step_time_ns(trace, step)
+    step_ns = share_whole_ns(trace, step)
     segments = pl.col("path").str.split(SEP)
     tree = tree.with_columns(
         parent=pl.when(segments.list.len() > 1).then(segments.list.head(segments.list.len() - 1).list.join(SEP)),

@@ -86,7 +86,7 @@ class StepGraph:
     #: The step's collective calls: ``op_id`` (as in :func:`collective_calls`),
     #: ``arrive`` / ``finish`` nodes, ``single`` (arrive -> finish is one edge).
     calls: pl.DataFrame
-    #: The step's wall time on this rank (ns).
+    #: The step's wall time on this rank (ns): its window as :mod:`kinetolens.model.steps` defines it.
     span_ns: int
 
 
@@ -111,11 +111,15 @@ def rank_graphs(trace: Trace, rank: int | None = None) -> RankGraphs:
     out = RankGraphs(rank=int(the_rank), world_size=t.world_size, path=t.path, calls=calls)
     if t.steps.height == 0:
         return out
+    # the step's time is the model's window (as `dist` reports it), not its host range the graph spans
+    step_ns = dict(zip(t.steps["step"].to_list(), (t.steps["end"] - t.steps["start"]).to_list()))
     for w in trace_step_windows(t):
         g = build_graph(t, w.start, w.end, facts)
         if g.events.height == 0 or w.step is None:
             continue
-        out.steps[int(w.step)] = _step_graph(t, g, calls, int(w.step), w.start, w.end)
+        sg = _step_graph(t, g, calls, int(w.step), w.start, w.end)
+        sg.span_ns = int(step_ns.get(w.step, sg.span_ns))
+        out.steps[int(w.step)] = sg
     return out
 
 

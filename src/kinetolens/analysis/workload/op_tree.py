@@ -15,7 +15,8 @@ from __future__ import annotations
 import polars as pl
 
 from kinetolens.analysis.workload.op_times import op_instances
-from kinetolens.analysis.workload.ops import is_annotation, step_time_ns, time_basis
+from kinetolens.analysis.workload.ops import in_steps, is_annotation, share_whole_ns, time_basis
+from kinetolens.model.earlier_launches import without_earlier_iteration
 from kinetolens.model.trace import Trace
 
 #: Joins the names of a call path (a character no op or kernel name holds).
@@ -46,34 +47,40 @@ def op_tree(trace: Trace, *, step: int | None = None) -> pl.DataFrame:
     steps' wall time).  Siblings are ordered by device total time (host
     time in a CPU-only trace).
     """
+    # ops copied from the next iteration to name the previous one's tail are in no step: each op counts in its own
+    trace = without_earlier_iteration(trace)
     inst = op_instances(trace).sort("op_id")
     inst = inst.with_columns(path=pl.Series(_paths(inst), dtype=pl.String))
     if step is not None:
         inst = inst.filter(pl.col("step") == step)
     ops = inst.filter(pl.col("path").is_not_null())
+    basis = time_basis(trace)
+    stepped = in_steps(trace)  # the share counts what ran in the steps whose wall time it is of
     calls = ops.group_by("path").agg(
         calls=pl.len(),
         device_self_us=pl.col("device_self").sum() / 1000.0,
         device_total_us=pl.col("device_total").sum() / 1000.0,
         host_total_us=pl.col("host_total").sum() / 1000.0,
+        _stepped_us=pl.col(basis.removesuffix("_us")).filter(stepped).sum() / 1000.0,
     ).with_columns(kind=pl.lit("op"))
-    k = trace.kernels if step is None else trace.kernels.filter(pl.col("step") == step)
-    launched = k.join(ops.select("op_id", op_path="path"), on="op_id", how="inner")
+    # a kernel is in its op's step (as its op's device time is), so kernel rows add up to their op's self time
+    k = trace.kernels.drop("step")
+    launched = k.join(ops.select("op_id", "step", op_path="path"), on="op_id", how="inner")
     kernels = launched.group_by(path=pl.concat_str("op_path", pl.lit(SEP), "name")).agg(
         calls=pl.len(),
         device_self_us=pl.col("dur").sum() / 1000.0,
         device_total_us=pl.col("dur").sum() / 1000.0,
         host_total_us=pl.lit(None, pl.Float64),
+        _stepped_us=pl.col("dur").filter(stepped).sum() / 1000.0,
     ).with_columns(kind=pl.lit("kernel"))
     rows = pl.concat([calls, kernels], how="diagonal_relaxed")
     seg = pl.col("path").str.split(SEP)
-    step_ns = step_time_ns(trace, step)
-    basis = time_basis(trace)
+    step_ns = share_whole_ns(trace, step)
     rows = rows.with_columns(
         parent=pl.when(seg.list.len() > 1).then(seg.list.head(seg.list.len() - 1).list.join(SEP)),
         depth=(seg.list.len() - 1).cast(pl.Int64),
         name=seg.list.last(),
-        step_share_pct=pl.col(basis) * 1000.0 / step_ns * 100.0 if step_ns else pl.lit(None, pl.Float64),
+        step_share_pct=pl.col("_stepped_us") * 1000.0 / step_ns * 100.0 if step_ns else pl.lit(None, pl.Float64),
     )
     return _depth_first(rows, basis).select(
         "kind", "path", "parent", "depth", "name", "calls", "device_self_us", "device_total_us", "host_total_us",

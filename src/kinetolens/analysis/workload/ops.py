@@ -103,6 +103,40 @@ def gpus_at_work(trace: Trace) -> int:
     return max(1, trace.kernels["device"].drop_nulls().n_unique())
 
 
+def share_whole_ns(trace: Trace, step: int | None = None) -> int:
+    """What step shares are of: the steps' wall time (:func:`step_time_ns`),
+    or, where GPU streams ran at once, the GPU time in the steps summed over
+    the streams when that is longer (then summed shares of device time would
+    pass the wall time: each share is of the summed device time instead, and
+    :func:`share_whole_note` says so)."""
+    wall = step_time_ns(trace, step)
+    return max(wall, _stepped_gpu_ns(trace, step)) if trace.kernels.height else wall
+
+
+def share_whole_note(trace: Trace, step: int | None = None) -> str | None:
+    """The line a table of step shares prints when they are of summed GPU time (None when of the wall time)."""
+    wall, gpu = step_time_ns(trace, step), _stepped_gpu_ns(trace, step) if trace.kernels.height else 0
+    if gpu <= wall:
+        return None
+    return (
+        f"% step: of the steps' GPU time summed over streams ({gpu / 1e6:,.2f} ms), which ran at once and "
+        f"exceed the steps' wall time ({wall / 1e6:,.2f} ms)"
+    )
+
+
+def _stepped_gpu_ns(trace: Trace, step: int | None) -> int:
+    """Device time of the kernels a step share may count: in a step by their own time or by their op's."""
+    trace = without_earlier_iteration(trace)
+    k = trace.kernels.filter(pl.col("dur") > 0)
+    if trace.steps.height:
+        op_step = trace.ops.select("op_id", _op_step="step")
+        k = k.join(op_step, on="op_id", how="left")
+        k = k.filter(pl.col("step").is_not_null() | pl.col("_op_step").is_not_null())
+        if step is not None:
+            k = k.filter((pl.col("step") == step) | (pl.col("_op_step") == step))
+    return int(k["dur"].sum()) if k.height else 0
+
+
 def in_steps(trace: Trace) -> pl.Expr:
     """Rows (with a ``step`` column) whose time a step share may count: those
     inside a step when the trace has steps (work before the first or after
@@ -122,7 +156,7 @@ def time_basis(trace: Trace) -> str:
 def _with_step_share(table: pl.DataFrame, trace: Trace, step: int | None) -> pl.DataFrame:
     """The group's summed time (``_basis_ns``, whatever the aggregate) as a
     percentage of the wall time of the steps it was taken over; drops the helper."""
-    total = step_time_ns(trace, step)
+    total = share_whole_ns(trace, step)
     share = pl.col("_basis_ns") / total * 100.0 if total else pl.lit(None, pl.Float64)
     return table.with_columns(step_share_pct=share).drop("_basis_ns")
 

@@ -25,6 +25,7 @@ Where the work is counted (so nothing is counted twice through nesting):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import polars as pl
@@ -254,6 +255,62 @@ def _carriers(ops: pl.DataFrame, works: pl.DataFrame) -> pl.Series:
     return outermost_marked(ops["parent_id"], has_work & ~blocked)
 
 
+#: Ops that pass their input on unchanged in shape (a no-op ``to`` after an ``expand`` keeps the view).
+_SAME_SHAPE = frozenset({"aten::to", "aten::_to_copy", "aten::contiguous"})
+
+
+def _first_dims(dims: str | None) -> list | None:
+    from kinetolens.registry.flops_base import json_list
+
+    first = (json_list(dims) or [None])[0]
+    return first if isinstance(first, list) and first else None
+
+
+def _expanded_reads(ops: pl.DataFrame, works: pl.DataFrame) -> pl.DataFrame:
+    """Bytes of ops whose first input is a broadcast view (``aten::expand`` just before them
+    under the same parent): the kernel reads the expanded tensor's storage, not its logical size.
+
+    Traces record no strides, so the formula counts every element of
+    ``[32, 2048, 7, 7]`` read where ``MeanBackward1`` expanded a
+    ``[32, 2048, 1, 1]`` gradient: 12.8 MB where 0.26 MB is read, an ideal
+    time longer than the kernel took.  The difference is taken off the bytes.
+    """
+    from kinetolens.registry.dtypes import dtype_bytes
+    from kinetolens.registry.flops_base import json_list
+
+    if works.height == 0 or "aten::expand" not in set(ops["name"].to_list()):
+        return works
+    rows = ops.select("op_id", "parent_id", "name", "input_dims", "input_types").rows()
+    previous: dict[int, int | None] = {}  # each op's preceding sibling
+    last: dict[int | None, int] = {}
+    for op_id, parent, *_ in rows:
+        previous[op_id] = last.get(parent)
+        last[parent] = op_id
+    by_id = {r[0]: r for r in rows}
+    less: dict[int, float] = {}
+    for op_id, bytes_ in works.select("op_id", "bytes").rows():
+        row = by_id.get(op_id)
+        if bytes_ is None or row is None or row[1] is None:
+            continue
+        dims = _first_dims(row[3])
+        size = dtype_bytes(((json_list(row[4]) or [None])[0]))
+        if dims is None or not size:
+            continue
+        sib = previous.get(op_id)
+        while sib is not None and by_id[sib][2] in _SAME_SHAPE and _first_dims(by_id[sib][3]) == dims:
+            sib = previous.get(sib)
+        if sib is None or by_id[sib][2] != "aten::expand":
+            continue
+        small = _first_dims(by_id[sib][3])
+        if small is None or len(small) != len(dims) or any(a not in (1, b) for a, b in zip(small, dims)):
+            continue
+        less[op_id] = (math.prod(dims) - math.prod(small)) * size
+    if not less:
+        return works
+    taken = pl.col("op_id").replace_strict(less, default=0.0, return_dtype=pl.Float64)
+    return works.with_columns(bytes=(pl.col("bytes") - taken).clip(lower_bound=0.0))
+
+
 @dataclass(frozen=True)
 class CarriedWork:
     """Every op's work evaluated once, in the two shapes the analyses need.
@@ -286,6 +343,7 @@ def carried_work(trace: Trace) -> CarriedWork:
         works = pl.concat([works.filter(~pl.col("op_id").is_in(generated["op_id"].implode())), generated]).sort("op_id")
     for warning in failures.warnings():
         session_of(trace).warn(warning)
+    works = _expanded_reads(ordered, works)
     carrier = _carriers(ordered, works)
     ops = works.filter(carrier.gather(works["op_id"]) == works["op_id"])
     k = trace.kernels.filter(pl.col("op_id").is_not_null()).select(

@@ -7,7 +7,7 @@ import polars as pl
 import kinetolens
 from kinetolens.analysis.workload.ops import gpus_at_work, op_stats, step_time_ns
 
-from .conftest import trace_path
+from tests.conftest import trace_path
 
 
 def test_two_gpu_export_shares_at_most_100_pct() -> None:
