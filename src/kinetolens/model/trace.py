@@ -64,7 +64,9 @@ class Trace:
         ``python_id``, ``python_parent_id``, ``python_module_id`` (links to
         ``python``); ``collective_name``, ``in_msg_nelems``,
         ``out_msg_nelems`` (elements), ``group_size``, ``comm_dtype``,
-        ``process_group_name``, ``comm_seq`` (the collective's ``Seq`` in
+        ``process_group_name``, ``process_group_desc`` (torch's description
+        of the group: ``default_pg``, ``mesh_tp``, ...), ``process_group_ranks``
+        (its global ranks, as text), ``comm_seq`` (the collective's ``Seq`` in
         its process group) (collectives); ``parent_id``, ``depth``,
         ``top_op_id`` (nesting: enclosing op, 0 at the top, outermost op);
         ``module`` (``nn.Module`` path); ``source`` (user code line,
@@ -115,7 +117,8 @@ class Trace:
         ``fwd_thread_id``, ``record_function_id``, ``input_dims``,
         ``input_types``, ``concrete_inputs``, ``call_stack``, ``cbid``,
         ``kernel``, ``collective_name``, ``in_msg_nelems``, ``out_msg_nelems``,
-        ``group_size``, ``comm_dtype``, ``process_group_name``, ``comm_seq``.
+        ``group_size``, ``comm_dtype``, ``process_group_name``,
+        ``process_group_desc``, ``process_group_ranks``, ``comm_seq``.
     ``memory``: allocator events (``profile_memory``), one per allocation
         or free. ``pid``, ``tid``; ``ts`` (ns); ``device_type``,
         ``device_id``; ``addr``; ``bytes`` (negative for a free);
