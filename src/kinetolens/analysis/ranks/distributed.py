@@ -267,6 +267,14 @@ def comm_stats(summaries: list[RankSummary], keys: list[str]) -> pl.DataFrame:
     calls = call_times(summaries)
     if calls.height == 0:
         return pl.DataFrame(schema={**{k: pl.String for k in keys}, "calls": pl.Float64})
+    # Keys under names of their own: the interval union uses a ``group`` column.
+    names = {k: f"key_{i}" for i, k in enumerate(keys)}
+    copies = calls.with_columns(**{v: pl.col(k) for k, v in names.items()})
+    out = _comm_stats(copies, list(names.values()), summaries)
+    return out.rename({v: k for k, v in names.items()})
+
+
+def _comm_stats(calls: pl.DataFrame, keys: list[str], summaries: list[RankSummary]) -> pl.DataFrame:
     n = _ranks_in_group(summaries)
     ranks = pl.lit(float(calls["rank"].n_unique()))
     rows = calls.with_columns(
