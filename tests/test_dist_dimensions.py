@@ -114,3 +114,16 @@ def test_dist_prints_dimensions_skew_and_clocks(capsys) -> None:
     doc = json.loads(capsys.readouterr().out)
     assert {"dimensions", "skew", "clocks"} <= set(doc)
     assert pl.DataFrame(doc["dimensions"])["dimension"].to_list() == ["expert", "data"]
+
+
+def test_trace_filter_overlap_per_step_equals_hta() -> None:
+    """HTA leaves out the last profiler step: on the first step alone, our per-step
+    overlap over communication is its comp_comm_overlap_pctg for both ranks."""
+    from kinetolens.analysis.ranks.collectives import comm_overlap_per_step
+
+    hta = json.loads((GOLDEN / "hta" / "hta__trace_filter.json").read_text())
+    want = {r["rank"]: r["comp_comm_overlap_pctg"] for r in hta["calls"]["get_comm_comp_overlap"]["result"]["records"]}
+    for rank, pct in want.items():
+        steps = comm_overlap_per_step(kinetolens.load(trace_path(f"hta/trace_filter/sampled_rank-{rank}.json.gz")))
+        first = steps.sort("step").row(0, named=True)
+        assert 100 * first["overlap_ns"] / first["comm_ns"] == pytest.approx(pct, abs=0.006)
