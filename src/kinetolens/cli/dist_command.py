@@ -75,7 +75,10 @@ def dist_command(
 TITLES = {
     "ranks": "per rank (ms per step)",
     "steps": "step time across ranks (ms)",
+    "dimensions": "parallel dimensions (per rank: ms over the trace; exposed: ms per step not hidden by compute)",
     "collectives": "collectives (per rank: ms over the trace, bandwidth in GB/s as nccl-tests)",
+    "skew": "transfer vs arrival skew (us per call, aligned clocks)",
+    "clocks": "clock offsets from the reference rank (from matched collective ends)",
     "stragglers": "arrival at collectives (late: ms after the earliest rank, per step)",
 }
 HEADERS = {
@@ -87,6 +90,10 @@ HEADERS = {
     "late_ms": "late", "last_share": "last at\n% calls", "caused_share": "% of all\nwaiting",
     "cost_ms_per_step": "others wait\nms/step", "late_z": "late z", "differs_most": "differs most",
     "excess_ms": "by ms\n/step",
+    "group_desc": "description", "group_ranks": "group ranks", "comm_ms_per_step": "in flight\nms/step",
+    "exposed_ms": "exposed\nms/step", "step_share": "% of\nstep", "transfer_us": "transfer",
+    "arrival_skew_us": "arrival\nskew", "launch_skew_us": "launch\nskew", "late_rank_calls": "calls held\nby a late rank",
+    "bound_by": "bound by", "offset_ms": "offset ms", "spread_us": "± us", "arrival_ms": "arrival\nms",
 }  # fmt: skip
 SHARES = ("last_share", "caused_share")
 
@@ -99,6 +106,11 @@ def _table(name: str, frame: pl.DataFrame) -> pl.DataFrame:
 
     from kinetolens.analysis.ranks.stragglers import CAUSES
 
+    if name == "dimensions":
+        frame = frame.with_columns(pl.col("step_share") * 100, pl.col("group").replace("", "(default)"))
+        frame = frame.drop([c for c in ("group_desc", "group_ranks") if frame[c].is_null().all()])
+    if name == "skew":
+        frame = frame.with_columns(pl.col("group").replace("", "(default)"))
     if name == "collectives" and not (frame["untimed_calls"].fill_null(0) > 0).any():
         frame = frame.drop("untimed_calls")
     if name == "stragglers":

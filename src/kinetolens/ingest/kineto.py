@@ -95,6 +95,8 @@ HOST_SCHEMA: dict[str, pl.DataType] = {
     "group_size": pl.Int64(),
     "comm_dtype": pl.String(),
     "process_group_name": pl.String(),
+    "process_group_desc": pl.String(),
+    "process_group_ranks": pl.String(),
     "comm_seq": pl.Int64(),
 }
 

@@ -298,6 +298,8 @@ def _host_columns(events: list[Event], kinds: list[str], ts_exact: bool, table: 
     cols.update(int_args("in_msg_nelems", "out_msg_nelems", "group_size"))
     cols["comm_dtype"] = text_args("comm_dtype", _strings).alias("comm_dtype")
     cols["process_group_name"] = text_args("process_group_name", _strings).alias("process_group_name")
+    cols["process_group_desc"] = text_args("process_group_desc", _strings).alias("process_group_desc")
+    cols["process_group_ranks"] = text_args("process_group_ranks", _strings).alias("process_group_ranks")
     cols.update(int_args("comm_seq"))
     return cols
 

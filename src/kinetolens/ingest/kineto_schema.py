@@ -66,6 +66,10 @@ class HostArgs(LinkArgs, gc=False):
     group_size: int | None = msgspec.field(default=None, name="Group size")
     comm_dtype: str | None = msgspec.field(default=None, name="dtype")
     process_group_name: str | None = msgspec.field(default=None, name="Process Group Name")
+    #: What torch says the group is for (``default_pg``, a DeviceMesh dimension's ``mesh_tp``, ...).
+    process_group_desc: str | None = msgspec.field(default=None, name="Process Group Description")
+    #: The group's global ranks, as text (``[0, 1, 2, 3]``).
+    process_group_ranks: str | None = msgspec.field(default=None, name="Process Group Ranks")
     #: The process group's sequence number of the call (newer PyTorch), the same on every rank.
     comm_seq: int | None = msgspec.field(default=None, name="Seq")
 

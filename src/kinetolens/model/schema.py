@@ -110,6 +110,8 @@ HOST = (
     _c("group_size", I64, "ranks in the collective's process group"),
     _c("comm_dtype", STR, "collective's element dtype"),
     _c("process_group_name", STR, "collective's process group"),
+    _c("process_group_desc", STR, "torch's description of that group (``default_pg``, ``mesh_tp``, ...)"),
+    _c("process_group_ranks", STR, "the group's global ranks, as text"),
     _c("comm_seq", I64, "collective's ``Seq`` in its process group"),
 )
 
@@ -143,13 +145,15 @@ DEVICE = (
 _HOST_OP_COLUMNS = (
     "external_id", "sequence_number", "fwd_thread_id", "record_function_id", "input_dims", "input_types",
     "concrete_inputs", "call_stack", "python_id", "python_parent_id", "python_module_id", "collective_name",
-    "in_msg_nelems", "out_msg_nelems", "group_size", "comm_dtype", "process_group_name", "comm_seq",
+    "in_msg_nelems", "out_msg_nelems", "group_size", "comm_dtype", "process_group_name", "process_group_desc",
+    "process_group_ranks", "comm_seq",
 )
 _HOST_PYTHON_COLUMNS = (
     "kind", "cat", "name", "pid", "tid", "ts", "dur", "external_id", "correlation", "sequence_number",
     "fwd_thread_id", "record_function_id", "input_dims", "input_types", "concrete_inputs", "call_stack",
     "python_id", "python_parent_id", "python_module_id", "cbid", "kernel", "collective_name", "in_msg_nelems",
-    "out_msg_nelems", "group_size", "comm_dtype", "process_group_name", "comm_seq",
+    "out_msg_nelems", "group_size", "comm_dtype", "process_group_name", "process_group_desc", "process_group_ranks",
+    "comm_seq",
 )
 
 OP_ID = _c("op_id", I64, "the op's row id; elsewhere, the op it ran under")

@@ -52,6 +52,10 @@ class CrossRank:
     collectives: pl.DataFrame
     stragglers: pl.DataFrame
     findings: list[Finding]
+    #: Per parallel dimension, transfer vs arrival skew, clock offsets (empty where a report is built without them).
+    dimensions: pl.DataFrame = field(default_factory=pl.DataFrame)
+    skew: pl.DataFrame = field(default_factory=pl.DataFrame)
+    clocks: pl.DataFrame = field(default_factory=pl.DataFrame)
     #: The critical path across ranks (:func:`kinetolens.views.cross_rank_path_section.cross_rank_section`),
     #: the line saying why there is none, or None where the report was made without the ranks' graphs.
     path: CrossRankSection | str | None = None
@@ -69,6 +73,9 @@ def cross_rank(summaries: list[RankSummary], graphs: list[RankGraphs] | str | No
         collectives=report.collectives,
         stragglers=report.stragglers,
         findings=list(report.findings),
+        dimensions=report.dimensions,
+        skew=report.skew,
+        clocks=report.clocks,
         path=cross_rank_section(graphs),
     )
 

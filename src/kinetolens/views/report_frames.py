@@ -144,7 +144,11 @@ CROSS_RANK_TABLES = {
                    ["rank", "straggler", "late_ms", "last_share_pct", "caused_share_pct", "cost_ms_per_step", "differs_most", "excess_ms"]),
     "ranks": ("Per rank (ms per step)", None),
     "steps": ("Step time across ranks (ms)", None),
+    "dimensions": ("Parallel dimensions (per rank: ms over the trace; exposed: ms per step not hidden by compute)",
+                   None),
     "collectives": ("Collectives (per rank: ms over the trace, bandwidth in GB/s as nccl-tests)", None),
+    "skew": ("Transfer vs arrival skew (us per call, aligned clocks)", None),
+    "clocks": ("Clock offsets from the reference rank (from matched collective ends)", None),
 }  # fmt: skip
 
 

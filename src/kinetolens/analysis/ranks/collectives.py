@@ -45,7 +45,8 @@ import msgspec
 import polars as pl
 
 from kinetolens.analysis.gputime.gpu_streams import covered_ns, union_intervals
-from kinetolens.analysis.gputime.overview import step_windows
+from kinetolens.analysis.gputime.overview import COMM_KERNEL_PREFIX, step_windows
+from kinetolens.analysis.ranks.groups import group_dimension
 from kinetolens.model.trace import Trace
 from kinetolens.model.vocabulary import (
     COMM_LIBRARY_PREFIXES,
@@ -96,6 +97,13 @@ CALL_SCHEMA: dict[str, pl.DataType] = {
     "kernels": pl.Int64(),
     "bytes": pl.Int64(),
     "group_size": pl.Int64(),
+    #: torch's description of the group and its global ranks (text), where recorded.
+    "group_desc": pl.String(),
+    "group_ranks": pl.String(),
+    #: The parallel dimension the call serves and the evidence for it
+    #: (:func:`kinetolens.analysis.ranks.groups.group_dimension`).
+    "dimension": pl.String(),
+    "basis": pl.String(),
     "timed": pl.Boolean(),
 }
 
@@ -193,6 +201,8 @@ def _call_ops(ops: pl.DataFrame) -> pl.DataFrame:
         p_size="group_size",
         p_group="process_group_name",
         p_seq="comm_seq",
+        p_desc="process_group_desc",
+        p_ranks="process_group_ranks",
         p_found=pl.lit(True),
     )
     lib = ops.filter(library).join(
@@ -277,6 +287,8 @@ def collective_calls(trace: Trace) -> pl.DataFrame:
         kernels=pl.col("kernels").fill_null(0).cast(pl.Int64),
         bytes=pl.Series([_message_bytes(r) for r in msg], dtype=pl.Int64),
         group_size=pl.col("p_size"),
+        group_desc=pl.col("p_desc"),
+        group_ranks=pl.col("p_ranks"),
         p_seq=pl.col("p_seq"),
         nccl=pl.col("name").str.starts_with(NCCL_PREFIX)
         | (~pl.col("name").str.contains(":") & pl.lit(_nccl_backend(trace))),
@@ -287,11 +299,83 @@ def collective_calls(trace: Trace) -> pl.DataFrame:
         kind=pl.col("collective").map_elements(collective_kind, return_dtype=pl.String),
         timed=(pl.col("kernels") > 0) | ~pl.col("nccl"),
     )
+    out = _with_dimensions(out, trace)
     recorded = pl.col("p_seq").is_not_null().all().over("group", "collective")
     out = out.sort("host_ts").with_columns(
         seq=pl.when(recorded).then(pl.col("p_seq")).otherwise(pl.int_range(pl.len()).over("group", "collective"))
     )
     return out.select(list(CALL_SCHEMA)).cast(CALL_SCHEMA)  # type: ignore[arg-type]
+
+
+def _pg_config(trace: Trace) -> dict[str, dict]:
+    """``distributedInfo``'s ``pg_config`` by group name; the default group also under ``""``
+    (calls without a recorded group run on it)."""
+    info = trace.metadata.get("distributedInfo")
+    configs = info.get("pg_config") if isinstance(info, dict) else None
+    out: dict[str, dict] = {}
+    for c in configs if isinstance(configs, list) else []:
+        if isinstance(c, dict) and c.get("pg_name") is not None:
+            out[str(c["pg_name"])] = c
+            if c.get("pg_desc") == "default_pg":
+                out.setdefault("", c)
+    return out
+
+
+def _with_dimensions(calls: pl.DataFrame, trace: Trace) -> pl.DataFrame:
+    """Each call's group description and ranks (from its args, else
+    ``distributedInfo``'s group config) and the dimension they name."""
+    configs = _pg_config(trace)
+    world = trace.world_size
+    rows = calls.select("group", "group_desc", "group_ranks", "kind").to_dicts()
+    desc, ranks, dim, basis = [], [], [], []
+    for r in rows:
+        c = configs.get(r["group"] or "", {})
+        d = r["group_desc"] or c.get("pg_desc")
+        rk = r["group_ranks"] if r["group_ranks"] not in (None, "", "[]") else (
+            str(c["ranks"]) if isinstance(c.get("ranks"), list) else None
+        )
+        named, why = group_dimension(d, rk, r["kind"], world)
+        desc.append(d)
+        ranks.append(rk)
+        dim.append(named)
+        basis.append(why)
+    return calls.with_columns(
+        group_desc=pl.Series(desc, dtype=pl.String),
+        group_ranks=pl.Series(ranks, dtype=pl.String),
+        dimension=pl.Series(dim, dtype=pl.String),
+        basis=pl.Series(basis, dtype=pl.String),
+    )
+
+
+def dimension_exposure(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
+    """Per parallel dimension, group and step: ``comm_ns``, the wall time its
+    timed calls are in flight (their union: concurrent calls count once), and
+    ``exposed_ns``, the part of it no computation on any stream runs beside
+    (see :func:`compute_and_comm_intervals`)."""
+    schema = {"dimension": pl.String, "group": pl.String, "step": pl.Int64, "comm_ns": pl.Int64, "exposed_ns": pl.Int64}
+    timed = calls.filter(pl.col("timed") & (pl.col("dur") > 0))
+    if timed.height == 0:
+        return pl.DataFrame(schema=schema)
+    compute, _ = compute_and_comm_intervals(trace)
+    rows = []
+    by = ["dimension", "group"]
+    spans = timed.select(*by, "ts", end=pl.col("ts") + pl.col("dur"))
+    for w in step_windows(trace).iter_rows(named=True):
+        a, b = int(w["start"]), int(w["end"])
+        cp = _clip(compute, a, b)
+        for (dim, group), part in spans.group_by(by):
+            mine = union_intervals(_clip(part.select("ts", "end"), a, b))
+            comm_ns = covered_ns(mine)
+            if comm_ns == 0:
+                continue
+            both = covered_ns(union_intervals(pl.concat([cp, mine])))
+            rows.append({"dimension": dim, "group": group, "step": w["step"], "comm_ns": comm_ns,
+                         "exposed_ns": both - covered_ns(cp)})  # fmt: skip
+    return pl.DataFrame(rows, schema=schema)
+
+
+def _is_comm_host(name: pl.Expr) -> pl.Expr:
+    return pl.any_horizontal(*(name.str.starts_with(p) for p in COMM_HOST_PREFIXES))
 
 
 def compute_and_comm_intervals(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:

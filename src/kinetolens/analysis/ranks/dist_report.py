@@ -13,11 +13,13 @@ from typing import Any
 import polars as pl
 
 from kinetolens.analysis.finding import Finding
+from kinetolens.analysis.ranks.clocks import clock_offsets, transfer_vs_skew
+from kinetolens.analysis.ranks.dimensions import dimension_stats
 from kinetolens.analysis.ranks.distributed import RankSummary, collective_stats, run_overview, step_spread, step_times
 from kinetolens.analysis.ranks.stragglers import straggler_findings, stragglers
 
 #: The tables of a :class:`DistReport`, in the order every view shows them.
-TABLES = ("ranks", "steps", "collectives", "stragglers")
+TABLES = ("ranks", "steps", "dimensions", "collectives", "skew", "clocks", "stragglers")
 
 
 @dataclass(frozen=True)
@@ -30,8 +32,17 @@ class DistReport:
     ranks: pl.DataFrame
     #: Per step: min / mean / max over ranks and the slowest rank.
     steps: pl.DataFrame
+    #: Per parallel dimension and process group: its evidence (``basis``), calls, bytes, time,
+    #: bandwidth, exposed time per step and its share of the step (:mod:`~kinetolens.analysis.ranks.dimensions`).
+    dimensions: pl.DataFrame
     #: Per collective and rank: synchronizing vs transfer time, algorithm and bus bandwidth.
     collectives: pl.DataFrame
+    #: Per dimension, group and collective: transfer time vs arrival and launch skew across ranks
+    #: on the aligned clocks (:func:`~kinetolens.analysis.ranks.clocks.transfer_vs_skew`).
+    skew: pl.DataFrame
+    #: Per rank: its clock's offset from the reference rank, with its uncertainty
+    #: (:func:`~kinetolens.analysis.ranks.clocks.clock_offsets`).
+    clocks: pl.DataFrame
     #: Per rank: how late it arrives at collectives and what that costs the others.
     stragglers: pl.DataFrame
     findings: tuple[Finding, ...]
@@ -70,7 +81,10 @@ def dist_report(summaries: list[RankSummary]) -> DistReport:
         overview=run_overview(summaries),
         ranks=step_times(summaries),
         steps=step_spread(summaries),
+        dimensions=dimension_stats(summaries),
         collectives=collective_stats(summaries),
+        skew=transfer_vs_skew(summaries),
+        clocks=clock_offsets(summaries),
         stragglers=straggling,
         findings=tuple(straggler_findings(summaries, straggling)),
         notes=tuple(cut_step_notes(summaries)),

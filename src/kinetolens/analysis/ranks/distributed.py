@@ -40,6 +40,7 @@ from kinetolens.analysis.ranks.collectives import (
     bus_factor,
     collective_calls,
     comm_overlap_per_step,
+    dimension_exposure,
 )
 from kinetolens.analysis.gputime.gpu_streams import union_intervals
 from kinetolens.analysis.gputime.overview import COLUMNS, step_breakdown
@@ -75,6 +76,15 @@ class RankSummary:
     #: left out of ``steps`` and ``breakdown``, so that ranks are compared on
     #: whole steps only.
     cut_steps: list[int] = field(default_factory=list)
+    #: Per parallel dimension, group and whole step: ns its calls are in flight
+    #: and ns of that not hidden behind computation
+    #: (:func:`kinetolens.analysis.ranks.collectives.dimension_exposure`).
+    exposure: pl.DataFrame = field(
+        default_factory=lambda: pl.DataFrame(
+            schema={"dimension": pl.String, "group": pl.String, "step": pl.Int64,
+                    "comm_ns": pl.Int64, "exposed_ns": pl.Int64}  # fmt: skip
+        )
+    )
 
 
 def rank_summary(trace: Trace, rank: int | None = None) -> RankSummary:
@@ -88,16 +98,18 @@ def rank_summary(trace: Trace, rank: int | None = None) -> RankSummary:
     modules = trace.ops["module"].drop_nulls()
     cut = incomplete_steps(trace.steps)
     whole = ~pl.col("step").is_in(cut).fill_null(False)
+    calls = collective_calls(trace)
     return RankSummary(
         rank=int(the_rank),
         world_size=trace.world_size,
         path=trace.path,
         backend=backend if isinstance(backend, str) else None,
         steps=comm_overlap_per_step(trace).filter(whole),
-        calls=collective_calls(trace),
+        calls=calls,
         uses_data_parallel=bool(modules.str.contains(r"(^|\.)DataParallel_\d+").any()),
         breakdown=step_breakdown(trace).filter(whole),
         cut_steps=cut,
+        exposure=dimension_exposure(trace, calls).filter(whole),
     )
 
 
@@ -242,9 +254,23 @@ def collective_stats(summaries: list[RankSummary]) -> pl.DataFrame:
     :func:`bus_factor` for the group size (``Group size`` of the call, else
     the world size).
     """
+    return comm_stats(summaries, ["collective", "kind"])
+
+
+def comm_stats(summaries: list[RankSummary], keys: list[str]) -> pl.DataFrame:
+    """:func:`collective_stats`' figures per ``keys`` (columns of the calls:
+    ``collective, kind``; ``dimension, group``)."""
     calls = call_times(summaries)
     if calls.height == 0:
-        return pl.DataFrame(schema={"collective": pl.String, "calls": pl.Float64})
+        return pl.DataFrame(schema={**{k: pl.String for k in keys}, "calls": pl.Float64})
+    # Keys under names of their own: the interval union uses a ``group`` column.
+    names = {k: f"key_{i}" for i, k in enumerate(keys)}
+    copies = calls.with_columns(**{v: pl.col(k) for k, v in names.items()})
+    out = _comm_stats(copies, list(names.values()), summaries)
+    return out.rename({v: k for k, v in names.items()})
+
+
+def _comm_stats(calls: pl.DataFrame, keys: list[str], summaries: list[RankSummary]) -> pl.DataFrame:
     n = _ranks_in_group(summaries)
     ranks = pl.lit(float(calls["rank"].n_unique()))
     rows = calls.with_columns(
@@ -254,17 +280,17 @@ def collective_stats(summaries: list[RankSummary]) -> pl.DataFrame:
         ),
     ).with_columns(bus_bytes=pl.col("bytes") * pl.col("factor"))
     timed = rows.filter(pl.col("timed"))
-    by = ["collective", "kind", "rank"]
+    by = [*keys, "rank"]
     # Bandwidth from the timed calls with a message size: their bytes over
     # their own transfer time.
     sized = timed.filter(pl.col("bytes").is_not_null())
     bw = _in_flight(sized, by).join(
         sized.group_by(by).agg(pl.col("bytes").sum(), pl.col("bus_bytes").sum()), on=by
     )
-    per_collective = (
+    per_key = (
         _in_flight(timed, by)
         .join(bw.rename({"time_ns": "bw_time_ns", "sync_ns": "bw_sync_ns"}), on=by, how="left")
-        .group_by("collective", "kind")
+        .group_by(keys)
         .agg(
             time_ms=pl.col("time_ns").sum() / NS_PER_MS,
             sync_ms=pl.col("sync_ns").sum() / NS_PER_MS,
@@ -275,13 +301,13 @@ def collective_stats(summaries: list[RankSummary]) -> pl.DataFrame:
     )
     with_bw = pl.col("bw_ns") > 0
     return (
-        rows.group_by("collective", "kind")
+        rows.group_by(keys)
         .agg(
             calls=pl.len() / ranks,
             bytes=pl.col("bytes").sum() / ranks,
             untimed_calls=(~pl.col("timed")).sum() / ranks,
         )
-        .join(per_collective, on=["collective", "kind"], how="left")
+        .join(per_key, on=keys, how="left", nulls_equal=True)
         .with_columns(
             pl.col("time_ms", "sync_ms") / ranks,  # null: no call was timed
             algbw_gbps=pl.when(with_bw).then(pl.col("bw_bytes") / pl.col("bw_ns")),
@@ -289,7 +315,7 @@ def collective_stats(summaries: list[RankSummary]) -> pl.DataFrame:
         )
         .with_columns(transfer_ms=pl.col("time_ms") - pl.col("sync_ms"))
         .select(
-            "collective", "kind", "calls", "bytes", "time_ms", "sync_ms",
+            *keys, "calls", "bytes", "time_ms", "sync_ms",
             "transfer_ms", "algbw_gbps", "busbw_gbps", "untimed_calls",
         )  # fmt: skip
         .sort("time_ms", descending=True)

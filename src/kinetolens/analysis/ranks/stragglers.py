@@ -15,6 +15,13 @@ matched across ranks:
   arrived last at (concurrent calls count once), within its steps; averaged
   over the other ranks and divided by the number of steps, so never more
   than a step;
+* ``arrival_ms``: the same lateness from start times on the aligned clocks
+  (:mod:`kinetolens.analysis.ranks.clocks`): per step the largest arrival
+  skew of this rank, averaged over steps (null where its clock could not be
+  aligned);
+* ``transfer_us``: the mean transfer time (shortest duration among the
+  ranks) of the calls this rank arrived last at: next to ``arrival_ms`` it
+  says whether those calls were slow collectives or waited for a late rank;
 * ``late_z``: its lateness as a robust z-score among all ranks (distance
   from the median in median absolute deviations; null below three ranks);
 * ``differs_most`` / ``excess_ms``: the step-time category (data loading,
@@ -37,6 +44,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from kinetolens.analysis.ranks.clocks import aligned_calls
 from kinetolens.analysis.ranks.distributed import (
     NS_PER_MS,
     RankSummary,
@@ -78,6 +86,8 @@ SCHEMA = {
     "caused_share": pl.Float64,
     "cost_ms_per_step": pl.Float64,
     "late_z": pl.Float64,
+    "arrival_ms": pl.Float64,
+    "transfer_us": pl.Float64,
     "differs_most": pl.String,
     "excess_ms": pl.Float64,
     "straggler": pl.Boolean,
@@ -193,10 +203,18 @@ def stragglers(summaries: list[RankSummary]) -> pl.DataFrame:
         .group_by("rank")
         .agg(late_ms=pl.col("late").mean() / NS_PER_MS)
     )
+    aligned = aligned_calls(summaries).join(whole, on=["rank", "step"], how="semi", nulls_equal=True)
+    arrival = (
+        aligned.group_by("rank", "step")
+        .agg(a=pl.col("arrival_skew_ns").max())
+        .group_by("rank")
+        .agg(arrival_ms=pl.col("a").mean() / NS_PER_MS)
+    )
     per_rank = (
         calls.group_by("rank")
         .agg(
             calls=pl.len(),
+            transfer_us=pl.col("transfer_ns").filter(pl.col("last")).mean() / 1e3,
             last_share=pl.col("last").mean(),
             caused_share=pl.col("others_wait_ns").filter(pl.col("last")).sum()
             / total_wait
@@ -204,6 +222,7 @@ def stragglers(summaries: list[RankSummary]) -> pl.DataFrame:
             else pl.lit(0.0),
         )
         .join(late_per_step, on="rank", how="left")
+        .join(arrival, on="rank", how="left")
         .join(_waiting_caused(calls, summaries), left_on="rank", right_on="blamed", how="left")
         .with_columns(
             cost_ms_per_step=pl.col("caused_ns").fill_null(0)
@@ -271,6 +290,18 @@ def _why(row: dict) -> str:
     return f"; its {CAUSES[cat]} takes {excess:.2f} ms more per step than the other ranks' (median)"
 
 
+def _split(row: dict) -> str:
+    """Transfer vs arrival at the calls it was last to: a late rank, not a slow collective."""
+    transfer, arrival = row.get("transfer_us"), row.get("arrival_ms")
+    if transfer is None or arrival is None:
+        return ""
+    verdict = "a late rank, not a slow collective" if arrival * 1e3 > transfer else "slow collectives as much as a late rank"
+    return (
+        f"; at the calls it is last to, the data moves in {transfer:.1f} us (transfer) while it arrives "
+        f"{arrival:.2f} ms after the earliest rank on the aligned clocks: {verdict}"
+    )
+
+
 def straggler_findings(
     summaries: list[RankSummary], table: pl.DataFrame | None = None
 ) -> list[Finding]:
@@ -294,6 +325,7 @@ def straggler_findings(
                     f"earliest rank (mean over steps) and the other ranks wait {row['cost_ms_per_step']:.2f} ms "
                     f"per step for it ({row['caused_share']:.0%} of all waiting at collectives)"
                     + _why(row)
+                    + _split(row)
                 ),
                 change=(
                     CHANGES.get(cat, f"Shorten this rank's {CAUSES[cat]} or balance it across ranks")

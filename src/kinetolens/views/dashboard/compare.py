@@ -108,7 +108,10 @@ def _run_table(name: str) -> Callable[[Ctx], pl.DataFrame]:
 RUN_TABLES = {
     "dist_steps": ("ranks", "Step time per rank (ms)", "rank"),
     "dist_spread": ("steps", "Spread of each step across ranks", "step"),
+    "dist_dimensions": ("dimensions", "Parallel dimensions: time, bandwidth, exposed time per step", None),
     "dist_collectives": ("collectives", "Collectives: synchronizing vs transfer time, bus bandwidth", None),
+    "dist_skew": ("skew", "Transfer vs arrival skew per collective (us per call, aligned clocks)", None),
+    "dist_clocks": ("clocks", "Clock offsets from the reference rank", "rank"),
     "dist_stragglers": ("stragglers", "Stragglers", None),
 }  # fmt: skip
 
