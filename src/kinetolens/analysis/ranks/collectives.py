@@ -45,7 +45,7 @@ import msgspec
 import polars as pl
 
 from kinetolens.analysis.gputime.gpu_streams import covered_ns, union_intervals
-from kinetolens.analysis.gputime.overview import COMM_KERNEL_PREFIX, step_windows
+from kinetolens.analysis.gputime.overview import step_windows
 from kinetolens.analysis.ranks.groups import group_dimension
 from kinetolens.model.trace import Trace
 from kinetolens.model.vocabulary import (
@@ -372,10 +372,6 @@ def dimension_exposure(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
             rows.append({"dimension": dim, "group": group, "step": w["step"], "comm_ns": comm_ns,
                          "exposed_ns": both - covered_ns(cp)})  # fmt: skip
     return pl.DataFrame(rows, schema=schema)
-
-
-def _is_comm_host(name: pl.Expr) -> pl.Expr:
-    return pl.any_horizontal(*(name.str.starts_with(p) for p in COMM_HOST_PREFIXES))
 
 
 def compute_and_comm_intervals(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
