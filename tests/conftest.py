@@ -11,7 +11,8 @@ import pytest
 
 from tests.compiled_model import capture_compiled
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+TESTS = Path(__file__).resolve().parent
+SHARED = TESTS.parent.parent / "shared"
 TRACES = SHARED / "traces"
 GOLDEN = SHARED / "golden"
 

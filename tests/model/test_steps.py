@@ -16,9 +16,9 @@ import pytest
 import kinetolens
 from kinetolens.analysis.summary import summarize
 from kinetolens.model.steps import complete_steps, incomplete_steps, without_incomplete_steps
-from tests.conftest import trace_path
+from tests.conftest import TESTS, trace_path
 
-JOB = Path(__file__).resolve().parents[2] / "distributed" / "cut_step_job.py"
+JOB = TESTS / "distributed" / "cut_step_job.py"
 
 
 def _env() -> dict[str, str]:

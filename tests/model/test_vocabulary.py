@@ -138,7 +138,9 @@ def test_vendor_gemms_get_tensor_core_eligibility() -> None:
 
 
 def test_sync_rule_and_dependency_graph_read_one_definition() -> None:
-    assert recs.SYNCHRONIZING_CALLS is vocabulary.SYNCHRONIZING_CALLS
+    from kinetolens.analysis.advice import rule_context  # what the synchronization rule reads
+
+    assert rule_context.SYNCHRONIZING_CALLS is vocabulary.SYNCHRONIZING_CALLS
     assert dependency_graph.BLOCKING_CALLS is vocabulary.BLOCKING_CALLS
     assert vocabulary.SYNCHRONIZING_CALLS < vocabulary.BLOCKING_CALLS
     # ROCm PyTorch's synchronous copy (.item(), .cpu()) is in both.

@@ -11,6 +11,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from kinetolens.analysis.trace_kind import trace_kind
 from kinetolens.analysis.memory.usage import (
     BASIS_NOTES,
     WINDOW_SUM,
@@ -76,7 +77,7 @@ def memory_command(
             raise TraceError(
                 trace,
                 "has no [memory] events" + (" to draw" if svg_path is not None else "")
-                + "; " + how_to_record_memory(loaded.format),
+                + "; " + how_to_record_memory(loaded.format, trace_kind(loaded).pytorch),
             )
         _samples_only_report(trace, samples, sampled, json_)
         if svg_path is not None:

@@ -244,7 +244,7 @@ def left_out(data: ReportData) -> dict[str, str]:
             "the ops carry no call sites (profile with with_stack=True)" if kind["pytorch"] else "the trace has no call sites"
         )
     if data.memory.height == 0 and data.memory_peaks.height == 0:
-        why["memory"] = f"the trace has no memory events ({how_to_record_memory(data.trace.format)})"
+        why["memory"] = f"the trace has no memory events ({how_to_record_memory(data.trace.format, kind['pytorch'])})"
     return {name: f"{SECTION_TITLES[name]} left out: {reason}." for name, reason in why.items()}
 
 

@@ -43,7 +43,6 @@ from kinetolens.analysis.advice.inference import served
 from kinetolens.analysis.advice.rule_context import (
     NS_PER_MS,
     SCALAR_READ_OPS,
-    SYNC_CALLS,
     RuleContext,
 )
 from kinetolens.analysis.advice.rule_registry import Rule
@@ -54,7 +53,7 @@ from kinetolens.analysis.trace_kind import TraceKind
 from kinetolens.model.trace import Trace
 
 __all__ = [
-    "NS_PER_MS", "RULES", "SCALAR_READ_OPS", "SYNC_CALLS", "RuleContext", "applies", "damaged_inputs", "findings",
+    "NS_PER_MS", "RULES", "SCALAR_READ_OPS", "RuleContext", "applies", "damaged_inputs", "findings",
     "recommendations", "recommendations_frame", "simulated",
 ]  # fmt: skip
 

@@ -33,8 +33,6 @@ from kinetolens.model.trace import Trace
 NS_PER_MS = 1e6
 
 #: Calls that block the host until the GPU (or a stream) has drained.
-#: Calls that block the host until the GPU (or a stream) has drained (:mod:`kinetolens.model.vocabulary`).
-SYNC_CALLS = tuple(sorted(SYNCHRONIZING_CALLS))
 #: Ops whose only purpose is reading a device value on the host.
 SCALAR_READ_OPS = ("aten::item", "aten::_local_scalar_dense")
 
@@ -121,7 +119,7 @@ class RuleContext:
         the next GPU activity is the cost (the time spent blocked is not,
         since the GPU was busy then), up to the end of the step.
         """
-        calls = self.trace.runtime.filter(pl.col("name").is_in(SYNC_CALLS))
+        calls = self.trace.runtime.filter(pl.col("name").is_in(sorted(SYNCHRONIZING_CALLS)))
         calls = self.in_steps(
             calls.select("name", "ts", "end", "op_id", "module", "source"),
             keep_end=True,

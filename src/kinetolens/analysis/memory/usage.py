@@ -60,8 +60,10 @@ BASIS_NOTES = {
 }
 
 
-def how_to_record_memory(trace_format: str) -> str:
+def how_to_record_memory(trace_format: str, pytorch: bool = True) -> str:
     """What records the allocator events the memory views read, for a trace of this format (one sentence)."""
+    if not pytorch:
+        return "the memory views read PyTorch's caching-allocator events, which a program that is not PyTorch has none of"
     if trace_format.startswith("nsys"):
         return (
             "an Nsight Systems export holds no PyTorch allocator events (nsys --cuda-memory-usage=true records "

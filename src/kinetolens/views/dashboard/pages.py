@@ -14,6 +14,7 @@ from typing import Any
 import polars as pl
 
 from kinetolens.analysis.hardware.kernels import tensor_core_time
+from kinetolens.analysis.trace_kind import trace_kind
 from kinetolens.analysis.memory.usage import how_to_record_memory, memory_curve, memory_events, memory_peaks
 from kinetolens.analysis.memory.allocations import pairable
 from kinetolens.analysis.workload.ops import op_stats, rank_basis, time_basis
@@ -201,7 +202,7 @@ def roofline(ctx: Ctx) -> list[Block]:
 
 def memory(ctx: Ctx) -> list[Block]:
     if ctx.trace.memory.height == 0:
-        return [unavailable("Memory is", f"it has no memory records: {how_to_record_memory(ctx.trace.format)}")]
+        return [unavailable("Memory is", f"it has no memory records: {how_to_record_memory(ctx.trace.format, trace_kind(ctx.trace).pytorch)}")]
     events, _ = memory_window(ctx)
     device = ctx.args.get("device", "")
     peaks = memory_peaks(events)
