@@ -175,7 +175,7 @@ def _print(console: Console, paths: list[CriticalPath], summary: pl.DataFrame, l
         f"length {duration(length)}, span {duration(span)} ({duration(max(span - length, 0.0))} untraced between ops)"
     )
     window, before, after = (sum(getattr(cp, f) for cp in paths) for f in ("window_us", "before_us", "after_us"))
-    console.print(f"window {duration(window)}: {duration(before)} before the path's first op, {duration(after)} after its end (not tied to it)")
+    console.print(f"window {duration(window)}: {duration(before)} before the path, {duration(after)} after it")
     for note in dict.fromkeys(n for cp in paths for n in cp.notes):
         console.print(Text(f"note: {note}", style="yellow"))
     unit, scale = time_unit(summary["us"].max())  # one unit a column, named in its header
