@@ -301,7 +301,8 @@ def critical_paths(trace: Trace, windows: list[Window]) -> list[CriticalPath]:
 
 
 def per_window(paths: list[CriticalPath]) -> pl.DataFrame:
-    """One row per window: its length, span and the bound that holds the most of it."""
+    """One row per window: its length, span, the window's time before and after the
+    path (see :class:`CriticalPath`) and the bound that holds the most of it."""
     rows = []
     for cp in paths:
         top = cp.summary.sort("us", descending=True)
@@ -311,13 +312,17 @@ def per_window(paths: list[CriticalPath]) -> pl.DataFrame:
                 "step": cp.window.step,
                 "length_us": cp.length_us,
                 "span_us": cp.span_us,
+                "before_us": cp.before_us,
+                "after_us": cp.after_us,
+                "window_us": cp.window_us,
                 "top_bound": top["bound_by"][0] if top.height else None,
                 "top_pct": float(top["pct"][0]) if top.height else None,
             }
         )
     return pl.DataFrame(
         rows,
-        schema={"window": pl.String, "step": pl.Int64, "length_us": pl.Float64, "span_us": pl.Float64, "top_bound": pl.String, "top_pct": pl.Float64},
+        schema={"window": pl.String, "step": pl.Int64, "length_us": pl.Float64, "span_us": pl.Float64, "before_us": pl.Float64, "after_us": pl.Float64, "window_us": pl.Float64,
+                "top_bound": pl.String, "top_pct": pl.Float64},
     )
 
 
