@@ -33,7 +33,12 @@ launch are linked to it, a DataLoader ``__next__`` range is a node (its time
 is data loading, not a gap), and memcpy/memset are told apart from compute.
 The trace does not name the CUDA event a wait or an event sync is on, so
 it is taken as the last ``cudaEventRecord`` before it on the same thread,
-and the recorded work as the last launch before that record.
+and the recorded work as the last launch before that record.  Traces
+without ``cuda_sync`` records (and often without ``cudaEventRecord`` calls)
+name neither the event nor the streams of a ``cudaStreamWaitEvent``: its
+wait is taken from the next launch of its thread back to the last activity
+launched before it on another stream, where the launched activity did start
+after that one ended (:meth:`_FactsIndex.inferred_stream_waits`).
 """
 
 from __future__ import annotations
