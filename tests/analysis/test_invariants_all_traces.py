@@ -250,6 +250,34 @@ def test_fails_critical_path_bound_within_work() -> None:
     assert found and found[0].values == {"bound": "gpu_compute", "on_path_us": 12.0, "union_us": 10.0}
 
 
+def test_fails_critical_path_covers_window() -> None:
+    # HTA's sampled DLRM rank 0, step 551: a 338 ms path over 553 ms in a 607 ms window,
+    # with nothing said about the 54 ms before its start and after its end.
+    window = Window("ProfilerStep#551", 0, 607_312_000)
+    bare = CriticalPath(window, 337_893.0, 553_115.0, pl.DataFrame(), pl.DataFrame(), 0, 0, window_us=607_312.0)
+    found = _run("critical_path_covers_window", paths=[bare])
+    assert found and found[0].values["missing_us"] == pytest.approx(54_197.0)
+    # The same parts named, as critical_path reports them, add up.
+    named = CriticalPath(window, 337_893.0, 553_115.0, pl.DataFrame(), pl.DataFrame(), 0, 0, window_us=607_312.0, before_us=2_305.0, after_us=51_892.0)
+    assert _run("critical_path_covers_window", paths=[named]) == []
+    # A window that stops before its host range ends is wrong too, though its parts add up.
+    short = CriticalPath(window, 337_893.0, 553_115.0, pl.DataFrame(), pl.DataFrame(), 0, 0, window_us=555_420.0, before_us=2_305.0)
+    assert [v.values["host_window_us"] for v in _run("critical_path_covers_window", paths=[short])] == [607_312.0]
+
+
+def test_sampled_dlrm_path_parts_cover_each_step() -> None:
+    from kinetolens.analysis.paths.critical_path import critical_paths, step_windows
+
+    trace = kinetolens.load(TRACES / "hta/trace_filter/sampled_rank-0.json.gz", cache=False)
+    (p551, p552) = critical_paths(trace, step_windows(trace))
+    # Step 551: 607.3 ms = 2.3 ms before the path + 337.9 ms of bounds + 215.2 ms untraced between ops + 51.9 ms after it.
+    assert p551.window_us == pytest.approx(607_312.0)
+    assert (p551.before_us, p551.length_us, p551.untraced_us, p551.after_us) == pytest.approx((2_305.0, 337_893.0, 215_222.0, 51_892.0))
+    for p in (p551, p552):
+        assert p.before_us + p.span_us + p.after_us == pytest.approx(p.window_us)
+    assert inv.run(inv.Results(trace), ["critical_path_covers_window"]) == []
+
+
 def test_fails_recommendation_saves_and_shortens() -> None:
     rec = {"rule": "launch_overhead", "saving_ms": 0.0, "predicted_step_ms": 13.46, "per": "step"}
     summary = {"steps": {"mean_us": 12_960.0}, "recommendations": [rec, {**rec, "saving_ms": -0.5, "predicted_step_ms": None}]}

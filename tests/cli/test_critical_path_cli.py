@@ -49,6 +49,20 @@ def test_terminal_fits_80_columns() -> None:
         assert "CPU ops" in out.stdout and "97.3%" in out.stdout
 
 
+def test_window_parts_the_path_does_not_reach_are_named() -> None:
+    # HTA's sampled DLRM rank 0: the path of step 551 starts 2.3 ms into the 607 ms window and
+    # ends 51.9 ms before its work does; the text names both and the JSON's parts add up.
+    sampled = str(trace_path("hta/trace_filter/sampled_rank-0.json.gz"))
+    out = _run([sampled, "--step", "551"], 80)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[2] == f"window {duration(607_312)}: {duration(2_305)} before the path, {duration(51_892)} after it"
+    data = json.loads(_run([sampled, "--step", "551", "--json"]).stdout)
+    (p,) = data["paths"]
+    assert (p["before_us"], p["untraced_us"], p["after_us"], p["window_us"]) == (2_305.0, 215_222.0, 51_892.0, 607_312.0)
+    assert p["before_us"] + p["length_us"] + p["untraced_us"] + p["after_us"] == p["window_us"]
+
+
 def test_bad_window_is_one_line() -> None:
     # a step or annotation the trace lacks: one line naming it, exit 2.
     for args, words in (

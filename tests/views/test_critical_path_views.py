@@ -253,3 +253,19 @@ def test_critical_path_page_reads_in_chromium(server: ThreadServer, logdir: Path
     assert look["figures"] == 1 and all(n == steps for n in look["bars"][0])  # one bar per step for each bound
     assert look["shares"] and all(re.fullmatch(r"\d+\.\d%", s) for s in look["shares"])
     assert look["verdict"] and look["verdict"].startswith("Bound by ")
+
+
+def test_per_step_table_names_the_window_the_path_does_not_reach() -> None:
+    # HTA's sampled DLRM rank 0: each step's path starts ~2.3 ms into its window and ends
+    # 52-55 ms before the window's work does; the per-step table shows both, and they add up.
+    from kinetolens.views.critical_path_section import critical_path_section
+
+    section = critical_path_section(kinetolens.load(trace_path("hta/trace_filter/sampled_rank-0.json.gz")))
+    assert not isinstance(section, str)
+    steps = section.steps
+    assert steps.select("step", "before_path_us", "after_path_us", "window_us").rows() == [
+        ("551", 2_305.0, 51_892.0, 607_312.0),
+        ("552", 2_292.0, 55_382.0, 622_928.0),
+    ]
+    for row in steps.iter_rows(named=True):
+        assert row["before_path_us"] + row["span_us"] + row["after_path_us"] == pytest.approx(row["window_us"])

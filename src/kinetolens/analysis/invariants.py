@@ -253,6 +253,27 @@ def critical_path_within_span(paths: list[Any]) -> Iterator[Bad]:
         yield from _negative(p.path, ("us",), f"critical path {p.window.label}", "name")
 
 
+#: Slack on a path's parts adding up to its window: each part is a difference of two
+#: nanosecond times turned into microseconds (absolute times near 1.7e15 ns lose no
+#: precision as integers, but the window's extent and the parts are separate floats).
+PATH_COVER_EPS_US = 0.01
+
+
+@invariant("critical_path_covers_window")
+def critical_path_covers_window(paths: list[Any]) -> Iterator[Bad]:
+    """A path says where all of its window went: its bounds, the untraced time between its ops, and the named time before its start and after its end add up to the window (its host range, or to its last activity's end where the GPU ran past it)."""
+    for p in paths:
+        host_us = (p.window.end - p.window.start) / 1000
+        parts = {"length_us": p.length_us, "untraced_us": p.span_us - p.length_us, "before_us": p.before_us, "after_us": p.after_us}
+        where = f"critical path {p.window.label}"
+        bounds = float(p.summary["us"].sum()) if p.summary.height and "us" in p.summary.columns else p.length_us
+        missing = p.window_us - sum(parts.values())
+        if abs(missing) > PATH_COVER_EPS_US + REL * abs(p.window_us) or over(host_us, p.window_us) or over(bounds, p.length_us) or over(p.length_us, bounds):
+            yield where, {**parts, "bounds_us": bounds, "window_us": p.window_us, "host_window_us": host_us, "missing_us": missing}
+        elif any(v < -EPS_US for v in parts.values()):
+            yield where, {**parts, "window_us": p.window_us}
+
+
 #: The critical path's GPU bounds and the kind of stream work each is.
 PATH_GPU_BOUNDS = {"gpu_compute": "COMPUTATION", "gpu_memory": "MEMORY", "communication": "COMMUNICATION"}
 

@@ -151,6 +151,10 @@ def _path_json(cp: CriticalPath) -> dict:
         "window": {"label": w.label, "step": w.step, "start_ns": w.start, "end_ns": w.end},
         "length_us": cp.length_us,
         "span_us": cp.span_us,
+        "untraced_us": cp.untraced_us,
+        "before_us": cp.before_us,
+        "after_us": cp.after_us,
+        "window_us": cp.window_us,
         "nodes": cp.nodes,
         "edges": cp.edges,
         "summary": cp.summary.to_dicts(),
@@ -170,6 +174,8 @@ def _print(console: Console, paths: list[CriticalPath], summary: pl.DataFrame, l
     console.print(
         f"length {duration(length)}, span {duration(span)} ({duration(max(span - length, 0.0))} untraced between ops)"
     )
+    window, before, after = (sum(getattr(cp, f) for cp in paths) for f in ("window_us", "before_us", "after_us"))
+    console.print(f"window {duration(window)}: {duration(before)} before the path, {duration(after)} after it")
     for note in dict.fromkeys(n for cp in paths for n in cp.notes):
         console.print(Text(f"note: {note}", style="yellow"))
     unit, scale = time_unit(summary["us"].max())  # one unit a column, named in its header

@@ -22,7 +22,7 @@ __all__ = [
     "BLOCKING_CALLS", "BOUND_BY", "BOUND_WORDS", "CATEGORY_HEADERS", "CATEGORY_WORDS", "COMM_KERNEL_PREFIX",
     "COMM_LIBRARY_PREFIXES", "COMM_OP_PREFIXES", "C10D_PREFIX", "DEVICE_SYNC_CALLS", "GLOO_PREFIX", "GPU_ACTIVITY",
     "MATRIX_FAMILIES", "NCCL_PREFIX", "OTHER", "PARAM_COMMS", "STEP_CATEGORIES", "STEP_PREFIX", "STREAM_SYNC_CALLS",
-    "SYNCHRONIZING_CALLS", "TIME_BASIS_WORDS", "is_comm_kernel", "is_comm_kernel_name", "is_comm_op",
+    "STREAM_WAIT_CALLS", "SYNCHRONIZING_CALLS", "TIME_BASIS_WORDS", "is_comm_kernel", "is_comm_kernel_name", "is_comm_op",
     "is_dataloader", "matrix_ops",
 ]  # fmt: skip
 
@@ -72,6 +72,8 @@ def is_comm_kernel(kernels: pl.DataFrame) -> pl.Expr:
 DEVICE_SYNC_CALLS = ("cudaDeviceSynchronize", "hipDeviceSynchronize")
 #: Stream synchronizations (wait for one stream).
 STREAM_SYNC_CALLS = ("cudaStreamSynchronize", "hipStreamSynchronize")
+#: A stream waits for an event recorded on another: GPU -> GPU, the host does not block.
+STREAM_WAIT_CALLS = ("cudaStreamWaitEvent", "hipStreamWaitEvent")
 #: Calls that always return only after GPU work finished: device, stream
 #: and event syncs, and synchronous copies (``hipMemcpyWithStream`` is what
 #: PyTorch's ROCm build uses for ``.item()`` / ``.cpu()``, where CUDA builds

@@ -73,7 +73,8 @@ class CriticalPathSection:
     """The critical path of the windows shown, as tables ready to display."""
 
     paths: list[CriticalPath]
-    #: ``step``, ``length_us``, ``span_us``, ``mostly``, ``share_pct``: one row per window.
+    #: ``step``, ``length_us``, ``span_us``, ``before_path_us``, ``after_path_us``, ``window_us``
+    #: (the window's time the path does not reach, named), ``mostly``, ``share_pct``: one row per window.
     steps: pl.DataFrame
     #: ``window``, ``bound``, ``time_us``, ``share_pct``: each window's split (the chart).
     split: pl.DataFrame
@@ -161,6 +162,9 @@ def critical_path_section(trace: Trace, step: int | None = None) -> CriticalPath
         step=pl.when(pl.col("step").is_not_null()).then(pl.col("step").cast(pl.String)).otherwise(pl.col("window")),
         length_us="length_us",
         span_us="span_us",
+        before_path_us="before_us",
+        after_path_us="after_us",
+        window_us="window_us",
         mostly=pl.col("top_bound").replace_strict(BOUND_WORDS, default=pl.col("top_bound"), return_dtype=pl.String),
         share_pct="top_pct",
     )

@@ -74,6 +74,20 @@ class CriticalPath:
     edges: int
     #: Why some figures may mislead (a GPU clock offset from the CPU's).
     notes: list[str] = field(default_factory=list)
+    #: The window's time (us) from its start to the later of its end and its
+    #: last activity's end, and the parts of it the path does not reach:
+    #: before its first node (before the first traced op on it) and after its
+    #: last (work that no traced dependency ties to the path).  With the
+    #: untraced time between ops (``span_us - length_us``) they add up:
+    #: ``before_us + span_us + after_us == window_us``.
+    window_us: float = 0.0
+    before_us: float = 0.0
+    after_us: float = 0.0
+
+    @property
+    def untraced_us(self) -> float:
+        """The path's span its edges do not cover: time between top-level ops nothing traced."""
+        return max(self.span_us - self.length_us, 0.0)
 
     def top(self, by: str, n: int = 10) -> pl.DataFrame:
         """The path's time per ``by`` (``name``, ``op``, ``module``, ``source``), largest first."""
@@ -125,6 +139,10 @@ def critical_path(trace: Trace, window: Window, facts: TraceFacts | None = None)
     path = _path_table(graph, nodes)
     length = float(path["us"].sum()) if path.height else 0.0
     span = (_node_ts(graph, nodes[-1]) - _node_ts(graph, nodes[0])) / 1000 if len(nodes) > 1 else 0.0
+    # The window reaches to its last activity's end when the GPU ran past the host's range.
+    reach = max(window.end, int(graph.events["end"].max()))  # type: ignore[arg-type]
+    first = _node_ts(graph, nodes[0]) if nodes else window.start
+    last = _node_ts(graph, nodes[-1]) if nodes else window.start
     return CriticalPath(
         window=window,
         length_us=length,
@@ -134,6 +152,9 @@ def critical_path(trace: Trace, window: Window, facts: TraceFacts | None = None)
         nodes=graph.nodes,
         edges=graph.edges.height,
         notes=_clock_notes(graph),
+        window_us=(reach - window.start) / 1000,
+        before_us=(first - window.start) / 1000,
+        after_us=(reach - last) / 1000,
     )
 
 
@@ -280,7 +301,8 @@ def critical_paths(trace: Trace, windows: list[Window]) -> list[CriticalPath]:
 
 
 def per_window(paths: list[CriticalPath]) -> pl.DataFrame:
-    """One row per window: its length, span and the bound that holds the most of it."""
+    """One row per window: its length, span, the window's time before and after the
+    path (see :class:`CriticalPath`) and the bound that holds the most of it."""
     rows = []
     for cp in paths:
         top = cp.summary.sort("us", descending=True)
@@ -290,13 +312,17 @@ def per_window(paths: list[CriticalPath]) -> pl.DataFrame:
                 "step": cp.window.step,
                 "length_us": cp.length_us,
                 "span_us": cp.span_us,
+                "before_us": cp.before_us,
+                "after_us": cp.after_us,
+                "window_us": cp.window_us,
                 "top_bound": top["bound_by"][0] if top.height else None,
                 "top_pct": float(top["pct"][0]) if top.height else None,
             }
         )
     return pl.DataFrame(
         rows,
-        schema={"window": pl.String, "step": pl.Int64, "length_us": pl.Float64, "span_us": pl.Float64, "top_bound": pl.String, "top_pct": pl.Float64},
+        schema={"window": pl.String, "step": pl.Int64, "length_us": pl.Float64, "span_us": pl.Float64, "before_us": pl.Float64, "after_us": pl.Float64, "window_us": pl.Float64,
+                "top_bound": pl.String, "top_pct": pl.Float64},
     )
 
 

@@ -33,7 +33,12 @@ launch are linked to it, a DataLoader ``__next__`` range is a node (its time
 is data loading, not a gap), and memcpy/memset are told apart from compute.
 The trace does not name the CUDA event a wait or an event sync is on, so
 it is taken as the last ``cudaEventRecord`` before it on the same thread,
-and the recorded work as the last launch before that record.
+and the recorded work as the last launch before that record.  Traces
+without ``cuda_sync`` records (and often without ``cudaEventRecord`` calls)
+name neither the event nor the streams of a ``cudaStreamWaitEvent``: its
+wait is taken from the next launch of its thread back to the last activity
+launched before it on another stream, where the launched activity did start
+after that one ended (:meth:`_FactsIndex.inferred_stream_waits`).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from kinetolens.model.vocabulary import (
     DEVICE_SYNC_CALLS,
     GPU_ACTIVITY,
     STREAM_SYNC_CALLS,
+    STREAM_WAIT_CALLS,
     is_comm_kernel,
     is_dataloader,
 )
@@ -613,6 +619,7 @@ class _FactsIndex:
             sync_kind=pl.col("name").replace_strict(kinds, default=3, return_dtype=pl.Int64),
             record=pl.col("name").is_in(EVENT_RECORD_CALLS).fill_null(False),
             wait=(pl.col("name") == "Stream Wait Event").fill_null(False),
+            wait_call=((kind == "runtime") & pl.col("name").is_in(STREAM_WAIT_CALLS)).fill_null(False),
             **{c: pl.col(c).fill_null(-1) for c in ("pid", "tid", "ts", "end", "launch_id", "correlation")},
         )
         return {c: r[c].to_numpy() for c in r.columns}
@@ -640,11 +647,12 @@ class _FactsIndex:
         return _ByGroup([rt["pid"][rows], rt["tid"][rows]], t), t
 
     @cached_property
-    def launches(self) -> tuple[_ByGroup, _ByGroup, np.ndarray]:
-        """By thread, by thread and stream, and the first activity each launched."""
-        # ``TraceFacts.launches`` on numpy: the first activity (by start) of each launch id, joined to its call.
-        k = self.facts.trace.kernels.select(pl.col("launch_id", "stream").fill_null(-1), "kernel_id", "ts")
-        k_launch, k_stream, k_id, k_ts = (k[c].to_numpy() for c in ("launch_id", "stream", "kernel_id", "ts"))
+    def launch_table(self) -> dict[str, np.ndarray]:
+        """Every launching runtime call by start (``pid``, ``tid``, ``ts``) with the first
+        activity (by start) it launched: its ``stream``, ``device``, ``kernel`` id, ``start``, ``end``."""
+        # ``TraceFacts.launches`` on numpy: the first activity of each launch id, joined to its call.
+        k = self.facts.trace.kernels.select(pl.col("launch_id", "stream", "device").fill_null(-1), "kernel_id", "ts", end=pl.col("ts") + pl.col("dur"))
+        k_launch, k_ts = k["launch_id"].to_numpy(), k["ts"].to_numpy()
         rows = np.flatnonzero(k_launch >= 0)
         rows = rows[np.lexsort((k_ts[rows], k_launch[rows]))]
         rows = rows[_groups(k_launch[rows])]
@@ -654,8 +662,16 @@ class _FactsIndex:
         call, first = calls[call], rows[at]
         by_ts = np.argsort(rt["ts"][call], kind="stable")
         call, first = call[by_ts], first[by_ts]
-        pid, tid, ts, stream = rt["pid"][call], rt["tid"][call], rt["ts"][call], k_stream[first]
-        return _ByGroup([pid, tid], ts), _ByGroup([pid, tid, stream], ts), k_id[first]
+        out = {c: rt[c][call] for c in ("pid", "tid", "ts")}
+        out.update(stream=k["stream"].to_numpy()[first], device=k["device"].to_numpy()[first], kernel=k["kernel_id"].to_numpy()[first])
+        out.update(start=k_ts[first], end=k["end"].to_numpy()[first])
+        return out
+
+    @cached_property
+    def launches(self) -> tuple[_ByGroup, _ByGroup, np.ndarray]:
+        """By thread, by thread and stream, and the first activity each launched."""
+        t = self.launch_table
+        return _ByGroup([t["pid"], t["tid"]], t["ts"]), _ByGroup([t["pid"], t["tid"], t["stream"]], t["ts"]), t["kernel"]
 
     def recorded_kernel(self, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray) -> np.ndarray:
         """The activity recorded by the last ``cudaEventRecord`` on the thread before
@@ -699,6 +715,39 @@ class _FactsIndex:
         return src[keep], dst[keep]
 
 
+    @cached_property
+    def inferred_stream_waits(self) -> tuple[np.ndarray, np.ndarray]:
+        """``stream_waits`` where the trace has no ``cuda_sync`` records (older
+        traces), which name neither the event nor the streams, and whose
+        ``cudaEventRecord`` calls are often not traced: a ``cudaStreamWaitEvent``
+        holds the next activity its thread launches (on stream B) until the
+        last activity launched before the wait on another stream of that
+        device ends.  A pair is kept only where the activity did start after
+        that end: a wait on an event that had fired already (or on another
+        stream than guessed) leaves its activity free, and a false edge would
+        take the time of the activity it ran beside."""
+        rt, t = self.runtime, self.launch_table
+        waits = np.flatnonzero(rt["wait_call"])
+        empty = np.zeros(0, dtype=np.int64)
+        if waits.size == 0 or t["ts"].size == 0:
+            return empty, empty
+        pid, tid, ts = rt["pid"][waits], rt["tid"][waits], rt["ts"][waits]
+        by_thread, _, _ = self.launches
+        dst = by_thread.find([pid, tid], ts, before=False, strict=False)
+        ok = dst >= 0
+        pid, ts, dst = pid[ok], ts[ok], dst[ok]
+        # The last launch before the wait on each stream of the process, then the latest on another stream than dst's.
+        on_stream = _ByGroup([t["pid"], t["device"], t["stream"]], t["ts"])
+        src = np.full(dst.size, -1, dtype=np.int64)
+        for p, device, stream in on_stream.spans:
+            mine = np.flatnonzero((pid == p) & (t["device"][dst] == device) & (t["stream"][dst] != stream))
+            hit = on_stream.find([pid[mine], t["device"][dst[mine]], np.full(mine.size, stream)], ts[mine], before=True, strict=True)
+            later = (hit >= 0) & ((src[mine] < 0) | (t["ts"][np.maximum(hit, 0)] > t["ts"][np.maximum(src[mine], 0)]))
+            src[mine[later]] = hit[later]
+        keep = (src >= 0) & (t["start"][dst] >= t["end"][np.maximum(src, 0)])
+        return t["kernel"][src[keep]], t["kernel"][dst[keep]]
+
+
 def _by_kernel(ids: np.ndarray, kernel_ids: np.ndarray) -> np.ndarray:
     """Rows of the window's activity (kernel ``ids``) with these kernel ids (-1 where not in the window)."""
     if ids.size == 0:
@@ -713,9 +762,10 @@ def _stream_waits(facts: TraceFacts, cols: _Columns) -> tuple[np.ndarray, np.nda
     the activity recorded before it -> the next activity launched on the waiting stream."""
     empty = np.zeros(0, dtype=np.int64)
     kernel = cols.gpu("kernel_id")
-    if kernel.size == 0 or not _facts_index(facts).has_sync:
+    index = _facts_index(facts)
+    if kernel.size == 0:
         return empty, empty, empty
-    src, dst = _facts_index(facts).stream_waits
+    src, dst = index.stream_waits if index.has_sync else index.inferred_stream_waits
     a, b = _by_kernel(kernel, src), _by_kernel(kernel, dst)
     ok = (a >= 0) & (b >= 0)
     eid, end = cols.gpu("eid"), cols.gpu("end")
