@@ -119,13 +119,35 @@ CUDA_CORE_MATRIX_OPS = frozenset({"aten::mv", "aten::addmv", "aten::_conv_depthw
 TENSOR_COUNTER = re.compile(r"pipe_tensor|tensor_op|kineto__tensor_core_insts|inst_executed_op_[hid]mma", re.IGNORECASE)
 
 
+#: Names longer than this are classified by their head and tail only.  Real
+#: kernel names (C++ templates included) stay under ~6 KiB; a rule's cost
+#: grows with the text it searches (one is quadratic in the worst case), so
+#: a corrupt or hostile multi-megabyte name must not be searched whole.
+MAX_CLASSIFIED_NAME = 16384
+_NAME_HEAD = 12288
+_NAME_TAIL = 4096
+
+
+def classified_text(name: str) -> str:
+    """The part of ``name`` the rules see: all of it, or its head and tail.
+
+    The two ends are joined by a newline, which ``.`` does not match, so no
+    rule matches across the cut; ``^`` still anchors at the head and ``$``
+    at the tail.
+    """
+    if len(name) <= MAX_CLASSIFIED_NAME:
+        return name
+    return name[:_NAME_HEAD] + "\n" + name[-_NAME_TAIL:]
+
+
 @lru_cache(maxsize=65536)
 def classify(name: str | None) -> tuple[str, str]:
     """(verdict, reason) for one kernel name; ``unknown`` when no rule matches."""
     if not name:
         return UNKNOWN, "no kernel name"
+    text = classified_text(name)
     for rule in RULES:
-        if rule.pattern.search(name):
+        if rule.pattern.search(text):
             return rule.verdict, rule.reason
     return UNKNOWN, "no rule matches the name"
 
