@@ -27,6 +27,7 @@ from kinetolens.analysis.memory import ALLOCATOR, BASIS_NOTES, WINDOW_SUM
 from kinetolens.analysis.op_tree import collapse, op_tree
 from kinetolens.analysis.roofline import LOST_COLUMNS, with_time_lost
 from kinetolens.analysis.summary import summarize
+from kinetolens.analysis.trace_kind import trace_kind
 from kinetolens.cli.checks import ROWS, WIDTH, check_step, check_time_range, regex, require_kernels
 from kinetolens.cli.load_options import capture_option
 from kinetolens.cli.phases_command import print_inference
@@ -40,9 +41,12 @@ from kinetolens.cli.render import (
     print_pairs,
     terminal_width,
 )
+from kinetolens.errors import TraceError
 from kinetolens.loader import load
+from kinetolens.model.trace import Trace
 from kinetolens.registry.gpus import gpu_spec
 from kinetolens.registry.kernel_names import short_names
+from kinetolens.views import empty_reasons
 from kinetolens.views.memory_flow_svg import human_bytes
 from kinetolens.views.report_phases import inference_rows
 
@@ -452,6 +456,9 @@ def ops_command(
     if order_by is None:
         order_by = default_order(loaded, by, aggregate, inclusive=inclusive)
     stats = op_stats(loaded, by=by, aggregate=aggregate, step=step, inclusive=inclusive)
+    empty = None if csv or json_ else _why_no_rows(loaded, stats, by)  # machine formats: an empty list
+    if empty:
+        raise TraceError(trace, empty)
     spec = gpu_spec(loaded)
     if spec is not None and spec.dram_gbps:
         stats = with_time_lost(stats, loaded, spec, by, step=step)
@@ -495,6 +502,23 @@ def ops_command(
     _print_ops(table, GROUPINGS[by], title, "\n".join(notes), width)
 
 
+def _why_no_rows(loaded: Trace, stats: pl.DataFrame, by: str) -> str | None:
+    """Why an ops table would show nothing (or only the '-' group), in one line; None when it has rows."""
+    key = GROUPINGS[by][0]
+    if key in stats.columns and stats.filter(pl.col(key).is_not_null() & (pl.col(key).cast(pl.String) != "-")).height:
+        return None
+    kind = trace_kind(loaded).to_dict()
+    if by == "kernel":
+        return empty_reasons.no_kernels(kind)
+    if loaded.ops.height == 0:
+        return empty_reasons.no_ops(kind, nsys=loaded.format.startswith("nsys"))
+    if by == "module":
+        return empty_reasons.no_modules(kind)
+    if by == "source":
+        return empty_reasons.no_sources(kind)
+    return "no op in this step" if stats.height == 0 else None
+
+
 def _ops_view(
     loaded, trace: str, *, tree: bool, min_share: float, top: int, step: int | None, json_: bool, csv: bool,
     width: int | None,
@@ -502,10 +526,17 @@ def _ops_view(
     """``ops --tree`` and ``ops --annotations``."""
     if tree:
         full = op_tree(loaded, step=step)
+        if full.height == 0 and not (json_ or csv):
+            raise TraceError(trace, _why_no_rows(loaded, full, "op") or "no op in this step")
         if json_ or csv:
             emit(full, _format(csv, False, json_))
             return
         shown = collapse(full, min_share)
+        if shown.filter(pl.col("kind") != "more").height == 0:
+            render_console(width).print(
+                f"every op is under {min_share:g}% of the step (--min-share 0 shows them all)", markup=False, highlight=False
+            )
+            return
         top_level = shown.filter(pl.col("depth") == 0)
         if top_level.height > top:
             shown = shown.filter(pl.col("path").is_in(_subtrees(shown, top_level["path"].head(top).to_list())))
@@ -517,12 +548,17 @@ def _ops_view(
             host_total_us="host_total_us", step_share_pct="step_share_pct",
         )  # fmt: skip
         caption = f"nodes under {min_share:g}% of the step folded into 'N more' (--min-share); kernels shortened"
+        if loaded.kernels.height == 0:  # a CPU trace: device columns would be all zero
+            frame = frame.drop("device_total_us", "device_self_us")
+            caption = f"no GPU kernels: host time only; nodes under {min_share:g}% of the step folded into 'N more' (--min-share)"
         print_fitted(
             frame, key="op", title=f"op call tree (top {top} top-level ops)", caption=caption, width=width,
-            headers=OPS_HEADERS, droppable=["step_share_pct", "device_self_us", "host_total_us"],
+            headers=OPS_HEADERS, droppable=[c for c in ("step_share_pct", "device_self_us", "host_total_us") if c in frame.columns],
         )
         return
     table = annotation_stats(loaded, step=step).head(top)
+    if table.height == 0 and not (json_ or csv):
+        raise TraceError(trace, empty_reasons.NO_ANNOTATIONS)
     if json_ or csv:
         emit(table, _format(csv, False, json_))
         return

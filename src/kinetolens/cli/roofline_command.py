@@ -17,6 +17,7 @@ from kinetolens.analysis.roofline import (
     require_roofs,
     roofline_by,
 )
+from kinetolens.analysis.trace_kind import trace_kind
 from kinetolens.analysis.work import FORMULA_FAILED
 from kinetolens.cli.checks import WIDTH
 from kinetolens.cli.load_options import capture_option
@@ -24,8 +25,9 @@ from kinetolens.cli.render import emit
 from kinetolens.cli.render import console as render_console
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
+from kinetolens.model.trace import Trace
 from kinetolens.registry.gpus import GpuSpec, gpu_spec
-from kinetolens.views import units
+from kinetolens.views import empty_reasons, units
 
 
 def _us(v: float) -> str:
@@ -117,6 +119,16 @@ def _caveat_lines(ops: pl.DataFrame) -> list[str]:
     return lines
 
 
+def _why_empty(t: Trace, ops: pl.DataFrame) -> str:
+    """Why no op has a roofline, in the report's words."""
+    kind = trace_kind(t).to_dict()
+    if t.ops.height == 0:
+        return empty_reasons.no_ops(kind, nsys=t.format.startswith("nsys"))
+    if ops.filter(pl.col("flops") > 0).height == 0:
+        return empty_reasons.no_flops(kind)
+    return "no op with a FLOP or byte count launched GPU work"
+
+
 def _write_chart(path: str, ops: pl.DataFrame, spec: GpuSpec, title: str) -> None:
     suffix = Path(path).suffix.lower()
     if suffix not in (".html", ".svg", ".png"):
@@ -171,6 +183,8 @@ def roofline_command(
     spec = require_roofs(gpu_spec(t, spec_file=spec_file, peak_tflops=peak_tflops, peak_gbps=peak_gbps), t)
     ops = op_roofline(t, spec)
     table = roofline_by(t, spec, by=by)
+    if table.height == 0 and (output or not (json_ or csv_)):  # machine formats: an empty list
+        raise TraceError(trace, f"nothing to put on a roofline: {_why_empty(t, ops)}")
     if output:
         _write_chart(output, ops, spec, f"Roofline: {Path(trace).name} on {spec.name}")
     if json_ or csv_:
