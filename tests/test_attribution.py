@@ -19,7 +19,8 @@ from tests.conftest import TRACES, backward_roots
 ALL = sorted(
     p for p in TRACES.rglob("*") if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz"))
 )
-NOT_KINETO = {"benchmark_simple_add_et.json.gz"}  # a PyTorch execution trace, not a Kineto one
+# A PyTorch execution trace, and vLLM's graph-capture metadata: not Kineto traces (both are rejected).
+NOT_KINETO = {"benchmark_simple_add_et.json.gz", "execution_details.json"}
 KINETO = [p for p in ALL if p.name not in NOT_KINETO]
 
 # The GPU was still running work launched before the profiler started: these
@@ -63,12 +64,8 @@ FORWARD_NOT_RECORDED = {
 MODULE_TRACES = ("tracelens/h100", "tracelens/b200")
 # issue 17 (skips mean something): each check runs on the traces it is about,
 # and the traces left out are checked for being what they are listed as.
-# No GPU kernel at all: CPU-only captures, and vLLM/xDiT execution records.
-NO_KERNELS = (
-    "hta/cpu_only/", "hta/cupti_profiler/", "hta/distributed_info_unavailable/", "hta/rank_non_gpu/",
-    "tracelens/inference/vllm_prefilldecode_piecewise/capture_traces/execution_details.json",
-    "tracelens/inference/xdit_flux.1/capture_traces/execution_details.json",
-)
+# No GPU kernel at all: CPU-only captures.
+NO_KERNELS = ("hta/cpu_only/", "hta/cupti_profiler/", "hta/distributed_info_unavailable/", "hta/rank_non_gpu/")
 # No backward kernel: inference, forward-only benchmarks and GPU-less traces.
 NO_BACKWARD = (
     *NO_KERNELS, "hta/critical_path/", "hta/execution_trace/", "hta/large_integer_trace/", "hta/mtia_inference_trace/",

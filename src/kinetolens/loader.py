@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kinetolens.cache import cache_key, default_cache_dir, key_of, read_keyed, write_keyed
 from kinetolens.errors import TraceError, TraceWarning, shown_path
-from kinetolens.formats import RUN_METADATA_KEY
+from kinetolens.formats import CAPTURE_DETAILS, CAPTURE_DIR, RUN_METADATA_KEY
 from kinetolens.ingest import read_raw
 from kinetolens.ingest.kineto_counter_events import read_counter_events
 from kinetolens.ingest.kineto_counters import read_profiler_counters
@@ -18,10 +18,6 @@ from kinetolens.model.graph_replay import attach_capture
 
 #: Metadata key naming the graph capture trace a replay's kernels were paired with.
 CAPTURE_KEY = "graph_capture"
-#: The folder beside a graph replay trace that holds its capture trace.
-CAPTURE_DIR = "capture_traces"
-#: The file in that folder naming the capture trace (vLLM, sglang, xDiT).
-CAPTURE_DETAILS = "execution_details.json"
 
 
 def load(
