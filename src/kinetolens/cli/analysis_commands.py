@@ -46,7 +46,7 @@ from kinetolens.loader import load
 from kinetolens.model.trace import Trace
 from kinetolens.registry.gpus import gpu_spec
 from kinetolens.registry.kernel_names import short_names
-from kinetolens.views import empty_reasons
+from kinetolens.views import empty_reasons, units
 from kinetolens.views.memory_flow_svg import human_bytes
 from kinetolens.views.report_phases import inference_rows
 
@@ -484,7 +484,7 @@ def ops_command(
                 f"unknown column(s) {', '.join(unknown)}; choose from {', '.join(table.columns)}", param_hint="-c"
             )
         table = table.select(wanted)
-    title = f"top {top} by {order_by} ({by}, {aggregate})"
+    title = _ops_title(top, order_by, by, aggregate)
     if csv or json_:
         emit(table, _format(csv, False, json_), title=title)
         return
@@ -500,6 +500,15 @@ def ops_command(
     if by in ("op", "op+shape") and not inclusive and aggregate != "count":
         notes.append("ranked by self time: each op's own kernels, so nested ops do not repeat them (--inclusive: total)")
     _print_ops(table, GROUPINGS[by], title, "\n".join(notes), width)
+
+
+def _ops_title(top: int, order_by: str, by: str, aggregate: str) -> str:
+    """``top 10 ops by GPU self time`` (``lowest``, ``mean``, ``calls`` as they apply), in words."""
+    column = order_by.lstrip("+-")
+    words = {"calls": "calls", "lost_us": "time lost to the roofline"}.get(column, units.basis_words(column).replace("_", " "))
+    what = {"op": "ops", "op+shape": "ops by shape", "module": "modules", "source": "call sites", "kernel": "kernels"}[by]
+    how = "" if aggregate in ("sum", "count") or column == "calls" else f" ({aggregate} per call)"
+    return f"{'bottom' if order_by.startswith('+') else 'top'} {top} {what} by {words}{how}"
 
 
 def _why_no_rows(loaded: Trace, stats: pl.DataFrame, by: str) -> str | None:
