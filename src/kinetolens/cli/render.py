@@ -65,10 +65,46 @@ def terminal_width(width: int | None = None) -> int | None:
     return None
 
 
+#: Spaces at the end of a line, before any closing style codes.
+_TRAILING = re.compile(r"[ \t]+((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
+
+
+class _Trimmed:
+    """stdout without the spaces rich pads table lines with (a piped table
+    was padded to its widest row, hundreds of columns)."""
+
+    def __init__(self, out: Any) -> None:
+        self._out = out
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        lines = (self._pending + text).split("\n")
+        self._pending = lines.pop()
+        if lines:
+            self._out.write(_TRAILING.sub(r"\1", "\n".join(lines)) + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._out.write(_TRAILING.sub(r"\1", self._pending))
+            self._pending = ""
+        self._out.flush()
+
+    def isatty(self) -> bool:
+        return self._out.isatty()
+
+    def fileno(self) -> int:
+        return self._out.fileno()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self._out, "encoding", "utf-8")
+
+
 def console(width: int | None = None) -> Console:
-    """A rich console at the fitted width; unlimited (but no soft wrapping) off a terminal."""
+    """A rich console at the fitted width; unlimited (but no soft wrapping) off a terminal; no trailing spaces."""
     w = terminal_width(width)
-    return Console(width=w or UNLIMITED, soft_wrap=False, highlight=False)
+    return Console(file=_Trimmed(sys.stdout), width=w or UNLIMITED, soft_wrap=False, highlight=False)  # type: ignore[arg-type]
 
 
 @dataclass

@@ -21,7 +21,7 @@ from kinetolens.analysis.trace_kind import trace_kind
 from kinetolens.analysis.work import FORMULA_FAILED
 from kinetolens.cli.checks import WIDTH
 from kinetolens.cli.load_options import capture_option
-from kinetolens.cli.render import emit
+from kinetolens.cli.render import emit, print_heading
 from kinetolens.cli.render import console as render_console
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
@@ -30,19 +30,16 @@ from kinetolens.registry.gpus import GpuSpec, gpu_spec
 from kinetolens.views import empty_reasons, units
 
 
-def _us(v: float) -> str:
-    return f"{v:,.1f}"
-
-
 def _num(v: float) -> str:
     """Three significant figures or so, whatever the magnitude."""
     return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
 
 
 #: (column, header, format) of the terminal table after the key; JSON and CSV carry every column.
+#: Time columns show in one unit per table (``us`` in their headers becomes it).
 TERMINAL_COLUMNS = [
-    ("calls", "calls", str), ("device_us", "device us", _us), ("pct_of_roof", "% of roof", "{:.1f}".format),
-    ("lost_us", "lost us", _us), ("lost_75_us", f"lost us at {REALISTIC:.0%}", _us), ("intensity", "FLOP/B", _num),
+    ("calls", "calls", "{:,}".format), ("device_us", "device us", None), ("pct_of_roof", "% of roof", "{:.1f}".format),
+    ("lost_us", "lost us", None), ("lost_75_us", f"lost us at {REALISTIC:.0%}", None), ("intensity", "FLOP/B", _num),
     ("achieved_tflops", "TFLOP/s", _num), ("bound", "bound", str), ("roof", "precision", str),
 ]  # fmt: skip
 #: Measured DRAM bytes over modeled, shown where the trace has CUPTI counters.
@@ -70,14 +67,29 @@ def _roof_label() -> pl.Expr:
     return (pl.col("precision").fill_null("-") + unit).alias("roof")
 
 
+def _time(us: float) -> str:
+    """A time in a sentence: its number and unit kept on one line."""
+    return units.duration(us).replace(" ", "\u00a0")
+
+
+def _time_unit(table: pl.DataFrame) -> tuple[str, float]:
+    """The one time unit of the table: that of its biggest device time."""
+    return units.time_unit(float(table["device_us"].max() or 0.0) if table.height else 0.0)
+
+
 def _print_table(table: pl.DataFrame, title: str, width: int | None) -> list[str]:
     """The terminal table, fitted to ``width``; returns the headers it left out."""
     key = table.columns[0]
     shown = table.with_columns(_roof_label())
-    cols = TERMINAL_COLUMNS + [c for c in MEASURED_COLUMNS if c[0] in table.columns]
+    unit, scale = _time_unit(shown)
+    cols = [
+        (c, header.replace(" us", f" {unit}"), fmt or (lambda v, s=scale: units.in_unit(v, s)))
+        for c, header, fmt in TERMINAL_COLUMNS + [c for c in MEASURED_COLUMNS if c[0] in table.columns]
+    ]
     cells = {c: ["-" if v is None else fmt(v) for v in shown[c].to_list()] for c, _, fmt in cols}
     sizes = {c: max([len(w) for w in header.split()] + [len(v) for v in cells[c]]) for c, header, _ in cols}
     console = render_console(width)
+    print_heading(console, title)
     keys = [str(k) for k in shown[key].to_list()]
     want = min(MIN_KEY, max([len(key), *(len(k) for k in keys)]))  # short keys leave room for columns
     dropped = []
@@ -88,9 +100,9 @@ def _print_table(table: pl.DataFrame, title: str, width: int | None) -> list[str
         dropped += [h for c2, h, _ in cols if c2 == c]
         cols = [col for col in cols if col[0] != c]
     free = console.width - 1 - sum(sizes[c] + 3 for c, _, _ in cols) - 3
-    tail = max(KEY_CHARS if free >= KEY_CHARS else 2 * free - 1, MIN_KEY)
-    out = Table(title=title, header_style="bold")
-    out.add_column(key, overflow="fold", min_width=min(MIN_KEY, 12))
+    tail = max(min(KEY_CHARS, free, max(len(k) for k in [key, *keys])), min(MIN_KEY, 12))  # one line per row
+    out = Table(header_style="bold")
+    out.add_column(key, no_wrap=True, overflow="crop", min_width=tail, max_width=tail)
     for c, header, _ in cols:
         justify = "left" if c in ("bound", "roof") else "right"
         out.add_column(header, justify=justify, min_width=sizes[c], max_width=sizes[c])  # headers wrap, values never
@@ -196,8 +208,8 @@ def roofline_command(
     note = f"; chart: {output}" if output else ""
     console = render_console(width)
     lines = [
-        f"{spec.name} ({spec.origin}): DRAM {spec.dram_gbps:,.0f} GB/s. Ops with a roofline: {total:,.1f} us on the GPU, "
-        f"{lost:,.1f} us lost to the roof, {lost75:,.1f} us below {REALISTIC:.0%} of it{note}",
+        f"{spec.name} ({spec.origin}): DRAM {spec.dram_gbps:,.0f}\u00a0GB/s. Ops with a roofline: {_time(total)} on "
+        f"the GPU, {_time(lost)} lost to the roof, {_time(lost75)} below {REALISTIC:.0%} of it{note}",
         *_caveat_lines(ops),
         *(f"warning: {w}" for w in t.warnings if w.kind == FORMULA_FAILED),
     ]
