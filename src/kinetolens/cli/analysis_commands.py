@@ -194,7 +194,7 @@ def _print_recommendations(console: Console, findings: list[dict]) -> None:
     width = min(console.width, 100_000)
     for i, f in enumerate(findings[:TOP_RECOMMENDATIONS], 1):
         predicted = f" (step -> {f['predicted_step_ms']:.2f} ms)" if f.get("predicted_step_ms") is not None else ""
-        for text in (f"{i}. {f['saving_ms']:.2f} ms{predicted}  {f['title']}: {f['evidence']}", f"change: {f['change']}"):
+        for text in (f"{i}. {units.saving_ms(f['saving_ms'])}{predicted}  {f['title']}: {f['evidence']}", f"change: {f['change']}"):
             lead = "" if text[0].isdigit() else "   "
             console.print(Text(textwrap.fill(text, width, initial_indent=lead, subsequent_indent="   ")))
 

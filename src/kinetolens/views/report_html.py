@@ -37,11 +37,13 @@ TEMPLATE = "report.html.j2"
 
 
 def _environment() -> Environment:
-    return Environment(
+    env = Environment(
         loader=PackageLoader("kinetolens.views", "templates"),
         autoescape=select_autoescape(["html", "j2"]),
         trim_blocks=False,
     )
+    env.filters["saving"] = units.saving_ms
+    return env
 
 
 def cell_texts(
@@ -51,7 +53,7 @@ def cell_texts(
     CLI and dashboard format them (:func:`units.display`): 1.95 GiB, 91.5%, one time unit
     per column (its header names it); text cut in the middle beyond ``limit`` characters."""
     columns, rows = units.display(frame, shown)
-    heads = [c["label"] if c["kind"] in ("time", "memory") else c["name"] for c in columns]
+    heads = [c["label"] for c in columns]  # words with their unit, never the column's identifier
     if limit is not None:
         rows = [[units.middle(t, limit) if c["kind"] == "text" else t for c, t in zip(columns, r)] for r in rows]
     return heads, rows
