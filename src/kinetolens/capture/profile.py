@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from kinetolens.capture import counters as hw_counters
 from kinetolens.capture import inductor_provenance, layout
 from kinetolens.capture.metadata import collect
+from kinetolens.capture.profiler_logs import QuietProfilerLogs
 
 if TYPE_CHECKING:
     import torch.profiler
@@ -268,7 +269,13 @@ class Profile:
             **self.options,
             **extra,
         )
-        prof.__enter__()
+        self._quiet = QuietProfilerLogs()
+        self._quiet.start()  # torch's USDT and allocator log lines off the terminal (profiler_logs.py)
+        try:
+            prof.__enter__()
+        except BaseException:
+            self._quiet.stop()
+            raise
         self._prof = prof
         inductor_provenance.watch()  # kernels compiled from here on name their source ops and modules
         if self.options["with_stack"]:
@@ -303,6 +310,7 @@ class Profile:
         try:
             prof.__exit__(exc_type, exc, tb)
         finally:
+            self._quiet.stop()
             self._prof = None
             if self._register_marker:
                 inductor_provenance.unwatch()  # ``kinetolens run`` watches the whole process

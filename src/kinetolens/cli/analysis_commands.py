@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable
+from pathlib import Path
 
 import click
 import polars as pl
@@ -43,6 +44,7 @@ from kinetolens.cli.render import (
 )
 from kinetolens.errors import TraceError
 from kinetolens.loader import load
+from kinetolens.logdir import one_run
 from kinetolens.model.trace import Trace
 from kinetolens.registry.gpus import gpu_spec
 from kinetolens.registry.kernel_names import short_names
@@ -68,12 +70,33 @@ def _pct(value: float | None) -> str:
 def summary_command(
     trace: str, json_: bool, no_cache: bool, capture: str | None = None, width: int | None = None
 ) -> None:
-    """What TRACE is, and how well its kernels are attributed."""
+    """What TRACE is, and how well its kernels are attributed.
+
+    TRACE may be a run's folder (what ``kinetolens run`` writes): each rank's
+    trace is summarised in turn (``kinetolens dist RUNDIR`` compares them)."""
+    if Path(trace).is_dir():
+        paths = [str(w.path) for w in one_run(trace)]
+        if json_:
+            emit_json([summarize(load(p, capture=capture, cache=not no_cache)) for p in paths])
+            return
+        for p in paths:
+            _summary(p, capture, no_cache, width)
+        if len(paths) > 1:
+            render_console(width).print(
+                f"{len(paths)} traces in {trace}: kinetolens dist {trace} compares the ranks (step spread, "
+                "collectives, stragglers)", markup=False, highlight=False,
+            )
+        return
+    if json_:
+        emit_json(summarize(load(trace, capture=capture, cache=not no_cache)))
+        return
+    _summary(trace, capture, no_cache, width)
+
+
+def _summary(trace: str, capture: str | None, no_cache: bool, width: int | None) -> None:
+    """One trace's summary in the terminal."""
     t = load(trace, capture=capture, cache=not no_cache)
     info = summarize(t)
-    if json_:
-        emit_json(info)
-        return
     console = render_console(width)
     table = _Pairs()
     dev = ", ".join(f"{d['name']} (id {d['id']})" for d in info["devices"] if d["name"]) or _run_device(info["device"])
