@@ -31,3 +31,9 @@ def metadata_name(trace_name: str) -> str:
     """The name of the run metadata file beside the trace file ``trace_name``."""
     stem = trace_name[: -len(TRACE_SUFFIX)] if trace_name.endswith(TRACE_SUFFIX) else trace_name.rsplit(".", 1)[0]
     return stem + METADATA_SUFFIX
+
+#: The folder beside a graph replay trace that holds its capture trace; it
+#: belongs to that replay's run, never a run of its own.
+CAPTURE_DIR = "capture_traces"
+#: The file in that folder naming the capture trace (vLLM, sglang, xDiT): metadata, not a trace.
+CAPTURE_DETAILS = "execution_details.json"

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from kinetolens.cache import cache_key, default_cache_dir, key_of, read_keyed, write_keyed
 from kinetolens.errors import TraceError, TraceWarning, shown_path
-from kinetolens.formats import RUN_METADATA_KEY
+from kinetolens.formats import CAPTURE_DETAILS, CAPTURE_DIR, RUN_METADATA_KEY
 from kinetolens.ingest import read_raw
 from kinetolens.ingest.kineto import RawTables
 from kinetolens.ingest.kineto_counter_events import read_counter_events
@@ -28,10 +28,6 @@ if TYPE_CHECKING:
 
 __all__ = ["CAPTURE_KEY", "load"]
 
-#: The folder beside a graph replay trace that holds its capture trace.
-CAPTURE_DIR = "capture_traces"
-#: The file in that folder naming the capture trace (vLLM, sglang, xDiT).
-CAPTURE_DETAILS = "execution_details.json"
 
 
 def load(

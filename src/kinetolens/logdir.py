@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from kinetolens.errors import TraceError
-from kinetolens.formats import LATEST_RUN, METADATA_SUFFIX
+from kinetolens.formats import CAPTURE_DETAILS, CAPTURE_DIR, LATEST_RUN, METADATA_SUFFIX
 
 
 class _Named(Protocol):
@@ -56,7 +56,7 @@ class WorkerTrace:
 def trace_suffix(path: Path) -> str | None:
     """The trace suffix ``path`` ends with, or None if it is not a trace file."""
     name = path.name
-    if name.endswith(METADATA_SUFFIX) or name.startswith("."):
+    if name.endswith(METADATA_SUFFIX) or name.startswith(".") or name == CAPTURE_DETAILS:
         return None
     for suffix in TRACE_SUFFIXES:
         if name.endswith(suffix):
@@ -135,6 +135,11 @@ def run_traces(run_dir: str | Path, run: str | None = None) -> list[WorkerTrace]
     return sorted(found, key=trace_order)
 
 
+def is_capture_folder(d: Path) -> bool:
+    """A graph replay's ``capture_traces/`` folder (it holds ``execution_details.json``)."""
+    return d.name == CAPTURE_DIR and (d / CAPTURE_DETAILS).is_file()
+
+
 def find_runs(logdir: str | Path) -> dict[str, list[WorkerTrace]]:
     """Every run under ``logdir``: directories (at any depth) holding traces.
 
@@ -151,8 +156,8 @@ def find_runs(logdir: str | Path) -> dict[str, list[WorkerTrace]]:
     runs: dict[str, list[WorkerTrace]] = {}
     for d in sorted([root, *(p for p in root.rglob("*") if p.is_dir() and not p.is_symlink())]):
         rel = d.relative_to(root)
-        if any(part.startswith(".") for part in rel.parts):
-            continue
+        if any(part.startswith(".") for part in rel.parts) or is_capture_folder(d):
+            continue  # hidden, or the capture traces of the replay run above it
         name = rel.as_posix()
         try:
             traces = run_traces(d, name)

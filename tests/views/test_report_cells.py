@@ -56,7 +56,7 @@ def test_memory_and_percent_cells_carry_units() -> None:
     assert "| CPU | 16 B | - |" in md
     assert re.search(r"\| 0 \| [\d.,]+ \| 91\.5% \| 0\.4% \| 8\.1% \|", md)  # regression pin: idle shares
     # one time unit per column, named in the header
-    assert "| category | mean_per_step (ms) | pct_of_step |" in md
+    assert "| category | mean per step (ms) | % of step |" in md
     page = render_html(data, standalone=False)
     assert "<td class=\"num\">1.95 GiB</td>" in page
 

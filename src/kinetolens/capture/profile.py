@@ -33,6 +33,7 @@ from kinetolens.capture import counters as hw_counters
 from kinetolens.capture import inductor_provenance, layout
 from kinetolens.capture.metadata import collect
 from kinetolens.capture.options import ProfileOptions, args_doc, keyword_parameters
+from kinetolens.capture.profiler_logs import QuietProfilerLogs
 
 if TYPE_CHECKING:
     import torch.profiler
@@ -194,7 +195,13 @@ class Profile:
             **o.torch_switches,
             **extra,
         )
-        prof.__enter__()
+        self._quiet = QuietProfilerLogs()
+        self._quiet.start()  # torch's USDT and allocator log lines off the terminal (profiler_logs.py)
+        try:
+            prof.__enter__()
+        except BaseException:
+            self._quiet.stop()
+            raise
         self._prof = prof
         inductor_provenance.watch()  # kernels compiled from here on name their source ops and modules
         if o.with_stack:
@@ -229,6 +236,7 @@ class Profile:
         try:
             prof.__exit__(exc_type, exc, tb)
         finally:
+            self._quiet.stop()
             self._prof = None
             if self._register_marker:
                 inductor_provenance.unwatch()  # ``kinetolens run`` watches the whole process

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable
+from pathlib import Path
 
 import click
 import polars as pl
@@ -37,6 +38,7 @@ from kinetolens.cli.checks import (
     require_kernels,
 )
 from kinetolens.cli.load_options import TraceLoading, trace_load_options
+from kinetolens.analysis.trace_kind import trace_kind
 from kinetolens.cli.phases_command import print_inference
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import (
@@ -49,7 +51,11 @@ from kinetolens.cli.render import (
     terminal_width,
 )
 from kinetolens.analysis.hardware.gpu_spec import gpu_spec
+from kinetolens.errors import TraceError
+from kinetolens.logdir import one_run
+from kinetolens.model.trace import Trace
 from kinetolens.registry.kernel_names import short_names
+from kinetolens.views import empty_reasons, units
 from kinetolens.views.memory_flow_svg import human_bytes
 from kinetolens.views.report_phases import inference_rows
 from kinetolens.model.vocabulary import CATEGORY_HEADERS
@@ -71,12 +77,33 @@ def _pct(value: float | None) -> str:
 def summary_command(
     trace: str, json_: bool, loading: TraceLoading, width: int | None = None
 ) -> None:
-    """What TRACE is, and how well its kernels are attributed."""
+    """What TRACE is, and how well its kernels are attributed.
+
+    TRACE may be a run's folder (what ``kinetolens run`` writes): each rank's
+    trace is summarised in turn (``kinetolens dist RUNDIR`` compares them)."""
+    if Path(trace).is_dir():
+        paths = [str(w.path) for w in one_run(trace)]
+        if json_:
+            emit_json([summarize(loading.load(p)) for p in paths])
+            return
+        for p in paths:
+            _summary(p, loading, width)
+        if len(paths) > 1:
+            render_console(width).print(
+                f"{len(paths)} traces in {trace}: kinetolens dist {trace} compares the ranks (step spread, "
+                "collectives, stragglers)", markup=False, highlight=False,
+            )
+        return
+    if json_:
+        emit_json(summarize(loading.load(trace)))
+        return
+    _summary(trace, loading, width)
+
+
+def _summary(trace: str, loading: TraceLoading, width: int | None) -> None:
+    """One trace's summary in the terminal."""
     t = loading.load(trace)
     info = summarize(t)
-    if json_:
-        emit_json(info)
-        return
     console = render_console(width)
     table = _Pairs()
     dev = _devices_text(info["devices"]) or _run_device(info["device"])
@@ -200,7 +227,7 @@ def _print_recommendations(console: Console, findings: list[dict]) -> None:
         console.print(Text(f"savings simulated on {sampled} (evenly spaced over the trace)"))
     for i, f in enumerate(findings[:TOP_RECOMMENDATIONS], 1):
         predicted = f" (step -> {f['predicted_step_ms']:.2f} ms)" if f.get("predicted_step_ms") is not None else ""
-        for text in (f"{i}. {f['saving_ms']:.2f} ms{predicted}  {f['title']}: {f['evidence']}", f"change: {f['change']}"):
+        for text in (f"{i}. {units.saving_ms(f['saving_ms'])}{predicted}  {f['title']}: {f['evidence']}", f"change: {f['change']}"):
             lead = "" if text[0].isdigit() else "   "
             console.print(Text(textwrap.fill(text, width, initial_indent=lead, subsequent_indent="   ")))
 
@@ -464,6 +491,9 @@ def ops_command(
     if order_by is None:
         order_by = default_order(loaded, by, aggregate, inclusive=inclusive)
     stats = op_stats(loaded, by=by, aggregate=aggregate, step=step, inclusive=inclusive)
+    empty = None if csv or json_ else _why_no_rows(loaded, stats, by)  # machine formats: an empty list
+    if empty:
+        raise TraceError(trace, empty)
     spec = gpu_spec(loaded)
     if spec is not None and spec.dram_gbps:
         stats = with_time_lost(stats, loaded, spec, by, step=step)
@@ -489,7 +519,7 @@ def ops_command(
                 f"unknown column(s) {', '.join(unknown)}; choose from {', '.join(table.columns)}", param_hint="-c"
             )
         table = table.select(wanted)
-    title = f"top {top} by {order_by} ({by}, {aggregate})"
+    title = _ops_title(top, order_by, by, aggregate)
     if csv or json_:
         emit(table, _format(csv, False, json_), title=title)
         return
@@ -509,6 +539,32 @@ def ops_command(
     _print_ops(table, GROUPINGS[by], title, "\n".join(notes), width)
 
 
+def _ops_title(top: int, order_by: str, by: str, aggregate: str) -> str:
+    """``top 10 ops by GPU self time`` (``lowest``, ``mean``, ``calls`` as they apply), in words."""
+    column = order_by.lstrip("+-")
+    words = {"calls": "calls", "lost_us": "time lost to the roofline"}.get(column, units.basis_words(column).replace("_", " "))
+    what = {"op": "ops", "op+shape": "ops by shape", "module": "modules", "source": "call sites", "kernel": "kernels"}[by]
+    how = "" if aggregate in ("sum", "count") or column == "calls" else f" ({aggregate} per call)"
+    return f"{'bottom' if order_by.startswith('+') else 'top'} {top} {what} by {words}{how}"
+
+
+def _why_no_rows(loaded: Trace, stats: pl.DataFrame, by: str) -> str | None:
+    """Why an ops table would show nothing (or only the '-' group), in one line; None when it has rows."""
+    key = GROUPINGS[by][0]
+    if key in stats.columns and stats.filter(pl.col(key).is_not_null() & (pl.col(key).cast(pl.String) != "-")).height:
+        return None
+    kind = trace_kind(loaded).to_dict()
+    if by == "kernel":
+        return empty_reasons.no_kernels(kind)
+    if loaded.ops.height == 0:
+        return empty_reasons.no_ops(kind, nsys=loaded.format.startswith("nsys"))
+    if by == "module":
+        return empty_reasons.no_modules(kind)
+    if by == "source":
+        return empty_reasons.no_sources(kind)
+    return "no op in this step" if stats.height == 0 else None
+
+
 def _ops_view(
     loaded, trace: str, *, tree: bool, min_share: float, top: int, step: int | None, json_: bool, csv: bool,
     width: int | None,
@@ -516,10 +572,17 @@ def _ops_view(
     """``ops --tree`` and ``ops --annotations``."""
     if tree:
         full = op_tree(loaded, step=step)
+        if full.height == 0 and not (json_ or csv):
+            raise TraceError(trace, _why_no_rows(loaded, full, "op") or "no op in this step")
         if json_ or csv:
             emit(full, _format(csv, False, json_))
             return
         shown = collapse(full, min_share)
+        if shown.filter(pl.col("kind") != "more").height == 0:
+            render_console(width).print(
+                f"every op is under {min_share:g}% of the step (--min-share 0 shows them all)", markup=False, highlight=False
+            )
+            return
         top_level = shown.filter(pl.col("depth") == 0)
         if top_level.height > top:
             shown = shown.filter(pl.col("path").is_in(_subtrees(shown, top_level["path"].head(top).to_list())))
@@ -531,14 +594,19 @@ def _ops_view(
             host_total_us="host_total_us", step_share_pct="step_share_pct",
         )  # fmt: skip
         caption = f"nodes under {min_share:g}% of the step folded into 'N more' (--min-share); kernels shortened"
+        if loaded.kernels.height == 0:  # a CPU trace: device columns would be all zero
+            frame = frame.drop("device_total_us", "device_self_us")
+            caption = f"no GPU kernels: host time only; nodes under {min_share:g}% of the step folded into 'N more' (--min-share)"
         if whole := share_whole_note(loaded, step):
             caption += f"\n{whole}"
         print_fitted(
             frame, key="op", title=f"op call tree (top {top} top-level ops)", caption=caption, width=width,
-            headers=OPS_HEADERS, droppable=["step_share_pct", "device_self_us", "host_total_us"],
+            headers=OPS_HEADERS, droppable=[c for c in ("step_share_pct", "device_self_us", "host_total_us") if c in frame.columns],
         )
         return
     table = annotation_stats(loaded, step=step).head(top)
+    if table.height == 0 and not (json_ or csv):
+        raise TraceError(trace, empty_reasons.NO_ANNOTATIONS)
     if json_ or csv:
         emit(table, _format(csv, False, json_))
         return

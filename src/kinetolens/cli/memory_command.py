@@ -29,8 +29,8 @@ from kinetolens.analysis.memory.samples import memory_samples, sample_summary
 from kinetolens.cli.checks import ROWS
 from kinetolens.cli.load_options import TraceLoading, trace_load_options
 from kinetolens.registry.words import counted
+from kinetolens.cli.render import emit, emit_json, print_heading
 from kinetolens.cli.render import console as render_console
-from kinetolens.cli.render import emit, emit_json
 from kinetolens.errors import TraceError
 from kinetolens.ingest.memory_timeline import is_memory_timeline, read_memory_timeline
 from kinetolens.views.memory_flow_svg import human_bytes, render_memory_flow
@@ -167,8 +167,8 @@ def _print_summary(
         "frees",
     )
     shown = _bytes_columns(table, ["peak", "reserved", "final", "at_start"])
-    grid = Table(title=f"memory peaks (allocated bytes): {trace}", header_style="bold", box=box.SIMPLE_HEAD,
-                 collapse_padding=True)
+    print_heading(console, f"memory peaks (allocated bytes): {trace}")  # the path cut in the middle, not folded
+    grid = Table(header_style="bold", box=box.SIMPLE_HEAD, collapse_padding=True)
     for name in shown.columns:
         grid.add_column(name, justify="left" if name in ("device", "counts") else "right", no_wrap=True)
     for row in shown.iter_rows():

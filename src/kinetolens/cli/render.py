@@ -65,10 +65,46 @@ def terminal_width(width: int | None = None) -> int | None:
     return None
 
 
+#: Spaces at the end of a line, before any closing style codes.
+_TRAILING = re.compile(r"[ \t]+((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
+
+
+class _Trimmed:
+    """stdout without the spaces rich pads table lines with (a piped table
+    was padded to its widest row, hundreds of columns)."""
+
+    def __init__(self, out: Any) -> None:
+        self._out = out
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        lines = (self._pending + text).split("\n")
+        self._pending = lines.pop()
+        if lines:
+            self._out.write(_TRAILING.sub(r"\1", "\n".join(lines)) + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._out.write(_TRAILING.sub(r"\1", self._pending))
+            self._pending = ""
+        self._out.flush()
+
+    def isatty(self) -> bool:
+        return self._out.isatty()
+
+    def fileno(self) -> int:
+        return self._out.fileno()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self._out, "encoding", "utf-8")
+
+
 def console(width: int | None = None) -> Console:
-    """A rich console at the fitted width; unlimited (but no soft wrapping) off a terminal."""
+    """A rich console at the fitted width; unlimited (but no soft wrapping) off a terminal; no trailing spaces."""
     w = terminal_width(width)
-    return Console(width=w or UNLIMITED, soft_wrap=False, highlight=False)
+    return Console(file=_Trimmed(sys.stdout), width=w or UNLIMITED, soft_wrap=False, highlight=False)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -181,30 +217,33 @@ def _wrap_words(text: str, width: int, lines: int) -> list[str] | None:
     return wrapped if len(wrapped) <= lines and all(len(line) <= width for line in wrapped) else None
 
 
+def _one_name(text: str) -> bool:
+    """A name is one word, spaces inside brackets included (``kernel<BFloat16, long, unsigned int>``):
+    it is cut in the middle to one line, never cut and then wrapped at a template argument."""
+    depth = 0
+    for ch in text:
+        depth += ch in "<([{"
+        depth -= ch in ">)]}" and depth > 0
+        if ch == " " and depth == 0:
+            return False
+    return True
+
+
 def fit_cell(text: str, width: int, lines: int = CELL_LINES) -> str:
     """``text`` in at most ``lines`` lines of ``width``, never folded mid-word
-    (which left a stray ``>`` or ``ces`` on a second line).
+    (which left a stray ``>`` or ``ces`` on a second line), and never both cut
+    and wrapped (``optimiz…prop`` over ``96``).
 
-    A name (one word: a kernel, an op, a module path) takes one line, cut in
-    the middle.  Text with spaces wraps at spaces; where that takes too many
-    lines, it is cut in the middle as little as lets it wrap (the longest
-    cut that does, found by bisection), else to one line."""
+    Text with spaces outside brackets wraps at them when it fits in ``lines``
+    lines whole; a name (a kernel, an op, a module path), or text that does
+    not fit whole, takes one line, cut in the middle."""
     if len(text) <= width:
         return text
-    if " " not in text.strip(" "):
-        return units.middle(text, width)
-    wrapped = _wrap_words(text, width, lines)
-    if wrapped is None:
-        best, lo, hi = None, width + 1, width * lines
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            fits = _wrap_words(units.middle(text, mid), width, lines)
-            if fits is None:
-                hi = mid - 1
-            else:
-                best, lo = fits, mid + 1
-        wrapped = best or [units.middle(text, width)]
-    return "\n".join(wrapped)
+    if not _one_name(text.strip(" ")):
+        wrapped = _wrap_words(text, width, lines)
+        if wrapped is not None:
+            return "\n".join(wrapped)
+    return units.middle(text, width)
 
 
 def _widths(
@@ -361,7 +400,9 @@ def print_fitted(
     the columns in ``droppable`` go first, last named first, where the row
     does not fit.  Returns the columns left out."""
     del key  # the key is the first column, which is never left out
-    return print_table(frame, title=title, caption=caption, width=width, headers=headers, droppable=droppable)
+    return print_table(
+        frame, title=title, caption=caption, width=width, headers=headers, droppable=droppable, same_time_unit=True
+    )  # one time unit per table
 
 
 def emit(

@@ -21,16 +21,14 @@ from kinetolens.analysis.hardware.roofline import (
 from kinetolens.analysis.workload.work import FORMULA_FAILED
 from kinetolens.cli.checks import WIDTH
 from kinetolens.cli.load_options import TraceLoading, trace_load_options
+from kinetolens.analysis.trace_kind import trace_kind
 from kinetolens.cli.render import console as render_console
-from kinetolens.cli.render import emit
+from kinetolens.cli.render import emit, print_heading
 from kinetolens.errors import TraceError
 from kinetolens.registry.gpus import GpuSpec
 from kinetolens.analysis.hardware.gpu_spec import gpu_spec
-from kinetolens.views import units
-
-
-def _us(v: float) -> str:
-    return f"{v:,.1f}"
+from kinetolens.model.trace import Trace
+from kinetolens.views import empty_reasons, units
 
 
 def _num(v: float) -> str:
@@ -39,9 +37,10 @@ def _num(v: float) -> str:
 
 
 #: (column, header, format) of the terminal table after the key; JSON and CSV carry every column.
+#: Time columns show in one unit per table (``us`` in their headers becomes it).
 TERMINAL_COLUMNS = [
-    ("calls", "calls", str), ("device_us", "device us", _us), ("pct_of_roof", "% of roof", "{:.1f}".format),
-    ("lost_us", "lost us", _us), ("lost_75_us", f"lost us at {REALISTIC:.0%}", _us), ("intensity", "FLOP/B", _num),
+    ("calls", "calls", "{:,}".format), ("device_us", "device us", None), ("pct_of_roof", "% of roof", "{:.1f}".format),
+    ("lost_us", "lost us", None), ("lost_75_us", f"lost us at {REALISTIC:.0%}", None), ("intensity", "FLOP/B", _num),
     ("achieved_tflops", "TFLOP/s", _num), ("bound", "bound", str), ("roof", "precision", str),
 ]  # fmt: skip
 #: Measured DRAM bytes over modeled, shown where the trace has CUPTI counters.
@@ -69,14 +68,29 @@ def _roof_label() -> pl.Expr:
     return (pl.col("precision").fill_null("-") + unit).alias("roof")
 
 
+def _time(us: float) -> str:
+    """A time in a sentence: its number and unit kept on one line."""
+    return units.duration(us).replace(" ", "\u00a0")
+
+
+def _time_unit(table: pl.DataFrame) -> tuple[str, float]:
+    """The one time unit of the table: that of its biggest device time."""
+    return units.time_unit(float(table["device_us"].max() or 0.0) if table.height else 0.0)
+
+
 def _print_table(table: pl.DataFrame, title: str, width: int | None) -> list[str]:
     """The terminal table, fitted to ``width``; returns the headers it left out."""
     key = table.columns[0]
     shown = table.with_columns(_roof_label())
-    cols = TERMINAL_COLUMNS + [c for c in MEASURED_COLUMNS if c[0] in table.columns]
+    unit, scale = _time_unit(shown)
+    cols = [
+        (c, header.replace(" us", f" {unit}"), fmt or (lambda v, s=scale: units.in_unit(v, s)))
+        for c, header, fmt in TERMINAL_COLUMNS + [c for c in MEASURED_COLUMNS if c[0] in table.columns]
+    ]
     cells = {c: ["-" if v is None else fmt(v) for v in shown[c].to_list()] for c, _, fmt in cols}
     sizes = {c: max([len(w) for w in header.split()] + [len(v) for v in cells[c]]) for c, header, _ in cols}
     console = render_console(width)
+    print_heading(console, title)
     keys = [str(k) for k in shown[key].to_list()]
     want = min(MIN_KEY, max([len(key), *(len(k) for k in keys)]))  # short keys leave room for columns
     dropped = []
@@ -87,9 +101,9 @@ def _print_table(table: pl.DataFrame, title: str, width: int | None) -> list[str
         dropped += [h for c2, h, _ in cols if c2 == c]
         cols = [col for col in cols if col[0] != c]
     free = console.width - 1 - sum(sizes[c] + 3 for c, _, _ in cols) - 3
-    tail = max(KEY_CHARS if free >= KEY_CHARS else 2 * free - 1, MIN_KEY)
-    out = Table(title=title, header_style="bold")
-    out.add_column(key, overflow="fold", min_width=min(MIN_KEY, 12))
+    tail = max(min(KEY_CHARS, free, max(len(k) for k in [key, *keys])), min(MIN_KEY, 12))  # one line per row
+    out = Table(header_style="bold")
+    out.add_column(key, no_wrap=True, overflow="crop", min_width=tail, max_width=tail)
     for c, header, _ in cols:
         justify = "left" if c in ("bound", "roof") else "right"
         out.add_column(header, justify=justify, min_width=sizes[c], max_width=sizes[c])  # headers wrap, values never
@@ -116,6 +130,16 @@ def _caveat_lines(ops: pl.DataFrame) -> list[str]:
                 "Cores (TF32 / FP64) or CUDA cores, so no time lost is counted for them (--peak-tflops sets one)."
             )
     return lines
+
+
+def _why_empty(t: Trace, ops: pl.DataFrame) -> str:
+    """Why no op has a roofline, in the report's words."""
+    kind = trace_kind(t).to_dict()
+    if t.ops.height == 0:
+        return empty_reasons.no_ops(kind, nsys=t.format.startswith("nsys"))
+    if ops.filter(pl.col("flops") > 0).height == 0:
+        return empty_reasons.no_flops(kind)
+    return "no op with a FLOP or byte count launched GPU work"
 
 
 def _write_chart(path: str, ops: pl.DataFrame, spec: GpuSpec, title: str) -> None:
@@ -171,6 +195,8 @@ def roofline_command(
     spec = require_roofs(gpu_spec(t, spec_file=spec_file, peak_tflops=peak_tflops, peak_gbps=peak_gbps), t)
     ops = op_roofline(t, spec)
     table = roofline_by(t, spec, by=by)
+    if table.height == 0 and (output or not (json_ or csv_)):  # machine formats: an empty list
+        raise TraceError(trace, f"nothing to put on a roofline: {_why_empty(t, ops)}")
     if output:
         _write_chart(output, ops, spec, f"Roofline: {Path(trace).name} on {spec.name}")
     if json_ or csv_:
@@ -182,8 +208,8 @@ def roofline_command(
     note = f"; chart: {output}" if output else ""
     console = render_console(width)
     lines = [
-        f"{spec.name} ({spec.origin}): DRAM {spec.dram_gbps:,.0f} GB/s. Ops with a roofline: {total:,.1f} us on the GPU, "
-        f"{lost:,.1f} us lost to the roof, {lost75:,.1f} us below {REALISTIC:.0%} of it{note}",
+        f"{spec.name} ({spec.origin}): DRAM {spec.dram_gbps:,.0f}\u00a0GB/s. Ops with a roofline: {_time(total)} on "
+        f"the GPU, {_time(lost)} lost to the roof, {_time(lost75)} below {REALISTIC:.0%} of it{note}",
         *_caveat_lines(ops),
         *(f"warning: {w}" for w in warnings_of(t) if w.kind == FORMULA_FAILED),
     ]

@@ -241,6 +241,29 @@ def _read(opened: OpenedFile, data: Any, warnings: list[TraceWarning]) -> RawTab
         raise
 
 
+#: The keys of vLLM's / TraceLens' ``execution_details.json`` entries (one per captured graph).
+_CAPTURE_DETAILS_KEYS = frozenset({"file", "mode"})
+_OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def _check_array_holds_events(path: str, raws: list[msgspec.Raw], sample: int = 64) -> None:
+    """A bare JSON array is a trace only if its objects are trace events
+    (they carry ``ph``); graph-capture metadata is an array of objects too."""
+    try:
+        items = [_OBJECT.decode(r) for r in raws[:sample]]
+    except msgspec.DecodeError:
+        return  # not all objects: the event decoder says what is wrong
+    if not items or any("ph" in item for item in items):
+        return
+    if all(_CAPTURE_DETAILS_KEYS <= item.keys() for item in items):
+        raise TraceError(
+            path,
+            "graph-capture metadata (vLLM's execution_details.json: the capture trace's file name, batch size and "
+            "capture mode), not a trace; load the replay trace, which pairs with the capture_traces/ folder beside it",
+        )
+    raise TraceError(path, f"a JSON array of {len(raws):,} object{'s' * (len(raws) != 1)} with no trace events (no \"ph\" key): not a Kineto trace")
+
+
 def _read_checked(opened: OpenedFile, data: Any, warnings: list[TraceWarning]) -> RawTables:
     path = str(opened.path)
     warnings = warnings + [TraceWarning("damaged compression", 1, d) for d in opened.damage]
@@ -266,6 +289,7 @@ def _read_checked(opened: OpenedFile, data: Any, warnings: list[TraceWarning]) -
     metadata: dict[str, Any] = {}
     if legacy:
         raw_events: list[msgspec.Raw] = top  # type: ignore[assignment]
+        _check_array_holds_events(path, raw_events)
         fmt = "kineto-legacy-array"
     else:
         assert isinstance(top, dict)

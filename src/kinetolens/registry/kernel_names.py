@@ -15,7 +15,8 @@ lambda's enclosing function, dtypes) and drops the rest:
 * template arguments nested more than two levels deep (their names stay),
   and a kernel's trailing ``true``/``false`` switches.
 
-Names without a signature (cuBLAS ``sm90_xmma_gemm_...``, cuDNN
+Itanium-mangled names (HIP kernels: ``_ZN5aiter...``) are demangled first
+(:mod:`kinetolens.registry.demangle`).  Names without a signature (cuBLAS ``sm90_xmma_gemm_...``, cuDNN
 ``volta_scudnn_...``, Triton, MIOpen ``igemm_...``) are kept whole, except
 Tensile's ``Cijk_...`` names, cut after their macro-tile fields.  Tables
 truncate what is still too long in the middle (:func:`kinetolens.views.units.middle`).
@@ -28,6 +29,8 @@ from functools import lru_cache
 
 import polars as pl
 
+from kinetolens.registry.demangle import demangle
+
 #: Namespaces that say nothing about which kernel ran.
 _NOISE_NS = re.compile(
     r"\(anonymous namespace\)::|\b(?:at::native::|at::cuda::detail::|at::cuda::|at::detail::|at::|c10::|std::"
@@ -35,6 +38,8 @@ _NOISE_NS = re.compile(
 )
 _CALL = re.compile(r"\w\(")
 _PARENS = re.compile(r"\([^()]*\)")
+#: nvcc's extended lambdas: ``f(int, ...)::[lambda(int) (instance 58)]``; the instance tells them apart.
+_LAMBDA_INSTANCE = re.compile(r"::\[lambda\((?:[^()]|\([^()]*\))*\) \(instance (\d+)\)\]")
 _LAMBDA = re.compile(r"(?:::\{lambda#\d+\}|::operator(?: const)?| const\b)+")
 _QUALIFIER = re.compile(r"\b[A-Za-z_]\w*::")
 #: Template arguments that are plumbing, not what the kernel computes.
@@ -45,6 +50,20 @@ _PLUMBING = re.compile(
 _WRAPPERS = ("gpu_kernel_impl_nocast", "gpu_kernel_impl")
 #: Tensile (rocBLAS / hipBLASLt) names: keep up to the macro and matrix-instruction tiles.
 _TENSILE = re.compile(r"^(Cijk_\w*?_MT\d+x\d+x\d+(?:_MI\d+x\d+x\d+)?)_")
+
+
+def _without_return_type(text: str) -> str:
+    """The kernel without a return type before it (``enable_if<...>::type kernel<...>`` -> ``kernel<...>``):
+    what follows the last space outside template brackets."""
+    depth, cut = 0, 0
+    for i, ch in enumerate(text):
+        if ch == "<":
+            depth += 1
+        elif ch == ">" and depth:
+            depth -= 1
+        elif ch == " " and depth == 0:
+            cut = i + 1
+    return text[cut:]
 
 
 def _split_args(text: str) -> list[str]:
@@ -98,12 +117,14 @@ def _keep(args: list[str], level: int, torch: bool) -> list[str]:
 @lru_cache(maxsize=65536)
 def short_kernel_name(name: str) -> str:
     """The readable short form of one kernel name (see the module docstring)."""
+    name = demangle(name)  # HIP kernels arrive mangled: _ZN5aiter24add_rmsnorm_quant_kernel...
     if "<" not in name and "::" not in name and not _CALL.search(name):  # not a C++ signature: Memcpy HtoD (...)
         m = _TENSILE.match(name)
         return m.group(1) if m else name
     torch = "at::" in name or "c10::" in name or "(anonymous namespace)" in name
     s = name.strip().removeprefix("void ")
     s = s.replace("(anonymous namespace)::", "")
+    s = _LAMBDA_INSTANCE.sub(r"[lambda \1]", s)  # its enclosing function stays: update_halo_kernel[lambda 58]
     while True:  # argument lists, innermost first: lambda signatures, casts, the call itself
         t = _PARENS.sub("", s)
         if t == s:
@@ -111,7 +132,7 @@ def short_kernel_name(name: str) -> str:
         s = t
     s = _LAMBDA.sub("", s)
     s = _NOISE_NS.sub("", s)
-    s = re.sub(r"\s*>", ">", s).strip()
+    s = _without_return_type(re.sub(r"\s*>", ">", s).strip())
     if not s:
         return name
     head, args = _head_and_args(s)

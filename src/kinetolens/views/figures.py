@@ -120,8 +120,13 @@ def top_ops_figure(
         rest = float(ranked[value].sum() - head[value].sum())
         if rest > 0:
             labels, values = [*labels, "other"], [*values, rest]
-        fig = go.Figure(go.Pie(labels=labels, values=values, sort=False, textinfo="percent",
+        fig = go.Figure(go.Pie(labels=labels, values=values, sort=False, textinfo="percent", textposition="inside",
                                hovertemplate="%{label}<br>%{value:,.1f} us (%{percent})<extra></extra>"))  # fmt: skip
+        # The legend under the pie, one whole name a line: beside it, long kernel names clipped it to a scroll box.
+        fig.update_layout(
+            legend={"orientation": "v", "x": 0, "xanchor": "left", "y": -0.05, "yanchor": "top"},
+            height=360 + 22 * len(labels), margin={"l": 20, "r": 20, "b": 20},
+        )
     elif kind == "bar":
         fig = go.Figure(go.Bar(x=values[::-1], y=labels[::-1], orientation="h",
                                hovertemplate="%{y}<br>%{x:,.1f} us<extra></extra>"))  # fmt: skip

@@ -33,7 +33,7 @@ from kinetolens.model.trace import Trace
 from kinetolens.registry.gpus import GpuSpec
 from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 from kinetolens.registry.kernel_names import short_names
-from kinetolens.views import figures, units
+from kinetolens.views import empty_reasons, figures, units
 from kinetolens.views.report_frames import TOP_ROWS
 from kinetolens.views.report_phases import iteration_figure, per_phase_tables
 from kinetolens.views.critical_path_section import CriticalPathSection, critical_path_section
@@ -220,29 +220,17 @@ def left_out(data: ReportData) -> dict[str, str]:
     kind = data.summary["kind"]
     why: dict[str, str] = {}
     if data.ops.height == 0:
-        why["ops"] = "the trace has no CPU ops or annotated ranges"
-    if not kind["gpu"]:
-        why["kernels"] = why["idle"] = "a CPU-only trace: no GPU was listed or used"
-    elif data.kernel_names.height == 0:
-        why["kernels"] = why["idle"] = "no GPU kernels were recorded"
+        why["ops"] = empty_reasons.NO_OPS
+    if not kind["gpu"] or data.kernel_names.height == 0:
+        why["kernels"] = why["idle"] = empty_reasons.no_kernels(kind)
     if data.roofline_modules is None and data.roofline_note:
         why["roofline"] = why["kernels"] if "kernels" in why else data.roofline_note
     elif data.roofline_ops is not None and data.roofline_ops.filter(pl.col("flops") > 0).height == 0:
-        why["roofline"] = "no op has a FLOP count" + (
-            " (they come from the input shapes: profile with record_shapes=True)"
-            if kind["pytorch"]
-            else " (kinetolens counts FLOPs of PyTorch ops from their input shapes)"
-        )
+        why["roofline"] = empty_reasons.no_flops(kind)
     if not kind["modules"]:
-        why["modules"] = (
-            "the ops carry no nn.Module paths (profile with with_modules=True or with_stack=True)"
-            if kind["pytorch"]
-            else "not a PyTorch program, so there are no nn.Module paths"
-        )
+        why["modules"] = empty_reasons.no_modules(kind)
     if data.sources.height == 0 or data.sources[data.sources.columns[0]].null_count() == data.sources.height:
-        why["sources"] = (
-            "the ops carry no call sites (profile with with_stack=True)" if kind["pytorch"] else "the trace has no call sites"
-        )
+        why["sources"] = empty_reasons.no_sources(kind)
     if data.memory.height == 0 and data.memory_peaks.height == 0:
         why["memory"] = f"the trace has no memory events ({how_to_record_memory(data.trace.format, kind['pytorch'])})"
     return {name: f"{SECTION_TITLES[name]} left out: {reason}." for name, reason in why.items()}

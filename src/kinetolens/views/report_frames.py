@@ -42,7 +42,7 @@ def cell_texts(
     CLI and dashboard format them (:func:`units.display`): 1.95 GiB, 91.5%, one time unit
     per column (its header names it); text cut in the middle beyond ``limit`` characters."""
     columns, rows = units.display(frame, shown)
-    heads = [c["label"] if c["kind"] in ("time", "memory") else c["name"] for c in columns]
+    heads = [c["label"] for c in columns]  # words with their unit, never the column's identifier
     if limit is not None:
         rows = [[units.middle(t, limit) if c["kind"] == "text" else t for c, t in zip(columns, r)] for r in rows]
     return heads, rows
@@ -136,7 +136,6 @@ def memory_frame(data: ReportData) -> pl.DataFrame:
         peak_op="peak_op",
         counts=pl.col("basis").replace_strict(BASIS_NOTES, default=None, return_dtype=pl.String),
     )
-
 
 
 CROSS_RANK_TABLES = {

@@ -22,6 +22,7 @@ from kinetolens import __version__
 from kinetolens.analysis.hardware.module_tree import NO_MODULE, by_type
 from kinetolens.analysis.workload.ops import time_basis
 from kinetolens.errors import TraceError
+from kinetolens.views import units
 from kinetolens.views.module_tree_html import module_tree_html
 from kinetolens.views.report_frames import (
     CHART_PX,
@@ -42,11 +43,13 @@ TEMPLATE = "report.html.j2"
 
 
 def _environment() -> Environment:
-    return Environment(
+    env = Environment(
         loader=PackageLoader("kinetolens.views", "templates"),
         autoescape=select_autoescape(["html", "j2"]),
         trim_blocks=False,
     )
+    env.filters["saving"] = units.saving_ms
+    return env
 
 
 def _modules_html(data: ReportData) -> Markup:

@@ -16,6 +16,7 @@ from kinetolens.analysis.hardware.kernels import tensor_core_time
 from kinetolens.analysis.hardware.module_tree import NO_MODULE, by_depth, by_type
 from kinetolens.analysis.workload.ops import time_basis
 from kinetolens.analysis.finding import Finding
+from kinetolens.views import units
 from kinetolens.views.critical_path_report import critical_path_md
 from kinetolens.views.cross_rank_path_report import cross_rank_path_md
 from kinetolens.views.report_data import ReportData
@@ -80,7 +81,7 @@ def render_md(data: ReportData) -> str:
 def _card(i: int, f: Finding) -> str:
     """A finding in full: title, saving, evidence, change."""
     predicted = f"; predicted step {f.predicted_step_ms:.2f} ms" if f.predicted_step_ms is not None else ""
-    return f"{i}. **{f.title}** (saves up to {f.saving_ms:.2f} ms per {f.per}{predicted})  \n   {f.evidence}  \n   _Change:_ {f.change}\n"
+    return f"{i}. **{f.title}** (saves up to {units.saving_ms(f.saving_ms)} per {f.per}{predicted})  \n   {f.evidence}  \n   _Change:_ {f.change}\n"
 
 
 def _section(data: ReportData, name: str, title: str, body: Callable[[], list[str]]) -> list[str]:

@@ -119,6 +119,14 @@ def time_unit(us: float | None) -> tuple[str, float]:
     return "us", 1.0
 
 
+def saving_ms(ms: float | None) -> str:
+    """A recommendation's estimated saving: ``0.42 ms``; ``< 0.01 ms`` where it
+    rounds to zero (``0.00 ms`` read as no saving at all)."""
+    if missing(ms):
+        return "-"
+    return "< 0.01 ms" if abs(ms) < 0.005 else f"{ms:,.2f} ms"
+
+
 def duration(us: float | None) -> str:
     """One time with its own unit: ``18.1 us``, ``2,401 us``, ``30.9 ms``, ``12.0 s``."""
     if missing(us):
@@ -155,7 +163,19 @@ def _is_percent(name: str) -> bool:
     return name == "pct" or name.endswith("_pct") or name.startswith("pct_") or name == "occupancy"
 
 
+#: Identifiers that reach tables as values, in words (booleans read yes / no).
+VALUE_WORDS = {"cpu_exec": "CPU", "window_sum": "window", "True": "yes", "False": "no"}
+#: Header words for column names that do not read as English with their underscores swapped for spaces.
+HEADER_WORDS = {"share_pct": "share (%)", "mean_per_step": "mean per step", "cpu_exec": "CPU", "pct_of_step": "% of step"}
+
+
 def column_format(name: str, dtype: pl.DataType) -> tuple[str, str]:
+    """:func:`_column_format` with the header in words (no underscores)."""
+    kind, label = _column_format(name, dtype)
+    return kind, HEADER_WORDS.get(label, label).replace("_", " ")
+
+
+def _column_format(name: str, dtype: pl.DataType) -> tuple[str, str]:
     """How a column reads: its kind (``percent``, ``time``, ``ms``, ``memory``, ``traffic``,
     ``flops``, ``rate``, ``count``, ``number`` or ``text``) and its header label with the unit.
     Sources hold shares as percent (``*_pct``), never as 0..1 fractions."""
@@ -204,24 +224,33 @@ def cell(kind: str, value: Any, scale: float) -> str:
     if kind == "count":
         return count(value)
     if kind == "ms":
-        return f"{value:,.3f}"
+        return in_unit(value * 1e3, scale)
     if kind in ("rate", "number"):
         return sig(value, 3) if abs(value) < 1000 else f"{value:,.0f}"
-    return str(value)
+    text = str(value)
+    return VALUE_WORDS.get(text, text)
 
 
 def display(frame: pl.DataFrame, shown: pl.DataFrame) -> tuple[list[dict[str, Any]], list[list[str]]]:
     """Columns (name, header label, kind, numeric) and the shown rows as the text a person reads.
 
-    A time column takes one unit (us, ms or s) for all its rows, chosen from
-    the whole table's largest value, so the column lines up as the pager moves."""
+    The table's times take one unit (us, ms or s) for all its rows and
+    columns (``*_ms`` columns too), chosen from the whole table's largest
+    value, so columns compare and line up as the pager moves."""
     columns, scales = [], []
+    kinds = {name: column_format(name, dtype) for name, dtype in shown.schema.items()}
+    biggest = [
+        float(frame[name].abs().max()) * (1e3 if kind == "ms" else 1.0)  # type: ignore[arg-type]
+        for name, (kind, _) in kinds.items()
+        if kind in ("time", "ms") and frame.height and frame[name].abs().max() is not None
+    ]
+    unit, table_scale = time_unit(max(biggest, default=None))
     for name, dtype in shown.schema.items():
-        kind, label = column_format(name, dtype)
+        kind, label = kinds[name]
         scale = 1.0
-        if kind == "time":
-            unit, scale = time_unit(frame[name].abs().max() if frame.height else None)  # type: ignore[arg-type]
-            label = f"{label} ({unit})"
+        if kind in ("time", "ms"):
+            scale = table_scale
+            label = f"{label.removesuffix(' (ms)')} ({unit})"
         columns.append({"name": name, "label": label, "kind": kind, "numeric": dtype.is_numeric()})
         scales.append((kind, scale))
     rows = [[cell(k, v, sc) for (k, sc), v in zip(scales, r)] for r in shown.iter_rows()]

@@ -17,6 +17,7 @@ from kinetolens.analysis.workload.ops import op_stats, step_time_ns, time_basis
 from kinetolens.cli.main import cli
 from kinetolens.views.report_data import collect
 from tests.conftest import trace_path
+from tests.terminal import run_cli
 
 CPU_ONLY = "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
 GPU = "hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
@@ -44,15 +45,15 @@ def test_kernel_step_share_is_device_time_over_step_time() -> None:
     assert (table["step_share_pct"] - expected).abs().max() < 1e-9
 
 
-def test_cli_kernel_grouping_on_cpu_only_trace_exits_0() -> None:
+def test_cli_kernel_grouping_on_cpu_only_trace_says_why_it_is_empty() -> None:
     runner = CliRunner()
     path = str(trace_path(CPU_ONLY))
     result = runner.invoke(cli, ["ops", path, "--aggregate-by", "kernel", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output) == []
-    result = runner.invoke(cli, ["ops", path, "--aggregate-by", "kernel"])
-    assert result.exit_code == 0, result.output
-    assert "device_total_us" in result.output  # the default order for kernels
+    proc = run_cli("ops", path, "--aggregate-by", "kernel")
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout  # no empty table: one line saying why
+    assert "a CPU-only trace: no GPU was listed or used" in proc.stderr
 
 
 def test_report_data_kernel_names_on_cpu_only_trace() -> None:

@@ -155,7 +155,7 @@ def distributed(ctx: Ctx) -> list[Block]:
         *[table(src, title, sort=sort, descending=sort is None) for src, (_, title, sort) in tables.items()
           if src in ("dist_steps", "dist_spread")],
         figure(_temporal_figure(temporal)),
-        table("dist_overlap", "Compute, communication and overlap per rank (us, % of the GPU span)", sort="rank",
+        table("dist_overlap", "Compute, communication and overlap per rank", sort="rank",
               descending=False),
         *[table(src, title, sort=sort) for src, (_, title, sort) in tables.items()
           if src not in ("dist_steps", "dist_spread")],

@@ -99,7 +99,7 @@ def findings(ctx: Ctx) -> Block:
     recs = recommendations_frame(ctx.trace)  # findings kept in the trace's session
     withheld = ctx.memo("damaged_inputs", lambda: damaged_inputs(ctx.trace))
     items = [
-        {"title": r["title"], "saving": f"(saves up to {units.sig(r['saving_ms'])} ms per {r['per']}"
+        {"title": r["title"], "saving": f"(saves up to {units.saving_ms(r['saving_ms'])} per {r['per']}"
          + (f"; predicted step {units.sig(r['predicted_step_ms'])} ms)" if r.get("predicted_step_ms") is not None else ")"),
          "evidence": r["evidence"], "change": r["change"], "estimate": r["estimate"]}
         for r in recs.sort("saving_ms", descending=True, nulls_last=True).iter_rows(named=True)

@@ -44,7 +44,7 @@ def synchronizations(ctx: RuleContext) -> list[Finding]:
                     else ""
                 )
                 + f"the GPU then idled {idle_ms:.2f} ms per step "
-                f"until the next launch" + (f"; most from {source}" if source else "")
+                f"until the next launch" + (f"; most of it from {source.removeprefix('in ')}" if source else "")
             ),
             change=(
                 "Remove the sync from the hot loop: keep values on the GPU (accumulate losses as tensors, "
