@@ -1,8 +1,16 @@
-"""Shared fixtures: the real traces and golden figures beside the checkout."""
+"""Shared fixtures: the real traces and golden figures beside the checkout.
+
+The trace corpus lives in ``../shared`` (see the README). Without it the
+suite still collects; every test that reads the corpus skips with one reason
+(``CORPUS_MISSING``), unless KINETOLENS_REQUIRE_CORPUS=1 asks for failures.
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
+import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +23,9 @@ TESTS = Path(__file__).resolve().parent
 SHARED = TESTS.parent.parent / "shared"
 TRACES = SHARED / "traces"
 GOLDEN = SHARED / "golden"
+CORPUS_MISSING = "../shared (the trace corpus) is not beside the checkout"
+#: True where the corpus is absent and absence should skip, not fail.
+SKIP_CORPUS = not TRACES.is_dir() and os.environ.get("KINETOLENS_REQUIRE_CORPUS") != "1"
 
 
 @pytest.fixture(autouse=True)
@@ -31,10 +42,70 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, A
 
 
 def trace_path(rel: str) -> Path:
+    """A corpus file; without the corpus the path is returned unchecked (its tests are skipped)."""
     path = TRACES / rel
-    if not path.exists():
+    if not path.exists() and not SKIP_CORPUS:
         pytest.fail(f"missing fixture {path}: ../shared must sit beside the checkout")
     return path
+
+
+def _in_corpus(value: object) -> bool:
+    return (isinstance(value, Path) and value.is_relative_to(SHARED)) or (
+        isinstance(value, str) and value.startswith(str(SHARED))
+    )
+
+
+def _reads_corpus(obj: object, seen: set[int]) -> bool:
+    """Whether ``obj`` (a test, fixture or helper, a path or a container of them)
+    names the corpus, following the functions and module globals it uses."""
+    if id(obj) in seen:
+        return False
+    seen.add(id(obj))
+    if obj is trace_path or _in_corpus(obj):
+        return True
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return any(_reads_corpus(v, seen) for v in obj)
+    if isinstance(obj, dict):
+        return any(_reads_corpus(v, seen) for v in obj.values())
+    if type(obj).__name__ == "ParameterSet":
+        return _reads_corpus(obj.values, seen)  # type: ignore[attr-defined]
+    func = getattr(obj, "__wrapped__", obj)
+    func = getattr(func, "__func__", func)
+    if not isinstance(func, types.FunctionType) or not func.__module__.startswith(("tests", "test_", "conftest")):
+        return False
+    return any(_reads_corpus(func.__globals__[n], seen) for n in _names(func.__code__) if n in func.__globals__)
+
+
+def _names(code: types.CodeType) -> Iterator[str]:
+    """Global names a function's code (and its nested lambdas and comprehensions) reads."""
+    yield from code.co_names
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _names(const)
+
+
+def _skip_without_corpus(items: list[pytest.Item]) -> None:
+    """Without the corpus, skip each test that reads it, with one reason."""
+    if not SKIP_CORPUS:
+        return
+    skip = pytest.mark.skip(reason=CORPUS_MISSING)
+    for item in items:
+        seen: set[int] = set()
+        fixtures = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+        used = [getattr(item, "function", None), *(d.func for defs in fixtures.values() for d in defs)]
+        params = list(getattr(getattr(item, "callspec", None), "params", {}).values())
+        if any(_reads_corpus(v, seen) for v in used + params):
+            item.add_marker(skip)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Without the corpus, a test that failed opening a corpus file is a skip too."""
+    outcome = yield
+    report = outcome.get_result()
+    if SKIP_CORPUS and report.failed and call.excinfo is not None and str(SHARED) in str(call.excinfo.value):
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {CORPUS_MISSING}")
 
 
 def backward_roots(ops: pl.DataFrame) -> list[int | None]:
@@ -99,6 +170,7 @@ SLOW_FIXTURES = {"torchrun_2", "spawn_4", "slow_loader_2", "compiled"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _skip_without_corpus(items)
     root = Path(__file__).resolve().parent
     for item in items:
         rel = Path(str(item.fspath)).resolve().relative_to(root).as_posix()

@@ -26,8 +26,9 @@ import pytest
 
 import kinetolens
 from kinetolens import TraceError, TraceWarning
+from tests.conftest import TRACES
 
-NSYS = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "nsys"
+NSYS = TRACES / "nsys"
 CLOVERLEAF = NSYS / "pipit_perlmutter-cloverleaf-cuda.sqlite"
 SAXPY = NSYS / "pipit_saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
 FIXTURES = [pytest.param(CLOVERLEAF, id="cloverleaf"), pytest.param(SAXPY, id="saxpy")]
@@ -456,7 +457,7 @@ def _kernel_table_without_times(d: Path) -> Path:
 
 BAD = {
     "wrong-tables": (_wrong_tables, ("not an Nsight Systems export", "measurements")),
-    "truncated": (_truncated, ("truncated SQLite file", str(CLOVERLEAF.stat().st_size // 2))),
+    "truncated": (_truncated, ("truncated SQLite file", "{size}")),
     "random-pages": (_random_pages, ("SQLite",)),
     "text-in-time-column": (_text_in_time_column, ("unexpected value", "'soon'")),
     "kernel-table-without-times": (_kernel_table_without_times, (KERNEL, "start")),
@@ -481,7 +482,7 @@ def test_bad_input_exits_2_with_one_line(name: str, rejected: dict) -> None:
     assert len(lines) == 1, proc.stderr
     assert str(path.name) in lines[0]
     for word in BAD[name][1]:
-        assert word in lines[0], lines[0]
+        assert word.format(size=path.stat().st_size) in lines[0], lines[0]
     with pytest.raises(TraceError) as err:
         load(path)
     assert "\n" not in str(err.value)
