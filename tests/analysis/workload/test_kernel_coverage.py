@@ -9,7 +9,6 @@ import kinetolens
 from kinetolens.analysis.workload.annotations import annotation_stats
 from kinetolens.analysis.workload.ops import kernel_coverage, op_stats
 from kinetolens.cli.main import cli
-
 from tests.conftest import trace_path
 
 DLRM_RANK0 = "param/dlrm_kineto/worker0_step_12.1694128201545.pt.trace.json.gz"
