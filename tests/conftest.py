@@ -157,6 +157,7 @@ SLOW_MODULES = {
     "analysis/paths/test_cross_rank_critical_path.py": "generated runs of 64 and 256 ranks, a gloo run",
     "analysis/hardware/test_torch_compile_attribution.py": "torch.compile",
     "model/test_compiled_modules.py": "torch.compile",
+    "analysis/workload/test_recompute.py": "torch captures with activation checkpointing",
     "package/test_allocator.py": "a process per allocator setting",
     "package/test_bench_compare.py": "benchmark subprocesses",
     "package/test_readme.py": "the README's capture snippet under torch",

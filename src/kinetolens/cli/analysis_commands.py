@@ -22,6 +22,7 @@ from kinetolens.analysis.workload.ops import (
     GROUPINGS,
     TIME_COLUMNS,
     default_order,
+    kernel_coverage,
     op_stats,
     order_and_filter,
     rank_basis,
@@ -536,6 +537,13 @@ def ops_command(
         notes.append("ranked by self time: each op's own kernels, so nested ops do not repeat them (--inclusive: total)")
     if by != "kernel" and (whole := share_whole_note(loaded, step)):
         notes.append(whole)
+    if by in ("op", "op+shape") and loaded.kernels.height:
+        covered_us, kernel_us = kernel_coverage(loaded, step)
+        if kernel_us:
+            notes.append(
+                f"kernel time in the table: {covered_us / kernel_us * 100:.1f}% of the {kernel_us / 1000:,.3f} ms "
+                "the steps' kernels ran (GPU time under an annotation is its op's, else the annotation's row)"
+            )
     _print_ops(table, GROUPINGS[by], title, "\n".join(notes), width)
 
 

@@ -19,6 +19,7 @@ HEADERS = {
     "bwd_total_us": "bwd\ntotal us",
     "fwd_self_us": "fwd\nself us",
     "bwd_self_us": "bwd\nself us",
+    "recompute_total_us": "recompute\ntotal us",
     "self_us": "self\nus",
     "total_us": "total\nus",
     "mean_us": "mean\nus",
@@ -31,11 +32,14 @@ HEADERS = {
 }
 #: Caption of a trace without GPU kernels, whose module times are host time (as `ops` ranks it).
 HOST_NOTE = "no GPU kernels: times are host (CPU) time, self: the module's own ops'; total adds its children's"
-TREE_COLUMNS = ("module", "calls", "fwd_total_us", "bwd_total_us", "self_us", "step_share_pct", "tflops_s", "pct_of_roof")
+TREE_COLUMNS = (
+    "module", "calls", "fwd_total_us", "bwd_total_us", "recompute_total_us", "self_us", "step_share_pct", "tflops_s", "pct_of_roof",
+)  # fmt: skip
 TYPE_COLUMNS = ("type", "count", "total_us", "mean_us", "min_us", "max_us", "step_share_pct", "tflops_s", "pct_of_roof")
 #: Dropped first (last named first) where the terminal is narrow.
 DROPPABLE = (
-    "pct_of_roof", "tflops_s", "step_share_pct", "total_us", "self_us", "min_us", "max_us", "bwd_total_us", "calls",
+    "pct_of_roof", "tflops_s", "step_share_pct", "total_us", "self_us", "min_us", "max_us", "recompute_total_us",
+    "bwd_total_us", "calls",
 )  # fmt: skip
 
 
@@ -85,11 +89,15 @@ def modules_command(
         emit(by_depth(tree, depth), "csv" if csv else "json")
         return
     shown = by_depth(tree, TERMINAL_DEPTH if depth is None else depth)
+    recomputed = bool(tree["recompute_total_us"].sum() > 0)
+    columns = [c for c in TREE_COLUMNS[1:] if recomputed or c != "recompute_total_us"]
     frame = shown.select(
         module=pl.concat_str(pl.lit("  ").repeat_by(pl.col("depth")).list.join(""), pl.col("name")),
-        **{c: c for c in TREE_COLUMNS[1:]},
+        **{c: c for c in columns},
     )
     notes = ["self: the module's own kernels; total adds its children's" if loaded.kernels.height else HOST_NOTE]
+    if recomputed:
+        notes.append("recompute: forward run again in backward (activation checkpointing), in neither fwd nor bwd")
     deeper = tree.height - shown.height
     if deeper:
         notes.append(f"{deeper} deeper modules not shown (--depth N; --by type rolls repeated layers up)")

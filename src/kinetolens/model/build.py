@@ -304,7 +304,36 @@ def _directions(ops: pl.DataFrame, flows: pl.DataFrame) -> tuple[pl.DataFrame, i
             "fwd_op",
         )
     )
-    return ops.with_columns(inherited.get_columns()), mismatched
+    ops = ops.with_columns(inherited.get_columns())
+    return _recompute(ops, own_module=fwd["fwd_module"], bwd_root=bwd_root), mismatched
+
+
+def _recompute(ops: pl.DataFrame, *, own_module: pl.Series, bwd_root: pl.Series) -> pl.DataFrame:
+    """Backward ops that recompute a forward (a module frame of their own
+    under a backward node that has none) become ``recompute``, under the
+    full path of their module (:func:`kinetolens.model.direction.full_module_path`).
+
+    ``own_module``: each op's module from its own Python frames, before
+    backward ops inherit their forward op's."""
+    node_module = own_module.gather(bwd_root)
+    again = (ops["direction"].cast(pl.String) == dirn.BPROP) & own_module.is_not_null() & node_module.is_null()
+    if not again.any():
+        return ops
+    forward = ops.filter(pl.col("direction").cast(pl.String) == dirn.FPROP)["module"].drop_nulls().unique().to_list()
+    near = ops["module"].gather(bwd_root)
+    full = {
+        (m, n): dirn.full_module_path(m, forward, n)
+        for m, n in pl.DataFrame({"m": own_module, "n": near}).filter(again).unique().iter_rows()
+    }
+    module = [
+        full[(m, n)] if a else cur
+        for a, m, n, cur in zip(again.to_list(), own_module.to_list(), near.to_list(), ops["module"].to_list())
+    ]
+    return ops.with_columns(
+        pl.when(again).then(pl.lit(dirn.RECOMPUTE)).otherwise(pl.col("direction").cast(pl.String))
+        .cast(pl.Categorical()).alias("direction"),
+        pl.Series("module", module, dtype=pl.String),
+    )
 
 
 def _backward_roots(ops: pl.DataFrame) -> tuple[pl.Series, pl.Series]:

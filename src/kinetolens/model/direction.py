@@ -7,6 +7,13 @@ it.  Its forward op is the op that recorded the same
 autograd sequence number on the forward pass; Kineto's ``fwdbwd`` flows give
 the pair directly where present.
 
+Recompute is forward work inside backward: activation checkpointing
+(``torch.utils.checkpoint``) runs a module's forward again while the
+autograd engine runs a node.  Such ops sit under a backward node but carry a
+module frame of their own, which no other backward op has (backward ops
+take their module from their forward op); they are ``recompute``, under the
+full path of the module they recompute (:func:`full_module_path`).
+
 Forward is PyTorch's notion: ranges of a program that is not PyTorch (an
 MPI or CUDA C++ program under Nsight Systems) are ``other``, never fprop.
 """
@@ -19,10 +26,14 @@ import polars as pl
 
 from kinetolens.model.vocabulary import STEP_PREFIX
 
+#: Separator of a module path's segments.
+SEP = "."
+
 FPROP = "fprop"
 BPROP = "bprop"
 OPTIMIZER = "optimizer"
 OTHER = "other"
+RECOMPUTE = "recompute"
 
 # Autograd nodes: ``XBackward0`` nodes, the engine's per-node wrapper, and
 # the engine's own node classes (``torch::autograd::AccumulateGrad``,
@@ -61,3 +72,27 @@ def own_direction(name: pl.Expr, kind: pl.Expr, pytorch: bool = True) -> pl.Expr
         .then(pl.lit(OTHER))
         .otherwise(pl.lit(FPROP))
     )
+
+
+def full_module_path(recomputed: str, forward_paths: list[str], near: str | None) -> str:
+    """The forward module path a recomputed module path names.
+
+    A recompute's Python stack starts at the checkpointed module
+    (``Block_0.Linear_0``), not at the model (``Net_0.Block_0.Linear_0``):
+    the forward path that ends with it, the one sharing most of ``near``
+    (the path of the backward node running it) where several do; the path
+    as recorded where none does.
+    """
+    tail = SEP + recomputed
+    found = [p for p in forward_paths if p == recomputed or p.endswith(tail)]
+    if not found:
+        return recomputed
+
+    def shared(p: str) -> int:
+        a, b = p.split(SEP), (near or "").split(SEP)
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        return n
+
+    return max(sorted(found), key=shared)

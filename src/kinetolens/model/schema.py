@@ -158,7 +158,7 @@ _HOST_PYTHON_COLUMNS = (
 
 OP_ID = _c("op_id", I64, "the op's row id; elsewhere, the op it ran under")
 TOP_OP_ID = _c("top_op_id", I64, "its outermost op")
-DIRECTION = _c("direction", CAT, "``fprop``, ``bprop``, ``optimizer`` or ``other``")
+DIRECTION = _c("direction", CAT, "``fprop``, ``bprop``, ``recompute`` (forward run again in backward), ``optimizer`` or ``other``")
 GRAD_FN = _c("grad_fn", STR, "autograd node it runs in (backward)")
 FWD_OP_ID = _c("fwd_op_id", I64, "a backward op's forward op")
 FWD_OP = _c("fwd_op", STR, "that forward op's name")

@@ -35,9 +35,14 @@ from kinetolens.registry.gpus import GpuSpec
 NO_MODULE = "(no module)"
 SEP = "."
 _INSTANCE = re.compile(r"_\d+$")
-#: Times of a node: forward, backward, and all (optimizer and other kernels included).
-TIMES = ("fwd_self_us", "fwd_total_us", "bwd_self_us", "bwd_total_us", "self_us", "total_us")
-_SUMMED = ("fwd_us", "bwd_us", "all_us", "stepped_us", "flops", "ideal_us", "roofed_us")
+#: Times of a node: forward, backward, forward recomputed in backward
+#: (activation checkpointing: counted once, under the module it recomputes,
+#: and in neither fwd nor bwd), and all (optimizer and other kernels included).
+TIMES = (
+    "fwd_self_us", "fwd_total_us", "bwd_self_us", "bwd_total_us", "recompute_self_us", "recompute_total_us",
+    "self_us", "total_us",
+)  # fmt: skip
+_SUMMED = ("fwd_us", "bwd_us", "recompute_us", "all_us", "stepped_us", "flops", "ideal_us", "roofed_us")
 
 
 def module_type(segment: str) -> str:
@@ -62,6 +67,7 @@ def _own(trace: Trace, spec: GpuSpec | None, step: int | None, roof: pl.DataFram
     times = k.group_by(path=pl.col("module").fill_null(NO_MODULE)).agg(
         fwd_us=dur.filter(direction == "fprop").sum(),
         bwd_us=dur.filter(direction == "bprop").sum(),
+        recompute_us=dur.filter(direction == "recompute").sum(),
         all_us=dur.sum(),
         stepped_us=dur.filter(in_steps(trace)).sum(),
     )
@@ -119,13 +125,14 @@ def module_tree(
     totals = with_ancestors.group_by("ancestor").agg(
         fwd_total_us=pl.col("fwd_us").sum(),
         bwd_total_us=pl.col("bwd_us").sum(),
+        recompute_total_us=pl.col("recompute_us").sum(),
         total_us=pl.col("all_us").sum(),
         _stepped_us=pl.col("stepped_us").sum(),
         flops=pl.col("flops").sum(),
         ideal_us=pl.col("ideal_us").sum(),
         roofed_us=pl.col("roofed_us").sum(),
     ).rename({"ancestor": "path"})
-    mine = own.select("path", fwd_self_us="fwd_us", bwd_self_us="bwd_us", self_us="all_us")
+    mine = own.select("path", fwd_self_us="fwd_us", bwd_self_us="bwd_us", recompute_self_us="recompute_us", self_us="all_us")
     tree = totals.join(mine, on="path", how="left").with_columns(pl.col(c).fill_null(0.0) for c in TIMES)
     step_ns = share_whole_ns(trace, step)
     segments = pl.col("path").str.split(SEP)

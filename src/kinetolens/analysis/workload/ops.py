@@ -204,10 +204,77 @@ def without_annotations(inst: pl.DataFrame) -> pl.DataFrame:
     """:func:`op_instances` (all of it, in op_id order) without the rows of
     :func:`is_annotation`; each op's top-level op is its outermost ancestor
     that is an op, so a range around the work (a step, ``Optimizer.step#``)
-    does not take its ops' time in module and source groupings."""
+    does not take its ops' time in module and source groupings.
+
+    An annotation's own GPU time (the kernels launched directly inside it,
+    as NCCL kernels are inside their ``nccl:*`` range) becomes its nearest
+    enclosing op's self time: the op launched them through the range, and
+    its total already holds them.  Annotations under no op keep theirs
+    (:func:`unheld_rows`)."""
     marked = inst.select(~is_annotation()).to_series()
     top = outermost_marked(inst["parent_id"], marked)
-    return inst.with_columns(top_op_id=pl.Series(top).cast(inst.schema["top_op_id"])).filter(marked)
+    holder = nearest_marked(inst["parent_id"], marked)
+    folded = (
+        inst.with_columns(_holder=holder)
+        .filter(~marked & pl.col("_holder").is_not_null())
+        .group_by("_holder")
+        .agg(_folded=pl.col("device_self").sum(), _folded_kernels=pl.col("kernels").sum())
+        .rename({"_holder": "op_id"})
+    )
+    out = inst.with_columns(top_op_id=pl.Series(top).cast(inst.schema["top_op_id"])).filter(marked)
+    return out.join(folded.cast({"op_id": inst.schema["op_id"]}), on="op_id", how="left", maintain_order="left").with_columns(
+        (pl.col("device_self") + pl.col("_folded").fill_null(0)).cast(inst.schema["device_self"]),
+        (pl.col("kernels") + pl.col("_folded_kernels").fill_null(0)).cast(inst.schema["kernels"]),
+    ).drop("_folded", "_folded_kernels")
+
+
+#: The row of an op table holding the GPU time launched outside every op and annotation.
+NOT_UNDER_OP = "(not under any op)"
+#: The row the ``ProfilerStep#N`` ranges are merged into.
+STEPS_ROW = f"{STEP_PREFIX}*"
+
+
+def unheld_rows(trace: Trace, inst: pl.DataFrame, *, include_annotations: bool) -> pl.DataFrame:
+    """Rows, in :func:`op_instances` form, for the GPU time no op holds, so
+    an op table accounts for every kernel: each annotation under no op with
+    kernels of its own (a graph replay's ``step[DECODE ...]``, whose kernels
+    the replay launched), by its name (unless ``include_annotations``: then
+    it is a row already), and the kernels launched outside any range as
+    :data:`NOT_UNDER_OP`.  Only device time: their host time is no op's."""
+    rows = []
+    if not include_annotations:
+        marked = inst.select(~is_annotation()).to_series()
+        orphan = inst.filter(
+            ~marked & nearest_marked(inst["parent_id"], marked).is_null() & (pl.col("device_self") > 0)
+        )
+        rows.append(orphan.select(
+            "op_id", "step", "device_self", "kernels",
+            name=pl.when(pl.col("name").str.starts_with(STEP_PREFIX)).then(pl.lit(STEPS_ROW)).otherwise(pl.col("name")),
+        ))
+    loose = trace.kernels.filter(pl.col("op_id").is_null() & (pl.col("dur") > 0))
+    if loose.height:
+        rows.append(loose.group_by("step").agg(device_self=pl.col("dur").sum(), kernels=pl.len()).select(
+            op_id=pl.lit(None), step="step", device_self="device_self", kernels="kernels", name=pl.lit(NOT_UNDER_OP),
+        ))
+    if not rows:
+        return inst.clear()
+    own = pl.col("device_self")
+    extra = pl.concat(rows, how="vertical_relaxed").with_columns(device_total=own, top_op_id=pl.col("op_id"))
+    extra = extra.with_columns(pl.lit(None).alias(c) for c in inst.columns if c not in extra.columns)
+    return extra.select(inst.columns).cast(inst.schema)
+
+
+def kernel_coverage(trace: Trace, step: int | None = None) -> tuple[float, float]:
+    """(microseconds of kernel time in the rows of the default op table,
+    microseconds of kernel time a step share may count): the table should
+    hold all of it; less means GPU time no row shows."""
+    trace = without_earlier_iteration(trace)
+    inst = op_instances(trace)
+    held = pl.concat([without_annotations(inst), unheld_rows(trace, inst, include_annotations=False)])
+    if step is not None:
+        held = held.filter(pl.col("step") == step)
+    covered = held.filter(in_steps(trace))["device_self"].sum()
+    return float(covered or 0) / 1000.0, _stepped_gpu_ns(trace, step) / 1000.0
 
 
 #: Figures of an op that include its nested ops': a module entry gives up its nested entries' share.
@@ -291,8 +358,11 @@ def op_stats(
     # ops copied from the next iteration to name the previous one's tail are in no step: each op counts in its own
     trace = without_earlier_iteration(trace)
     inst = op_instances(trace)
+    extra = unheld_rows(trace, inst, include_annotations=include_annotations) if by in ("op", "op+shape") else None
     if not include_annotations:
         inst = without_annotations(inst)
+    if extra is not None:
+        inst = pl.concat([inst, extra])
     if step is not None:
         inst = inst.filter(pl.col("step") == step)
     keys = GROUPINGS[by]
