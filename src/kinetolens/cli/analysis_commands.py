@@ -466,7 +466,7 @@ def ops_command(
     stats = op_stats(loaded, by=by, aggregate=aggregate, step=step, inclusive=inclusive)
     spec = gpu_spec(loaded)
     if spec is not None and spec.dram_gbps:
-        stats = with_time_lost(stats, loaded, spec, by, step=step)
+        stats = with_time_lost(stats, loaded, spec, by, step=step, inclusive=inclusive)
     elif order_by.lstrip("+-") in LOST_COLUMNS:
         raise click.BadParameter(
             f"{order_by.lstrip('+-')} needs the GPU's peaks, and this trace's GPU is not in the spec table "
