@@ -530,12 +530,16 @@ def _ops_view(
             calls="calls", device_total_us="device_total_us", device_self_us="device_self_us",
             host_total_us="host_total_us", step_share_pct="step_share_pct",
         )  # fmt: skip
-        caption = f"nodes under {min_share:g}% of the step folded into 'N more' (--min-share); kernels shortened"
+        caption = (
+            "% step: a node's device total (its kernels and its children's) of the steps' time; the flat table's "
+            f"% step is of self time\nnodes under {min_share:g}% of the step folded into 'N more' (--min-share); "
+            "kernels shortened"
+        )
         if whole := share_whole_note(loaded, step):
             caption += f"\n{whole}"
         print_fitted(
             frame, key="op", title=f"op call tree (top {top} top-level ops)", caption=caption, width=width,
-            headers=OPS_HEADERS, droppable=["step_share_pct", "device_self_us", "host_total_us"],
+            headers=OPS_HEADERS, droppable=["step_share_pct", "device_self_us", "host_total_us"], same_time_unit=True,
         )
         return
     table = annotation_stats(loaded, step=step).head(top)
