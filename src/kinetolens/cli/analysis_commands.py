@@ -497,7 +497,7 @@ def ops_command(
         raise TraceError(trace, empty)
     spec = gpu_spec(loaded)
     if spec is not None and spec.dram_gbps:
-        stats = with_time_lost(stats, loaded, spec, by, step=step)
+        stats = with_time_lost(stats, loaded, spec, by, step=step, inclusive=inclusive)
     elif order_by.lstrip("+-") in LOST_COLUMNS:
         raise click.BadParameter(
             f"{order_by.lstrip('+-')} needs the GPU's peaks, and this trace's GPU is not in the spec table "
@@ -601,7 +601,11 @@ def _ops_view(
             calls="calls", device_total_us="device_total_us", device_self_us="device_self_us",
             host_total_us="host_total_us", step_share_pct="step_share_pct",
         )  # fmt: skip
-        caption = f"nodes under {min_share:g}% of the step folded into 'N more' (--min-share); kernels shortened"
+        caption = (
+            "% step: a node's device total (its kernels and its children's) of the steps' time; the flat table's "
+            f"% step is of self time\nnodes under {min_share:g}% of the step folded into 'N more' (--min-share); "
+            "kernels shortened"
+        )
         if loaded.kernels.height == 0:  # a CPU trace: device columns would be all zero
             frame = frame.drop("device_total_us", "device_self_us")
             caption = f"no GPU kernels: host time only; nodes under {min_share:g}% of the step folded into 'N more' (--min-share)"
@@ -610,6 +614,7 @@ def _ops_view(
         print_fitted(
             frame, key="op", title=f"op call tree (top {top} top-level ops)", caption=caption, width=width,
             headers=OPS_HEADERS, droppable=[c for c in ("step_share_pct", "device_self_us", "host_total_us") if c in frame.columns],
+            same_time_unit=True,
         )
         return
     table = annotation_stats(loaded, step=step).head(top)

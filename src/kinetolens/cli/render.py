@@ -395,14 +395,15 @@ def print_fitted(
     width: int | None = None,
     headers: dict[str, str] | None = None,
     droppable: Sequence[str] = (),
+    same_time_unit: bool = True,
 ) -> list[str]:
     """:func:`print_table` for tables keyed by a name column (``key``, first):
     the columns in ``droppable`` go first, last named first, where the row
     does not fit.  Returns the columns left out."""
     del key  # the key is the first column, which is never left out
     return print_table(
-        frame, title=title, caption=caption, width=width, headers=headers, droppable=droppable, same_time_unit=True
-    )  # one time unit per table
+        frame, title=title, caption=caption, width=width, headers=headers, droppable=droppable, same_time_unit=same_time_unit
+    )
 
 
 def emit(

@@ -73,6 +73,8 @@ def _json(r: WhatIf) -> dict:
         "predicted_us": r.predicted_us,
         "delta_us": r.delta_us,
         "delta_pct": 100 * r.delta_us / r.measured_us if r.measured_us else None,
+        "host_floor_us": r.host_floor_us,
+        "at_host_floor": r.at_host_floor,
         "summary": r.summary().to_dicts(),
         "steps": [
             {"step": s.window.step, "window": s.window.label, "measured_us": s.measured_us, "predicted_us": s.predicted_us, "length_us": s.length_us}
@@ -93,6 +95,10 @@ def _print(r: WhatIf, width: int | None) -> None:
     pct = r.delta_us / r.measured_us if r.measured_us else 0.0
     con.print(f"measured step   {duration(r.measured_us)}")
     con.print(f"predicted step  {duration(r.predicted_us)}  ({'+' if r.delta_us >= 0 else '-'}{duration(abs(r.delta_us))}, {pct:+.1%})")
+    if r.at_host_floor:
+        con.print(
+            Text(f"the step is bound by host work: faster kernels cannot shorten it below {duration(r.host_floor_us)}", style="yellow")
+        )
     summary = r.summary()
     if summary.height == 0:
         return

@@ -13,6 +13,7 @@ from kinetolens.analysis.hardware.kernels import kernel_table
 from kinetolens.analysis.hardware.roofline import (
     kernel_groups,
     kernel_roofline,
+    launched_roofline_by,
     op_roofline,
     roofline_by,
 )
@@ -192,11 +193,21 @@ def test_ops_order_by_lost_us_is_roofline_order(qwen) -> None:
     t, spec = qwen
     rows = _ops_json("--order-by", "lost_us")
     with_roof = [r for r in rows if r["lost_us"] is not None]
-    expected = roofline_by(t, spec, "op")
+    # ranked by self time, an op's roof is that of the kernels it launched itself
+    # (aten::_flash_attention_forward's, not aten::_scaled_dot_product_flash_attention's)
+    expected = launched_roofline_by(t, spec, "op").filter(pl.col("lost_us").is_not_null())
+    expected = expected.sort(["lost_us", "name"], descending=[True, False]).rename({"name": "op"})
     # Same lost time per op as the roofline (joined, not recomputed) ...
     # (JSON times are rounded to the clock's nanosecond)
     lost = dict(zip(expected["op"], expected["lost_us"]))
     assert {r["name"]: r["lost_us"] for r in with_roof} == pytest.approx(lost, abs=5e-4)
+    # ... losing in all what the roofline's carrying ops lose
+    assert sum(lost.values()) == pytest.approx(roofline_by(t, spec, "op")["lost_us"].sum())
+    inclusive = [r for r in _ops_json("--order-by", "lost_us", "--inclusive") if r["lost_us"] is not None]
+    carried = roofline_by(t, spec, "op").filter(pl.col("lost_us") > 0)
+    assert {r["name"]: r["lost_us"] for r in inclusive if r["lost_us"] > 0} == pytest.approx(
+        dict(zip(carried["op"], carried["lost_us"])), abs=5e-4
+    )
     # (aten::cat records no byte count for its tensor list, so no roof: null in both.)
     known = expected.filter(pl.col("pct_of_roof").is_not_null())
     pct = {r["name"]: r["pct_of_roof"] for r in with_roof if r["pct_of_roof"] is not None}

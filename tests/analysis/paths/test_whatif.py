@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from pathlib import Path
 
@@ -54,7 +55,8 @@ def test_no_change_reproduces_every_measured_step(r0):
 
 def test_baseline_path_categories_match_critical_path(r0):
     # the simulator's bound-by rules are the critical path's (data loading on the 0-worker path)
-    w = step_window(r0, 7)
+    # over the same graph: the step's host range, its path not cut to the step's own window
+    w = dataclasses.replace(step_window(r0, 7), clip=None)
     cp = critical_path(r0, w)
     sim = whatif(r0, [], step=7).steps[0]
     got = dict(zip(sim.summary["bound_by"], sim.summary["us"]))

@@ -493,8 +493,42 @@ def _measured_sums(ops: pl.DataFrame) -> dict[str, pl.Expr]:
 LOST_COLUMNS = ("lost_us", "pct_of_roof")
 
 
+def launched_roofline_by(trace: Trace, spec: GpuSpec | None, by: str = "op", *, step: int | None = None) -> pl.DataFrame:
+    """``lost_us`` and ``pct_of_roof`` of op calls by the kernels they launched
+    themselves (their *self* time), grouped ``by`` op or op and shapes.
+
+    :func:`roofline_by` books a call's roof on the op carrying its work
+    (``aten::relu``), with the time of every kernel inside it; a table ranked
+    by self time shows the kernel under the op that launched it
+    (``aten::clamp_min``), so its roof is taken from the same kernels
+    (:func:`kernel_roofline`, their shares of the carrier's work).  A call
+    loses what its kernels took past their summed ideal time.
+    """
+    keys = GROUP_KEYS[by]
+    trace = without_earlier_iteration(trace)
+    from kinetolens.analysis.workload.params import shapes_expr
+
+    k = kernel_roofline(trace, spec).select("kernel_id", "dur_us", "ideal_us")
+    k = k.join(trace.kernels.select("kernel_id", "op_id"), on="kernel_id", how="inner")
+    known = pl.col("ideal_us").is_not_null()
+    calls = k.group_by("op_id").agg(
+        _known_us=pl.col("dur_us").filter(known).sum(),
+        ideal_us=pl.when(known.any()).then(pl.col("ideal_us").sum()),
+    )
+    meta = trace.ops.select("op_id", "name", "step", shapes_expr().alias("shapes"))
+    calls = calls.join(meta, on="op_id", how="inner")
+    if step is not None:
+        calls = calls.filter(pl.col("step") == step)
+    return calls.group_by(keys).agg(
+        lost_us=pl.when(pl.col("ideal_us").is_not_null().any()).then(
+            (pl.col("_known_us") - pl.col("ideal_us")).clip(lower_bound=0.0).sum()
+        ),
+        pct_of_roof=pl.col("ideal_us").sum() / pl.when(pl.col("_known_us").sum() > 0).then(pl.col("_known_us").sum()) * 100.0,
+    )
+
+
 def with_time_lost(
-    stats: pl.DataFrame, trace: Trace, spec: GpuSpec, by: str = "op", *, step: int | None = None
+    stats: pl.DataFrame, trace: Trace, spec: GpuSpec, by: str = "op", *, step: int | None = None, inclusive: bool = False
 ) -> pl.DataFrame:
     """``stats`` (an :func:`kinetolens.analysis.workload.ops.op_stats` table grouped
     ``by``) with :func:`roofline_by`'s ``lost_us`` and ``pct_of_roof`` joined
@@ -504,12 +538,17 @@ def with_time_lost(
     work in ``aten::addmm``, where the time lost is counted.  ``lost_us`` is
     always the group's total, whatever aggregate ``stats`` took of its
     times.  Groupings without a roofline key (``kernel``) are returned as
-    they are.
+    they are.  Op groupings ranked by self time (not ``inclusive``) take
+    the roof of the kernels each op launched itself (:func:`launched_roofline_by`),
+    so a row's time, work and roof cover the same kernels.
     """
     if by not in GROUP_KEYS:
         return stats
     keys = GROUP_KEYS[by]
-    lost = roofline_by(trace, spec, by, step=step).rename({"op": "name"}, strict=False).select(*keys, *LOST_COLUMNS)
+    if by in ("op", "op+shape") and not inclusive:
+        lost = launched_roofline_by(trace, spec, by, step=step).select(*keys, *LOST_COLUMNS)
+    else:
+        lost = roofline_by(trace, spec, by, step=step).rename({"op": "name"}, strict=False).select(*keys, *LOST_COLUMNS)
     filled = {k: f"(no {k})" for k in keys if k in ("module", "source")}
     joined = stats.with_columns(pl.col(k).fill_null(v).alias(f"_key_{k}") for k, v in filled.items())
     left_on = [f"_key_{k}" if k in filled else k for k in keys]

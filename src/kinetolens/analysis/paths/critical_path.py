@@ -61,6 +61,9 @@ class Window:
     start: int
     end: int
     step: int | None = None
+    #: The step's own window (ns) as the model cuts it (:mod:`kinetolens.model.steps`), which
+    #: ``summary`` and ``dist`` report: the path is cut to it, so a step's path is no longer than its step.
+    clip: tuple[int, int] | None = None
 
 
 @dataclass
@@ -100,7 +103,8 @@ def step_window(trace: Trace, step: int) -> Window:
         have = ", ".join(str(s) for s in trace.steps["step"].to_list()) or "none"
         raise TraceError(trace.path, f"has no step {step} (steps: {have})")
     r = row.row(0, named=True)
-    return Window(label=str(r["name"]), start=int(r["ts"]), end=int(r["cpu_end"]), step=step)
+    clip = (int(r["start"]), int(r["end"]))
+    return Window(label=str(r["name"]), start=int(r["ts"]), end=int(r["cpu_end"]), step=step, clip=clip)
 
 
 def annotation_window(trace: Trace, annotation: str, instance: int = 0) -> Window:
@@ -137,12 +141,17 @@ def critical_path(trace: Trace, window: Window, facts: TraceFacts | None = None)
         raise EmptyWindow(trace.path, f"has no CPU ops or runtime calls in {window.label}")
     nodes = longest_path(graph)
     path = _path_table(graph, nodes)
+    first, last = (_node_ts(graph, nodes[0]), _node_ts(graph, nodes[-1])) if len(nodes) > 1 else (0, 0)
+    if window.clip is not None and path.height:
+        path = _clipped(path, *window.clip)
+        first, last = max(first, window.clip[0]), min(last, window.clip[1])
     length = float(path["us"].sum()) if path.height else 0.0
-    span = (_node_ts(graph, nodes[-1]) - _node_ts(graph, nodes[0])) / 1000 if len(nodes) > 1 else 0.0
-    # The window reaches to its last activity's end when the GPU ran past the host's range.
-    reach = max(window.end, int(graph.events["end"].max()))  # type: ignore[arg-type]
-    first = _node_ts(graph, nodes[0]) if nodes else window.start
-    last = _node_ts(graph, nodes[-1]) if nodes else window.start
+    # The window the path's parts add up to: the model's step window where the path is cut to it,
+    # else the host range reaching to its last activity's end when the GPU ran past it.
+    lo, hi = window.clip if window.clip is not None else (window.start, max(window.end, int(graph.events["end"].max())))  # type: ignore[arg-type]
+    if len(nodes) <= 1:
+        first = last = lo
+    span = max(last - first, 0) / 1000
     return CriticalPath(
         window=window,
         length_us=length,
@@ -152,10 +161,20 @@ def critical_path(trace: Trace, window: Window, facts: TraceFacts | None = None)
         nodes=graph.nodes,
         edges=graph.edges.height,
         notes=_clock_notes(graph),
-        window_us=(reach - window.start) / 1000,
-        before_us=(first - window.start) / 1000,
-        after_us=(reach - last) / 1000,
+        window_us=(hi - lo) / 1000,
+        before_us=(first - lo) / 1000,
+        after_us=(hi - last) / 1000,
     )
+
+
+def _clipped(path: pl.DataFrame, start: int, end: int) -> pl.DataFrame:
+    """The path's edges within ``[start, end]`` (ns), each cut to it: GPU work a step's ops
+    queued runs into the next step, whose time it is (the steps' windows are disjoint)."""
+    lo, hi = start / 1000, end / 1000
+    cut_start = pl.max_horizontal("start_us", pl.lit(lo))
+    cut_end = pl.min_horizontal(pl.col("start_us") + pl.col("us"), pl.lit(hi))
+    inside = (pl.col("start_us") + pl.col("us") >= lo) & (pl.col("start_us") <= hi)
+    return path.filter(inside).with_columns(us=(cut_end - cut_start).clip(lower_bound=0.0), start_us=cut_start)
 
 
 def _clock_notes(graph: DependencyGraph) -> list[str]:

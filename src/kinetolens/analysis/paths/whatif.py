@@ -36,6 +36,7 @@ graph plus a source (each unconstrained node's measured start) and a sink
 from __future__ import annotations
 
 from collections.abc import Iterator
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -87,6 +88,14 @@ class WhatIf:
     changes: list[Change]
     steps: list[StepPrediction]
     of: int | None = None
+    #: The mean step with what the changes speed up taking no time (:func:`host_floor`): their floor.
+    host_floor_us: float | None = None
+
+    @property
+    def at_host_floor(self) -> bool:
+        """Whether the prediction is the host floor: the step is bound by host work, and
+        making kernels faster still cannot shorten it (a change that saves time, 1 us slack)."""
+        return self.host_floor_us is not None and self.delta_us < 0 and self.predicted_us <= self.host_floor_us + 1.0
 
     @property
     def sampled(self) -> str | None:
@@ -184,9 +193,24 @@ def replays(trace: Trace, step: int | None = None) -> list[Replay]:
     return list(iter_replays(*_windows(trace, step)))
 
 
+def host_floor(changes: list[Change]) -> list[Change] | None:
+    """The changes taken to the limit: what each one speeds up (factor below 1) takes no
+    time.  None when no change speeds anything up (there is no floor to reach)."""
+    faster = [c for c in changes if c.kind in ("kernel", "op", "module", "category") and c.factor is not None and c.factor < 1]
+    if not faster:
+        return None
+    return [dataclasses.replace(c, factor=0.0, spec=f"{c.spec} (at 0)") if c in faster else c for c in changes]
+
+
 def whatif(trace: Trace, changes: list[Change], step: int | None = None) -> WhatIf:
-    """Predict each complete step's time (or ``step``'s) after ``changes``."""
-    return whatif_many(trace, [changes], step, max_steps=None)[0]
+    """Predict each complete step's time (or ``step``'s) after ``changes``, with
+    their floor (:func:`host_floor`) beside it, re-timed on the same graphs."""
+    floor = host_floor(changes)
+    if floor is None:
+        return whatif_many(trace, [changes], step, max_steps=None)[0]
+    result, at_zero = whatif_many(trace, [changes, floor], step, max_steps=None)
+    result.host_floor_us = at_zero.predicted_us if at_zero.steps else None
+    return result
 
 
 def whatif_many(

@@ -328,6 +328,11 @@ def weighted_mean(col: str, weight: str) -> pl.Expr:
     return pl.when(total > 0).then((pl.col(col) * pl.col(weight)).filter(known).sum() / total)
 
 
+def _known_sum(col: str) -> pl.Expr:
+    """The group's sum of ``col``, null where no row knows it (unknown bytes read "-", not 0 GB/s)."""
+    return pl.when(pl.col(col).is_not_null().any()).then(pl.col(col).sum())
+
+
 def _agg(col: str, how: str) -> pl.Expr:
     """``col`` over a group's calls: ``count`` keeps the sum (the count itself
     is ``calls``); null where no call has a value (no work known is not zero work)."""
@@ -380,14 +385,17 @@ def op_stats(
     }
     basis = times[time_basis(trace)]
     share_basis = times[rank_basis(trace, by, inclusive=inclusive)]
+    # a row's work covers the kernels its ranking time does: self work beside self time
+    scope, basis = ("self", share_basis) if share_basis.endswith("_self") else ("total", basis)
+    flops, moved = f"flops_{scope}", f"bytes_{scope}"
     grouped = inst.group_by(keys).agg(
         calls=pl.len(),
         **{out: _agg(src, aggregate) / 1000.0 for out, src in times.items()},
-        flops=_agg("flops_total", aggregate),
-        bytes=_agg("bytes_total", aggregate),
-        _flops_sum=pl.col("flops_total").sum(),
-        _bytes_sum=pl.col("bytes_total").sum(),
-        _work_ns=pl.col(basis).filter(pl.col("flops_total").is_not_null() | pl.col("bytes_total").is_not_null()).sum(),
+        flops=_agg(flops, aggregate),
+        bytes=_agg(moved, aggregate),
+        _flops_sum=_known_sum(flops),
+        _bytes_sum=_known_sum(moved),
+        _work_ns=pl.col(basis).filter(pl.col(flops).is_not_null() | pl.col(moved).is_not_null()).sum(),
         _basis_ns=pl.col(share_basis).filter(in_steps(trace)).sum(),
         in_shapes=counts("shapes"),
         dtypes=counts("dtypes"),
@@ -414,8 +422,8 @@ def _kernel_stats(trace: Trace, aggregate: str, step: int | None) -> pl.DataFram
         occupancy=weighted_mean("occupancy", "dur"),
         flops=_agg("flops", aggregate),
         bytes=_agg("work_bytes", aggregate),
-        _flops_sum=pl.col("flops").sum(),
-        _bytes_sum=pl.col("work_bytes").sum(),
+        _flops_sum=_known_sum("flops"),
+        _bytes_sum=_known_sum("work_bytes"),
         _work_ns=pl.col("dur").filter(pl.col("flops").is_not_null() | pl.col("work_bytes").is_not_null()).sum(),
         # Kernels have only device time, even in a CPU-only trace (where the table is empty).
         _basis_ns=pl.col("dur").filter(in_steps(trace)).sum(),
