@@ -19,7 +19,7 @@ HOST_WAIT_SHARE = 0.05
 
 
 @rule(
-    requires=("gpu",),
+    requires=("gpu", "aligned_clocks"),
     simulated=("category:data_loading=0", "category:cpu=0"),
     simulated_from=("category:data_loading=0",),
 )

@@ -16,7 +16,7 @@ from kinetolens.registry.kernel_names import short_kernel_name
 TINY_KERNELS_PER_STEP = 50
 
 
-@rule(requires=("gpu",), simulated=("launch:0",))
+@rule(requires=("gpu", "aligned_clocks"), simulated=("launch:0",))
 def launch_overhead(ctx: RuleContext) -> list[Finding]:
     stats = ctx.trace.kernels.height and launch_stats(ctx.trace)
     if not isinstance(stats, pl.DataFrame) or stats.height == 0:
