@@ -18,7 +18,7 @@ from typing import Any
 import polars as pl
 
 from kinetolens.analysis.advice.inference import iteration_steps
-from kinetolens.model.vocabulary import SYNCHRONIZING_CALLS
+from kinetolens.model.vocabulary import DEVICE_ALLOCATION_CALLS, SYNCHRONIZING_CALLS
 from kinetolens.analysis.gputime.overview import (
     average_breakdown,
     step_breakdown,
@@ -36,6 +36,9 @@ NS_PER_MS = 1e6
 #: Calls that block the host until the GPU (or a stream) has drained (:mod:`kinetolens.model.vocabulary`).
 SYNC_CALLS = tuple(sorted(SYNCHRONIZING_CALLS))
 #: Ops whose only purpose is reading a device value on the host.
+#: Device malloc/free calls per step, and their share of step time, that say the caching allocator is off.
+ALLOCATOR_OFF_PER_STEP = 50
+ALLOCATOR_OFF_SHARE = 0.05
 SCALAR_READ_OPS = ("aten::item", "aten::_local_scalar_dense")
 
 
@@ -111,6 +114,19 @@ class RuleContext:
         )
         joined = joined.filter(pl.col(ts) < pl.col("w_end")).drop("w_start")
         return joined if keep_end else joined.drop("w_end")
+
+    @cached_property
+    def allocator_calls(self) -> pl.DataFrame | None:
+        """The device malloc/free calls in steps when there are so many that the
+        caching allocator must be off (:data:`ALLOCATOR_OFF_PER_STEP` per step,
+        :data:`ALLOCATOR_OFF_SHARE` of step time), else None.  Launch-overhead
+        advice (graphs, compile) is moot while every tensor costs a synchronizing free."""
+        rt = self.trace.runtime
+        calls = self.in_steps(rt.filter(pl.col("name").is_in(DEVICE_ALLOCATION_CALLS)))
+        if calls.height / self.steps < ALLOCATOR_OFF_PER_STEP or not self.step_ms:
+            return None
+        share = float(calls["dur"].sum()) / NS_PER_MS / self.steps / self.step_ms
+        return calls if share >= ALLOCATOR_OFF_SHARE else None
 
     @cached_property
     def sync_cost(self) -> pl.DataFrame:

@@ -24,6 +24,8 @@ HOST_WAIT_SHARE = 0.05
     simulated_from=("category:data_loading=0",),
 )
 def host_bound(ctx: RuleContext) -> list[Finding]:
+    if ctx.allocator_calls is not None:  # the allocator_off rule's advice comes first
+        return []
     util = ctx.gpu_metrics
     if util.height == 0 or not ctx.step_ms:
         return []
