@@ -16,7 +16,7 @@ from typing import Any
 import polars as pl
 
 from kinetolens import __version__
-from kinetolens.analysis.advice.recommendations import RuleContext, damaged_inputs, recommendations
+from kinetolens.analysis.advice.recommendations import RuleContext, damaged_inputs, left_out, recommendations
 from kinetolens.analysis.gputime.overview import COLUMNS, average_breakdown, complete_rows, step_breakdown
 from kinetolens.analysis.hardware.gpu_metrics import gpu_metrics
 from kinetolens.analysis.inference.phases import inference_block
@@ -247,5 +247,6 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "unrecorded_launches": unrecorded_launches(trace),
         "recommendations": [f.to_dict() for f in recommendations(trace)],
         "recommendations_withheld": damaged_inputs(trace),
+        "recommendations_left_out": left_out(trace),
         "warnings": [{"kind": w.kind, "count": w.count, "detail": w.detail} for w in warnings_of(trace)],
     }

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 
 from kinetolens.analysis.inference.phases import detect
 from kinetolens.analysis.session import per_trace
+from kinetolens.model.clocks import gpu_clock_offset
 from kinetolens.model.direction import pytorch_names
 from kinetolens.model.trace import Trace
 
@@ -37,6 +38,10 @@ class TraceKind:
     #: views show its phases of inference instead of training steps
     #: (:func:`kinetolens.analysis.inference.phases.detect`).
     inference: bool = False
+    #: The GPU's clock agrees with the host's (:func:`kinetolens.model.clocks.gpu_clock_offset`):
+    #: rules that measure host-GPU gaps (idle after a sync, launch delay) need it,
+    #: or they build a saving on the offset.
+    aligned_clocks: bool = True
 
     def to_dict(self) -> dict[str, bool]:
         return asdict(self)
@@ -51,5 +56,6 @@ def trace_kind(trace: Trace) -> TraceKind:
         pytorch=trace.format.startswith(PYTORCH_FORMATS) or pytorch_names(trace.ops["name"]),
         modules=bool(modules),
         inference=detect(trace).inference,
+        aligned_clocks=gpu_clock_offset(trace) is None,
     )
 

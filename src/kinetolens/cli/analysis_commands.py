@@ -139,6 +139,8 @@ def _summary(trace: str, loading: TraceLoading, width: int | None) -> None:
     _print_recommendations(console, info["recommendations"])
     if info["recommendations_withheld"]:
         console.print(f"No recommendations: {info['recommendations_withheld']}.", markup=False, highlight=False)
+    if info.get("recommendations_left_out"):
+        console.print(f"Not advised: {info['recommendations_left_out']}.", markup=False, highlight=False)
 
 
 #: Event counts that only a GPU program has (left out of a CPU-only summary).

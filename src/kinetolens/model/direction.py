@@ -42,6 +42,9 @@ RECOMPUTE = "recompute"
 _BACKWARD_NODE = re.compile(r"(^autograd::engine::evaluate_function: )|(Backward\d*$)|(^torch::autograd::)")
 OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#", "Optimizer.")
 OTHER_PREFIXES = (STEP_PREFIX, "enumerate(DataLoader)", "DataLoader")
+#: NCCL's own NVTX ranges (``ncclGroupEnd``, ``ncclAllReduce``): the library's launch
+#: wrappers, not a forward op, whichever pass called them.
+NCCL_API_RANGE = r"^nccl[A-Z]"
 #: Op names only PyTorch records (its dispatcher, autograd engine, profiler
 #: steps, DataLoader and optimizers), in Kineto traces and in the NVTX ranges
 #: of ``torch.autograd.profiler.emit_nvtx`` alike.
@@ -68,7 +71,7 @@ def own_direction(name: pl.Expr, kind: pl.Expr, pytorch: bool = True) -> pl.Expr
         .then(pl.lit(BPROP))
         .when(pl.any_horizontal([name.str.starts_with(p) for p in OPTIMIZER_PREFIXES]))
         .then(pl.lit(OPTIMIZER))
-        .when((kind == "annotation") & other)
+        .when(((kind == "annotation") & other) | name.str.contains(NCCL_API_RANGE))
         .then(pl.lit(OTHER))
         .otherwise(pl.lit(FPROP))
     )

@@ -22,7 +22,8 @@ __all__ = [
     "BLOCKING_CALLS", "BOUND_BY", "BOUND_WORDS", "CATEGORY_HEADERS", "CATEGORY_WORDS", "COMM_KERNEL_PREFIX",
     "COMM_LIBRARY_PREFIXES", "COMM_OP_PREFIXES", "C10D_PREFIX", "DEVICE_SYNC_CALLS", "GLOO_PREFIX", "GPU_ACTIVITY",
     "MATRIX_FAMILIES", "NCCL_PREFIX", "OTHER", "PARAM_COMMS", "STEP_CATEGORIES", "STEP_PREFIX", "STREAM_SYNC_CALLS",
-    "STREAM_WAIT_CALLS", "SYNCHRONIZING_CALLS", "TIME_BASIS_WORDS", "is_comm_kernel", "is_comm_kernel_name", "is_comm_op",
+    "DEVICE_ALLOCATION_CALLS", "STREAM_WAIT_CALLS", "SYNCHRONIZING_CALLS", "TIME_BASIS_WORDS", "is_comm_kernel",
+    "is_comm_kernel_name", "is_comm_op",
     "is_dataloader", "matrix_ops",
 ]  # fmt: skip
 
@@ -79,6 +80,10 @@ STREAM_WAIT_CALLS = ("cudaStreamWaitEvent", "hipStreamWaitEvent")
 #: PyTorch's ROCm build uses for ``.item()`` / ``.cpu()``, where CUDA builds
 #: use ``cudaMemcpyAsync`` + ``cudaStreamSynchronize``).  The GPU has drained
 #: when one returns, so the gap to the next GPU work is idle time it caused.
+#: Runtime calls that allocate or free device memory outside any cache: PyTorch's
+#: caching allocator makes them once per block, so many in every step mean it is
+#: off (``PYTORCH_NO_CUDA_MEMORY_CACHING=1``).  ``*Free`` synchronizes the device.
+DEVICE_ALLOCATION_CALLS = frozenset({"cudaMalloc", "cudaFree", "hipMalloc", "hipFree"})
 SYNCHRONIZING_CALLS = frozenset(
     {
         *DEVICE_SYNC_CALLS,

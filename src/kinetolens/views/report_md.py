@@ -63,6 +63,8 @@ def render_md(data: ReportData) -> str:
     elif not data.findings:
         out.append("No rule fired: nothing obvious to change in this trace.\n")
     out += [_card(i, f) for i, f in enumerate(data.findings, 1)]
+    if data.summary.get("recommendations_left_out"):
+        out.append(f"Not advised: {data.summary['recommendations_left_out']}.\n")
     out += critical_path_md(data)
     out += _section(data, "ops", "Top ops", lambda: [frame_md(data.ops, list(dict.fromkeys(["name", "calls", basis, "step_share_pct", "tflops_s", "in_shapes"])))])
     out += _section(data, "kernels", "Top kernels", lambda: [

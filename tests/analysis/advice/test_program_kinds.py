@@ -120,7 +120,7 @@ def test_cpu_job_summary_has_no_gpu_rows(cpu_trace: Path, columns: int) -> None:
 def test_hta_cpu_only_traces_have_no_gpu_rows(path: Path) -> None:
     # On HTA's CPU-only traces (gloo all_reduce: no GPU).
     info = summarize(load(path, cache=False))
-    assert info["kind"] == {"gpu": False, "pytorch": True, "modules": False, "inference": False}
+    assert info["kind"] == {"gpu": False, "pytorch": True, "modules": False, "inference": False, "aligned_clocks": True}
     out = _cli("summary", str(path), columns=80)
     assert "kernel time" not in out and "memcpy" not in out and "CPU only (no GPU" in _flat(out)
     for f in info["recommendations"]:

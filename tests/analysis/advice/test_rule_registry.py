@@ -64,11 +64,12 @@ def test_each_rule_carries_its_requirements_kinds_and_changes() -> None:
         r.name: (r.finding, r.requires, r.training_only, r.simulated, r.simulated_from) for r in RULES
     }
     assert table == {
+        "allocator_off": ("allocator_off", ("gpu", "pytorch"), False, (), ()),
         "dataloader_bound": ("dataloader_bound", ("pytorch",), True, ("category:data_loading=0",), ()),
-        "host_bound": ("host_bound", ("gpu",), False, ("category:data_loading=0", "category:cpu=0"),
+        "host_bound": ("host_bound", ("gpu", "aligned_clocks"), False, ("category:data_loading=0", "category:cpu=0"),
                        ("category:data_loading=0",)),
-        "launch_overhead": ("launch_overhead", ("gpu",), False, ("launch:0",), ()),
-        "synchronizations": ("synchronization", ("gpu",), False, (), ()),
+        "launch_overhead": ("launch_overhead", ("gpu", "aligned_clocks"), False, ("launch:0",), ()),
+        "synchronizations": ("synchronization", ("gpu", "aligned_clocks"), False, (), ()),
         "fp32_tensor_cores": ("fp32_tensor_cores", ("gpu", "pytorch"), False, (), ()),
         "misaligned_shapes": ("misaligned_shapes", ("gpu", "pytorch"), False, (), ()),
         "below_roofline": ("below_roofline", ("gpu",), False, (), ()),

@@ -66,18 +66,12 @@ def test_sglang_findings_are_per_iteration(sglang) -> None:
     assert not TRAINING_WORDS.search(" ".join(recs["change"].to_list()))
 
 
-def test_vllm_sync_finding_is_per_iteration(vllm) -> None:
-    # vLLM's one iteration ends in a hipEventSynchronize
-    # (synchronize_input_prep); the GPU idles after it until the next launch,
-    # inside the iteration: counted per iteration, with serving advice.
+def test_vllm_sync_idle_is_the_clock_offset_not_advice(vllm) -> None:
+    # vLLM's one iteration ends in a hipEventSynchronize (synchronize_input_prep);
+    # the "idle" after it (151 ms) is the replay's 146.4 ms GPU clock offset, so
+    # no rule measuring host-GPU gaps advises on it.
     recs = recommendations(vllm)
-    assert [f.rule for f in recs] == ["synchronization"]
-    f = recs[0]
-    assert f.per == "iteration" and "per iteration until the next launch" in f.evidence
-    assert "hipEventSynchronize x1" in f.evidence
-    assert not STEP.search(" ".join((f.title, f.evidence, f.change, f.estimate)))
-    assert "log every N" not in f.change and "losses" not in f.change  # the training loop's advice
-    assert f.change.startswith("Keep values on the GPU until the host needs them")
+    assert not {"synchronization", "host_bound", "launch_overhead"} & {f.rule for f in recs}
 
 
 def test_summary_cli_says_per_iteration() -> None:

@@ -76,7 +76,8 @@ def served(found: list[Any], *, per_iteration: bool) -> list[Any]:
     :data:`CHANGES` has one, and, ``per_iteration``, per iteration instead of per step."""
     out = []
     for f in found:
-        change = CHANGES.get(f.rule, f.change)
+        # A step already replayed from a graph keeps its own change (no "replay from graphs").
+        change = f.change if f.where.get("graph_replayed") else CHANGES.get(f.rule, f.change)
         if per_iteration:
             f = dataclasses.replace(
                 f, title=_iterations(f.title), evidence=_iterations(f.evidence), estimate=_iterations(f.estimate),

@@ -35,6 +35,7 @@ The findings of a trace are computed once, in its analysis session
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import polars as pl
@@ -53,7 +54,7 @@ from kinetolens.analysis.trace_kind import TraceKind
 from kinetolens.model.trace import Trace
 
 __all__ = [
-    "NS_PER_MS", "RULES", "SCALAR_READ_OPS", "RuleContext", "applies", "damaged_inputs", "findings",
+    "NS_PER_MS", "RULES", "SCALAR_READ_OPS", "RuleContext", "applies", "damaged_inputs", "findings", "left_out",
     "recommendations", "recommendations_frame", "simulated",
 ]  # fmt: skip
 
@@ -106,6 +107,25 @@ def damaged_inputs(trace: Trace) -> str | None:
     return None
 
 
+def left_out(trace: Trace) -> str | None:
+    """Why rules meant for this program were not run, once for the summary, or None.
+
+    The rules that measure host-GPU gaps require aligned clocks
+    (:attr:`TraceKind.aligned_clocks`): on a GPU clock offset from the host's
+    their idle and launch delay would be the offset itself."""
+    from kinetolens.model.clocks import gpu_clock_offset
+
+    steps = whole_steps(trace)
+    kind = RuleContext(steps).kind
+    if kind.aligned_clocks:
+        return None
+    skipped = [r.finding for r in RULES if "aligned_clocks" in r.requires and r.applies(replace(kind, aligned_clocks=True))]
+    offset = gpu_clock_offset(steps)
+    if not skipped or offset is None:
+        return None
+    return f"{', '.join(skipped)} left out: {offset.sentence()}"
+
+
 def findings(ctx: RuleContext) -> list[Finding]:
     """:func:`recommendations` over a context a caller already holds.
     None on a trace whose inputs are damaged (:func:`damaged_inputs`)."""
@@ -135,7 +155,6 @@ def simulated(
     the step breakdown's mean) less the saving, not the simulator's own
     re-timing of the measured graph: a path shorter or longer than the step
     would otherwise predict a step longer than today's for a saving >= 0."""
-    from dataclasses import replace
 
     from kinetolens.analysis.paths.whatif import parse_change, whatif_many
     from kinetolens.errors import TraceError

@@ -18,7 +18,7 @@ from typing import Any
 import polars as pl
 
 from kinetolens.analysis.advice.inference import iteration_steps
-from kinetolens.model.vocabulary import SYNCHRONIZING_CALLS
+from kinetolens.model.vocabulary import DEVICE_ALLOCATION_CALLS, SYNCHRONIZING_CALLS
 from kinetolens.analysis.gputime.overview import (
     average_breakdown,
     step_breakdown,
@@ -28,12 +28,18 @@ from kinetolens.analysis.hardware.gpu_metrics import gpu_metrics
 from kinetolens.analysis.hardware.tensor_cores import op_tensor_core_eligibility
 from kinetolens.analysis.inference.phases import iterations
 from kinetolens.analysis.trace_kind import TraceKind, trace_kind
+from kinetolens.model.graph_replay import GRAPH_LAUNCH
 from kinetolens.model.trace import Trace
 
 NS_PER_MS = 1e6
 
 #: Calls that block the host until the GPU (or a stream) has drained.
 #: Ops whose only purpose is reading a device value on the host.
+#: Share of the kernels in steps run from graph launches above which the step already replays a graph.
+GRAPH_REPLAYED_SHARE = 0.5
+#: Device malloc/free calls per step, and their share of step time, that say the caching allocator is off.
+ALLOCATOR_OFF_PER_STEP = 50
+ALLOCATOR_OFF_SHARE = 0.05
 SCALAR_READ_OPS = ("aten::item", "aten::_local_scalar_dense")
 
 
@@ -109,6 +115,32 @@ class RuleContext:
         )
         joined = joined.filter(pl.col(ts) < pl.col("w_end")).drop("w_start")
         return joined if keep_end else joined.drop("w_end")
+
+    @cached_property
+    def graph_replayed(self) -> tuple[int, int, str] | None:
+        """``(replayed, kernels, launch call)`` when most kernels in steps run from
+        graph launches (``cudaGraphLaunch``/``hipGraphLaunch``), else None: advice
+        to capture the step in a graph would be advice to do what it already does."""
+        k = self.in_steps(self.trace.kernels.select("ts", "launch"))
+        if k.height == 0:
+            return None
+        graphs = k.filter(pl.col("launch").str.contains(GRAPH_LAUNCH).fill_null(False))
+        if graphs.height < GRAPH_REPLAYED_SHARE * k.height:
+            return None
+        return graphs.height, k.height, str(graphs["launch"].mode().sort()[0])
+
+    @cached_property
+    def allocator_calls(self) -> pl.DataFrame | None:
+        """The device malloc/free calls in steps when there are so many that the
+        caching allocator must be off (:data:`ALLOCATOR_OFF_PER_STEP` per step,
+        :data:`ALLOCATOR_OFF_SHARE` of step time), else None.  Launch-overhead
+        advice (graphs, compile) is moot while every tensor costs a synchronizing free."""
+        rt = self.trace.runtime
+        calls = self.in_steps(rt.filter(pl.col("name").is_in(DEVICE_ALLOCATION_CALLS)))
+        if calls.height / self.steps < ALLOCATOR_OFF_PER_STEP or not self.step_ms:
+            return None
+        share = float(calls["dur"].sum()) / NS_PER_MS / self.steps / self.step_ms
+        return calls if share >= ALLOCATOR_OFF_SHARE else None
 
     @cached_property
     def sync_cost(self) -> pl.DataFrame:

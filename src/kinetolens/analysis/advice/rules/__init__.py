@@ -8,6 +8,7 @@ Adding a rule is adding a module, its import here and its place in
 
 from kinetolens.analysis.advice.rule_registry import REGISTRY, Rule, RuleError
 from kinetolens.analysis.advice.rules import (  # noqa: F401 - imported to register their rules
+    allocator_off,
     below_roofline,
     data_parallel,
     dataloader,
@@ -23,6 +24,7 @@ from kinetolens.analysis.advice.rules import (  # noqa: F401 - imported to regis
 
 #: The order findings with equal savings are listed in (imports are sorted by name, so it is said here).
 ORDER = (
+    "allocator_off",
     "dataloader_bound",
     "host_bound",
     "launch_overhead",

@@ -19,11 +19,13 @@ HOST_WAIT_SHARE = 0.05
 
 
 @rule(
-    requires=("gpu",),
+    requires=("gpu", "aligned_clocks"),
     simulated=("category:data_loading=0", "category:cpu=0"),
     simulated_from=("category:data_loading=0",),
 )
 def host_bound(ctx: RuleContext) -> list[Finding]:
+    if ctx.allocator_calls is not None:  # the allocator_off rule's advice comes first
+        return []
     util = ctx.gpu_metrics
     if util.height == 0 or not ctx.step_ms:
         return []
@@ -70,7 +72,9 @@ def host_bound(ctx: RuleContext) -> list[Finding]:
                 f"({rest / ctx.step_ms:.1%} of the {ctx.step_ms:.2f} ms step)"
             ),
             change=(
-                "Cut host overhead per step: torch.compile (fuses ops, fewer launches), CUDA graphs "
+                _already_graphed(ctx.graph_replayed)
+                if ctx.graph_replayed is not None
+                else "Cut host overhead per step: torch.compile (fuses ops, fewer launches), CUDA graphs "
                 "(torch.cuda.graphs / mode='reduce-overhead'), or a larger batch so each launch does more work"
                 if ctx.kind.pytorch
                 else "Cut host work between launches: capture the repeated launch sequence in a CUDA graph "
@@ -82,5 +86,17 @@ def host_bound(ctx: RuleContext) -> list[Finding]:
                 "host-wait idle per step on the stream that waits most, capped by the step time with no GPU "
                 f"work{outside}, minus the GPU idle the synchronization finding claims"
             ),
+            where={"graph_replayed": True} if ctx.graph_replayed is not None else {},
         )
     ]
+
+
+def _already_graphed(replayed: tuple[int, int, str]) -> str:
+    """The change for a step whose kernels already run from a graph: the host gap is outside it."""
+    graphed, kernels, call = replayed
+    return (
+        f"The step already replays a graph ({call} runs {graphed:,} of its {kernels:,} kernels): the GPU "
+        "waits on host work between replays, not on launches; overlap that work (scheduling, input "
+        "preparation, sampling) with the GPU (asynchronous scheduling where the engine offers it), or do "
+        "more work per replay (a larger batch)"
+    )

@@ -16,8 +16,12 @@ from kinetolens.registry.kernel_names import short_kernel_name
 TINY_KERNELS_PER_STEP = 50
 
 
-@rule(requires=("gpu",), simulated=("launch:0",))
+@rule(requires=("gpu", "aligned_clocks"), simulated=("launch:0",))
 def launch_overhead(ctx: RuleContext) -> list[Finding]:
+    # The allocator_off rule's advice comes first; a step replayed from a graph
+    # already launches once (its few eager kernels are no case for a graph).
+    if ctx.allocator_calls is not None or ctx.graph_replayed is not None:
+        return []
     stats = ctx.trace.kernels.height and launch_stats(ctx.trace)
     if not isinstance(stats, pl.DataFrame) or stats.height == 0:
         return []

@@ -15,7 +15,7 @@ from kinetolens.analysis.finding import Finding
 from kinetolens.registry.words import counted
 
 
-@rule(requires=("gpu",), finding="synchronization")
+@rule(requires=("gpu", "aligned_clocks"), finding="synchronization")
 def synchronizations(ctx: RuleContext) -> list[Finding]:
     cost = ctx.sync_cost
     if cost.height == 0:
