@@ -64,7 +64,9 @@ _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*(://|::)")
 _KEY_NAME = re.compile(r"^[0-9a-f]{32}$")
 _TMP_NAME = re.compile(r"^\.tmp-(?:(?P<host>.+)-(?P<pid>\d+)-)?[A-Za-z0-9_]+$")
 #: Files an entry holds; a directory holding anything else is not the cache's.
-_ENTRY_FILE = re.compile(r"^(?:[a-z_]+\.parquet|meta\.json|checksum)$")
+_ENTRY_FILE = re.compile(r"^(?:[a-z_]+\.parquet|meta\.json|checksum|[a-z_]+\.derived\.json(?:\.tmp\d+)?)$")
+#: A derived result stored beside an entry's tables (see :func:`read_derived`).
+DERIVED_SUFFIX = ".derived.json"
 CHECKSUM = "checksum"
 
 log = logging.getLogger("kinetolens.cache")
@@ -111,6 +113,20 @@ def _code_fingerprint() -> str:
         for source in sorted((root / sub).glob("*.py")):
             digest.update(source.read_bytes())
     digest.update((root / "loader.py").read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@functools.cache
+def analysis_fingerprint() -> str:
+    """Hash of the code that computes derived results (the analyses and the
+    registry's facts they use), so a changed analysis never reads a result
+    an older one stored."""
+    root = Path(__file__).parent
+    digest = hashlib.sha256(__version__.encode())
+    for sub in ("analysis", "registry"):
+        for source in sorted((root / sub).rglob("*.py")):
+            digest.update(str(source.relative_to(root)).encode())
+            digest.update(source.read_bytes())
     return digest.hexdigest()[:16]
 
 
@@ -201,6 +217,72 @@ def write_entry(entry: Path, source: str, trace: Trace) -> None:
     (entry / "meta.json").write_bytes(files["meta.json"])
     # last: an entry with its checksum is complete
     (entry / CHECKSUM).write_text(_digest(files), "ascii")
+
+
+def _derived_path(entry: Path, name: str) -> Path:
+    if not re.fullmatch(r"[a-z_]+", name):
+        raise ValueError(f"not a derived result's name: {name!r}")
+    return entry / f"{name}{DERIVED_SUFFIX}"
+
+
+def read_derived(entry: Path, name: str, basis: str) -> object | None:
+    """The result ``name`` stored with the entry ``entry`` for ``basis``, or None.
+
+    A derived result is costly to recompute (the summary, the
+    recommendations with their simulated savings).  Its file holds one header
+    line (the entry's checksum, ``basis`` and the checksum of the value) and
+    the value as JSON; it is used only when the entry is the one it was
+    computed from (the entry's ``checksum`` file, itself covering every
+    table), the basis (the analyses' code, what the load adds beside the
+    cache) is the same, and its bytes match their checksum.  Anything else
+    reads as None: the caller recomputes and stores it again.
+    """
+    try:
+        path = _derived_path(entry, name)
+        if not stat.S_ISDIR(entry.lstat().st_mode) or not stat.S_ISREG(path.lstat().st_mode):
+            return None
+        data = path.read_bytes()
+        entry_sum = (entry / CHECKSUM).read_text("ascii").strip()
+        head, _, body = data.partition(b"\n")
+        header = json.loads(head)
+        if header != {"entry": entry_sum, "basis": basis, "sha256": hashlib.sha256(body).hexdigest()}:
+            return None
+        value = msgspec.json.decode(body)
+    except (OSError, ValueError, UnicodeDecodeError, msgspec.DecodeError):
+        return None
+    try:
+        os.utime(entry)  # used now: the last to be pruned
+    except OSError:
+        pass
+    return value
+
+
+def write_derived(entry: Path, name: str, basis: str, value: object) -> None:
+    """Store ``value`` as the derived result ``name`` of the entry ``entry``
+    (see :func:`read_derived`).  Best effort, like every cache write: no
+    entry (it could not be written) stores nothing, a failure is one warning
+    line.  Written to a temporary file and renamed, so readers never see half
+    of it."""
+    try:
+        path = _derived_path(entry, name)
+        if not stat.S_ISDIR(entry.lstat().st_mode) or not _owned(entry):
+            return
+        entry_sum = (entry / CHECKSUM).read_text("ascii").strip()
+    except OSError:
+        return
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    try:
+        body = msgspec.json.encode(value)
+        header = {"entry": entry_sum, "basis": basis, "sha256": hashlib.sha256(body).hexdigest()}
+        tmp.write_bytes(json.dumps(header).encode() + b"\n" + body)
+        os.replace(tmp, path)
+    except Exception as exc:  # noqa: BLE001 - a full disk, a value JSON cannot hold
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else " ".join(str(exc).split())[:160]
+        _warn(f"cannot write the cache in {entry.parent} ({why}); going on without it")
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
 
 
 def read_cached(cache_dir: Path, path: Path) -> Trace | None:

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import json
+import hashlib
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from kinetolens.cache import cache_key, default_cache_dir, key_of, read_keyed, write_keyed
+from kinetolens.cache import (
+    analysis_fingerprint,
+    cache_key,
+    default_cache_dir,
+    key_of,
+    read_derived,
+    read_keyed,
+    write_derived,
+    write_keyed,
+)
 from kinetolens.errors import TraceError, TraceWarning, shown_path
 from kinetolens.formats import CAPTURE_DETAILS, CAPTURE_DIR, RUN_METADATA_KEY
 from kinetolens.ingest import read_raw
@@ -26,7 +36,7 @@ from kinetolens.model.graph_replay import CAPTURE_KEY, pair_with_capture
 if TYPE_CHECKING:
     import polars as pl
 
-__all__ = ["CAPTURE_KEY", "load"]
+__all__ = ["CAPTURE_KEY", "load", "load_derived"]
 
 
 
@@ -57,10 +67,8 @@ def load(
     p = Path(path)
     check_trace_file(p)
     capture_path, capture_warning = _capture_file(p, capture)
-    key = cache_key(p)
-    if capture_path is not None:
-        key = key_of(f"{key}|capture|{cache_key(capture_path)}")
-    cache_dir = None if cache is False else default_cache_dir() if cache is True else Path(cache)
+    key = _entry_key(p, capture_path)
+    cache_dir = _cache_dir(cache)
     trace = read_keyed(cache_dir, key, shown_path(p)) if cache_dir is not None else None
     if trace is None:
         raw = read_raw(p)
@@ -69,6 +77,53 @@ def load(
         if cache_dir is not None:
             write_keyed(cache_dir, key, shown_path(p), trace)
     return apply(trace, _load_steps(p))
+
+
+def _entry_key(path: Path, capture_path: Path | None) -> str:
+    """The cache key of ``path`` (paired with ``capture_path``, if any)."""
+    key = cache_key(path)
+    if capture_path is not None:
+        key = key_of(f"{key}|capture|{cache_key(capture_path)}")
+    return key
+
+
+def _cache_dir(cache: bool | str | Path) -> Path | None:
+    return None if cache is False else default_cache_dir() if cache is True else Path(cache)
+
+
+def load_derived(
+    path: str | Path,
+    name: str,
+    compute: Callable[[Trace], Any],
+    *,
+    capture: str | Path | bool | None = None,
+    cache: bool | str | Path = True,
+) -> Any:
+    """``compute(load(path))``, stored with the trace's cache entry as ``name``.
+
+    For results that cost far more than reading them back (the summary, with
+    the recommendations' simulated savings).  A stored result is used when
+    the entry is the one it came from, the analyses' code is the same and the
+    run metadata beside the trace (read on every load, not cached) is too: it
+    is then returned without loading the tables.  ``compute``'s value must be
+    JSON (a stored one is read back as JSON: tuples become lists).
+    Without a cache (``cache=False``) it is ``compute(load(path))``.
+    """
+    p = Path(path)
+    check_trace_file(p)
+    cache_dir = _cache_dir(cache)
+    if cache_dir is None:
+        return compute(load(p, capture=capture, cache=False))
+    capture_path, _ = _capture_file(p, capture)
+    entry = cache_dir / _entry_key(p, capture_path)
+    run = json.dumps(read_run_metadata(p), sort_keys=True, default=str)
+    basis = hashlib.sha256(f"{analysis_fingerprint()}|{shown_path(p)}|{run}".encode()).hexdigest()[:32]
+    stored = read_derived(entry, name, basis)
+    if stored is not None:
+        return stored
+    value = compute(load(p, capture=capture, cache=cache_dir))
+    write_derived(entry, name, basis, value)
+    return value
 
 
 def _model_steps(

@@ -85,7 +85,7 @@ def summary_command(
     if Path(trace).is_dir():
         paths = [str(w.path) for w in one_run(trace)]
         if json_:
-            emit_json([summarize(loading.load(p)) for p in paths])
+            emit_json([loading.derived(p, "summary", summarize) for p in paths])
             return
         for p in paths:
             _summary(p, loading, width)
@@ -96,15 +96,16 @@ def summary_command(
             )
         return
     if json_:
-        emit_json(summarize(loading.load(trace)))
+        emit_json(loading.derived(trace, "summary", summarize))
         return
     _summary(trace, loading, width)
 
 
 def _summary(trace: str, loading: TraceLoading, width: int | None) -> None:
     """One trace's summary in the terminal."""
-    t = loading.load(trace)
-    info = summarize(t)
+    # JSON-ready, and costly (the recommendations simulate their savings):
+    # the cache entry keeps it, so a second summary reads it back
+    info = loading.derived(trace, "summary", summarize)
     console = render_console(width)
     table = _Pairs()
     dev = _devices_text(info["devices"]) or _run_device(info["device"])

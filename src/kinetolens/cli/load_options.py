@@ -48,6 +48,13 @@ class TraceLoading:
 
         return load(path, capture=self.capture, cache=self.cache)
 
+    def derived(self, path: str, name: str, compute: Callable[[Trace], Any]) -> Any:
+        """``compute(self.load(path))``, kept with the trace's cache entry as
+        ``name`` so that the next run reads it instead (``kinetolens.loader.load_derived``)."""
+        from kinetolens.loader import load_derived
+
+        return load_derived(path, name, compute, capture=self.capture, cache=self.cache)
+
 
 def trace_load_options(*, capture: bool = False) -> Callable[[F], F]:
     """Add the trace-loading options to a command; it receives ``loading: TraceLoading``.
