@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import click
-import polars as pl
 
-from kinetolens.analysis.hardware.compiled_kernels import compiled_kernel_table
 from kinetolens.cli.checks import WIDTH
 from kinetolens.cli.load_options import TraceLoading, trace_load_options
-from kinetolens.cli.render import emit, print_table, terminal_width
-from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 
 HEADERS = {
     "name": "kernel",
@@ -42,6 +38,13 @@ def compiled_command(trace: str, csv: bool, json_: bool, width: int | None, load
     kernel's name gives its ops (provenance: name).  C++ kernels' times are
     host time.
     """
+    # here, not at the top: the command's --help needs neither polars nor rich
+    import polars as pl
+
+    from kinetolens.analysis.hardware.compiled_kernels import compiled_kernel_table
+    from kinetolens.analysis.hardware.gpu_spec import gpu_spec
+    from kinetolens.cli.render import emit, print_table, terminal_width
+
     loaded = loading.load(trace)
     table = compiled_kernel_table(loaded, gpu_spec(loaded))
     if not table.height:

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import click
-import polars as pl
+from typing import TYPE_CHECKING
 
-from kinetolens.analysis.hardware.counters import NoCounters, counter_table
+import click
+
 from kinetolens.cli.checks import WIDTH
 from kinetolens.cli.load_options import TraceLoading, trace_load_options
-from kinetolens.registry.words import counted
-from kinetolens.cli.render import console as render_console
-from kinetolens.cli.render import emit
 from kinetolens.errors import TraceError
-from kinetolens.registry.kernel_names import short_names
-from kinetolens.views import units
+from kinetolens.registry.words import counted
+
+if TYPE_CHECKING:
+    import polars as pl
 
 #: Columns the terminal table shows; --csv/--json carry every counter too.
 TERMINAL_COLUMNS = ["idx", "top_level_op", "bottom_level_op", "kernel", "flops", "dram_bytes", "tc"]
@@ -21,6 +20,8 @@ TERMINAL_COLUMNS = ["idx", "top_level_op", "bottom_level_op", "kernel", "flops",
 
 def _flat(table: pl.DataFrame) -> pl.DataFrame:
     """CSV cannot hold lists: the op stack becomes ``outer > ... > inner``."""
+    import polars as pl
+
     return table.with_columns(pl.col("op_stack").list.join(" > "))
 
 
@@ -41,6 +42,15 @@ def counters_command(
     FLOPs count the SASS add/mul/fma instructions (FMA = 2); tc is yes/no from
     Tensor Core instruction counters when recorded, else from the kernel name.
     """
+    # here, not at the top: the command's --help needs neither polars nor rich
+    import polars as pl
+
+    from kinetolens.analysis.hardware.counters import NoCounters, counter_table
+    from kinetolens.cli.render import console as render_console
+    from kinetolens.cli.render import emit
+    from kinetolens.registry.kernel_names import short_names
+    from kinetolens.views import units
+
     t = loading.load(trace)
     try:
         table = counter_table(t)

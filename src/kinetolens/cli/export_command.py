@@ -6,7 +6,7 @@ import click
 
 from kinetolens.cli.load_options import TraceLoading, trace_load_options
 from kinetolens.registry.words import counted
-from kinetolens.views.export_tables import FORMATS
+from kinetolens.registry.table_formats import FORMATS
 
 
 @click.command("export")

@@ -16,9 +16,9 @@ import polars as pl
 
 from kinetolens.analysis.session import warnings_of
 from kinetolens.errors import TraceError
+from kinetolens.registry.table_formats import FORMATS
 from kinetolens.model.trace import TABLES, Trace
 
-FORMATS = ("parquet", "csv", "json")
 METADATA_FILE = "trace.json"
 
 
