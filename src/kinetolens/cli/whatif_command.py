@@ -2,24 +2,26 @@
 
 from __future__ import annotations
 
-import click
-from rich import box
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING
 
-from kinetolens.analysis.paths.whatif import BadChange, Change, WhatIf, parse_change
+import click
+
 from kinetolens.cli.checks import WIDTH
-from kinetolens.cli.critical_path_command import LABELS
 from kinetolens.cli.load_options import TraceLoading, strict_option, trace_load_options
-from kinetolens.cli.render import console as render_console
-from kinetolens.cli.render import emit_json
-from kinetolens.views.units import duration, in_unit, percent, time_unit
+
+if TYPE_CHECKING:
+    from kinetolens.analysis.paths.whatif import Change, WhatIf
+
+# The analyses, polars and rich are imported where a command runs: its
+# --help needs none of them.
 
 #: The summary rows for time off the modelled path.
 EXTRA = {"untraced": "untraced, as measured", "previous_step": "previous step's GPU work"}
 
 
 def _changes(_ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> list[Change]:
+    from kinetolens.analysis.paths.whatif import BadChange, parse_change
+
     try:
         return [parse_change(v) for v in value]
     except BadChange as exc:
@@ -56,6 +58,8 @@ def whatif_command(
         show_run_whatif(trace, changes, step, json_, width, loading.cache, strict)
         return
 
+    from kinetolens.cli.render import emit_json
+
     result = whatif(loading.load(trace), changes, step)
     if not result.steps:
         raise click.ClickException(f"{trace}: no step with CPU ops to re-time")
@@ -84,6 +88,14 @@ def _json(r: WhatIf) -> dict:
 
 
 def _print(r: WhatIf, width: int | None) -> None:
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    from kinetolens.cli.render import console as render_console
+    from kinetolens.model.vocabulary import BOUND_WORDS as LABELS
+    from kinetolens.views.units import duration, in_unit, percent, time_unit
+
     con = render_console(width)
     what = f"step {r.steps[0].window.step}" if len(r.steps) == 1 and r.steps[0].window.step is not None else (
         f"{len(r.steps)} steps, mean" if len(r.steps) > 1 else r.steps[0].window.label
