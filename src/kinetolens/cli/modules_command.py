@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import click
-import polars as pl
 
-from kinetolens.analysis.hardware.module_tree import by_depth, by_type, module_tree
-from kinetolens.analysis.workload.ops import share_whole_note
 from kinetolens.cli.checks import WIDTH, check_step
 from kinetolens.cli.load_options import TraceLoading, trace_load_options
-from kinetolens.cli.render import emit, print_table
-from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 
 #: Depth the terminal tree stops at without --depth (the model, its layers, their blocks).
 TERMINAL_DEPTH = 2
@@ -66,6 +61,14 @@ def modules_command(
     Kernels outside every module (the optimizer, copies) are '(no module)'.
     Needs a trace recorded with with_stack=True or with_modules=True.
     """
+    # here, not at the top: the command's --help needs neither polars nor rich
+    import polars as pl
+
+    from kinetolens.analysis.hardware.gpu_spec import gpu_spec
+    from kinetolens.analysis.hardware.module_tree import by_depth, by_type, module_tree
+    from kinetolens.analysis.workload.ops import share_whole_note
+    from kinetolens.cli.render import emit, print_table
+
     loaded = loading.load(trace)
     check_step(trace, loaded, step)
     tree = module_tree(loaded, gpu_spec(loaded), step=step)
