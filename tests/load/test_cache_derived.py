@@ -1,0 +1,54 @@
+"""Derived results kept beside a cache entry's tables (``cache.read_derived``):
+read back only for the entry, basis and bytes they were written with, and
+removed with their entry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kinetolens.cache import CHECKSUM, DERIVED_SUFFIX, read_derived, remove_entry, write_derived
+
+KEY = "0123456789abcdef0123456789abcdef"
+VALUE = {"steps": {"count": 5, "ids": [1, 2, 3]}, "recommendations": [{"title": "x", "saving_us": 12.5}]}
+
+
+def _entry(tmp_path: Path, checksum: str = "aaaa") -> Path:
+    entry = tmp_path / KEY
+    entry.mkdir(exist_ok=True)
+    (entry / CHECKSUM).write_text(checksum, "ascii")
+    return entry
+
+
+def test_derived_result_reads_back_for_its_entry_and_basis(tmp_path: Path) -> None:
+    entry = _entry(tmp_path)
+    write_derived(entry, "summary", "basis-1", VALUE)
+    assert read_derived(entry, "summary", "basis-1") == VALUE
+    assert read_derived(entry, "summary", "basis-2") is None  # other analyses' code or run metadata
+    assert read_derived(entry, "recommendations", "basis-1") is None  # never written
+
+
+def test_derived_result_of_a_rebuilt_entry_is_not_read(tmp_path: Path) -> None:
+    entry = _entry(tmp_path)
+    write_derived(entry, "summary", "b", VALUE)
+    _entry(tmp_path, checksum="bbbb")  # the tables were written again, other bytes
+    assert read_derived(entry, "summary", "b") is None
+
+
+def test_derived_result_with_other_bytes_is_not_read(tmp_path: Path) -> None:
+    entry = _entry(tmp_path)
+    write_derived(entry, "summary", "b", VALUE)
+    stored = entry / f"summary{DERIVED_SUFFIX}"
+    stored.write_bytes(stored.read_bytes().replace(b"12.5", b"99.5"))  # still JSON
+    assert read_derived(entry, "summary", "b") is None
+
+
+def test_derived_result_goes_with_its_entry(tmp_path: Path) -> None:
+    entry = _entry(tmp_path)
+    write_derived(entry, "summary", "b", VALUE)
+    assert remove_entry(entry)  # the cache still owns an entry holding a derived result
+    assert not entry.exists()
+
+
+def test_no_entry_stores_nothing(tmp_path: Path) -> None:
+    write_derived(tmp_path / KEY, "summary", "b", VALUE)  # the entry could not be written
+    assert not (tmp_path / KEY).exists()
