@@ -99,7 +99,14 @@ def test_named_pipe_is_refused_without_blocking(tmp_path: Path) -> None:
 def test_unreadable_directory_is_one_line(tmp_path: Path) -> None:
     """Run the CLI as an unprivileged user (fork + setuid) on a trace inside
     a directory only root may enter: the OS raises a real PermissionError."""
-    from kinetolens.cli.main import main
+    import importlib
+
+    from kinetolens.cli.main import COMMANDS, main
+
+    # the unprivileged child cannot read root's site-packages: import what the command needs first
+    importlib.import_module(COMMANDS["summary"].module)
+    import rich.console  # noqa: F401
+    import rich.table  # noqa: F401
 
     if os.geteuid() != 0:
         pytest.skip("needs root to drop to another user")  # never under the project's runner: it is root

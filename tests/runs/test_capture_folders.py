@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 from kinetolens.logdir import find_runs
-from tests.conftest import trace_path
+from tests.conftest import place, trace_path
 from tests.dashboard_helpers import dashboard_server
 from tests.terminal import run_many
 
@@ -26,13 +26,13 @@ def test_execution_details_is_rejected_as_graph_capture_metadata() -> None:
 
 
 def _logdir(tmp_path: Path) -> Path:
-    """The vLLM case as a run of a logdir: its replay trace and capture_traces/ beside it (links to the corpus)."""
+    """The vLLM case as a run of a logdir: its replay trace and capture_traces/ beside it (copied from the corpus)."""
     src = trace_path(CASES[0])
     run = tmp_path / "logdir" / "vllm"
     (run / "capture_traces").mkdir(parents=True)
-    (run / "graph_execution.json.gz").symlink_to(src / "graph_execution.json.gz")
+    place(run / "graph_execution.json.gz", src / "graph_execution.json.gz")  # copies: links out of a logdir are not served
     for f in (src / "capture_traces").iterdir():
-        (run / "capture_traces" / f.name).symlink_to(f)
+        place(run / "capture_traces" / f.name, f)
     return tmp_path / "logdir"
 
 

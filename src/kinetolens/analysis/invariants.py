@@ -261,9 +261,11 @@ PATH_COVER_EPS_US = 0.01
 
 @invariant("critical_path_covers_window")
 def critical_path_covers_window(paths: list[Any]) -> Iterator[Bad]:
-    """A path says where all of its window went: its bounds, the untraced time between its ops, and the named time before its start and after its end add up to the window (its host range, or to its last activity's end where the GPU ran past it)."""
+    """A path says where all of its window went: its bounds, the untraced time between its ops, and the named time before its start and after its end add up to the window (the model's step window where the path is cut to it, else its host range, or to its last activity's end where the GPU ran past it)."""
     for p in paths:
-        host_us = (p.window.end - p.window.start) / 1000
+        clip = getattr(p.window, "clip", None)
+        lo, hi = clip if clip is not None else (p.window.start, p.window.end)
+        host_us = (hi - lo) / 1000
         parts = {"length_us": p.length_us, "untraced_us": p.span_us - p.length_us, "before_us": p.before_us, "after_us": p.after_us}
         where = f"critical path {p.window.label}"
         bounds = float(p.summary["us"].sum()) if p.summary.height and "us" in p.summary.columns else p.length_us

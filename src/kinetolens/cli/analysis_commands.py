@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from collections.abc import Callable
-from pathlib import Path
 
 import click
 import polars as pl
@@ -27,6 +27,7 @@ from kinetolens.analysis.workload.ops import (
     order_and_filter,
     rank_basis,
     share_whole_note,
+    NOT_UNDER_OP,
 )
 from kinetolens.analysis.hardware.roofline import LOST_COLUMNS, with_time_lost
 from kinetolens.analysis.summary import summarize
@@ -80,9 +81,9 @@ def summary_command(
 ) -> None:
     """What TRACE is, and how well its kernels are attributed.
 
-    TRACE may be a run's folder (what ``kinetolens run`` writes): each rank's
-    trace is summarised in turn (``kinetolens dist RUNDIR`` compares them)."""
-    if Path(trace).is_dir():
+    TRACE may be a run's folder (what kinetolens run writes): each rank's
+    trace is summarised in turn (kinetolens dist RUNDIR compares them)."""
+    if os.path.isdir(trace):  # False, not an error, where the path cannot be read: the loader says why
         paths = [str(w.path) for w in one_run(trace)]
         if json_:
             emit_json([loading.derived(p, "summary", summarize) for p in paths])
@@ -562,7 +563,9 @@ def _ops_title(top: int, order_by: str, by: str, aggregate: str) -> str:
 def _why_no_rows(loaded: Trace, stats: pl.DataFrame, by: str) -> str | None:
     """Why an ops table would show nothing (or only the '-' group), in one line; None when it has rows."""
     key = GROUPINGS[by][0]
-    if key in stats.columns and stats.filter(pl.col(key).is_not_null() & (pl.col(key).cast(pl.String) != "-")).height:
+    # the "(not under any op)" row alone (every kernel, no op at all) is no table either
+    shown = pl.col(key).is_not_null() & ~pl.col(key).cast(pl.String).is_in(["-", NOT_UNDER_OP])
+    if key in stats.columns and stats.filter(shown).height:
         return None
     kind = trace_kind(loaded).to_dict()
     if by == "kernel":
