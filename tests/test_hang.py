@@ -70,7 +70,7 @@ def run_hang(directory: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=SRC, COLUMNS="200")
     return subprocess.run(
         [sys.executable, "-m", "kinetolens.cli.main", "hang", *extra, str(directory)],
-        capture_output=True, text=True, timeout=120, env=env, cwd=directory,
+        check=False, capture_output=True, text=True, timeout=120, env=env, cwd=directory,
     )  # fmt: skip
 
 
@@ -90,7 +90,12 @@ def gloo_hang(tmp_path_factory: pytest.TempPathFactory) -> Path:
     script.write_text(JOB)
     env = dict(os.environ, TORCH_FR_BUFFER_SIZE="64")
     proc = subprocess.run(
-        [sys.executable, str(script), str(out), str(_free_port())], capture_output=True, text=True, timeout=180, env=env
+        [sys.executable, str(script), str(out), str(_free_port())],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return out
@@ -103,7 +108,11 @@ def test_real_gloo_hang_names_the_rank_that_never_joined(gloo_hang: Path, kind: 
     report = json.loads(proc.stdout)
     assert report["backends"] == ["gloo"]
     [stuck] = report["stuck"]
-    assert (stuck["group_label"], stuck["seq_id"], stuck["op"]) == ("default_pg", 3, "all_reduce")
+    assert (stuck["group_label"], stuck["seq_id"], stuck["op"]) == (
+        "default_pg",
+        3,
+        "all_reduce",
+    )
     assert stuck["input_sizes"] == [[8]]
     assert stuck["waiting"] == [0, 1]
     assert stuck["missing"] == [2]
@@ -118,7 +127,9 @@ def test_real_gloo_hang_screen(gloo_hang: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert "STUCK  default_pg #3 all_reduce [[8]]" in lines
-    assert any(line.split() == ["never", "joined:", "rank", "2", "(rank", "2", "last", "entered", "#2)"] for line in lines)
+    assert any(
+        line.split() == ["never", "joined:", "rank", "2", "(rank", "2", "last", "entered", "#2)"] for line in lines
+    )
     assert len(lines) <= 25
 
 
@@ -151,7 +162,12 @@ def write_dumps(directory: Path, entries_by_rank: dict[int, list[dict[str, Any]]
     world = sorted(entries_by_rank)
     config = {"0": {"name": "0", "desc": "default_pg", "ranks": str(world)}}
     for rank, entries in entries_by_rank.items():
-        dump = {"version": "2.8", "pg_config": config, "pg_status": {}, "entries": entries}
+        dump = {
+            "version": "2.8",
+            "pg_config": config,
+            "pg_status": {},
+            "entries": entries,
+        }
         (directory / f"dump_file_rank_{rank}").write_bytes(pickle.dumps(dump))
     return directory
 
@@ -166,17 +182,29 @@ def test_different_op_or_shapes_at_one_sequence_id_are_named(tmp_path: Path) -> 
             create_one_entry(3, "all_to_all", [[second[0]]], [[4]], collective_seq_id=4),
         ]
 
-    write_dumps(tmp_path, {0: calls([4, 4], "all_reduce"), 1: calls([5, 5], "all_reduce"), 2: calls([4, 4], "broadcast")})
+    write_dumps(
+        tmp_path,
+        {
+            0: calls([4, 4], "all_reduce"),
+            1: calls([5, 5], "all_reduce"),
+            2: calls([4, 4], "broadcast"),
+        },
+    )
     report = hang_report(read_dumps(tmp_path))
     assert [(m.seq_id, m.kind) for m in report.mismatches] == [(2, "sizes"), (3, "op")]
     sizes, op = report.mismatches
-    assert sizes.calls == (((0, 2), "all_reduce [[4, 4]] -> [[4, 4]]"), ((1,), "all_reduce [[5, 5]] -> [[5, 5]]"))
+    assert sizes.calls == (
+        ((0, 2), "all_reduce [[4, 4]] -> [[4, 4]]"),
+        ((1,), "all_reduce [[5, 5]] -> [[5, 5]]"),
+    )
     assert [ranks for ranks, _ in op.calls] == [(0, 1), (2,)]
     assert op.calls[1][1].startswith("broadcast ")
     assert report.stuck == ()  # every call completed
 
 
-def test_completed_collective_not_entered_by_a_rank_is_not_stuck_but_missing_one_is(tmp_path: Path) -> None:
+def test_completed_collective_not_entered_by_a_rank_is_not_stuck_but_missing_one_is(
+    tmp_path: Path,
+) -> None:
     entries = {
         0: [create_one_entry(0, "all_reduce", [[2]], [[2]], collective_seq_id=1),
             create_one_entry(1, "all_gather", [[2]], [[4]], "started", collective_seq_id=2)],
@@ -184,7 +212,12 @@ def test_completed_collective_not_entered_by_a_rank_is_not_stuck_but_missing_one
     }  # fmt: skip
     report = hang_report(read_dumps(write_dumps(tmp_path, entries)))
     [stuck] = report.stuck
-    assert (stuck.seq_id, stuck.op, stuck.waiting, stuck.missing) == (2, "all_gather", (0,), (1,))
+    assert (stuck.seq_id, stuck.op, stuck.waiting, stuck.missing) == (
+        2,
+        "all_gather",
+        (0,),
+        (1,),
+    )
     assert [r.last_completed.seq_id if r.last_completed else None for r in report.ranks] == [1, 1]
 
 
@@ -210,10 +243,18 @@ def _one_line_error(proc: subprocess.CompletedProcess[str], path: Path) -> str:
 
 def test_malicious_pickle_is_refused_and_runs_nothing(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
-    dump = {"version": "2.10", "pg_config": {}, "pg_status": {}, "entries": [_RunsACommand(marker)]}
+    dump = {
+        "version": "2.10",
+        "pg_config": {},
+        "pg_status": {},
+        "entries": [_RunsACommand(marker)],
+    }
     bad = tmp_path / "nccl_trace_rank_1"
     bad.write_bytes(pickle.dumps(dump))
-    write_dumps(tmp_path, {0: [create_one_entry(0, "all_reduce", [[2]], [[2]], collective_seq_id=1)]})
+    write_dumps(
+        tmp_path,
+        {0: [create_one_entry(0, "all_reduce", [[2]], [[2]], collective_seq_id=1)]},
+    )
     # the same bytes through a plain pickle.loads would run the command: the test's own check of itself
     assert b"system" in bad.read_bytes()
     line = _one_line_error(run_hang(tmp_path), bad)
@@ -222,7 +263,10 @@ def test_malicious_pickle_is_refused_and_runs_nothing(tmp_path: Path) -> None:
 
 
 def test_truncated_dump_is_one_line(tmp_path: Path) -> None:
-    write_dumps(tmp_path, {0: [create_one_entry(0, "all_reduce", [[2]], [[2]], collective_seq_id=1)]})
+    write_dumps(
+        tmp_path,
+        {0: [create_one_entry(0, "all_reduce", [[2]], [[2]], collective_seq_id=1)]},
+    )
     whole = (tmp_path / "dump_file_rank_0").read_bytes()
     (tmp_path / "dump_file_rank_0").write_bytes(whole[: len(whole) // 2])
     assert "truncated" in _one_line_error(run_hang(tmp_path), tmp_path / "dump_file_rank_0")

@@ -51,7 +51,10 @@ def render(report: HangReport, directory: str) -> str:
 
     labels.setdefault("0", DEFAULT_GROUP)
     backend = ", ".join(report.backends) or "no calls"
-    lines = [f"{directory}: flight recorder dumps of {len(report.ranks)} ranks ({backend}; recorder {', '.join(report.versions)})", ""]
+    lines = [
+        f"{directory}: flight recorder dumps of {len(report.ranks)} ranks ({backend}; recorder {', '.join(report.versions)})",
+        "",
+    ]
     cells = [(str(r.rank), _call(r.last_entered, labels), _call(r.last_completed, labels)) for r in report.ranks]
     heads = ("rank", "last entered", "last completed")
     widths = [max(len(row[i]) for row in (heads, *cells)) for i in range(3)]
@@ -65,9 +68,13 @@ def render(report: HangReport, directory: str) -> str:
     for m in report.mismatches:
         lines += _mismatch_lines(m)
     if report.mismatch_count > len(report.mismatches):
-        lines.append(f"... and {report.mismatch_count - len(report.mismatches)} more mismatches (--json lists the first)")
+        lines.append(
+            f"... and {report.mismatch_count - len(report.mismatches)} more mismatches (--json lists the first)"
+        )
     elif not report.mismatches:
-        lines.append("No mismatch: every group's ranks called the same collectives with the same shapes at each sequence id.")
+        lines.append(
+            "No mismatch: every group's ranks called the same collectives with the same shapes at each sequence id."
+        )
     lines += [f"note: {n}" for n in report.notes]
     return "\n".join(lines)
 

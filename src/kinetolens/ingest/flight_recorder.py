@@ -1,8 +1,8 @@
 """PyTorch flight recorder dumps: the last collectives of each rank.
 
 With ``TORCH_FR_BUFFER_SIZE`` (or ``TORCH_NCCL_TRACE_BUFFER_SIZE``) set, each
-process group backend (NCCL, and Gloo since torch 2.9) records its recent
-collectives in a ring buffer; a watchdog timeout, or a call to
+process group backend records its recent collectives in a ring buffer (Gloo
+too, as in torch 2.13); a watchdog timeout, or a call to
 ``torch._C._distributed_c10d._dump_fr_trace()``, writes it to one file per
 rank (``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` + rank, by default
 ``/tmp/nccl_trace_rank_N``).  The file is a pickle of a dict with
@@ -133,10 +133,23 @@ def decode(path: str, data: bytes) -> dict[str, Any]:
             raw = _PlainUnpickler(io.BytesIO(data)).load()
     except _Forbidden as exc:
         raise TraceError(path, f"refused: not a plain flight recorder pickle ({exc})") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, IndexError, KeyError, TypeError, OverflowError, MemoryError, RecursionError) as exc:
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        IndexError,
+        KeyError,
+        TypeError,
+        OverflowError,
+        MemoryError,
+        RecursionError,
+    ) as exc:
         what = "JSON" if head == b"{" else "pickle"
         why = str(exc) or type(exc).__name__
-        raise TraceError(path, f"not a readable flight recorder dump: truncated or damaged {what} ({why})") from None
+        raise TraceError(
+            path,
+            f"not a readable flight recorder dump: truncated or damaged {what} ({why})",
+        ) from None
     if not isinstance(raw, dict) or not _plain(raw):
         raise TraceError(path, "refused: not a flight recorder dump (a dict of plain values)")
     if "entries" not in raw or "version" not in raw:
@@ -193,7 +206,11 @@ def _entry(path: str, index: int, raw: Any) -> Entry:
         pg_id=_int(path, f"{where} pg_id", raw.get("pg_id", -1)),
         group=str(group[0]),
         group_desc=str(group[1]),
-        collective_seq_id=_int(path, f"{where} collective_seq_id", raw.get("collective_seq_id", raw.get("seq_id"))),
+        collective_seq_id=_int(
+            path,
+            f"{where} collective_seq_id",
+            raw.get("collective_seq_id", raw.get("seq_id")),
+        ),
         p2p_seq_id=_int(path, f"{where} p2p_seq_id", raw.get("p2p_seq_id", 0)),
         profiling_name=name,
         is_p2p=bool(raw.get("is_p2p", False)),
@@ -217,7 +234,11 @@ def _groups(path: str, raw: Any) -> dict[str, GroupConfig]:
         ranks = info.get("ranks", "")
         listed = ranks if isinstance(ranks, (list, tuple)) else re.findall(r"-?\d+", str(ranks))
         name = str(info.get("name", key))
-        groups[name] = GroupConfig(name, str(info.get("desc", "")), tuple(_int(path, f"pg_config[{key!r}] ranks", r) for r in listed))
+        groups[name] = GroupConfig(
+            name,
+            str(info.get("desc", "")),
+            tuple(_int(path, f"pg_config[{key!r}] ranks", r) for r in listed),
+        )
     return groups
 
 
@@ -231,7 +252,9 @@ def _status(path: str, raw: Any) -> dict[int, GroupStatus]:
         seq = {k: _int(path, f"pg_status[{key!r}] {k}", counters.get(k, -1)) for k in
                ("last_enqueued_collective", "last_started_collective", "last_completed_collective")}  # fmt: skip
         status[_int(path, "a pg_status key", key)] = GroupStatus(
-            seq["last_enqueued_collective"], seq["last_started_collective"], seq["last_completed_collective"]
+            seq["last_enqueued_collective"],
+            seq["last_started_collective"],
+            seq["last_completed_collective"],
         )
     return status
 
@@ -261,11 +284,15 @@ def dump_files(directory: Path) -> dict[int, Path]:
             continue
         rank = int(match.group(1))
         if rank in found:
-            raise TraceError(directory, f"two dumps for rank {rank}: {found[rank].name} and {path.name}")
+            raise TraceError(
+                directory,
+                f"two dumps for rank {rank}: {found[rank].name} and {path.name}",
+            )
         found[rank] = path
     if not found:
         raise TraceError(
-            directory, "no flight recorder dump in it (one file per rank, its name ending in the rank: nccl_trace_rank_0)"
+            directory,
+            "no flight recorder dump in it (one file per rank, its name ending in the rank: nccl_trace_rank_0)",
         )
     return found
 

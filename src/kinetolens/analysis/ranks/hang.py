@@ -17,9 +17,27 @@ from typing import Any
 from kinetolens.ingest.flight_recorder import Entry, RankDump
 
 #: Collectives whose input shapes differ between ranks by design (torch's own matcher skips them too).
-UNEVEN_INPUTS = frozenset({"all_to_all", "all_to_all_single", "all_to_all_v_single", "scatter", "all_gather_v", "reduce_scatter_v"})
+UNEVEN_INPUTS = frozenset(
+    {
+        "all_to_all",
+        "all_to_all_single",
+        "all_to_all_v_single",
+        "scatter",
+        "all_gather_v",
+        "reduce_scatter_v",
+    }
+)
 #: ... and those whose output shapes do.
-UNEVEN_OUTPUTS = frozenset({"all_to_all", "all_to_all_single", "all_to_all_v_single", "gather", "all_gather_v", "reduce_scatter_v"})
+UNEVEN_OUTPUTS = frozenset(
+    {
+        "all_to_all",
+        "all_to_all_single",
+        "all_to_all_v_single",
+        "gather",
+        "all_gather_v",
+        "reduce_scatter_v",
+    }
+)
 #: The description torch gives the default (world) process group.
 DEFAULT_GROUP = "default_pg"
 #: Mismatches listed one by one; the rest are counted.
@@ -40,7 +58,14 @@ class Call:
     @classmethod
     def of(cls, entry: Entry) -> Call:
         seq = entry.p2p_seq_id if entry.is_p2p else entry.collective_seq_id
-        return cls(entry.group, seq, entry.op, entry.input_sizes, entry.output_sizes, entry.state)
+        return cls(
+            entry.group,
+            seq,
+            entry.op,
+            entry.input_sizes,
+            entry.output_sizes,
+            entry.state,
+        )
 
 
 @dataclass(frozen=True)
@@ -126,7 +151,9 @@ def progress(dump: RankDump) -> RankProgress:
     entries = sorted(dump.entries, key=lambda e: e.record_id)
     done = [e for e in entries if _completed(dump, e)]
     return RankProgress(
-        dump.rank, Call.of(entries[-1]) if entries else None, Call.of(done[-1]) if done else None
+        dump.rank,
+        Call.of(entries[-1]) if entries else None,
+        Call.of(done[-1]) if done else None,
     )
 
 
@@ -221,7 +248,10 @@ def _stuck(group: _Group, members: set[int], dumped: set[int]) -> Stuck | None:
 def _signature(entries: list[Entry]) -> tuple[tuple[str, ...], tuple[Any, ...]]:
     ops = tuple(e.op for e in entries)
     sizes = tuple(
-        (None if e.op in UNEVEN_INPUTS else e.input_sizes, None if e.op in UNEVEN_OUTPUTS else e.output_sizes)
+        (
+            None if e.op in UNEVEN_INPUTS else e.input_sizes,
+            None if e.op in UNEVEN_OUTPUTS else e.output_sizes,
+        )
         for e in entries
     )
     return ops, sizes
