@@ -98,6 +98,11 @@ COMMANDS: dict[str, Entry] = {
         "dist_command",
         "Step time per rank, computation / communication overlap, collectives and stragglers.",
     ),
+    "hang": Entry(
+        "kinetolens.cli.hang_command",
+        "hang_command",
+        "From flight recorder dumps: each rank's last collective, the ranks that never joined the stuck one, desyncs.",
+    ),
     "serve": Entry(
         "kinetolens.cli.serve_command",
         "serve_command",
