@@ -151,6 +151,7 @@ SLOW_MODULES = {
     "views/test_critical_path_views.py": "Chromium",
     "views/test_cross_rank_path_views.py": "Chromium and generated runs",
     "runs/test_many_ranks.py": "hundreds of generated ranks",
+    "analysis/ranks/test_hang.py": "a real gloo job that hangs until its timeout",
     "runs/test_remote_runs.py": "a Dask cluster",
     "runs/test_serve_executors.py": "a dashboard server per test",
     "runs/test_run_folders.py": "kinetolens run of a torch job",
