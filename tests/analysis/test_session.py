@@ -84,7 +84,7 @@ def _count_evaluations(args: list[str]) -> Counter[tuple[str, int, tuple[Any, ..
 def test_each_base_result_is_computed_once_per_trace(rel: str, command: str, tmp_path) -> None:
     path = str(trace_path(rel))
     args = [command, path, "--format", "md", "-o", str(tmp_path / "r.md")] if command == "report" else [command, path]
-    counts = _count_evaluations(args)
+    counts = _count_evaluations([*args, "--no-cache"])  # computed here, not read back from a summary cached earlier
     repeated = {f"{name} {dict(rest)}": n for (name, _, rest), n in counts.items() if n > 1}
     assert not repeated, f"computed more than once for one trace: {repeated}"
     names = {name for name, _, _ in counts}
