@@ -256,7 +256,9 @@ def test_nsight_sqlite_runs_show_overview_and_kernels(server: Server, page) -> N
     mpi = kinetolens.load(trace_path(NSYS_MPI))
     open_view(page, server, "nsys_mpi", "saxpy_rank0.sqlite", "operators")
     expected = op_stats(mpi).sort("device_total_us", descending=True)
-    assert column(page, "ops", "name")[0] == expected["name"][0] == "saxpy"
+    assert column(page, "ops", "name")[0] == expected["name"][0]
+    # the top range is saxpy (kernels launched outside every range have a row of their own)
+    assert expected.filter(pl.col("name") != "(not under any op)")["name"][0] == "saxpy"
     assert int(column(page, "ops", "calls")[0]) == expected["calls"][0]
     assert page.inner_text('.table-block[data-source="ops"] .count').endswith(f"of {expected.height}")
     shot(page, "operators_nsys_mpi")

@@ -170,10 +170,11 @@ def test_engine_traces_show_iterations_and_phases(server: ThreadServer, page, lo
     assert cell.get_attribute("title") == top["name"]  # the recorded name on hover, as in the Kernels view
     assert page.inner_text('.table-block[data-source="phase_kernels"] h3').startswith(f"Top kernels in {it['phase']}")
     assert page.locator('.table-block[data-source="phase_kernels"] select').count() == 0  # one phase: nothing to pick
-    # The recommendations count per iteration too (vLLM: a sync; SGLang: host-bound, aten::mm below its roof).
+    # The recommendations count per iteration too (vLLM: none, its 151 ms "sync idle" is the GPU clock's
+    # 146 ms offset; SGLang: host-bound, aten::mm below its roof, its five hipMemcpyWithStream syncs).
     assert page.inner_text(".findings h3") == "Recommendations (estimated saving per iteration)"
     savings = page.locator(".finding .saving").all_inner_texts()
-    assert len(savings) == {"vllm": 1, "sglang": 2}[run] and all(t.endswith("ms per iteration)") for t in savings)
+    assert len(savings) == {"vllm": 0, "sglang": 3}[run] and all(t.endswith("ms per iteration)") for t in savings)
 
 
 def test_two_phases_offer_a_choice(server: ThreadServer, page, logdir: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
