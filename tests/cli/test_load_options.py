@@ -14,7 +14,7 @@ from tests.conftest import trace_path
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 #: Commands that load no trace of their own.
-NO_TRACE = {"demo", "run", "cache"}
+NO_TRACE = {"demo", "run", "cache", "hang"}
 #: Commands whose tables pair CUDA/HIP graph replays with their capture trace.
 WITH_CAPTURE = {"summary", "kernels", "ops", "modules", "phases", "compiled", "report", "roofline"}
 
