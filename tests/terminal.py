@@ -28,3 +28,10 @@ def run_many(calls: dict[str, tuple[tuple[str, ...], int | None]]) -> dict[str, 
     with ThreadPoolExecutor(max_workers=4) as pool:
         futures = {name: pool.submit(run_cli, *args, columns=cols) for name, (args, cols) in calls.items()}
         return {name: f.result() for name, f in futures.items()}
+
+
+def cli_text(*args: str, columns: int | None = 80) -> str:
+    """The stdout of ``kinetolens ARGS`` at ``columns``, which must succeed."""
+    proc = run_cli(*args, columns=columns)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout

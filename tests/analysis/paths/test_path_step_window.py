@@ -8,14 +8,12 @@ step's time and the steps' paths add up to no more than the steps.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 import pytest
 
 import kinetolens
 from kinetolens.analysis.paths.critical_path import critical_paths, step_windows
+from tests.terminal import cli_text
 from tests.conftest import trace_path
 
 RESNET = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
@@ -34,25 +32,15 @@ def test_each_step_path_fits_its_step_window() -> None:
     assert sum(cp.length_us for cp in paths) <= sum(steps.values())
 
 
-def _cli(*args: str, columns: int) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    env["COLUMNS"] = str(columns)
-    proc = subprocess.run(
-        [sys.executable, "-m", "kinetolens.cli.main", *args], capture_output=True, text=True, env=env, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
-
-
 def _step_row(text: str, step: str) -> list[str]:
     return next(line.split() for line in text.splitlines() if line.split()[:1] == [step])
 
 
 @pytest.mark.parametrize("columns", [80, 120])
 def test_critical_path_span_is_the_summary_step_time(columns: int) -> None:
-    path = _cli("critical-path", str(trace_path(RESNET)), columns=columns)
-    summary = _cli("summary", str(trace_path(RESNET)), columns=columns)
+    path = cli_text("critical-path", str(trace_path(RESNET)), columns=columns)
+    summary = cli_text("summary", str(trace_path(RESNET)), columns=columns)
     span_ms = float(_step_row(path, "6")[2])
     assert round(span_ms, 1) == float(_step_row(summary, "6")[1])  # 175.2 ms both
-    qwen = _cli("critical-path", str(trace_path(QWEN)), columns=columns)
+    qwen = cli_text("critical-path", str(trace_path(QWEN)), columns=columns)
     assert "span 35.2 ms" in qwen

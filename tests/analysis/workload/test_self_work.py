@@ -9,9 +9,6 @@ kernels' work and roof, and work that is not known reads unknown, not 0.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 import polars as pl
 import pytest
@@ -21,6 +18,7 @@ from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 from kinetolens.analysis.hardware.roofline import roofline_by, with_time_lost
 from kinetolens.analysis.workload.ops import op_stats
 from kinetolens.analysis.workload.work import kernel_work
+from tests.terminal import cli_text
 from tests.conftest import trace_path
 
 RESNET = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
@@ -53,25 +51,15 @@ def test_self_row_roof_is_that_of_its_own_kernels(resnet: kinetolens.Trace) -> N
     assert pool["gbps"][0] is None and pool["pct_of_roof"][0] is None
 
 
-def _cli(*args: str, columns: int) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    env["COLUMNS"] = str(columns)
-    proc = subprocess.run(
-        [sys.executable, "-m", "kinetolens.cli.main", *args], capture_output=True, text=True, env=env, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
-
-
 def _row(text: str, name: str) -> list[str]:
     return next(line.split() for line in text.splitlines() if line.split()[:1] == [name])
 
 
 @pytest.mark.parametrize("columns", [80, 120])
 def test_ops_table_shows_work_and_roof_where_the_kernels_are(columns: int) -> None:
-    text = _cli("ops", str(trace_path(RESNET)), "-t", "14", "-c", "name,gbps,pct_of_roof", columns=columns)
+    text = cli_text("ops", str(trace_path(RESNET)), "-t", "14", "-c", "name,gbps,pct_of_roof", columns=columns)
     assert _row(text, "aten::clamp_min")[-1] == "91.82"
     assert float(_row(text, "aten::fill_")[1].replace(",", "")) > 100
-    text = _cli("ops", str(trace_path(QWEN)), "-t", "40", "-c", "name,gbps,pct_of_roof", columns=columns)
+    text = cli_text("ops", str(trace_path(QWEN)), "-t", "40", "-c", "name,gbps,pct_of_roof", columns=columns)
     assert _row(text, "aten::_flash_attention_forward")[-1] != "-"
     assert _row(text, "aten::cat")[1] == "-"  # bytes not known: unknown, not 0 GB/s
