@@ -201,7 +201,7 @@ fi
 echo "gpu_check: GPU suite (log: $DEST/pytest.log)" >&2
 set +e
 KINETOLENS_GPU_RECORD="$DEST/traces" KINETOLENS_GPU_OVERHEAD_JSON="$overhead" \
-    "$PY" -m pytest -m gpu ${GPU_CHECK_TESTS:-tests/gpu} -v -rA -p no:cacheprovider --junitxml="$DEST/junit.xml" \
+    "$PY" -m pytest -o addopts=-ra -m gpu ${GPU_CHECK_TESTS:-tests/gpu} -v -rA -p no:cacheprovider --junitxml="$DEST/junit.xml" \
     2>&1 | tee "$DEST/pytest.log"
 suite=${PIPESTATUS[0]}
 set -e
@@ -210,7 +210,7 @@ set -e
 if ls "$DEST"/traces/*.expect.json >/dev/null 2>&1; then
     echo "gpu_check: recorded traces under the CPU-CI tests (log: $DEST/recorded.log)" >&2
     # (only the tests over recordings: ../shared's traces do not travel here)
-    KINETOLENS_GPU_DATA="$DEST/traces" "$PY" -m pytest tests/gpu_recorded/test_gpu_recorded.py -v -rA -p no:cacheprovider \
+    KINETOLENS_GPU_DATA="$DEST/traces" "$PY" -m pytest -o addopts=-ra tests/gpu_recorded/test_gpu_recorded.py -v -rA -p no:cacheprovider \
         -k "recorded_gpu_trace or recordings_are" 2>&1 | tee "$DEST/recorded.log" || true
     du -ch "$DEST"/traces/*.pt.trace.json.gz | tail -1 | sed 's/^/gpu_check: recorded traces: /' >&2
 fi

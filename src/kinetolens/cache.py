@@ -42,16 +42,20 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 import polars as pl
 
 from kinetolens import __version__
+from kinetolens import json_codec
 from kinetolens.registry.sizes import parse_size
 from kinetolens.errors import TraceWarning, shown_path
 from kinetolens.fingerprint import content_fingerprint
 from kinetolens.model.schema import mismatch
 from kinetolens.model.trace import TABLES, Trace
+
+T = TypeVar("T")
 
 ENV_DIR = "KINETOLENS_CACHE_DIR"
 ENV_MAX_SIZE = "KINETOLENS_CACHE_MAX_SIZE"
@@ -225,7 +229,7 @@ def _derived_path(entry: Path, name: str) -> Path:
     return entry / f"{name}{DERIVED_SUFFIX}"
 
 
-def read_derived(entry: Path, name: str, basis: str) -> object | None:
+def read_derived(entry: Path, name: str, basis: str, into: type[T]) -> T | None:
     """The result ``name`` stored with the entry ``entry`` for ``basis``, or None.
 
     A derived result is costly to recompute (the summary, the
@@ -233,7 +237,7 @@ def read_derived(entry: Path, name: str, basis: str) -> object | None:
     line (the entry's checksum, ``basis`` and the checksum of the value) and
     the value as JSON; it is used only when the entry is the one it was
     computed from (the entry's ``checksum`` file, itself covering every
-    table), the basis (the analyses' code, what the load adds beside the
+    table), it decodes into ``into`` (a result of an older shape does not), the basis (the analyses' code, what the load adds beside the
     cache) is the same, and its bytes match their checksum.  Anything else
     reads as None: the caller recomputes and stores it again.
     """
@@ -247,7 +251,7 @@ def read_derived(entry: Path, name: str, basis: str) -> object | None:
         header = json.loads(head)
         if header != {"entry": entry_sum, "basis": basis, "sha256": hashlib.sha256(body).hexdigest()}:
             return None
-        value = msgspec.json.decode(body)
+        value = json_codec.decode(body, into)
     except (OSError, ValueError, UnicodeDecodeError, msgspec.DecodeError):
         return None
     try:
@@ -272,7 +276,7 @@ def write_derived(entry: Path, name: str, basis: str, value: object) -> None:
         return
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
     try:
-        body = msgspec.json.encode(value)
+        body = json_codec.encode(value)
         header = {"entry": entry_sum, "basis": basis, "sha256": hashlib.sha256(body).hexdigest()}
         tmp.write_bytes(json.dumps(header).encode() + b"\n" + body)
         os.replace(tmp, path)

@@ -7,7 +7,7 @@ import hashlib
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from kinetolens.cache import (
     analysis_fingerprint,
@@ -87,6 +87,9 @@ def _entry_key(path: Path, capture_path: Path | None) -> str:
     return key
 
 
+T = TypeVar("T")
+
+
 def _cache_dir(cache: bool | str | Path) -> Path | None:
     return None if cache is False else default_cache_dir() if cache is True else Path(cache)
 
@@ -94,19 +97,20 @@ def _cache_dir(cache: bool | str | Path) -> Path | None:
 def load_derived(
     path: str | Path,
     name: str,
-    compute: Callable[[Trace], Any],
+    compute: Callable[[Trace], T],
+    into: type[T],
     *,
     capture: str | Path | bool | None = None,
     cache: bool | str | Path = True,
-) -> Any:
+) -> T:
     """``compute(load(path))``, stored with the trace's cache entry as ``name``.
 
     For results that cost far more than reading them back (the summary, with
     the recommendations' simulated savings).  A stored result is used when
     the entry is the one it came from, the analyses' code is the same and the
     run metadata beside the trace (read on every load, not cached) is too: it
-    is then returned without loading the tables.  ``compute``'s value must be
-    JSON (a stored one is read back as JSON: tuples become lists).
+    is then returned without loading the tables.  ``compute`` returns an
+    ``into`` (a typed result): it is stored as JSON and read back into it.
     Without a cache (``cache=False``) it is ``compute(load(path))``.
     """
     p = Path(path)
@@ -118,7 +122,7 @@ def load_derived(
     entry = cache_dir / _entry_key(p, capture_path)
     run = json.dumps(read_run_metadata(p), sort_keys=True, default=str)
     basis = hashlib.sha256(f"{analysis_fingerprint()}|{shown_path(p)}|{run}".encode()).hexdigest()[:32]
-    stored = read_derived(entry, name, basis)
+    stored = read_derived(entry, name, basis, into)
     if stored is not None:
         return stored
     value = compute(load(p, capture=capture, cache=cache_dir))

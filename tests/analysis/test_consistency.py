@@ -8,6 +8,7 @@ import polars as pl
 import pytest
 
 import kinetolens
+from kinetolens import json_codec
 from kinetolens.analysis.memory.usage import ALLOCATOR, WINDOW_SUM, memory_events, memory_peaks, peak_memory
 from kinetolens.analysis.summary import summarize
 from kinetolens.views import report_data, units
@@ -34,9 +35,9 @@ def test_step_time_is_one_number_everywhere(qwen: kinetolens.Trace) -> None:
     # the step's host range is 47.15 ms and it opens with a 14.1 ms
     # cudaDeviceSynchronize on the previous step's kernels; its time is its 35.18 ms window.
     api_ms = float(qwen.steps["dur"].mean()) / 1e6  # type: ignore[arg-type]
-    summary_ms = summarize(qwen)["steps"]["mean_us"] / 1000
+    summary_ms = summarize(qwen).steps.mean_us / 1000
     report = report_data.collect(qwen)
-    report_ms = report.summary["steps"]["mean_us"] / 1000
+    report_ms = report.summary.steps.mean_us / 1000
     breakdown_ms = float(report.breakdown["total"].mean()) / 1e6  # type: ignore[arg-type]
     dashboard = _cards(pages.overview(Ctx(Loaded(qwen), None, {})))["mean step"]
     assert api_ms == pytest.approx(35.183362)  # regression pin (kinetolens' own output)
@@ -56,8 +57,8 @@ def test_peak_memory_is_one_number_everywhere(rel: str) -> None:
     view = {r["device"]: r for r in memory_peaks(memory_events(trace)).to_dicts()}
     api = {r["device"]: r for r in peak_memory(trace).to_dicts()}
     summary = summarize(trace)
-    in_summary = {m["device"]: m for m in summary["memory"]}
-    gpu_table = {f"GPU{g['device']}": g for g in summary["gpu"]}
+    in_summary = {m["device"]: m for m in json_codec.to_builtins(summary.memory)}
+    gpu_table = {f"GPU{g['device']}": g for g in json_codec.to_builtins(summary.gpu)}
     dashboard_gpus = {f"GPU{g['device']}": g for g in sources.gpus(Ctx(Loaded(trace), None, {})).to_dicts()}
     dashboard_cards = _cards(pages.memory(Ctx(Loaded(trace), None, {})))
     report = report_data.collect(trace)
@@ -80,25 +81,25 @@ def test_kernels_launched_before_profiling_are_explained(qwen: kinetolens.Trace)
     kernels = qwen.kernels.filter(pl.col("kind") == "kernel")
     orphan = kernels.filter(pl.col("launch_id").is_null() & (pl.col("external_id").fill_null(0) == 0))
     share = float(orphan["dur"].sum()) / float(kernels["dur"].sum())
-    block = summarize(qwen)["unrecorded_launches"]
-    assert block["share"] == pytest.approx(share) and 0.29 < share < 0.31
+    block = summarize(qwen).unrecorded_launches
+    assert block.share == pytest.approx(share) and 0.29 < share < 0.31
     # They drain before the step's window opens: no step claims them, so per-step views
     # (ops --step, kernels --step) add up to the step's own kernel time.
-    assert orphan["step"].null_count() == orphan.height and block["in_steps_share"] in (None, 0.0)
-    assert block["note"].startswith(f"{share:.1%} of kernel time: launched before profiling began")
+    assert orphan["step"].null_count() == orphan.height and block.in_steps_share in (None, 0.0)
+    assert block.note.startswith(f"{share:.1%} of kernel time: launched before profiling began")
     report = dict(overview_frame(report_data.collect(qwen)).iter_rows())
-    assert report["kernels whose launch was not recorded"] == block["note"]
+    assert report["kernels whose launch was not recorded"] == block.note
 
 
 def test_every_launch_recorded_says_nothing() -> None:
-    block = summarize(kinetolens.load(trace_path(RESNET)))["unrecorded_launches"]
-    assert block["note"] is None and not block["share"]
+    block = summarize(kinetolens.load(trace_path(RESNET))).unrecorded_launches
+    assert block.note is None and not block.share
 
 
 def test_memory_peaks_say_what_they_cover(qwen: kinetolens.Trace) -> None:
     # the CPU allocator counts only what it allocated while profiling;
     # a GPU allocator's totals give the bytes alive when the window opened.
-    peaks = {r["device"]: r for r in summarize(qwen)["memory"]}
+    peaks = {r["device"]: r for r in json_codec.to_builtins(summarize(qwen).memory)}
     assert peaks["CPU"]["basis"] == WINDOW_SUM and peaks["CPU"]["live_at_start"] is None
     assert "not counted" in peaks["CPU"]["note"]
     assert peaks["GPU0"]["basis"] == ALLOCATOR

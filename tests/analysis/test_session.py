@@ -113,7 +113,7 @@ def test_views_list_the_analysis_warnings_beside_the_readers(tmp_path) -> None:
     trace = kinetolens.load(_negative_mm(tmp_path), cache=False)
     trace.warnings.append(TraceWarning("reader note", 1, "a repaired event"))
     work.op_work(trace)
-    assert [w["kind"] for w in summarize(trace)["warnings"]] == ["reader note", work.FORMULA_FAILED]
+    assert [w.kind for w in summarize(trace).warnings] == ["reader note", work.FORMULA_FAILED]
     # The report's op table evaluates the FLOPs; its overview lists what that found.
     result = CliRunner().invoke(cli, ["report", _negative_mm(tmp_path), "--format", "md", "--no-cache"])
     assert result.exit_code == 0, result.output

@@ -217,4 +217,4 @@ def test_bare_torch_trace_says_only_functions_are_known() -> None:
     assert sources.str.starts_with("in ").all()
     assert sources[0] == "in forward (transformers/models/bert/modeling_bert.py:181)"
     shares = attribution(trace)
-    assert shares["source"] == 1.0 and shares["source_call_line"] == 0.0
+    assert shares.source == 1.0 and shares.source_call_line == 0.0

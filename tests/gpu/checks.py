@@ -71,14 +71,14 @@ def attribution_shares(trace: kinetolens.Trace) -> dict[str, Any]:
     model = kernels.filter(pl.col("direction").is_in(["fprop", "bprop"]))
     return {
         "kernels": kernels.height,
-        "kernel_time_us": attr["kernel_time_us"],
-        "op": attr["op_of_recorded_launches"],
-        "op_of_all_kernels": attr["op"],
-        "launched_before_window": unrecorded_launches(trace)["share"] or 0.0,
+        "kernel_time_us": attr.kernel_time_us,
+        "op": attr.op_of_recorded_launches,
+        "op_of_all_kernels": attr.op,
+        "launched_before_window": unrecorded_launches(trace).share or 0.0,
         "module_of_model_kernels": _share(model, pl.col("module").is_not_null()),
-        "module_of_all_kernels": attr["module"],
-        "backward_time_us": attr["backward_time_us"],
-        "backward_with_forward_op": attr["backward_with_forward_op"],
+        "module_of_all_kernels": attr.module,
+        "backward_time_us": attr.backward_time_us,
+        "backward_with_forward_op": attr.backward_with_forward_op,
     }
 
 
@@ -206,10 +206,10 @@ def check_graph_replay(trace: kinetolens.Trace) -> dict[str, Any]:
     assert replayed.height > 0, "no kernel replayed from a graph"
     got = {
         "replayed_kernels": replayed.height,
-        "graph_replay_time_us": attr["graph_replay_time_us"],
-        "with_capture_op": attr["graph_replay_with_capture_op"],
-        "with_module": attr["graph_replay_with_module"],
-        "op": attr["op"],
+        "graph_replay_time_us": attr.graph_replay_time_us,
+        "with_capture_op": attr.graph_replay_with_capture_op,
+        "with_module": attr.graph_replay_with_module,
+        "op": attr.op,
     }
     assert got["with_capture_op"] is not None and got["with_capture_op"] >= OP_SHARE, got
     assert got["with_module"] is not None and got["with_module"] >= MODULE_SHARE, got

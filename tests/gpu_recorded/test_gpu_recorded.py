@@ -187,7 +187,7 @@ def test_recorded_tests_collect_and_run_a_recording(tmp_path: Path, monkeypatch:
     env = dict(os.environ, KINETOLENS_GPU_DATA=str(data))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), str(REPO), env.get("PYTHONPATH")) if p)
     res = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", f"{__file__}::test_recorded_gpu_trace"],
+        [sys.executable, "-m", "pytest", "-o", "addopts=-ra", "-q", "--collect-only", "-p", "no:cacheprovider", f"{__file__}::test_recorded_gpu_trace"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     ids = sorted(re.findall(r"test_recorded_gpu_trace\[(.+)\]", res.stdout))
@@ -224,7 +224,7 @@ def _run(*cmd: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
 def test_gpu_suite_collects_and_skips_without_cuda() -> None:
     # every test of tests/gpu is marked gpu (a registered marker)
     # and skipped with the reason, so CPU CI stays green
-    res = _run(sys.executable, "-m", "pytest", "--strict-markers", "-m", "gpu", "-p", "no:cacheprovider", "-q", "-rs",
+    res = _run(sys.executable, "-m", "pytest", "-o", "addopts=-ra", "--strict-markers", "-m", "gpu", "-p", "no:cacheprovider", "-q", "-rs",
                "tests/gpu")  # fmt: skip
     assert res.returncode == 0, res.stdout[-3000:]
     skipped = re.search(r"(\d+) skipped", res.stdout)

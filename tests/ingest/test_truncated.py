@@ -48,10 +48,10 @@ def test_no_advice_from_a_trace_that_lost_its_kernels(which: str, request: pytes
     trace = kinetolens.load(request.getfixturevalue(which), cache=False)
     assert trace.kernels.height == 0 and trace.ops.height > 0 and trace.steps.height > 0
     info = summarize(trace)
-    assert info["recommendations"] == []
-    withheld = info["recommendations_withheld"]
+    assert info.recommendations == ()
+    withheld = info.recommendations_withheld
     assert withheld.startswith("the file is truncated") and "every GPU kernel (the file lists 4 GPUs)" in withheld
-    assert info["steps"]["damaged"] is True
+    assert info.steps.damaged is True
     md = render_md(report_data.collect(trace))
     assert f"No recommendations: {withheld}." in md and "Input loading" not in md
 
@@ -85,7 +85,7 @@ def test_terminal_summary_of_a_truncated_trace(cut_json: Path) -> None:
 def test_a_whole_trace_still_gets_advice() -> None:
     # the rule only silences damaged inputs.
     info = summarize(kinetolens.load(trace_path(RESNET)))
-    assert info["recommendations_withheld"] is None and info["recommendations"]
+    assert info.recommendations_withheld is None and info.recommendations
 
 
 def test_no_advice_when_many_events_were_malformed(tmp_path: Path) -> None:
@@ -100,6 +100,6 @@ def test_no_advice_when_many_events_were_malformed(tmp_path: Path) -> None:
     path = tmp_path / "half.json"
     path.write_text(json.dumps(doc))
     info = summarize(kinetolens.load(path, cache=False))
-    assert info["recommendations"] == []
-    assert info["recommendations_withheld"].startswith(f"{len(kernels[1::2])} events (")
-    assert "malformed and skipped" in info["recommendations_withheld"]
+    assert info.recommendations == ()
+    assert info.recommendations_withheld.startswith(f"{len(kernels[1::2])} events (")
+    assert "malformed and skipped" in info.recommendations_withheld

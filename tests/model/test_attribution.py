@@ -180,21 +180,21 @@ def test_kernels_attributed_to_ops(path) -> None:
 
 
 def _has_backward(attr: dict) -> bool:
-    return bool(attr["backward_time_us"]) and attr["backward_with_forward_op"] is not None
+    return bool(attr.backward_time_us) and attr.backward_with_forward_op is not None
 
 
 @pytest.mark.parametrize("path", [p for p in KINETO if _listed(p, NO_BACKWARD)], ids=_rel)
 def test_traces_listed_without_backward_kernels_have_none(path) -> None:
-    assert not _has_backward(summarize(kinetolens.load(path))["attribution"])
+    assert not _has_backward(summarize(kinetolens.load(path)).attribution)
 
 
 @pytest.mark.parametrize("path", [p for p in KINETO if not _listed(p, NO_BACKWARD)], ids=_rel)
 def test_backward_kernels_have_forward_op(path) -> None:
     trace = kinetolens.load(path)
-    attr = summarize(trace)["attribution"]
+    attr = summarize(trace).attribution
     assert _has_backward(attr), "no backward kernels: list it in NO_BACKWARD"
     if path.name not in FORWARD_NOT_RECORDED:
-        assert attr["backward_with_forward_op"] >= 0.95
+        assert attr.backward_with_forward_op >= 0.95
         return
     # Each unlinked node's sequence number is carried by no forward op of its
     # kind (a collision with another kind is no link).
@@ -220,7 +220,7 @@ def test_backward_kernels_have_forward_op(path) -> None:
         assert numbers, f"node {node} has no sequence number"
         candidates = {f for n in numbers for f in forward_names.get(n, ())}
         assert not any(fits(names[node], f) for f in candidates), f"node {node}: its forward op is in the file"
-    assert attr["backward_with_forward_op"] < 0.95, "now linked: drop the exemption"
+    assert attr.backward_with_forward_op < 0.95, "now linked: drop the exemption"
 
 
 def test_module_and_source_on_h100_bert() -> None:

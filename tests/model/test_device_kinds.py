@@ -43,7 +43,7 @@ def test_mtia_dma_requests_are_copies_and_event_waits_are_not_kernel_time() -> N
     for name, (n, us) in per_name.items():
         assert n == truth[name][0] and us == pytest.approx(truth[name][1])
     compute_us = sum(truth[k][1] for k in ("pe_exe", "merge", "remote"))
-    assert attribution(trace)["kernel_time_us"] == pytest.approx(compute_us)
+    assert attribution(trace).kernel_time_us == pytest.approx(compute_us)
     # A DMA request's ``size`` is its byte count, so it has a bandwidth.
     dma = launch.memory_bandwidth(trace)
     assert dma["name"].unique().to_list() == ["dma_request"]

@@ -228,13 +228,13 @@ def test_summary_measures_replayed_attribution(paired: kinetolens.Trace) -> None
     # and the share of it on its capture op and on a module; without the
     # capture trace none is on a capture op (the op it shows then is the
     # annotation around the launch, which is why `op` alone read 100%).
-    a = summarize(paired)["attribution"]
-    assert a["graph_replay_time_us"] == pytest.approx(149919.755)
-    assert a["graph_replay_with_capture_op"] == 1.0 and a["graph_replay_with_module"] == 1.0
-    bare = summarize(kinetolens.load(trace_path(REPLAY), capture=False, cache=False))["attribution"]
-    assert bare["op"] == 1.0 and bare["graph_replay_with_capture_op"] == 0.0
+    a = summarize(paired).attribution
+    assert a.graph_replay_time_us == pytest.approx(149919.755)
+    assert a.graph_replay_with_capture_op == 1.0 and a.graph_replay_with_module == 1.0
+    bare = summarize(kinetolens.load(trace_path(REPLAY), capture=False, cache=False)).attribution
+    assert bare.op == 1.0 and bare.graph_replay_with_capture_op == 0.0
     # The file's own events: the 508 ops copied from the capture are not counted.
-    assert summarize(paired)["events"]["ops"] == 642 and summarize(paired)["events"]["annotations"] == 1
+    assert summarize(paired).events.ops == 642 and summarize(paired).events.annotations == 1
 
 
 def test_a_replay_under_no_op_is_named_by_its_graph(tmp_path: Path) -> None:

@@ -19,5 +19,5 @@ def test_op_of_recorded_launches_counts_only_kernels_whose_launch_is_in_the_file
     assert unrecorded.height > 0
     recorded = kernels.filter(pl.col("launch_id").is_not_null())
     expected = recorded.filter(pl.col("op_id").is_not_null())["dur"].sum() / recorded["dur"].sum()
-    assert attribution(trace)["op_of_recorded_launches"] == pytest.approx(expected)
+    assert attribution(trace).op_of_recorded_launches == pytest.approx(expected)
     assert expected == pytest.approx(1.0)

@@ -48,15 +48,15 @@ def test_cut_last_step_is_detected_with_its_evidence(cut_trace: Path) -> None:
 
 def test_cut_step_is_shown_but_left_out_of_the_means(cut_trace: Path) -> None:
     trace = kinetolens.load(cut_trace, cache=False)
-    block = summarize(trace)["steps"]
+    block = summarize(trace).steps
     last = int(trace.steps["step"][-1])
-    assert block["count"] == 5 and block["incomplete"] == [last]
-    rows = block["breakdown_us"]
-    assert [r["complete"] for r in rows] == [True, True, True, True, False]
-    whole = [r["total"] for r in rows if r["complete"]]
-    assert block["mean_us"] == pytest.approx(sum(whole) / len(whole))
-    assert block["average_us"]["total"] == pytest.approx(block["mean_us"])
-    assert "left out of the means" in block["incomplete_note"]
+    assert block.count == 5 and block.incomplete == (last,)
+    rows = block.breakdown_us
+    assert [r.complete for r in rows] == [True, True, True, True, False]
+    whole = [r.total for r in rows if r.complete]
+    assert block.mean_us == pytest.approx(sum(whole) / len(whole))
+    assert block.average_us.total == pytest.approx(block.mean_us)
+    assert "left out of the means" in block.incomplete_note
     out = subprocess.run(
         [sys.executable, "-m", "kinetolens.cli.main", "summary", str(cut_trace), "--no-cache"],
         capture_output=True, text=True, env={**_env(), "COLUMNS": "120"}, check=True,
@@ -93,8 +93,8 @@ def test_whole_last_steps_are_kept(rel: str) -> None:
     trace = kinetolens.load(trace_path(rel))
     assert trace.steps["complete"].all()
     assert without_incomplete_steps(trace) is trace
-    block = summarize(trace)["steps"]
-    assert block["incomplete"] == [] and block["incomplete_note"] is None
+    block = summarize(trace).steps
+    assert block.incomplete == () and block.incomplete_note is None
 
 
 def test_idle_keeps_a_whole_last_step() -> None:
@@ -120,8 +120,8 @@ def test_advice_and_diff_judge_whole_steps_only(cut_trace: Path) -> None:
     trace = kinetolens.load(cut_trace, cache=False)
     whole = without_incomplete_steps(trace)
     assert [f.to_dict() for f in recommendations(trace)] == [f.to_dict() for f in recommendations(whole)]
-    assert summarize(trace)["recommendations"] == [f.to_dict() for f in recommendations(whole)]
-    mean_us = summarize(trace)["steps"]["mean_us"]
+    assert summarize(trace).recommendations == tuple(recommendations(whole))
+    mean_us = summarize(trace).steps.mean_us
     info = compare(trace, trace).summary
     assert info["baseline"]["mean_step_us"] == pytest.approx(mean_us)
     assert info["baseline"]["steps"] == [4]

@@ -16,8 +16,8 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 #: Modules every layer may use: facts as data (registry), the error types,
-#: the names kinetolens writes into files, and the package's lazy front door.
-FOUNDATION = {"registry", "errors", "formats", "user_code", "_allocator", ""}
+#: the names kinetolens writes into files, the one JSON encoder, and the package's lazy front door.
+FOUNDATION = {"registry", "errors", "formats", "json_codec", "user_code", "_allocator", ""}
 #: The layers, lowest first: a module may import its own layer, a lower one
 #: and the foundation, never a higher layer.
 LAYERS = ["capture", "ingest", "model", "load", "analysis", "runs", "views", "cli"]
@@ -28,7 +28,7 @@ CAPTURE_USERS = {"capture", "cli"}
 #: Within analysis/, each folder (or top-level module) may use those listed before it.
 ANALYSIS_ORDER = [
     "session", "gputime", "workload", "memory", "hardware", "inference", "trace_kind", "finding", "ranks", "paths",
-    "advice", "diff", "summary", "invariants",
+    "advice", "diff", "summary_types", "summary", "invariants",
 ]  # fmt: skip
 
 

@@ -32,7 +32,7 @@ def _pytest(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "KINETOLENS_REQUIRE_CORPUS"}
     env["PYTHONPATH"] = str(repo / "src")
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        [sys.executable, "-m", "pytest", "-o", "addopts=-ra", "-p", "no:cacheprovider", *args],
         cwd=repo, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
 

@@ -17,19 +17,31 @@ import polars as pl
 
 from kinetolens import __version__
 from kinetolens.analysis.advice.recommendations import RuleContext, damaged_inputs, left_out, recommendations
-from kinetolens.analysis.gputime.overview import COLUMNS, average_breakdown, complete_rows, step_breakdown
+from kinetolens.analysis.gputime.overview import average_breakdown, complete_rows, step_breakdown
+from kinetolens.analysis.gputime.step_times import StepRow, StepTimes
 from kinetolens.analysis.hardware.gpu_metrics import gpu_metrics
 from kinetolens.analysis.inference.phases import inference_block
 from kinetolens.analysis.memory.usage import BASIS_NOTES, peak_memory
 from kinetolens.analysis.session import warnings_of, whole_steps
+from kinetolens.analysis.summary_types import (
+    SCHEMA_VERSION,
+    Attribution,
+    Device,
+    Events,
+    GpuUse,
+    LoadWarning,
+    PeakMemory,
+    RunDevice,
+    Steps,
+    Summary,
+    UnrecordedLaunches,
+    rows_of,
+)
 from kinetolens.analysis.trace_kind import trace_kind
 from kinetolens.formats import RUN_METADATA_KEY
 from kinetolens.model.frames import FUNCTION_ONLY_PREFIX
 from kinetolens.model.devices import device_name
 from kinetolens.model.trace import Trace
-
-SCHEMA_VERSION = 2
-
 
 def _fraction(frame: pl.DataFrame, condition: pl.Expr) -> float | None:
     total = frame["dur"].sum() if frame.height else 0
@@ -38,14 +50,14 @@ def _fraction(frame: pl.DataFrame, condition: pl.Expr) -> float | None:
     return float(frame.filter(condition)["dur"].sum()) / float(total)
 
 
-def attribution(trace: Trace) -> dict[str, Any]:
+def attribution(trace: Trace) -> Attribution:
     kernels = trace.kernels.filter(pl.col("kind") == "kernel")
     backward = kernels.filter(pl.col("direction") == "bprop")
     # AccumulateGrad (and the DDP gradient hooks that run inside it) adds
     # gradients into leaf parameters: no forward op exists to link to.
     differentiating = backward.filter(~pl.col("grad_fn").fill_null("").str.contains("AccumulateGrad"))
     gpu = trace.kernels
-    return {
+    return Attribution(**{
         "kernel_time_us": float(kernels["dur"].sum()) / 1000.0 if kernels.height else 0.0,
         "op": _fraction(kernels, pl.col("op_id").is_not_null()),
         "module": _fraction(kernels, pl.col("module").is_not_null()),
@@ -63,7 +75,7 @@ def attribution(trace: Trace) -> dict[str, Any]:
         "backward_with_forward_op": _fraction(differentiating, pl.col("fwd_op_id").is_not_null()),
         "gpu_activity_with_op": _fraction(gpu, pl.col("op_id").is_not_null()),
         **_graph_replay(trace, kernels),
-    }
+    })
 
 
 def _recorded(ops: pl.DataFrame) -> pl.DataFrame:
@@ -84,7 +96,7 @@ def _graph_replay(trace: Trace, kernels: pl.DataFrame) -> dict[str, Any]:
     }
 
 
-def unrecorded_launches(trace: Trace) -> dict[str, Any]:
+def unrecorded_launches(trace: Trace) -> UnrecordedLaunches:
     """Kernel time whose launch the trace does not hold, and what that means.
 
     Such kernels were launched before the profiler started (or CUPTI dropped
@@ -110,7 +122,7 @@ def unrecorded_launches(trace: Trace) -> dict[str, Any]:
         else:
             known = "no op is known"
         note = f"{share:.1%} of kernel time: launched before profiling began ({where}); {known}"
-    return {"share": share, "in_steps_share": in_steps, "named_share": named, "note": note}
+    return UnrecordedLaunches(share=share, in_steps_share=in_steps, named_share=named, note=note)
 
 
 def _us(ns: float) -> float:
@@ -126,7 +138,7 @@ def incomplete_note(steps: pl.DataFrame) -> str | None:
     return f"step {row['step']} was cut short when profiling stopped ({row['cut_reason']}): left out of the means"
 
 
-def steps_block(trace: Trace, table: pl.DataFrame | None = None) -> dict[str, Any]:
+def steps_block(trace: Trace, table: pl.DataFrame | None = None) -> Steps:
     """Steps with their time breakdown in microseconds.
 
     A step's time is its window (:mod:`kinetolens.model.steps`), the same in
@@ -139,33 +151,31 @@ def steps_block(trace: Trace, table: pl.DataFrame | None = None) -> dict[str, An
     table = step_breakdown(trace) if table is None else table
     real = table.filter(pl.col("step").is_not_null())
     whole = complete_rows(real)
-    rows = [
-        {"step": row["step"], **{c: _us(row[c]) for c in COLUMNS}, "complete": bool(row.get("complete", True))}
+    rows = tuple(
+        StepRow(**vars(StepTimes.from_ns(row)), step=row["step"], complete=bool(row.get("complete", True)))
         for row in table.iter_rows(named=True)
-    ]
-    return {
-        "count": real.height,
-        "ids": [int(s) for s in real["step"].to_list()],
-        "incomplete": [int(s) for s in real.filter(~pl.col("step").is_in(whole["step"].implode()))["step"].to_list()],
-        "mean_us": _us(whole["total"].mean()) if whole.height else None,  # type: ignore[arg-type]
-        "incomplete_note": incomplete_note(trace.steps),
-        "damaged": damaged_inputs(trace) is not None,
-        "breakdown_us": rows,
-        "average_us": {c: v / 1000.0 for c, v in average_breakdown(table).items()} if table.height else None,
-    }
+    )
+    return Steps(
+        count=real.height,
+        ids=tuple(int(s) for s in real["step"].to_list()),
+        incomplete=tuple(int(s) for s in real.filter(~pl.col("step").is_in(whole["step"].implode()))["step"].to_list()),
+        mean_us=_us(whole["total"].mean()) if whole.height else None,  # type: ignore[arg-type]
+        incomplete_note=incomplete_note(trace.steps),
+        damaged=damaged_inputs(trace) is not None,
+        breakdown_us=rows,
+        average_us=StepTimes.from_ns(average_breakdown(table)) if table.height else None,
+    )
 
 
-def memory_block(trace: Trace) -> list[dict[str, Any]]:
+def memory_block(trace: Trace) -> tuple[PeakMemory, ...]:
     """Peak memory per device (:func:`memory.peak_memory`, the memory view's
     numbers) with what each peak covers, in words."""
-    return [
-        {**row, "note": BASIS_NOTES[row["basis"]]}
-        for row in peak_memory(trace).drop("device_type").to_dicts()
-    ]
+    rows = peak_memory(trace).drop("device_type").to_dicts()
+    return rows_of(PeakMemory, [{**row, "note": BASIS_NOTES[row["basis"]]} for row in rows])
 
 
-def gpu_block(trace: Trace, table: pl.DataFrame | None = None) -> list[dict[str, Any]]:
-    return (gpu_metrics(trace) if table is None else table).to_dicts()
+def gpu_block(trace: Trace, table: pl.DataFrame | None = None) -> tuple[GpuUse, ...]:
+    return rows_of(GpuUse, (gpu_metrics(trace) if table is None else table).to_dicts())
 
 
 def run_identity(trace: Trace) -> dict[str, Any]:
@@ -187,66 +197,66 @@ def run_identity(trace: Trace) -> dict[str, Any]:
     return {
         "rank": trace.rank if trace.rank is not None else whole(run.get("rank")),
         "world_size": trace.world_size if trace.world_size is not None else whole(run.get("world_size")),
-        "device": {"type": device.get("type"), "name": device.get("name")} if isinstance(device, dict) else None,
+        "device": RunDevice(type=device.get("type"), name=device.get("name")) if isinstance(device, dict) else None,
     }
 
 
-def summarize(trace: Trace) -> dict[str, Any]:
-    """Stable, documented JSON for ``kinetolens summary --json``."""
+def summarize(trace: Trace) -> Summary:
+    """What ``kinetolens summary`` shows (``--json``: docs/summary-json.md)."""
     # The base results (breakdown, utilization, findings) come from the
     # trace's analysis session: computed once for the blocks and the rules.
     mine = RuleContext(trace)
     kinds = trace.kernels.group_by("kind").len() if trace.kernels.height else None
     counts = {str(k): int(v) for k, v in kinds.iter_rows()} if kinds is not None else {}
-    devices = [
-        {
-            "id": d.get("id"),
-            "name": device_name(d),
-            "memory_bytes": d.get("totalGlobalMem"),
-            "sms": d.get("numSms"),
-            "compute_capability": (
+    devices = tuple(
+        Device(
+            id=d.get("id"),
+            name=device_name(d),
+            memory_bytes=d.get("totalGlobalMem"),
+            sms=d.get("numSms"),
+            compute_capability=(
                 f"{d['computeMajor']}.{d['computeMinor']}" if "computeMajor" in d and "computeMinor" in d else None
             ),
-        }
+        )
         for d in trace.devices
-    ]
-    used = sorted({int(x) for x in trace.kernels["device"].drop_nulls().unique().to_list()}) if trace.kernels.height else []
+    )
+    used = tuple(sorted({int(x) for x in trace.kernels["device"].drop_nulls().unique().to_list()})) if trace.kernels.height else ()
     span_parts = [t for t in (trace.ops, trace.kernels, trace.runtime) if t.height]
     span_us = 0.0
     if span_parts:
         start = min(int(t["ts"].min()) for t in span_parts)  # type: ignore[arg-type]
         end = max(int((t["ts"] + t["dur"]).max()) for t in span_parts)  # type: ignore[arg-type]
         span_us = (end - start) / 1000.0
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "kinetolens_version": __version__,
-        "trace": trace.path,
-        "format": trace.format,
-        "kind": trace_kind(whole_steps(trace)).to_dict(),
+    return Summary(
+        schema_version=SCHEMA_VERSION,
+        kinetolens_version=__version__,
+        trace=trace.path,
+        format=trace.format,
+        kind=trace_kind(whole_steps(trace)),
         **run_identity(trace),
-        "devices": devices,
-        "devices_used": used,
-        "span_us": span_us,
-        "steps": steps_block(trace, mine.breakdown),
+        devices=devices,
+        devices_used=used,
+        span_us=span_us,
+        steps=steps_block(trace, mine.breakdown),
         # An inference trace's engine iterations and phases (docs/inference.md).
-        "inference": inference_block(trace),
-        "gpu": gpu_block(trace, mine.gpu_metrics),
-        "events": {
+        inference=inference_block(trace),
+        gpu=gpu_block(trace, mine.gpu_metrics),
+        events=Events(
             # the file's own: ops copied from a graph capture trace are not its events
-            "ops": int(_recorded(trace.ops).filter(pl.col("kind") == "op").height),
-            "annotations": int(_recorded(trace.ops).filter(pl.col("kind") == "annotation").height),
-            "runtime": trace.runtime.height,
-            "python": trace.python.height,
-            "kernels": counts.get("kernel", 0),
-            "memcpy": counts.get("memcpy", 0),
-            "memset": counts.get("memset", 0),
-            "memory": trace.memory.height,
-        },
-        "memory": memory_block(trace),
-        "attribution": attribution(trace),
-        "unrecorded_launches": unrecorded_launches(trace),
-        "recommendations": [f.to_dict() for f in recommendations(trace)],
-        "recommendations_withheld": damaged_inputs(trace),
-        "recommendations_left_out": left_out(trace),
-        "warnings": [{"kind": w.kind, "count": w.count, "detail": w.detail} for w in warnings_of(trace)],
-    }
+            ops=int(_recorded(trace.ops).filter(pl.col("kind") == "op").height),
+            annotations=int(_recorded(trace.ops).filter(pl.col("kind") == "annotation").height),
+            runtime=trace.runtime.height,
+            python=trace.python.height,
+            kernels=counts.get("kernel", 0),
+            memcpy=counts.get("memcpy", 0),
+            memset=counts.get("memset", 0),
+            memory=trace.memory.height,
+        ),
+        memory=memory_block(trace),
+        attribution=attribution(trace),
+        unrecorded_launches=unrecorded_launches(trace),
+        recommendations=tuple(recommendations(trace)),
+        recommendations_withheld=damaged_inputs(trace),
+        recommendations_left_out=left_out(trace),
+        warnings=tuple(LoadWarning(kind=w.kind, count=w.count, detail=w.detail) for w in warnings_of(trace)),
+    )

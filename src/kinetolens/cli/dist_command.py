@@ -64,7 +64,12 @@ def dist_command(
     )  # fmt: skip
     for name, frame in report.tables().items():
         if frame.height:
-            print_table(_table(name, frame), title=TITLES[name], headers=HEADERS, out=console)
+            shown, caption = _table(name, frame), None
+            if name == "dimensions" and "basis" in shown.columns:
+                # each dimension's evidence in words under the table: a cut column would not read
+                caption = "\n".join(f"{r['dimension']} {r['group']}: {r['basis']}" for r in shown.iter_rows(named=True))
+                shown = shown.drop("basis")
+            print_table(shown, title=TITLES[name], caption=caption, headers=HEADERS, out=console)
     for f in report.findings:
         console.print(Text(f"straggler: {f.title}", style="bold"))
         console.print(Padding(Text(f.evidence), (0, 0, 0, 2), expand=False))

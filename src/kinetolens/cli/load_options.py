@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from kinetolens.model.trace import Trace
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 #: ``--capture PATH``: the graph capture trace a replay trace's kernels pair with.
 capture_option = click.option(
@@ -48,12 +49,12 @@ class TraceLoading:
 
         return load(path, capture=self.capture, cache=self.cache)
 
-    def derived(self, path: str, name: str, compute: Callable[[Trace], Any]) -> Any:
+    def derived(self, path: str, name: str, compute: Callable[[Trace], T], into: type[T]) -> T:
         """``compute(self.load(path))``, kept with the trace's cache entry as
         ``name`` so that the next run reads it instead (``kinetolens.loader.load_derived``)."""
         from kinetolens.loader import load_derived
 
-        return load_derived(path, name, compute, capture=self.capture, cache=self.cache)
+        return load_derived(path, name, compute, into, capture=self.capture, cache=self.cache)
 
 
 def trace_load_options(*, capture: bool = False) -> Callable[[F], F]:

@@ -31,7 +31,7 @@ class Entry(NamedTuple):
 #: command list shows (cut to the terminal's width), the gist of its help.
 COMMANDS: dict[str, Entry] = {
     "summary": Entry(
-        "kinetolens.cli.analysis_commands", "summary_command", "What TRACE is, and how well its kernels are attributed."
+        "kinetolens.cli.summary_command", "summary_command", "What TRACE is, and how well its kernels are attributed."
     ),
     "kernels": Entry(
         "kinetolens.cli.analysis_commands",

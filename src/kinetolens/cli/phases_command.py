@@ -9,6 +9,7 @@ docs/inference.md).
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -18,7 +19,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from kinetolens import json_codec
+from kinetolens.analysis.gputime.step_times import StepTimes
+from kinetolens.analysis.inference.block import InferenceBlock, Iteration
 from kinetolens.analysis.inference.phases import (
+    COMPONENT_SOURCE,
     inference_block,
     iterations,
     phase_tables,
@@ -39,14 +44,14 @@ from kinetolens.model.vocabulary import CATEGORY_HEADERS
 SUMMARY_ROWS = 12
 
 
-def _categories(rows: list[dict[str, Any]], key: str) -> list[str]:
-    """The breakdown categories busy in some row (those at 0 everywhere are left out)."""
-    return [c for c in (*CATEGORIES, OTHER) if any(r[key][c] for r in rows)]
+def _categories(rows: Sequence[Iteration]) -> list[str]:
+    """The breakdown categories busy in some iteration (those at 0 everywhere are left out)."""
+    return [c for c in (*CATEGORIES, OTHER) if any(r.breakdown_us.part(c) for r in rows)]
 
 
-def _share_cells(part: dict[str, float], cats: list[str]) -> list[str]:
-    total = part["total"]
-    return [f"{100.0 * part[c] / total:.1f}" if total else "-" for c in cats]
+def _share_cells(part: StepTimes, cats: list[str]) -> list[str]:
+    total = part.total
+    return [f"{100.0 * part.part(c) / total:.1f}" if total else "-" for c in cats]
 
 
 def _table(title: str, heads: list[str]) -> Table:
@@ -56,35 +61,42 @@ def _table(title: str, heads: list[str]) -> Table:
     return table
 
 
-def _left_out(rows: list[dict[str, Any]], key: str, cats: list[str], what: str) -> str | None:
+def _left_out(rows: Sequence[Iteration], cats: list[str], what: str) -> str | None:
     zero = [CATEGORY_HEADERS[c] for c in (*CATEGORIES, OTHER) if c not in cats]
     return f"0 in every {what}, left out: {', '.join(zero)}" if zero and rows else None
 
 
-def _how(rows: list[dict[str, Any]]) -> list[str]:
-    """How each phase was labelled: the first iteration of each phase, its basis in words."""
-    seen: dict[str, dict[str, Any]] = {}
+def _how(rows: Sequence[Iteration]) -> list[str]:
+    """How each phase was labelled: the first iteration of each phase, its
+    basis in words (one line when every phase was labelled the same way)."""
+    seen: dict[str, Iteration] = {}
     for r in rows:
-        seen.setdefault(r["phase"], r)
-    return [f"{p} (iteration {r['iteration']}): {r['basis']}" for p, r in seen.items()]
+        seen.setdefault(r.phase, r)
+    if len(seen) > 1 and len({r.basis for r in seen.values()}) == 1:
+        return [f"{', '.join(seen)}: {rows[0].basis}"]
+    return [f"{p} (iteration {r.iteration}): {r.basis}" for p, r in seen.items()]
 
 
-def print_inference(console: Console, block: dict[str, Any], *, limit: int | None = SUMMARY_ROWS) -> None:
+def print_inference(console: Console, block: InferenceBlock, *, limit: int | None = SUMMARY_ROWS) -> None:
     """The iterations table (the first ``limit`` rows) with each one's
     breakdown as % of its time, how each phase was labelled, and the
     per-phase table (breakdown of the mean iteration)."""
-    rows = block["iterations"]
+    rows = block.iterations
     if not rows:
         return
     shown = rows if limit is None else rows[:limit]
-    cats = _categories(rows, "breakdown_us")
-    unit, scale = units.time_unit(max(r["dur_us"] for r in rows))
-    table = _table("Engine iterations (% of each iteration)", ["it", "phase", unit, "tokens", "tok/s", *(CATEGORY_HEADERS[c] for c in cats)])
+    cats = _categories(rows)
+    unit, scale = units.time_unit(max(r.dur_us for r in rows))
+    # tokens only where some iteration counts them (a diffusion pipeline's do not)
+    tokens = any(r.tokens is not None for r in rows)
+    counts = ["tokens", "tok/s"] if tokens else []
+    title = "Model forwards" if rows[0].source == COMPONENT_SOURCE else "Engine iterations"
+    table = _table(f"{title} (% of each iteration)", ["it", "phase", unit, *counts, *(CATEGORY_HEADERS[c] for c in cats)])
     for r in shown:
-        table.add_row(str(r["iteration"]), r["phase"], units.in_unit(r["dur_us"], scale), units.count(r["tokens"]),
-                      token_rate(r["tokens_per_s"]), *_share_cells(r["breakdown_us"], cats))  # fmt: skip
+        rates = [units.count(r.tokens), token_rate(r.tokens_per_s)] if tokens else []
+        table.add_row(str(r.iteration), r.phase, units.in_unit(r.dur_us, scale), *rates, *_share_cells(r.breakdown_us, cats))
     notes = [] if len(shown) == len(rows) else [f"{len(shown)} of {counted(len(rows), 'iteration')} shown: kinetolens phases lists them all"]
-    notes += [n for n in (_left_out(rows, "breakdown_us", cats, "iteration"),) if n]
+    notes += [n for n in (_left_out(rows, cats, "iteration"),) if n]
     table.caption = "\n".join(notes) or None
     print_captioned(console, table)
     console.line()
@@ -93,16 +105,17 @@ def print_inference(console: Console, block: dict[str, Any], *, limit: int | Non
     for line in _how(rows):
         console.print(Text(textwrap.fill(line, width, initial_indent="  ", subsequent_indent="    ")))
     console.line()
-    phases = block["phases"]
-    unit, scale = units.time_unit(max(p["mean_us"] for p in phases))
-    table = _table("Phases (% of the mean iteration)", ["phase", "iters", f"mean {unit}", "tokens", "tok/s",
+    phases = block.phases
+    unit, scale = units.time_unit(max(p.mean_us for p in phases))
+    table = _table("Phases (% of the mean iteration)", ["phase", "iters", f"mean {unit}", *counts,
                                                         *(CATEGORY_HEADERS[c] for c in cats)])  # fmt: skip
     table.columns[0].justify = "left"
     table.columns[1].justify = "right"
     for p in phases:
-        table.add_row(p["phase"], units.count(p["iterations"]), units.in_unit(p["mean_us"], scale),
-                      units.count(p["tokens"]), token_rate(p["tokens_per_s"]), *_share_cells(p["average_us"], cats))  # fmt: skip
-    table.caption = "tok/s: tokens over the iterations' time (host range to the end of their GPU work)"
+        rates = [units.count(p.tokens), token_rate(p.tokens_per_s)] if tokens else []
+        table.add_row(p.phase, units.count(p.iterations), units.in_unit(p.mean_us, scale), *rates, *_share_cells(p.average_us, cats))
+    if tokens:
+        table.caption = "tok/s: tokens over the iterations' time (host range to the end of their GPU work)"
     print_captioned(console, table)
     console.line()
 
@@ -127,7 +140,7 @@ def phases_command(trace: str, json_: bool, top: int, width: int | None, loading
     and ops of each phase (docs/inference.md)."""
     t = loading.load(trace)
     block = inference_block(t)
-    its = iterations(t) if block["iterations"] else None
+    its = iterations(t) if block.iterations else None
     kernels = phase_tables(t, its, by="kernel") if its is not None else pl.DataFrame()
     ops = phase_tables(t, its, by="op") if its is not None else pl.DataFrame()
     basis = rank_basis(t)
@@ -141,21 +154,21 @@ def phases_command(trace: str, json_: bool, top: int, width: int | None, loading
 
         kcols = ["name", "calls", "device_total_us", "step_share_pct", "tflops_s", "gbps"]
         ocols = ["name", "calls", basis, "device_total_us", "host_total_us", "step_share_pct"]
-        emit_json({**block, "kernels": per_phase(kernels, kcols), "ops": per_phase(ops, list(dict.fromkeys(ocols)))})
+        emit_json({**json_codec.to_builtins(block), "kernels": per_phase(kernels, kcols), "ops": per_phase(ops, list(dict.fromkeys(ocols)))})
         return
     console = render_console(width)
-    if not block["detected"]:
-        why = block["against"] or "no engine iteration annotation, decode step, KV-cache op or graph replay found"
+    if not block.detected:
+        why = block.against or "no engine iteration annotation, decode step, KV-cache op or graph replay found"
         console.print(Text(f"{trace}: not an inference trace ({why}); kinetolens summary shows its steps."))
         return
     print_heading(console, f"kinetolens phases: {trace}")
-    console.print(Text("inference: " + ", ".join(block["evidence"])))
+    console.print(Text("inference: " + ", ".join(block.evidence)))
     console.line()
-    if not block["iterations"]:
+    if not block.iterations:
         console.print(Text("No engine iterations found: no engine annotation, and no decode step from shapes."))
         return
     print_inference(console, block, limit=None)
-    for phase in dict.fromkeys(r["phase"] for r in block["iterations"]):
+    for phase in dict.fromkeys(r.phase for r in block.iterations):
         if kernels.height:
             print_table(_top(kernels, phase, "kernel", "device_total_us", top), title=f"Top kernels in {phase} (% of {phase} time)",
                         headers={"pct": "% time"}, out=console)  # fmt: skip

@@ -24,13 +24,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
 import polars as pl
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from kinetolens import json_codec
 from kinetolens.views import units
 
 #: Console width standing for "no limit" (output to a pipe or a file).
@@ -420,7 +420,7 @@ def emit(
     elif fmt == "tsv":
         sys.stdout.write(units.clock_round(frame).write_csv(separator="\t"))
     elif fmt == "json":
-        sys.stdout.write(msgspec.json.encode(units.clock_round(frame).to_dicts()).decode() + "\n")
+        sys.stdout.write(json_codec.encode(units.clock_round(frame)).decode() + "\n")
     else:
         print_table(frame, title=title, caption=caption, width=width, headers=headers)
 
@@ -435,4 +435,4 @@ def pick_columns(available: Sequence[str], by_width: Sequence[tuple[int, Sequenc
 
 
 def emit_json(payload: Any) -> None:
-    sys.stdout.write(msgspec.json.format(msgspec.json.encode(payload), indent=2).decode() + "\n")
+    sys.stdout.write(json_codec.encode(payload, indent=2).decode() + "\n")

@@ -134,7 +134,7 @@ def _caveat_lines(ops: pl.DataFrame) -> list[str]:
 
 def _why_empty(t: Trace, ops: pl.DataFrame) -> str:
     """Why no op has a roofline, in the report's words."""
-    kind = trace_kind(t).to_dict()
+    kind = trace_kind(t)
     if t.ops.height == 0:
         return empty_reasons.no_ops(kind, nsys=t.format.startswith("nsys"))
     if ops.filter(pl.col("flops") > 0).height == 0:

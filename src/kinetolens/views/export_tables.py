@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import msgspec
 import polars as pl
 
+from kinetolens import json_codec
 from kinetolens.analysis.session import warnings_of
 from kinetolens.errors import TraceError
 from kinetolens.registry.table_formats import FORMATS
@@ -43,7 +43,7 @@ def write_tables(trace: Trace, out_dir: str | Path, fmt: str = "parquet") -> dic
             elif fmt == "csv":
                 _plain(frame).write_csv(path)
             else:
-                path.write_bytes(msgspec.json.encode(_plain(frame).to_dicts()))
+                path.write_bytes(json_codec.encode(_plain(frame)))
             written[name] = path
         meta = {
             "source": trace.path,
@@ -52,7 +52,7 @@ def write_tables(trace: Trace, out_dir: str | Path, fmt: str = "parquet") -> dic
             "warnings": [{"kind": w.kind, "count": w.count, "detail": w.detail} for w in warnings_of(trace)],
             "rows": {name: getattr(trace, name).height for name in TABLES},
         }
-        (out / METADATA_FILE).write_bytes(msgspec.json.format(msgspec.json.encode(meta), indent=2))
+        (out / METADATA_FILE).write_bytes(json_codec.encode(meta, indent=2))
     except OSError as exc:
         raise TraceError(out, f"cannot write tables ({exc.strerror or exc})") from None
     return written

@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import polars as pl
 
+from kinetolens import json_codec
 from kinetolens.analysis.gputime.gpu_streams import union_intervals
 from kinetolens.analysis.hardware.kernels import kernel_table
 from kinetolens.analysis.memory.usage import memory_curve, memory_events
@@ -217,7 +217,7 @@ def write_chrome_trace(trace: Trace, path: str | Path, extra_events: Sequence[di
     (gzip when ``path`` ends in ``.gz``); returns the event count."""
     doc = chrome_trace(trace)
     doc["traceEvents"] += extra_events
-    payload = msgspec.json.encode(doc)
+    payload = json_codec.encode(doc)
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)  # as the table exports do
         if str(path).endswith(".gz"):

@@ -26,6 +26,7 @@ from kinetolens.analysis.gputime.overview import step_breakdown
 from kinetolens.analysis.finding import Finding
 from kinetolens.analysis.hardware.roofline import op_roofline, roofline_by
 from kinetolens.analysis.summary import summarize
+from kinetolens.analysis.summary_types import Summary
 from kinetolens.errors import TraceError
 from kinetolens.logdir import one_run
 from kinetolens.analysis.session import whole_steps
@@ -87,7 +88,7 @@ class ReportData:
     trace: Trace
     title: str
     note: str | None
-    summary: dict[str, Any]
+    summary: Summary
     findings: list[Finding]
     basis: str
     breakdown: pl.DataFrame
@@ -140,8 +141,8 @@ class ReportData:
         """Every chart, those without data included (drawn once, then kept)."""
         if "figures" in self.extra:
             return dict(self.extra["figures"])
-        inference = self.summary.get("inference") or {}
-        if inference.get("iterations"):  # an inference trace: its iterations instead of steps
+        inference = self.summary.inference
+        if inference.iterations:  # an inference trace: its iterations instead of steps
             steps = iteration_figure(inference)
         else:
             steps = figures.step_breakdown_figure(self.breakdown)
@@ -217,22 +218,22 @@ def left_out(data: ReportData) -> dict[str, str]:
     summary) words the reason: a CPU-only trace has no kernels at all,
     a GPU trace may just have recorded none.
     """
-    kind = data.summary["kind"]
+    kind = data.summary.kind
     why: dict[str, str] = {}
     if data.ops.height == 0:
         why["ops"] = empty_reasons.NO_OPS
-    if not kind["gpu"] or data.kernel_names.height == 0:
+    if not kind.gpu or data.kernel_names.height == 0:
         why["kernels"] = why["idle"] = empty_reasons.no_kernels(kind)
     if data.roofline_modules is None and data.roofline_note:
         why["roofline"] = why["kernels"] if "kernels" in why else data.roofline_note
     elif data.roofline_ops is not None and data.roofline_ops.filter(pl.col("flops") > 0).height == 0:
         why["roofline"] = empty_reasons.no_flops(kind)
-    if not kind["modules"]:
+    if not kind.modules:
         why["modules"] = empty_reasons.no_modules(kind)
     if data.sources.height == 0 or data.sources[data.sources.columns[0]].null_count() == data.sources.height:
         why["sources"] = empty_reasons.no_sources(kind)
     if data.memory.height == 0 and data.memory_peaks.height == 0:
-        why["memory"] = f"the trace has no memory events ({how_to_record_memory(data.trace.format, kind['pytorch'])})"
+        why["memory"] = f"the trace has no memory events ({how_to_record_memory(data.trace.format, kind.pytorch)})"
     return {name: f"{SECTION_TITLES[name]} left out: {reason}." for name, reason in why.items()}
 
 
@@ -275,7 +276,7 @@ def collect(
         title=title or Path(trace.path).name,
         note=note,
         summary=summary,
-        findings=[Finding(**f) for f in summary["recommendations"]],
+        findings=list(summary.recommendations),
         basis=basis,
         breakdown=step_breakdown(trace),
         ops=op_stats(trace).sort(ranked, descending=True, nulls_last=True),
@@ -293,7 +294,7 @@ def collect(
         roofline_modules=roof_modules,
         roofline_note=roof_note,
         cross_rank=cross_rank(ranks, graphs) if ranks and len(ranks) > 1 else None,
-        phases=per_phase_tables(trace) if summary["inference"]["iterations"] else {},
+        phases=per_phase_tables(trace) if summary.inference.iterations else {},
         critical_path=critical_path_section(trace),
     )
     data.omitted = left_out(data)

@@ -74,38 +74,38 @@ def _pct(v: float | None) -> str | None:
 def overview_frame(data: ReportData) -> pl.DataFrame:
     """``what, value`` rows: the summary's headline numbers as text."""
     s = data.summary
-    steps = s["steps"]
+    steps = s.steps
     rows: list[tuple[str, str | None]] = [("trace", data.trace.path)]
-    phases = inference_rows(s)  # an inference trace: its iterations instead of steps
-    if not s["inference"]["iterations"]:
+    phases = inference_rows(s.inference)  # an inference trace: its iterations instead of steps
+    if not s.inference.iterations:
         rows += [
-            ("steps profiled", f"{steps['count']} ({', '.join(map(str, steps['ids'][:10]))}{' ...' if steps['count'] > 10 else ''})"),
-            ("mean step time", None if steps["mean_us"] is None else f"{steps['mean_us'] / 1000:.3f} ms"),
-            ("step cut short", steps.get("incomplete_note")),
+            ("steps profiled", f"{steps.count} ({', '.join(map(str, steps.ids[:10]))}{' ...' if steps.count > 10 else ''})"),
+            ("mean step time", None if steps.mean_us is None else f"{steps.mean_us / 1000:.3f} ms"),
+            ("step cut short", steps.incomplete_note),
         ]
     rows += phases
     rows += [
-        ("trace span", f"{s['span_us'] / 1000:.3f} ms"),
-        ("rank / world size", f"{s['rank']} / {s['world_size']}" if s["rank"] is not None else None),
+        ("trace span", f"{s.span_us / 1000:.3f} ms"),
+        ("rank / world size", f"{s.rank} / {s.world_size}" if s.rank is not None else None),
         ("ops ranked by", units.basis_words(data.basis)),
     ]
-    for d in s["devices"]:
-        rows.append((f"GPU {d['id']}", f"{d['name']} (cc {d['compute_capability']}, {d['sms']} SMs)"))
-    for g in s["gpu"]:
-        dev = g.get("device")
-        rows.append((f"GPU {dev} utilization", _pct(g.get("utilization"))))
-        rows.append((f"GPU {dev} SM efficiency", _pct(g.get("sm_efficiency"))))
-        rows.append((f"GPU {dev} Tensor Core share of kernel time", _pct(g.get("tensor_core_share"))))
-        peak = g.get("peak_allocated_bytes")
-        counts = "" if g.get("peak_basis") in (None, ALLOCATOR) else f" ({BASIS_NOTES[g['peak_basis']]})"
-        start = g.get("live_at_start_bytes")
+    for d in s.devices:
+        rows.append((f"GPU {d.id}", f"{d.name} (cc {d.compute_capability}, {d.sms} SMs)"))
+    for g in s.gpu:
+        dev = g.device
+        rows.append((f"GPU {dev} utilization", _pct(g.utilization)))
+        rows.append((f"GPU {dev} SM efficiency", _pct(g.sm_efficiency)))
+        rows.append((f"GPU {dev} Tensor Core share of kernel time", _pct(g.tensor_core_share)))
+        peak = g.peak_allocated_bytes
+        counts = "" if g.peak_basis in (None, ALLOCATOR) else f" ({BASIS_NOTES[g.peak_basis]})"
+        start = g.live_at_start_bytes
         counts += "" if start is None else f" ({units.memory(start)} alive when profiling started)"
         rows.append((f"GPU {dev} peak allocated", None if peak is None else f"{units.memory(peak)}{counts}"))
-    a = s["attribution"]
-    if a.get("kernel_time_us"):
+    a = s.attribution
+    if a.kernel_time_us:
         rows.append(("kernel time attributed to an op / module / source line",
-                     " / ".join(_pct(a.get(k)) or "-" for k in ("op", "module", "source"))))  # fmt: skip
-    rows.append(("kernels whose launch was not recorded", s["unrecorded_launches"]["note"]))
+                     " / ".join(_pct(share) or "-" for share in (a.op, a.module, a.source))))  # fmt: skip
+    rows.append(("kernels whose launch was not recorded", s.unrecorded_launches.note))
     rows.extend(("warning", str(w)) for w in warnings_of(data.trace))
     return pl.DataFrame(
         [r for r in rows if r[1] is not None], schema={"what": pl.String, "value": pl.String}, orient="row"
@@ -114,14 +114,14 @@ def overview_frame(data: ReportData) -> pl.DataFrame:
 
 def breakdown_frame(data: ReportData) -> pl.DataFrame:
     """Mean time and share of step time per category (the overview's rules)."""
-    avg = data.summary["steps"]["average_us"] or {}
-    total = avg.get("total") or 0.0
-    cats = [c for c in (*CATEGORIES, OTHER) if avg.get(c)]
+    avg = data.summary.steps.average_us
+    total = avg.total if avg is not None else 0.0
+    cats = [c for c in (*CATEGORIES, OTHER) if avg is not None and avg.part(c)]
     return pl.DataFrame(
         {
             "category": cats,
-            "mean_per_step_us": [avg[c] for c in cats],
-            "pct_of_step": [100.0 * avg[c] / total if total else None for c in cats],
+            "mean_per_step_us": [avg.part(c) for c in cats] if avg is not None else [],
+            "pct_of_step": [100.0 * avg.part(c) / total if total else None for c in cats] if avg is not None else [],
         },
         schema={"category": pl.String, "mean_per_step_us": pl.Float64, "pct_of_step": pl.Float64},
     )

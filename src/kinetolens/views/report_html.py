@@ -68,7 +68,7 @@ def _tables(data: ReportData) -> dict[str, Markup]:
         "overview": frame_html(overview_frame(data), rows=None, cell_chars=None),
         "breakdown": frame_html(breakdown_frame(data), rows=None),
         # A CPU-only trace's device columns are all zero: left out.
-        "ops": frame_html(data.ops, [c for c in dict.fromkeys(op_cols) if data.summary["kind"]["gpu"] or not c.startswith("device_")]),
+        "ops": frame_html(data.ops, [c for c in dict.fromkeys(op_cols) if data.summary.kind.gpu or not c.startswith("device_")]),
         "kernels": frame_html(data.kernel_names, ["kernel", "calls", "device_total_us", "mean_us", "op", "occupancy", "step_share_pct", "tflops_s", "gbps"]),
         "modules": _modules_html(data),
         "sources": frame_html(data.sources, list(dict.fromkeys(["source", "calls", time_basis(data.trace), "host_total_us", "step_share_pct"]))),
@@ -76,7 +76,7 @@ def _tables(data: ReportData) -> dict[str, Markup]:
     }  # fmt: skip
     if data.cross_rank is not None:
         tables.update(cross_rank_tables(data))
-    if data.summary["inference"]["iterations"]:
+    if data.summary.inference.iterations:
         tables.update(phase_tables_html(data))
     if data.roofline_modules is not None:
         tables["roofline"] = frame_html(
@@ -88,7 +88,7 @@ def _tables(data: ReportData) -> dict[str, Markup]:
 
 def phase_tables_html(data: ReportData) -> dict[str, Markup]:
     """An inference trace's iteration and phase tables, and each phase's top kernels and ops, as HTML."""
-    block = data.summary["inference"]
+    block = data.summary.inference
     tables = {
         "phase_iterations": frame_html(iteration_frame(block)),
         "phase_labels": frame_html(labels_frame(block), rows=None, cell_chars=None),

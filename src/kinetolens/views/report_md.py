@@ -47,8 +47,8 @@ def render_md(data: ReportData) -> str:
     if data.note:
         out.append(f"> {data.note}\n")
     out += ["## Overview\n", frame_md(overview_frame(data), rows=None, cell_chars=None)]
-    if data.summary["inference"]["iterations"]:  # an inference trace: its phases instead of steps
-        block = data.summary["inference"]
+    if data.summary.inference.iterations:  # an inference trace: its phases instead of steps
+        block = data.summary.inference
         out += ["\n### Phases of inference\n", frame_md(iteration_frame(block)), frame_md(labels_frame(block), rows=None, cell_chars=None),
                 frame_md(phase_frame(block), rows=None)]  # fmt: skip
     else:
@@ -57,14 +57,14 @@ def render_md(data: ReportData) -> str:
         out += _cross_rank_md(data)
     whose = f" for {data.shown_rank}" if data.cross_rank is not None else ""
     out.append(f"\n## Recommendations{whose}\n")
-    withheld = data.summary.get("recommendations_withheld")
+    withheld = data.summary.recommendations_withheld
     if withheld:
         out.append(f"No recommendations: {withheld}.\n")
     elif not data.findings:
         out.append("No rule fired: nothing obvious to change in this trace.\n")
     out += [_card(i, f) for i, f in enumerate(data.findings, 1)]
-    if data.summary.get("recommendations_left_out"):
-        out.append(f"Not advised: {data.summary['recommendations_left_out']}.\n")
+    if data.summary.recommendations_left_out:
+        out.append(f"Not advised: {data.summary.recommendations_left_out}.\n")
     out += critical_path_md(data)
     out += _section(data, "ops", "Top ops", lambda: [frame_md(data.ops, list(dict.fromkeys(["name", "calls", basis, "step_share_pct", "tflops_s", "in_shapes"])))])
     out += _section(data, "kernels", "Top kernels", lambda: [

@@ -8,10 +8,13 @@ lays them out as tables.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
 
+from kinetolens.analysis.gputime.step_times import StepTimes
+from kinetolens.analysis.inference.block import InferenceBlock, Iteration
 from kinetolens.analysis.inference.phases import iterations, phase_tables
 from kinetolens.analysis.workload.ops import rank_basis
 from kinetolens.analysis.gputime.overview import CATEGORIES, COLUMNS, OTHER
@@ -33,100 +36,94 @@ def token_rate(value: float | None) -> str:
     return units.sig(value, 3)
 
 
-def inference_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+def inference_rows(block: InferenceBlock) -> list[tuple[str, str]]:
     """``what, value`` rows for a summary's inference block (none for a trace
     that is not inference): the evidence, the iterations per phase and the tokens."""
-    block = summary["inference"]
-    if not block["detected"]:
+    if not block.detected:
         return []
-    rows = [("inference", "yes: " + ", ".join(block["evidence"]))]
-    its = block["iterations"]
+    rows = [("inference", "yes: " + ", ".join(block.evidence))]
+    its = block.iterations
     if not its:
         rows.append(("iterations", "none found (no engine annotation, no decode from shapes): steps shown"))
         return rows
-    counts = ", ".join(f"{p['phase']} {p['iterations']}" for p in block["phases"])
+    counts = ", ".join(f"{p.phase} {p.iterations}" for p in block.phases)
     rows.append(("iterations", f"{len(its):,} ({counts})"))
-    if block["tokens"] is not None:
-        rate = f", {token_rate(block['tokens_per_s'])} tok/s" if block["tokens_per_s"] is not None else ""
-        rows.append(("tokens", f"{block['tokens']:,} in {units.duration(block['tokens_time_us'])}{rate}"))
+    if block.tokens is not None:
+        rate = f", {token_rate(block.tokens_per_s)} tok/s" if block.tokens_per_s is not None else ""
+        rows.append(("tokens", f"{block.tokens:,} in {units.duration(block.tokens_time_us)}{rate}"))
     return rows
 
 
-def _shares(rows: list[dict[str, Any]], key: str) -> dict[str, list[float | None]]:
+def _shares(parts: Sequence[StepTimes]) -> dict[str, list[float | None]]:
     """Each busy category's share (%) of each row's total (categories at 0 everywhere left out)."""
     out: dict[str, list[float | None]] = {}
     for c in (*CATEGORIES, OTHER):
-        if any(r[key][c] for r in rows):
-            out[f"{c}_pct"] = [100.0 * r[key][c] / r[key]["total"] if r[key]["total"] else None for r in rows]
+        if any(t.part(c) for t in parts):
+            out[f"{c}_pct"] = [100.0 * t.part(c) / t.total if t.total else None for t in parts]
     return out
 
 
-def iteration_frame(block: dict[str, Any], *, basis: bool = False) -> pl.DataFrame:
+def _fields(rows: Sequence[Any], *names: str) -> dict[str, list[Any]]:
+    """Columns of the typed rows' fields ``names``."""
+    return {name: [getattr(r, name) for r in rows] for name in names}
+
+
+def iteration_frame(block: InferenceBlock, *, basis: bool = False) -> pl.DataFrame:
     """One row per iteration: phase, time, tokens, tokens/s and breakdown (%);
     ``basis``: and how each was labelled, last (the dashboard pages every row,
     the report quotes each phase's first in :func:`labels_frame`)."""
-    rows = block["iterations"]
-    said = {"basis": [r["basis"] for r in rows]} if basis else {}
+    rows = block.iterations
+    said = {"basis": [r.basis for r in rows]} if basis else {}
     return pl.DataFrame(
         {
-            "iteration": [r["iteration"] for r in rows],
-            "phase": [r["phase"] for r in rows],
-            "dur_us": [r["dur_us"] for r in rows],
-            "tokens": [r["tokens"] for r in rows],
-            "requests": [r["requests"] for r in rows],
-            "tokens_per_s": [r["tokens_per_s"] for r in rows],
-            **_shares(rows, "breakdown_us"),
+            **_fields(rows, "iteration", "phase", "dur_us", "tokens", "requests", "tokens_per_s"),
+            **_shares([r.breakdown_us for r in rows]),
             **said,
         },
         schema_overrides={"tokens": pl.Int64, "requests": pl.Int64, "dur_us": pl.Float64, "tokens_per_s": pl.Float64},
     )
 
 
-def labels_frame(block: dict[str, Any]) -> pl.DataFrame:
+def labels_frame(block: InferenceBlock) -> pl.DataFrame:
     """How each phase was labelled: its first iteration, where the iterations
     come from, and the basis in words (every iteration's is in the JSON)."""
-    first: dict[str, dict[str, Any]] = {}
-    for r in block["iterations"]:
-        first.setdefault(r["phase"], r)
+    first: dict[str, Iteration] = {}
+    for r in block.iterations:
+        first.setdefault(r.phase, r)
     return pl.DataFrame(
         {
             "phase": list(first),
-            "iteration": [r["iteration"] for r in first.values()],
-            "source": [r["source"] for r in first.values()],
-            "labelled_from": [r["basis"] for r in first.values()],
+            "iteration": [r.iteration for r in first.values()],
+            "source": [r.source for r in first.values()],
+            "labelled_from": [r.basis for r in first.values()],
         },
         schema={"phase": pl.String, "iteration": pl.Int64, "source": pl.String, "labelled_from": pl.String},
     )
 
 
-def phase_frame(block: dict[str, Any]) -> pl.DataFrame:
+def phase_frame(block: InferenceBlock) -> pl.DataFrame:
     """One row per phase: iterations, total and mean time, tokens, tokens/s, mean breakdown (%)."""
-    phases = block["phases"]
+    phases = block.phases
     return pl.DataFrame(
         {
-            "phase": [p["phase"] for p in phases],
-            "iterations": [p["iterations"] for p in phases],
-            "time_us": [p["time_us"] for p in phases],
-            "mean_us": [p["mean_us"] for p in phases],
-            "tokens": [p["tokens"] for p in phases],
-            "tokens_per_s": [p["tokens_per_s"] for p in phases],
-            **_shares(phases, "average_us"),
+            **_fields(phases, "phase", "iterations", "time_us", "mean_us", "tokens", "tokens_per_s"),
+            **_shares([p.average_us for p in phases]),
         },
         schema_overrides={"tokens": pl.Int64, "tokens_per_s": pl.Float64},
     )
 
 
-def breakdown_rows(block: dict[str, Any]) -> tuple[pl.DataFrame, list[str]]:
+def breakdown_rows(block: InferenceBlock) -> tuple[pl.DataFrame, list[str]]:
     """The iterations' breakdown in ns (``step`` = iteration, the step chart's input) and their labels."""
-    rows = block["iterations"]
+    rows = block.iterations
     frame = pl.DataFrame(
-        {"step": [r["iteration"] for r in rows], **{c: [round(r["breakdown_us"][c] * 1000) for r in rows] for c in COLUMNS}},
+        {"step": [r.iteration for r in rows], **{c: [round(r.breakdown_us.part(c) * 1000) for r in rows] for c in COLUMNS}},
         schema={"step": pl.Int64, **{c: pl.Int64 for c in COLUMNS}},
     )
-    return frame, [f"{r['iteration']} {r['phase']}" for r in rows]
+    return frame, [f"{r.iteration} {r.phase}" for r in rows]
 
 
-def iteration_figure(block: dict[str, Any]) -> Any:
+def iteration_figure(block: InferenceBlock) -> Any:
     """The iterations' breakdown as stacked bars, one per iteration named by its phase
     (the step breakdown chart's counterpart, in the report and the dashboard)."""
     frame, labels = breakdown_rows(block)

@@ -21,5 +21,5 @@ def test_offset_clocks_give_no_host_gpu_gap_advice() -> None:
 
 def test_summary_notes_the_rules_left_out_for_the_offset() -> None:
     info = summarize(load(trace_path(OFFSET)))
-    note = info["recommendations_left_out"]
+    note = info.recommendations_left_out
     assert note is not None and "synchronization" in note and "146.4 ms" in note

@@ -18,10 +18,10 @@ import pytest
 import kinetolens
 import torch
 
-from kinetolens import load
+from kinetolens import json_codec, load
 from kinetolens.analysis.advice.recommendations import recommendations
 from kinetolens.analysis.summary import summarize
-from kinetolens.analysis.trace_kind import trace_kind
+from kinetolens.analysis.trace_kind import TraceKind, trace_kind
 from kinetolens.capture.profile import profile as kl_profile
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -124,10 +124,10 @@ def test_cpu_job_summary_has_no_gpu_rows(cpu_trace: Path, columns: int) -> None:
 def test_hta_cpu_only_traces_have_no_gpu_rows(path: Path) -> None:
     # On HTA's CPU-only traces (gloo all_reduce: no GPU).
     info = summarize(load(path, cache=False))
-    assert info["kind"] == {"gpu": False, "pytorch": True, "modules": False, "inference": False, "aligned_clocks": True}
+    assert info.kind == TraceKind(gpu=False, pytorch=True, modules=False, inference=False, aligned_clocks=True)
     out = _cli("summary", str(path), columns=80)
     assert "kernel time" not in out and "memcpy" not in out and "CPU only (no GPU" in _flat(out)
-    for f in info["recommendations"]:
+    for f in info.recommendations:
         text = f["evidence"] + f["change"]
         assert not any(w in text for w in GPU_WORDS), f
 
@@ -151,9 +151,9 @@ def test_nsys_advice_is_not_pytorch_advice(nsys_trace: Path, tmp_path: Path) -> 
     # the rules still fire (both programs block on
     # cudaMemcpy / cudaDeviceSynchronize), worded for CUDA, not PyTorch.
     info = summarize(load(nsys_trace, cache=False))
-    rules = [f["rule"] for f in info["recommendations"]]
+    rules = [f.rule for f in info.recommendations]
     assert "synchronization" in rules
-    as_json = json.dumps(info["recommendations"])
+    as_json = json_codec.encode(info.recommendations).decode()
     assert "cudaMemcpyAsync" in as_json
     summary = _cli("summary", str(nsys_trace), columns=120)
     report = tmp_path / "r.md"

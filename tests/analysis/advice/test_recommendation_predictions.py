@@ -22,10 +22,10 @@ from tests.conftest import trace_path
 )
 def test_predicted_step_is_todays_step_less_the_saving(rel: str) -> None:
     s = summarize(kinetolens.load(trace_path(rel), cache=False))
-    step_ms = s["steps"]["average_us"]["total"] / 1000
-    simulated = [r for r in s["recommendations"] if r["predicted_step_ms"] is not None]
+    step_ms = s.steps.average_us.total / 1000
+    simulated = [r for r in s.recommendations if r.predicted_step_ms is not None]
     assert simulated, "the simulator should predict a step for some advice"
     for r in simulated:
-        assert r["saving_ms"] >= 0, r
-        assert r["predicted_step_ms"] <= step_ms + 1e-9, (r["rule"], r["predicted_step_ms"], step_ms)
-        assert r["predicted_step_ms"] == pytest.approx(step_ms - r["saving_ms"]), r["rule"]
+        assert r.saving_ms >= 0, r
+        assert r.predicted_step_ms <= step_ms + 1e-9, (r.rule, r.predicted_step_ms, step_ms)
+        assert r.predicted_step_ms == pytest.approx(step_ms - r.saving_ms), r.rule

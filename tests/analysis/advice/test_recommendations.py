@@ -10,6 +10,7 @@ import pytest
 
 import kinetolens
 from kinetolens.analysis.advice.recommendations import RULES, RuleContext, recommendations
+from kinetolens import json_codec
 from kinetolens.analysis.summary import summarize
 from tests.conftest import GOLDEN, trace_path
 from tests.distributed.runs import torchrun_2  # noqa: F401
@@ -161,7 +162,7 @@ def test_low_utilization_agrees_with_tb_batch_size_advice() -> None:
 
 def test_summary_has_recommendations() -> None:
     out = summarize(kinetolens.load(trace_path(NW0)))
-    recs = out["recommendations"]
+    recs = json_codec.to_builtins(out)["recommendations"]  # as `summary --json` writes them
     assert recs[0]["rule"] == "dataloader_bound"
     assert {"rule", "title", "evidence", "change", "saving_ms", "estimate", "where"} <= set(recs[0])
 

@@ -111,8 +111,8 @@ def test_kernels_launched_before_the_window_take_the_next_iterations_ops(qwen: k
         assert work[kid] == work[twin_of[corr + 1706]] > 0
     # The file's own op count is unchanged; the summary says where the ops came from.
     s = summarize(qwen)
-    assert s["events"]["ops"] == 4619 and s["attribution"]["op"] == 1.0
-    note = s["unrecorded_launches"]["note"]
+    assert s.events.ops == 4619 and s.attribution.op == 1.0
+    note = s.unrecorded_launches.note
     assert note.startswith("30.9% of kernel time: launched before profiling began") and "one iteration later" in note
 
 
@@ -132,7 +132,7 @@ def test_no_period_fitting_every_kernel_names_none(tmp_path: Path) -> None:
     early = t.kernels.filter(pl.col("launch_id").is_null())
     assert early.height == 463 and early["op_id"].is_null().all()
     assert not t.ops["from_next_iteration"].any()
-    assert summarize(t)["unrecorded_launches"]["note"].endswith("no op is known")
+    assert summarize(t).unrecorded_launches.note.endswith("no op is known")
     # A real trace where no period fits: HTA's diff sample (614 kernels with no launch record).
     other = kinetolens.load(trace_path("hta/trace_diff/test/test.json.gz"), cache=False)
     assert not other.ops["from_next_iteration"].any()
@@ -230,7 +230,7 @@ def test_cuda_graph_replay_pairs_without_kernel_names(tmp_path: Path) -> None:
     a = cuda.kernels.filter(pl.col("launch") == "cudaGraphLaunch").select(cols)
     b = hip.kernels.filter(pl.col("launch") == "hipGraphLaunch").select(cols)
     assert a.height == 361 and a.equals(b)
-    assert summarize(cuda)["attribution"]["graph_replay_with_capture_op"] == 1.0
+    assert summarize(cuda).attribution.graph_replay_with_capture_op == 1.0
 
 
 # -- MoE precision ---------------------------------------------------------------------

@@ -141,10 +141,10 @@ def test_annotation_formats() -> None:
 def test_summary_shows_phases_for_inference(vllm) -> None:
     # summary shows phases instead of training steps.
     info = summarize(vllm)
-    assert info["kind"]["inference"] is True and trace_kind(vllm).inference
-    block = info["inference"]
-    assert block["detected"] and "engine iteration annotations (vLLM execute_)" in block["evidence"]
-    assert [p["phase"] for p in block["phases"]] == ["mixed"] and block["phases"][0]["tokens"] == 8192
+    assert info.kind.inference is True and trace_kind(vllm).inference
+    block = info.inference
+    assert block.detected and "engine iteration annotations (vLLM execute_)" in block.evidence
+    assert [p.phase for p in block.phases] == ["mixed"] and block.phases[0].tokens == 8192
     for columns in (80, 120):
         out = _run("summary", trace_path(VLLM).as_posix(), columns=columns)
         assert "Engine iterations" in out and "Step time breakdown" not in out
@@ -192,7 +192,7 @@ def test_training_trace_keeps_steps(training_trace: Path) -> None:
     found = detect(t)
     assert not found.inference and "backward" in (found.against or "")
     info = summarize(t)
-    assert info["inference"]["detected"] is False and info["inference"]["iterations"] == []
+    assert info.inference.detected is False and info.inference.iterations == ()
     out = _run("summary", training_trace.as_posix())
     assert "Step time breakdown" in out and "Engine iterations" not in out
     html = render_html(collect(t))
@@ -200,15 +200,24 @@ def test_training_trace_keeps_steps(training_trace: Path) -> None:
 
 
 def test_diffusion_capture_is_inference_without_llm_phases() -> None:
-    # xDiT: the flux capture trace replays CUDA graphs and
-    # runs no backward, so it is inference; its forwards are text encoders
-    # and a denoiser with no decode step, so no LLM phases: steps are shown.
+    # xDiT: the flux capture trace replays CUDA graphs and runs no backward,
+    # so it is inference; its forwards are two text encoders and the compiled
+    # denoiser, with no decode step.  Each root nn.Module call is an iteration
+    # labelled by its module: no prefill or decode is invented, no tokens.
     t = load(trace_path(XDIT_CAPTURE))
     info = summarize(t)
-    assert info["inference"]["detected"] and info["inference"]["evidence"] == ["CUDA/HIP graph replays"]
-    assert info["inference"]["iterations"] == []
-    out = _run("summary", trace_path(XDIT_CAPTURE).as_posix())
-    assert "none found" in out and "Step time breakdown" in out
+    assert info.inference.detected and info.inference.evidence == ("CUDA/HIP graph replays",)
+    its = info.inference.iterations
+    assert [(i.phase, i.name) for i in its] == [
+        ("CLIPTextModel", "CLIPTextModel_0"), ("T5EncoderModel", "T5EncoderModel_0"), ("OptimizedModule", "OptimizedModule_0"),
+    ]
+    assert all(i.tokens is None and i.phase not in ("prefill", "decode", "mixed") for i in its)
+    # each iteration is its root module's call: 9.53, 31.40 and 326.11 ms of host range, none longer than the trace
+    assert [round(i.dur_us / 1000, 2) for i in its] == [9.53, 31.4, 326.11]
+    assert [p.phase for p in info.inference.phases] == ["CLIPTextModel", "T5EncoderModel", "OptimizedModule"]
+    for columns in (80, 120):
+        out = _run("phases", trace_path(XDIT_CAPTURE).as_posix(), columns=columns)
+        assert "Model forwards" in out and "OptimizedModule" in out and "prefill" not in out and "tok/s" not in out
 
 
 LOOP = """

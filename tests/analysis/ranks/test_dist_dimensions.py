@@ -103,7 +103,8 @@ def test_dimension_rules(desc, ranks, kind, dim, basis) -> None:
     assert (got, why.split(":")[0] if basis in ("description", "collective") else why[: len(basis)]) == (dim, basis)
 
 
-def test_dist_prints_dimensions_skew_and_clocks(capsys) -> None:
+def test_dist_prints_dimensions_skew_and_clocks(capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # every column (a test worker's output is no terminal: 80 by default)
     trace_path(f"{DLRM}/worker0_step_12.1694128201545.pt.trace.json.gz")
     assert main(["dist", str(trace_path(DLRM)), "--executor", "local:1", "--no-cache"]) in (0, None)
     out = capsys.readouterr().out
@@ -127,3 +128,13 @@ def test_trace_filter_overlap_per_step_equals_hta() -> None:
         steps = comm_overlap_per_step(kinetolens.load(trace_path(f"hta/trace_filter/sampled_rank-{rank}.json.gz")))
         first = steps.sort("step").row(0, named=True)
         assert 100 * first["overlap_ns"] / first["comm_ns"] == pytest.approx(pct, abs=0.006)
+
+
+def test_dimension_evidence_reads_whole_at_80_columns(capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The evidence is a sentence: under the table, never a column cut to "colle…bles)".
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["dist", str(trace_path(DLRM)), "--executor", "local:1", "--no-cache"]) in (0, None)
+    out = capsys.readouterr().out
+    assert "expert (default): collective: all-to-all (MoE experts, sharded embedding tables)" in out
+    assert "…" not in out.split("parallel dimensions")[1].split("collectives")[0]
+    assert max(len(line) for line in out.splitlines()) <= 80

@@ -105,7 +105,7 @@ def wait_table(page, source: str) -> None:  # type: ignore[no-untyped-def]
 def test_h100_views_show_the_analysis_numbers(server: Server, page) -> None:  # type: ignore[no-untyped-def]
     trace = kinetolens.load(trace_path(H100))
     open_view(page, server, "h100", QWEN_W, "overview")
-    mean_ms = steps_block(trace)["mean_us"] / 1000.0
+    mean_ms = steps_block(trace).mean_us / 1000.0
     cards = page.inner_text(".cards")
     assert f"{mean_ms:,.3f} ms" in cards
     assert page.locator(".figure .main-svg").count() >= 1  # plotly drew the step breakdown
@@ -170,7 +170,7 @@ def test_memory_range_filters_the_tables(server: Server, page) -> None:  # type:
 def test_v100_overview_and_timeline(server: Server, page) -> None:  # type: ignore[no-untyped-def]
     trace = kinetolens.load(trace_path(V100))
     open_view(page, server, "v100", V100_W, "overview")
-    assert f"{steps_block(trace)['mean_us'] / 1000.0:,.3f} ms" in page.inner_text(".cards")
+    assert f"{steps_block(trace).mean_us / 1000.0:,.3f} ms" in page.inner_text(".cards")
     assert page.locator('.findings .finding').count() >= 1  # recommendations are cards
     shot(page, "overview_v100")
     open_view(page, server, "v100", V100_W, "timeline")
@@ -225,7 +225,7 @@ def test_nsight_sqlite_runs_show_overview_and_kernels(server: Server, page) -> N
     assert page.locator("#content .error").count() == 0, page.inner_text("#content")
     cards = page.inner_text(".cards")
     assert "nsys-sqlite" in cards and "A100-SXM4-80GB" in cards
-    assert f"{attribution(trace)['kernel_time_us'] / 1000.0:,.3f} ms" in cards  # 294.405 ms
+    assert f"{attribution(trace).kernel_time_us / 1000.0:,.3f} ms" in cards  # 294.405 ms
     metrics = gpu_metrics(trace)
     assert [float(u) for u in column(page, "gpus", "utilization_pct")] == pytest.approx(
         (metrics["utilization"] * 100).to_list(), abs=5e-2)  # fmt: skip  (percent)
@@ -264,7 +264,7 @@ def test_nsight_sqlite_runs_show_overview_and_kernels(server: Server, page) -> N
     shot(page, "operators_nsys_mpi")
     open_view(page, server, "nsys_mpi", "saxpy_rank0.sqlite", "overview")
     cards = page.inner_text(".cards")
-    assert "A100-SXM4-40GB" in cards and f"{attribution(mpi)['kernel_time_us'] / 1000.0:,.3f} ms" in cards
+    assert "A100-SXM4-40GB" in cards and f"{attribution(mpi).kernel_time_us / 1000.0:,.3f} ms" in cards
 
 
 def test_a_run_written_while_serving_appears_without_a_restart(server: Server, page) -> None:  # type: ignore[no-untyped-def]
@@ -280,8 +280,8 @@ def test_a_run_written_while_serving_appears_without_a_restart(server: Server, p
     page.wait_for_selector('#content[data-key="late|falcon.pt.trace.json.gz|overview"]', timeout=60000)
     trace = kinetolens.load(trace_path(FALCON))
     cards = page.inner_text(".cards")
-    assert f"{steps_block(trace)['mean_us'] / 1000.0:,.3f} ms" in cards  # 7.894 ms, its one profiled step
-    assert f"{attribution(trace)['kernel_time_us'] / 1000.0:,.3f} ms" in cards
+    assert f"{steps_block(trace).mean_us / 1000.0:,.3f} ms" in cards  # 7.894 ms, its one profiled step
+    assert f"{attribution(trace).kernel_time_us / 1000.0:,.3f} ms" in cards
     assert "H100" in cards and page.locator("#content .error").count() == 0
 
 

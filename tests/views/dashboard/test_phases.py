@@ -153,22 +153,22 @@ def test_engine_traces_show_iterations_and_phases(server: ThreadServer, page, lo
     # The same numbers as the analysis: one iteration, its phase, time, tokens and tokens/s.
     trace = kinetolens.load(path, cache=False)
     block = inference_block(trace)
-    it = block["iterations"][0]
+    it = block.iterations[0]
     expected = {"vllm": ("mixed", 8192), "sglang": ("prefill", 15360)}[run]  # the engines' annotations say so
-    assert (it["phase"], it["tokens"]) == expected and len(block["iterations"]) == 1
-    assert column(page, "phase_iterations", "phase") == [it["phase"]]
-    assert column(page, "phase_iterations", "tokens") == [f"{it['tokens']:,}"]
-    assert column(page, "phase_iterations", "tokens_per_s") == [f"{it['tokens_per_s']:,.0f}"]
-    assert column(page, "phase_iterations", "dur_us") == [units.in_unit(it["dur_us"], 1e3)]
+    assert (it.phase, it.tokens) == expected and len(block.iterations) == 1
+    assert column(page, "phase_iterations", "phase") == [it.phase]
+    assert column(page, "phase_iterations", "tokens") == [f"{it.tokens:,}"]
+    assert column(page, "phase_iterations", "tokens_per_s") == [f"{it.tokens_per_s:,.0f}"]
+    assert column(page, "phase_iterations", "dur_us") == [units.in_unit(it.dur_us, 1e3)]
     assert column(page, "phase_iterations", "basis")[0].startswith({"vllm": "vLLM execute_", "sglang": "SGLang step[EXTEND]"}[run])
-    assert look["cards"]["iterations"] == f"1 ({it['phase']} 1)"
+    assert look["cards"]["iterations"] == f"1 ({it.phase} 1)"
     # Each phase's kernels: the analysis' top kernel of that phase comes first.
     kernels = phase_tables(trace, by="kernel")
-    top = kernels.filter(pl.col("phase") == it["phase"]).row(0, named=True)
+    top = kernels.filter(pl.col("phase") == it.phase).row(0, named=True)
     assert column(page, "phase_kernels", "kernel")[0] == short_names(pl.Series([top["name"]]))[0]
     cell = page.locator('.table-block[data-source="phase_kernels"] tbody tr:first-child td').first
     assert cell.get_attribute("title") == top["name"]  # the recorded name on hover, as in the Kernels view
-    assert page.inner_text('.table-block[data-source="phase_kernels"] h3').startswith(f"Top kernels in {it['phase']}")
+    assert page.inner_text('.table-block[data-source="phase_kernels"] h3').startswith(f"Top kernels in {it.phase}")
     assert page.locator('.table-block[data-source="phase_kernels"] select').count() == 0  # one phase: nothing to pick
     # The recommendations count per iteration too (vLLM: none, its 151 ms "sync idle" is the GPU clock's
     # 146 ms offset; SGLang: host-bound, aten::mm below its roof, its five hipMemcpyWithStream syncs).

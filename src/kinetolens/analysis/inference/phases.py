@@ -13,6 +13,11 @@ runs each step.  Where it comes from, first that applies:
    token ids (the python ranges ``with_stack``/``with_modules`` record),
    else each call of the token embedding itself (one starts the next
    iteration).  Shapes label it, see below.
+3. ``forward: root nn.Module call``: an inference trace that is not an LLM
+   engine's (no engine annotation, no decode step; a diffusion pipeline's
+   text encoders, denoiser steps and image decoder): each root
+   ``nn.Module`` call is an iteration and its phase is the module's class
+   (``T5EncoderModel``), never an invented prefill or decode.
 
 An iteration's time is its host range extended over the GPU work launched
 in it, cut into disjoint windows exactly as profiler steps are
@@ -54,7 +59,9 @@ from typing import Any
 import polars as pl
 
 from kinetolens.analysis.gputime.overview import COLUMNS, breakdown, category_intervals
+from kinetolens.analysis.gputime.step_times import StepTimes
 from kinetolens.analysis.inference import engine_annotations
+from kinetolens.analysis.inference.block import InferenceBlock, Iteration, Phase
 from kinetolens.analysis.session import per_trace
 from kinetolens.model.steps import host_range_windows
 from kinetolens.model.trace import Trace
@@ -335,7 +342,7 @@ def iterations(trace: Trace) -> pl.DataFrame:
     """
     marks, source, emb = _marks(trace)
     if marks.height == 0:
-        return _empty()
+        return _component_iterations(trace)
     shapes = _shape_labels(trace, marks, emb)
     if source == "engine":
         rows = _engine_rows(marks).join(shapes, on="iteration", how="left")
@@ -364,8 +371,13 @@ def iterations(trace: Trace) -> pl.DataFrame:
         if not (rows["phase"] == "decode").any():
             # Forward passes with no decode (an encoder, a text encoder in a
             # diffusion pipeline, one prefill) are no evidence of LLM phases.
-            return _empty()
+            return _component_iterations(trace)
         drop_ops = pl.Series([], dtype=_I64)
+    return _iteration_table(trace, marks, rows, drop_ops)
+
+
+def _iteration_table(trace: Trace, marks: pl.DataFrame, rows: pl.DataFrame, drop_ops: pl.Series) -> pl.DataFrame:
+    """The iterations' windows and breakdown, joined to their labels ``rows``."""
     windows = host_range_windows(marks.select(step="iteration", ts="ts", cpu_end="cpu_end"), trace.kernels)
     # The iteration ranges are the iterations, not CPU work (as ProfilerStep#N ranges).
     busy = category_intervals(dataclasses.replace(trace, ops=trace.ops.filter(~pl.col("op_id").is_in(drop_ops.implode()))))
@@ -381,6 +393,42 @@ def iterations(trace: Trace) -> pl.DataFrame:
         )
     )  # fmt: skip
     return table.select(_empty().columns).cast(_empty().schema)  # type: ignore[arg-type]
+
+
+#: The ``source`` of iterations that are a non-LLM program's model forwards.
+COMPONENT_SOURCE = "forward: root nn.Module call"
+#: How a component iteration's phase was decided, in words.
+_COMPONENT_BASIS = (
+    "a forward-only inference trace with no engine annotation and no decode step: "
+    "each call of a root nn.Module is an iteration, labelled by its module"
+)
+
+
+def _component_iterations(trace: Trace) -> pl.DataFrame:
+    """Iterations of an inference program that is not an LLM engine (a
+    diffusion pipeline: text encoders, the denoiser's steps, the image
+    decoder): each call of a root ``nn.Module``, its phase the module's
+    class, so no prefill or decode is invented.  Only where something else
+    says the trace is inference (KV-cache ops, graph replays) and it ran no
+    backward or optimizer op; empty otherwise."""
+    py = trace.python
+    if _training(trace) or py.height == 0 or not _other_evidence(trace):
+        return _empty()
+    roots = py.filter(pl.col("name").str.starts_with("nn.Module: ") & ~pl.col("module").fill_null(".").str.contains(r"\."))
+    if roots.height == 0:
+        return _empty()
+    marks = (
+        roots.sort("ts").select(name=pl.col("module"), tid=pl.col("tid").cast(_I64), ts="ts", cpu_end="end")
+        .with_row_index("iteration").with_columns(pl.col("iteration").cast(_I64))
+    )  # fmt: skip
+    rows = marks.select(
+        "iteration",
+        phase=pl.col("name").str.replace(r"_\d+$", ""),
+        basis=pl.lit(_COMPONENT_BASIS),
+        source=pl.lit(COMPONENT_SOURCE),
+        **{k: pl.lit(None, _I64) for k in _COUNTS},
+    )
+    return _iteration_table(trace, marks, rows, pl.Series([], dtype=_I64))
 
 
 def phase_summary(its: pl.DataFrame) -> pl.DataFrame:
@@ -401,10 +449,11 @@ def phase_summary(its: pl.DataFrame) -> pl.DataFrame:
             mean=pl.col("dur").mean(),
             tokens=pl.when(counted.any()).then(pl.col("tokens").sum()),
             _counted_ns=pl.col("dur").filter(counted).sum(),
+            _first=pl.col("iteration").min(),
             **{c: pl.col(c).cast(pl.Float64).mean() for c in COLUMNS},
         )
         .with_columns(tokens_per_s=pl.when(pl.col("_counted_ns") > 0).then(pl.col("tokens") / (pl.col("_counted_ns") / 1e9)))
-        .sort(order)
+        .sort(order, "_first")  # LLM phases in their order, other components as they first ran
         .select("phase", "iterations", "time", "mean", "tokens", "tokens_per_s", *COLUMNS)
     )
 
@@ -456,17 +505,24 @@ def detect(trace: Trace, its: pl.DataFrame | None = None) -> Detection:
         evidence.append(f"engine iteration annotations ({', '.join(engines)})")
     if not engines and against is None:
         its = iterations(trace) if its is None else its
-        if its.height:  # forward iterations are kept only when some decode
+        if (its["phase"] == "decode").any():
             evidence.append("decode iterations (one new token a sequence) from shapes")
+    evidence += _other_evidence(trace)
+    return Detection(inference=bool(evidence) and against is None, evidence=evidence, against=against)
+
+
+def _other_evidence(trace: Trace) -> list[str]:
+    """What says inference besides iterations: paged KV-cache ops, graph replays."""
+    evidence = []
     kv = trace.ops.filter(pl.col("name").str.contains(KV_CACHE_OPS))["name"]
     if kv.len():
         evidence.append(f"KV-cache ops ({kv[0]})")
     if trace.kernels["graph_id"].null_count() < trace.kernels.height:
         evidence.append("CUDA/HIP graph replays")
-    return Detection(inference=bool(evidence) and against is None, evidence=evidence, against=against)
+    return evidence
 
 
-def inference_block(trace: Trace) -> dict[str, Any]:
+def inference_block(trace: Trace) -> InferenceBlock:
     """The ``inference`` block of ``kinetolens summary --json`` (docs/inference.md)."""
     its = _empty() if _training(trace) else iterations(trace)
     found = detect(trace, its)
@@ -475,31 +531,30 @@ def inference_block(trace: Trace) -> dict[str, Any]:
     def us(v: Any) -> Any:
         return None if v is None else float(v) / 1000.0
 
-    rows = [
-        {
-            "iteration": r["iteration"], "phase": r["phase"], "basis": r["basis"], "source": r["source"],
-            "name": r["name"], "dur_us": us(r["dur"]), "gpu_busy_span_us": us(r["gpu_end"] - r["first_gpu"]) if r["gpu_end"] is not None else None,
-            **{k: r[k] for k in _COUNTS}, "tokens_per_s": r["tokens_per_s"],
-            "breakdown_us": {c: us(r[c]) for c in COLUMNS},
-        }
+    rows = tuple(
+        Iteration(
+            iteration=r["iteration"], phase=r["phase"], basis=r["basis"], source=r["source"], name=r["name"],
+            dur_us=us(r["dur"]), gpu_busy_span_us=us(r["gpu_end"] - r["first_gpu"]) if r["gpu_end"] is not None else None,
+            **{k: r[k] for k in _COUNTS}, tokens_per_s=r["tokens_per_s"], breakdown_us=StepTimes.from_ns(r),
+        )
         for r in its.iter_rows(named=True)
-    ]  # fmt: skip
-    phases = [
-        {"phase": r["phase"], "iterations": r["iterations"], "time_us": us(r["time"]), "mean_us": us(r["mean"]),
-         "tokens": r["tokens"], "tokens_per_s": r["tokens_per_s"], "average_us": {c: us(r[c]) for c in COLUMNS}}
+    )  # fmt: skip
+    phases = tuple(
+        Phase(phase=r["phase"], iterations=r["iterations"], time_us=us(r["time"]), mean_us=us(r["mean"]),
+              tokens=r["tokens"], tokens_per_s=r["tokens_per_s"], average_us=StepTimes.from_ns(r))
         for r in phase_summary(its).iter_rows(named=True)
-    ]  # fmt: skip
-    counted = [r for r in rows if r["tokens"] is not None]
-    tokens = sum(r["tokens"] for r in counted) if counted else None
-    counted_us = sum(r["dur_us"] for r in counted)
-    return {
-        "detected": found.inference,
-        "evidence": found.evidence,
-        "against": found.against,
-        "iterations": rows,
-        "phases": phases,
+    )  # fmt: skip
+    counted = [r for r in rows if r.tokens is not None]
+    tokens = sum(r.tokens or 0 for r in counted) if counted else None
+    counted_us = sum(r.dur_us for r in counted)
+    return InferenceBlock(
+        detected=found.inference,
+        evidence=tuple(found.evidence),
+        against=found.against,
+        iterations=rows,
+        phases=phases,
         # over the iterations that count tokens, as each phase's tokens_per_s
-        "tokens": tokens,
-        "tokens_time_us": counted_us if counted else None,
-        "tokens_per_s": tokens / (counted_us / 1e6) if counted and counted_us > 0 else None,
-    }
+        tokens=tokens,
+        tokens_time_us=counted_us if counted else None,
+        tokens_per_s=tokens / (counted_us / 1e6) if tokens is not None and counted_us > 0 else None,
+    )

@@ -22,7 +22,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -30,6 +29,7 @@ from starlette.responses import FileResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from kinetolens import json_codec
 from kinetolens.errors import TraceError
 from kinetolens.logdir import newest_per_rank
 from kinetolens.views.dashboard import compare, critical_path_page, pages
@@ -44,7 +44,7 @@ log = logging.getLogger("kinetolens.dashboard")
 
 
 def json(payload: Any, status: int = 200) -> Response:
-    return Response(msgspec.json.encode(payload), status_code=status, media_type="application/json",
+    return Response(json_codec.encode(payload), status_code=status, media_type="application/json",
                     headers={"Cache-Control": "no-store"})  # fmt: skip
 
 
@@ -257,7 +257,7 @@ class Dashboard:
                 return json({"error": "Perfetto export is not available in this installation"}, 404)
             ctx = self._ctx(r)
             data = export(ctx.trace)
-            body = data if isinstance(data, (bytes, str)) else msgspec.json.encode(data)
+            body = data if isinstance(data, (bytes, str)) else json_codec.encode(data)
             name = Path(ctx.trace.path).name.split(".json")[0] + ".perfetto.json"
             return Response(body, media_type="application/json",
                             headers={"Content-Disposition": f'attachment; filename="{name}"'})  # fmt: skip

@@ -15,7 +15,7 @@ import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-import msgspec
+from kinetolens import json_codec
 
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
@@ -94,7 +94,7 @@ class HostCheck:
         if scope["type"] == "http":
             header = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"host"), None)
             if not allowed(header, self.bound):
-                body = msgspec.json.encode({"error": (
+                body = json_codec.encode({"error": (
                     f"host {header!r} is not this dashboard's: it answers loopback names "
                     f"(and the address given to serve --host)")})  # fmt: skip
                 await send({"type": "http.response.start", "status": 403,

@@ -65,17 +65,17 @@ def overview(ctx: Ctx) -> list[Block]:
         ["GPUs", devices],
         ["rank", _rank(t)],
         *(phases_page.cards(inference) if inference else [
-            ["steps", str(steps["count"])],
-            ["mean step", _ms(steps["mean_us"])],
-            *([["step cut short", steps["incomplete_note"]]] if steps.get("incomplete_note") else []),
+            ["steps", str(steps.count)],
+            ["mean step", _ms(steps.mean_us)],
+            *([["step cut short", steps.incomplete_note]] if steps.incomplete_note else []),
         ]),
     ]  # fmt: skip
     gpu = t.kernels.height > 0
     if gpu:
         cards += [
-            ["kernel time", _ms(attr["kernel_time_us"])],
-            ["kernels attributed to an op", _pct(attr["op"])],
-            ["to a module", _pct(attr["module"])],
+            ["kernel time", _ms(attr.kernel_time_us)],
+            ["kernels attributed to an op", _pct(attr.op)],
+            ["to a module", _pct(attr.module)],
         ]
     head = [
         {"type": "cards", "items": cards},

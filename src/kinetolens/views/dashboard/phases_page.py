@@ -15,6 +15,7 @@ from typing import Any
 
 import polars as pl
 
+from kinetolens.analysis.inference.block import InferenceBlock
 from kinetolens.analysis.inference.phases import inference_block
 from kinetolens.views import units
 from kinetolens.views.dashboard.blocks import figure, table, text
@@ -31,31 +32,31 @@ from kinetolens.views.report_phases import (
 TOP_PER_PHASE = 50
 
 
-def inference(ctx: Ctx) -> dict[str, Any] | None:
+def inference(ctx: Ctx) -> InferenceBlock | None:
     """The trace's inference block when it shows iterations instead of steps, else None."""
     block = ctx.memo("inference_block", lambda: inference_block(ctx.trace))
-    return block if block["iterations"] else None
+    return block if block.iterations else None
 
 
 def _per_phase(ctx: Ctx) -> dict[str, dict[str, pl.DataFrame]]:
     return ctx.memo("per_phase_tables", lambda: per_phase_tables(ctx.trace, top=TOP_PER_PHASE, short=False))
 
 
-def cards(block: dict[str, Any]) -> list[list[str]]:
+def cards(block: InferenceBlock) -> list[list[str]]:
     """The overview's cards for the iterations (in place of steps and mean step)."""
-    rows = dict(inference_rows({"inference": block}))
+    rows = dict(inference_rows(block))
     out = [["iterations", rows["iterations"]]]
-    out += [[f"mean {p['phase']} iteration", units.duration(p["mean_us"])] for p in block["phases"]]
+    out += [[f"mean {p.phase} iteration", units.duration(p.mean_us)] for p in block.phases]
     if "tokens" in rows:
         out.append(["tokens", rows["tokens"]])
     return out
 
 
-def blocks(ctx: Ctx, block: dict[str, Any]) -> list[dict[str, Any]]:
+def blocks(ctx: Ctx, block: InferenceBlock) -> list[dict[str, Any]]:
     """The iterations chart, the per-iteration and per-phase tables, and each phase's top kernels and ops."""
-    its = len(block["iterations"])
+    its = len(block.iterations)
     out = [
-        text(f"An inference trace ({', '.join(block['evidence'])}): {its:,} engine iteration{'s' if its != 1 else ''}, "
+        text(f"An inference trace ({', '.join(block.evidence)}): {its:,} engine iteration{'s' if its != 1 else ''}, "
              "each labelled prefill, decode or mixed from what the trace says (basis: how). An iteration's time is its "
              "host range extended to the end of the GPU work it launched; tokens/s are its tokens over that time."),
         figure(iteration_figure(block)),
@@ -78,7 +79,7 @@ def blocks(ctx: Ctx, block: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _block_of(ctx: Ctx) -> dict[str, Any]:
+def _block_of(ctx: Ctx) -> InferenceBlock:
     block = inference(ctx)
     if block is None:
         raise BadParameter("this trace shows steps, not inference iterations")
