@@ -4,7 +4,6 @@ program recorded by Nsight Systems."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess

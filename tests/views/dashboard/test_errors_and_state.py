@@ -16,13 +16,11 @@ from urllib.parse import urlencode
 
 import polars as pl
 import pytest
-from starlette.requests import Request
 
 from kinetolens.analysis.ranks.distributed import step_times
 from kinetolens.analysis.gputime.idle import temporal_breakdown
 from kinetolens.runs import LocalExecutor, summarize_run
 from kinetolens.views.dashboard import create_app
-from kinetolens.views.dashboard.app import Dashboard
 from kinetolens.views.dashboard.state import TraceStore
 from tests.conftest import place, trace_path
 from tests.dashboard_helpers import H100, ThreadServer
