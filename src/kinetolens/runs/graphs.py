@@ -24,8 +24,7 @@ from kinetolens.analysis.paths.cross_rank_path import (
 from kinetolens.analysis.ranks.distributed import RankSummary, rank_summary
 from kinetolens.errors import TraceError
 from kinetolens.runs.executors import Executor
-from kinetolens.runs.storage import load_source
-from kinetolens.runs.summaries import RankJob, map_ranks
+from kinetolens.runs.summaries import RankJob, load_rank, map_ranks
 
 if TYPE_CHECKING:
     from kinetolens.analysis.paths.cross_rank_whatif import RunStepPrediction
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
 
 def graphs_file(job: RankJob) -> RankGraphs:
     """Load one rank's trace and build its step graphs (in a worker)."""
-    return rank_graphs(load_source(job.path, job.cache), job.rank)
+    return rank_graphs(load_rank(job), job.rank)
 
 
 def run_graphs(
@@ -61,7 +60,7 @@ class RankParts:
 
 def parts_file(job: RankJob) -> RankParts:
     """Load one rank's trace once and both summarize it and build its step graphs (in a worker)."""
-    trace = load_source(job.path, job.cache)
+    trace = load_rank(job)
     summary = rank_summary(trace, job.rank)
     try:
         graphs: RankGraphs | str = rank_graphs(trace, summary.rank)

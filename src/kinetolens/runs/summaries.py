@@ -18,6 +18,7 @@ run name) stands for the run it points to.
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from kinetolens.cache import default_cache_location, is_url
 from kinetolens.errors import TraceError
 from kinetolens.formats import LATEST_RUN
 from kinetolens.logdir import WorkerTrace, newest_per_rank, run_traces, trace_age
+from kinetolens.model.processes import gpu_processes, process_view
+from kinetolens.model.trace import Trace
 from kinetolens.runs.executors import Executor, executor_for
 from kinetolens.runs.storage import RemoteTrace, load_source, remote_rank_traces
 
@@ -45,6 +48,15 @@ class RankJob:
     #: Bytes of the trace, known from the listing (sizes the local pool
     #: without a request per object); None: read it from the file.
     size: int | None = None
+    #: The host process that is this rank, in a file that holds several (an
+    #: Nsight Systems report of a multi-process job); None: the whole file.
+    process: int | None = None
+
+
+def load_rank(job: RankJob) -> Trace:
+    """The job's trace (through the cache), cut to its process where the file holds several."""
+    trace = load_source(job.path, job.cache)
+    return trace if job.process is None else process_view(trace, job.process)
 
 
 @dataclass(frozen=True)
@@ -70,7 +82,7 @@ class _Guarded:
 
 def summarize_file(job: RankJob) -> RankSummary:
     """Load one rank's trace (through the cache) and summarize it."""
-    return rank_summary(load_source(job.path, job.cache), job.rank)
+    return rank_summary(load_rank(job), job.rank)
 
 
 def rank_traces(
@@ -141,13 +153,16 @@ def map_ranks(
     its error, so one corrupt file of N does not stop the other N-1; with
     ``strict`` (or when no rank is left) its error is raised instead."""
     traces, left_out = newest_per_rank(rank_traces(run_dir, notes))
+    where = cache_location(cache)
+    jobs = [_job(t, where) for t in traces]
+    if len(jobs) == 1:
+        traces, jobs = _processes_as_ranks(traces[0], jobs[0], notes)
     ex = (
         executor
         if executor is not None and not isinstance(executor, str)
         else executor_for(executor)
     )
-    where = cache_location(cache)
-    results = ex.map(_Guarded(fn), [_job(t, where) for t in traces])
+    results = ex.map(_Guarded(fn), jobs)
     failed = [r for r in results if isinstance(r, RankFailure)]
     if failed and (strict or len(failed) == len(results)):
         raise TraceError(failed[0].path, failed[0].problem)
@@ -193,6 +208,26 @@ def cache_location(cache: bool | str | Path) -> str | None:
     where = default_cache_location() if cache is True else cache
     # absolute before it travels: a Dask worker would read a relative one against its own directory
     return where if is_url(where) else str(Path(where).expanduser().resolve())
+
+
+def _processes_as_ranks(
+    trace: RunTrace, job: RankJob, notes: list[str] | None
+) -> tuple[list[RunTrace], list[RankJob]]:
+    """A run of one Nsight Systems report whose processes each launched GPU
+    work (``nsys profile torchrun ...``): one rank per process, in pid order
+    (:mod:`kinetolens.model.processes`).  Any other run: itself."""
+    if isinstance(trace, RemoteTrace) or trace.path.suffix != ".sqlite":
+        return [trace], [job]
+    try:
+        pids = gpu_processes(load_rank(job))
+    except TraceError:
+        return [trace], [job]  # the worker reports it, as for any rank
+    if len(pids) < 2:
+        return [trace], [job]
+    if notes is not None:
+        notes.append(f"{trace.path.name}: {len(pids)} processes launched GPU work (pids {', '.join(map(str, pids))}): each is a rank")
+    traces: list[RunTrace] = [dataclasses.replace(trace, rank=i) for i in range(len(pids))]
+    return traces, [dataclasses.replace(job, rank=i, process=pid) for i, pid in enumerate(pids)]
 
 
 def _job(t: WorkerTrace | RemoteTrace, cache: str | None) -> RankJob:
