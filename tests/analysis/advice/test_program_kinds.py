@@ -180,3 +180,4 @@ def test_nsys_export_of_a_pytorch_program_gets_pytorch_advice() -> None:
     sync = [f for f in recommendations(trace) if f.rule == "synchronization"]
     assert len(sync) == 1
     assert "aten::item" in sync[0].evidence and ".item()" in sync[0].change
+

@@ -42,7 +42,7 @@ def test_sorted_by_saving_and_complete() -> None:
     assert [f.rule for f in found][:3] == ["dataloader_bound", "host_bound", "fp32_tensor_cores"]
     for f in found:
         assert f.evidence and f.change and f.estimate and f.saving_ms >= 0
-    assert len(RULES) == 12
+    assert len(RULES) == 13
 
 
 def test_dataloader_bound_matches_tb_share() -> None:

@@ -68,6 +68,7 @@ def test_each_rule_carries_its_requirements_kinds_and_changes() -> None:
         "dataloader_bound": ("dataloader_bound", ("pytorch",), True, ("category:data_loading=0",), ()),
         "host_bound": ("host_bound", ("gpu", "aligned_clocks"), False, ("category:data_loading=0", "category:cpu=0"),
                        ("category:data_loading=0",)),
+        "host_transfers": ("host_transfers", ("gpu",), False, (), ()),
         "launch_overhead": ("launch_overhead", ("gpu", "aligned_clocks"), False, ("launch:0",), ()),
         "synchronizations": ("synchronization", ("gpu", "aligned_clocks"), False, (), ()),
         "fp32_tensor_cores": ("fp32_tensor_cores", ("gpu", "pytorch"), False, (), ()),
