@@ -25,6 +25,7 @@ import pytest
 
 import kinetolens
 from kinetolens.analysis import invariants as inv
+from kinetolens.analysis.hardware.roofline import BEATS_MODEL
 from kinetolens.analysis.invariants import INVARIANTS, Violation, check_trace
 from kinetolens.analysis.paths.critical_path import CriticalPath, Window
 from kinetolens.registry.gpus import SPECS
@@ -41,8 +42,6 @@ ALL = sorted(
 
 #: (trace file name, invariant) -> the fault, for faults another change is fixing.
 KNOWN: dict[tuple[str, str], str] = {
-    # % of roof above 100 with no flag saying the work beat the model (the ops/modules share fix).
-    ("train_resnet18.json.gz", "roof_at_most_100"): "MaxPool2d at 106.8% of roof, aten::zero_ at 104.1%",
     # The path cut to the model's step window books up to 6.4 us (of 93.7 ms) more GPU work than ran.
     ("rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", "critical_path_bound_within_work"):
         "path cut to the step window: GPU compute 93,731 us on the path, 93,724.6 us ran",
@@ -289,7 +288,7 @@ def test_fails_recommendation_saves_and_shortens() -> None:
 
 
 def test_fails_roof_at_most_100() -> None:
-    roof = pl.DataFrame({"op": ["aten::max_pool2d", "fast"], "pct_of_roof": [106.8, 120.0], inv.BEATS_MODEL: [False, True]})
+    roof = pl.DataFrame({"op": ["aten::max_pool2d", "fast"], "pct_of_roof": [106.8, 120.0], BEATS_MODEL: [False, True]})
     found = _run("roof_at_most_100", roofline=roof, modules=None)
     assert [v.values for v in found] == [{"op": "aten::max_pool2d", "pct_of_roof": 106.8}]
 

@@ -324,10 +324,6 @@ def recommendation_saves_and_shortens(summary: dict[str, Any]) -> Iterator[Bad]:
             yield f"recommendation {f['rule']}", {"predicted_step_ms": predicted, "step_ms": step_ms, "saving_ms": saving}
 
 
-#: A column that marks a row measured above the model's roof (so its % of roof may pass 100).
-BEATS_MODEL = "beats_model"
-
-
 @invariant("roof_at_most_100")
 def roof_at_most_100(roofline: pl.DataFrame | None, modules: pl.DataFrame | None) -> Iterator[Bad]:
     """The roof is the fastest the hardware can run the work: % of roof passes 100 only where flagged as beating the model."""
@@ -335,6 +331,8 @@ def roof_at_most_100(roofline: pl.DataFrame | None, modules: pl.DataFrame | None
         if frame is None or frame.height == 0 or "pct_of_roof" not in frame.columns:
             continue
         bad = frame.filter(pl.col("pct_of_roof") > 100.0 + EPS_PCT)
+        from kinetolens.analysis.hardware.roofline import BEATS_MODEL
+
         if BEATS_MODEL in frame.columns:
             bad = bad.filter(~pl.col(BEATS_MODEL).fill_null(False))
         for row in bad.iter_rows(named=True):

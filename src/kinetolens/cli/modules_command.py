@@ -68,6 +68,7 @@ def modules_command(
     from kinetolens.analysis.hardware.module_tree import by_depth, by_type, module_tree
     from kinetolens.analysis.workload.ops import share_whole_note
     from kinetolens.cli.render import emit, print_table
+    from kinetolens.views import units
 
     loaded = loading.load(trace)
     check_step(trace, loaded, step)
@@ -83,6 +84,7 @@ def modules_command(
         caption = "per module class: times summed over its instances; mean, min, max: of one instance's total"
         caption += "" if loaded.kernels.height else f"\n{HOST_NOTE}"
         caption += f"\n{whole}" if (whole := share_whole_note(loaded, step)) else ""
+        caption += f"\n{beats}" if (beats := units.beats_model_note(table, "type")) else ""
         print_table(
             table.select(TYPE_COLUMNS), title="modules by type", caption=caption, width=width,
             headers=HEADERS, droppable=[c for c in DROPPABLE if c in TYPE_COLUMNS], same_time_unit=True,
@@ -106,6 +108,8 @@ def modules_command(
         notes.append(f"{deeper} deeper modules not shown (--depth N; --by type rolls repeated layers up)")
     if whole := share_whole_note(loaded, step):
         notes.append(whole)
+    if beats := units.beats_model_note(shown, "name"):
+        notes.append(beats)
     print_table(
         frame, title="modules", caption="\n".join(notes), width=width, headers=HEADERS,
         droppable=[c for c in DROPPABLE if c in TREE_COLUMNS], same_time_unit=True,

@@ -211,6 +211,7 @@ def roofline_command(
         f"{spec.name} ({spec.origin}): DRAM {spec.dram_gbps:,.0f}\u00a0GB/s. Ops with a roofline: {_time(total)} on "
         f"the GPU, {_time(lost)} lost to the roof, {_time(lost75)} below {REALISTIC:.0%} of it{note}",
         *_caveat_lines(ops),
+        *(note for note in (units.beats_model_note(table.head(top), by if by in table.columns else table.columns[0]),) if note),
         *(f"warning: {w}" for w in warnings_of(t) if w.kind == FORMULA_FAILED),
     ]
     if dropped:

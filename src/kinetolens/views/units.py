@@ -255,3 +255,20 @@ def display(frame: pl.DataFrame, shown: pl.DataFrame) -> tuple[list[dict[str, An
         scales.append((kind, scale))
     rows = [[cell(k, v, sc) for (k, sc), v in zip(scales, r)] for r in shown.iter_rows()]
     return columns, rows
+
+
+def beats_model_note(frame: pl.DataFrame, key: str) -> str | None:
+    """One line naming the rows flagged ``beats_model`` (faster than their
+    roof allows) with their % of roof, or None: the figure is read as a
+    model that is off for them, not as headroom."""
+    if "beats_model" not in frame.columns or "pct_of_roof" not in frame.columns:
+        return None
+    flagged = frame.filter(pl.col("beats_model").fill_null(False))
+    if flagged.height == 0:
+        return None
+    named = ", ".join(f"{str(r[key]).strip()} {r['pct_of_roof']:.1f}%" for r in flagged.head(3).iter_rows(named=True))
+    more = f" and {flagged.height - 3} more" if flagged.height > 3 else ""
+    return (
+        f"above 100% of roof: {named}{more}: faster than the roofline model allows (its modeled bytes or "
+        "FLOPs, or the GPU's peaks, are off for this work), not a measurement to trust"
+    )

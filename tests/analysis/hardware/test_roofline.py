@@ -260,3 +260,25 @@ def test_kernel_groups_add_up_and_weigh_roofline_by_time() -> None:
     # Without a GPU spec there is no roof, and grouping by op splits rows.
     assert kernel_groups(table, None, "name")["pct_of_roof"].null_count() == groups.height
     assert kernel_groups(table, roof, "name+op").height >= groups.height
+
+
+def test_work_faster_than_its_roof_is_flagged_not_taken_as_a_figure() -> None:
+    # MI300X ResNet-18: each aten::zero_ under MaxPool2d writes 822 MB in about
+    # 145 us, 5.67 TB/s against the 5.3 TB/s the MI300X's HBM peaks at, so the
+    # module reads 106.8% of roof. The model is off for it (an op cannot beat
+    # its roof): every such row carries beats_model and the views say so.
+    from kinetolens.analysis.hardware.module_tree import module_tree
+    from kinetolens.analysis.hardware.roofline import BEATS_MODEL, op_roofline, roofline_by
+    from tests.terminal import cli_text
+
+    path = trace_path("tracelens/mi300/ddp_resnet18_no_pool/train_resnet18.json.gz")
+    trace = load(path)
+    spec = gpu_spec(trace)
+    for frame in (op_roofline(trace, spec), roofline_by(trace, spec, by="module"), module_tree(trace, spec)):
+        over = frame.filter(pl.col("pct_of_roof") > 100)
+        assert over.height and over[BEATS_MODEL].all()
+        assert not frame.filter(pl.col("pct_of_roof") <= 100)[BEATS_MODEL].fill_null(False).any()
+    pool = module_tree(trace, spec).filter(pl.col("name") == "MaxPool2d_0").row(0, named=True)
+    assert pool["pct_of_roof"] == pytest.approx(106.82, abs=0.01) and pool[BEATS_MODEL]
+    out = " ".join(cli_text("modules", str(path), columns=100).split())
+    assert "above 100% of roof: MaxPool2d_0 106.8%: faster than the roofline model allows" in out

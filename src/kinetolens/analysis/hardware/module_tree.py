@@ -26,7 +26,7 @@ import polars as pl
 from kinetolens.analysis.workload.modules import module_calls
 from kinetolens.analysis.workload.op_times import op_instances
 from kinetolens.analysis.workload.ops import in_steps, op_stats, share_whole_ns, without_annotations
-from kinetolens.analysis.hardware.roofline import roofline_by
+from kinetolens.analysis.hardware.roofline import beats_model, roofline_by
 from kinetolens.errors import TraceError
 from kinetolens.model.earlier_launches import without_earlier_iteration
 from kinetolens.model.trace import Trace
@@ -152,7 +152,7 @@ def module_tree(
     rank = pl.DataFrame({"path": order, "_rank": range(len(order))})
     return tree.join(rank, on="path").sort("_rank").select(
         "path", "parent", "depth", "name", "type", "calls", *TIMES, "step_share_pct", "flops", "tflops_s", "ideal_us",
-        "pct_of_roof", "roofed_us",
+        "pct_of_roof", beats_model(), "roofed_us",
     )
 
 
@@ -197,6 +197,7 @@ def by_type(tree: pl.DataFrame) -> pl.DataFrame:
             tflops_s=pl.when((pl.col("total_us") > 0) & (pl.col("flops") > 0)).then(pl.col("flops") / pl.col("total_us") / 1e6),
             pct_of_roof=pl.when(pl.col("_roofed") > 0).then(pl.col("_ideal") / pl.col("_roofed") * 100.0),
         )
+        .with_columns(beats_model())
         .drop("_ideal", "_roofed")
         .sort(["total_us", "type"], descending=[True, False])
     )

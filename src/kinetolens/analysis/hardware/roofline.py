@@ -244,7 +244,7 @@ def kernel_roofline(trace: Trace, spec: GpuSpec | None) -> pl.DataFrame:
         "kernel_id", "name", "op", "dtype", "tc", "precision", "ceiling", "ceiling_assumed", "flops", "bytes",
         "estimated", dur_us=pl.col("dur") / 1000.0, intensity="intensity", peak_tflops="peak_tflops",
         attainable_tflops="attainable_tflops", achieved_tflops="achieved_tflops", achieved_gbps="achieved_gbps",
-        pct_of_roof="pct_of_roof", bound="bound", ideal_us=pl.col("ideal_ns") / 1000.0,
+        pct_of_roof="pct_of_roof", beats_model=beats_model(), bound="bound", ideal_us=pl.col("ideal_ns") / 1000.0,
     ).sort("kernel_id")  # fmt: skip
     if trace.kernel_counters.height:
         measured = trace.kernels.select("kernel_id", "launch_id").join(
@@ -329,7 +329,7 @@ def op_roofline(trace: Trace, spec: GpuSpec | None) -> pl.DataFrame:
         "ceiling", "ceiling_assumed", "flops", "bytes",
         device_us=pl.col("device_ns") / 1000.0, intensity="intensity", peak_tflops="peak_tflops",
         attainable_tflops="attainable_tflops", achieved_tflops="achieved_tflops", achieved_gbps="achieved_gbps",
-        pct_of_roof="pct_of_roof", bound="bound", ideal_us=pl.col("ideal_ns") / 1000.0,
+        pct_of_roof="pct_of_roof", beats_model=beats_model(), bound="bound", ideal_us=pl.col("ideal_ns") / 1000.0,
         lost_us=((pl.col("device_ns") - pl.col("ideal_ns")) / 1000.0).clip(lower_bound=0.0),
         lost_75_us=((pl.col("device_ns") - pl.col("ideal_ns") / REALISTIC) / 1000.0).clip(lower_bound=0.0),
     ).sort("op_id")  # fmt: skip
@@ -337,6 +337,17 @@ def op_roofline(trace: Trace, spec: GpuSpec | None) -> pl.DataFrame:
         measured = op_measured(trace).select("op_id", "measured_flops", "measured_bytes")
         out = out.join(measured, on="op_id", how="left").with_columns(_bytes_ratio())
     return out
+
+
+#: Marks a row that ran faster than its roof allows (% of roof above 100): the
+#: model is off for it (the modeled bytes or FLOPs, or the GPU's peaks), so the
+#: figure is flagged beside it, never taken as headroom or a measurement.
+BEATS_MODEL = "beats_model"
+
+
+def beats_model() -> pl.Expr:
+    """The :data:`BEATS_MODEL` flag of rows with a ``pct_of_roof``."""
+    return (pl.col("pct_of_roof") > 100.0).alias(BEATS_MODEL)
 
 
 #: A group's % of roof: its summed ideal time over the device time of the calls whose roof is known.
@@ -420,8 +431,8 @@ def roofline_by(trace: Trace, spec: GpuSpec | None, by: str = "op", *, step: int
         achieved_tflops=pl.col("flops") / pl.col("device_us") / 1e6,
         achieved_gbps=pl.col("bytes") / pl.col("device_us") / 1e3,
     )
-    out = out.with_columns(bound=_group_bound(out, require_roofs(spec, trace)))
-    cols = [*keys, "calls", "device_us", "ideal_us", "pct_of_roof", "lost_us", "lost_75_us", "flops", "bytes",
+    out = out.with_columns(bound=_group_bound(out, require_roofs(spec, trace)), beats_model=beats_model())
+    cols = [*keys, "calls", "device_us", "ideal_us", "pct_of_roof", BEATS_MODEL, "lost_us", "lost_75_us", "flops", "bytes",
             "intensity", "achieved_tflops", "achieved_gbps", "bound", "precision", "ceiling", "assumed_us"]  # fmt: skip
     if "measured_bytes" in ops.columns:
         out = out.with_columns(
