@@ -296,7 +296,8 @@ def critical_path_bound_within_work(paths: list[Any], stream_work: pl.DataFrame)
         lo = first * 1000 - slack
         hi = float((rows["start_us"] + rows["us"]).max()) * 1000 + slack  # type: ignore[arg-type]
         for bound, kind in PATH_GPU_BOUNDS.items():
-            on_path = float(rows.filter(pl.col("bound_by") == bound)["us"].sum())
+            bound_rows = rows.filter(pl.col("bound_by") == bound)
+            on_path = float(bound_rows["us"].sum())
             if on_path <= 0:
                 continue
             work = stream_work.filter(pl.col("kernel_type") == kind).select(
