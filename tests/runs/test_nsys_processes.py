@@ -70,3 +70,29 @@ def test_dist_compares_the_two_processes(run_dir: Path) -> None:
     assert any("2 processes launched GPU work (pids 111, 112): each is a rank" in n for n in notes)
     out = cli_text("dist", str(run_dir), "--no-cache", columns=100)
     assert out.startswith("2 ranks of world size 2")
+
+
+def test_each_ranks_communication_is_timed_by_its_nccl_kernels(tmp_path: Path) -> None:
+    # The shared export runs no collective; a copy whose three longest kernels
+    # of each process are renamed to NCCL's send/recv kernel stands for one.
+    # Each rank's communication is its own NCCL kernels' time (with no NCCL
+    # call recorded on the host, the kernels are the only evidence).
+    run = tmp_path / "run"
+    run.mkdir()
+    path = run / "job.sqlite"
+    shutil.copy(trace_path(NSYS), path)
+    nccl = {}
+    with sqlite3.connect(path) as db:
+        nid = db.execute("SELECT MAX(id) + 1 FROM StringIds").fetchone()[0]
+        db.execute("INSERT INTO StringIds (id, value) VALUES (?, ?)", (nid, "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"))
+        for device in (0, 1):
+            rows = db.execute(
+                "SELECT rowid, end - start FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE deviceId = ? ORDER BY end - start DESC LIMIT 3",
+                (device,),
+            ).fetchall()
+            db.executemany("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET shortName = ?, demangledName = ? WHERE rowid = ?",
+                           [(nid, nid, r) for r, _ in rows])  # fmt: skip
+            nccl[device] = sum(d for _, d in rows) / 1e6
+    ranks = dist_report(summarize_run(run, "local:1", cache=False)).ranks
+    assert ranks["comm_ms"].to_list() == pytest.approx([nccl[0], nccl[1]], abs=1e-3)  # 0.917 ms each
+    assert ranks["exposed_comm_ms"].to_list() == pytest.approx([nccl[0], nccl[1]], abs=1e-3)
