@@ -8,10 +8,10 @@ whose categories :mod:`kinetolens.analysis.paths.whatif` has joined.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
-import numpy as np
 import polars as pl
 
 from kinetolens.analysis.paths.critical_path import BOUND_BY
@@ -51,7 +51,7 @@ def _factor(text: str, spec: str) -> float:
         value = float(text)
     except ValueError:
         raise BadChange(f"{spec!r}: the factor {text!r} is not a number (e.g. 0.5 for twice as fast, 0 to remove)") from None
-    if not np.isfinite(value) or value < 0:
+    if not math.isfinite(value) or value < 0:
         raise BadChange(f"{spec!r}: the factor must be a number >= 0, not {text}")
     return value
 
