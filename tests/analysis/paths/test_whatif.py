@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 from pathlib import Path
 
@@ -55,9 +54,8 @@ def test_no_change_reproduces_every_measured_step(r0):
 
 def test_baseline_path_categories_match_critical_path(r0):
     # the simulator's bound-by rules are the critical path's (data loading on the 0-worker path)
-    # over the same graph: the step's host range, its path not cut to the step's own window
-    w = dataclasses.replace(step_window(r0, 7), clip=None)
-    cp = critical_path(r0, w)
+    # over the same graph, both paths cut to the step's own window
+    cp = critical_path(r0, step_window(r0, 7))
     sim = whatif(r0, [], step=7).steps[0]
     got = dict(zip(sim.summary["bound_by"], sim.summary["us"]))
     assert got["data_loading"] == pytest.approx(dict(zip(cp.summary["bound_by"], cp.summary["us"]))["data_loading"], rel=0.05)
@@ -161,3 +159,18 @@ def test_overlap_hides_waits_on_collectives_not_the_collectives():
     assert comm_us > 50_000
     changes = [parse_change(s) for s in ("category:cpu=0", "category:gpu_compute=0", "overlap:communication")]
     assert whatif(trace, changes, step=3).steps[0].predicted_us >= comm_us
+
+
+def test_new_path_table_adds_up_to_the_predicted_step() -> None:
+    # Qwen on H100: step 6's host range opens with a 14.1 ms cudaDeviceSynchronize
+    # waiting for the previous step; the step itself (35.18 ms) starts when that
+    # work ends. The new path's table used to start at the host range and sum to
+    # 46.8 ms beside a 32.8 ms prediction; it now covers the step, as the prediction does.
+    from tests.conftest import trace_path
+
+    trace = load(trace_path("tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"))
+    r = whatif(trace, [parse_change("kernel:gemm=0.5")])
+    table = r.summary()
+    assert float(table["us"].sum()) == pytest.approx(r.predicted_us, rel=1e-6)  # 32,821 us
+    assert float(table["pct"].sum()) == pytest.approx(100.0, abs=0.01)
+    assert r.measured_us == pytest.approx(35_183.4, abs=0.1)

@@ -44,6 +44,7 @@ import polars as pl
 
 from kinetolens.analysis.paths.critical_path import (
     Window,
+    _clipped,
     _path_table,
     step_windows,
     summarize,
@@ -452,11 +453,17 @@ def predict(r: Replay, changes: list[Change], paths: bool = True) -> StepPredict
     path_nodes = [v for v in nodes if v < n2] if paths else []
     new_graph = DependencyGraph(events=ev, edges=e.select("dst", "type", "eid", src=pl.Series(src), weight=pl.Series(new_w)), start=r.graph.start, end=r.graph.end)
     path = _path_table(new_graph, path_nodes)
+    if r.window.clip is not None and path.height:
+        # The graph starts at the step's host range; the step's time (measured and
+        # predicted) starts at its window (a step that opens waiting for the
+        # previous one's GPU work starts when that work ends): the path is shown from there.
+        path = _clipped(path, r.window.clip[0], int(path["start_us"].max() * 1000 + path["us"].max() * 1000) + 1)
     length = float(path["us"].sum()) if path.height else 0.0
     carried = 0.0
     if path_nodes and path_nodes[0] in set(r.carry_node.tolist()):
         i = int(np.flatnonzero(r.carry_node == path_nodes[0])[0])
         carried = float(r.carry_ns[i]) / 1000
+    shown_us = max(predicted, 0.0) / 1000 if r.window.clip is not None else new / 1000
     return StepPrediction(
         window=r.window,
         measured_us=r.measured_ns / 1000,
@@ -465,7 +472,7 @@ def predict(r: Replay, changes: list[Change], paths: bool = True) -> StepPredict
         path=path,
         summary=summarize(path, length),
         matched=matched,
-        untraced_us=max(new / 1000 - length - carried, 0.0),
+        untraced_us=max(shown_us - length - carried, 0.0),
         carried_us=carried,
     )
 
