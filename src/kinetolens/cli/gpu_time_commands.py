@@ -41,6 +41,15 @@ def _trace(path: str, loading: TraceLoading, keep_last_step: bool) -> Trace:
     return trace if keep_last_step else whole_steps(trace)
 
 
+#: What a table's shares are of, where another view reports the same kind of figure over another window.
+CAPTIONS = {
+    "temporal_breakdown": (
+        "pct: of the kernel span, the first kernel's start to the last kernel's end (HTA's temporal "
+        "breakdown); summary's GPU util is of the steps' wall time"
+    ),
+}
+
+
 def _emit_tables(
     tables: dict[str, pl.DataFrame], json_: bool, csv: bool, optional: tuple[str, ...] = (), compact: bool = False
 ) -> None:
@@ -66,7 +75,7 @@ def _emit_tables(
             if compact and any(c.endswith("_us") for c in frame.columns):
                 frame = frame.rename(lambda c: c.removesuffix("_us"))
                 title += " (µs)"
-            emit(frame, "table", title=title)
+            emit(frame, "table", title=title, caption=CAPTIONS.get(name))
 
 
 def _for_terminal(frame: pl.DataFrame) -> pl.DataFrame:

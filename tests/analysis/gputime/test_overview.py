@@ -477,3 +477,15 @@ def test_dataloader_annotation_of_a_real_torch_run(tmp_path: Path) -> None:
     assert (table["dataloader"] >= 8_000_000).all()
     assert (table["dataloader"] <= loader_ops.sort("ts")["dur"]).all()
     assert (table["kernel"] == 0).all() and (table["cpu_exec"] > 0).all()
+
+
+def test_idle_says_its_shares_are_of_the_kernel_span_not_the_steps() -> None:
+    # ResNet-50 on V100: idle's compute 67.48% is of the kernel span, summary's
+    # util 63.6% of the steps' wall time; the idle table says which window it is of.
+    from tests.terminal import cli_text
+
+    path = str(trace_path("kineto/resnet50_num_workers_0/worker0.1623143566756.pt.trace.json.gz"))
+    idle = " ".join(cli_text("idle", path, columns=80).split())
+    assert "67.48" in idle and "pct: of the kernel span, the first kernel's start to the last kernel's end" in idle
+    assert "summary's GPU util is of the steps' wall time" in idle
+    assert "63.6%" in cli_text("summary", path, columns=120)
