@@ -23,7 +23,6 @@ from kinetolens import json_codec
 from kinetolens.analysis.gputime.step_times import StepTimes
 from kinetolens.analysis.inference.block import InferenceBlock, Iteration
 from kinetolens.analysis.inference.phases import (
-    COMPONENT_SOURCE,
     inference_block,
     iterations,
     phase_tables,
@@ -37,7 +36,7 @@ from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import emit_json, print_captioned, print_heading, print_table
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import units
-from kinetolens.views.report_phases import token_rate
+from kinetolens.views.report_phases import iterations_title, token_rate
 from kinetolens.model.vocabulary import CATEGORY_HEADERS
 
 #: Iteration rows the summary shows; ``kinetolens phases`` shows them all.
@@ -90,7 +89,7 @@ def print_inference(console: Console, block: InferenceBlock, *, limit: int | Non
     # tokens only where some iteration counts them (a diffusion pipeline's do not)
     tokens = any(r.tokens is not None for r in rows)
     counts = ["tokens", "tok/s"] if tokens else []
-    title = "Model forwards" if rows[0].source == COMPONENT_SOURCE else "Engine iterations"
+    title = iterations_title(block)
     table = _table(f"{title} (% of each iteration)", ["it", "phase", unit, *counts, *(CATEGORY_HEADERS[c] for c in cats)])
     for r in shown:
         rates = [units.count(r.tokens), token_rate(r.tokens_per_s)] if tokens else []

@@ -34,7 +34,7 @@ from kinetolens.views.report_frames import (
     memory_frame,
     overview_frame,
 )
-from kinetolens.views.report_phases import iteration_frame, labels_frame, phase_frame
+from kinetolens.views.report_phases import iterations_sentence, iteration_frame, labels_frame, phase_frame
 
 if TYPE_CHECKING:
     from kinetolens.views.report_data import ReportData
@@ -157,6 +157,7 @@ def render_html(data: ReportData, standalone: bool = True) -> str:
         sources_note=SOURCES_NOTE,
         critical_path=critical_path_html(data),
         cross_rank_path=cross_rank_path_html(data),
+        phases_intro=iterations_sentence(data.summary.inference),
     )
     if not standalone:
         page = f"<script>{js}</script>\n{page}"

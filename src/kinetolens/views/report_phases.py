@@ -36,6 +36,28 @@ def token_rate(value: float | None) -> str:
     return units.sig(value, 3)
 
 
+def iterations_title(block: InferenceBlock) -> str:
+    """``Engine iterations``, or ``Model forwards`` for a program that is no LLM engine's."""
+    return "Model forwards" if block.model_forwards else "Engine iterations"
+
+
+def iterations_sentence(block: InferenceBlock) -> str:
+    """What the iterations are and how they were labelled, in one paragraph (report and dashboard)."""
+    n = len(block.iterations)
+    evidence = ", ".join(block.evidence)
+    if block.model_forwards:
+        return (
+            f"An inference trace ({evidence}) with no engine annotation and no decode step: {n:,} model "
+            f"forward{'s' if n != 1 else ''}, each a call of a root nn.Module and labelled by its module (no prefill "
+            "or decode). A forward's time is its host range extended to the end of the GPU work it launched."
+        )
+    return (
+        f"An inference trace ({evidence}): {n:,} engine iteration{'s' if n != 1 else ''}, each labelled prefill, "
+        "decode or mixed from what the trace says. An iteration's time is its host range extended to the end "
+        "of the GPU work it launched; tokens/s are its tokens over that time."
+    )
+
+
 def inference_rows(block: InferenceBlock) -> list[tuple[str, str]]:
     """``what, value`` rows for a summary's inference block (none for a trace
     that is not inference): the evidence, the iterations per phase and the tokens."""
@@ -74,14 +96,18 @@ def iteration_frame(block: InferenceBlock, *, basis: bool = False) -> pl.DataFra
     the report quotes each phase's first in :func:`labels_frame`)."""
     rows = block.iterations
     said = {"basis": [r.basis for r in rows]} if basis else {}
+    counts = () if block.model_forwards else ("tokens", "requests", "tokens_per_s")  # a model forward counts none
     return pl.DataFrame(
         {
-            **_fields(rows, "iteration", "phase", "dur_us", "tokens", "requests", "tokens_per_s"),
+            **_fields(rows, "iteration", "phase", "dur_us", *counts),
             **_shares([r.breakdown_us for r in rows]),
             **said,
         },
-        schema_overrides={"tokens": pl.Int64, "requests": pl.Int64, "dur_us": pl.Float64, "tokens_per_s": pl.Float64},
+        schema_overrides={c: t for c, t in _COUNT_TYPES.items() if c in ("dur_us", *counts)},
     )
+
+
+_COUNT_TYPES = {"tokens": pl.Int64, "requests": pl.Int64, "dur_us": pl.Float64, "tokens_per_s": pl.Float64}
 
 
 def labels_frame(block: InferenceBlock) -> pl.DataFrame:
@@ -104,12 +130,13 @@ def labels_frame(block: InferenceBlock) -> pl.DataFrame:
 def phase_frame(block: InferenceBlock) -> pl.DataFrame:
     """One row per phase: iterations, total and mean time, tokens, tokens/s, mean breakdown (%)."""
     phases = block.phases
+    counts = () if block.model_forwards else ("tokens", "tokens_per_s")
     return pl.DataFrame(
         {
-            **_fields(phases, "phase", "iterations", "time_us", "mean_us", "tokens", "tokens_per_s"),
+            **_fields(phases, "phase", "iterations", "time_us", "mean_us", *counts),
             **_shares([p.average_us for p in phases]),
         },
-        schema_overrides={"tokens": pl.Int64, "tokens_per_s": pl.Float64},
+        schema_overrides={c: t for c, t in _COUNT_TYPES.items() if c in counts},
     )
 
 
@@ -129,7 +156,7 @@ def iteration_figure(block: InferenceBlock) -> Any:
     frame, labels = breakdown_rows(block)
     from kinetolens.views import figures  # plotly: only where a chart is drawn, not for the terminal
 
-    return figures.step_breakdown_figure(frame, "Engine iteration time breakdown", labels)
+    return figures.step_breakdown_figure(frame, f"{iterations_title(block)[:-1]} time breakdown", labels)
 
 
 def per_phase_tables(

@@ -218,6 +218,10 @@ def test_diffusion_capture_is_inference_without_llm_phases() -> None:
     for columns in (80, 120):
         out = _run("phases", trace_path(XDIT_CAPTURE).as_posix(), columns=columns)
         assert "Model forwards" in out and "OptimizedModule" in out and "prefill" not in out and "tok/s" not in out
+    # the report says the same: model forwards, no token columns, no prefill/decode wording
+    html = render_html(collect(t))
+    assert "3 model forwards, each a call of a root nn.Module and labelled by its module" in html
+    assert "Model forward time breakdown" in html and "tokens/s" not in html.split('id="phases"')[1].split("<h4>")[0]
 
 
 LOOP = """

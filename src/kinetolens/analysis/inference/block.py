@@ -12,6 +12,10 @@ from dataclasses import dataclass
 
 from kinetolens.analysis.gputime.step_times import StepTimes
 
+#: The ``source`` of iterations that are the model forwards of an inference
+#: program that is no LLM engine's (a diffusion pipeline): no prefill or decode.
+COMPONENT_SOURCE = "forward: root nn.Module call"
+
 
 @dataclass(frozen=True, kw_only=True)
 class Iteration:
@@ -65,3 +69,8 @@ class InferenceBlock:
     tokens: int | None
     tokens_time_us: float | None
     tokens_per_s: float | None
+
+    @property
+    def model_forwards(self) -> bool:
+        """The iterations are root nn.Module calls labelled by their module, not LLM phases."""
+        return bool(self.iterations) and self.iterations[0].source == COMPONENT_SOURCE

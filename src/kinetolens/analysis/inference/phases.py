@@ -61,7 +61,7 @@ import polars as pl
 from kinetolens.analysis.gputime.overview import COLUMNS, breakdown, category_intervals
 from kinetolens.analysis.gputime.step_times import StepTimes
 from kinetolens.analysis.inference import engine_annotations
-from kinetolens.analysis.inference.block import InferenceBlock, Iteration, Phase
+from kinetolens.analysis.inference.block import COMPONENT_SOURCE, InferenceBlock, Iteration, Phase
 from kinetolens.analysis.session import per_trace
 from kinetolens.model.steps import host_range_windows
 from kinetolens.model.trace import Trace
@@ -395,8 +395,6 @@ def _iteration_table(trace: Trace, marks: pl.DataFrame, rows: pl.DataFrame, drop
     return table.select(_empty().columns).cast(_empty().schema)  # type: ignore[arg-type]
 
 
-#: The ``source`` of iterations that are a non-LLM program's model forwards.
-COMPONENT_SOURCE = "forward: root nn.Module call"
 #: How a component iteration's phase was decided, in words.
 _COMPONENT_BASIS = (
     "a forward-only inference trace with no engine annotation and no decode step: "

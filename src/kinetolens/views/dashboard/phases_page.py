@@ -22,6 +22,8 @@ from kinetolens.views.dashboard.blocks import figure, table, text
 from kinetolens.views.dashboard.sources import BadParameter, Ctx
 from kinetolens.views.report_phases import (
     inference_rows,
+    iterations_sentence,
+    iterations_title,
     iteration_figure,
     iteration_frame,
     per_phase_tables,
@@ -54,14 +56,11 @@ def cards(block: InferenceBlock) -> list[list[str]]:
 
 def blocks(ctx: Ctx, block: InferenceBlock) -> list[dict[str, Any]]:
     """The iterations chart, the per-iteration and per-phase tables, and each phase's top kernels and ops."""
-    its = len(block.iterations)
     out = [
-        text(f"An inference trace ({', '.join(block.evidence)}): {its:,} engine iteration{'s' if its != 1 else ''}, "
-             "each labelled prefill, decode or mixed from what the trace says (basis: how). An iteration's time is its "
-             "host range extended to the end of the GPU work it launched; tokens/s are its tokens over that time."),
+        text(iterations_sentence(block)),
         figure(iteration_figure(block)),
-        table("phase_iterations", "Engine iterations: phase, time, tokens, breakdown (% of the iteration), basis",
-              sort=None),
+        table("phase_iterations", f"{iterations_title(block)}: phase, time, "
+              f"{'' if block.model_forwards else 'tokens, '}breakdown (% of the iteration), basis", sort=None),
         table("phases", "Per phase (breakdown: % of the mean iteration)", sort=None),
     ]  # fmt: skip
     per_phase = _per_phase(ctx)
