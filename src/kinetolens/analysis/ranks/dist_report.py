@@ -16,6 +16,7 @@ from kinetolens.analysis.finding import Finding
 from kinetolens.analysis.ranks.clocks import clock_offsets, transfer_vs_skew
 from kinetolens.analysis.ranks.dimensions import dimension_stats
 from kinetolens.analysis.ranks.distributed import RankSummary, collective_stats, run_overview, step_spread, step_times
+from kinetolens.analysis.ranks.mixed_runs import mixed_run_notes
 from kinetolens.analysis.ranks.stragglers import straggler_findings, stragglers
 
 #: The tables of a :class:`DistReport`, in the order every view shows them.
@@ -87,5 +88,5 @@ def dist_report(summaries: list[RankSummary]) -> DistReport:
         clocks=clock_offsets(summaries),
         stragglers=straggling,
         findings=tuple(straggler_findings(summaries, straggling)),
-        notes=tuple(cut_step_notes(summaries)),
+        notes=(*mixed_run_notes(summaries), *cut_step_notes(summaries)),
     )

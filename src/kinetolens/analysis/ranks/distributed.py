@@ -44,6 +44,7 @@ from kinetolens.analysis.ranks.collectives import (
 )
 from kinetolens.analysis.gputime.gpu_streams import union_intervals
 from kinetolens.analysis.gputime.overview import COLUMNS, step_breakdown
+from kinetolens.model.devices import device_name
 from kinetolens.model.steps import incomplete_steps
 from kinetolens.model.trace import Trace
 
@@ -79,6 +80,8 @@ class RankSummary:
     #: Per parallel dimension, group and whole step: ns its calls are in flight
     #: and ns of that not hidden behind computation
     #: (:func:`kinetolens.analysis.ranks.collectives.dimension_exposure`).
+    #: The GPU the rank ran on (its first device's model), None without one: ranks of one job share it.
+    device: str | None = None
     exposure: pl.DataFrame = field(
         default_factory=lambda: pl.DataFrame(
             schema={"dimension": pl.String, "group": pl.String, "step": pl.Int64,
@@ -110,6 +113,7 @@ def rank_summary(trace: Trace, rank: int | None = None) -> RankSummary:
         breakdown=step_breakdown(trace).filter(whole),
         cut_steps=cut,
         exposure=dimension_exposure(trace, calls).filter(whole),
+        device=device_name(trace.devices[0]) if trace.devices else None,
     )
 
 
