@@ -216,3 +216,12 @@ def test_training_trace_keeps_steps(server: ThreadServer, page, logdir: Path, tm
     assert "execution_summary" in look["tables"] and not [t for t in look["tables"] if t.startswith("phase")]
     assert look["figure_titles"] == ["Step time breakdown"]
     assert "per step" in page.inner_text(".findings h3")
+
+
+def test_the_phase_cards_share_one_unit() -> None:
+    # xDiT: 9.53, 31.4 and 326 ms, never "9,530 us" beside "31.4 ms".
+    from kinetolens.views.dashboard.phases_page import cards
+
+    block = inference_block(kinetolens.load(trace_path("tracelens/inference/xdit_flux.1/capture_traces/capture_trace_rank_0.json.gz")))
+    means = [value for name, value in cards(block) if name.startswith("mean ")]
+    assert means == ["9.530 ms", "31.395 ms", "326.112 ms"]

@@ -48,7 +48,8 @@ def cards(block: InferenceBlock) -> list[list[str]]:
     """The overview's cards for the iterations (in place of steps and mean step)."""
     rows = dict(inference_rows(block))
     out = [["iterations", rows["iterations"]]]
-    out += [[f"mean {p.phase} iteration", units.duration(p.mean_us)] for p in block.phases]
+    unit, scale = units.time_unit(max(p.mean_us for p in block.phases))  # one unit across the cards
+    out += [[f"mean {p.phase} iteration", f"{units.in_unit(p.mean_us, scale)} {unit}"] for p in block.phases]
     if "tokens" in rows:
         out.append(["tokens", rows["tokens"]])
     return out
