@@ -56,7 +56,7 @@ def test_group_help_lists_every_command_and_imports_none_of_them() -> None:
     assert listed == sorted(COMMANDS)
 
 
-@pytest.mark.parametrize("command", ["run", "demo", "serve", "report", "cache", "dist", "export", "counters", "compiled", "whatif", "modules", "summary"])
+@pytest.mark.parametrize("command", ["run", "demo", "serve", "report", "cache", "dist", "export", "counters", "compiled", "whatif", "modules", "summary", "critical-path"])
 def test_command_help_imports_only_its_own_module(command: str) -> None:
     result = _probe(command, "--help")
     assert result["code"] == 0 and result["help"].startswith(f"Usage: kinetolens {command} ")
