@@ -143,6 +143,7 @@ SLOW_FOLDERS = ("capture/", "views/dashboard/", "gpu/")
 #: Modules whose every test is slow, with why.
 SLOW_MODULES = {
     "views/test_glance.py": "Chromium",
+    "analysis/ranks/test_pipeline.py": "a two-process torch pipelining job",
     "views/test_pages_fit.py": "Chromium",
     "views/test_glance_names.py": "Chromium",
     "views/test_glance_ranks.py": "Chromium and generated runs",

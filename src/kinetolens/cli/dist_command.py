@@ -80,6 +80,7 @@ def dist_command(
 TITLES = {
     "ranks": "per rank (ms per step)",
     "steps": "step time across ranks (ms)",
+    "pipeline": "pipeline stages (ms per step; bubble: time no compute op of the stage runs)",
     "dimensions": "parallel dimensions (per rank: ms over the trace; exposed: ms per step not hidden by compute)",
     "collectives": "collectives (per rank: ms over the trace, bandwidth in GB/s as nccl-tests)",
     "skew": "transfer vs arrival skew (us per call, aligned clocks)",
@@ -98,7 +99,8 @@ HEADERS = {
     "group_desc": "description", "group_ranks": "group ranks", "comm_ms_per_step": "in flight\nms/step",
     "exposed_ms": "exposed\nms/step", "step_share": "% of\nstep", "transfer_us": "transfer",
     "arrival_skew_us": "arrival\nskew", "launch_skew_us": "launch\nskew", "late_rank_calls": "calls held\nby a late rank",
-    "bound_by": "bound by", "offset_ms": "offset ms", "spread_us": "± us", "arrival_ms": "arrival\nms",
+    "bound_by": "bound by", "bubble_ms": "bubble", "bubble_pct": "bubble\n%",
+    "ideal_bubble_pct": "ideal\nbubble %", "microbatches": "micro-\nbatches", "offset_ms": "offset ms", "spread_us": "± us", "arrival_ms": "arrival\nms",
 }  # fmt: skip
 SHARES = ("last_share", "caused_share")
 

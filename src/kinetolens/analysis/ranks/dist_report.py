@@ -17,10 +17,11 @@ from kinetolens.analysis.ranks.clocks import clock_offsets, transfer_vs_skew
 from kinetolens.analysis.ranks.dimensions import dimension_stats
 from kinetolens.analysis.ranks.distributed import RankSummary, collective_stats, run_overview, step_spread, step_times
 from kinetolens.analysis.ranks.mixed_runs import mixed_run_notes
+from kinetolens.analysis.ranks.pipeline import pipeline_table
 from kinetolens.analysis.ranks.stragglers import straggler_findings, stragglers
 
 #: The tables of a :class:`DistReport`, in the order every view shows them.
-TABLES = ("ranks", "steps", "dimensions", "collectives", "skew", "clocks", "stragglers")
+TABLES = ("ranks", "steps", "pipeline", "dimensions", "collectives", "skew", "clocks", "stragglers")
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,9 @@ class DistReport:
     ranks: pl.DataFrame
     #: Per step: min / mean / max over ranks and the slowest rank.
     steps: pl.DataFrame
+    #: Per pipeline stage: its schedule, microbatches, step and compute time, bubble and the
+    #: schedule's ideal bubble (:func:`~kinetolens.analysis.ranks.pipeline.pipeline_table`); empty without one.
+    pipeline: pl.DataFrame
     #: Per parallel dimension and process group: its evidence (``basis``), calls, bytes, time,
     #: bandwidth, exposed time per step and its share of the step (:mod:`~kinetolens.analysis.ranks.dimensions`).
     dimensions: pl.DataFrame
@@ -82,6 +86,7 @@ def dist_report(summaries: list[RankSummary]) -> DistReport:
         overview=run_overview(summaries),
         ranks=step_times(summaries),
         steps=step_spread(summaries),
+        pipeline=pipeline_table(summaries),
         dimensions=dimension_stats(summaries),
         collectives=collective_stats(summaries),
         skew=transfer_vs_skew(summaries),

@@ -44,6 +44,8 @@ from kinetolens.analysis.ranks.collectives import (
 )
 from kinetolens.analysis.gputime.gpu_streams import union_intervals
 from kinetolens.analysis.gputime.overview import COLUMNS, step_breakdown
+from kinetolens.analysis.ranks.pipeline import STEP_SCHEMA as PIPELINE_SCHEMA
+from kinetolens.analysis.ranks.pipeline import pipeline_steps
 from kinetolens.model.devices import device_name
 from kinetolens.model.steps import incomplete_steps
 from kinetolens.model.trace import Trace
@@ -82,6 +84,9 @@ class RankSummary:
     #: (:func:`kinetolens.analysis.ranks.collectives.dimension_exposure`).
     #: The GPU the rank ran on (its first device's model), None without one: ranks of one job share it.
     device: str | None = None
+    #: A pipeline stage's steps: microbatch pass order, step and compute time
+    #: (:func:`kinetolens.analysis.ranks.pipeline.pipeline_steps`); empty for other ranks.
+    pipeline: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=PIPELINE_SCHEMA))
     exposure: pl.DataFrame = field(
         default_factory=lambda: pl.DataFrame(
             schema={"dimension": pl.String, "group": pl.String, "step": pl.Int64,
@@ -114,6 +119,7 @@ def rank_summary(trace: Trace, rank: int | None = None) -> RankSummary:
         cut_steps=cut,
         exposure=dimension_exposure(trace, calls).filter(whole),
         device=device_name(trace.devices[0]) if trace.devices else None,
+        pipeline=pipeline_steps(trace),
     )
 
 
