@@ -17,12 +17,16 @@ from tests.terminal import run_cli
 JOB = Path(__file__).resolve().parents[2] / "distributed" / "pipeline_job.py"
 
 
-@pytest.fixture(scope="module")
-def gpipe_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("gpipe")
-    done = subprocess.run([sys.executable, str(JOB), str(out), "gpipe", "2"], capture_output=True, text=True, timeout=300)
+def _run(tmp_path_factory: pytest.TempPathFactory, schedule: str) -> Path:
+    out = tmp_path_factory.mktemp(schedule)
+    done = subprocess.run([sys.executable, str(JOB), str(out), schedule, "2"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return out
+
+
+@pytest.fixture(scope="module")
+def gpipe_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _run(tmp_path_factory, "gpipe")
 
 
 def _waits_for_gradients_ms(path: Path) -> float:
@@ -55,6 +59,15 @@ def test_gpipe_stages_their_schedule_and_bubble(gpipe_run: Path) -> None:
     assert stages.row(0, named=True)["bubble_ms"] >= _waits_for_gradients_ms(first) - 0.5
     out = run_cli("dist", str(gpipe_run), "--no-cache", columns=120)
     assert out.returncode == 0 and "pipeline stages" in out.stdout and "GPipe (all forwards, then all backwards)" in out.stdout
+
+
+def test_1f1b_without_microbatch_ranges_is_read_from_its_passes(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # torch 2.13's Schedule1F1B records no Forward/Backward ranges: the passes between
+    # transfers give the schedule, and each backward pass is one microbatch.
+    stages = dist_report(summarize_run(_run(tmp_path_factory, "1f1b"), "local:1", cache=False)).pipeline
+    assert stages["schedule"].to_list() == [ONE_F_ONE_B, ONE_F_ONE_B]
+    assert stages["microbatches"].to_list() == [4, 4]
+    assert (stages["bubble_pct"] >= stages["ideal_bubble_pct"] - 1.0).all()
 
 
 def test_schedule_words_and_ideal_bubble() -> None:

@@ -16,6 +16,7 @@ of the step.  The difference is what the pipeline loses beyond its schedule
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -41,11 +42,15 @@ ONE_F_ONE_B = "1F1B (backwards interleaved with forwards)"
 def pipeline_steps(trace: Trace) -> pl.DataFrame:
     """Per whole step of a pipeline stage's trace: the order of its microbatch
     passes (``F0 F1 B0 ...``), the microbatches, the step's time and the time
-    its compute ops ran (ns).  Empty for a trace without microbatch ranges."""
+    its compute ops ran (ns).  From the microbatch ranges where the schedule
+    records them, else from the stage's passes (:func:`_passes`); empty for a
+    trace that is no pipeline stage."""
     ops, steps = trace.ops, trace.steps
     marks = ops.filter(pl.col("name").str.contains(MICROBATCH) & pl.col("step").is_not_null())
-    if marks.height == 0 or steps.height == 0:
+    if steps.height == 0:
         return pl.DataFrame(schema=STEP_SCHEMA)
+    if marks.height == 0:
+        return _passes(trace)
     parts = pl.col("name").str.extract_groups(MICROBATCH)
     marks = marks.with_columns(
         tag=parts.struct.field("1").str.slice(0, 1) + parts.struct.field("2"),
@@ -64,6 +69,53 @@ def pipeline_steps(trace: Trace) -> pl.DataFrame:
         ).filter(pl.col("end") > pl.col("ts"))
         rows.append({
             "step": step["step"], "order": " ".join(mine["tag"].to_list()), "microbatches": mine["micro"].n_unique(),
+            "step_ns": step["dur"], "compute_ns": covered_ns(union_intervals(busy)),
+        })  # fmt: skip
+    return pl.DataFrame(rows, schema=STEP_SCHEMA)
+
+
+_TRANSFER = re.compile(P2P)
+#: A run of ops shorter than this share of the stage's median backward pass is no
+#: microbatch pass (the input split before the first forward, detaches after the last).
+MIN_PASS = 0.05
+
+
+def _passes(trace: Trace) -> pl.DataFrame:
+    """:func:`pipeline_steps` for a schedule that records no microbatch ranges
+    (``Schedule1F1B`` in torch 2.13): a stage that sends or receives between
+    its forward and backward ops.  A pass is a run of the step's top-level
+    ops of one direction between two transfers; each backward pass is one
+    microbatch's."""
+    ops = trace.ops.filter((pl.col("kind") == "op") & pl.col("step").is_not_null())
+    p2p = pl.col("name").str.contains(P2P)
+    if not ops.filter(p2p).height or not ops.filter(pl.col("direction") == "bprop").height:
+        return pl.DataFrame(schema=STEP_SCHEMA)
+    top = ops.filter(pl.col("depth") == pl.col("depth").min().over("step")).sort("ts")
+    rows = []
+    for step in trace.steps.filter(pl.col("complete")).iter_rows(named=True):
+        mine = top.filter(pl.col("step") == step["step"])
+        runs: list[list] = []  # [direction, ns]
+        for name, direction, dur in mine.select("name", pl.col("direction").cast(pl.String), "dur").iter_rows():
+            if name is not None and _TRANSFER.search(name):
+                runs.append(["", 0])  # a transfer ends the pass
+            elif direction in ("fprop", "bprop"):
+                if not runs or runs[-1][0] != direction:
+                    runs.append([direction, 0])
+                runs[-1][1] += dur
+        backward = sorted(ns for d, ns in runs if d == "bprop")
+        if not backward:
+            continue
+        floor = MIN_PASS * backward[len(backward) // 2]
+        tags, count = [], {"fprop": 0, "bprop": 0}
+        for direction, ns in runs:
+            if direction and ns >= floor:
+                tags.append(f"{direction[0].upper()}{count[direction]}")
+                count[direction] += 1
+        busy = mine.filter(~p2p & pl.col("direction").cast(pl.String).is_in(["fprop", "bprop"])).select(
+            ts=pl.col("ts").clip(step["start"], step["end"]), end=pl.col("end").clip(step["start"], step["end"])
+        ).filter(pl.col("end") > pl.col("ts"))
+        rows.append({
+            "step": step["step"], "order": " ".join(tags), "microbatches": count["bprop"],
             "step_ns": step["dur"], "compute_ns": covered_ns(union_intervals(busy)),
         })  # fmt: skip
     return pl.DataFrame(rows, schema=STEP_SCHEMA)
