@@ -41,6 +41,7 @@ import polars as pl
 from kinetolens.analysis.hardware.kernels import tensor_core_time
 from kinetolens.analysis.gputime.overview import CATEGORIES, OTHER
 from kinetolens.analysis.hardware.roofline import peak_tflops, roofline_points
+from kinetolens.model.vocabulary import CATEGORY_WORDS
 from kinetolens.views import units
 
 if TYPE_CHECKING:
@@ -93,8 +94,9 @@ def step_breakdown_figure(
         ms = (breakdown[cat].cast(pl.Float64) / 1e6).to_list()
         if not any(ms):
             continue
-        fig.add_trace(go.Bar(x=labels, y=ms, name=cat, marker_color=CATEGORY_COLORS[cat],
-                             hovertemplate="%{x}<br>" + cat + ": %{y:,.3f} ms<extra></extra>"))  # fmt: skip
+        words = CATEGORY_WORDS[cat]  # the legend reads "CPU execution", never the column's id
+        fig.add_trace(go.Bar(x=labels, y=ms, name=words, marker_color=CATEGORY_COLORS[cat],
+                             hovertemplate="%{x}<br>" + words + ": %{y:,.3f} ms<extra></extra>"))  # fmt: skip
     fig.update_layout(barmode="stack", title=title, template=TEMPLATE, yaxis_title="ms", xaxis={"type": "category"})
     return fig
 
