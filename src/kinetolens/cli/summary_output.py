@@ -27,6 +27,7 @@ from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import print_captioned, print_pairs
 from kinetolens.model.vocabulary import CATEGORY_HEADERS
 from kinetolens.views import units
+from kinetolens.views.device_words import unlisted_devices_note
 from kinetolens.views.memory_flow_svg import human_bytes
 from kinetolens.views.report_phases import inference_rows
 
@@ -43,6 +44,8 @@ def print_summary(trace: str, loading: TraceLoading, width: int | None) -> None:
     console = render_console(width)
     table = _Pairs()
     dev = _devices_text(info.devices) or _run_device(info.device)
+    if note := unlisted_devices_note([d.id for d in info.devices], info.devices_used):
+        dev = f"{dev}; {note}"
     table.add_row("format", info.format)
     gpu = info.kind.gpu
     if not gpu:

@@ -17,6 +17,7 @@ from kinetolens.analysis.gputime.overview import CATEGORIES, OTHER
 from kinetolens.analysis.memory.usage import ALLOCATOR, BASIS_NOTES
 from kinetolens.analysis.ranks.stragglers import CAUSES
 from kinetolens.views import units
+from kinetolens.views.device_words import unlisted_devices_note
 from kinetolens.views.report_phases import inference_rows
 
 if TYPE_CHECKING:
@@ -89,8 +90,9 @@ def overview_frame(data: ReportData) -> pl.DataFrame:
         ("rank / world size", f"{s.rank} / {s.world_size}" if s.rank is not None else None),
         ("ops ranked by", units.basis_words(data.basis)),
     ]
+    ran = unlisted_devices_note([d.id for d in s.devices], s.devices_used)
     for d in s.devices:
-        rows.append((f"GPU {d.id}", f"{d.name} (cc {d.compute_capability}, {d.sms} SMs)"))
+        rows.append((f"GPU {d.id}", f"{d.name} (cc {d.compute_capability}, {d.sms} SMs)" + (f"; {ran}" if ran else "")))
     for g in s.gpu:
         dev = g.device
         rows.append((f"GPU {dev} utilization", _pct(g.utilization)))
