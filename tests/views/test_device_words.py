@@ -19,3 +19,4 @@ def test_nothing_is_said_where_the_indices_agree() -> None:
     out = cli_text("summary", str(trace_path("kineto/resnet50_num_workers_0/worker0.1623143566756.pt.trace.json.gz")), "--no-cache", columns=120)
     assert "its kernels ran on" not in out
     assert unlisted_devices_note([0], [0]) is None and unlisted_devices_note([0], []) is None
+

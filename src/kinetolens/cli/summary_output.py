@@ -90,6 +90,10 @@ def _add_attribution(table: _Pairs, info: Summary) -> None:
     """Kernel time and how much of it has an op, module, source line, forward op."""
     a = info.attribution
     table.add_row("kernel time", f"{a.kernel_time_us / 1000:.3f} ms (every kernel in the file, summed)")
+    if info.events.ops == 0 and info.events.annotations == 0:
+        # a GPU-only capture: "0.0% with an op" would read as an attribution that failed
+        table.add_row("  attribution", "none possible: the trace records no CPU op to tie a kernel to")
+        return
     table.add_row("  with an op", _pct(a.op))
     table.add_row("  with a module", _pct(a.module))
     table.add_row("  with a source line", _pct(a.source))

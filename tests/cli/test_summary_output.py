@@ -1,0 +1,13 @@
+"""The terminal summary's words where a figure would mislead."""
+
+from __future__ import annotations
+
+from tests.conftest import trace_path
+from tests.terminal import cli_text
+
+
+def test_a_gpu_only_trace_says_no_attribution_is_possible() -> None:
+    # TraceLens' MI210 GPU-only trace: 562 kernels, no CPU op; no "0.0% with an op", no backward rows.
+    out = " ".join(cli_text("summary", str(trace_path("tracelens/mi210/gpu_only_trace/gpu_only_trace.json.gz")), "--no-cache", columns=80).split())
+    assert "attribution none possible: the trace records no CPU op to tie a kernel to" in out
+    assert "with an op" not in out and "backward kernel time" not in out
