@@ -81,6 +81,37 @@ def thin(doc: dict[str, Any], keep_every: int = 1) -> dict[str, Any]:
     return {**doc, "traceEvents": kept + runtime}
 
 
+def mesh_groups(rank: int, world: int, tp: int, ep: int) -> dict[str, list[int]]:
+    """The rank's tensor, expert and data parallel groups on a (dp, ep, tp) mesh,
+    tensor parallel fastest: tp contiguous ranks, ep ranks strided by tp, the
+    rest strided by tp * ep."""
+    block = tp * ep
+    t, e, d = rank % tp, (rank // tp) % ep, rank // block
+    return {
+        "tp": [d * block + e * tp + i for i in range(tp)],
+        "ep": [d * block + j * tp + t for j in range(ep)],
+        "dp": [k * block + e * tp + t for k in range(world // block)],
+    }
+
+
+def mesh_dims(events: list[dict[str, Any]]) -> dict[int, str]:
+    """Per ``record_param_comms`` event (by ``id``), the mesh dimension its call is
+    given: all-to-all is expert parallel, all-reduces alternate data and tensor."""
+    params = sorted((e for e in events if e.get("name") == "record_param_comms" and e.get("dur")), key=lambda e: e["ts"])
+    calls = [e for e in events if str(e.get("name", "")).startswith("nccl:") and e.get("ph") == "X"]
+    dims, reduces = {}, 0
+    for p in params:
+        inner = next((c for c in calls if c.get("tid") == p.get("tid") and p["ts"] <= c["ts"] <= p["ts"] + p["dur"]), None)
+        if inner is None:
+            continue
+        if "all_to_all" in inner["name"]:
+            dims[id(p)] = "ep"
+        elif "all_reduce" in inner["name"]:
+            dims[id(p)] = ("dp", "tp")[reduces % 2]
+            reduces += 1
+    return dims
+
+
 def rank_doc(
     base: dict[str, Any],
     rank: int,
@@ -90,14 +121,23 @@ def rank_doc(
     straggle: float,
     straggler: bool,
     plant: bool = False,
+    mesh: tuple[int, int] | None = None,
+    dims: dict[int, str] | None = None,
 ) -> dict[str, Any]:
-    """One rank's trace: the base with this rank's identity and arrival times."""
+    """One rank's trace: the base with this rank's identity and arrival times
+    (and, with ``mesh`` = (tp, ep), each collective's process group on it)."""
     info = dict(base.get("distributedInfo") or {})
     info.update(rank=rank, world_size=world)
     info.setdefault("backend", "nccl")
     events = []
     ready = _ready_times(base["traceEvents"]) if straggler and plant else {}
+    groups = mesh_groups(rank, world, *mesh) if mesh else {}
     for e in base["traceEvents"]:
+        if dims and id(e) in dims:
+            g = groups[dims[id(e)]]
+            e = {**e, "args": {**(e.get("args") or {}), "Process Group Name": f"{dims[id(e)]}{g[0]}",
+                               "Process Group Description": f"mesh_{dims[id(e)]}",
+                               "Process Group Ranks": json.dumps(g), "Group size": len(g)}}  # fmt: skip
         if e.get("ph") == "X" and _is_collective(e) and e.get("dur"):
             dur = float(e["dur"])
             late = rng.uniform(0.0, jitter) + (straggle if straggler else 0.0)
@@ -153,14 +193,18 @@ def generate(
     keep_every: int = 1,
     seed: int = 0,
     plant: bool = False,
+    mesh: tuple[int, int] | None = None,
 ) -> list[Path]:
     """Write ``ranks`` traces named ``rank-R.json.gz`` into ``out_dir``; return their paths."""
     base = thin(_read(source), keep_every)
+    if mesh and ranks % (mesh[0] * mesh[1]):
+        raise SystemExit(f"--mesh {mesh[0]},{mesh[1]}: {ranks} ranks are not a whole number of {mesh[0] * mesh[1]}-rank blocks")
+    dims = mesh_dims(base["traceEvents"]) if mesh else None
     out_dir.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     paths = []
     for r in range(ranks):
-        doc = rank_doc(base, r, ranks, rng, jitter, straggle, r == straggler, plant)
+        doc = rank_doc(base, r, ranks, rng, jitter, straggle, r == straggler, plant, mesh, dims)
         path = out_dir / f"rank-{r}.json.gz"
         with gzip.open(path, "wt", encoding="utf-8", compresslevel=1) as fh:
             json.dump(doc, fh, separators=(",", ":"))
@@ -201,9 +245,15 @@ def main(argv: list[str] | None = None) -> None:
         "--plant", action="store_true",
         help=f"make the straggler's lateness a kernel ({PLANTED_KERNEL}) before each collective",
     )  # fmt: skip
+    parser.add_argument(
+        "--mesh", default=None, metavar="TP,EP",
+        help="give the collectives process groups of a (dp, ep, tp) mesh: all-to-alls expert parallel, "
+             "all-reduces data and tensor parallel in turn (e.g. 8,4)",
+    )  # fmt: skip
     a = parser.parse_args(argv)
+    mesh = tuple(int(x) for x in a.mesh.split(",")) if a.mesh else None
     paths = generate(a.source, a.out_dir, a.ranks, a.straggler, jitter=a.jitter, straggle=a.straggle,
-                     keep_every=a.keep_every, seed=a.seed, plant=a.plant)  # fmt: skip
+                     keep_every=a.keep_every, seed=a.seed, plant=a.plant, mesh=mesh)  # fmt: skip
     print(f"wrote {len(paths)} rank traces to {a.out_dir}")
 
 

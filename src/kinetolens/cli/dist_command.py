@@ -35,12 +35,14 @@ def dist_command(
 
     RUNDIR is a directory or an fsspec URL (file://, s3://, gs://, ...)."""
     # Here, not at the top: `kinetolens dist -h` needs none of them.
+    import polars as pl
     from rich.padding import Padding
     from rich.text import Text
 
     from kinetolens.analysis.ranks.dist_report import dist_report
     from kinetolens.cli.render import console as render_console
     from kinetolens.cli.render import emit_json, print_table
+    from kinetolens.registry.words import counted
     from kinetolens.runs import summarize_run
 
     if not loading.cache and cache_dir is not None:
@@ -62,25 +64,43 @@ def dist_command(
         + (f", {overview['backend']}" if overview["backend"] else ""),
         highlight=False,
     )  # fmt: skip
+    groups = report.dimensions
+    several = groups.height > 0 and groups.height > groups["dimension"].n_unique()  # a dimension of several groups
     for name, frame in report.tables().items():
-        if frame.height:
-            shown, caption = _table(name, frame), None
-            if name == "dimensions" and "basis" in shown.columns:
-                # each dimension's evidence in words under the table: a cut column would not read
-                caption = "\n".join(f"{r['dimension']} {r['group']}: {r['basis']}" for r in shown.iter_rows(named=True))
-                shown = shown.drop("basis")
-            print_table(shown, title=TITLES[name], caption=caption, headers=HEADERS, out=console)
+        if not frame.height or (name == "dimension_totals" and not several):
+            continue
+        shown, caption = _table(name, frame), None
+        if name == "dimension_totals":
+            # each dimension's evidence once, with how many groups share it
+            bases = groups.group_by("dimension", "basis", maintain_order=True).len()
+            caption = "\n".join(
+                f"{d}: " + "; ".join(f"{counted(n, 'group')} by {basis}" for _, basis, n in part.iter_rows())
+                for (d,), part in bases.group_by("dimension", maintain_order=True)
+            )  # fmt: skip
+        if name == "dimensions":
+            if groups.height > MAX_GROUP_ROWS:
+                console.print(Text(f"{counted(groups.height, 'process group')}: each group's row is in --json"))
+                console.line()
+                continue
+            # each dimension's evidence in words under the table: a cut column would not read
+            caption = "\n".join(f"{r['dimension']} {r['group']}: {r['basis']}" for r in shown.iter_rows(named=True))
+            shown = shown.drop("basis")
+        print_table(shown, title=TITLES[name], caption=caption, headers=HEADERS, out=console)
     for f in report.findings:
         console.print(Text(f"straggler: {f.title}", style="bold"))
         console.print(Padding(Text(f.evidence), (0, 0, 0, 2), expand=False))
         console.print(Padding(Text(f"change: {f.change}"), (0, 0, 0, 2), expand=False))
 
 
+#: Process groups listed one a row in the terminal; more are in --json only.
+MAX_GROUP_ROWS = 12
+
 #: Terminal titles and column headers (the JSON keeps the column names).
 TITLES = {
     "ranks": "per rank (ms per step)",
     "steps": "step time across ranks (ms)",
     "pipeline": "pipeline stages (ms per step; bubble: time no compute op of the stage runs)",
+    "dimension_totals": "parallel dimensions, their groups together (per rank: ms over the trace; exposed: ms per step not hidden by compute)",
     "dimensions": "parallel dimensions (per rank: ms over the trace; exposed: ms per step not hidden by compute)",
     "collectives": "collectives (per rank: ms over the trace, bandwidth in GB/s as nccl-tests)",
     "skew": "transfer vs arrival skew (us per call, aligned clocks)",
@@ -113,6 +133,8 @@ def _table(name: str, frame: pl.DataFrame) -> pl.DataFrame:
 
     from kinetolens.analysis.ranks.stragglers import CAUSES
 
+    if name == "dimension_totals":
+        frame = frame.with_columns(pl.col("step_share") * 100)
     if name == "dimensions":
         frame = frame.with_columns(pl.col("step_share") * 100, pl.col("group").replace("", "(default)"))
         frame = frame.drop([c for c in ("group_desc", "group_ranks") if frame[c].is_null().all()])

@@ -6,6 +6,8 @@ all-reduce, both on the default group, no group args recorded), HTA's
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -138,3 +140,25 @@ def test_dimension_evidence_reads_whole_at_80_columns(capsys, monkeypatch: pytes
     assert "expert (default): collective: all-to-all (MoE experts, sharded embedding tables)" in out
     assert "…" not in out.split("parallel dimensions")[1].split("collectives")[0]
     assert max(len(line) for line in out.splitlines()) <= 80
+
+
+@pytest.mark.slow  # a 64-rank generated run
+def test_a_mesh_of_many_groups_is_shown_per_dimension(tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 64 generated ranks on a (dp 2, ep 4, tp 8) mesh (bench/gen_ranks.py --mesh 8,4): the
+    # all-to-alls in 16 expert groups, the all-reduces in 8 tensor and 32 data groups.
+    # The terminal shows one row per dimension; each group's row is in --json.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+    from gen_ranks import generate
+
+    generate(trace_path("hta/trace_filter/sampled_rank-0.json.gz"), tmp_path, 64, None, mesh=(8, 4))
+    report = dist_report(summarize_run(tmp_path, "local:1", cache=False))
+    totals = {r["dimension"]: r for r in report.dimension_totals.iter_rows(named=True)}
+    assert {d: r["groups"] for d, r in totals.items()} == {"expert": 16, "tensor": 8, "data": 33}  # data: 32 + the whole world
+    # every rank is in one group of each dimension: a dimension's per-rank calls are its groups' calls
+    assert totals["expert"]["calls"] == pytest.approx(4) and totals["tensor"]["calls"] == pytest.approx(2)
+    assert report.dimensions.height == 16 + 8 + 33
+    monkeypatch.setenv("COLUMNS", "120")
+    assert main(["dist", str(tmp_path), "--executor", "local:1", "--no-cache"]) in (0, None)
+    out = capsys.readouterr().out
+    assert "parallel dimensions, their groups together" in out and "57 process groups: each group's row is in --json" in out
+    assert "expert: 16 groups by description: 'mesh_ep'" in out

@@ -19,11 +19,11 @@ from kinetolens.analysis.ranks.distributed import NS_PER_MS, RankSummary, comm_s
 KEYS = ["dimension", "group"]
 
 
-def _exposure(summaries: list[RankSummary]) -> pl.DataFrame:
-    """Per dimension and group: ms in flight and exposed per step, mean over the ranks with whole steps."""
+def _exposure(summaries: list[RankSummary], keys: list[str] = KEYS) -> pl.DataFrame:
+    """Per ``keys`` (dimension and group): ms in flight and exposed per step, mean over the ranks with whole steps."""
     with_steps = [s for s in summaries if s.steps.height]
     parts = [
-        s.exposure.group_by(KEYS).agg(
+        s.exposure.group_by(keys).agg(
             comm_ns=pl.col("comm_ns").sum() / s.steps.height,
             exposed_ns=pl.col("exposed_ns").sum() / s.steps.height,
         )
@@ -31,12 +31,12 @@ def _exposure(summaries: list[RankSummary]) -> pl.DataFrame:
         if s.exposure.height
     ]
     if not parts:
-        return pl.DataFrame(schema={"dimension": pl.String, "group": pl.String,
+        return pl.DataFrame(schema={**{k: pl.String for k in keys},
                                     "comm_ms_per_step": pl.Float64, "exposed_ms": pl.Float64})  # fmt: skip
     n = float(len(with_steps))  # a rank without the dimension's calls exposes none of it
     return (
         pl.concat(parts)
-        .group_by(KEYS)
+        .group_by(keys)
         .agg(
             comm_ms_per_step=pl.col("comm_ns").sum() / n / NS_PER_MS,
             exposed_ms=pl.col("exposed_ns").sum() / n / NS_PER_MS,
@@ -66,6 +66,30 @@ def dimension_stats(summaries: list[RankSummary]) -> pl.DataFrame:
         .select(
             "dimension", "group", "group_desc", "group_ranks", "basis", "calls", "bytes", "time_ms", "sync_ms",
             "transfer_ms", "algbw_gbps", "busbw_gbps", "comm_ms_per_step", "exposed_ms", "step_share",
+        )  # fmt: skip
+        .sort("exposed_ms", descending=True, nulls_last=True)
+    )
+
+
+def dimension_totals(summaries: list[RankSummary]) -> pl.DataFrame:
+    """One row per parallel dimension, its groups together: every rank is in one
+    group of each dimension it uses, so the per-rank means read as "what this
+    dimension costs a rank".  ``groups`` counts the dimension's process groups;
+    the other columns are :func:`dimension_stats`' for the dimension as a whole."""
+    stats = comm_stats(summaries, ["dimension"])
+    if stats.height == 0:
+        return stats
+    calls = pl.concat([s.calls.select("dimension", "group") for s in summaries])
+    groups = calls.group_by("dimension").agg(groups=pl.col("group").n_unique())
+    st = step_times(summaries)
+    mean_step = float(st["step_ms"].mean()) if "step_ms" in st.columns and st.height else None  # type: ignore[arg-type]
+    return (
+        stats.join(groups, on="dimension", how="left")
+        .join(_exposure(summaries, ["dimension"]), on="dimension", how="left", nulls_equal=True)
+        .with_columns(step_share=pl.col("exposed_ms") / mean_step if mean_step else pl.lit(None, pl.Float64))
+        .select(
+            "dimension", "groups", "calls", "bytes", "time_ms", "sync_ms", "transfer_ms", "algbw_gbps", "busbw_gbps",
+            "comm_ms_per_step", "exposed_ms", "step_share",
         )  # fmt: skip
         .sort("exposed_ms", descending=True, nulls_last=True)
     )

@@ -14,14 +14,14 @@ import polars as pl
 
 from kinetolens.analysis.finding import Finding
 from kinetolens.analysis.ranks.clocks import clock_offsets, transfer_vs_skew
-from kinetolens.analysis.ranks.dimensions import dimension_stats
+from kinetolens.analysis.ranks.dimensions import dimension_stats, dimension_totals
 from kinetolens.analysis.ranks.distributed import RankSummary, collective_stats, run_overview, step_spread, step_times
 from kinetolens.analysis.ranks.mixed_runs import mixed_run_notes
 from kinetolens.analysis.ranks.pipeline import pipeline_table
 from kinetolens.analysis.ranks.stragglers import straggler_findings, stragglers
 
 #: The tables of a :class:`DistReport`, in the order every view shows them.
-TABLES = ("ranks", "steps", "pipeline", "dimensions", "collectives", "skew", "clocks", "stragglers")
+TABLES = ("ranks", "steps", "pipeline", "dimension_totals", "dimensions", "collectives", "skew", "clocks", "stragglers")
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,8 @@ class DistReport:
     #: Per pipeline stage: its schedule, microbatches, step and compute time, bubble and the
     #: schedule's ideal bubble (:func:`~kinetolens.analysis.ranks.pipeline.pipeline_table`); empty without one.
     pipeline: pl.DataFrame
+    #: Per parallel dimension, its groups together (:func:`~kinetolens.analysis.ranks.dimensions.dimension_totals`).
+    dimension_totals: pl.DataFrame
     #: Per parallel dimension and process group: its evidence (``basis``), calls, bytes, time,
     #: bandwidth, exposed time per step and its share of the step (:mod:`~kinetolens.analysis.ranks.dimensions`).
     dimensions: pl.DataFrame
@@ -87,6 +89,7 @@ def dist_report(summaries: list[RankSummary]) -> DistReport:
         ranks=step_times(summaries),
         steps=step_spread(summaries),
         pipeline=pipeline_table(summaries),
+        dimension_totals=dimension_totals(summaries),
         dimensions=dimension_stats(summaries),
         collectives=collective_stats(summaries),
         skew=transfer_vs_skew(summaries),
