@@ -85,6 +85,14 @@ def dist_command(
             # each dimension's evidence in words under the table: a cut column would not read
             caption = "\n".join(f"{r['dimension']} {r['group']}: {r['basis']}" for r in shown.iter_rows(named=True))
             shown = shown.drop("basis")
+        if name in LONG_TABLES and shown.height > MAX_ROWS:
+            key, what = LONG_TABLES[name]
+            total = shown.height
+            if key is not None:
+                shown = shown.sort(pl.col(key).abs() if key == "offset_ms" else pl.col(key), descending=True, nulls_last=True)
+            shown = shown.head(MAX_ROWS)
+            cut = f"{MAX_ROWS} of {total:,} rows shown{f' ({what})' if what else ''}; --json has every row"
+            caption = f"{caption}\n{cut}" if caption else cut
         print_table(shown, title=TITLES[name], caption=caption, headers=HEADERS, out=console)
     for f in report.findings:
         console.print(Text(f"straggler: {f.title}", style="bold"))
@@ -94,6 +102,16 @@ def dist_command(
 
 #: Process groups listed one a row in the terminal; more are in --json only.
 MAX_GROUP_ROWS = 12
+#: Rows of a per-rank or per-group table the terminal shows on a large run (the rest: --json).
+MAX_ROWS = 16
+#: Those tables, with the column their shown rows are the largest of (None: as ordered) and why, in words.
+LONG_TABLES = {
+    "ranks": ("step_ms", "the slowest steps first"),
+    "clocks": ("offset_ms", "the largest offsets first"),
+    "stragglers": (None, "the latest first"),
+    "skew": (None, None),
+    "collectives": (None, None),
+}
 
 #: Terminal titles and column headers (the JSON keeps the column names).
 TITLES = {
