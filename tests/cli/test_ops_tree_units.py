@@ -3,31 +3,19 @@ caption says what % step is of (the tree's is of device total, the flat table's 
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from tests.conftest import trace_path
+from tests.terminal import cli_text
 
 B200 = "tracelens/b200/eager_trace.json.gz"
 
 
-def _cli(*args: str, columns: int) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    env["COLUMNS"] = str(columns)
-    proc = subprocess.run(
-        [sys.executable, "-m", "kinetolens.cli.main", *args], capture_output=True, text=True, env=env, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
-
-
 @pytest.mark.parametrize("columns", [80, 120])
 def test_tree_has_one_time_unit_and_defines_its_share(columns: int) -> None:
-    text = _cli("ops", str(trace_path(B200)), "--tree", columns=columns)
+    text = cli_text("ops", str(trace_path(B200)), "--tree", columns=columns)
     header = "\n".join(text.splitlines()[1:3])
     found = set(re.findall(r"\b(?:total|self) (us|ms|s)\b", header))
     assert len(found) == 1, header  # device total, device self and host total in one unit

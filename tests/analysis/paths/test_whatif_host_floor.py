@@ -8,15 +8,12 @@ that happens to agree).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 import kinetolens
 from kinetolens.analysis.paths.whatif import parse_change, whatif
 from tests.conftest import trace_path
+from tests.terminal import cli_text
 
 QWEN = "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 FLOOR = "the step is bound by host work: faster kernels cannot shorten it below 32.8 ms"
@@ -32,17 +29,11 @@ def test_host_floor_is_the_changes_at_zero() -> None:
     assert not whatif(trace, [parse_change("kernel:gemm=0.9")]).at_host_floor
 
 
-def _cli(*args: str, columns: int) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    env["COLUMNS"] = str(columns)
-    proc = subprocess.run(
-        [sys.executable, "-m", "kinetolens.cli.main", *args], capture_output=True, text=True, env=env, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr
-    return " ".join(proc.stdout.split())
+def _flat(*args: str, columns: int) -> str:
+    return " ".join(cli_text(*args, columns=columns).split())
 
 
 @pytest.mark.parametrize("columns", [80, 120])
 def test_whatif_says_when_the_host_bounds_the_step(columns: int) -> None:
-    assert FLOOR in _cli("whatif", str(trace_path(QWEN)), "-c", "kernel:gemm=0.5", columns=columns)
-    assert "bound by host work" not in _cli("whatif", str(trace_path(QWEN)), "-c", "kernel:gemm=0.9", columns=columns)
+    assert FLOOR in _flat("whatif", str(trace_path(QWEN)), "-c", "kernel:gemm=0.5", columns=columns)
+    assert "bound by host work" not in _flat("whatif", str(trace_path(QWEN)), "-c", "kernel:gemm=0.9", columns=columns)
