@@ -18,11 +18,12 @@ from __future__ import annotations
 import contextlib
 import html
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.datastructures import QueryParams
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
@@ -46,6 +47,18 @@ log = logging.getLogger("kinetolens.dashboard")
 def json(payload: Any, status: int = 200) -> Response:
     return Response(json_codec.encode(payload), status_code=status, media_type="application/json",
                     headers={"Cache-Control": "no-store"})  # fmt: skip
+
+
+def _answer(ctx: Ctx, what: tuple[str, str], query: QueryParams, body: Callable[[], bytes]) -> Response:
+    """A view's or table's JSON, encoded once per trace and query.
+
+    The key is the whole query (step, sort, search, page, range ...) and the
+    ranks' files for a run view; a diff depends on a second trace, so its
+    answers are not kept."""
+    if ctx.other is not None:
+        return Response(body(), media_type="application/json", headers={"Cache-Control": "no-store"})
+    key = (*what, ctx.ranks_key, tuple(sorted(query.multi_items())))
+    return Response(ctx.loaded.answer(key, body), media_type="application/json", headers={"Cache-Control": "no-store"})
 
 
 class Pending(Exception):
@@ -203,8 +216,12 @@ class Dashboard:
             if name not in builders:
                 return json({"error": f"no view {name!r}"}, 404)
             ctx = self._ctx(r)
-            steps = [int(s) for s in ctx.trace.steps["step"].to_list()]
-            return json({"state": "ready", "view": name, "steps": steps, "blocks": builders[name](ctx)})
+
+            def body() -> bytes:
+                steps = [int(s) for s in ctx.trace.steps["step"].to_list()]
+                return json_codec.encode({"state": "ready", "view": name, "steps": steps, "blocks": builders[name](ctx)})
+
+            return _answer(ctx, ("view", name), r.query_params, body)
 
         return self._guard(go, request)
 
@@ -215,13 +232,16 @@ class Dashboard:
                 return json({"error": f"no table {name!r}"}, 404)
             ctx = self._ctx(r)
             q = r.query_params
-            frame = table(ctx, name)
-            return json(page(
-                frame, sort=q.get("sort") or None,
-                descending=q.get("desc", "1") != "0", search=q.get("q", ""),
-                offset=ctx.whole("offset", 0), limit=ctx.whole("limit", 50),
-                full_names=q.get("full_names", "") == "1",
-            ))  # fmt: skip
+
+            def body() -> bytes:
+                return json_codec.encode(page(
+                    table(ctx, name), sort=q.get("sort") or None,
+                    descending=q.get("desc", "1") != "0", search=q.get("q", ""),
+                    offset=ctx.whole("offset", 0), limit=ctx.whole("limit", 50),
+                    full_names=q.get("full_names", "") == "1",
+                ))  # fmt: skip
+
+            return _answer(ctx, ("table", name), q, body)
 
         return self._guard(go, request)
 

@@ -50,6 +50,8 @@ T = TypeVar("T")
 #: Results kept per loaded trace (tables per step and parameters, pictures): the least recently used beyond this are dropped,
 #: so dragging a memory range to ever new places cannot grow it without end.
 MEMO_ENTRIES = 64
+#: Encoded answers kept per loaded trace (a page's JSON, a table page): tens of kB each.
+ANSWER_ENTRIES = 128
 
 
 class UnknownTrace(LookupError):
@@ -61,33 +63,60 @@ def worker_id(w: WorkerTrace) -> str:
     return w.path.name
 
 
-@dataclass
-class Loaded:
-    """A loaded trace and the analysis results computed for it so far."""
+class OncePerKey:
+    """Results computed once per key, even when requests ask for one at the same time;
+    the ``entries`` most recently used are kept.  A computation that fails is
+    handed to every request waiting on it and then forgotten, so the next
+    request tries again."""
 
-    trace: Trace
-    _memo: OrderedDict[Any, Future[Any]] = field(default_factory=OrderedDict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    def __init__(self, entries: int) -> None:
+        self.entries = entries
+        self._futures: OrderedDict[Any, Future[Any]] = OrderedDict()
+        self._lock = threading.Lock()
 
-    def memo(self, key: Any, compute: Callable[[], T]) -> T:
-        """``compute()`` once per key, even when requests ask for it at the same time;
-        the :data:`MEMO_ENTRIES` most recently used results are kept."""
+    def get(self, key: Any, compute: Callable[[], T]) -> T:
         with self._lock:
-            fut = self._memo.get(key)
+            fut = self._futures.get(key)
             owner = fut is None
             if owner:
-                fut = self._memo[key] = Future()
-                while len(self._memo) > MEMO_ENTRIES:
-                    self._memo.popitem(last=False)  # a waiter on it holds its own reference
+                fut = self._futures[key] = Future()
+                while len(self._futures) > self.entries:
+                    self._futures.popitem(last=False)  # a waiter on it holds its own reference
             else:
-                self._memo.move_to_end(key)
+                self._futures.move_to_end(key)
         assert fut is not None
         if owner:
             try:
                 fut.set_result(compute())
             except BaseException as exc:  # noqa: BLE001 - handed to every waiter
                 fut.set_exception(exc)
-        return fut.result()
+                with self._lock:
+                    if self._futures.get(key) is fut:
+                        del self._futures[key]
+        return fut.result()  # type: ignore[no-any-return]
+
+    def __len__(self) -> int:
+        return len(self._futures)
+
+
+@dataclass
+class Loaded:
+    """A loaded trace, the analysis results computed for it so far, and the
+    answers (encoded JSON bodies) already sent for it: a trace never changes
+    once loaded, so the same request gets the same bytes without building
+    its blocks or sorting its table again."""
+
+    trace: Trace
+    _memo: OncePerKey = field(default_factory=lambda: OncePerKey(MEMO_ENTRIES))
+    _answers: OncePerKey = field(default_factory=lambda: OncePerKey(ANSWER_ENTRIES))
+
+    def memo(self, key: Any, compute: Callable[[], T]) -> T:
+        """``compute()`` once per key; the :data:`MEMO_ENTRIES` most recently used results are kept."""
+        return self._memo.get(key, compute)
+
+    def answer(self, key: Any, encode: Callable[[], bytes]) -> bytes:
+        """The body of a request's answer, encoded once per key (:data:`ANSWER_ENTRIES` kept)."""
+        return self._answers.get(key, encode)
 
 
 @dataclass
