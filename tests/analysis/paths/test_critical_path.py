@@ -188,7 +188,7 @@ def test_chain_contraction_keeps_the_longest_path() -> None:
     import numpy as np
     import rustworkx as rx
 
-    from kinetolens.analysis.paths.longest_path import CycleError, longest_path
+    from kinetolens.analysis.paths.longest_path import Contracted, CycleError, longest_path
 
     rng = np.random.default_rng(19)
     for _ in range(30):
@@ -211,6 +211,9 @@ def test_chain_contraction_keeps_the_longest_path() -> None:
         path = longest_path(src, dst, w, n)
         assert all((a, b) in best for a, b in zip(path, path[1:]))
         assert sum(best[(a, b)] for a, b in zip(path, path[1:])) == want
+        # the length alone (what a what-if without path tables asks for) is the same sum
+        if src.size:
+            assert Contracted(src, dst, n).length(w) == (want if len(path) > 1 else None)
     with pytest.raises(CycleError):
         longest_path(np.array([0, 1]), np.array([1, 0]), np.array([1, 1]), 2)
 

@@ -123,6 +123,26 @@ class Contracted:
 
     def path(self, weight: np.ndarray, ties: str = "rustworkx") -> list[int]:
         """Node ids along a heaviest path under ``weight`` (see :func:`longest_path`)."""
+        chosen, on = self._chosen(weight, ties)
+        if on is None:
+            return chosen.tolist()
+        # Expand each chosen chain in order: its edges, by rank.
+        pos = np.full(self.src.size, -1, dtype=np.int64)
+        pos[chosen] = np.arange(chosen.size)
+        on = on[np.lexsort((self.rank[on], pos[self.head[on]]))]
+        return [int(self.src[on[0]]), *self.dst[on].tolist()]
+
+    def length(self, weight: np.ndarray, ties: str = "rustworkx") -> int | None:
+        """The heaviest path's length under integer ``weight``, summed exactly
+        over its edges, without listing its nodes in order (None: no path of
+        two nodes or more)."""
+        _, on = self._chosen(weight, ties)
+        return int(weight[on].sum()) if on is not None else None
+
+    def _chosen(self, weight: np.ndarray, ties: str) -> tuple[np.ndarray, np.ndarray | None]:
+        """The heaviest path's contracted edges (their chains' first edges, in
+        path order) and, unordered, every original edge on it; for a path of
+        fewer than two nodes, its node ids and None."""
         edges, kept = self.src.size, self.kept
         head, heads, a, b = self.head, self.heads, self.a, self.b
         total = np.bincount(head, weights=weight.astype(np.float64), minlength=edges)
@@ -136,19 +156,15 @@ class Contracted:
             except rx.DAGHasCycle:
                 raise CycleError("the dependency graph has a cycle") from None
         if path.size < 2:
-            return kept[path].tolist()
+            return kept[path], None
         # Between two kept nodes, the heaviest contracted edge is the one the path took.
         key = a * kept.size + b
         step_key = path[:-1] * kept.size + path[1:]
         by_key = np.lexsort((-c_w, key))
-        first = by_key[np.searchsorted(key[by_key], step_key)]
-        chosen = heads[first]
-        # Expand each chosen chain in order: its edges, by rank.
-        pos = np.full(edges, -1, dtype=np.int64)
-        pos[chosen] = np.arange(chosen.size)
-        on = np.flatnonzero(pos[head] >= 0)
-        on = on[np.lexsort((self.rank[on], pos[head[on]]))]
-        return [int(self.src[on[0]]), *self.dst[on].tolist()]
+        chosen = heads[by_key[np.searchsorted(key[by_key], step_key)]]
+        on_path = np.zeros(edges, dtype=bool)
+        on_path[chosen] = True
+        return chosen, np.flatnonzero(on_path[head])
 
 
 def longest_path(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, nodes: int, ties: str = "rustworkx") -> list[int]:

@@ -338,6 +338,8 @@ class Replay:
     measured_ns: float
     window: Window
     base_ns: int = 0
+    #: Edges that are a GPU stream's own work (kernels and the gaps between them).
+    on_stream: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     #: The longest-path searches' contracted graphs, by edge sources (:func:`_run`).
     searches: dict[bytes, Contracted] = field(default_factory=dict, repr=False)
 
@@ -379,8 +381,9 @@ def prepare(graph: DependencyGraph, measured_ns: float | None = None, step_name:
         graph=graph, edges=e, t0=t0, weight=w, residual=residual, has_in=has_in, ends=ends, measured_ns=0.0,
         carry_node=carry_node, carry_ns=carry_ns,
         window=window or Window(label="window", start=graph.start, end=graph.end),
+        on_stream=e["type"].is_in(["kernel", "kernel_gap"]).to_numpy(),
     )  # fmt: skip
-    replay.base_ns, _ = _run(replay, w)
+    replay.base_ns, _ = _run(replay, w, path=False)
     replay.measured_ns = float(measured_ns) if measured_ns is not None else float(replay.base_ns)
     return replay
 
@@ -397,9 +400,9 @@ def _carry(ev: pl.DataFrame, origin: int) -> tuple[np.ndarray, np.ndarray]:
     return (2 * first["eid"].to_numpy()).astype(np.int64), (first["busy_until"].to_numpy() - origin).astype(np.int64)
 
 
-def _run(r: Replay, weights: np.ndarray, src: np.ndarray | None = None) -> tuple[int, list[int]]:
+def _run(r: Replay, weights: np.ndarray, src: np.ndarray | None = None, path: bool = True) -> tuple[int, list[int]]:
     """The step's end (ns from its first node) under ``weights`` (and edge sources
-    ``src``, default the graph's), and the path to it."""
+    ``src``, default the graph's), and the path to it (none listed without ``path``)."""
     n2 = r.t0.size
     dst = r.edges["dst"].to_numpy()
     src = r.edges["src"].to_numpy() if src is None else src
@@ -417,6 +420,9 @@ def _run(r: Replay, weights: np.ndarray, src: np.ndarray | None = None) -> tuple
     key = src.tobytes()
     if key not in r.searches:
         r.searches[key] = Contracted(a, b, n2 + 2)
+    if not path:
+        total = r.searches[key].length(ww)
+        return (total - _SINK if total is not None else 0), []
     nodes = r.searches[key].path(ww)
     if len(nodes) < 2:
         return 0, nodes
@@ -442,10 +448,10 @@ def predict(r: Replay, changes: list[Change], paths: bool = True) -> StepPredict
             # collective still runs its time on its stream, and the step waits for it.
             src[mask] -= 1
     new_w = np.rint(r.weight * factor).astype(np.int64)
-    new, nodes = _run(r, new_w, src) if changes else (r.base_ns, _run(r, r.weight)[1] if paths else [])
+    new, nodes = _run(r, new_w, src, paths) if changes else (r.base_ns, _run(r, r.weight)[1] if paths else [])
     predicted = r.measured_ns - (r.base_ns - new)
     # A stream cannot run its step's work faster than back to back.
-    stream = np.isin(e["type"].to_numpy(), ["kernel", "kernel_gap"])
+    stream = r.on_stream
     if stream.any():
         busy = e.filter(pl.Series(stream)).with_columns(nw=pl.Series(new_w[stream])).group_by("device", "stream").agg(pl.col("nw").sum())
         predicted = max(predicted, float(busy["nw"].max() or 0))
