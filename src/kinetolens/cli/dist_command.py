@@ -82,8 +82,12 @@ def dist_command(
                 console.print(Text(f"{counted(groups.height, 'process group')}: each group's row is in --json"))
                 console.line()
                 continue
-            # each dimension's evidence in words under the table: a cut column would not read
-            caption = "\n".join(f"{r['dimension']} {r['group']}: {r['basis']}" for r in shown.iter_rows(named=True))
+            # each dimension's evidence in words under the table (a cut column would not
+            # read), once for the groups it places alike
+            caption = "\n".join(
+                f"{d} {', '.join(part['group'])}: {basis}"
+                for (d, basis), part in shown.group_by("dimension", "basis", maintain_order=True)
+            )  # fmt: skip
             shown = shown.drop("basis")
         if name in LONG_TABLES and shown.height > MAX_ROWS:
             key, what = LONG_TABLES[name]
@@ -93,7 +97,8 @@ def dist_command(
             shown = shown.head(MAX_ROWS)
             cut = f"{MAX_ROWS} of {total:,} rows shown{f' ({what})' if what else ''}; --json has every row"
             caption = f"{caption}\n{cut}" if caption else cut
-        print_table(shown, title=TITLES[name], caption=caption, headers=HEADERS, out=console)
+        droppable = [c for c in DIMENSION_DROPPABLE if c in shown.columns] if name in ("dimension_totals", "dimensions") else []
+        print_table(shown, title=TITLES[name], caption=caption, headers=HEADERS, out=console, droppable=droppable)
     for f in report.findings:
         console.print(Text(f"straggler: {f.title}", style="bold"))
         console.print(Padding(Text(f.evidence), (0, 0, 0, 2), expand=False))
@@ -141,6 +146,9 @@ HEADERS = {
     "ideal_bubble_pct": "ideal\nbubble %", "microbatches": "micro-\nbatches", "offset_ms": "offset ms", "spread_us": "± us", "arrival_ms": "arrival\nms",
 }  # fmt: skip
 SHARES = ("last_share", "caused_share")
+#: A dimension's columns left out first where the terminal is narrow (last named
+#: first): what is exposed and its share of the step are what the table is for.
+DIMENSION_DROPPABLE = ("bytes", "time_ms", "transfer_ms", "sync_ms", "algbw_gbps", "busbw_gbps")
 
 
 def _table(name: str, frame: pl.DataFrame) -> pl.DataFrame:

@@ -20,7 +20,7 @@ from kinetolens.registry.trace_names import STEP_PREFIX
 
 __all__ = [
     "BLOCKING_CALLS", "BOUND_BY", "BOUND_WORDS", "CATEGORY_HEADERS", "CATEGORY_WORDS", "COMM_KERNEL_PREFIX",
-    "COMM_LIBRARY_PREFIXES", "COMM_OP_PREFIXES", "C10D_PREFIX", "DEVICE_SYNC_CALLS", "GLOO_PREFIX", "GPU_ACTIVITY",
+    "COMM_LIBRARY_PREFIXES", "COMM_OP_PREFIXES", "C10D_PREFIX", "DEVICE_SYNC_CALLS", "FSDP_PREFIXES", "GLOO_PREFIX", "GPU_ACTIVITY",
     "MATRIX_FAMILIES", "NCCL_PREFIX", "OTHER", "PARAM_COMMS", "STEP_CATEGORIES", "STEP_PREFIX", "STREAM_SYNC_CALLS",
     "DEVICE_ALLOCATION_CALLS", "STREAM_WAIT_CALLS", "SYNCHRONIZING_CALLS", "TIME_BASIS_WORDS", "is_comm_kernel",
     "is_comm_kernel_name", "is_comm_op",
@@ -40,6 +40,11 @@ C10D_PREFIX = "c10d::"
 PARAM_COMMS = "record_param_comms"
 #: Host ranges that are a collective call, issued or running: time in them is communication.
 COMM_OP_PREFIXES = (*COMM_LIBRARY_PREFIXES, C10D_PREFIX, PARAM_COMMS)
+#: FSDP's own ranges around its collectives and their copies: FSDP2's
+#: ``FSDP::all_gather``, ``FSDP::post_backward_reduce``, FSDP1's
+#: ``FullyShardedDataParallel._pre_forward`` ...: what they issue is
+#: data-parallel (shard) traffic.
+FSDP_PREFIXES = ("FSDP::", "FullyShardedDataParallel.")
 #: NCCL and RCCL name their kernels ``ncclKernel_*`` / ``ncclDevKernel_*`` (compared lowercased).
 COMM_KERNEL_PREFIX = "nccl"
 

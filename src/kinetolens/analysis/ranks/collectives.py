@@ -46,7 +46,8 @@ import polars as pl
 
 from kinetolens.analysis.gputime.gpu_streams import covered_ns, union_intervals
 from kinetolens.analysis.gputime.overview import step_windows
-from kinetolens.analysis.ranks.groups import group_dimension
+from kinetolens.analysis.ranks.groups import DATA, UNKNOWN, description_dimension, group_dimension
+from kinetolens.analysis.ranks.unrecorded_groups import fsdp_issued
 from kinetolens.model.trace import Trace
 from kinetolens.model.vocabulary import (
     COMM_LIBRARY_PREFIXES,
@@ -299,7 +300,7 @@ def collective_calls(trace: Trace) -> pl.DataFrame:
         kind=pl.col("collective").map_elements(collective_kind, return_dtype=pl.String),
         timed=(pl.col("kernels") > 0) | ~pl.col("nccl"),
     )
-    out = _with_dimensions(out, trace)
+    out = _with_dimensions(out.with_columns(fsdp=fsdp_issued(trace.ops, rows)), trace)
     recorded = pl.col("p_seq").is_not_null().all().over("group", "collective")
     out = out.sort("host_ts").with_columns(
         seq=pl.when(recorded).then(pl.col("p_seq")).otherwise(pl.int_range(pl.len()).over("group", "collective"))
@@ -307,39 +308,70 @@ def collective_calls(trace: Trace) -> pl.DataFrame:
     return out.select(list(CALL_SCHEMA)).cast(CALL_SCHEMA)  # type: ignore[arg-type]
 
 
-def _pg_config(trace: Trace) -> dict[str, dict]:
-    """``distributedInfo``'s ``pg_config`` by group name; the default group also under ``""``
-    (calls without a recorded group run on it)."""
+#: The group of a call the trace does not place, among several groups (:mod:`.unrecorded_groups`).
+NOT_RECORDED = "(not recorded)"
+
+
+def _listed_groups(trace: Trace) -> list[dict]:
+    """``distributedInfo``'s ``pg_config``: the process groups this rank is in."""
     info = trace.metadata.get("distributedInfo")
     configs = info.get("pg_config") if isinstance(info, dict) else None
-    out: dict[str, dict] = {}
-    for c in configs if isinstance(configs, list) else []:
-        if isinstance(c, dict) and c.get("pg_name") is not None:
-            out[str(c["pg_name"])] = c
-            if c.get("pg_desc") == "default_pg":
-                out.setdefault("", c)
+    return [c for c in (configs if isinstance(configs, list) else []) if isinstance(c, dict) and c.get("pg_name") is not None]
+
+
+def _pg_config(listed: list[dict]) -> dict[str, dict]:
+    """The listed groups by name; where the rank is in one group only, or
+    every group it is in spans the same ranks (a job's extra whole-world
+    groups), the default one also under ``""``: a call without a recorded
+    group ran on it, or on one just like it."""
+    out = {str(c["pg_name"]): c for c in listed}
+    spans = {tuple(c["ranks"]) if isinstance(c.get("ranks"), list) else None for c in listed}
+    if len(listed) == 1 or (len(spans) == 1 and None not in spans):
+        out[""] = next((c for c in listed if c.get("pg_desc") == "default_pg"), listed[0])
     return out
+
+
+def _unrecorded(fsdp: bool, listed: list[dict]) -> tuple[str, str | None, str | None, str, str]:
+    """``(group, description, ranks, dimension, basis)`` of a call that names no
+    group while the rank is in several (see :mod:`.unrecorded_groups`)."""
+    names = ", ".join(str(c.get("pg_desc") or c["pg_name"]) for c in listed)
+    if not fsdp:
+        return NOT_RECORDED, None, None, UNKNOWN, (
+            f"the trace records no group for the call, and this rank is in {len(listed)} ({names})")
+    data = [c for c in listed if description_dimension(c.get("pg_desc")) == DATA]
+    if len(data) != 1:
+        return NOT_RECORDED, None, None, DATA, "FSDP issued it (FSDP's collectives are data parallel); the trace records no group"
+    c = data[0]
+    ranks = str(c["ranks"]) if isinstance(c.get("ranks"), list) else None
+    return str(c["pg_name"]), c.get("pg_desc"), ranks, DATA, (
+        f"FSDP issued it; the trace records no group, and {c.get('pg_desc')!r} is this rank's one data-parallel group")
 
 
 def _with_dimensions(calls: pl.DataFrame, trace: Trace) -> pl.DataFrame:
     """Each call's group description and ranks (from its args, else
     ``distributedInfo``'s group config) and the dimension they name."""
-    configs = _pg_config(trace)
+    listed = _listed_groups(trace)
+    configs = _pg_config(listed)
     world = trace.world_size
-    rows = calls.select("group", "group_desc", "group_ranks", "kind").to_dicts()
-    desc, ranks, dim, basis = [], [], [], []
+    rows = calls.select("group", "group_desc", "group_ranks", "kind", "fsdp").to_dicts()
+    group, desc, ranks, dim, basis = [], [], [], [], []
     for r in rows:
-        c = configs.get(r["group"] or "", {})
-        d = r["group_desc"] or c.get("pg_desc")
-        rk = r["group_ranks"] if r["group_ranks"] not in (None, "", "[]") else (
-            str(c["ranks"]) if isinstance(c.get("ranks"), list) else None
-        )
-        named, why = group_dimension(d, rk, r["kind"], world)
+        if not r["group"] and "" not in configs and len(listed) > 1 and not r["group_desc"]:
+            g, d, rk, named, why = _unrecorded(bool(r["fsdp"]), listed)
+        else:
+            c = configs.get(r["group"] or "", {})
+            g, d = r["group"], r["group_desc"] or c.get("pg_desc")
+            rk = r["group_ranks"] if r["group_ranks"] not in (None, "", "[]") else (
+                str(c["ranks"]) if isinstance(c.get("ranks"), list) else None
+            )
+            named, why = group_dimension(d, rk, r["kind"], world)
+        group.append(g)
         desc.append(d)
         ranks.append(rk)
         dim.append(named)
         basis.append(why)
     return calls.with_columns(
+        group=pl.Series(group, dtype=pl.String),
         group_desc=pl.Series(desc, dtype=pl.String),
         group_ranks=pl.Series(ranks, dtype=pl.String),
         dimension=pl.Series(dim, dtype=pl.String),

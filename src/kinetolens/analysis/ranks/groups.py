@@ -53,7 +53,8 @@ def parse_ranks(text: str | None) -> tuple[int, ...] | None:
     return found or None
 
 
-def _from_description(desc: str | None) -> str | None:
+def description_dimension(desc: str | None) -> str | None:
+    """The dimension a group's description names (None: it names none, or it is the world group)."""
     if not desc:
         return None
     words = [w for w in re.split(r"[^a-z0-9]+", desc.lower()) if w]
@@ -94,7 +95,7 @@ def group_dimension(
     desc: str | None, ranks_text: str | None, kind: str, world_size: int | None
 ) -> tuple[str, str]:
     """``(dimension, basis)`` of one collective call (see the module docstring)."""
-    named = _from_description(desc)
+    named = description_dimension(desc)
     if named is not None:
         return named, f"description: {desc!r}"
     if kind in _POINT_TO_POINT:

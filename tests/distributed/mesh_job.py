@@ -1,0 +1,60 @@
+"""A 2 x 2 DeviceMesh job (data x tensor parallel) on gloo, CPU: FSDP2 shards
+an MLP over the ``dp`` dimension, tensor parallelism splits its two linear
+layers over ``tp``; two steps of each rank are profiled.
+
+    python tests/distributed/mesh_job.py OUT_DIR
+
+Gloo records no process group per call (no ``record_param_comms``):
+``distributedInfo`` lists the groups (``default_pg``, ``mesh_dp``,
+``mesh_tp``), and kinetolens must place each call on evidence.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+
+WORLD = 4
+
+
+def run(rank: int, out: str, init: str) -> None:
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=WORLD)
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256))
+    parallelize_module(model, mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    fully_shard(model, mesh=mesh["dp"])
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(64, 256)
+
+    def step() -> None:
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+    step()
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        record_shapes=True,
+        schedule=torch.profiler.schedule(wait=0, warmup=1, active=2),
+        on_trace_ready=torch.profiler.tensorboard_trace_handler(out, worker_name=f"rank{rank}"),
+    ) as prof:
+        for _ in range(3):
+            step()
+            prof.step()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    out = os.path.abspath(sys.argv[1])  # the file:// rendezvous needs an absolute path
+    os.makedirs(out, exist_ok=True)
+    mp.spawn(run, args=(out, os.path.join(out, "init")), nprocs=WORLD)
