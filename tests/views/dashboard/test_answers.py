@@ -95,6 +95,6 @@ def test_once_per_key_computes_once_for_simultaneous_callers() -> None:
         t.join(10)
     assert results == ["result"] * 8 and calls == ["x"]
     for key in ("a", "b", "c"):
-        once.get(key, lambda: key)
+        once.get(key, lambda k=key: k)
     assert len(once) == 2  # the least recently used went first
     assert once.get("k", lambda: "recomputed") == "recomputed"
