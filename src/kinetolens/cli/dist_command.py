@@ -97,7 +97,7 @@ def dist_command(
             shown = shown.head(MAX_ROWS)
             cut = f"{MAX_ROWS} of {total:,} rows shown{f' ({what})' if what else ''}; --json has every row"
             caption = f"{caption}\n{cut}" if caption else cut
-        droppable = [c for c in DIMENSION_DROPPABLE if c in shown.columns] if name in ("dimension_totals", "dimensions") else []
+        droppable = [c for c in DROPPABLE.get(name, ()) if c in shown.columns]
         print_table(shown, title=TITLES[name], caption=caption, headers=HEADERS, out=console, droppable=droppable)
     for f in report.findings:
         console.print(Text(f"straggler: {f.title}", style="bold"))
@@ -146,9 +146,12 @@ HEADERS = {
     "ideal_bubble_pct": "ideal\nbubble %", "microbatches": "micro-\nbatches", "offset_ms": "offset ms", "spread_us": "± us", "arrival_ms": "arrival\nms",
 }  # fmt: skip
 SHARES = ("last_share", "caused_share")
-#: A dimension's columns left out first where the terminal is narrow (last named
-#: first): what is exposed and its share of the step are what the table is for.
+#: Columns left out first where the terminal is narrow (last named first): a
+#: dimension's exposed time and share of the step, a stage's bubble against its
+#: ideal are what those tables are for.
 DIMENSION_DROPPABLE = ("bytes", "time_ms", "transfer_ms", "sync_ms", "algbw_gbps", "busbw_gbps")
+DROPPABLE = {"dimension_totals": DIMENSION_DROPPABLE, "dimensions": DIMENSION_DROPPABLE,
+             "pipeline": ("compute_ms", "steps")}  # fmt: skip
 
 
 def _table(name: str, frame: pl.DataFrame) -> pl.DataFrame:

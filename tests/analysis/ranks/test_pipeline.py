@@ -10,7 +10,16 @@ from pathlib import Path
 import pytest
 
 from kinetolens.analysis.ranks.dist_report import dist_report
-from kinetolens.analysis.ranks.pipeline import GPIPE, ONE_F_ONE_B, ideal_bubble, schedule_of
+from kinetolens.analysis.ranks.pipeline import (
+    GPIPE,
+    INTERLEAVED,
+    INTERLEAVED_ZB,
+    ONE_F_ONE_B,
+    ZBV,
+    ZERO_BUBBLE,
+    ideal_bubble,
+    schedule_of,
+)
 from kinetolens.runs import summarize_run
 from tests.terminal import run_cli
 
@@ -74,3 +83,51 @@ def test_schedule_words_and_ideal_bubble() -> None:
     assert schedule_of("F0 F1 B0 F2 B1 F3 B2 B3") == ONE_F_ONE_B
     assert ideal_bubble(4, 8) == pytest.approx(3 / 11)
     assert ideal_bubble(1, 8) == 0.0
+
+
+#: The multi-stage schedules of torch.distributed.pipelining (two ranks, two stages each):
+#: what each must be called, the stages of ranks 0 and 1, and the ideal bubble (% of the step).
+MULTI_STAGE = {
+    "interleaved": (INTERLEAVED, "0,2", "1,3", 100 / 9),  # (2 - 1) / (2 * 4 + 2 - 1)
+    "izb": (INTERLEAVED_ZB, "0,2", "1,3", None),
+    "zbv": (ZBV, "0,3", "1,2", None),
+}
+
+
+@pytest.mark.parametrize("schedule", sorted(MULTI_STAGE))
+def test_multi_stage_schedules_are_named_from_their_recorded_actions(
+    tmp_path_factory: pytest.TempPathFactory, schedule: str
+) -> None:
+    # They record no Forward/Backward ranges but each action of their plan
+    # (PP:2F0, PP:2I0, PP:2W0 ...); no pipeline table was shown for them.
+    run = _run(tmp_path_factory, schedule)
+    summaries = summarize_run(run, "local:1", cache=False)
+    name, stages0, stages1, ideal = MULTI_STAGE[schedule]
+    assert [s.pipeline["stages"][0] for s in summaries] == [stages0, stages1]
+    stages = dist_report(summaries).pipeline
+    assert stages["schedule"].to_list() == [name, name]
+    assert stages["stages"].to_list() == [stages0.replace(",", ", "), stages1.replace(",", ", ")]
+    assert stages["microbatches"].to_list() == [4, 4]
+    assert stages["ideal_bubble_pct"].to_list() == ([pytest.approx(ideal)] * 2 if ideal else [None, None])
+    for row in stages.iter_rows(named=True):
+        assert 0.0 <= row["compute_ms"] <= row["step_ms"]
+        assert row["bubble_ms"] == pytest.approx(row["step_ms"] - row["compute_ms"], rel=1e-9)
+    # each microbatch passes forward and backward through both stages of a rank
+    order = summaries[0].pipeline["order"][0].split()
+    if schedule == "interleaved":
+        assert sorted(order) == sorted([f"{a}{m}" for a in "FB" for m in range(4)] * 2)
+    else:  # the backward split in two: input (I) and weight (W) passes
+        assert sorted(order) == sorted([f"{a}{m}" for a in "FIW" for m in range(4)] * 2)
+    out = run_cli("dist", str(run), "--no-cache", columns=80)
+    table = out.stdout.split("pipeline stages", 1)[1].split("\n\n", 1)[0]
+    assert out.returncode == 0 and all(w in table.split() for w in name.split())  # a name may wrap in its cell
+    assert all(len(line) <= 80 for line in out.stdout.splitlines())
+
+
+def test_multi_stage_schedule_words() -> None:
+    assert schedule_of("F0 F0 B0 B0", "0,2", 2) == INTERLEAVED
+    assert schedule_of("F0 I0 W0", "", 2) == ZERO_BUBBLE
+    assert schedule_of("F0 F0 I0 W0 I0 W0", "1,2", 2) == ZBV
+    # looped stages 0 and 3 of a 3-rank pipeline are no V: their gap is p
+    assert schedule_of("F0 F0 I0 W0 I0 W0", "0,3", 3) == INTERLEAVED_ZB
+    assert ideal_bubble(4, 8, per_rank=2) == pytest.approx(3 / 19)
