@@ -144,6 +144,7 @@ SLOW_FOLDERS = ("capture/", "views/dashboard/", "gpu/")
 SLOW_MODULES = {
     "views/test_glance.py": "Chromium",
     "analysis/ranks/test_pipeline.py": "a two-process torch pipelining job",
+    "analysis/ranks/test_mesh_capture.py": "a four-process DeviceMesh job (FSDP2 and tensor parallel)",
     "views/test_pages_fit.py": "Chromium",
     "views/test_glance_names.py": "Chromium",
     "views/test_glance_ranks.py": "Chromium and generated runs",

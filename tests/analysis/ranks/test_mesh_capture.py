@@ -23,7 +23,6 @@ from kinetolens.analysis.ranks.collectives import NOT_RECORDED, collective_calls
 from kinetolens.logdir import one_run
 from tests.terminal import run_cli
 
-pytestmark = pytest.mark.slow
 JOB = Path(__file__).resolve().parents[2] / "distributed" / "mesh_job.py"
 #: One rank's FSDP shard of the MLP's parameters, in elements: each tensor-parallel half
 #: (256x256 + 256 column-wise, 256x256 row-wise + its 256 replicated bias) split over dp.
