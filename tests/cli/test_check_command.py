@@ -37,3 +37,19 @@ def test_check_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
         proc = _check(target)
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and target in proc.stderr
+
+
+def test_check_wraps_its_reasons_to_the_terminal() -> None:
+    # each invariant's reason ran on one line of up to 228 characters at 80 columns
+    for columns, per_line in ((80, False), (120, False), (None, True)):
+        env = {"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin", **({"COLUMNS": str(columns)} if columns else {})}
+        trace = str(trace_path("tracelens/b300/moe_05_large_capacity/moe_05_large_capacity.json.gz"))
+        proc = subprocess.run([sys.executable, "-m", "kinetolens.cli.main", "check", trace], capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr
+        body = proc.stdout.splitlines()[1:]
+        if columns:
+            assert max(len(line) for line in body) <= columns
+        assert sum(line.startswith("  ok") for line in body) == len(INVARIANTS)
+        assert (len(body) == len(INVARIANTS)) == per_line  # piped without COLUMNS: one line each, for grep
+        words = " ".join(" ".join(body).split())
+        assert all(" ".join(inv.why.split()) in words for inv in INVARIANTS.values())

@@ -37,6 +37,8 @@ QWEN = "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
         ("NVIDIA RTX A1000 Laptop GPU", 4 * GIB, None),  # not an A100
         ("NVIDIA GB200", 186 * GIB, "GB200"),
         ("NVIDIA B200", 180 * GIB, "B200"),
+        ("NVIDIA GeForce RTX 2080", 8 * GIB, None),  # not the Ti: fewer SMs, less bandwidth
+        ("NVIDIA GB300", 279 * GIB, None),  # its rack's per-GPU figures are not in the table
     ],
 )
 def test_device_name_matches_its_own_product(name: str, memory: int | None, spec: str | None) -> None:

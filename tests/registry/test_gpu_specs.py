@@ -30,6 +30,10 @@ H100 = "tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz"
         ("nsys/pipit_saxpy-mpi-cuda_nsys_perlmutter0.sqlite", "NVIDIA A100-SXM4-40GB", "A100-SXM4-40GB"),
         ("nsys/pipit_perlmutter-cloverleaf-cuda.sqlite", "NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB"),
         ("hta/with_gpu_user_annotation/step_based_trace_2543932.json.gz", "Quadro GP100", "Quadro-GP100"),
+        # the newest traces: their roofline was refused as "unknown GPU"
+        ("tracelens/b300/moe_05_large_capacity/moe_05_large_capacity.json.gz", "NVIDIA B300 SXM6 AC", "B300"),
+        ("param/resnet_kineto/resnet_kineto.json.gz", "NVIDIA GeForce RTX 2080 Ti", "RTX-2080-Ti"),
+        ("tracelens/mi210/gpu_only_trace/gpu_only_trace.json.gz", "AMD Instinct MI210", "MI210"),
     ],
 )
 def test_real_trace_devices_match(rel: str, device: str, spec: str) -> None:

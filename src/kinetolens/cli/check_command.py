@@ -8,6 +8,7 @@ values that break it (:mod:`kinetolens.analysis.invariants`).  Exit status
 from __future__ import annotations
 
 import sys
+import textwrap
 from pathlib import Path
 
 import click
@@ -36,7 +37,7 @@ def check_command(target: str, json_: bool, loading: TraceLoading) -> None:
     shares <= 100%, step parts add up, critical path within its span,
     savings >= 0, ...): one line per invariant; exit 1 if any is violated."""
     from kinetolens.analysis.invariants import INVARIANTS, Violation, check_trace
-    from kinetolens.cli.render import emit_json
+    from kinetolens.cli.render import emit_json, terminal_width
 
     found: dict[str, list[Violation]] = {}
     for path in _traces(target):
@@ -49,17 +50,38 @@ def check_command(target: str, json_: bool, loading: TraceLoading) -> None:
             by_name: dict[str, list[Violation]] = {}
             for v in violations:
                 by_name.setdefault(v.invariant, []).append(v)
-            width = max(len(n) for n in INVARIANTS)
+            names = max(len(n) for n in INVARIANTS)
+            width = terminal_width()
             for name, inv in INVARIANTS.items():
                 bad = by_name.get(name)
                 if not bad:
-                    click.echo(f"  ok        {name:<{width}}  {inv.why}")
+                    click.echo(_line("ok", name, inv.why, names, width))
                     continue
                 for v in bad:
                     values = ", ".join(f"{k}={_shown(x)}" for k, x in v.values.items())
-                    click.echo(f"  violated  {name:<{width}}  {v.result}: {values}")
+                    click.echo(_line("violated", name, f"{v.result}: {values}", names, width))
     if any(found.values()):
         sys.exit(EXIT_VIOLATED)
+
+
+#: Where the text beside an invariant's name would be narrower than this, it goes under the name.
+MIN_TEXT = 30
+
+
+def _line(status: str, name: str, text: str, names: int, width: int | None) -> str:
+    """One invariant's line, its text wrapped to ``width`` (None: one line)."""
+    head = f"  {status:<8}  {name:<{names}}  "
+    if width is None or len(head) + len(text) <= width:
+        return head + text
+    if width - len(head) >= MIN_TEXT:
+        return _fill(text, width, head, " " * len(head))
+    return head.rstrip() + "\n" + _fill(text, width, " " * 12, " " * 12)
+
+
+def _fill(text: str, width: int, first: str, rest: str) -> str:
+    """Wrapped at spaces only: a hyphenated word or a value stays whole."""
+    return textwrap.fill(text, width=width, initial_indent=first, subsequent_indent=rest,
+                         break_on_hyphens=False, break_long_words=False)  # fmt: skip
 
 
 def _shown(value: object) -> str:

@@ -135,6 +135,15 @@ SPECS: Mapping[str, GpuSpec] = _table(
     # NVIDIA GB200 NVL72 datasheet, per GPU (1/72 of the rack; sparse figures halved).  SM count not published.
     _spec("GB200", "NVIDIA GB200 NVL72 datasheet (per GPU)", 8000.0, None, 186.0,
           fp64=40.0, fp64_tensor=40.0, fp32=80.0, tf32=1250.0, fp16=2500.0, bf16=2500.0, fp8=5000.0, fp6=5000.0, fp4=10000.0, int8=5000.0),
+    # NVIDIA HGX B300 datasheet, per GPU (1/8 of the 8-GPU board; sparse figures halved): Blackwell Ultra
+    # trades FP64 (1.25 TFLOPS) and INT8 (not listed here: no dense figure published) for FP4.  148 SMs
+    # as the devices report them (B300 SXM6 AC).
+    _spec("B300", "NVIDIA HGX B300 datasheet (per GPU)", 8000.0, 148, 288.0,
+          fp64=1.25, fp64_tensor=1.25, fp32=75.0, tf32=1125.0, fp16=2250.0, bf16=2250.0, fp8=4500.0, fp6=4500.0, fp4=13500.0),
+    # NVIDIA Turing architecture whitepaper (GeForce RTX 2080 Ti, reference clocks; 68 SMs).  GeForce
+    # Tensor Cores run FP16 with FP32 accumulation (PyTorch's GEMMs) at half their FP16-accumulate rate.
+    _spec("RTX-2080-Ti", "NVIDIA Turing architecture whitepaper (RTX 2080 Ti)", 616.0, 68, 11.0,
+          fp32=13.4, fp16=53.8, int8=215.2),
     # NVIDIA Quadro GP100 datasheet; 56 SMs: Pascal GP100 whitepaper.  No Tensor Cores (fp16 is packed FP16).
     _spec("Quadro-GP100", "NVIDIA Quadro GP100 datasheet", 717.0, 56, 16.0, fp64=5.2, fp32=10.3, fp16=20.7),
     # AMD Instinct MI250X / MI250 datasheets.  PyTorch sees each of the two GCDs as one device,
@@ -143,6 +152,9 @@ SPECS: Mapping[str, GpuSpec] = _table(
           fp64=23.95, fp64_tensor=47.85, fp32=23.95, fp16=191.5, bf16=191.5, int8=191.5),
     _spec("MI250-GCD", "AMD Instinct MI250 datasheet (per GCD = 1/2)", 1638.4, 104, 64.0,
           fp64=22.65, fp64_tensor=45.25, fp32=22.65, fp16=181.05, bf16=181.05, int8=181.05),
+    # AMD Instinct MI210 datasheet (CDNA 2, 104 CUs): the MI250's GCD as a PCIe card.
+    _spec("MI210", "AMD Instinct MI210 datasheet", 1638.4, 104, 64.0,
+          fp64=22.6, fp64_tensor=45.3, fp32=22.6, fp16=181.0, bf16=181.0, int8=181.0),
     # AMD Instinct MI300X datasheet (sparse figures halved).
     _spec("MI300X", "AMD Instinct MI300X datasheet", 5300.0, 304, 192.0,
           fp64=81.7, fp64_tensor=163.4, fp32=163.4, tf32=653.7, fp16=1307.4, bf16=1307.4, fp8=2614.9, int8=2614.9),
@@ -184,8 +196,11 @@ MATCHES: tuple[tuple[re.Pattern[str], float | None, str], ...] = tuple(
         (r"\bH200\b", None, "H200"),
         (r"\bGB200\b", None, "GB200"),
         (r"\bB200\b", None, "B200"),
+        (r"\bB300\b", None, "B300"),
+        (r"\bRTX 2080 Ti\b", None, "RTX-2080-Ti"),
         (r"\bGP100\b", None, "Quadro-GP100"),
         (r"\bMI300X\b", None, "MI300X"),
+        (r"\bMI210\b", None, "MI210"),
         (r"\bMI355X\b", None, "MI355X"),
         (r"\bMI250X\b", None, "MI250X-GCD"),
         (r"\bMI250\b", None, "MI250-GCD"),
