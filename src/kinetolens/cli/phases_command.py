@@ -14,9 +14,7 @@ from typing import Any
 
 import click
 import polars as pl
-from rich import box
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from kinetolens import json_codec
@@ -33,7 +31,7 @@ from kinetolens.cli.checks import ROWS, WIDTH
 from kinetolens.cli.load_options import TraceLoading, trace_load_options
 from kinetolens.registry.words import counted
 from kinetolens.cli.render import console as render_console
-from kinetolens.cli.render import emit_json, print_captioned, print_heading, print_table
+from kinetolens.cli.render import emit_json, print_heading, print_table
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import units
 from kinetolens.views.report_phases import iterations_title, token_rate
@@ -48,16 +46,19 @@ def _categories(rows: Sequence[Iteration]) -> list[str]:
     return [c for c in (*CATEGORIES, OTHER) if any(r.breakdown_us.part(c) for r in rows)]
 
 
-def _share_cells(part: StepTimes, cats: list[str]) -> list[str]:
+def _shares(part: StepTimes, cats: list[str]) -> dict[str, float | None]:
+    """Each category's share of ``part`` (%), keyed ``<category>_pct``."""
     total = part.total
-    return [f"{100.0 * part.part(c) / total:.1f}" if total else "-" for c in cats]
+    return {f"{c}_pct": (100.0 * part.part(c) / total if total else None) for c in cats}
 
 
-def _table(title: str, heads: list[str]) -> Table:
-    table = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, collapse_padding=True, caption_justify="left")
-    for i, h in enumerate(heads):
-        table.add_column(h, justify="left" if i == 1 else "right")
-    return table
+def _frame(rows: list[dict[str, Any]], first: dict[str, pl.DataType], cats: list[str]) -> pl.DataFrame:
+    schema = {**first, **{f"{c}_pct": pl.Float64 for c in cats}}
+    return pl.DataFrame(rows, schema=schema)
+
+
+def _headers(cats: list[str]) -> dict[str, str]:
+    return {"tok_s": "tok/s", "iters": "iters", **{f"{c}_pct": CATEGORY_HEADERS[c] for c in cats}}
 
 
 def _left_out(rows: Sequence[Iteration], cats: list[str], what: str) -> str | None:
@@ -85,38 +86,32 @@ def print_inference(console: Console, block: InferenceBlock, *, limit: int | Non
         return
     shown = rows if limit is None else rows[:limit]
     cats = _categories(rows)
-    unit, scale = units.time_unit(max(r.dur_us for r in rows))
     # tokens only where some iteration counts them (a diffusion pipeline's do not)
     tokens = any(r.tokens is not None for r in rows)
-    counts = ["tokens", "tok/s"] if tokens else []
-    title = iterations_title(block)
-    table = _table(f"{title} (% of each iteration)", ["it", "phase", unit, *counts, *(CATEGORY_HEADERS[c] for c in cats)])
-    for r in shown:
-        rates = [units.count(r.tokens), token_rate(r.tokens_per_s)] if tokens else []
-        table.add_row(str(r.iteration), r.phase, units.in_unit(r.dur_us, scale), *rates, *_share_cells(r.breakdown_us, cats))
+    counted_tokens = {"tokens": pl.Int64, "tok_s": pl.String} if tokens else {}
+    frame = _frame(
+        [{"it": r.iteration, "phase": r.phase, "us": r.dur_us,
+          **({"tokens": r.tokens, "tok_s": token_rate(r.tokens_per_s)} if tokens else {}),
+          **_shares(r.breakdown_us, cats)} for r in shown],
+        {"it": pl.Int64, "phase": pl.String, "us": pl.Float64, **counted_tokens}, cats,
+    )  # fmt: skip
     notes = [] if len(shown) == len(rows) else [f"{len(shown)} of {counted(len(rows), 'iteration')} shown: kinetolens phases lists them all"]
     notes += [n for n in (_left_out(rows, cats, "iteration"),) if n]
-    table.caption = "\n".join(notes) or None
-    print_captioned(console, table)
-    console.line()
+    print_table(frame, title=f"{iterations_title(block)} (% of each iteration)", caption="\n".join(notes) or None,
+                headers=_headers(cats), out=console)  # fmt: skip
     width = min(console.width, 100_000)
     console.print(Text("How each phase was labelled", style="bold"))
     for line in _how(rows):
         console.print(Text(textwrap.fill(line, width, initial_indent="  ", subsequent_indent="    ")))
     console.line()
-    phases = block.phases
-    unit, scale = units.time_unit(max(p.mean_us for p in phases))
-    table = _table("Phases (% of the mean iteration)", ["phase", "iters", f"mean {unit}", *counts,
-                                                        *(CATEGORY_HEADERS[c] for c in cats)])  # fmt: skip
-    table.columns[0].justify = "left"
-    table.columns[1].justify = "right"
-    for p in phases:
-        rates = [units.count(p.tokens), token_rate(p.tokens_per_s)] if tokens else []
-        table.add_row(p.phase, units.count(p.iterations), units.in_unit(p.mean_us, scale), *rates, *_share_cells(p.average_us, cats))
-    if tokens:
-        table.caption = "tok/s: tokens over the iterations' time (host range to the end of their GPU work)"
-    print_captioned(console, table)
-    console.line()
+    frame = _frame(
+        [{"phase": p.phase, "iters": p.iterations, "mean_us": p.mean_us,
+          **({"tokens": p.tokens, "tok_s": token_rate(p.tokens_per_s)} if tokens else {}),
+          **_shares(p.average_us, cats)} for p in block.phases],
+        {"phase": pl.String, "iters": pl.Int64, "mean_us": pl.Float64, **counted_tokens}, cats,
+    )  # fmt: skip
+    caption = "tok/s: tokens over the iterations' time (host range to the end of their GPU work)" if tokens else None
+    print_table(frame, title="Phases (% of the mean iteration)", caption=caption, headers=_headers(cats), out=console)
 
 
 #: The ops' ranking column, in words.
