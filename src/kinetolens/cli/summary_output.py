@@ -56,8 +56,10 @@ def print_summary(trace: str, loading: TraceLoading, width: int | None) -> None:
     phases = bool(info.inference.iterations)  # an inference trace shows its phases instead of steps
     mean = f", mean {steps.mean_us / 1000:.3f} ms" if steps.mean_us else ""
     cut = f" ({len(steps.incomplete)} cut short, not in the mean)" if steps.incomplete else ""
-    if not phases:
+    if not phases and steps.count:
         table.add_row("steps", f"{steps.count} {list(steps.ids[:8])}{mean}{cut}")
+    elif not phases:
+        table.add_row("steps", "none marked (no ProfilerStep# range): the whole trace is taken as one step")
     for what, value in inference_rows(info.inference):
         table.add_row(what, table.note(value) if what == "inference" else value)
     # kinds with no event are left out (all are in --json): the row stays within its two lines
