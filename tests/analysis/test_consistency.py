@@ -152,3 +152,28 @@ def test_calls_of_a_module_are_the_times_it_ran(qwen: kinetolens.Trace) -> None:
     assert (ops_row["ops"], roof_row["ops"]) == (29, 15)
     dashboard = sources.ops(Ctx(Loaded(qwen), None, {"group": "module"}))
     assert dashboard.filter(pl.col("module") == module)["calls"].item() == ran
+
+
+@pytest.mark.parametrize(
+    ("rel", "field"),
+    [
+        # a GPU-only capture (no CPU op): "kernels attributed to an op 0.0%" read as a failure
+        ("tracelens/mi210/gpu_only_trace/gpu_only_trace.json.gz", "kernel attribution"),
+        # no ProfilerStep range: "steps 0", "mean step -" beside a breakdown of the whole trace
+        ("ai-performance-engineering/b200_gpt2_toy/deepseek_v3_trace.json.gz", "steps"),
+    ],
+)
+def test_what_a_trace_lacks_is_said_alike_in_the_terminal_and_the_dashboard(rel: str, field: str) -> None:
+    from kinetolens.views import empty_reasons
+    from tests.terminal import cli_text
+
+    trace = kinetolens.load(trace_path(rel))
+    cards = _cards(pages.overview(Ctx(Loaded(trace), None, {})))
+    said = {"kernel attribution": empty_reasons.NO_ATTRIBUTION, "steps": empty_reasons.NO_STEPS}[field]
+    assert cards[field] == said
+    if field == "kernel attribution":
+        assert "kernels attributed to an op" not in cards and summarize(trace).attribution.possible is False
+    else:
+        assert "mean step" not in cards
+    assert said in " ".join(cli_text("summary", str(trace_path(rel)), "--no-cache", columns=80).split())
+    assert said in overview_frame(report_data.collect(trace))["value"].to_list()

@@ -17,5 +17,5 @@ def test_a_trace_without_steps_says_so_not_an_empty_list() -> None:
     # one training step of GPT-2 on a B200 with no ProfilerStep range: "steps 0 []" before
     out = " ".join(cli_text("summary", str(trace_path("ai-performance-engineering/b200_gpt2_toy/deepseek_v3_trace.json.gz")),
                             "--no-cache", columns=80).split())  # fmt: skip
-    assert "steps none marked (no ProfilerStep# range): the whole trace is taken as one step" in out
+    assert "steps none marked (no ProfilerStep# range): the whole trace is one step" in out
     assert "[]" not in out

@@ -75,6 +75,7 @@ def attribution(trace: Trace) -> Attribution:
         "backward_with_forward_op": _fraction(differentiating, pl.col("fwd_op_id").is_not_null()),
         "gpu_activity_with_op": _fraction(gpu, pl.col("op_id").is_not_null()),
         **_graph_replay(trace, kernels),
+        "possible": trace.ops.height > 0,
     })
 
 

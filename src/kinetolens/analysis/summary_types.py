@@ -111,6 +111,9 @@ class Attribution:
     graph_replay_time_us: float
     graph_replay_with_capture_op: float | None
     graph_replay_with_module: float | None
+    #: Whether the trace records any CPU op or range a kernel could be tied to:
+    #: a GPU-only capture's 0% is no attribution that failed.
+    possible: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)

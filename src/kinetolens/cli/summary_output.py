@@ -26,7 +26,7 @@ from kinetolens.cli.phases_command import print_inference
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import print_captioned, print_pairs
 from kinetolens.model.vocabulary import CATEGORY_HEADERS
-from kinetolens.views import units
+from kinetolens.views import empty_reasons, units
 from kinetolens.views.device_words import unlisted_devices_note
 from kinetolens.views.memory_flow_svg import human_bytes
 from kinetolens.views.report_phases import inference_rows
@@ -59,7 +59,7 @@ def print_summary(trace: str, loading: TraceLoading, width: int | None) -> None:
     if not phases and steps.count:
         table.add_row("steps", f"{steps.count} {list(steps.ids[:8])}{mean}{cut}")
     elif not phases:
-        table.add_row("steps", "none marked (no ProfilerStep# range): the whole trace is taken as one step")
+        table.add_row("steps", empty_reasons.NO_STEPS)
     for what, value in inference_rows(info.inference):
         table.add_row(what, table.note(value) if what == "inference" else value)
     # kinds with no event are left out (all are in --json): the row stays within its two lines
@@ -92,9 +92,9 @@ def _add_attribution(table: _Pairs, info: Summary) -> None:
     """Kernel time and how much of it has an op, module, source line, forward op."""
     a = info.attribution
     table.add_row("kernel time", f"{a.kernel_time_us / 1000:.3f} ms (every kernel in the file, summed)")
-    if info.events.ops == 0 and info.events.annotations == 0:
+    if not a.possible:
         # a GPU-only capture: "0.0% with an op" would read as an attribution that failed
-        table.add_row("  attribution", "none possible: the trace records no CPU op to tie a kernel to")
+        table.add_row("  attribution", empty_reasons.NO_ATTRIBUTION)
         return
     table.add_row("  with an op", _pct(a.op))
     table.add_row("  with a module", _pct(a.module))

@@ -12,6 +12,10 @@ if TYPE_CHECKING:
     from kinetolens.analysis.trace_kind import TraceKind
 
 NO_OPS = "the trace has no CPU ops or annotated ranges"
+#: Steps of a trace without ProfilerStep ranges (the step tables then cover the whole trace).
+NO_STEPS = "none marked (no ProfilerStep# range): the whole trace is one step"
+#: A GPU-only capture's kernel attribution (its 0% is no attribution that failed).
+NO_ATTRIBUTION = "none possible: the trace records no CPU op to tie a kernel to"
 
 
 def no_ops(kind: TraceKind, nsys: bool = False) -> str:

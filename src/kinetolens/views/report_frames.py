@@ -16,7 +16,7 @@ from kinetolens.analysis.session import warnings_of
 from kinetolens.analysis.gputime.overview import CATEGORIES, OTHER
 from kinetolens.analysis.memory.usage import ALLOCATOR, BASIS_NOTES
 from kinetolens.analysis.ranks.stragglers import CAUSES
-from kinetolens.views import units
+from kinetolens.views import empty_reasons, units
 from kinetolens.views.device_words import unlisted_devices_note
 from kinetolens.views.report_phases import inference_rows
 
@@ -78,7 +78,9 @@ def overview_frame(data: ReportData) -> pl.DataFrame:
     steps = s.steps
     rows: list[tuple[str, str | None]] = [("trace", data.trace.path)]
     phases = inference_rows(s.inference)  # an inference trace: its iterations instead of steps
-    if not s.inference.iterations:
+    if not s.inference.iterations and not steps.count:
+        rows.append(("steps profiled", empty_reasons.NO_STEPS))
+    elif not s.inference.iterations:
         rows += [
             ("steps profiled", f"{steps.count} ({', '.join(map(str, steps.ids[:10]))}{' ...' if steps.count > 10 else ''})"),
             ("mean step time", None if steps.mean_us is None else f"{steps.mean_us / 1000:.3f} ms"),
@@ -104,7 +106,9 @@ def overview_frame(data: ReportData) -> pl.DataFrame:
         counts += "" if start is None else f" ({units.memory(start)} alive when profiling started)"
         rows.append((f"GPU {dev} peak allocated", None if peak is None else f"{units.memory(peak)}{counts}"))
     a = s.attribution
-    if a.kernel_time_us:
+    if a.kernel_time_us and not a.possible:
+        rows.append(("kernel time attributed to an op", empty_reasons.NO_ATTRIBUTION))
+    elif a.kernel_time_us:
         rows.append(("kernel time attributed to an op / module / source line",
                      " / ".join(_pct(share) or "-" for share in (a.op, a.module, a.source))))  # fmt: skip
     rows.append(("kernels whose launch was not recorded", s.unrecorded_launches.note))

@@ -22,7 +22,7 @@ from kinetolens.analysis.advice.recommendations import damaged_inputs, recommend
 from kinetolens.analysis.gputime.overview import step_breakdown, step_windows
 from kinetolens.analysis.hardware.roofline import op_roofline
 from kinetolens.analysis.summary import attribution, steps_block
-from kinetolens.views import figures, units
+from kinetolens.views import empty_reasons, figures, units
 from kinetolens.views.dashboard import extra_figures, phases_page
 from kinetolens.views.dashboard.blocks import Block, figure, table, text, unavailable
 from kinetolens.views.dashboard.sources import (
@@ -65,8 +65,8 @@ def overview(ctx: Ctx) -> list[Block]:
         ["GPUs", devices],
         ["rank", _rank(t)],
         *(phases_page.cards(inference) if inference else [
-            ["steps", str(steps.count)],
-            ["mean step", _ms(steps.mean_us)],
+            *([["steps", str(steps.count)], ["mean step", _ms(steps.mean_us)]] if steps.count
+              else [["steps", empty_reasons.NO_STEPS]]),
             *([["step cut short", steps.incomplete_note]] if steps.incomplete_note else []),
         ]),
     ]  # fmt: skip
@@ -74,9 +74,9 @@ def overview(ctx: Ctx) -> list[Block]:
     if gpu:
         cards += [
             ["kernel time", _ms(attr.kernel_time_us)],
-            ["kernels attributed to an op", _pct(attr.op)],
-            ["to a module", _pct(attr.module)],
-        ]
+            *([["kernels attributed to an op", _pct(attr.op)], ["to a module", _pct(attr.module)]] if attr.possible
+              else [["kernel attribution", empty_reasons.NO_ATTRIBUTION]]),
+        ]  # fmt: skip
     head = [
         {"type": "cards", "items": cards},
         table("gpus", "Per GPU: utilization, SM efficiency, occupancy, Tensor Core share, peak memory") if gpu
