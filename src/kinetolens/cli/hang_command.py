@@ -8,6 +8,7 @@ import click
 
 if TYPE_CHECKING:
     from kinetolens.analysis.ranks.hang import Call, HangReport, Mismatch, Stuck
+    from kinetolens.analysis.ranks.hang_p2p import StuckTransfer, TransferMismatch
 
 
 def _ranks(ranks: tuple[int, ...] | list[int]) -> str:
@@ -35,6 +36,29 @@ def _stuck_lines(s: Stuck) -> list[str]:
     if s.no_dump:
         lines.append(f"  no dump (unknown):   {_ranks(s.no_dump)}")
     return lines
+
+
+def _transfer_lines(t: StuckTransfer) -> list[str]:
+    from kinetolens.analysis.ranks.hang import shapes
+
+    lines = [f"STUCK  {t.group_label} send/recv {t.src} -> {t.dst}, transfer #{t.index} {shapes(t.sizes)}"]
+    lines.append(f"  entered it, waiting: {_ranks(t.waiting)}")
+    if t.missing is None:
+        lines.append("  both sides entered it; neither saw it complete")
+    elif t.no_dump:
+        lines.append(f"  no dump (unknown):   rank {t.missing} (its {t.missing_side})")
+    else:
+        lines.append(f"  never entered:       rank {t.missing} (its {t.missing_side})")
+    return lines
+
+
+def _transfer_mismatch_lines(m: TransferMismatch) -> list[str]:
+    from kinetolens.analysis.ranks.hang import shapes
+
+    return [
+        f"MISMATCH  {m.group_label} send/recv {m.src} -> {m.dst}, transfer #{m.index}: different shapes",
+        f"  rank {m.src} sends {shapes(m.send_sizes)}; rank {m.dst} receives {shapes(m.recv_sizes)}",
+    ]
 
 
 def _mismatch_lines(m: Mismatch) -> list[str]:
@@ -65,8 +89,12 @@ def render(report: HangReport, directory: str) -> str:
         lines += _stuck_lines(s)
     if not report.stuck:
         lines.append("No stuck collective: every member of every group finished every collective it entered.")
+    for t in report.stuck_transfers:
+        lines += _transfer_lines(t)
     for m in report.mismatches:
         lines += _mismatch_lines(m)
+    for tm in report.transfer_mismatches:
+        lines += _transfer_mismatch_lines(tm)
     if report.mismatch_count > len(report.mismatches):
         lines.append(
             f"... and {report.mismatch_count - len(report.mismatches)} more mismatches (--json lists the first)"

@@ -282,3 +282,63 @@ def test_truncated_json_dump_is_one_line(tmp_path: Path) -> None:
 def test_directory_without_dumps_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("nothing here")
     _one_line_error(run_hang(tmp_path), tmp_path)
+
+
+# -- point to point ----------------------------------------------------------------
+# Gloo's recorder (torch 2.13) keeps no send/recv (checked: a 3-rank job whose
+# middle stage never forwards the second activation records only its
+# all_reduce), so these dumps are NCCL's, as ProcessGroupNCCL names the calls:
+# "nccl:send 0->1" on the sender, "nccl:recv 1<-0" on the receiver.
+
+
+def p2p_entry(record_id: int, name: str, sizes: list[list[int]], state: str = "completed", p2p_seq_id: int = 1) -> dict[str, Any]:
+    entry = create_one_entry(record_id, name, sizes, sizes, state)
+    entry.update(is_p2p=True, p2p_seq_id=str(p2p_seq_id), collective_seq_id="0")
+    return entry
+
+
+def test_a_pipeline_hang_names_the_stage_that_never_sent(tmp_path: Path) -> None:
+    # stages 0 -> 1 -> 2, two microbatches: stage 1 forwards only the first, so
+    # stage 2 waits in its second receive and stage 0's second send is never received
+    entries = {
+        0: [create_one_entry(0, "all_reduce", [[4]], [[4]], collective_seq_id=1),
+            p2p_entry(1, "send 0->1", [[16]], p2p_seq_id=1),
+            p2p_entry(2, "send 0->1", [[16]], "started", p2p_seq_id=2)],
+        1: [create_one_entry(0, "all_reduce", [[4]], [[4]], collective_seq_id=1),
+            p2p_entry(1, "recv 1<-0", [[16]], p2p_seq_id=1),
+            p2p_entry(2, "send 1->2", [[16]], p2p_seq_id=2)],
+        2: [create_one_entry(0, "all_reduce", [[4]], [[4]], collective_seq_id=1),
+            p2p_entry(1, "recv 2<-1", [[16]], p2p_seq_id=1),
+            p2p_entry(2, "recv 2<-1", [[16]], "started", p2p_seq_id=2)],
+    }  # fmt: skip
+    report = hang_report(read_dumps(write_dumps(tmp_path, entries)))
+    assert report.stuck == ()  # the collective finished: the hang is in point-to-point
+    got = {(t.src, t.dst): (t.index, t.waiting, t.missing, t.missing_side) for t in report.stuck_transfers}
+    assert got == {(0, 1): (2, (0,), 1, "recv"), (1, 2): (2, (2,), 1, "send")}
+    lines = run_hang(tmp_path).stdout.splitlines()
+    at = lines.index("STUCK  default_pg send/recv 1 -> 2, transfer #2 [[16]]")
+    assert lines[at + 1].split() == ["entered", "it,", "waiting:", "rank", "2"]
+    assert lines[at + 2].split() == ["never", "entered:", "rank", "1", "(its", "send)"]
+
+
+def test_transfers_are_matched_by_their_ends_and_order_not_by_p2p_seq_id(tmp_path: Path) -> None:
+    # rank 1 receives from 0 and from 2: its p2p_seq_ids count both, the senders' do not
+    entries = {
+        0: [p2p_entry(0, "send 0->1", [[8]], p2p_seq_id=1)],
+        1: [p2p_entry(0, "recv 1<-2", [[8]], p2p_seq_id=1), p2p_entry(1, "recv 1<-0", [[9]], p2p_seq_id=2)],
+        2: [p2p_entry(0, "send 2->1", [[8]], p2p_seq_id=1)],
+    }  # fmt: skip
+    report = hang_report(read_dumps(write_dumps(tmp_path, entries)))
+    assert report.stuck_transfers == ()
+    [m] = report.transfer_mismatches
+    assert (m.src, m.dst, m.index, m.send_sizes, m.recv_sizes) == (0, 1, 1, ((8,),), ((9,),))
+
+
+def test_a_recorder_that_dropped_old_calls_is_not_matched_from_the_wrong_first_transfer(tmp_path: Path) -> None:
+    entries = {
+        0: [p2p_entry(5, "send 0->1", [[8]], "started", p2p_seq_id=6)],  # record ids 0-4 were dropped
+        1: [p2p_entry(0, "recv 1<-0", [[8]], p2p_seq_id=1)],
+    }
+    report = hang_report(read_dumps(write_dumps(tmp_path, entries)))
+    assert report.stuck_transfers == ()
+    assert "point-to-point 0 -> 1 not matched: a rank's recorder dropped its oldest calls" in report.notes

@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from kinetolens.analysis.ranks.hang_p2p import StuckTransfer, TransferMismatch, p2p_report
 from kinetolens.ingest.flight_recorder import Entry, RankDump
 
 #: Collectives whose input shapes differ between ranks by design (torch's own matcher skips them too).
@@ -118,6 +119,9 @@ class HangReport:
     stuck: tuple[Stuck, ...]
     mismatches: tuple[Mismatch, ...]
     mismatch_count: int
+    #: Point-to-point: each pair's stuck transfer, and transfers whose sides differ in shape.
+    stuck_transfers: tuple[StuckTransfer, ...]
+    transfer_mismatches: tuple[TransferMismatch, ...]
     versions: tuple[str, ...]
     backends: tuple[str, ...]
     notes: tuple[str, ...]
@@ -131,6 +135,8 @@ class HangReport:
             "stuck": [asdict(s) for s in self.stuck],
             "mismatches": [asdict(m) for m in self.mismatches],
             "mismatch_count": self.mismatch_count,
+            "stuck_transfers": [asdict(s) for s in self.stuck_transfers],
+            "transfer_mismatches": [asdict(m) for m in self.transfer_mismatches],
             "notes": list(self.notes),
         }
 
@@ -292,7 +298,8 @@ def hang_report(dumps: list[RankDump]) -> HangReport:
     notes: list[str] = []
     stuck: list[Stuck] = []
     mismatches: list[Mismatch] = []
-    for name, group in sorted(_collect(dumps).items(), key=lambda kv: (len(kv[0]), kv[0])):
+    groups = _collect(dumps)
+    for name, group in sorted(groups.items(), key=lambda kv: (len(kv[0]), kv[0])):
         members, known = _members(group, dumps)
         if not known:
             notes.append(
@@ -308,6 +315,10 @@ def hang_report(dumps: list[RankDump]) -> HangReport:
                     "a member never entered it: it failed or timed out (gloo retires a collective that timed out)"
                 )
         mismatches.extend(_mismatches(group))
+    labels = {name: g.label for name, g in groups.items()}
+    labels |= {name: _label(name, c.desc) for d in dumps for name, c in d.groups.items() if name not in labels}
+    p2p = p2p_report(dumps, labels)
+    notes += p2p.notes
     versions = sorted({d.version for d in dumps})
     if len(versions) > 1:
         notes.append(f"the dumps come from different recorder versions: {', '.join(versions)}")
@@ -317,6 +328,8 @@ def hang_report(dumps: list[RankDump]) -> HangReport:
         stuck=tuple(stuck),
         mismatches=tuple(mismatches[:MISMATCH_CAP]),
         mismatch_count=len(mismatches),
+        stuck_transfers=p2p.stuck,
+        transfer_mismatches=p2p.mismatches,
         versions=tuple(versions),
         backends=tuple(backends),
         notes=tuple(notes),
