@@ -20,6 +20,8 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 
+from profiled import profile_steps  # the sibling module (this file runs as a script)
+
 WORLD = 4
 
 
@@ -41,16 +43,7 @@ def run(rank: int, out: str, init: str) -> None:
         opt.step()
         opt.zero_grad()
 
-    step()
-    with torch.profiler.profile(
-        activities=[torch.profiler.ProfilerActivity.CPU],
-        record_shapes=True,
-        schedule=torch.profiler.schedule(wait=0, warmup=1, active=2),
-        on_trace_ready=torch.profiler.tensorboard_trace_handler(out, worker_name=f"rank{rank}"),
-    ) as prof:
-        for _ in range(3):
-            step()
-            prof.step()
+    profile_steps(out, rank, step, active=2, record_shapes=True)
     dist.destroy_process_group()
 
 

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
+from profiled import profile_steps  # the sibling module (this file runs as a script)
 from torch.distributed.pipelining import (
     PipelineStage,
     Schedule1F1B,
@@ -35,18 +36,6 @@ MULTI_STAGE = {"interleaved": ScheduleInterleaved1F1B, "izb": ScheduleInterleave
 
 def _loss(y: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     return ((y - t) ** 2).mean()
-
-
-def _profile(out: str, rank: int, step) -> None:  # type: ignore[no-untyped-def]
-    step()
-    with torch.profiler.profile(
-        activities=[torch.profiler.ProfilerActivity.CPU],
-        schedule=torch.profiler.schedule(wait=0, warmup=1, active=3),
-        on_trace_ready=torch.profiler.tensorboard_trace_handler(out, worker_name=f"rank{rank}"),
-    ) as prof:
-        for _ in range(4):
-            step()
-            prof.step()
 
 
 def run_multi_stage(rank: int, world: int, out: str, sched: str, init: str) -> None:
@@ -67,7 +56,7 @@ def run_multi_stage(rank: int, world: int, out: str, sched: str, init: str) -> N
         opt.step()
         opt.zero_grad()
 
-    _profile(out, rank, step)
+    profile_steps(out, rank, step, active=3)
     dist.destroy_process_group()
 
 
@@ -93,7 +82,7 @@ def run(rank: int, world: int, out: str, sched: str, init: str) -> None:
         opt.step()
         opt.zero_grad()
 
-    _profile(out, rank, step)
+    profile_steps(out, rank, step, active=3)
     dist.destroy_process_group()
 
 
