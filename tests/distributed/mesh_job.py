@@ -1,6 +1,8 @@
 """A 2 x 2 DeviceMesh job (data x tensor parallel) on gloo, CPU: FSDP2 shards
 an MLP over the ``dp`` dimension, tensor parallelism splits its two linear
-layers over ``tp``; two steps of each rank are profiled.
+layers over ``tp``; each step first exchanges its input rows among the ``tp``
+pair with an all-to-all, as a mixture-of-experts layer dispatches tokens to
+its experts; two steps of each rank are profiled.
 
     python tests/distributed/mesh_job.py OUT_DIR
 
@@ -38,8 +40,12 @@ def run(rank: int, out: str, init: str) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(64, 256)
 
+    experts = mesh["tp"].get_group()
+
     def step() -> None:
-        model(x).sum().backward()
+        dispatched = torch.empty_like(x)
+        dist.all_to_all_single(dispatched, x, group=experts)  # tokens to the experts of the pair
+        model(dispatched).sum().backward()
         opt.step()
         opt.zero_grad()
 

@@ -331,11 +331,14 @@ def _pg_config(listed: list[dict]) -> dict[str, dict]:
     return out
 
 
-def _unrecorded(fsdp: bool, listed: list[dict]) -> tuple[str, str | None, str | None, str, str]:
+def _unrecorded(fsdp: bool, kind: str, listed: list[dict]) -> tuple[str, str | None, str | None, str, str]:
     """``(group, description, ranks, dimension, basis)`` of a call that names no
     group while the rank is in several (see :mod:`.unrecorded_groups`)."""
     names = ", ".join(str(c.get("pg_desc") or c["pg_name"]) for c in listed)
     if not fsdp:
+        by_kind, why = group_dimension(None, None, kind, None)  # send/recv and all-to-all name theirs
+        if by_kind != UNKNOWN:
+            return NOT_RECORDED, None, None, by_kind, f"{why}; the trace records no group for the call"
         return NOT_RECORDED, None, None, UNKNOWN, (
             f"the trace records no group for the call, and this rank is in {len(listed)} ({names})")
     data = [c for c in listed if description_dimension(c.get("pg_desc")) == DATA]
@@ -357,7 +360,7 @@ def _with_dimensions(calls: pl.DataFrame, trace: Trace) -> pl.DataFrame:
     group, desc, ranks, dim, basis = [], [], [], [], []
     for r in rows:
         if not r["group"] and "" not in configs and len(listed) > 1 and not r["group_desc"]:
-            g, d, rk, named, why = _unrecorded(bool(r["fsdp"]), listed)
+            g, d, rk, named, why = _unrecorded(bool(r["fsdp"]), r["kind"], listed)
         else:
             c = configs.get(r["group"] or "", {})
             g, d = r["group"], r["group_desc"] or c.get("pg_desc")
