@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from kinetolens.analysis.ranks.dist_report import dist_report
 from kinetolens.analysis.ranks.pipeline import (
     GPIPE,
+    P2P,
     INTERLEAVED,
     INTERLEAVED_ZB,
     ONE_F_ONE_B,
@@ -67,6 +69,35 @@ def test_gpipe_stages_their_schedule_and_bubble(gpipe_run: Path) -> None:
     assert stages.row(0, named=True)["bubble_ms"] >= _waits_for_gradients_ms(first) - 0.5
     out = run_cli("dist", str(gpipe_run), "--no-cache", columns=120)
     assert out.returncode == 0 and "pipeline stages" in out.stdout and "GPipe (all forwards, then all backwards)" in out.stdout
+
+
+def _idle_ms(path: Path) -> float:
+    """From the raw events alone: per whole step, the time no op under a microbatch range
+    runs (sends and receives left out), the mean over steps."""
+    events = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X"]
+    steps = [e for e in events if e["name"].startswith("ProfilerStep#")]
+    passes = [e for e in events if e["name"].split()[0] in ("Forward", "Backward") and e["name"].split()[-1].isdigit()]
+    ops = [e for e in events if e.get("cat") == "cpu_op" and not re.match(P2P, e["name"])
+           and any(p["tid"] == e["tid"] and p["ts"] <= e["ts"] <= p["ts"] + p["dur"] for p in passes)]  # fmt: skip
+    idle = []
+    for s in steps:
+        a, b = s["ts"], s["ts"] + s["dur"]
+        spans = sorted((max(o["ts"], a), min(o["ts"] + o["dur"], b)) for o in ops if o["ts"] < b and o["ts"] + o["dur"] > a)
+        busy, end = 0.0, a
+        for lo, hi in spans:
+            if hi > end:
+                busy += hi - max(lo, end)
+                end = hi
+        idle.append(s["dur"] - busy)
+    return sum(idle) / len(idle) / 1000
+
+
+def test_gpipe_bubble_is_the_measured_idle_within_ten_percent(gpipe_run: Path) -> None:
+    # the planted truth of the issue: a stage's bubble against its idle time counted from the raw events
+    stages = dist_report(summarize_run(gpipe_run, "local:1", cache=False)).pipeline
+    for rank in (0, 1):
+        idle = _idle_ms(next(gpipe_run.glob(f"rank{rank}*.json")))
+        assert stages.row(rank, named=True)["bubble_ms"] == pytest.approx(idle, rel=0.10), rank
 
 
 def test_1f1b_without_microbatch_ranges_is_read_from_its_passes(tmp_path_factory: pytest.TempPathFactory) -> None:
