@@ -58,6 +58,10 @@ def _count_evaluations(args: list[str]) -> Counter[tuple[str, int, tuple[Any, ..
     """Evaluations of each base result per (name, trace, other simple arguments) in one CLI run."""
     codes: dict[CodeType, str] = {inspect.unwrap(f).__code__: name for name, f in BASE.items()}
     counts: Counter[tuple[str, int, tuple[Any, ...]]] = Counter()
+    # Every trace seen is kept alive for the run: a trace freed mid-run (a step's
+    # sub-trace) could hand its id to the next one, and two traces' evaluations
+    # would then count as one trace's two.
+    alive: list[Any] = []
 
     def hook(frame: Any, event: str, _arg: Any) -> None:
         name = codes.get(frame.f_code) if event == "call" else None
@@ -66,6 +70,7 @@ def _count_evaluations(args: list[str]) -> Counter[tuple[str, int, tuple[Any, ..
         local = frame.f_locals
         trace = local["ctx"].trace if name == "findings" else local["trace"]
         rest = tuple(sorted((k, v) for k, v in local.items() if k not in ("trace", "self", "ctx") and isinstance(v, SIMPLE)))
+        alive.append(trace)
         counts[(name, id(trace), rest)] += 1
 
     threading.setprofile(hook)
