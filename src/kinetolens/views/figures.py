@@ -250,6 +250,29 @@ def roofline_figure(ops: pl.DataFrame, spec: GpuSpec, title: str) -> go.Figure:
     return fig
 
 
+#: Time buckets a memory curve keeps points for: a chart is about 1,000 px wide, and a
+#: curve of a million allocations drawn point by point made a page of tens of megabytes.
+CURVE_BUCKETS = 2000
+
+
+def drawn_points(part: pl.DataFrame, buckets: int = CURVE_BUCKETS) -> pl.DataFrame:
+    """The rows of one device's curve (sorted by ``ts``) worth drawing: per time bucket,
+    its first and last point and those where allocated and reserved are lowest and
+    highest, so every peak and trough is drawn at its height.  A curve of at most
+    four points a bucket is drawn whole."""
+    if part.height <= 4 * buckets:
+        return part
+    t0, t1 = int(part["ts"][0]), int(part["ts"][-1])
+    bucket = ((pl.col("ts") - t0) * buckets // max(t1 - t0, 1)).alias("bucket")
+    rows = part.with_row_index("row").with_columns(bucket)
+    picks = [pl.col("row").first(), pl.col("row").last(),
+             pl.col("row").get(pl.col("allocated").arg_max()), pl.col("row").get(pl.col("allocated").arg_min())]  # fmt: skip
+    if part["reserved"].drop_nulls().len():
+        picks += [pl.col("row").get(pl.col("reserved").arg_max()), pl.col("row").get(pl.col("reserved").arg_min())]
+    keep = rows.group_by("bucket").agg(pl.concat_list(picks).alias("keep")).select(pl.col("keep").explode()).unique()
+    return part.with_row_index("row").filter(pl.col("row").is_in(keep["keep"].implode())).drop("row")
+
+
 def memory_figure(curve: pl.DataFrame, title: str = "Device memory over time") -> go.Figure:
     """Allocated (solid) and reserved (dotted) bytes per device, ms from the first event,
     in the binary unit that fits the peak (GiB, MiB or KiB: never "600µ GiB")."""
@@ -259,7 +282,8 @@ def memory_figure(curve: pl.DataFrame, title: str = "Device memory over time") -
     top = max(float(curve[c].max() or 0) for c in ("allocated", "reserved") if c in curve.columns)  # type: ignore[arg-type]
     unit, scale = next(((u, s) for u, s in (("GiB", 2**30), ("MiB", 2**20)) if top >= s), ("KiB", 2**10))
     fig = go.Figure()
-    for (device,), part in curve.sort("ts").group_by("device", maintain_order=True):
+    for (device,), whole in curve.sort("ts").group_by("device", maintain_order=True):
+        part = drawn_points(whole)
         x = ((part["ts"] - t0) / 1e6).to_list()
         hover = [f"{op or '-'}" for op in part["op"].to_list()]
         fig.add_trace(go.Scatter(x=x, y=(part["allocated"] / scale).to_list(), mode="lines", line_shape="hv",
