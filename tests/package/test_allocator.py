@@ -76,15 +76,18 @@ del cols
 # A program that goes on allocating a little: the resident size after 0.2 s,
 # and the lowest by 0.4 s (a busy machine may run fewer of the allocations
 # that let jemalloc purge).
-start, at_200ms, lowest = time.monotonic(), None, held
+start, at_200ms, taken_at, lowest = time.monotonic(), None, None, held
 while time.monotonic() - start < 0.4:
     time.sleep(0.01)
     pl.Series(range(1000)).sum()
     lowest = min(lowest, anon_mib() - base)
     if at_200ms is None and time.monotonic() - start >= 0.2:
-        at_200ms = anon_mib() - base
-print(held, at_200ms, lowest)
+        at_200ms, taken_at = anon_mib() - base, time.monotonic() - start
+print(held, at_200ms, lowest, taken_at)
 """
+#: The "after 0.2 s" sample counts only when taken before polars' default decay
+#: (0.5 s) is well under way: on a busy machine the loop may wake far later.
+ON_TIME_S = 0.3
 
 
 @pytest.mark.skipif(platform.system() != "Linux", reason="reads /proc/self/status")
@@ -101,13 +104,17 @@ def test_freed_columns_leave_the_resident_size_within_a_fraction_of_a_second(sta
     env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
     if user_conf is not None:
         env["_RJEM_MALLOC_CONF"] = user_conf  # polars' own decay: 0.5 s dirty, then 1 s "muzzy"
-    out = subprocess.run([sys.executable, "-c", FREED, start], env=env, capture_output=True, text=True, check=True)
-    held, at_200ms, lowest = map(float, out.stdout.split())
+    for _ in range(3):  # a sample taken too late says nothing of the 0.2 s mark: measure again
+        out = subprocess.run([sys.executable, "-c", FREED, start], env=env, capture_output=True, text=True, check=True)
+        held, at_200ms, lowest, taken_at = map(float, out.stdout.split())
+        if tuned or taken_at < ON_TIME_S:
+            break
     assert held > 100  # ~160 MiB of columns were resident
     if tuned:
         assert lowest < held / 4, (held, at_200ms, lowest)
     else:  # polars' defaults: the freed pages are still resident after 0.2 s
-        assert at_200ms > held / 2, (held, at_200ms, lowest)
+        assert taken_at < ON_TIME_S, f"three runs too busy to sample at 0.2 s (last at {taken_at:.2f} s)"
+        assert at_200ms > held / 2, (held, at_200ms, lowest, taken_at)
 
 
 FAULTS = """
