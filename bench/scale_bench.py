@@ -57,7 +57,7 @@ print(json.dumps({
     "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     "ops": trace.ops.height,
     "kernels": trace.kernels.height,
-    "op_attributed": summary["attribution"]["op"],
+    "op_attributed": summary.attribution.op,
 }))
 """
 
