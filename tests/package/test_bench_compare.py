@@ -100,3 +100,17 @@ def test_kinetolens_worker_reports_the_library_answers() -> None:
     assert out["idle_pct"] != idle.temporal_breakdown(trace)["idle_pct"][0]  # the last step matters here
     # Peak memory includes the imports, so it cannot be below RSS after them.
     assert out["peak_rss_kb"] >= out["rss_after_imports_kb"] > 0
+
+
+def test_scale_bench_worker_runs_on_a_real_trace() -> None:
+    # it indexed the summary as a dict, and stopped running when the summary became typed
+    import scale_bench
+
+    path = trace_path("tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
+    env = dict(os.environ, PYTHONPATH=str(BENCH.parent / "src"))
+    out = subprocess.run([sys.executable, "-c", scale_bench.WORKER, str(path)], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout)
+    trace = kinetolens.load(path, cache=False)
+    assert (got["ops"], got["kernels"]) == (trace.ops.height, trace.kernels.height)
+    assert 0.0 < got["op_attributed"] <= 1.0 and got["cpu_s"] > 0
