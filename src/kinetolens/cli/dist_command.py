@@ -74,7 +74,7 @@ def dist_command(
             # each dimension's evidence once, with how many groups share it
             bases = groups.group_by("dimension", "basis", maintain_order=True).len()
             caption = "\n".join(
-                f"{d}: " + "; ".join(f"{counted(n, 'group')} by {basis}" for _, basis, n in part.iter_rows())
+                f"{d}: " + "; ".join(f"{counted(n, 'group')}, {basis}" for _, basis, n in part.iter_rows())
                 for (d,), part in bases.group_by("dimension", maintain_order=True)
             )  # fmt: skip
         if name == "dimensions":

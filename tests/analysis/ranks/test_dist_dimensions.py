@@ -161,7 +161,7 @@ def test_a_mesh_of_many_groups_is_shown_per_dimension(tmp_path: Path, capsys, mo
     assert main(["dist", str(tmp_path), "--executor", "local:1", "--no-cache"]) in (0, None)
     out = capsys.readouterr().out
     assert "parallel dimensions, their groups together" in out and "57 process groups: each group's row is in --json" in out
-    assert "expert: 16 groups by description: 'mesh_ep'" in out
+    assert "expert: 16 groups, description: 'mesh_ep'" in out
     # per-rank tables: the first 16 rows in the terminal, every rank in --json
     assert "16 of 64 rows shown (the slowest steps first); --json has every row" in out
     assert len(out.splitlines()) < 200
