@@ -46,6 +46,11 @@ def _categories(rows: Sequence[Iteration]) -> list[str]:
     return [c for c in (*CATEGORIES, OTHER) if any(r.breakdown_us.part(c) for r in rows)]
 
 
+#: Shares left out first where the terminal is narrow (last named first): copies and
+#: memsets are rarely where an iteration's time goes; "other" completes the 100%.
+DROPPABLE = ("memcpy_pct", "memset_pct")
+
+
 def _shares(part: StepTimes, cats: list[str]) -> dict[str, float | None]:
     """Each category's share of ``part`` (%), keyed ``<category>_pct``."""
     total = part.total
@@ -58,7 +63,7 @@ def _frame(rows: list[dict[str, Any]], first: dict[str, pl.DataType], cats: list
 
 
 def _headers(cats: list[str]) -> dict[str, str]:
-    return {"tok_s": "tok/s", "iters": "iters", **{f"{c}_pct": CATEGORY_HEADERS[c] for c in cats}}
+    return {"tok_s": "tok/s", **{f"{c}_pct": CATEGORY_HEADERS[c] for c in cats}}
 
 
 def _left_out(rows: Sequence[Iteration], cats: list[str], what: str) -> str | None:
@@ -98,7 +103,7 @@ def print_inference(console: Console, block: InferenceBlock, *, limit: int | Non
     notes = [] if len(shown) == len(rows) else [f"{len(shown)} of {counted(len(rows), 'iteration')} shown: kinetolens phases lists them all"]
     notes += [n for n in (_left_out(rows, cats, "iteration"),) if n]
     print_table(frame, title=f"{iterations_title(block)} (% of each iteration)", caption="\n".join(notes) or None,
-                headers=_headers(cats), out=console)  # fmt: skip
+                headers=_headers(cats), droppable=DROPPABLE, out=console)  # fmt: skip
     width = min(console.width, 100_000)
     console.print(Text("How each phase was labelled", style="bold"))
     for line in _how(rows):
@@ -111,7 +116,8 @@ def print_inference(console: Console, block: InferenceBlock, *, limit: int | Non
         {"phase": pl.String, "iters": pl.Int64, "mean_us": pl.Float64, **counted_tokens}, cats,
     )  # fmt: skip
     caption = "tok/s: tokens over the iterations' time (host range to the end of their GPU work)" if tokens else None
-    print_table(frame, title="Phases (% of the mean iteration)", caption=caption, headers=_headers(cats), out=console)
+    print_table(frame, title="Phases (% of the mean iteration)", caption=caption, headers=_headers(cats),
+                droppable=DROPPABLE, out=console)  # fmt: skip
 
 
 #: The ops' ranking column, in words.

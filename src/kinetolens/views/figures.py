@@ -269,8 +269,8 @@ def drawn_points(part: pl.DataFrame, buckets: int = CURVE_BUCKETS) -> pl.DataFra
              pl.col("row").get(pl.col("allocated").arg_max()), pl.col("row").get(pl.col("allocated").arg_min())]  # fmt: skip
     if part["reserved"].drop_nulls().len():
         picks += [pl.col("row").get(pl.col("reserved").arg_max()), pl.col("row").get(pl.col("reserved").arg_min())]
-    keep = rows.group_by("bucket").agg(pl.concat_list(picks).alias("keep")).select(pl.col("keep").explode()).unique()
-    return part.with_row_index("row").filter(pl.col("row").is_in(keep["keep"].implode())).drop("row")
+    keep = rows.group_by("bucket").agg(pl.concat_list(picks).alias("keep")).select(pl.col("keep").explode())
+    return rows.filter(pl.col("row").is_in(keep["keep"].implode())).drop("row", "bucket")
 
 
 def memory_figure(curve: pl.DataFrame, title: str = "Device memory over time") -> go.Figure:

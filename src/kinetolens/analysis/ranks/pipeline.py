@@ -58,6 +58,8 @@ INTERLEAVED = "interleaved 1F1B"
 INTERLEAVED_ZB = "interleaved zero bubble"
 #: ZBV places a rank's two stages in a V (rank 0: the first and the last).
 ZBV = "ZBV zero bubble"
+#: Schedules that fill the bubble with weight passes: their ideal depends on the passes' cost.
+ZERO_BUBBLE_SCHEDULES = (ZERO_BUBBLE, INTERLEAVED_ZB, ZBV)
 
 
 def _marks(ops: pl.DataFrame) -> pl.DataFrame:
@@ -193,7 +195,7 @@ def ideal_bubble(stages: int, microbatches: int, per_rank: int = 1) -> float:
 
 def _ideal(schedule: str, ranks: int, microbatches: int, per_rank: int) -> float | None:
     """The ideal bubble (share of the step) of ``schedule``; None for the zero-bubble ones."""
-    if "zero bubble" in schedule:
+    if schedule in ZERO_BUBBLE_SCHEDULES:
         return None
     return ideal_bubble(ranks, microbatches, per_rank)
 
