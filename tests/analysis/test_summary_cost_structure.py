@@ -1,6 +1,7 @@
 """What a summary's cost is made of, checked by structure rather than by timing:
-the recommendations' what-if re-times a bounded, evenly spaced sample of the
-steps, one step's graph at a time, and the summary says what was sampled."""
+the recommendations' what-if re-times a bounded sample of the steps, spread
+over the trace, one step's graph at a time, stops once every saving is known
+to 1% of the step, and the summary says what was sampled."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from click.testing import CliRunner
 import kinetolens
 from kinetolens.analysis.advice.recommendations import recommendations
 from kinetolens.analysis.paths import whatif as whatif_module
-from kinetolens.analysis.paths.whatif import SAMPLE_STEPS, parse_change, sample, whatif_many
+from kinetolens.analysis.paths.sampling import MIN_STEPS, SAMPLE_STEPS, SAMPLING, SETTLED_SHARE
+from kinetolens.analysis.paths.whatif import parse_change, sample, settled, spread_order, whatif_many
 from kinetolens.cli.main import cli
 from tests.conftest import trace_path
 
@@ -36,6 +38,26 @@ def test_sample_is_evenly_spaced_with_both_ends() -> None:
     assert sample(60, 8) == [0, 8, 17, 25, 34, 42, 51, 59]
     assert sample(5, 8) == [0, 1, 2, 3, 4]
     assert sample(5, None) == [0, 1, 2, 3, 4]
+
+
+def test_every_prefix_of_the_order_is_spread_over_the_trace() -> None:
+    order = spread_order(sample(60, 8))
+    assert sorted(order) == sample(60, 8)
+    # The middle, then both ends: the fewest steps the what-if may stop at see the whole trace.
+    assert order[:3] == [34, 0, 59]
+    assert spread_order([0, 1, 2, 3, 4])[:3] == [2, 0, 4]
+    assert spread_order([]) == []
+
+
+def test_settled_asks_for_a_spread_under_the_share_of_the_step() -> None:
+    step_us = 100_000.0
+    assert not settled([[-500.0] * (MIN_STEPS - 1)], step_us)  # too few steps to judge the spread
+    assert settled([[-500.0] * MIN_STEPS, [0.0] * MIN_STEPS], step_us)
+    # Standard error 0.577% of the step (sd 1,000 us over sqrt(3)): settled at 1%, not at 0.5%.
+    assert settled([[-1000.0, 0.0, 1000.0]], step_us)
+    assert not settled([[-1000.0, 0.0, 1000.0]], step_us, share=0.005)
+    # One change set that has not settled keeps every set going.
+    assert not settled([[0.0, 0.0, 0.0], [-10_000.0, 0.0, 10_000.0]], step_us)
 
 
 def test_recommendations_retime_at_most_the_sample_one_step_at_a_time(many_steps: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -61,24 +83,48 @@ def test_recommendations_retime_at_most_the_sample_one_step_at_a_time(many_steps
     found = recommendations(trace)
     assert any(f.predicted_step_ms is not None for f in found), "no simulated saving on this trace"
     steps = {step for step, _ in retimed}
+    k = len(steps)
     # Every step is prepared once, re-timed once per change set, and at most the sample's size of them.
-    assert len(prepared) == len(steps) == SAMPLE_STEPS
-    assert len(retimed) == len(set(retimed)) == SAMPLE_STEPS * len({specs for _, specs in retimed})
+    assert MIN_STEPS <= k <= SAMPLE_STEPS < trace.steps.height
+    assert len(prepared) == k
+    assert len(retimed) == len(set(retimed)) == k * len({specs for _, specs in retimed})
     # Streamed: when a step is prepared, no earlier step's prepared graph is still held.
-    assert alive_at_prepare == [0] * SAMPLE_STEPS
+    assert alive_at_prepare == [0] * k
     ordered = sorted(trace.steps["step"].to_list())
     assert min(steps) == ordered[0] and max(steps) == ordered[-1]
     simulated = [f for f in found if f.predicted_step_ms is not None]
-    assert all(f.simulated_on == f"{SAMPLE_STEPS} of {trace.steps.height} steps" for f in simulated)
-    assert all(f"{SAMPLE_STEPS} of {trace.steps.height} steps" in f.estimate for f in simulated)
+    assert all(f.simulated_on == f"{k} of {trace.steps.height} steps" for f in simulated)
+    assert all(f"{k} of {trace.steps.height} steps ({SAMPLING})" in f.estimate for f in simulated)
 
 
 def test_whatif_many_without_a_bound_retimes_every_step(many_steps: Path) -> None:
     trace = kinetolens.load(many_steps)
-    (all_steps,) = whatif_many(trace, [[parse_change("launch:0")]], paths=False, max_steps=None)
+    launch = [[parse_change("launch:0")]]
+    (all_steps,) = whatif_many(trace, launch, paths=False, max_steps=None)
     assert len(all_steps.steps) == all_steps.of == trace.steps.height and all_steps.sampled is None
-    (some,) = whatif_many(trace, [[parse_change("launch:0")]], paths=False)
-    assert len(some.steps) == SAMPLE_STEPS and some.sampled == f"{SAMPLE_STEPS} of {trace.steps.height} steps"
+    (bound,) = whatif_many(trace, launch, paths=False, settle=None)
+    assert len(bound.steps) == SAMPLE_STEPS and bound.sampled == f"{SAMPLE_STEPS} of {trace.steps.height} steps"
+    # Launch overhead costs each step alike: the first three steps settle it, and their
+    # mean is the mean over every step within the share of the step the rule asks for.
+    (early,) = whatif_many(trace, launch, paths=False)
+    assert len(early.steps) == MIN_STEPS and early.sampled == f"{MIN_STEPS} of {trace.steps.height} steps"
+    assert [s.window.start for s in early.steps] == sorted(s.window.start for s in early.steps)
+    assert abs(early.delta_us - all_steps.delta_us) <= 2 * SETTLED_SHARE * all_steps.measured_us
+
+
+def test_an_outlying_step_keeps_the_whatif_going() -> None:
+    # df_index_resolver: without data loading and host work, four of its five steps
+    # save 143-164 ms and the last 74.6 ms.  The middle and first steps agree to
+    # 0.6 ms; stopping there (two steps) would put the saving 10 ms (3% of the step)
+    # off.  The last step is the third one re-timed, and its spread keeps all five.
+    trace = kinetolens.load(trace_path("hta/df_index_resolver/df_index_resolver.json.gz"))
+    host = [[parse_change("category:data_loading=0"), parse_change("category:cpu=0")]]
+    (settled_run,) = whatif_many(trace, host, paths=False)
+    (every,) = whatif_many(trace, host, paths=False, max_steps=None)
+    assert len(settled_run.steps) == len(every.steps) == 5
+    assert settled_run.delta_us == every.delta_us
+    effects = sorted((s.predicted_us - s.measured_us) / 1000 for s in every.steps)
+    assert effects[-1] == pytest.approx(-74.6, abs=0.1) and effects[-2] < -140
 
 
 def test_first_screen_says_what_was_sampled(many_steps: Path) -> None:
@@ -86,6 +132,7 @@ def test_first_screen_says_what_was_sampled(many_steps: Path) -> None:
     screen = CliRunner().invoke(cli, ["summary", "--width", "200", str(many_steps)])
     assert screen.exit_code == 0, screen.output
     head, _, advice = screen.output.partition("What to change first")
-    assert advice.splitlines()[1] == f"savings simulated on {SAMPLE_STEPS} of {n} steps (evenly spaced over the trace)"
     data = json.loads(CliRunner().invoke(cli, ["summary", "--json", str(many_steps)]).output)
-    assert {f["simulated_on"] for f in data["recommendations"] if f["predicted_step_ms"] is not None} == {f"{SAMPLE_STEPS} of {n} steps"}
+    (sampled,) = {f["simulated_on"] for f in data["recommendations"] if f["predicted_step_ms"] is not None}
+    assert sampled.endswith(f" of {n} steps") and MIN_STEPS <= int(sampled.split()[0]) <= SAMPLE_STEPS
+    assert advice.splitlines()[1] == f"savings simulated on {sampled} ({SAMPLING})"

@@ -52,10 +52,11 @@ from kinetolens.analysis.paths.critical_path import (
 )
 from kinetolens.analysis.paths.dependency_graph import DependencyGraph, TraceFacts, build_graph
 from kinetolens.analysis.paths.longest_path import Contracted
+from kinetolens.analysis.paths.sampling import MIN_STEPS, SAMPLE_STEPS, SAMPLING, SETTLED_SHARE
 from kinetolens.analysis.paths.whatif_changes import BadChange, Change, change_mask, parse_change
 from kinetolens.model.trace import Trace
 
-__all__ = ["BadChange", "Change", "parse_change", "whatif", "whatif_many", "iter_replays", "retime", "prepare", "predict", "SAMPLE_STEPS"]
+__all__ = ["BadChange", "Change", "parse_change", "whatif", "whatif_many", "iter_replays", "retime", "prepare", "predict", "SAMPLE_STEPS", "SAMPLING"]
 
 #: The sink edges' weight: larger than any step, so the longest path ends at the step's end.
 _SINK = 1 << 50
@@ -108,7 +109,7 @@ class WhatIf:
     @property
     def re_timed(self) -> str:
         """What was re-timed, in words: every step's graph, or the sample's."""
-        return f"the dependency graphs of {self.sampled} (evenly spaced)" if self.sampled else "each step's dependency graph"
+        return f"the dependency graphs of {self.sampled} ({SAMPLING})" if self.sampled else "each step's dependency graph"
 
     @property
     def measured_us(self) -> float:
@@ -148,12 +149,6 @@ class WhatIf:
         return pl.concat([out, rest]).with_columns(pl.col("us") / n, (pl.col("edges") // n).cast(pl.Int64))
 
 
-#: Steps the recommendations' what-if simulates at most (evenly spaced over the
-#: trace): their savings are means over steps, and re-timing every step of a
-#: long trace cost more than everything else the summary does.
-SAMPLE_STEPS = 8
-
-
 def sample(n: int, k: int | None) -> list[int]:
     """Positions of ``k`` of ``n`` items, evenly spaced, first and last included (all when ``k`` is None or >= n)."""
     if k is None or n <= k:
@@ -161,6 +156,32 @@ def sample(n: int, k: int | None) -> list[int]:
     if k <= 1:
         return [n // 2] if k == 1 else []
     return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
+
+
+def spread_order(positions: list[int]) -> list[int]:
+    """``positions`` in an order whose every prefix is spread over them: the
+    middle one first, then each time the one farthest from all taken (the
+    earlier of equals), so that stopping after any prefix samples the whole trace."""
+    left = sorted(positions)
+    if not left:
+        return []
+    taken = [left.pop(len(left) // 2)]
+    while left:
+        far = max(left, key=lambda p: (min(abs(p - t) for t in taken), -p))
+        left.remove(far)
+        taken.append(far)
+    return taken
+
+
+def settled(effects: list[list[float]], step_us: float, share: float = SETTLED_SHARE) -> bool:
+    """Whether each change set's per-step effects (``effects[c][i]``: step
+    ``i``'s predicted less measured time, us) have a mean known to ``share``
+    of the step: a standard error (sample deviation over the square root of
+    the count) at most that, once :data:`MIN_STEPS` steps are in."""
+    if not effects or len(effects[0]) < MIN_STEPS:
+        return False
+    limit = share * step_us
+    return all(float(np.std(e, ddof=1)) / np.sqrt(len(e)) <= limit for e in effects)
 
 
 def _windows(trace: Trace, step: int | None) -> tuple[Trace, list[Window]]:
@@ -215,25 +236,41 @@ def whatif(trace: Trace, changes: list[Change], step: int | None = None) -> What
 
 
 def whatif_many(
-    trace: Trace, change_sets: list[list[Change]], step: int | None = None, paths: bool = True, max_steps: int | None = SAMPLE_STEPS
+    trace: Trace,
+    change_sets: list[list[Change]],
+    step: int | None = None,
+    paths: bool = True,
+    max_steps: int | None = SAMPLE_STEPS,
+    settle: float | None = SETTLED_SHARE,
 ) -> list[WhatIf]:
     """:func:`whatif` for several change sets, each step's graph built and explained once;
     ``paths=False`` predicts step times only (no new critical path tables).
 
     ``max_steps``: simulate at most that many complete steps, evenly spaced
-    (None: all); each result's ``of`` and ``sampled`` say how many there were.
+    (None: all), taken middle first and spread (:func:`spread_order`); with
+    ``settle``, stop as soon as every change set's mean effect is known to
+    that share of the step (:func:`settled`).  Each result's ``of`` and
+    ``sampled`` say how many steps there were; its steps are in time order.
     The steps are re-timed one after another, each step's graph dropped before
     the next is built, so memory does not grow with the number of steps."""
     for changes in change_sets:
         if any(c.kind == "rank" for c in changes):
             raise BadChange("rank:N=median needs a run directory with every rank's trace")
     trace, windows = _windows(trace, step)
-    picked = [windows[i] for i in sample(len(windows), max_steps)]
+    positions = sample(len(windows), max_steps)
+    stop_early = max_steps is not None and settle is not None
+    if max_steps is not None:
+        positions = spread_order(positions)
     out = [WhatIf(changes=changes, steps=[], of=len(windows)) for changes in change_sets]
-    for r in iter_replays(trace, picked):
+    for r in iter_replays(trace, [windows[i] for i in positions]):
         for result in out:
             result.steps.append(predict(r, result.changes, paths))
         del r  # before the next step's graph is built
+        effects = [[s.predicted_us - s.measured_us for s in result.steps] for result in out]
+        if stop_early and out and settled(effects, out[0].measured_us, settle):
+            break
+    for result in out:
+        result.steps.sort(key=lambda s: s.window.start)
     return out
 
 
