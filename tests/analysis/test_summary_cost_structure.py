@@ -136,3 +136,23 @@ def test_first_screen_says_what_was_sampled(many_steps: Path) -> None:
     (sampled,) = {f["simulated_on"] for f in data["recommendations"] if f["predicted_step_ms"] is not None}
     assert sampled.endswith(f" of {n} steps") and MIN_STEPS <= int(sampled.split()[0]) <= SAMPLE_STEPS
     assert advice.splitlines()[1] == f"savings simulated on {sampled} ({SAMPLING})"
+
+
+def test_a_change_that_matches_nothing_runs_no_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    # df_index_resolver has no DataLoader time: "no data loading" re-times nothing
+    # there, and each step's replay is the measured one without another longest-path search.
+    trace = kinetolens.load(trace_path("hta/df_index_resolver/df_index_resolver.json.gz"))
+    searches: list[int] = []
+    real_run = whatif_module._run
+
+    def counting_run(*args: object, **kwargs: object) -> object:
+        searches.append(1)
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(whatif_module, "_run", counting_run)
+    (idle,) = whatif_many(trace, [[parse_change("category:data_loading=0")]], paths=False, max_steps=None)
+    assert idle.matched == {"category:data_loading=0": 0}
+    assert all(s.predicted_us == s.measured_us for s in idle.steps)
+    assert len(searches) == len(idle.steps) == 5  # the measured replay of each step, nothing more
+    (launch,) = whatif_many(trace, [[parse_change("launch:0")]], paths=False, max_steps=None)
+    assert len(searches) == 5 + 5 + 5 and launch.delta_us < 0

@@ -485,7 +485,10 @@ def predict(r: Replay, changes: list[Change], paths: bool = True) -> StepPredict
             # collective still runs its time on its stream, and the step waits for it.
             src[mask] -= 1
     new_w = np.rint(r.weight * factor).astype(np.int64)
-    new, nodes = _run(r, new_w, src, paths) if changes else (r.base_ns, _run(r, r.weight)[1] if paths else [])
+    # Changes that scale no edge's weight and move no source leave the measured
+    # replay as it was (a trace without data loading, say): no search to run.
+    changed = bool((new_w != r.weight).any() or (src != e["src"].to_numpy()).any())
+    new, nodes = _run(r, new_w, src, paths) if changed else (r.base_ns, _run(r, r.weight)[1] if paths else [])
     predicted = r.measured_ns - (r.base_ns - new)
     # A stream cannot run its step's work faster than back to back.
     stream = r.on_stream
