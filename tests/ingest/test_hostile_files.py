@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import time
+import traceback
 from contextlib import redirect_stderr
 from pathlib import Path
 
@@ -105,6 +106,9 @@ def test_unreadable_directory_is_one_line(tmp_path: Path) -> None:
 
     # the unprivileged child cannot read root's site-packages: import what the command needs first
     importlib.import_module(COMMANDS["summary"].module)
+    # ... and what the command imports only when it runs (the loader, the analyses)
+    for module in ("kinetolens.loader", "kinetolens.analysis.summary", "kinetolens.cli.summary_output"):
+        importlib.import_module(module)
     import rich.console  # noqa: F401
     import rich.table  # noqa: F401
 
@@ -132,7 +136,7 @@ def test_unreadable_directory_is_one_line(tmp_path: Path) -> None:
             except SystemExit as exit_:
                 code = exit_.code if isinstance(exit_.code, int) else 1
             except BaseException as exc:  # noqa: BLE001 - reported to the parent
-                err.write(f"Traceback: {exc!r}\n")
+                err.write(f"Traceback: {exc!r}\n{traceback.format_exc()}")
             os.write(write_end, err.getvalue().encode())
         finally:
             os._exit(code)

@@ -70,14 +70,17 @@ def build_trace(raw: RawTables, path: str) -> Trace:
     otherwise); the loader's steps after it (:mod:`kinetolens.loader`) return
     new Traces.
     """
-    host = _with_supplied(raw.host).with_columns(end=pl.col("ts") + pl.col("dur"), group=_thread_key())
-    raw.host = raw.host.clear()
-    ops = _rows_in_order(host, pl.col("kind").is_in([OP, ANNOTATION]), longest_first=True)
-    ops = ops.drop(LAUNCH_ONLY_COLUMNS).with_row_index("op_id").with_columns(pl.col("op_id").cast(I64))
-    runtime = _rows_in_order(host.select(RUNTIME_COLUMNS), pl.col("kind").is_in([RUNTIME, SYNC]), longest_first=False)
-    runtime = runtime.with_row_index("launch_id").with_columns(pl.col("launch_id").cast(I64))
-    python = _rows_in_order(host, pl.col("kind") == PYTHON, longest_first=True).with_row_index("py_row")
-    del host
+    split = _split_rows(
+        _take_host(raw),
+        {
+            "ops": (pl.col("kind").is_in([OP, ANNOTATION]), True, None),
+            "runtime": (pl.col("kind").is_in([RUNTIME, SYNC]), False, RUNTIME_COLUMNS),
+            "python": (pl.col("kind") == PYTHON, True, None),
+        },
+    )
+    ops = split.pop("ops").drop(LAUNCH_ONLY_COLUMNS).with_row_index("op_id").with_columns(pl.col("op_id").cast(I64))
+    runtime = split.pop("runtime").with_row_index("launch_id").with_columns(pl.col("launch_id").cast(I64))
+    python = split.pop("python").with_row_index("py_row")
 
     ops, runtime, overlaps = _nest_ops(ops, runtime)
     # A reader may name an op's module and call site itself (nsys ranges
@@ -145,28 +148,59 @@ def _typed_by_name(device: pl.DataFrame) -> pl.DataFrame:
     return device.with_columns(kind.alias("kind"))
 
 
-def _rows_in_order(host: pl.DataFrame, keep: pl.Expr, *, longest_first: bool) -> pl.DataFrame:
-    """The rows of ``host`` that ``keep`` selects, by start time, in one gather.
+def _take_host(raw: RawTables) -> pl.DataFrame:
+    """``raw.host`` with each range's end and thread key, taken out of ``raw``
+    (left empty there): the caller then holds the only reference."""
+    host, raw.host = raw.host, raw.host.clear()
+    # Stacked as computed columns: the reader's table is in one chunk per piece
+    # of the file, and ``with_columns`` of an expression first copied every
+    # column into one chunk (a second host table at the peak).
+    end = (host.get_column("ts") + host.get_column("dur")).alias("end")
+    group = host.select(_thread_key().alias("group")).to_series()
+    return _with_supplied(host).hstack([end, group])
 
-    Filtering and then sorting copies every column twice, and the host table
-    is the widest one a trace has (shapes, call stacks): the order is
-    computed on the narrow key columns alone and applied once.  With
-    ``longest_first``, ranges starting together put the enclosing (longer)
-    one first, which nesting relies on.
+
+def _split_rows(host: pl.DataFrame, parts: dict[str, tuple[pl.Expr, bool, list[str] | None]]) -> dict[str, pl.DataFrame]:
+    """The rows each part's expression selects from ``host``, by start time
+    (``longest_first``: ranges starting together put the enclosing, longer one
+    first, which nesting relies on), with the part's columns (None: all).
+
+    The host table is the widest one a trace has (shapes, call stacks) and
+    is consumed: each column is gathered into every part that has it and then
+    let go, so the peak holds the host table and one column's copies, not the
+    host table and every part whole.  Each order is computed on the narrow key
+    columns alone and applied once (filtering and then sorting copied every
+    column twice).  Columns no event filled (Python ids in a trace without a
+    stack, say) are made anew rather than gathered: gathering nulls writes a
+    buffer of them, while a fresh null column's pages are never touched.
     """
-    by = ["ts", "dur"] if longest_first else ["ts"]
-    order = (
-        host.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("row"), *by)
-        .filter(host.select(keep).to_series())
-        .sort(by, descending=[False, True][: len(by)], maintain_order=True)
-        .get_column("row")
-    )
-    # Columns no event filled (Python ids in a trace without a stack, say)
-    # are made anew rather than gathered: gathering nulls writes a buffer of
-    # them, while a fresh null column's pages are never touched.
-    empty = [c for c in host.columns if host[c].null_count() == host.height]
-    rows = host.drop(empty)[order]
-    return rows.with_columns(nulls(order.len(), host.schema[c]).alias(c) for c in empty).select(host.columns)
+    orders = {}
+    for name, (keep, longest_first, _) in parts.items():
+        by = ["ts", "dur"] if longest_first else ["ts"]
+        # On a frame of the columns the order reads: a query on the whole
+        # table first copies every column into chunks that line up.
+        narrow = pl.DataFrame([host.get_column(c) for c in dict.fromkeys([*keep.meta.root_names(), *by])])
+        orders[name] = (
+            narrow.with_row_index("row")
+            .filter(keep)
+            .sort(by, descending=[False, True][: len(by)], maintain_order=True)
+            .get_column("row")
+        )
+    names, schema = host.columns, host.schema
+    # Held as Series, not as a frame: dropping a column from a frame whose
+    # columns are chunked differently copied every other one.
+    columns = host.get_columns()
+    del host
+    gathered: dict[str, dict[str, pl.Series]] = {name: {} for name in parts}
+    for c in names:
+        column = columns.pop(0)
+        empty = column.null_count() == column.len()
+        for name, (_, _, wanted) in parts.items():
+            if wanted is None or c in wanted:
+                order = orders[name]
+                gathered[name][c] = nulls(order.len(), schema[c]).alias(c) if empty else column.gather(order)
+        del column  # its buffers go unless a part's column still points into them
+    return {name: pl.DataFrame([cols[c] for c in (parts[name][2] or names)]) for name, cols in gathered.items()}
 
 
 def _nest_ops(ops: pl.DataFrame, runtime: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, int]:

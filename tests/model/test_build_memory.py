@@ -1,0 +1,49 @@
+"""The model build's peak, guarded by structure rather than by RSS: the
+reader's host table (one chunk per piece of the file) is split into ops,
+runtime calls and Python frames without first being copied into one chunk,
+and the split is the rows a filter and a sort would give."""
+
+from __future__ import annotations
+
+import polars as pl
+from polars.testing import assert_frame_equal
+
+from kinetolens.ingest import read_raw
+from kinetolens.ingest.categories import ANNOTATION, OP, RUNTIME, SYNC
+from kinetolens.model import build
+from tests.conftest import trace_path
+
+RESOLVER = "hta/df_index_resolver/df_index_resolver.json.gz"
+
+
+def test_host_table_is_taken_without_a_copy_into_one_chunk() -> None:
+    raw = read_raw(trace_path(RESOLVER))
+    pieces = raw.host.get_column("ts").n_chunks()
+    assert pieces > 10, "the reader should hand over one chunk per piece of a 54 MB file"
+    rows = raw.host.height
+    host = build._take_host(raw)
+    assert raw.host.height == 0  # taken: the caller holds the only reference
+    # The added end and thread key are chunked as the reader's columns are, and
+    # those are still the reader's chunks: no column was copied into one chunk.
+    assert host.height == rows
+    assert {host.get_column(c).n_chunks() for c in ("ts", "dur", "name", "end", "group")} == {pieces}
+    assert host.get_column("end").equals(host.get_column("ts") + host.get_column("dur"))
+
+
+def test_split_is_the_filtered_and_sorted_rows() -> None:
+    raw = read_raw(trace_path(RESOLVER))
+    host = build._take_host(raw)
+    reference = {
+        "ops": host.filter(pl.col("kind").is_in([OP, ANNOTATION])).sort(["ts", "dur"], descending=[False, True], maintain_order=True),
+        "runtime": host.filter(pl.col("kind").is_in([RUNTIME, SYNC])).sort("ts", maintain_order=True).select(build.RUNTIME_COLUMNS),
+    }
+    parts = build._split_rows(
+        host,
+        {
+            "ops": (pl.col("kind").is_in([OP, ANNOTATION]), True, None),
+            "runtime": (pl.col("kind").is_in([RUNTIME, SYNC]), False, build.RUNTIME_COLUMNS),
+        },
+    )
+    assert parts["ops"].height == 58_715 and parts["runtime"].height == 42_373
+    for name, want in reference.items():
+        assert_frame_equal(parts[name], want)
