@@ -71,3 +71,30 @@ def test_every_table_entry_is_a_command() -> None:
         assert isinstance(command, click.Command), name
         assert command.callback is not None or isinstance(command, click.Group), name
     assert cli.get_command(ctx, "no-such-command") is None
+
+
+#: What only computing a summary needs: its analyses, the what-if and the graph library under it.
+ANALYSES = ("kinetolens.analysis.summary", "kinetolens.analysis.advice.recommendations", "kinetolens.analysis.paths.whatif", "rustworkx")
+
+CACHED_PROBE = """
+import contextlib, io, json, sys
+from kinetolens.cli.main import main
+with contextlib.redirect_stdout(io.StringIO()):
+    main(sys.argv[1:])
+print(json.dumps(sorted(m for m in sys.modules if m in ANALYSES)))
+"""
+
+
+def test_a_cached_summary_imports_none_of_the_analyses(tmp_path: Path) -> None:
+    from tests.conftest import trace_path
+
+    trace = str(trace_path("kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"))
+    env = {**os.environ, "PYTHONPATH": SRC, "COLUMNS": "80", "KINETOLENS_CACHE_DIR": str(tmp_path / "cache")}
+    code = f"ANALYSES = {ANALYSES!r}\n" + CACHED_PROBE
+
+    def loaded() -> list[str]:
+        out = subprocess.run([sys.executable, "-c", code, "summary", trace], capture_output=True, text=True, env=env, check=True)
+        return json.loads(out.stdout)
+
+    assert loaded() == sorted(ANALYSES)  # the first run computes the summary
+    assert loaded() == []  # the second reads it back: none of them is imported

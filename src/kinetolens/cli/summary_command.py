@@ -25,16 +25,15 @@ def summary_command(
     TRACE may be a run's folder (what kinetolens run writes): each rank's
     trace is summarised in turn (kinetolens dist RUNDIR compares them)."""
     # here, not at the top: the command's --help needs neither polars nor rich
-    from kinetolens.analysis.summary import summarize
     from kinetolens.analysis.summary_types import Summary
     from kinetolens.cli.render import console as render_console
     from kinetolens.cli.render import emit_json
-    from kinetolens.cli.summary_output import print_summary
+    from kinetolens.cli.summary_output import print_summary, summarized
 
     if os.path.isdir(trace):  # False, not an error, where the path cannot be read: the loader says why
         paths = [str(w.path) for w in one_run(trace)]
         if json_:
-            emit_json([loading.derived(p, "summary", summarize, Summary) for p in paths])
+            emit_json([loading.derived(p, "summary", summarized, Summary) for p in paths])
             return
         for p in paths:
             print_summary(p, loading, width)
@@ -45,6 +44,6 @@ def summary_command(
             )
         return
     if json_:
-        emit_json(loading.derived(trace, "summary", summarize, Summary))
+        emit_json(loading.derived(trace, "summary", summarized, Summary))
         return
     print_summary(trace, loading, width)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Console
@@ -20,7 +21,6 @@ from kinetolens.analysis.finding import Finding
 from kinetolens.analysis.gputime.step_times import StepTimes
 from kinetolens.analysis.memory.usage import ALLOCATOR, BASIS_NOTES, WINDOW_SUM
 from kinetolens.analysis.paths.sampling import SAMPLING
-from kinetolens.analysis.summary import summarize
 from kinetolens.analysis.summary_types import Device, GpuUse, PeakMemory, RunDevice, Steps, Summary
 from kinetolens.cli.load_options import TraceLoading
 from kinetolens.cli.phases_command import print_inference
@@ -32,16 +32,27 @@ from kinetolens.views.device_words import unlisted_devices_note
 from kinetolens.views.memory_flow_svg import human_bytes
 from kinetolens.views.report_phases import inference_rows
 
+if TYPE_CHECKING:
+    from kinetolens.model.trace import Trace
+
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def summarized(trace: Trace) -> Summary:
+    """The summary of a loaded trace.  The analyses are imported only when
+    one is computed: a summary read back from the cache needs none of them."""
+    from kinetolens.analysis.summary import summarize
+
+    return summarize(trace)
 
 
 def print_summary(trace: str, loading: TraceLoading, width: int | None) -> None:
     """One trace's summary in the terminal."""
     # JSON-ready, and costly (the recommendations simulate their savings):
     # the cache entry keeps it, so a second summary reads it back
-    info = loading.derived(trace, "summary", summarize, Summary)
+    info = loading.derived(trace, "summary", summarized, Summary)
     console = render_console(width)
     table = _Pairs()
     dev = _devices_text(info.devices) or _run_device(info.device)
