@@ -29,7 +29,8 @@ from kinetolens.analysis.paths.dependency_graph import DependencyGraph, TraceFac
 from kinetolens.analysis.paths.longest_path import CycleError
 from kinetolens.analysis.paths.longest_path import longest_path as chain_longest_path
 from kinetolens.errors import TraceError
-from kinetolens.model.clocks import clock_offset_of
+from kinetolens.analysis.session import per_trace
+from kinetolens.model.clocks import ClockOffset, gpu_clock_offset
 from kinetolens.model.trace import Trace
 from kinetolens.model.vocabulary import BOUND_BY
 
@@ -160,7 +161,7 @@ def critical_path(trace: Trace, window: Window, facts: TraceFacts | None = None)
         summary=summarize(path, length),
         nodes=graph.nodes,
         edges=graph.edges.height,
-        notes=_clock_notes(graph),
+        notes=_clock_notes(trace),
         window_us=(hi - lo) / 1000,
         before_us=(first - lo) / 1000,
         after_us=(hi - last) / 1000,
@@ -183,12 +184,23 @@ def _clipped(path: pl.DataFrame, start: int, end: int) -> pl.DataFrame:
     )
 
 
-def _clock_notes(graph: DependencyGraph) -> list[str]:
-    """The model's clock check (:mod:`kinetolens.model.clocks`) on the graph's GPU activities."""
-    ev = graph.events
-    gpu = ev["side"] == "gpu"
-    offset = clock_offset_of(ev["ts"].filter(gpu), ev["launch_ts"].filter(gpu)) if "launch_ts" in ev.columns else None
+def _clock_notes(trace: Trace) -> list[str]:
+    """The model's clock check (:mod:`kinetolens.model.clocks`) over the whole
+    trace, the same sentence for every step.
+
+    Not on the window's activities alone: a step whose stream stays queued
+    has every kernel start long after its launch without any offset (on
+    hta/ns_resolution_trace four steps run 1,219 kernels back to back, 63-91
+    ms behind their launches, while the first step's start within
+    microseconds); only the whole trace, with the moments its queue drained,
+    tells the two apart."""
+    offset = _whole_trace_offset(trace)
     return [offset.sentence()] if offset is not None else []
+
+
+@per_trace
+def _whole_trace_offset(trace: Trace) -> ClockOffset | None:
+    return gpu_clock_offset(trace)
 
 
 def _node_ts(graph: DependencyGraph, node: int) -> int:
