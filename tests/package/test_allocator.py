@@ -114,7 +114,10 @@ def test_freed_columns_leave_the_resident_size_within_a_fraction_of_a_second(sta
         assert lowest < held / 4, (held, at_200ms, lowest)
     else:  # polars' defaults: the freed pages are still resident after 0.2 s
         assert taken_at < ON_TIME_S, f"three runs too busy to sample at 0.2 s (last at {taken_at:.2f} s)"
-        assert at_200ms > held / 2, (held, at_200ms, lowest, taken_at)
+        # polars' 0.5 s decay purges along a curve: about a third by 0.2 s, and up to
+        # half where the machine's clock ticks run late (seen: 47% resident at 0.207 s).
+        # Tuned, the 20 ms decay leaves next to nothing by then.
+        assert at_200ms > held / 3, (held, at_200ms, lowest, taken_at)
 
 
 FAULTS = """
