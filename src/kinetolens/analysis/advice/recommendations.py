@@ -113,14 +113,14 @@ def left_out(trace: Trace) -> str | None:
     The rules that measure host-GPU gaps require aligned clocks
     (:attr:`TraceKind.aligned_clocks`): on a GPU clock offset from the host's
     their idle and launch delay would be the offset itself."""
-    from kinetolens.model.clocks import gpu_clock_offset
+    from kinetolens.analysis.trace_kind import clock_offset
 
     steps = whole_steps(trace)
     kind = RuleContext(steps).kind
     if kind.aligned_clocks:
         return None
     skipped = [r.finding for r in RULES if "aligned_clocks" in r.requires and r.applies(replace(kind, aligned_clocks=True))]
-    offset = gpu_clock_offset(steps)
+    offset = clock_offset(steps)
     if not skipped or offset is None:
         return None
     return f"{', '.join(skipped)} left out: {offset.sentence()}"

@@ -28,9 +28,8 @@ import polars as pl
 from kinetolens.analysis.paths.dependency_graph import DependencyGraph, TraceFacts, build_graph
 from kinetolens.analysis.paths.longest_path import CycleError
 from kinetolens.analysis.paths.longest_path import longest_path as chain_longest_path
+from kinetolens.analysis.trace_kind import clock_offset
 from kinetolens.errors import TraceError
-from kinetolens.analysis.session import per_trace
-from kinetolens.model.clocks import ClockOffset, gpu_clock_offset
 from kinetolens.model.trace import Trace
 from kinetolens.model.vocabulary import BOUND_BY
 
@@ -185,22 +184,11 @@ def _clipped(path: pl.DataFrame, start: int, end: int) -> pl.DataFrame:
 
 
 def _clock_notes(trace: Trace) -> list[str]:
-    """The model's clock check (:mod:`kinetolens.model.clocks`) over the whole
-    trace, the same sentence for every step.
-
-    Not on the window's activities alone: a step whose stream stays queued
-    has every kernel start long after its launch without any offset (on
-    hta/ns_resolution_trace four steps run 1,219 kernels back to back, 63-91
-    ms behind their launches, while the first step's start within
-    microseconds); only the whole trace, with the moments its queue drained,
-    tells the two apart."""
-    offset = _whole_trace_offset(trace)
+    """The whole trace's clock check (:func:`kinetolens.analysis.trace_kind.clock_offset`),
+    the same sentence for every step: a step's own activities cannot tell a
+    queued stream from an offset clock."""
+    offset = clock_offset(trace)
     return [offset.sentence()] if offset is not None else []
-
-
-@per_trace
-def _whole_trace_offset(trace: Trace) -> ClockOffset | None:
-    return gpu_clock_offset(trace)
 
 
 def _node_ts(graph: DependencyGraph, node: int) -> int:
