@@ -258,7 +258,7 @@ def whatif_many(
             raise BadChange("rank:N=median needs a run directory with every rank's trace")
     trace, windows = _windows(trace, step)
     positions = sample(len(windows), max_steps)
-    stop_early = max_steps is not None and settle is not None
+    stop_early = max_steps is not None and settle is not None and bool(change_sets)
     if max_steps is not None:
         positions = spread_order(positions)
     out = [WhatIf(changes=changes, steps=[], of=len(windows)) for changes in change_sets]
@@ -266,8 +266,7 @@ def whatif_many(
         for result in out:
             result.steps.append(predict(r, result.changes, paths))
         del r  # before the next step's graph is built
-        effects = [[s.predicted_us - s.measured_us for s in result.steps] for result in out]
-        if stop_early and out and settled(effects, out[0].measured_us, settle):
+        if stop_early and settled([[s.predicted_us - s.measured_us for s in o.steps] for o in out], out[0].measured_us, settle):
             break
     for result in out:
         result.steps.sort(key=lambda s: s.window.start)
@@ -476,6 +475,7 @@ def predict(r: Replay, changes: list[Change], paths: bool = True) -> StepPredict
     factor = np.ones(e.height)
     matched: dict[str, int] = {}
     src = e["src"].to_numpy().copy()
+    moved = False
     for c in changes:
         mask = change_mask(e, ev, c).to_numpy()
         matched[c.spec] = int(mask.sum())
@@ -484,10 +484,11 @@ def predict(r: Replay, changes: list[Change], paths: bool = True) -> StepPredict
             # Overlapped: what waited for a collective's end waits for its start; the
             # collective still runs its time on its stream, and the step waits for it.
             src[mask] -= 1
+            moved = moved or bool(mask.any())
     new_w = np.rint(r.weight * factor).astype(np.int64)
     # Changes that scale no edge's weight and move no source leave the measured
     # replay as it was (a trace without data loading, say): no search to run.
-    changed = bool((new_w != r.weight).any() or (src != e["src"].to_numpy()).any())
+    changed = moved or bool((new_w != r.weight).any())
     new, nodes = _run(r, new_w, src, paths) if changed else (r.base_ns, _run(r, r.weight)[1] if paths else [])
     predicted = r.measured_ns - (r.base_ns - new)
     # A stream cannot run its step's work faster than back to back.
