@@ -19,6 +19,8 @@ choice (the single-rank path, pinned against HTA).
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 import rustworkx as rx
 
@@ -106,8 +108,8 @@ class Contracted:
         out_edge[src] = ids
         # prev[e] / next[e]: the edge before / after e on its chain (e itself at the chain's ends).
         prev = np.where(through[src], in_edge[src], ids)
+        self._prev = prev
         self.head = _root(prev)
-        self.rank = _depth(prev)
         last = _root(np.where(through[dst], out_edge[dst], ids))
         self.heads = np.flatnonzero(self.head == ids)
         c_src, c_dst = src[self.heads], dst[last[self.heads]]
@@ -121,6 +123,12 @@ class Contracted:
         self.graph.add_nodes_from(range(self.kept.size))
         self.graph.add_edges_from(list(zip(self.a.tolist(), self.b.tolist(), range(self.heads.size))))
 
+    @cached_property
+    def rank(self) -> np.ndarray:
+        """Each edge's place on its chain (0 for the chain's first): only a
+        listed path needs it, to put its chains' edges in order."""
+        return _depth(self._prev)
+
     def path(self, weight: np.ndarray, ties: str = "rustworkx") -> list[int]:
         """Node ids along a heaviest path under ``weight`` (see :func:`longest_path`)."""
         chosen, on = self._chosen(weight, ties)
@@ -132,12 +140,22 @@ class Contracted:
         on = on[np.lexsort((self.rank[on], pos[self.head[on]]))]
         return [int(self.src[on[0]]), *self.dst[on].tolist()]
 
-    def length(self, weight: np.ndarray, ties: str = "rustworkx") -> int | None:
-        """The heaviest path's length under integer ``weight``, summed exactly
-        over its edges, without listing its nodes in order (None: no path of
-        two nodes or more)."""
-        _, on = self._chosen(weight, ties)
-        return int(weight[on].sum()) if on is not None else None
+    def length(self, weight: np.ndarray) -> int | None:
+        """The heaviest path's length under non-negative integer ``weight``
+        (None: no path of two nodes or more).  Only the length: rustworkx's
+        search without its path, nothing mapped back to the edges."""
+        if self.heads.size == 0:
+            return None
+        w = self._chain_weights(weight).tolist()
+        try:
+            return int(rx.dag_longest_path_length(self.graph, weight_fn=lambda _u, _v, i: w[i]))
+        except rx.DAGHasCycle:
+            raise CycleError("the dependency graph has a cycle") from None
+
+    def _chain_weights(self, weight: np.ndarray) -> np.ndarray:
+        """Each contracted edge's weight: its chain's edges summed (exact below 2**53)."""
+        total = np.bincount(self.head, weights=weight.astype(np.float64), minlength=self.src.size)
+        return np.rint(total[self.heads]).astype(np.int64)
 
     def _chosen(self, weight: np.ndarray, ties: str) -> tuple[np.ndarray, np.ndarray | None]:
         """The heaviest path's contracted edges (their chains' first edges, in
@@ -145,8 +163,7 @@ class Contracted:
         fewer than two nodes, its node ids and None."""
         edges, kept = self.src.size, self.kept
         head, heads, a, b = self.head, self.heads, self.a, self.b
-        total = np.bincount(head, weights=weight.astype(np.float64), minlength=edges)
-        c_w = np.rint(total[heads]).astype(np.int64)
+        c_w = self._chain_weights(weight)
         if ties == "lowest":
             path = _lowest_longest(self.graph, a, b, c_w, kept.size)
         else:
