@@ -63,3 +63,24 @@ def test_damaged_cached_summary_is_recomputed(tmp_path: Path, calls: Counter[str
     calls.clear()
     assert _summary(tmp_path) == first
     assert calls["findings"] == 1  # the checksum failed: recomputed, not read
+
+
+def _report(cache_dir: Path, out: Path) -> str:
+    result = CliRunner().invoke(cli, ["report", str(trace_path(TRACE)), "-o", str(out)], env={"KINETOLENS_CACHE_DIR": str(cache_dir)})
+    assert result.exit_code == 0, result.output
+    return out.read_text(encoding="utf-8")
+
+
+def test_a_report_after_a_summary_reads_its_summary(tmp_path: Path, calls: Counter[str]) -> None:
+    # The report shows the summary's recommendations with their simulated
+    # savings: after `kinetolens summary` it reads them from the cache entry,
+    # and the page is the one a report computing everything itself writes.
+    cold = _report(tmp_path / "cold", tmp_path / "cold.html")
+    assert calls["findings"] == 1 and calls["whatif_many"] >= 1
+    assert len(list((tmp_path / "cold").glob(f"*/summary{DERIVED_SUFFIX}"))) == 1  # a later summary reads it
+    _summary(tmp_path / "warm")
+    calls.clear()
+    assert _report(tmp_path / "warm", tmp_path / "warm.html") == cold
+    assert calls == Counter()  # neither the rules nor the simulator ran for the report
+    _summary(tmp_path / "cold")
+    assert calls == Counter()  # nor for a summary after the report

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from kinetolens.cli.load_options import TraceLoading, strict_option, trace_load_options
 from kinetolens.errors import TraceError
+
+if TYPE_CHECKING:
+    from kinetolens.analysis.summary_types import Summary
+    from kinetolens.model.trace import Trace
 
 
 @click.command("report")
@@ -50,7 +55,8 @@ def report_command(
         for line in notes:
             click.echo(f"kinetolens: note: {line}", err=True)
         note = " ".join([note, *(f"{line}." for line in notes)])
-    data = collect(loading.load(str(path)), title=title, note=note, ranks=ranks, graphs=graphs)
+    trace, summary = _trace_and_summary(str(path), loading)
+    data = collect(trace, title=title, note=note, ranks=ranks, graphs=graphs, summary=summary)
     if fmt == "md":
         from kinetolens.views.report_md import render_md
 
@@ -69,3 +75,21 @@ def report_command(
         output = output or "report.html"
         write_html(data, output)
     click.echo(f"kinetolens report: wrote {output}", err=True)
+
+
+def _trace_and_summary(path: str, loading: TraceLoading) -> tuple[Trace, Summary]:
+    """The trace and its summary, the summary kept with the trace's cache
+    entry as ``kinetolens summary`` keeps it: a report after a summary (or a
+    summary after a report) does not compute it twice.  A summary read back
+    from the cache leaves the trace to load; one computed here loaded it."""
+    from kinetolens.analysis.summary_types import Summary
+    from kinetolens.cli.summary_output import summarized
+
+    loaded: list[Trace] = []
+
+    def summary_of(trace: Trace) -> Summary:
+        loaded.append(trace)
+        return summarized(trace)
+
+    summary = loading.derived(path, "summary", summary_of, Summary)
+    return (loaded[0] if loaded else loading.load(path)), summary

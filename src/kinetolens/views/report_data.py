@@ -261,11 +261,16 @@ def collect(
     note: str | None = None,
     ranks: list[RankSummary] | None = None,
     graphs: list[RankGraphs] | str | None = None,
+    summary: Summary | None = None,
 ) -> ReportData:
     """Run every analysis a report shows on ``trace`` (and, given the
     summaries of every rank of its run, the cross-rank section; given their
-    step graphs too, with the critical path across ranks)."""
-    summary = summarize(trace)
+    step graphs too, with the critical path across ranks).
+
+    ``summary``: the trace's :func:`summarize` when the caller has it (the
+    command reads it from the cache entry ``kinetolens summary`` wrote, so
+    the report does not simulate the recommendations' savings again)."""
+    summary = summary if summary is not None else summarize(trace)
     basis = rank_basis(trace)  # ops: self time, so nested ops do not repeat their children's work
     ranked = pl.col(basis)
     spec, roof_ops, roof_modules, roof_note = _roofline(trace)
