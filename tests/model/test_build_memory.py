@@ -47,3 +47,14 @@ def test_split_is_the_filtered_and_sorted_rows() -> None:
     assert parts["ops"].height == 58_715 and parts["runtime"].height == 42_373
     for name, want in reference.items():
         assert_frame_equal(parts[name], want)
+
+
+def test_device_table_is_taken_and_its_rows_kept() -> None:
+    # The build takes the reader's device table out of the raw tables, so
+    # that it can be let go once kernels and device events are copied out
+    # (held through the steps it was a second kernels table at the build's peak).
+    raw = read_raw(trace_path(RESOLVER))
+    rows = raw.device.height
+    trace = build.build_trace(raw, RESOLVER)
+    assert raw.device.height == 0
+    assert trace.kernels.height + trace.device_events.height == rows > 0

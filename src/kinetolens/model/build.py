@@ -63,9 +63,10 @@ LAUNCH_ONLY_COLUMNS = ["correlation", "cbid", "kernel"]
 def build_trace(raw: RawTables, path: str) -> Trace:
     """Link the raw tables into the model.
 
-    Consumes ``raw.host``: its rows move into ops, runtime and python, and
-    the raw table is dropped as soon as they are split off, so that it does
-    not add to the peak.  The result has exactly the columns of
+    Consumes ``raw.host`` and ``raw.device``: their rows move into ops,
+    runtime and python, and kernels and device events, and each raw table is
+    dropped as soon as they are copied out, so that it does not add to the
+    peak.  The result has exactly the columns of
     :mod:`kinetolens.model.schema` (:class:`~kinetolens.model.schema.SchemaMismatch`
     otherwise); the loader's steps after it (:mod:`kinetolens.loader`) return
     new Traces.
@@ -90,8 +91,10 @@ def build_trace(raw: RawTables, path: str) -> Trace:
     ops = ops.with_columns(pl.coalesce(pl.lit(supplied[c]), c).alias(c) for c in supplied.columns)
     ops, mismatched = _directions(ops, raw.flows)
     runtime = _link_launches(runtime, ops)
-    device = _typed_by_name(raw.device)
+    device = _typed_by_name(_take_device(raw))
     kernels = _link_kernels(device, runtime, ops)
+    device_events = device.filter(~pl.col("kind").is_in(GPU_ACTIVITY))
+    del device  # its kernels and other events are copied out: not held through the steps
     steps = build_steps(ops, kernels)
     ops, runtime, kernels = assign_steps(steps, ops, runtime, kernels)
     ops, kernels = mark_replays(ops, kernels)
@@ -121,7 +124,7 @@ def build_trace(raw: RawTables, path: str) -> Trace:
         memory=raw.memory,
         flows=raw.flows,
         steps=steps,
-        device_events=device.filter(~pl.col("kind").is_in(GPU_ACTIVITY)),
+        device_events=device_events,
         threads=raw.threads,
         processes=raw.processes,
         warnings=warnings,
@@ -158,6 +161,13 @@ def _take_host(raw: RawTables) -> pl.DataFrame:
     end = (host.get_column("ts") + host.get_column("dur")).alias("end")
     group = host.select(_thread_key().alias("group")).to_series()
     return _with_supplied(host).hstack([end, group])
+
+
+def _take_device(raw: RawTables) -> pl.DataFrame:
+    """``raw.device``, taken out of ``raw`` (left empty there): the caller
+    then holds the only reference and can drop it once kernels are made."""
+    device, raw.device = raw.device, raw.device.clear()
+    return device
 
 
 def _split_rows(host: pl.DataFrame, parts: dict[str, tuple[pl.Expr, bool, list[str] | None]]) -> dict[str, pl.DataFrame]:

@@ -20,12 +20,13 @@ of :func:`complete_rows`), as torch-tb-profiler drops it.  A trace without
 span extended over the GPU work they launched.
 
 The breakdown is a sweep over sorted interval end points with one running
-count per category (polars cumulative sums), so it is O(n log n) in the
+count per category (numpy cumulative sums), so it is O(n log n) in the
 number of events with no Python loop per event.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from kinetolens.analysis.session import per_trace
@@ -138,50 +139,53 @@ def category_intervals(trace: Trace) -> pl.DataFrame:
     return pl.concat(parts).filter(pl.col("end") > pl.col("start"))
 
 
-def _segments(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
-    """Elementary segments inside the windows, each with its winning category.
+def _sweep(intervals: pl.DataFrame, windows: pl.DataFrame) -> np.ndarray:
+    """Nanoseconds per window (rows, in ``windows`` order) and category
+    (columns: :data:`CATEGORIES`, then other): each instant of a window goes
+    to the first category busy then.
 
-    Columns: ``w`` (window index), ``cat`` (index, or len(CATEGORIES) for
-    other) and ``ns``.
-    """
+    Numpy over the sorted end points: one running count per category in
+    turn (a cumulative sum of +1 at starts and -1 at ends), folded into the
+    winning category at once, so that at most one count exists at a time.
+    Polars queries of the same sweep held every category's column and the
+    sort's copies together: 240 MiB for a 500 MB trace's 1.4 million
+    intervals, where this takes about a third of that."""
     other = len(CATEGORIES)
-    lo, hi = int(windows["start"].min()), int(windows["end"].max())  # type: ignore[arg-type]
+    w_start = windows["start"].to_numpy().astype(np.int64)
+    w_end = windows["end"].to_numpy().astype(np.int64)
+    sums = np.zeros((w_start.size, other + 1), dtype=np.int64)
+    lo, hi = int(w_start.min()), int(w_end.max())
     busy = intervals.filter((pl.col("end") > lo) & (pl.col("start") < hi))
-    marks = pl.concat(
-        [
-            busy.select(t="start", cat="cat", d=pl.lit(1, pl.Int32)),
-            busy.select(t="end", cat="cat", d=pl.lit(-1, pl.Int32)),
-            windows.select(t="start", cat=pl.lit(-1, pl.Int8), d=pl.lit(0, pl.Int32)),
-            windows.select(t="end", cat=pl.lit(-1, pl.Int8), d=pl.lit(0, pl.Int32)),
-        ]
-    ).sort("t")
-    # Whether each category has an open interval, as of the last mark at t.
-    # Kept as booleans (one bit a mark) rather than the running counts
-    # (eight integers a mark): on a 1 GB trace the counts were the peak of
-    # the whole summary.  One category at a time, so that only one running
-    # count exists at once.
-    for i in range(len(CATEGORIES)):
-        marks = marks.with_columns(
-            (pl.when(pl.col("cat") == i).then(pl.col("d")).otherwise(0).cum_sum() > 0).alias(f"o{i}")
-        )
-    # The state after the last mark at each time: marks are sorted by time,
-    # so that is each run's last row (no hashing, unlike ``unique``).
-    state = marks.filter(pl.col("t").ne_missing(pl.col("t").shift(-1)))
-    del marks
-    winner = pl.lit(other, pl.Int8)
-    for i in reversed(range(len(CATEGORIES))):
-        winner = pl.when(pl.col(f"o{i}")).then(pl.lit(i, pl.Int8)).otherwise(winner)
-    segs = state.select("t", ns=pl.col("t").shift(-1) - pl.col("t"), cat=winner).drop_nulls("ns")
-    # Empty windows (a step whose work all hid under the previous one) hold no
-    # segment; dropping them keeps the as-of join on the window that does.
-    keyed = (
-        windows.with_row_index("w")
-        .select(pl.col("w").cast(pl.Int64), "start", "end")
-        .filter(pl.col("end") > pl.col("start"))
-        .sort("start")
-    )
-    segs = segs.join_asof(keyed, left_on="t", right_on="start", strategy="backward")
-    return segs.filter(pl.col("t") < pl.col("end")).select("w", "cat", "ns")
+    n = busy.height
+    t = np.concatenate([busy["start"].to_numpy(), busy["end"].to_numpy(), w_start, w_end]).astype(np.int64, copy=False)
+    order = np.argsort(t, kind="stable")
+    t = t[order]
+    cats = busy["cat"].to_numpy().astype(np.int8, copy=False)
+    cat = np.concatenate([cats, cats, np.full(2 * w_start.size, -1, np.int8)])[order]
+    step = np.concatenate([np.ones(n, np.int8), np.full(n, -1, np.int8), np.zeros(2 * w_start.size, np.int8)])[order]
+    del order, cats
+    winner = np.full(t.size, other, dtype=np.int8)
+    for i in reversed(range(other)):  # the lowest busy category wins: assigned last
+        winner[np.cumsum(np.where(cat == i, step, np.int8(0)), dtype=np.int32) > 0] = i
+    del cat, step
+    # The state after the last end point at each time holds until the next time.
+    last = np.flatnonzero(np.append(t[1:] != t[:-1], True))
+    at, won = t[last], winner[last]
+    del t, winner, last
+    ns, at, won = np.diff(at), at[:-1], won[:-1]
+    # A window holds the segments from its start up to the next window's start
+    # (the one that starts last at or before a segment), those before its end:
+    # one contiguous run of the sorted segments per window.
+    keep = np.flatnonzero(w_end > w_start)
+    by_start = keep[np.argsort(w_start[keep], kind="stable")]
+    lo = np.searchsorted(at, w_start[by_start], side="left")
+    hi = np.minimum(np.append(lo[1:], at.size), np.searchsorted(at, w_end[by_start], side="left"))
+    hi = np.maximum(hi, lo)
+    running = np.zeros(at.size + 1, dtype=np.int64)
+    for c in range(other + 1):
+        np.cumsum(np.where(won == c, ns, 0), out=running[1:])
+        sums[by_start, c] = running[hi] - running[lo]
+    return sums
 
 
 @per_trace
@@ -211,19 +215,11 @@ def breakdown(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     schema = {"step": pl.Int64, **{c: pl.Int64 for c in COLUMNS}}
     if windows.height == 0:
         return pl.DataFrame(schema=schema)
-    segs = _segments(intervals, windows)
-    names = pl.DataFrame({"cat": list(range(len(CATEGORIES) + 1)), "name": [*CATEGORIES, OTHER]}).cast(
-        {"cat": pl.Int8}
-    )
-    per = segs.group_by("w", "cat").agg(pl.col("ns").sum()).join(names, on="cat")
-    rows = windows.with_row_index("w").with_columns(pl.col("w").cast(pl.Int64))
-    out = rows
-    if per.height:
-        out = rows.join(per.pivot(on="name", index="w", values="ns").cast({"w": pl.Int64}), on="w", how="left")
-    out = out.with_columns(
-        [(pl.col(c).fill_null(0) if c in out.columns else pl.lit(0, pl.Int64)).alias(c) for c in (*CATEGORIES, OTHER)]
-    )
-    return out.sort("w").select("step", *CATEGORIES, OTHER, total=pl.col("end") - pl.col("start")).cast(schema)
+    sums = _sweep(intervals, windows)
+    parts = {c: sums[:, i] for i, c in enumerate((*CATEGORIES, OTHER))}
+    return windows.select("step", total=pl.col("end") - pl.col("start")).with_columns(
+        **{c: pl.Series(v) for c, v in parts.items()}
+    ).select("step", *CATEGORIES, OTHER, "total").cast(schema)
 
 
 def average_breakdown(breakdown: pl.DataFrame) -> dict[str, float]:
