@@ -58,3 +58,16 @@ def test_device_table_is_taken_and_its_rows_kept() -> None:
     trace = build.build_trace(raw, RESOLVER)
     assert raw.device.height == 0
     assert trace.kernels.height + trace.device_events.height == rows > 0
+
+
+def test_kernels_are_numbered_in_launch_order_within_their_op() -> None:
+    # sub: each op call's kernels 0, 1, ... by launch time (table order among
+    # equal times); null for a kernel without an op.
+    kernels = build.build_trace(read_raw(trace_path(RESOLVER)), RESOLVER).kernels.with_row_index("row")
+    with_op = kernels.filter(pl.col("op_id").is_not_null())
+    assert kernels.filter(pl.col("op_id").is_null())["sub"].null_count() == kernels.height - with_op.height
+    want = with_op.sort(pl.col("launch_ts").fill_null(pl.col("ts")), "row").with_columns(
+        want=pl.int_range(pl.len()).over("op_id")
+    )
+    assert want.height > 10_000 and want.select((pl.col("sub") == pl.col("want")).all()).item()
+    assert with_op.group_by("op_id").len()["len"].max() > 2  # ops with several kernels are in it

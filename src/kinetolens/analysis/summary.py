@@ -44,19 +44,34 @@ from kinetolens.model.devices import device_name
 from kinetolens.model.trace import Trace
 
 def _fraction(frame: pl.DataFrame, condition: pl.Expr) -> float | None:
+    """The share of ``frame``'s ``dur`` on rows where ``condition`` holds (a
+    filtered sum: the other columns are not copied)."""
     total = frame["dur"].sum() if frame.height else 0
     if not total:
         return None
-    return float(frame.filter(condition)["dur"].sum()) / float(total)
+    return float(frame.select(pl.col("dur").filter(condition).sum()).item() or 0) / float(total)
+
+
+#: The kernel columns the attribution shares read: selected before any
+#: filter, which copies every column it keeps (the kernels table is wide).
+_ATTRIBUTION_COLUMNS = (
+    "kind", "dur", "op_id", "module", "source", "launch_id", "external_id", "step",
+    "direction", "grad_fn", "fwd_op_id", "graph_id",
+)  # fmt: skip
+
+
+def _kernel_rows(trace: Trace) -> pl.DataFrame:
+    """The kernels (not copies or sets), with the columns the shares read."""
+    return trace.kernels.select(_ATTRIBUTION_COLUMNS).filter(pl.col("kind") == "kernel")
 
 
 def attribution(trace: Trace) -> Attribution:
-    kernels = trace.kernels.filter(pl.col("kind") == "kernel")
+    kernels = _kernel_rows(trace)
     backward = kernels.filter(pl.col("direction") == "bprop")
     # AccumulateGrad (and the DDP gradient hooks that run inside it) adds
     # gradients into leaf parameters: no forward op exists to link to.
     differentiating = backward.filter(~pl.col("grad_fn").fill_null("").str.contains("AccumulateGrad"))
-    gpu = trace.kernels
+    gpu = trace.kernels.select("dur", "op_id")
     return Attribution(**{
         "kernel_time_us": float(kernels["dur"].sum()) / 1000.0 if kernels.height else 0.0,
         "op": _fraction(kernels, pl.col("op_id").is_not_null()),
@@ -112,7 +127,7 @@ def unrecorded_launches(trace: Trace) -> UnrecordedLaunches:
     later (:mod:`kinetolens.model.earlier_launches`);
     ``note`` says so in one line, or is null when every launch is recorded.
     """
-    kernels = trace.kernels.filter(pl.col("kind") == "kernel")
+    kernels = _kernel_rows(trace)
     orphan = pl.col("launch_id").is_null() & (pl.col("external_id").fill_null(0) == 0)
     share = _fraction(kernels, orphan)
     in_steps = _fraction(kernels, orphan & pl.col("step").is_not_null())

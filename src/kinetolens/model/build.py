@@ -17,6 +17,7 @@ Links built here (each a column, not an object graph):
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from kinetolens.errors import TraceWarning
@@ -706,11 +707,22 @@ def _link_kernels(device: pl.DataFrame, runtime: pl.DataFrame, ops: pl.DataFrame
         .drop("op_module", "op_source", "launch_module", "launch_source", "correlation", "external_id")
     )
     gpu = gpu.hstack(linked)
-    # Number the kernels of one op call in launch order (linear backward
-    # reads as sub 0 = dgrad, sub 1 = wgrad, as in PyProf).
-    gpu = gpu.with_columns(
-        sub=pl.when(pl.col("op_id").is_not_null())
-        .then(pl.col("launch_ts").fill_null(pl.col("ts")).rank("ordinal").over("op_id") - 1)
-        .cast(I64)
-    )
-    return gpu
+    return gpu.with_columns(sub=pl.when(pl.col("op_id").is_not_null()).then(_launch_order(gpu)))
+
+
+def _launch_order(gpu: pl.DataFrame) -> pl.Series:
+    """Each kernel's place among its op call's kernels in launch order (0
+    first; kernels of one launch time in table order): linear backward reads
+    as sub 0 = dgrad, sub 1 = wgrad, as in PyProf.  Null where no op.
+
+    Numpy over one stable sort: a window rank over the op ids held a hash
+    table of every group (100 MiB on a 500 MB trace's 270,000 kernels)."""
+    op = gpu["op_id"].fill_null(-1).to_numpy()
+    when = gpu.select(pl.col("launch_ts").fill_null(pl.col("ts")))[:, 0].to_numpy()
+    rows = np.flatnonzero(op >= 0)
+    order = rows[np.lexsort((when[rows], op[rows]))]
+    ops = op[order]
+    first = np.flatnonzero(np.append(True, ops[1:] != ops[:-1]))
+    place = np.zeros(op.size, dtype=np.int64)
+    place[order] = np.arange(order.size) - np.repeat(first, np.diff(np.append(first, order.size)))
+    return pl.Series("sub", place, dtype=I64)

@@ -11,6 +11,8 @@ were communication).  Names the readers need too live in
 
 from __future__ import annotations
 
+import re
+
 from functools import cache
 
 import polars as pl
@@ -55,8 +57,10 @@ def is_comm_op(name: pl.Expr) -> pl.Expr:
 
 
 def is_comm_kernel_name(name: pl.Expr) -> pl.Expr:
-    """Kernels that are NCCL's or RCCL's, by their name alone."""
-    return name.str.to_lowercase().str.starts_with(COMM_KERNEL_PREFIX)
+    """Kernels that are NCCL's or RCCL's, by their name alone.  A
+    case-insensitive match, not a lowercased copy of every kernel name
+    (hundreds of bytes each: 57 MiB at once on a 500 MB trace)."""
+    return name.str.contains(f"(?i)^{re.escape(COMM_KERNEL_PREFIX)}")
 
 
 def is_comm_kernel(kernels: pl.DataFrame) -> pl.Expr:

@@ -59,6 +59,29 @@ STREAM_WORK_COLUMNS = [
 ]  # fmt: skip
 
 
+def _work(trace: Trace, *columns: str | pl.Expr, **named: pl.Expr) -> pl.DataFrame:
+    """The kernels, copies and sets that ran on a stream, in the kernels
+    table's order: ``rank, stream, kind, ts, end, launch_id`` and ``columns``.
+    Only the columns asked for are filtered (a filter copies each one)."""
+    k = trace.kernels
+    return k.select(
+        pl.lit(rank_of(trace), pl.Int64).alias("rank"),
+        "stream",
+        pl.col("kind").cast(pl.String),
+        "ts",
+        (pl.col("ts") + pl.col("dur")).alias("end"),
+        "launch_id",
+        *columns,
+        **named,
+    ).filter(pl.col("kind").is_in(GPU_ACTIVITY) & pl.col("stream").is_not_null())
+
+
+def _launch_columns(trace: Trace, work: pl.DataFrame, **columns: str) -> pl.DataFrame:
+    """Runtime columns (``name=column``) of each work item's launch call, null where it is not in the trace."""
+    runtime = trace.runtime.select("launch_id", **{name: pl.col(c) for name, c in columns.items()})
+    return rows_by_id(runtime, "launch_id", work["launch_id"], list(columns))
+
+
 def stream_work(trace: Trace) -> pl.DataFrame:
     """One row per kernel / memcpy / memset, with its launch call joined.
 
@@ -68,32 +91,25 @@ def stream_work(trace: Trace) -> pl.DataFrame:
     launch columns are null for work whose launch call is not in the trace.
     """
     k = trace.kernels
-    work = k.select(
-        pl.lit(rank_of(trace), pl.Int64).alias("rank"),
-        "stream",
-        pl.col("kind").cast(pl.String),
-        "name",
-        "correlation",
-        "ts",
-        (pl.col("ts") + pl.col("dur")).alias("end"),
-        "dur",
-        "bytes",
-        "memory_bw_gbps",
-        "launch_id",
+    work = _work(
+        trace, "name", "correlation", "dur", "bytes", "memory_bw_gbps",
         comm=is_comm_kernel(k) & (pl.col("kind").cast(pl.String) == "kernel"),
-    ).filter(pl.col("kind").is_in(GPU_ACTIVITY) & pl.col("stream").is_not_null())
-    launches = rows_by_id(
-        trace.runtime.select("launch_id", launch="name", launch_ts="ts", launch_dur="dur"),
-        "launch_id",
-        work["launch_id"],
-        ["launch", "launch_ts", "launch_dur"],
-    )
+    )  # fmt: skip
+    launches = _launch_columns(trace, work, launch="name", launch_ts="ts", launch_dur="dur")
     return (
         pl.concat([work, launches], how="horizontal")
         .with_columns(kernel_type(pl.col("name"), pl.col("comm")).alias("kernel_type"))
         .select(STREAM_WORK_COLUMNS)
         .sort("ts", maintain_order=True)
     )
+
+
+def stream_times(trace: Trace) -> pl.DataFrame:
+    """:func:`stream_work`'s ``rank, stream, ts, end, launch_ts``, in its
+    order: what the idle gaps read, without the names and kinds they do not."""
+    work = _work(trace)
+    launches = _launch_columns(trace, work, launch_ts="ts")
+    return pl.concat([work, launches], how="horizontal").select("rank", "stream", "ts", "end", "launch_ts").sort("ts", maintain_order=True)
 
 
 def union_intervals(frame: pl.DataFrame, by: list[str] | None = None) -> pl.DataFrame:

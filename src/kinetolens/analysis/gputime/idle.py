@@ -27,6 +27,7 @@ from kinetolens.analysis.gputime.gpu_streams import (
     covered_ns,
     describe,
     rank_of,
+    stream_times,
     stream_work,
     union_intervals,
 )
@@ -197,7 +198,7 @@ def idle_gaps(trace: Trace, kernel_wait_us: float = KERNEL_WAIT_US) -> pl.DataFr
     dependent launch lets them) leaves no gap: the gap is measured from the
     latest end so far, and an overlap is not a gap (never negative idle).
     """
-    work = stream_work(trace).sort(["stream", "ts"], maintain_order=True)
+    work = stream_times(trace).sort(["stream", "ts"], maintain_order=True)
     prev_end = pl.col("end").cum_max().shift(1).over("stream")
     gaps = work.with_columns(prev_end=prev_end).filter(
         pl.col("prev_end").is_not_null() & (pl.col("ts") >= pl.col("prev_end"))
@@ -222,7 +223,7 @@ def idle_breakdown(trace: Trace, kernel_wait_us: float = KERNEL_WAIT_US) -> pl.D
     row for each of ``host_wait``, ``kernel_wait`` and ``other``.
     """
     gaps = idle_gaps(trace, kernel_wait_us)
-    streams = stream_work(trace).select("rank", "stream").unique().sort("stream")
+    streams = stream_times(trace).select("rank", "stream").unique().sort("stream")
     sums = gaps.group_by("rank", "stream", "idle_category").agg(pl.col("gap_ns").sum())
     table = (
         _all_categories(streams)
@@ -239,7 +240,7 @@ def idle_breakdown(trace: Trace, kernel_wait_us: float = KERNEL_WAIT_US) -> pl.D
 def idle_gap_stats(trace: Trace, kernel_wait_us: float = KERNEL_WAIT_US) -> pl.DataFrame:
     """Distribution of gap lengths (µs) per stream and cause: count, mean, std, min, quartiles, max."""
     gaps = idle_gaps(trace, kernel_wait_us).with_columns(gap_us=_us(pl.col("gap_ns")))
-    streams = stream_work(trace).select("rank", "stream").unique()
+    streams = stream_times(trace).select("rank", "stream").unique()
     stats = describe(gaps, ["rank", "stream", "idle_category"], "gap_us")
     return (
         _all_categories(streams)

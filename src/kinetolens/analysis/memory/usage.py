@@ -86,10 +86,6 @@ def device_label() -> pl.Expr:
     )
 
 
-def _op_spans(ops: pl.DataFrame) -> pl.DataFrame:
-    return ops.select("op_id", "pid", "tid", "ts", "end", "depth", "parent_id")
-
-
 def enclosing_ops(events: pl.DataFrame, ops: pl.DataFrame) -> pl.Series:
     """For each row of ``events`` (pid, tid, ts), the ``op_id`` of the innermost
     op on that thread with ``ts <= event.ts < end``, or null.
@@ -103,7 +99,7 @@ def enclosing_ops(events: pl.DataFrame, ops: pl.DataFrame) -> pl.Series:
     """
     if events.height == 0:
         return pl.Series("op_id", [], dtype=pl.Int64)
-    spans = _op_spans(ops).sort("ts", "depth")
+    spans = ops.select("pid", "tid", "ts", "depth", "op_id").sort("ts", "depth")
     probe = events.select("pid", "tid", "ts").with_row_index("_row")
     found = (
         probe.sort("ts")
@@ -142,7 +138,9 @@ def memory_events(trace: Trace) -> pl.DataFrame:
         "module",
     )
     found = rows_by_id(names, "op_id", op_id, ["op", "op_kind", "module"])
-    return pl.concat([mem.with_columns(op_id), found], how="horizontal").sort("ts", "seq")
+    events = pl.concat([mem.with_columns(op_id), found], how="horizontal")
+    # Recorded in time order as a rule: then the sort would only copy every column.
+    return events if mem["ts"].is_sorted() else events.sort("ts", "seq")
 
 
 def _with_allocated(events: pl.DataFrame) -> pl.DataFrame:
@@ -202,10 +200,15 @@ def memory_peaks(events: pl.DataFrame) -> pl.DataFrame:
     module, plus the highest reserved, the final allocated bytes and how many
     events had no enclosing op."""
     curve = _with_allocated(events)
+    # Each device's first event at its highest allocated bytes, devices by
+    # that peak: the rows at the peak picked out, not the curve sorted (a
+    # sort copied every column of every event, op and module names included).
     at_peak = (
-        curve.sort("allocated", descending=True, maintain_order=True)
+        curve.with_row_index("_row")
+        .filter(pl.col("allocated") == pl.col("allocated").max().over("device"))
         .group_by("device", maintain_order=True)
         .first()
+        .sort(["allocated", "_row"], descending=[True, False])
         .select(
             "device",
             pl.col("allocated").alias("peak_allocated"),

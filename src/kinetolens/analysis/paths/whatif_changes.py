@@ -134,8 +134,8 @@ def change_mask(e: pl.DataFrame, ev: pl.DataFrame, change: Change) -> pl.Series:
     """Edges (rows of ``e``, categories joined) whose weight ``change`` scales."""
     cpu_or_kernel = pl.col("type").is_in(["cpu", "kernel"])
     if change.kind == "kernel":
-        needle = re.escape((change.target or "").lower())
-        return e.select((pl.col("type") == "kernel") & pl.col("name").str.to_lowercase().str.contains(needle).fill_null(False))[:, 0]
+        needle = re.escape(change.target or "")
+        return e.select((pl.col("type") == "kernel") & pl.col("name").str.contains(f"(?i){needle}").fill_null(False))[:, 0]
     if change.kind == "category":
         return e.select(pl.col("category") == change.target)[:, 0]
     if change.kind == "kernel_ids":
