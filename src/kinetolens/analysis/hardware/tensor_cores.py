@@ -308,8 +308,9 @@ def op_tensor_core_eligibility(trace: Trace) -> pl.DataFrame:
         return pl.DataFrame(schema=schema)
     tc = kernel_tensor_cores(trace).select("kernel_id", "tc")
     kernels = (
-        trace.kernels.filter(pl.col("kind") == "kernel")
-        .select("kernel_id", "op_id", "dur")
+        trace.kernels.select("kind", "kernel_id", "op_id", "dur")  # the columns first: a filter copies each
+        .filter(pl.col("kind") == "kernel")
+        .drop("kind")
         .join(ops.select("op_id", "root"), on="op_id", how="inner")
         .filter(pl.col("root").is_not_null())
         .join(tc, on="kernel_id", how="left")

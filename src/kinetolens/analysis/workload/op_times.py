@@ -36,13 +36,15 @@ def op_instances(trace: Trace) -> pl.DataFrame:
         .rename({"parent_id": "op_id"})
     )
     child_runtime = (
-        trace.runtime.filter(pl.col("contained_op_id").is_not_null())
+        trace.runtime.select("contained_op_id", "dur")  # the columns first: a filter copies each
+        .filter(pl.col("contained_op_id").is_not_null())
         .group_by("contained_op_id")
         .agg(runtime_dur=pl.col("dur").sum())
         .rename({"contained_op_id": "op_id"})
     )
     dev_self = (
-        trace.kernels.filter(pl.col("op_id").is_not_null())
+        trace.kernels.select("op_id", "dur")
+        .filter(pl.col("op_id").is_not_null())
         .group_by("op_id")
         .agg(device_self=pl.col("dur").sum(), kernels=pl.len())
     )

@@ -127,7 +127,7 @@ def share_whole_note(trace: Trace, step: int | None = None) -> str | None:
 def _stepped_gpu_ns(trace: Trace, step: int | None) -> int:
     """Device time of the kernels a step share may count: in a step by their own time or by their op's."""
     trace = without_earlier_iteration(trace)
-    k = trace.kernels.filter(pl.col("dur") > 0)
+    k = trace.kernels.select("op_id", "step", "dur").filter(pl.col("dur") > 0)
     if trace.steps.height:
         op_step = trace.ops.select("op_id", _op_step="step")
         k = k.join(op_step, on="op_id", how="left")
@@ -251,7 +251,7 @@ def unheld_rows(trace: Trace, inst: pl.DataFrame, *, include_annotations: bool) 
             "op_id", "step", "device_self", "kernels",
             name=pl.when(pl.col("name").str.starts_with(STEP_PREFIX)).then(pl.lit(STEPS_ROW)).otherwise(pl.col("name")),
         ))
-    loose = trace.kernels.filter(pl.col("op_id").is_null() & (pl.col("dur") > 0))
+    loose = trace.kernels.select("op_id", "step", "dur").filter(pl.col("op_id").is_null() & (pl.col("dur") > 0))
     if loose.height:
         rows.append(loose.group_by("step").agg(device_self=pl.col("dur").sum(), kernels=pl.len()).select(
             op_id=pl.lit(None), step="step", device_self="device_self", kernels="kernels", name=pl.lit(NOT_UNDER_OP),

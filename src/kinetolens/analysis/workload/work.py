@@ -346,9 +346,9 @@ def carried_work(trace: Trace) -> CarriedWork:
     works = _expanded_reads(ordered, works)
     carrier = _carriers(ordered, works)
     ops = works.filter(carrier.gather(works["op_id"]) == works["op_id"])
-    k = trace.kernels.filter(pl.col("op_id").is_not_null()).select(
+    k = trace.kernels.lazy().filter(pl.col("op_id").is_not_null()).select(
         "kernel_id", "op_id", pl.col("kind").cast(pl.String), "dur"
-    )
+    ).collect()  # lazy: four columns filtered, not the whole table
     kernels = k.with_columns(carrier=carrier.gather(k["op_id"])).filter(pl.col("carrier").is_not_null())
     return CarriedWork(ops, kernels)
 

@@ -28,7 +28,7 @@ TC_SPEEDUP = 2.0
 def fp32_tensor_cores(ctx: RuleContext) -> list[Finding]:
     ops = ctx.tensor_core_ops
     kernel_ns = float(
-        ctx.trace.kernels.filter(pl.col("kind") == "kernel")["dur"].sum() or 0
+        ctx.trace.kernels.select(pl.col("dur").filter(pl.col("kind") == "kernel").sum()).item() or 0
     )
     if ops.height == 0 or not kernel_ns:
         return []
@@ -83,9 +83,9 @@ def simulate_kernels(
     ops = ctx.trace.ops.select("op_id").with_columns(
         matrix_roots(ctx.trace.ops.select("op_id", "name", "parent_id"))
     )
-    k = ctx.trace.kernels.filter(pl.col("kind") == "kernel").select(
+    k = ctx.trace.kernels.lazy().filter(pl.col("kind") == "kernel").select(
         "kernel_id", "op_id", "fwd_op_id"
-    )
+    ).collect()  # lazy: the three columns are filtered, not the whole table
     mine = roots.implode()
     fwd = k.join(ops, on="op_id", how="inner").filter(pl.col("root").is_in(mine))[
         "kernel_id"
@@ -116,10 +116,10 @@ def _backward_kernel_us(trace: Trace, forward_ops: pl.Series) -> float:
     roots = trace.ops.select("op_id").with_columns(
         matrix_roots(trace.ops.select("op_id", "name", "parent_id"))
     )
-    k = trace.kernels.filter(
+    k = trace.kernels.lazy().filter(
         (pl.col("kind") == "kernel") & pl.col("fwd_op_id").is_not_null()
-    )
-    k = k.select("op_id", "fwd_op_id", "dur").join(roots.rename({"root": "own_root"}), on="op_id", how="left")
+    ).select("op_id", "fwd_op_id", "dur").collect()  # lazy: three columns filtered, not the whole table
+    k = k.join(roots.rename({"root": "own_root"}), on="op_id", how="left")
     k = k.join(roots, left_on="fwd_op_id", right_on="op_id", how="inner")
     # A backward matrix op that is itself one of ``forward_ops`` (convolution_backward) is counted already.
     mine = forward_ops.implode()
