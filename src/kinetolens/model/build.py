@@ -34,7 +34,6 @@ from kinetolens.ingest.categories import (
 from kinetolens.ingest.kineto import RawTables
 from kinetolens.ingest.kineto_values import nulls
 from kinetolens.model import direction as dirn
-from kinetolens.model.ids import rows_by_id
 from kinetolens.model.autograd_order import pair_by_order
 from kinetolens.model.backward_names import fits
 from kinetolens.model.frames import MODULE_PREFIX, enclosing_function, per_distinct, source_from_call_stack
@@ -661,8 +660,7 @@ def _link_engine_gaps(runtime: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
 def _link_kernels(device: pl.DataFrame, runtime: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     gpu = device.filter(pl.col("kind").is_in(GPU_ACTIVITY)).sort("ts")
     gpu = gpu.with_row_index("kernel_id").with_columns(pl.col("kernel_id").cast(I64))
-    # Lazy: the columns are picked before the filter copies them (the tables are wide).
-    launches = runtime.lazy().filter(pl.col("correlation").is_not_null()).select(
+    launches = runtime.filter(pl.col("correlation").is_not_null()).select(
         "correlation",
         "launch_id",
         pl.col("name").alias("launch"),
@@ -671,7 +669,7 @@ def _link_kernels(device: pl.DataFrame, runtime: pl.DataFrame, ops: pl.DataFrame
         pl.col("module").alias("launch_module"),
         pl.col("source").alias("launch_source"),
         pl.col("tid").alias("launch_tid"),
-    ).unique(subset=["correlation"], keep="first").collect()
+    ).unique(subset=["correlation"], keep="first")
     # The joins run on the two key columns only and their results are
     # attached to the kernels in kernel order: joining the wide kernel table
     # itself would copy every one of its columns at each join.
@@ -680,9 +678,9 @@ def _link_kernels(device: pl.DataFrame, runtime: pl.DataFrame, ops: pl.DataFrame
     # runtime event; their kernels still carry the op's External id.  Some
     # exporters copy the correlation id into External id instead: that number
     # names no op, and matching it against op ids would be a coincidence.
-    ext = ops.lazy().filter(pl.col("external_id").is_not_null() & (pl.col("external_id") != 0)).select(
+    ext = ops.filter(pl.col("external_id").is_not_null() & (pl.col("external_id") != 0)).select(
         "external_id", ext_op_id="op_id"
-    ).unique(subset=["external_id"], keep="first").collect()
+    ).unique(subset=["external_id"], keep="first")
     by_ext = pl.col("launch_id").is_null() & (pl.col("external_id") != pl.col("correlation").fill_null(-1))
     linked = linked.join(ext, on="external_id", how="left", maintain_order="left").with_columns(
         op_id=pl.coalesce("launch_op_id", pl.when(by_ext).then(pl.col("ext_op_id")))
@@ -699,11 +697,10 @@ def _link_kernels(device: pl.DataFrame, runtime: pl.DataFrame, ops: pl.DataFrame
         fwd_op="fwd_op",
     )
     tops = ops.select(top_op_id="op_id", top_op="name")
-    # Op ids number the ops' rows: their columns are gathered, not joined.
-    linked = pl.concat([linked, rows_by_id(op_cols, "op_id", linked["op_id"], op_cols.columns[1:])], how="horizontal")
-    linked = pl.concat([linked, rows_by_id(tops, "top_op_id", linked["top_op_id"], ["top_op"])], how="horizontal")
     linked = (
-        linked.with_columns(
+        linked.join(op_cols, on="op_id", how="left", maintain_order="left")
+        .join(tops, on="top_op_id", how="left", maintain_order="left")
+        .with_columns(
             module=pl.coalesce("op_module", "launch_module"),
             source=pl.coalesce("op_source", "launch_source"),
         )
