@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from kinetolens.analysis.session import per_trace
 from kinetolens.model.ids import rows_by_id
 from kinetolens.model.trace import Trace
 
@@ -181,6 +182,7 @@ def _per_device() -> list[pl.Expr]:
     ]
 
 
+@per_trace  # a row per device, read by the GPU table and the summary's memory block
 def peak_memory(trace: Trace) -> pl.DataFrame:
     """Per device: ``device`` label, ``device_type``, ``device_id``,
     ``peak_allocated``, ``basis`` and ``live_at_start`` (bytes alive when the
