@@ -52,29 +52,21 @@ def sample():
 
 threading.Thread(target=sample, daemon=True).start()
 
-def step_breakdown():
-    from kinetolens.analysis.gputime.overview import step_breakdown
-    return step_breakdown(trace)
+#: Each analysis: its module and function, called with the trace.
+CALLS = {
+    "step_breakdown": ("kinetolens.analysis.gputime.overview", "step_breakdown"),
+    "gpu_metrics": ("kinetolens.analysis.hardware.gpu_metrics", "gpu_metrics"),
+    "idle_gaps": ("kinetolens.analysis.gputime.idle", "idle_gaps"),
+    "attribution": ("kinetolens.analysis.summary", "attribution"),
+    "unrecorded_launches": ("kinetolens.analysis.summary", "unrecorded_launches"),
+    "memory_events": ("kinetolens.analysis.memory.usage", "memory_events"),
+    "summary": ("kinetolens.analysis.summary", "summarize"),
+}
 
-def gpu_metrics():
-    from kinetolens.analysis.hardware.gpu_metrics import gpu_metrics
-    return gpu_metrics(trace)
-
-def idle_gaps():
-    from kinetolens.analysis.gputime.idle import idle_gaps
-    return idle_gaps(trace)
-
-def attribution():
-    from kinetolens.analysis.summary import attribution
-    return attribution(trace)
-
-def unrecorded_launches():
-    from kinetolens.analysis.summary import unrecorded_launches
-    return unrecorded_launches(trace)
-
-def memory_events():
-    from kinetolens.analysis.memory.usage import memory_events
-    return memory_events(trace)
+def call(name):
+    import importlib
+    module, function = CALLS[name]
+    return getattr(importlib.import_module(module), function)(trace)
 
 def memory_peaks():
     from kinetolens.analysis.memory.usage import memory_events, memory_peaks
@@ -83,10 +75,6 @@ def memory_peaks():
     start_measure()
     return memory_peaks(events)
 
-def summary():
-    from kinetolens.analysis.summary import summarize
-    return summarize(trace)
-
 def start_measure():
     peak[0] = rss()
     base[0] = peak[0]
@@ -94,7 +82,7 @@ def start_measure():
 base = [0]
 out = {}
 for name in sys.argv[2].split(","):
-    fn = globals()[name]
+    fn = memory_peaks if name == "memory_peaks" else (lambda name=name: call(name))
     time.sleep(0.4)
     start_measure()
     running[0] = True

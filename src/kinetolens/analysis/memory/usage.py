@@ -125,12 +125,8 @@ def enclosing_ops(events: pl.DataFrame, ops: pl.DataFrame) -> pl.Series:
         found[mine] = np.where(at >= 0, order[lo + np.maximum(at, 0)], -1)
     ids = ops["op_id"].to_numpy()
     end = ops["end"].to_numpy()
-    # The parent's row: op ids are rows of the model's ops table, found by search otherwise.
-    parent_id = ops["parent_id"].fill_null(-1).to_numpy()
-    by_id = np.argsort(ids, kind="stable")
-    slot = np.searchsorted(ids[by_id], parent_id)
-    parent = np.where((parent_id >= 0) & (slot < ids.size), by_id[np.minimum(slot, ids.size - 1)], -1)
-    parent = np.where((parent >= 0) & (ids[np.maximum(parent, 0)] == parent_id), parent, -1)
+    rows = ops.select("op_id").with_row_index("row").with_columns(pl.col("row").cast(pl.Int64))
+    parent = rows_by_id(rows, "op_id", ops["parent_id"], ["row"])["row"].fill_null(-1).to_numpy()  # the parent's row
     for _ in range(int(ops["depth"].max() or 0) + 2 if n_ops else 0):
         outside = (found >= 0) & (end[np.maximum(found, 0)] <= ev_ts)
         if not outside.any():
