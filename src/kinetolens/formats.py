@@ -23,6 +23,9 @@ MEMORY_SAMPLE_EVENT = "kinetolens memory sample"
 NVTX_OP_PREFIX = "kinetolens "
 #: NVTX range around a module's forward: this prefix, then the module path.
 NVTX_MODULE_PREFIX = "kinetolens.module "
+#: Kineto's category of launch arrows (runtime call -> kernel), which the
+#: Perfetto export writes too.
+LAUNCH_FLOW_CAT = "ac2g"
 #: The record_function range torch (and ``with_modules`` captures) put around a module's forward.
 MODULE_RANGE_PREFIX = "nn.Module: "
 

@@ -68,10 +68,15 @@ def test_peak_memory_is_one_number_everywhere(rel: str) -> None:
         peak = row["peak_allocated"]
         assert api[device]["peak_allocated"] == in_summary[device]["peak_allocated"] == in_report[device]["peak_allocated"] == peak
         assert api[device]["basis"] == in_summary[device]["basis"] == row["basis"]
+        # The event at the peak and its op: found for the peak events alone in the
+        # API (what the memory rule reads), for every event in the memory view.
+        at_peak = ("peak_ts", "peak_op_id", "peak_op", "peak_module")
+        assert [api[device][c] for c in at_peak] == [row[c] for c in at_peak]
         label = "" if row["basis"] == ALLOCATOR else " (allocated while profiling only)"
         assert dashboard_cards[f"{device} peak allocated"] == f"{units.memory(peak)}{label}"  # one format
         if device.startswith("GPU"):
             assert gpu_table[device]["peak_allocated_bytes"] == dashboard_gpus[device]["peak_allocated_bytes"] == peak
+    assert any(r["peak_op"] for r in view.values())
     if rel == RESNET:
         assert view["GPU0"]["peak_allocated"] == 2_791_636_480 and view["GPU0"]["basis"] == WINDOW_SUM
 

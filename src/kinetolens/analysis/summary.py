@@ -190,7 +190,7 @@ def steps_block(trace: Trace, table: pl.DataFrame | None = None) -> Steps:
 def memory_block(trace: Trace) -> tuple[PeakMemory, ...]:
     """Peak memory per device (:func:`memory.peak_memory`, the memory view's
     numbers) with what each peak covers, in words."""
-    rows = peak_memory(trace).drop("device_type").to_dicts()
+    rows = peak_memory(trace).select("device", "device_id", "peak_allocated", "basis", "live_at_start").to_dicts()
     return rows_of(PeakMemory, [{**row, "note": BASIS_NOTES[row["basis"]]} for row in rows])
 
 

@@ -13,7 +13,8 @@ Output tables (all times are integer nanoseconds, exact):
 * ``device``: device-side ``X`` events (kernels, memcpy, memset, GPU
   annotations, CUPTI profiler ranges);
 * ``memory``: ``[memory]`` allocator instants;
-* ``flows``: ``s``/``f``/``t`` flow events (``ac2g`` launch links, ``fwdbwd``);
+* ``flows``: ``s``/``f``/``t`` flow events (``fwdbwd`` and others) but the
+  ``ac2g`` launch arrows, which repeat the device events' correlation ids;
 * ``threads`` and ``processes``: names from metadata events;
 * ``counters``: counter (``C``) events' pid, time and name; their args are
   open-ended and read only for traces that have any

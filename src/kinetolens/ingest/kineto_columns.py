@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 import polars as pl
 
+from kinetolens.formats import LAUNCH_FLOW_CAT
 from kinetolens.ingest.categories import PYTHON, RUNTIME, SYNC, classify
 from kinetolens.ingest.kineto_schema import (
     NO_ARGS,
@@ -109,7 +110,10 @@ def partition(events: Sequence[Event]) -> Partition:
             if e.name == "[memory]":
                 p.memory.append(e)
         elif ph == "s" or ph == "f" or ph == "t":
-            p.flows.append(e)
+            # Launch arrows carry the launch's correlation id, which the
+            # device events hold themselves: not kept (two rows per kernel).
+            if e.cat != LAUNCH_FLOW_CAT:
+                p.flows.append(e)
         elif ph == "M":
             p.meta.append(e)
         elif ph == "C":

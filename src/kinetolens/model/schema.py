@@ -250,7 +250,7 @@ MEMORY = Table(
 
 FLOWS = Table(
     "flows",
-    "flow events (launch arrows, forward/backward links)",
+    "flow events: forward/backward links and others (launch arrows are ``kernels.launch_id``)",
     (
         _c("ph", CAT, "``s`` start, ``f`` finish"),
         CAT_COL,

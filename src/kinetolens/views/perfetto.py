@@ -35,6 +35,7 @@ from kinetolens.analysis.memory.usage import memory_curve, memory_events
 from kinetolens.analysis.hardware.roofline import kernel_roofline
 from kinetolens.analysis.workload.work import op_work
 from kinetolens.errors import TraceError
+from kinetolens.formats import LAUNCH_FLOW_CAT
 from kinetolens.model.trace import Trace
 from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 
@@ -42,7 +43,6 @@ from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 UTILIZATION_BINS = 500
 #: Bins are no shorter than this (ns), so a short trace does not get empty slivers.
 MIN_BIN_NS = 10_000
-LAUNCH_FLOW_CAT = "ac2g"
 
 
 def _us(ns: int) -> float:
@@ -122,14 +122,13 @@ def _launch_flows(trace: Trace) -> list[dict[str, Any]]:
 
 
 def _other_flows(trace: Trace) -> list[dict[str, Any]]:
-    """Recorded flows that are not launches (forward-backward), as recorded.
+    """The recorded flows (forward-backward; the model keeps no launch arrows), as recorded.
 
     Their ids live in a separate numbering from the launch arrows' kernel
     ids; Perfetto keys flows by (cat, id), so the two cannot collide.
     """
-    flows = trace.flows.filter(pl.col("cat").cast(pl.String) != LAUNCH_FLOW_CAT)
     events = []
-    for r in flows.iter_rows(named=True):
+    for r in trace.flows.iter_rows(named=True):
         e = {"ph": str(r["ph"]), "id": r["id"], "name": str(r["cat"]), "cat": str(r["cat"]),
              "pid": r["pid"], "tid": r["tid"], "ts": _us(r["ts"])}  # fmt: skip
         if e["ph"] == "f":

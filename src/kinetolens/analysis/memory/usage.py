@@ -178,21 +178,47 @@ def _per_device() -> list[pl.Expr]:
     ]
 
 
-@per_trace  # a row per device, read by the GPU table and the summary's memory block
+@per_trace  # a row per device, read by the GPU table, the summary's memory block and its rule
 def peak_memory(trace: Trace) -> pl.DataFrame:
     """Per device: ``device`` label, ``device_type``, ``device_id``,
-    ``peak_allocated``, ``basis`` and ``live_at_start`` (bytes alive when the
-    window opened, null where the trace cannot tell).
+    ``peak_allocated``, ``basis``, ``live_at_start`` (bytes alive when the
+    window opened, null where the trace cannot tell), and the first event at
+    the peak: ``peak_ts``, ``peak_op_id``, ``peak_op``, ``peak_module``.
 
     The one definition of peak memory: :func:`memory_peaks` gives the same
-    numbers with the op at the peak, and the GPU table of the overview
-    (:func:`kinetolens.analysis.hardware.gpu_metrics.gpu_metrics`) reads this.
+    numbers from every event with its op (the memory views), and the GPU table
+    of the overview (:func:`kinetolens.analysis.hardware.gpu_metrics.gpu_metrics`)
+    reads this.  The op is found for the peak events alone, not for every
+    event as :func:`memory_events` does.
     """
-    mem = trace.memory.with_row_index("seq").with_columns(device_label()).sort("ts", "seq")
+    mem = (
+        trace.memory.select("pid", "tid", "ts", "device_type", "device_id", "bytes", "total_allocated", "total_reserved")
+        .with_row_index("seq")
+        .with_columns(device_label())
+        .sort("ts", "seq")
+    )
     curve = _with_allocated(mem)
-    return curve.group_by("device").agg(
+    peaks = curve.group_by("device").agg(
         pl.col("device_type").first(), pl.col("device_id").first(), *_per_device()
-    ).sort("device")
+    )
+    at = _first_at_peak(curve).select("device", "pid", "tid", "ts")
+    op_id = enclosing_ops(at, trace.ops)
+    names = trace.ops.select("op_id", peak_op="name", peak_module="module")
+    found = rows_by_id(names, "op_id", op_id, ["peak_op", "peak_module"])
+    at = pl.concat([at.select("device", peak_ts="ts"), op_id.alias("peak_op_id").to_frame(), found], how="horizontal")
+    return peaks.join(at, on="device", how="left").sort("device")
+
+
+def _first_at_peak(curve: pl.DataFrame) -> pl.DataFrame:
+    """Each device's first event (in curve order) at its highest allocated
+    bytes: the rows at the peak picked out, not the curve sorted (a sort
+    copied every column of every event, op and module names included)."""
+    return (
+        curve.with_row_index("_row")
+        .filter(pl.col("allocated") == pl.col("allocated").max().over("device"))
+        .group_by("device", maintain_order=True)
+        .first()
+    )
 
 
 def memory_curve(events: pl.DataFrame) -> pl.DataFrame:
@@ -208,14 +234,9 @@ def memory_peaks(events: pl.DataFrame) -> pl.DataFrame:
     module, plus the highest reserved, the final allocated bytes and how many
     events had no enclosing op."""
     curve = _with_allocated(events)
-    # Each device's first event at its highest allocated bytes, devices by
-    # that peak: the rows at the peak picked out, not the curve sorted (a
-    # sort copied every column of every event, op and module names included).
+    # Devices by their peak (:func:`peak_memory` picks the same event).
     at_peak = (
-        curve.with_row_index("_row")
-        .filter(pl.col("allocated") == pl.col("allocated").max().over("device"))
-        .group_by("device", maintain_order=True)
-        .first()
+        _first_at_peak(curve)
         .sort(["allocated", "_row"], descending=[True, False])
         .select(
             "device",

@@ -95,6 +95,12 @@ class DependencyGraph:
 
 
 
+#: The kernel columns :func:`_gpu_events` and :class:`_Candidates` read.
+_ACTIVITY_COLUMNS = (
+    "kind", "name", "op", "module", "source", "device", "stream", "ts", "dur", "op_id", "launch_id", "kernel_id",
+)
+
+
 class TraceFacts:
     """The whole-trace tables every window's graph reads, computed once per trace.
 
@@ -123,10 +129,15 @@ class TraceFacts:
 
     @cached_property
     def activity(self) -> pl.DataFrame:
-        """GPU activity with ``busy_until``: the end of every earlier activity on its stream."""
+        """GPU activity with ``busy_until``: the end of every earlier activity on its stream.
+
+        Only the columns a window's graph reads: the session keeps this for
+        the trace's life, and the whole kernel table sorted again would be a
+        second copy of it."""
         k = self.trace.kernels
         return (
             k.lazy()
+            .select(*_ACTIVITY_COLUMNS)
             .filter(pl.col("kind").cast(pl.String).is_in(GPU_ACTIVITY) & (pl.col("dur") >= 0))
             .sort("ts")
             .with_columns(busy_until=(pl.col("ts") + pl.col("dur")).cum_max().shift(1).over("device", "stream"), comm=is_comm_kernel(k))

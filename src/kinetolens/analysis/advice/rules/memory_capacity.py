@@ -10,7 +10,7 @@ from kinetolens.analysis.advice.rule_context import (
 from kinetolens.analysis.advice.rule_registry import rule
 from kinetolens.analysis.finding import Finding
 from kinetolens.analysis.hardware.gpu_spec import gpu_spec
-from kinetolens.analysis.memory.usage import WINDOW_SUM, memory_events, memory_peaks
+from kinetolens.analysis.memory.usage import WINDOW_SUM, peak_memory
 
 #: Allocated peak as a share of device memory that counts as near capacity.
 MEMORY_NEAR_CAPACITY = 0.9
@@ -20,8 +20,10 @@ MEMORY_NEAR_CAPACITY = 0.9
 def memory_capacity(ctx: RuleContext) -> list[Finding]:
     if ctx.trace.memory.height == 0:
         return []
-    peaks = memory_peaks(memory_events(ctx.trace)).filter(
-        pl.col("device").str.starts_with("GPU")
+    peaks = (
+        peak_memory(ctx.trace)
+        .filter(pl.col("device").str.starts_with("GPU"))
+        .sort("peak_allocated", "device", descending=[True, False])
     )
     capacity = {
         f"GPU{d.get('id')}": d.get("totalGlobalMem")
