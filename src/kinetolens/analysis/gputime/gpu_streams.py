@@ -16,6 +16,7 @@ collective's range launched itself); ``Memcpy...``,
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import polars as pl
 
@@ -48,6 +49,13 @@ def kernel_type(name: pl.Expr, comm: pl.Expr) -> pl.Expr:
     return pl.when(comm).then(pl.lit(COMMUNICATION)).otherwise(expr)
 
 
+def work_kernel_type(trace: Trace) -> pl.Expr:
+    """:func:`kernel_type` of each row of ``trace.kernels`` (communication
+    is a communication kernel that is a kernel, not a copy or set)."""
+    comm = is_comm_kernel(trace.kernels) & (pl.col("kind").cast(pl.String) == "kernel")
+    return kernel_type(pl.col("name"), comm)
+
+
 def rank_of(trace: Trace) -> int:
     """The trace's distributed rank; a trace without one is rank 0."""
     return trace.rank if trace.rank is not None else 0
@@ -57,6 +65,11 @@ STREAM_WORK_COLUMNS = [
     "rank", "stream", "kind", "name", "kernel_type", "correlation", "ts", "end", "dur", "bytes", "memory_bw_gbps",
     "launch_id", "launch", "launch_ts", "launch_dur",
 ]  # fmt: skip
+
+
+#: :func:`stream_work` columns read from the kernels as they are, and from the launch call.
+_KERNEL_WORK_COLUMNS = ("name", "correlation", "dur", "bytes", "memory_bw_gbps")
+_LAUNCH_WORK_COLUMNS = {"launch": "name", "launch_ts": "ts", "launch_dur": "dur"}
 
 
 def _work(trace: Trace, *columns: str | pl.Expr, **named: pl.Expr) -> pl.DataFrame:
@@ -82,26 +95,23 @@ def _launch_columns(trace: Trace, work: pl.DataFrame, **columns: str) -> pl.Data
     return rows_by_id(runtime, "launch_id", work["launch_id"], list(columns))
 
 
-def stream_work(trace: Trace) -> pl.DataFrame:
+def stream_work(trace: Trace, columns: Sequence[str] = STREAM_WORK_COLUMNS) -> pl.DataFrame:
     """One row per kernel / memcpy / memset, with its launch call joined.
 
     Columns: ``rank, stream, kind, name, kernel_type, correlation, ts, end, dur,
     bytes, memory_bw_gbps, launch_id, launch, launch_ts, launch_dur`` (integer
-    ns; ``memory_bw_gbps`` is Kineto's own copy bandwidth, where written).  The
-    launch columns are null for work whose launch call is not in the trace.
+    ns; ``memory_bw_gbps`` is Kineto's own copy bandwidth, where written), or
+    those of them in ``columns``: only those are made (on a big trace the
+    kernel types and launch names are hundreds of MiB).  The launch columns
+    are null for work whose launch call is not in the trace.
     """
-    k = trace.kernels
-    work = _work(
-        trace, "name", "correlation", "dur", "bytes", "memory_bw_gbps",
-        comm=is_comm_kernel(k) & (pl.col("kind").cast(pl.String) == "kernel"),
-    )  # fmt: skip
-    launches = _launch_columns(trace, work, launch="name", launch_ts="ts", launch_dur="dur")
-    return (
-        pl.concat([work, launches], how="horizontal")
-        .with_columns(kernel_type(pl.col("name"), pl.col("comm")).alias("kernel_type"))
-        .select(STREAM_WORK_COLUMNS)
-        .sort("ts", maintain_order=True)
-    )
+    wanted = set(columns)
+    named = {"kernel_type": work_kernel_type(trace)} if "kernel_type" in wanted else {}
+    work = _work(trace, *[c for c in _KERNEL_WORK_COLUMNS if c in wanted], **named)
+    launch = {name: c for name, c in _LAUNCH_WORK_COLUMNS.items() if name in wanted}
+    if launch:
+        work = pl.concat([work, _launch_columns(trace, work, **launch)], how="horizontal")
+    return work.select(*columns, *([] if "ts" in wanted else ["ts"])).sort("ts", maintain_order=True).select(columns)
 
 
 def stream_times(trace: Trace) -> pl.DataFrame:
@@ -133,6 +143,16 @@ def union_intervals(frame: pl.DataFrame, by: list[str] | None = None) -> pl.Data
         .agg(pl.col("ts").min(), pl.col("end").max())
     )
     return merged.drop("group")
+
+
+def busy_intervals(trace: Trace, *kernel_types: str) -> list[pl.DataFrame]:
+    """For each kernel type, the disjoint ``[ts, end)`` intervals when work
+    of that type ran on any stream.  Read from a flag per type and the
+    times, not from :func:`stream_work` with its names and launches (three
+    times the memory on a big trace)."""
+    ktype = work_kernel_type(trace)
+    work = _work(trace, **{f"is_{t}": ktype == t for t in kernel_types})
+    return [union_intervals(work.filter(f"is_{t}")) for t in kernel_types]
 
 
 def covered_ns(intervals: pl.DataFrame) -> int:

@@ -24,6 +24,7 @@ from kinetolens.analysis.gputime.gpu_streams import (
     COMMUNICATION,
     COMPUTATION,
     MEMORY,
+    busy_intervals,
     covered_ns,
     describe,
     rank_of,
@@ -256,9 +257,7 @@ def comm_comp_overlap(trace: Trace) -> pl.DataFrame:
     Columns: ``rank, comm_us, overlap_us, overlap_pct`` (null without
     communication kernels).
     """
-    work = stream_work(trace)
-    comm = union_intervals(work.filter(pl.col("kernel_type") == COMMUNICATION))
-    comp = union_intervals(work.filter(pl.col("kernel_type") == COMPUTATION))
+    comm, comp = busy_intervals(trace, COMMUNICATION, COMPUTATION)
     overlap = _intersection_ns(comm, comp)
     comm_ns = covered_ns(comm)
     return pl.DataFrame(

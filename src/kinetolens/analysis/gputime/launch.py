@@ -42,9 +42,16 @@ BW_RESIDUE_GBPS = 1e-9
 LAUNCH_COLUMNS = ("cpu_duration_us", "gpu_duration_us", "launch_delay_us")
 
 
+#: The :func:`~kinetolens.analysis.gputime.gpu_streams.stream_work` columns the launch views read.
+LAUNCHED_COLUMNS = (
+    "rank", "stream", "kind", "name", "correlation", "ts", "dur", "launch_id", "launch", "launch_ts", "launch_dur",
+)
+
+
 def launched_work(trace: Trace, calls: Collection[str] | None = None) -> pl.DataFrame:
-    """Stream work whose launch call is in the trace (and, if given, named in ``calls``)."""
-    work = stream_work(trace).filter(pl.col("launch_ts").is_not_null())
+    """Stream work whose launch call is in the trace (and, if given, named in
+    ``calls``): :data:`LAUNCHED_COLUMNS`."""
+    work = stream_work(trace, LAUNCHED_COLUMNS).filter(pl.col("launch_ts").is_not_null())
     return work if calls is None else work.filter(pl.col("launch").is_in(list(calls)))
 
 

@@ -96,9 +96,10 @@ class DependencyGraph:
 
 
 #: The kernel columns :func:`_gpu_events` and :class:`_Candidates` read.
-_ACTIVITY_COLUMNS = (
-    "kind", "name", "op", "module", "source", "device", "stream", "ts", "dur", "op_id", "launch_id", "kernel_id",
-)
+_ACTIVITY_COLUMNS = ("kind", "device", "stream", "ts", "dur", "op_id", "launch_id", "kernel_id")
+#: The kernels' texts a graph's GPU events show, looked up for the events a
+#: window holds (``TraceFacts.activity`` is kept for the trace's life).
+_KERNEL_TEXTS = ["name", "op", "module", "source"]
 
 
 class TraceFacts:
@@ -131,16 +132,18 @@ class TraceFacts:
     def activity(self) -> pl.DataFrame:
         """GPU activity with ``busy_until``: the end of every earlier activity on its stream.
 
-        Only the columns a window's graph reads: the session keeps this for
-        the trace's life, and the whole kernel table sorted again would be a
-        second copy of it."""
+        Only the numbers a window's graph reads, and whether it is
+        communication: the session keeps this for the trace's life, and the
+        kernel table sorted again with its texts was a second copy of it
+        (a window's kernels take their texts by ``kernel_row``)."""
         k = self.trace.kernels
         return (
             k.lazy()
-            .select(*_ACTIVITY_COLUMNS)
+            .select(*_ACTIVITY_COLUMNS, comm=is_comm_kernel(k))
+            .with_row_index("kernel_row")
             .filter(pl.col("kind").cast(pl.String).is_in(GPU_ACTIVITY) & (pl.col("dur") >= 0))
             .sort("ts")
-            .with_columns(busy_until=(pl.col("ts") + pl.col("dur")).cum_max().shift(1).over("device", "stream"), comm=is_comm_kernel(k))
+            .with_columns(busy_until=(pl.col("ts") + pl.col("dur")).cum_max().shift(1).over("device", "stream"))
             .collect(engine="in-memory")
         )
 
@@ -182,6 +185,13 @@ class TraceFacts:
         if self._ops_by_row:
             return pl.lit(self.trace.ops["name"]).gather(pl.col("op_id"))
         return pl.col("op_id").replace_strict(self.trace.ops["op_id"], self.trace.ops["name"], default=None, return_dtype=pl.String)
+
+    def kernel_texts(self) -> dict[str, pl.Expr]:
+        """The kernels' texts (:data:`_KERNEL_TEXTS`), as expressions over a
+        frame of :attr:`activity` rows: gathered from the kernel table by
+        row (``kernel_row``), not kept with the activity."""
+        kernels = self.trace.kernels
+        return {c: pl.lit(kernels[c]).gather(pl.col("kernel_row")) for c in _KERNEL_TEXTS}
 
     def op_names(self, op_ids: pl.Series) -> pl.Series:
         """The names of ops by id (ids are row numbers in the model: a gather, not a join)."""
@@ -415,10 +425,7 @@ def _gpu_events(facts: TraceFacts, cpu: pl.LazyFrame) -> pl.LazyFrame:
     return k.select(
         side=pl.lit("gpu"),
         kind=pl.col("kind").cast(pl.String),
-        name="name",
-        op="op",
-        module="module",
-        source="source",
+        **facts.kernel_texts(),
         device="device",
         stream="stream",
         ts="ts",
@@ -601,9 +608,15 @@ class _FactsIndex:
     def candidates(self) -> _Candidates:
         return _Candidates(self.facts)
 
-    @cached_property
-    def host_ts(self) -> np.ndarray:
-        return np.concatenate([self.facts.trace.ops["ts"].to_numpy(), self.facts.trace.runtime["ts"].to_numpy()])
+    def _host_events_in(self, start: int, end: int) -> tuple[int, int]:
+        """How many ops and runtime calls start in ``[start, end]``, and how many there are."""
+        trace = self.facts.trace
+        inside = total = 0
+        for table in (trace.ops, trace.runtime):
+            ts = table["ts"].to_numpy()  # no copy: a start time is never null
+            inside += int(np.count_nonzero((ts >= start) & (ts <= end)))
+            total += ts.size
+        return inside, total
 
     def candidates_for(self, start: int, end: int) -> _Candidates:
         """The whole trace's candidates when made already, when the trace is small
@@ -612,8 +625,8 @@ class _FactsIndex:
         step of a long trace does not pay for the whole trace."""
         if "candidates" in self.__dict__:
             return self.candidates
-        ts = self.host_ts
-        if ts.size <= _SMALL_TRACE or 4 * int(np.count_nonzero((ts >= start) & (ts <= end))) >= ts.size:
+        inside, total = self._host_events_in(start, end)
+        if total <= _SMALL_TRACE or 4 * inside >= total:
             return self.candidates
         return _Candidates(self.facts, start, end)
 
@@ -626,8 +639,8 @@ class _FactsIndex:
         kinds = {"Context Sync": 0, "Stream Sync": 1, "Event Sync": 2}
         kind = pl.col("kind").cast(pl.String)
         r = self.facts.trace.runtime.select(
-            kind=pl.when(kind == "runtime").then(0).when(kind == "sync").then(1).otherwise(2),
-            sync_kind=pl.col("name").replace_strict(kinds, default=3, return_dtype=pl.Int64),
+            kind=pl.when(kind == "runtime").then(0).when(kind == "sync").then(1).otherwise(2).cast(pl.Int8),
+            sync_kind=pl.col("name").replace_strict(kinds, default=3, return_dtype=pl.Int8),
             record=pl.col("name").is_in(EVENT_RECORD_CALLS).fill_null(False),
             wait=(pl.col("name") == "Stream Wait Event").fill_null(False),
             wait_call=((kind == "runtime") & pl.col("name").is_in(STREAM_WAIT_CALLS)).fill_null(False),
