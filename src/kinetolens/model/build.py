@@ -375,7 +375,7 @@ def _recompute(ops: pl.DataFrame, *, own_module: pl.Series, bwd_root: pl.Series)
     again = (ops["direction"].cast(pl.String) == dirn.BPROP) & own_module.is_not_null() & node_module.is_null()
     if not again.any():
         return ops
-    forward = ops.filter(pl.col("direction").cast(pl.String) == dirn.FPROP)["module"].drop_nulls().unique().to_list()
+    forward = ops["module"].filter(ops["direction"].cast(pl.String) == dirn.FPROP).drop_nulls().unique().to_list()
     near = ops["module"].gather(bwd_root)
     full = {
         (m, n): dirn.full_module_path(m, forward, n)

@@ -51,7 +51,7 @@ def clock_offset_of(starts: pl.Series, launches: pl.Series) -> ClockOffset | Non
 
 def gpu_clock_offset(trace: Trace, window: tuple[int, int] | None = None) -> ClockOffset | None:
     """The offset the activities launched inside ``window`` ([start, end) ns, if given) show, or None."""
-    k = trace.kernels.filter(pl.col("launch_ts").is_not_null())
+    k = trace.kernels.select("ts", "launch_ts").filter(pl.col("launch_ts").is_not_null())
     if window is not None:
         k = k.filter((pl.col("launch_ts") >= window[0]) & (pl.col("launch_ts") < window[1]))
     return clock_offset_of(k["ts"], k["launch_ts"])

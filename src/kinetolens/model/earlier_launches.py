@@ -55,18 +55,19 @@ class Aligned:
 
 
 def _unlaunched(kernels: pl.DataFrame) -> pl.DataFrame:
-    return kernels.filter(
-        pl.col("launch_id").is_null()
-        & pl.col("op_id").is_null()
-        & pl.col("correlation").is_not_null()
-        & pl.col("graph_id").is_null()
-    ).select("kernel_id", "name", "ts", "step", corr=pl.col("correlation").cast(I64))
+    # Columns picked before rows: filtering the kernel table copied every column.
+    return kernels.select(
+        "kernel_id", "name", "ts", "step", corr=pl.col("correlation").cast(I64),
+        keep=pl.col("launch_id").is_null() & pl.col("op_id").is_null() & pl.col("correlation").is_not_null()
+        & pl.col("graph_id").is_null(),
+    ).filter("keep").drop("keep")
 
 
 def _launched(kernels: pl.DataFrame) -> pl.DataFrame:
-    return kernels.filter(
-        pl.col("launch_id").is_not_null() & pl.col("op_id").is_not_null() & pl.col("correlation").is_not_null()
-    ).select("name", "op_id", "module", "source", corr=pl.col("correlation").cast(I64))
+    return kernels.select(
+        "name", "op_id", "module", "source", corr=pl.col("correlation").cast(I64),
+        keep=pl.col("launch_id").is_not_null() & pl.col("op_id").is_not_null() & pl.col("correlation").is_not_null(),
+    ).filter("keep").drop("keep")
 
 
 def iteration_length(steps: pl.DataFrame, runtime: pl.DataFrame) -> tuple[int, int] | None:

@@ -81,7 +81,8 @@ def build_steps(ops: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
             complete=pl.lit(True),
             cut_reason=pl.lit(None, pl.String),
         )
-    host = ops.filter(pl.col("kind").cast(pl.String).is_in(("op", "annotation"))).select("ts", "name", "kind")
+    # Columns picked before rows: filtering the whole op table copied every column.
+    host = ops.select("ts", "name", "kind").filter(pl.col("kind").cast(pl.String).is_in(("op", "annotation")))
     host = _step_of(host, marks, "ts").filter(~pl.col("name").str.starts_with(STEP_PREFIX))
     host_work = host.filter(pl.col("kind").cast(pl.String) == "op").group_by("step").agg(host_work=pl.len())
     counts = host.group_by("step", "name").agg(n=pl.len())
@@ -107,7 +108,8 @@ def host_range_windows(marks: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFra
     (:mod:`kinetolens.analysis.inference.phases`) are both cut this way.
     """
     gpu = (
-        kernels.filter(pl.col("kind").cast(pl.String).is_in(GPU_ACTIVITY) & (pl.col("dur") >= 0))
+        kernels.select("kind", "launch_ts", "ts", "dur")
+        .filter(pl.col("kind").cast(pl.String).is_in(GPU_ACTIVITY) & (pl.col("dur") >= 0))
         .select("launch_ts", "ts", kend=pl.col("ts") + pl.col("dur"))
         .with_row_index("_k")
     )

@@ -35,8 +35,11 @@ def _by_instant(intervals: list[tuple[int, int, int]], windows: list[tuple[int, 
     return out
 
 
+@pytest.mark.parametrize("chunk", [overview.SWEEP_CHUNK, 3])
 @pytest.mark.parametrize("seed", range(40))
-def test_sweep_gives_each_instant_to_the_first_busy_category(seed: int) -> None:
+def test_sweep_gives_each_instant_to_the_first_busy_category(seed: int, chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # chunk 3: the windows swept a few at a time, each run with the intervals that overlap it
+    monkeypatch.setattr(overview, "SWEEP_CHUNK", chunk)
     rng = np.random.default_rng(seed)
     intervals = []
     for _ in range(int(rng.integers(0, 30))):

@@ -31,8 +31,10 @@ def _innermost(ops: list[dict], pid: int | None, tid: int | None, ts: int) -> in
     return max(inside, key=lambda o: (o["depth"], o["ts"], o["op_id"]))["op_id"] if inside else None
 
 
+@pytest.mark.parametrize("events_per_trace", [200, 2])
 @pytest.mark.parametrize("seed", range(25))
-def test_each_event_gets_the_innermost_op_holding_it(seed: int) -> None:
+def test_each_event_gets_the_innermost_op_holding_it(seed: int, events_per_trace: int) -> None:
+    # 2 events (a memory peak's): only the ops of their threads up to the last one are searched
     rng = np.random.default_rng(seed)
     rows: list[dict] = []
     for pid, tid in [(1, 10), (1, 11), (2, 10)]:
@@ -42,10 +44,10 @@ def test_each_event_gets_the_innermost_op_holding_it(seed: int) -> None:
     ops = [{**o, "op_id": i, "parent_id": old_to_new.get(o["parent_id"])} for i, o in enumerate(rows)]
     events = [
         {"pid": int(rng.choice([1, 2])), "tid": int(rng.choice([10, 11, 12])), "ts": int(rng.integers(0, 310))}
-        for _ in range(200)
+        for _ in range(events_per_trace)
     ] + [{"pid": None, "tid": 10, "ts": 5}]
     schema = {"op_id": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "ts": pl.Int64, "end": pl.Int64, "depth": pl.Int64, "parent_id": pl.Int64}
     got = enclosing_ops(pl.DataFrame(events, schema={"pid": pl.Int64, "tid": pl.Int64, "ts": pl.Int64}), pl.DataFrame(ops, schema=schema))
     want = [_innermost(ops, e["pid"], e["tid"], e["ts"]) for e in events]
-    assert sum(w is not None for w in want) > 40
+    assert sum(w is not None for w in want) > (40 if events_per_trace > 2 else -1)
     assert got.to_list() == want

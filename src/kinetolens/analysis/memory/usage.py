@@ -104,7 +104,10 @@ def enclosing_ops(events: pl.DataFrame, ops: pl.DataFrame) -> pl.Series:
     """
     if events.height == 0:
         return pl.Series("op_id", [], dtype=pl.Int64)
+    ops = _ops_that_may_enclose(events, ops)
     n_ops = ops.height
+    if n_ops == 0:
+        return pl.Series("op_id", [None] * events.height, dtype=pl.Int64)
     thread = pl.concat([ops.select("pid", "tid"), events.select("pid", "tid")])
     code = thread.select(pl.struct("pid", "tid").rank("dense").cast(pl.Int64))[:, 0].to_numpy()
     known = ~thread.select(pl.col("pid").is_null() | pl.col("tid").is_null())[:, 0].to_numpy()
@@ -134,6 +137,27 @@ def enclosing_ops(events: pl.DataFrame, ops: pl.DataFrame) -> pl.Series:
         found[outside] = parent[found[outside]]
     out = pl.Series("op_id", np.where(found >= 0, ids[np.maximum(found, 0)], 0), dtype=pl.Int64)
     return out.scatter(np.flatnonzero(found < 0), None) if (found < 0).any() else out
+
+
+#: Threads of the events up to which :func:`_ops_that_may_enclose` narrows the search.
+_FEW_THREADS = 8
+
+
+def _ops_that_may_enclose(events: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """The ops :func:`enclosing_ops` searches: those on the events' threads
+    that start by the last event (an enclosing op and all its ancestors are
+    among them), when that leaves out most ops: the peak events alone (the
+    summary) then cost a few numbers per op of their thread's early part,
+    not per op of the trace."""
+    threads = events.select("pid", "tid").unique().drop_nulls().rows()
+    if len(threads) > _FEW_THREADS:
+        return ops
+    # A comparison per thread: no hash of every op's thread.
+    on_thread = pl.any_horizontal([(pl.col("pid") == pid) & (pl.col("tid") == tid) for pid, tid in threads] or [pl.lit(False)])
+    mask = ops.select((pl.col("ts") <= events["ts"].max()) & on_thread).to_series().fill_null(False)
+    if mask.sum() * 2 > ops.height:
+        return ops
+    return ops.select("op_id", "pid", "tid", "ts", "end", "depth", "parent_id").filter(mask)
 
 
 def memory_events(trace: Trace) -> pl.DataFrame:
