@@ -51,7 +51,10 @@ def clock_offset_of(starts: pl.Series, launches: pl.Series) -> ClockOffset | Non
 
 def gpu_clock_offset(trace: Trace, window: tuple[int, int] | None = None) -> ClockOffset | None:
     """The offset the activities launched inside ``window`` ([start, end) ns, if given) show, or None."""
-    k = trace.kernels.select("ts", "launch_ts").filter(pl.col("launch_ts").is_not_null())
+    # Two columns, filtered as Series: neither the wide kernel table copied
+    # nor a query run (a critical path's fixed cost is its queries).
+    ts, launch_ts = trace.kernels["ts"], trace.kernels["launch_ts"]
+    keep = launch_ts.is_not_null()
     if window is not None:
-        k = k.filter((pl.col("launch_ts") >= window[0]) & (pl.col("launch_ts") < window[1]))
-    return clock_offset_of(k["ts"], k["launch_ts"])
+        keep = keep & (launch_ts >= window[0]) & (launch_ts < window[1])
+    return clock_offset_of(ts.filter(keep), launch_ts.filter(keep))
