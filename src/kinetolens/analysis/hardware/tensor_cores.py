@@ -74,12 +74,16 @@ def kernel_tensor_cores(trace: Trace) -> pl.DataFrame:
     (memcpy/memset never use Tensor Cores).
     """
     k = trace.kernels.select("kernel_id", "name", pl.col("kind").cast(pl.String))
-    by_name = name_verdicts(k["name"]).join(counter_verdicts(trace), on="name", how="left")
-    k = k.join(by_name, on="name", how="left")
+    if not k["kernel_id"].is_sorted():
+        k = k.sort("kernel_id")
+    # Decided once per distinct name and kind, then looked up in kernel order:
+    # the kernels' rows point at a few shared texts, and the ids and names
+    # stay the trace's own columns (this result is kept for the trace's life).
+    kinds = k.select("name", "kind").unique()
+    by_name = name_verdicts(kinds["name"]).join(counter_verdicts(trace), on="name", how="left")
     memory = pl.col("kind").is_in(["memcpy", "memset"])
     measured = pl.col("tc_counters").is_not_null()
-    return k.select(
-        "kernel_id",
+    verdicts = kinds.join(by_name, on="name", how="left").select(
         "name",
         "kind",
         tc=pl.when(memory)
@@ -93,7 +97,11 @@ def kernel_tensor_cores(trace: Trace) -> pl.DataFrame:
         .then(pl.lit("measured Tensor Core instructions (CUPTI)"))
         .otherwise(pl.col("tc_reason").fill_null("no kernel name")),
         tc_source=pl.when(memory).then(pl.lit("kind")).when(measured).then(pl.lit("counters")).otherwise(pl.lit("name")),
-    ).sort("kernel_id")
+    )
+    found = k.select("name", "kind").join(
+        verdicts, on=["name", "kind"], how="left", maintain_order="left", nulls_equal=True
+    )
+    return k.hstack(found.select("tc", "tc_reason", "tc_source"))
 
 
 # -- per op ------------------------------------------------------------------------
