@@ -76,32 +76,26 @@ def kernel_tensor_cores(trace: Trace) -> pl.DataFrame:
     k = trace.kernels.select("kernel_id", "name", pl.col("kind").cast(pl.String))
     if not k["kernel_id"].is_sorted():
         k = k.sort("kernel_id")
-    # Decided once per distinct name and kind, then looked up in kernel order:
-    # the kernels' rows point at a few shared texts, and the ids and names
-    # stay the trace's own columns (this result is kept for the trace's life).
-    kinds = k.select("name", "kind").unique()
-    by_name = name_verdicts(kinds["name"]).join(counter_verdicts(trace), on="name", how="left")
-    memory = pl.col("kind").is_in(["memcpy", "memset"])
+    # Each distinct verdict is one row of ``choices`` (a name's, a copy's, no
+    # name's) and each kernel takes its row by number: the result, kept for
+    # the trace's life, points at a few shared texts, and its ids and names
+    # are the trace's own columns, not sorted copies.
+    by_name = name_verdicts(k["name"]).join(counter_verdicts(trace), on="name", how="left")
     measured = pl.col("tc_counters").is_not_null()
-    verdicts = kinds.join(by_name, on="name", how="left").select(
-        "name",
-        "kind",
-        tc=pl.when(memory)
-        .then(pl.lit(NO))
-        .when(measured)
-        .then(pl.col("tc_counters"))
-        .otherwise(pl.col("tc").fill_null(UNKNOWN)),
-        tc_reason=pl.when(memory)
-        .then(pl.lit("memory copy / fill"))
-        .when(measured)
-        .then(pl.lit("measured Tensor Core instructions (CUPTI)"))
-        .otherwise(pl.col("tc_reason").fill_null("no kernel name")),
-        tc_source=pl.when(memory).then(pl.lit("kind")).when(measured).then(pl.lit("counters")).otherwise(pl.lit("name")),
-    )
-    found = k.select("name", "kind").join(
-        verdicts, on=["name", "kind"], how="left", maintain_order="left", nulls_equal=True
-    )
-    return k.hstack(found.select("tc", "tc_reason", "tc_source"))
+    choices = pl.concat([
+        by_name.select(
+            tc=pl.coalesce("tc_counters", "tc"),
+            tc_reason=pl.when(measured).then(pl.lit("measured Tensor Core instructions (CUPTI)")).otherwise("tc_reason"),
+            tc_source=pl.when(measured).then(pl.lit("counters")).otherwise(pl.lit("name")),
+        ),
+        pl.DataFrame({"tc": [NO, UNKNOWN], "tc_reason": ["memory copy / fill", "no kernel name"], "tc_source": ["kind", "name"]}),
+    ]).rechunk()  # one chunk: a gather over several copies every row's text
+    copy_row, no_name_row = by_name.height, by_name.height + 1
+    names = by_name.select("name", row=pl.int_range(pl.len(), dtype=pl.UInt32))
+    row = k.select("name").join(names, on="name", how="left", maintain_order="left")["row"]
+    memory = k["kind"].is_in(["memcpy", "memset"])
+    row = pl.select(pl.when(memory).then(copy_row).otherwise(row.fill_null(no_name_row)).cast(pl.UInt32)).to_series()
+    return k.hstack([choices[c].gather(row) for c in choices.columns])
 
 
 # -- per op ------------------------------------------------------------------------
