@@ -117,9 +117,7 @@ def stream_work(trace: Trace, columns: Sequence[str] = STREAM_WORK_COLUMNS) -> p
 def stream_times(trace: Trace) -> pl.DataFrame:
     """:func:`stream_work`'s ``rank, stream, ts, end, launch_ts``, in its
     order: what the idle gaps read, without the names and kinds they do not."""
-    work = _work(trace)
-    launches = _launch_columns(trace, work, launch_ts="ts")
-    return pl.concat([work, launches], how="horizontal").select("rank", "stream", "ts", "end", "launch_ts").sort("ts", maintain_order=True)
+    return stream_work(trace, ("rank", "stream", "ts", "end", "launch_ts"))
 
 
 def union_intervals(frame: pl.DataFrame, by: list[str] | None = None) -> pl.DataFrame:
