@@ -83,7 +83,7 @@ def _text_bytes(column: pl.Series) -> int:
 def test_kernel_names_keep_sharing_their_texts() -> None:
     # The reader stores each distinct kernel name once per piece of the file;
     # the split into kernels gathered over the pieces' chunks, which copied
-    # every row's name (a 500 MB trace: 57 MiB instead of 3).
+    # every row's name (a 500 MB trace: 53 MiB instead of 3).
     trace = build.build_trace(read_raw(trace_path(RESOLVER)), RESOLVER)
     names = trace.kernels.get_column("name")
     each_row = int(names.str.len_bytes().sum())

@@ -174,8 +174,8 @@ def _take_device(raw: RawTables) -> pl.DataFrame:
     return device
 
 
-def _split_rows(host: pl.DataFrame, parts: dict[str, tuple[pl.Expr, bool, list[str] | None]]) -> dict[str, pl.DataFrame]:
-    """The rows each part's expression selects from ``host`` (a reader's host
+def _split_rows(table: pl.DataFrame, parts: dict[str, tuple[pl.Expr, bool, list[str] | None]]) -> dict[str, pl.DataFrame]:
+    """The rows each part's expression selects from ``table`` (a reader's host
     or device table), by start time (``longest_first``: ranges starting
     together put the enclosing, longer one first, which nesting relies on),
     with the part's columns (None: all).
@@ -183,29 +183,30 @@ def _split_rows(host: pl.DataFrame, parts: dict[str, tuple[pl.Expr, bool, list[s
     The reader's tables are the widest a trace has (shapes, call stacks; a
     kernel's launch configuration) and are consumed: each column is gathered
     into every part that has it and then let go, so the peak holds the table
-    and one column's copies, not the table and every part whole.  Each order is computed on the narrow key
-    columns alone and applied once (filtering and then sorting copied every
-    column twice).  Columns no event filled (Python ids in a trace without a
-    stack, say) are made anew rather than gathered: gathering nulls writes a
-    buffer of them, while a fresh null column's pages are never touched.
+    and one column's copies, not the table and every part whole.  Each order
+    is computed on the narrow key columns alone and applied once (filtering
+    and then sorting copied every column twice).  Columns no event filled
+    (Python ids in a trace without a stack, say) are made anew rather than
+    gathered: gathering nulls writes a buffer of them, while a fresh null
+    column's pages are never touched.
     """
     orders = {}
     for name, (keep, longest_first, _) in parts.items():
         by = ["ts", "dur"] if longest_first else ["ts"]
         # On a frame of the columns the order reads: a query on the whole
         # table first copies every column into chunks that line up.
-        narrow = pl.DataFrame([host.get_column(c) for c in dict.fromkeys([*keep.meta.root_names(), *by])])
+        narrow = pl.DataFrame([table.get_column(c) for c in dict.fromkeys([*keep.meta.root_names(), *by])])
         orders[name] = (
             narrow.with_row_index("row")
             .filter(keep)
             .sort(by, descending=[False, True][: len(by)], maintain_order=True)
             .get_column("row")
         )
-    names, schema = host.columns, host.schema
+    names, schema = table.columns, table.schema
     # Held as Series, not as a frame: dropping a column from a frame whose
     # columns are chunked differently copied every other one.
-    columns = host.get_columns()
-    del host
+    columns = table.get_columns()
+    del table
     gathered: dict[str, dict[str, pl.Series]] = {name: {} for name in parts}
     for c in names:
         column = columns.pop(0)
@@ -214,7 +215,7 @@ def _split_rows(host: pl.DataFrame, parts: dict[str, tuple[pl.Expr, bool, list[s
             # One chunk first: polars' gather over a column in many chunks
             # (one per piece of the file) copies every row's text, where a
             # gather over one chunk keeps sharing the texts stored once
-            # (``kinetolens.ingest.kineto_values.shared_texts``): 57 MiB
+            # (``kinetolens.ingest.kineto_values.shared_texts``): 53 MiB
             # instead of 3 for the kernel names of a 500 MB trace.
             column = column.rechunk()
         for name, (_, _, wanted) in parts.items():

@@ -160,16 +160,22 @@ def _ops_that_may_enclose(events: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFra
     return ops.select("op_id", "pid", "tid", "ts", "end", "depth", "parent_id").filter(mask)
 
 
+def _enclosing_op_rows(events: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """For each event, its enclosing op (:func:`enclosing_ops`): ``op_id``,
+    ``op`` (name), ``op_kind`` and ``module``; nulls where none."""
+    op_id = enclosing_ops(events, ops)
+    names = ops.select("op_id", op="name", op_kind="kind", module="module")
+    return pl.concat([op_id.to_frame(), rows_by_id(names, "op_id", op_id, ["op", "op_kind", "module"])], how="horizontal")
+
+
 def memory_events(trace: Trace) -> pl.DataFrame:
     """``trace.memory`` in time order (ties keep file order, column ``seq``),
     with ``device`` and the enclosing op's ``op_id``, ``op``, ``op_kind`` and
     ``module``."""
     mem = trace.memory.with_row_index("seq").with_columns(pl.col("seq").cast(pl.Int64), device_label())
-    op_id = enclosing_ops(mem, trace.ops)
-    names = trace.ops.select("op_id", pl.col("name").alias("op"), pl.col("kind").alias("op_kind"), "module")
     # The kind spelled out for the events' ops only, not for every op.
-    found = rows_by_id(names, "op_id", op_id, ["op", "op_kind", "module"]).with_columns(pl.col("op_kind").cast(pl.String))
-    events = pl.concat([mem.with_columns(op_id), found], how="horizontal")
+    found = _enclosing_op_rows(mem, trace.ops).with_columns(pl.col("op_kind").cast(pl.String))
+    events = pl.concat([mem, found], how="horizontal")
     # Recorded in time order as a rule: then the sort would only copy every column.
     return events if mem["ts"].is_sorted() else events.sort("ts", "seq")
 
@@ -226,10 +232,8 @@ def peak_memory(trace: Trace) -> pl.DataFrame:
         pl.col("device_type").first(), pl.col("device_id").first(), *_per_device()
     )
     at = _first_at_peak(curve).select("device", "pid", "tid", "ts")
-    op_id = enclosing_ops(at, trace.ops)
-    names = trace.ops.select("op_id", peak_op="name", peak_module="module")
-    found = rows_by_id(names, "op_id", op_id, ["peak_op", "peak_module"])
-    at = pl.concat([at.select("device", peak_ts="ts"), op_id.alias("peak_op_id").to_frame(), found], how="horizontal")
+    found = _enclosing_op_rows(at, trace.ops).select(peak_op_id="op_id", peak_op="op", peak_module="module")
+    at = pl.concat([at.select("device", peak_ts="ts"), found], how="horizontal")
     return peaks.join(at, on="device", how="left").sort("device")
 
 
