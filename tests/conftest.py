@@ -41,6 +41,18 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, A
     return capture_compiled(tmp_path_factory.mktemp("compiled_attr"))
 
 
+@pytest.fixture(scope="session")
+def many_steps(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real trace's two steps repeated by bench/gen_trace.py: 14 complete
+    steps, more than the analyses that sample steps take (SAMPLE_STEPS)."""
+    import runpy
+
+    out = tmp_path_factory.mktemp("many_steps") / "many_steps.json"
+    gen = runpy.run_path(str(TESTS.parent / "bench" / "gen_trace.py"))
+    gen["main"](["--source", str(trace_path("hta/trace_filter/sampled_rank-0.json.gz")), "--size-mb", "12", "-o", str(out)])
+    return out
+
+
 def trace_path(rel: str) -> Path:
     """A corpus file; without the corpus the path is returned unchecked (its tests are skipped)."""
     path = TRACES / rel

@@ -15,23 +15,11 @@ from click.testing import CliRunner
 import kinetolens
 from kinetolens.analysis.advice.recommendations import recommendations
 from kinetolens.analysis.paths import whatif as whatif_module
-from kinetolens.analysis.paths.sampling import MIN_STEPS, SAMPLE_STEPS, SAMPLING, SETTLED_SHARE
-from kinetolens.analysis.paths.whatif import parse_change, sample, settled, spread_order, whatif_many
+from kinetolens.analysis.paths.sampling import MIN_STEPS, SAMPLE_STEPS, SAMPLING, SETTLED_SHARE, sample
+from kinetolens.analysis.paths.whatif import parse_change, settled, spread_order, whatif_many
 from kinetolens.cli.main import cli
 from tests.conftest import trace_path
 
-GEN_TRACE = Path(__file__).resolve().parents[2] / "bench" / "gen_trace.py"
-
-
-@pytest.fixture(scope="module")
-def many_steps(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real trace's two steps repeated (bench/gen_trace.py): 14 complete steps, more than the sample."""
-    import runpy
-
-    out = tmp_path_factory.mktemp("many_steps") / "many_steps.json"
-    gen = runpy.run_path(str(GEN_TRACE))
-    gen["main"](["--source", str(trace_path("hta/trace_filter/sampled_rank-0.json.gz")), "--size-mb", "12", "-o", str(out)])
-    return out
 
 
 def test_sample_is_evenly_spaced_with_both_ends() -> None:

@@ -31,8 +31,10 @@ from kinetolens.analysis.paths.critical_path import (
     top_items,
     whole_window,
 )
+from kinetolens.analysis.paths.sampling import SAMPLE_STEPS, sample
 from kinetolens.model.steps import without_incomplete_steps
 from kinetolens.views import units
+from kinetolens.views.critical_path_section import CriticalPathSection, critical_path_section
 from kinetolens.views.report_data import collect
 from kinetolens.views.report_html import render_html
 from kinetolens.views.report_md import render_md
@@ -115,6 +117,32 @@ def test_report_on_a_trace_without_steps_covers_the_whole_trace_and_says_so() ->
     assert "The trace has no profiler steps: the path covers the whole trace." in html
     whole = critical_path(trace, whole_window(trace))
     assert f"<td class=\"num\">{whole.length_us / 1e6:,.3f}</td>" in html  # seconds: a 43 s window
+
+
+def test_report_on_a_long_trace_traces_a_spread_sample_of_steps_and_says_which(many_steps: Path) -> None:
+    # more complete steps than SAMPLE_STEPS: the paths of SAMPLE_STEPS steps spread over
+    # the trace (first and last included), the same as critical_paths on those windows
+    trace = kinetolens.load(many_steps)
+    whole = without_incomplete_steps(trace)
+    windows = step_windows(whole)
+    assert len(windows) > SAMPLE_STEPS
+    taken = [windows[i] for i in sample(len(windows), SAMPLE_STEPS)]
+    section = critical_path_section(trace)
+    assert isinstance(section, CriticalPathSection)
+    assert [cp.window.step for cp in section.paths] == [w.step for w in taken]
+    assert taken[0].step == windows[0].step and taken[-1].step == windows[-1].step
+    assert section.of == len(windows)
+    assert section.length_us == pytest.approx(sum(cp.length_us for cp in critical_paths(whole, taken)))
+    steps = ", ".join(str(w.step) for w in taken)
+    note = f"Traced on {SAMPLE_STEPS} of the {len(windows)} complete steps, spread over the trace (steps {steps})"
+    assert section.notes[0].startswith(note)
+    html = _section_html(render_html(collect(trace)))
+    assert note in html and f"mean of {SAMPLE_STEPS} steps" in html
+    assert html.count('<td class="num">') >= SAMPLE_STEPS
+    # a step asked for is traced alone, whatever the sample
+    one = critical_path_section(trace, windows[1].step)
+    assert isinstance(one, CriticalPathSection)
+    assert [cp.window.step for cp in one.paths] == [windows[1].step] and one.notes == [] and one.of == 1
 
 
 def test_report_without_a_path_says_why_in_one_line() -> None:

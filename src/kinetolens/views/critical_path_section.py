@@ -31,6 +31,7 @@ from kinetolens.analysis.paths.critical_path import (
     top_items,
     window_bounds,
 )
+from kinetolens.analysis.paths.sampling import SAMPLE_STEPS, sample
 from kinetolens.errors import TraceError
 from kinetolens.analysis.session import whole_steps
 from kinetolens.model.trace import Trace
@@ -89,6 +90,9 @@ class CriticalPathSection:
     notes: list[str] = field(default_factory=list)
     #: Whether the trace recorded GPU work at all.
     gpu: bool = True
+    #: How many windows the traced ones were taken from (more than ``len(paths)``
+    #: when a long trace's steps were sampled).
+    of: int = 0
 
     @property
     def mean_length_us(self) -> float:
@@ -105,15 +109,26 @@ class CriticalPathSection:
         return TOP_EMPTY[key] + (": the path runs through CPU work only." if self.gpu else ": a CPU-only trace.")
 
 
-def _windows(trace: Trace, step: int | None) -> tuple[Trace, list[Window], list[str]]:
-    """The windows analysed, and the line that says which when it is not plain steps."""
+def _windows(trace: Trace, step: int | None) -> tuple[Trace, list[Window], int, list[str]]:
+    """The windows analysed, how many they were taken from, and the line that
+    says which when it is not every step: a long trace's paths are traced on
+    :data:`SAMPLE_STEPS` steps spread over it."""
     if step is not None:
-        return trace, [step_window(trace, step)], []
+        return trace, [step_window(trace, step)], 1, []
     whole = whole_steps(trace)  # as `kinetolens critical-path`
+    windows = step_windows(whole)
     if whole.steps.height == 0:
         why = "no complete profiler step" if trace.steps.height else "no profiler steps"
-        return whole, step_windows(whole), [f"The trace has {why}: the path covers the whole trace."]
-    return whole, step_windows(whole), []
+        return whole, windows, len(windows), [f"The trace has {why}: the path covers the whole trace."]
+    taken = [windows[i] for i in sample(len(windows), SAMPLE_STEPS)]
+    if len(taken) == len(windows):
+        return whole, windows, len(windows), []
+    steps = ", ".join(str(w.step) for w in taken)
+    note = (
+        f"Traced on {len(taken)} of the {len(windows)} complete steps, spread over the trace (steps {steps}); "
+        "kinetolens critical-path traces every step, --step N one."
+    )
+    return whole, taken, len(windows), [note]
 
 
 def _labelled() -> pl.Expr:
@@ -152,7 +167,7 @@ def critical_path_section(trace: Trace, step: int | None = None) -> CriticalPath
     """The section for ``step`` (default: every complete step), or the one line
     saying why there is none (no CPU ops or runtime calls to build a path from)."""
     try:
-        shown, windows, notes = _windows(trace, step)
+        shown, windows, of, notes = _windows(trace, step)
         paths = critical_paths(shown, windows)
     except TraceError as exc:
         return f"Critical path left out: the trace {exc.problem}."
@@ -193,6 +208,7 @@ def critical_path_section(trace: Trace, step: int | None = None) -> CriticalPath
         verdict=verdict(summary, tops, length / len(paths), len(paths)),
         notes=notes,
         gpu=gpu,
+        of=of,
     )
 
 

@@ -53,7 +53,7 @@ from kinetolens.analysis.paths.critical_path import (
 )
 from kinetolens.analysis.paths.dependency_graph import DependencyGraph, TraceFacts, build_graph
 from kinetolens.analysis.paths.longest_path import Contracted
-from kinetolens.analysis.paths.sampling import MIN_STEPS, SAMPLE_STEPS, SAMPLING, SETTLED_SHARE
+from kinetolens.analysis.paths.sampling import MIN_STEPS, SAMPLE_STEPS, SAMPLING, SETTLED_SHARE, sample
 from kinetolens.analysis.paths.whatif_changes import BadChange, Change, change_mask, parse_change
 from kinetolens.model.trace import Trace
 
@@ -148,15 +148,6 @@ class WhatIf:
         rest = pl.DataFrame({"bound_by": ["previous_step", "untraced"], "us": [carried, untraced], "pct": pct, "edges": [0, 0]}, schema=empty.schema)
         rest = rest.filter(pl.col("us") > 0)
         return pl.concat([out, rest]).with_columns(pl.col("us") / n, (pl.col("edges") // n).cast(pl.Int64))
-
-
-def sample(n: int, k: int | None) -> list[int]:
-    """Positions of ``k`` of ``n`` items, evenly spaced, first and last included (all when ``k`` is None or >= n)."""
-    if k is None or n <= k:
-        return list(range(n))
-    if k <= 1:
-        return [n // 2] if k == 1 else []
-    return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
 
 
 def spread_order(positions: list[int]) -> list[int]:

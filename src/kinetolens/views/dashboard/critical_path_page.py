@@ -32,7 +32,7 @@ def _which(s: CriticalPathSection) -> list[str]:
     """The card naming what the page covers: a step, several, or a window that is no step."""
     first = s.paths[0].window
     if len(s.paths) > 1:
-        return ["steps", str(len(s.paths))]
+        return ["steps", f"{len(s.paths)} of {s.of}" if s.of > len(s.paths) else str(len(s.paths))]
     return ["step", str(first.step)] if first.step is not None else ["window", first.label]
 
 
