@@ -24,36 +24,7 @@ from functools import cached_property
 import numpy as np
 import rustworkx as rx
 
-
-class CycleError(ValueError):
-    """The graph has a cycle: event times contradict the dependencies."""
-
-
-def _passes(n: int) -> int:
-    """Pointer doubling reaches every root within log2(n) + 1 passes, unless pointers cycle."""
-    return int(n).bit_length() + 2
-
-
-def _root(parent: np.ndarray) -> np.ndarray:
-    """Each element's root under ``parent`` (roots point to themselves), by pointer doubling."""
-    for _ in range(_passes(parent.size)):
-        up = parent[parent]
-        if np.array_equal(up, parent):
-            return parent
-        parent = up
-    raise CycleError("the dependency graph has a cycle")
-
-
-def _depth(parent: np.ndarray) -> np.ndarray:
-    """Each element's distance from its root under ``parent``, by pointer doubling."""
-    depth = (parent != np.arange(parent.size)).astype(np.int64)
-    for _ in range(_passes(parent.size)):
-        up = parent[parent]
-        if np.array_equal(up, parent):
-            return depth
-        depth = depth + depth[parent]
-        parent = up
-    raise CycleError("the dependency graph has a cycle")
+from kinetolens.analysis.forest import CycleError, depths, roots
 
 
 def _lowest_longest(g: rx.PyDiGraph, a: np.ndarray, b: np.ndarray, w: np.ndarray, n: int) -> np.ndarray:
@@ -109,8 +80,8 @@ class Contracted:
         # prev[e] / next[e]: the edge before / after e on its chain (e itself at the chain's ends).
         prev = np.where(through[src], in_edge[src], ids)
         self._prev = prev
-        self.head = _root(prev)
-        last = _root(np.where(through[dst], out_edge[dst], ids))
+        self.head = roots(prev)
+        last = roots(np.where(through[dst], out_edge[dst], ids))
         self.heads = np.flatnonzero(self.head == ids)
         c_src, c_dst = src[self.heads], dst[last[self.heads]]
         used = np.zeros(nodes, dtype=bool)
@@ -127,7 +98,7 @@ class Contracted:
     def rank(self) -> np.ndarray:
         """Each edge's place on its chain (0 for the chain's first): only a
         listed path needs it, to put its chains' edges in order."""
-        return _depth(self._prev)
+        return depths(self._prev)
 
     def path(self, weight: np.ndarray, ties: str = "rustworkx") -> list[int]:
         """Node ids along a heaviest path under ``weight`` (see :func:`longest_path`)."""

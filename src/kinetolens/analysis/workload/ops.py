@@ -264,12 +264,26 @@ def unheld_rows(trace: Trace, inst: pl.DataFrame, *, include_annotations: bool) 
     return extra.select(inst.columns).cast(inst.schema)
 
 
+#: The columns of :func:`op_instances` that the op tables read, besides their grouping keys.
+_TABLE_COLUMNS = (
+    "op_id", "parent_id", "top_op_id", "kind", "name", "step", "kernels", "direction", "shapes", "dtypes",
+    "device_self", "device_total", "host_self", "host_total", "flops_self", "flops_total", "bytes_self", "bytes_total",
+)  # fmt: skip
+
+
+def _table_columns(inst: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """``inst`` with the columns an op table reads, taken before anything
+    filters it: a filter copies every column it keeps, and op_instances has
+    every op column (call stacks, shapes as text) beside its figures."""
+    return inst.select(c for c in inst.columns if c in _TABLE_COLUMNS or c in keys)
+
+
 def kernel_coverage(trace: Trace, step: int | None = None) -> tuple[float, float]:
     """(microseconds of kernel time in the rows of the default op table,
     microseconds of kernel time a step share may count): the table should
     hold all of it; less means GPU time no row shows."""
     trace = without_earlier_iteration(trace)
-    inst = op_instances(trace)
+    inst = _table_columns(op_instances(trace), [])
     held = pl.concat([without_annotations(inst), unheld_rows(trace, inst, include_annotations=False)])
     if step is not None:
         held = held.filter(pl.col("step") == step)
@@ -362,7 +376,8 @@ def op_stats(
         return _kernel_stats(trace, aggregate, step)
     # ops copied from the next iteration to name the previous one's tail are in no step: each op counts in its own
     trace = without_earlier_iteration(trace)
-    inst = op_instances(trace)
+    keys = GROUPINGS[by]
+    inst = _table_columns(op_instances(trace), keys)
     extra = unheld_rows(trace, inst, include_annotations=include_annotations) if by in ("op", "op+shape") else None
     if not include_annotations:
         inst = without_annotations(inst)
@@ -370,7 +385,6 @@ def op_stats(
         inst = pl.concat([inst, extra])
     if step is not None:
         inst = inst.filter(pl.col("step") == step)
-    keys = GROUPINGS[by]
     if by == "module":
         inst = module_entries(trace, inst)
     elif by == "source":
