@@ -10,10 +10,13 @@ finished child) and its peak RSS:
 * ``load cached``: the same from a filled cache;
 * ``summary cold``: ``kinetolens summary TRACE`` with an empty cache
   directory (ingest, cache write, every analysis of the summary);
-* ``summary cached``: ``kinetolens summary TRACE`` again, the cache filled.
+* ``summary cached``: ``kinetolens summary TRACE`` again, the cache filled;
+* ``report cold``: ``kinetolens report TRACE -o FILE`` with an empty cache
+  directory (everything the summary does, and the report's own sections).
 
-The table shows medians and the ratios summary cold / load and summary
-cached / load (and summary cached / load cached: what the analyses add).
+The table shows medians and the ratios summary cold / load, summary
+cached / load (and summary cached / load cached: what the analyses add) and
+report cold / load, of CPU time and of peak memory.
 kinetolens only: the reference tools' load times are ``bench/compare.py``'s.
 
 Usage::
@@ -70,21 +73,29 @@ def measure(trace: str, rounds: int, src: Path) -> dict[str, tuple[float, float]
             runs.setdefault("summary cold", []).append(run([py, "-m", "kinetolens.cli.main", "summary", trace], env))
             runs.setdefault("summary cached", []).append(run([py, "-m", "kinetolens.cli.main", "summary", trace], env))
             runs.setdefault("load cached", []).append(run([py, "-c", LOAD, trace, "cached"], env))
+            subprocess.run(["rm", "-rf", str(cache)], check=True)
+            page = str(Path(tmp) / "report.html")
+            runs.setdefault("report cold", []).append(run([py, "-m", "kinetolens.cli.main", "report", trace, "-o", page], env))
     return {k: (statistics.median(c for c, _ in v), statistics.median(m for _, m in v)) for k, v in runs.items()}
 
 
 def table(results: dict[str, dict[str, tuple[float, float]]], rounds: int) -> str:
     """A markdown table: CPU seconds / peak MiB per measurement, and the ratios."""
-    keys = ["load", "load cached", "summary cold", "summary cached"]
-    head = ["trace", *[f"{k} (CPU s / peak MiB)" for k in keys], "cold / load", "cached / load", "cached / load cached"]
+    keys = ["load", "load cached", "summary cold", "summary cached", "report cold"]
+    head = ["trace", *[f"{k} (CPU s / peak MiB)" for k in keys]]
+    head += ["summary cold / load", "cached / load", "cached / load cached", "report cold / load"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for trace, r in results.items():
         cells = [Path(trace).name]
         cells += [f"{r[k][0]:.2f} / {r[k][1]:,.0f}" if k in r else "-" for k in keys]
-        a, ac, b, c = (r[k][0] for k in keys)
-        cells += [f"{b / a:.2f}", f"{c / a:.2f}", f"{c / ac:.2f}"]
+        a, ac, b, c, rep = (r[k] for k in keys)
+        cells += [f"{b[0] / a[0]:.2f} / {b[1] / a[1]:.2f}", f"{c[0] / a[0]:.2f}", f"{c[0] / ac[0]:.2f}"]
+        cells.append(f"{rep[0] / a[0]:.2f} / {rep[1] / a[1]:.2f}")
         lines.append("| " + " | ".join(cells) + " |")
-    lines.append(f"\nmedians of {rounds} rounds, each measurement a fresh process; CPU = user + system seconds")
+    lines.append(
+        f"\nmedians of {rounds} rounds, each measurement a fresh process; CPU = user + system seconds; "
+        "the ratios of the cold runs are of CPU time / of peak memory"
+    )
     return "\n".join(lines)
 
 

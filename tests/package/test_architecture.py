@@ -27,7 +27,7 @@ TOP_LEVEL = {"cache": "load", "loader": "load", "logdir": "load", "fingerprint":
 CAPTURE_USERS = {"capture", "cli"}
 #: Within analysis/, each folder (or top-level module) may use those listed before it.
 ANALYSIS_ORDER = [
-    "session", "gputime", "workload", "memory", "hardware", "inference", "trace_kind", "finding", "ranks", "paths",
+    "forest", "session", "gputime", "workload", "memory", "hardware", "inference", "trace_kind", "finding", "ranks", "paths",
     "advice", "diff", "summary_types", "summary", "invariants",
 ]  # fmt: skip
 
