@@ -14,7 +14,7 @@ import pytest
 
 import kinetolens
 from kinetolens.analysis.gputime.idle import idle_breakdown, temporal_breakdown
-from kinetolens.analysis.hardware.kernels import kernel_table
+from kinetolens.analysis.hardware.kernels import kernel_table, tensor_core_time
 from kinetolens.analysis.memory.usage import memory_curve, memory_events
 from kinetolens.analysis.workload.ops import op_stats
 from kinetolens.analysis.gputime.overview import step_breakdown
@@ -66,6 +66,16 @@ def test_tensor_core_pie_covers_all_gpu_time(bert: kinetolens.Trace) -> None:
     assert sum(shares.values()) == pytest.approx(kernels["dur_us"].sum())
     assert shares["yes"] == pytest.approx(kernels.filter(pl.col("tc") == "yes")["dur_us"].sum())
     assert shares["yes"] > 0 and shares["no"] > 0
+
+
+def test_report_tensor_core_split_is_the_kernel_tables(bert: kinetolens.Trace) -> None:
+    # the report keeps each kernel's verdict and time, not the kernel table (a row of text per
+    # kernel): its split must still be the one the kernel table (the dashboard's) gives
+    data = collect(bert)
+    assert data.kernel_verdicts.columns == ["tc", "dur_us"] and data.kernel_verdicts.height == bert.kernels.height
+    assert tensor_core_time(data.kernel_verdicts).equals(tensor_core_time(kernel_table(bert)))
+    pie = data.all_figures()["tensor_cores"].data[0]
+    assert dict(zip(pie.labels, pie.values, strict=True)) == dict(tensor_core_time(kernel_table(bert)).iter_rows())
 
 
 def test_top_ops_pie_keeps_the_rest_as_other(bert: kinetolens.Trace) -> None:

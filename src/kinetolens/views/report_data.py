@@ -18,7 +18,7 @@ import polars as pl
 from kinetolens.analysis.ranks.dist_report import dist_report
 from kinetolens.analysis.ranks.distributed import RankSummary
 from kinetolens.analysis.gputime.idle import idle_breakdown, temporal_breakdown
-from kinetolens.analysis.hardware.kernels import kernel_table, tensor_core_time
+from kinetolens.analysis.hardware.kernels import kernel_verdicts, tensor_core_time
 from kinetolens.analysis.memory.usage import how_to_record_memory, memory_curve, memory_events, memory_peaks
 from kinetolens.analysis.hardware.module_tree import module_tree
 from kinetolens.analysis.workload.ops import op_stats, rank_basis, time_basis
@@ -93,7 +93,8 @@ class ReportData:
     basis: str
     breakdown: pl.DataFrame
     ops: pl.DataFrame
-    kernels: pl.DataFrame
+    #: ``tc, dur_us`` of every kernel (the Tensor Core split; :func:`kernel_verdicts`).
+    kernel_verdicts: pl.DataFrame
     kernel_names: pl.DataFrame
     modules: pl.DataFrame
     sources: pl.DataFrame
@@ -152,7 +153,7 @@ class ReportData:
             "kernels": figures.top_ops_figure(
                 self.kernel_names, value="device_total_us", top=TOP_ROWS, kind="pie", title="GPU time by kernel"
             ),
-            "tensor_cores": figures.tensor_core_figure(self.kernels),
+            "tensor_cores": figures.tensor_core_figure(self.kernel_verdicts),
             "modules": figures.module_icicle_figure(
                 self.modules, value=time_basis(self.trace), title=f"{units.basis_words(time_basis(self.trace))} by module"
             ),
@@ -249,7 +250,7 @@ def chart_notes(data: ReportData) -> dict[str, str]:
                 message = "every value is 0, so there is nothing to chart"
             title = fig.layout.title.text or name
             notes[name] = f"{title}: {message}."
-    sentence = _tensor_core_sentence(data.kernels)
+    sentence = _tensor_core_sentence(data.kernel_verdicts)
     if sentence:
         notes["tensor_cores"] = sentence
     return notes
@@ -285,7 +286,7 @@ def collect(
         basis=basis,
         breakdown=step_breakdown(trace),
         ops=op_stats(trace).sort(ranked, descending=True, nulls_last=True),
-        kernels=kernel_table(trace),
+        kernel_verdicts=kernel_verdicts(trace),
         kernel_names=_kernel_names(trace),
         modules=op_stats(trace, by="module").sort(time_basis(trace), descending=True, nulls_last=True),
         module_tree=module_tree(trace, spec, roof=roof_modules),

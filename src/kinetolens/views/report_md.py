@@ -97,7 +97,7 @@ def _tensor_cores_md(data: ReportData) -> str:
     """The Tensor Core split in one line (one sentence where it has one part)."""
     if "tensor_cores" in data.chart_notes:
         return "\n" + data.chart_notes["tensor_cores"] + "\n"
-    tc = tensor_core_time(data.kernels)
+    tc = tensor_core_time(data.kernel_verdicts)
     if not tc.height:
         return ""
     total = float(tc["us"].sum()) or 1.0

@@ -114,8 +114,19 @@ def kernel_table(trace: Trace, step: int | None = None) -> pl.DataFrame:
     return table.select(sorted(table.columns, key=order.index)).sort("idx")
 
 
+def kernel_verdicts(trace: Trace) -> pl.DataFrame:
+    """``tc, dur_us`` of every kernel: the two columns of :func:`kernel_table`
+    that the Tensor Core split (:func:`tensor_core_time`) reads, for a view
+    that shows the split without the table (the report: the table is a row
+    of text per kernel, 120 MB on a 500 MB trace)."""
+    k = trace.kernels.select("kernel_id", dur_us=pl.col("dur") / 1000.0)
+    tc = kernel_tensor_cores(trace).select("kernel_id", "tc")
+    return k.join(tc, on="kernel_id", how="left", maintain_order="left").select("tc", "dur_us")
+
+
 def tensor_core_time(table: pl.DataFrame) -> pl.DataFrame:
-    """GPU time per Tensor Core verdict of a :func:`kernel_table`: ``tc, us``.
+    """GPU time per Tensor Core verdict of a :func:`kernel_table` (or of
+    :func:`kernel_verdicts`): ``tc, us``.
 
     ``tc`` is yes / no / unknown (a kernel without a verdict counts as
     unknown); verdicts with no time are left out.  The chart, the markdown
