@@ -26,6 +26,7 @@ already disjoint.
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from kinetolens.analysis.gputime.overview import step_windows
@@ -200,9 +201,21 @@ def is_annotation() -> pl.Expr:
     )
 
 
+#: The column :func:`fold_annotations` adds: whether the row is counted (an op, not an annotation).
+COUNTED = "_counted"
+
+
 def without_annotations(inst: pl.DataFrame) -> pl.DataFrame:
-    """:func:`op_instances` (all of it, in op_id order) without the rows of
-    :func:`is_annotation`; each op's top-level op is its outermost ancestor
+    """:func:`fold_annotations` with the annotations' rows left out."""
+    folded = fold_annotations(inst)
+    return folded.filter(COUNTED).drop(COUNTED)
+
+
+def fold_annotations(inst: pl.DataFrame) -> pl.DataFrame:
+    """:func:`op_instances` (all of it, in op_id order) with the rows of
+    :func:`is_annotation` marked not counted (``COUNTED`` false; left in: a
+    filter would copy every column, and a table groups the counted rows
+    alone); each op's top-level op is its outermost ancestor
     that is an op, so a range around the work (a step, ``Optimizer.step#``)
     does not take its ops' time in module and source groupings.
 
@@ -213,19 +226,23 @@ def without_annotations(inst: pl.DataFrame) -> pl.DataFrame:
     (:func:`unheld_rows`)."""
     marked = inst.select(~is_annotation()).to_series()
     top = outermost_marked(inst["parent_id"], marked)
-    holder = nearest_marked(inst["parent_id"], marked)
-    folded = (
-        inst.with_columns(_holder=holder)
-        .filter(~marked & pl.col("_holder").is_not_null())
-        .group_by("_holder")
-        .agg(_folded=pl.col("device_self").sum(), _folded_kernels=pl.col("kernels").sum())
-        .rename({"_holder": "op_id"})
+    # the holder's row: op ids number the rows, as the ancestry walks above take them
+    holder = nearest_marked(inst["parent_id"], marked).fill_null(-1).to_numpy()
+    folds = (~marked).to_numpy() & (holder >= 0)
+    device_self, kernels = (_add_at(inst[c].to_numpy(), holder[folds], folds) for c in ("device_self", "kernels"))
+    return inst.with_columns(
+        top_op_id=pl.Series(top).cast(inst.schema["top_op_id"]),
+        device_self=pl.Series(device_self).cast(inst.schema["device_self"]),
+        kernels=pl.Series(kernels).cast(inst.schema["kernels"]),
+        **{COUNTED: marked},
     )
-    out = inst.with_columns(top_op_id=pl.Series(top).cast(inst.schema["top_op_id"])).filter(marked)
-    return out.join(folded.cast({"op_id": inst.schema["op_id"]}), on="op_id", how="left", maintain_order="left").with_columns(
-        (pl.col("device_self") + pl.col("_folded").fill_null(0)).cast(inst.schema["device_self"]),
-        (pl.col("kernels") + pl.col("_folded_kernels").fill_null(0)).cast(inst.schema["kernels"]),
-    ).drop("_folded", "_folded_kernels")
+
+
+def _add_at(values: np.ndarray, rows: np.ndarray, taken: np.ndarray) -> np.ndarray:
+    """``values`` with the ``taken`` ones added to ``rows`` (exact integers)."""
+    out = values.astype(np.int64, copy=True)
+    np.add.at(out, rows, values[taken])
+    return out
 
 
 #: The row of an op table holding the GPU time launched outside every op and annotation.
@@ -305,11 +322,12 @@ def module_entries(trace: Trace, inst: pl.DataFrame) -> pl.DataFrame:
     their total times, FLOPs and bytes, so nothing counts twice and the
     groups still add up to the top-level ops' figures.
     """
-    top = inst.filter(pl.col("top_op_id") == pl.col("op_id"))
+    counted = pl.col(COUNTED) if COUNTED in inst.columns else pl.lit(True)
+    top = inst.filter(counted & (pl.col("top_op_id") == pl.col("op_id")))
     ops = trace.ops.select("op_id", "parent_id", "module")
     if not ops.height or not ops["op_id"].equals(pl.int_range(ops.height, eager=True, dtype=pl.Int64), check_names=False):
         return top  # ancestry below walks rows as op ids
-    kept = ops["op_id"].is_in(inst["op_id"].implode())
+    kept = ops["op_id"].is_in(inst.select(pl.col("op_id").filter(counted)).to_series().implode())
     parent = ops["parent_id"].cast(pl.Int64)
     # each op's nearest ancestor counted here (annotations between are skipped)
     up = nearest_marked(parent, kept).gather(parent)
@@ -325,7 +343,7 @@ def module_entries(trace: Trace, inst: pl.DataFrame) -> pl.DataFrame:
     moved = moved.join(inst.select("op_id", *_NESTED_FIGURES), on="op_id", how="left")
     given = moved.group_by("above").agg(pl.col(c).fill_null(0).sum().alias(f"_{c}") for c in _NESTED_FIGURES)
     entries = ops["op_id"].filter(entry).implode()
-    out = inst.filter(pl.col("op_id").is_in(entries)).join(
+    out = inst.filter(counted & pl.col("op_id").is_in(entries)).join(
         given.rename({"above": "op_id"}), on="op_id", how="left", maintain_order="left"
     )
     return out.with_columns(
@@ -379,10 +397,9 @@ def op_stats(
     keys = GROUPINGS[by]
     inst = _table_columns(op_instances(trace), keys)
     extra = unheld_rows(trace, inst, include_annotations=include_annotations) if by in ("op", "op+shape") else None
-    if not include_annotations:
-        inst = without_annotations(inst)
+    inst = inst.with_columns(pl.lit(True).alias(COUNTED)) if include_annotations else fold_annotations(inst)
     if extra is not None:
-        inst = pl.concat([inst, extra])
+        inst = pl.concat([inst, extra.with_columns(pl.lit(True).alias(COUNTED))])
     if step is not None:
         inst = inst.filter(pl.col("step") == step)
     if by == "module":
@@ -390,7 +407,7 @@ def op_stats(
     elif by == "source":
         # A line's time is that of its top-level ops, so nested ops are not
         # counted twice.
-        inst = inst.filter(pl.col("top_op_id") == pl.col("op_id"))
+        inst = inst.filter(pl.col(COUNTED) & (pl.col("top_op_id") == pl.col("op_id")))
     times = {
         "device_self_us": "device_self",
         "device_total_us": "device_total",
@@ -402,7 +419,8 @@ def op_stats(
     # a row's work covers the kernels its ranking time does: self work beside self time
     scope, basis = ("self", share_basis) if share_basis.endswith("_self") else ("total", basis)
     flops, moved = f"flops_{scope}", f"bytes_{scope}"
-    grouped = inst.group_by(keys).agg(
+    # Rows not counted (annotations) are grouped apart and their groups dropped.
+    grouped = inst.group_by([*keys, COUNTED]).agg(
         calls=pl.len(),
         **{out: _agg(src, aggregate) / 1000.0 for out, src in times.items()},
         flops=_agg(flops, aggregate),
@@ -414,7 +432,7 @@ def op_stats(
         in_shapes=counts("shapes"),
         dtypes=counts("dtypes"),
         direction=counts("direction"),
-    ).with_columns(mixed("in_shapes"), mixed("dtypes"), listed("direction"))
+    ).filter(COUNTED).drop(COUNTED).with_columns(mixed("in_shapes"), mixed("dtypes"), listed("direction"))
     table = _with_step_share(_with_achieved(grouped), trace, step)
     return with_module_calls(table, trace, step) if by == "module" else table  # calls: times the module ran
 
