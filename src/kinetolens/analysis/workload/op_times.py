@@ -76,9 +76,10 @@ def op_instances(trace: Trace) -> pl.DataFrame:
         )
     )
     up = _parent_rows(ops)
-    device_total = _subtree_sums(up, figures["device_self"].to_numpy())
-    flops_total = _known_subtree_sums(up, figures["flops_self"])
-    bytes_total = _known_subtree_sums(up, figures["bytes_self"])
+    levels = _bottom_up(up)
+    device_total = _subtree_sums(up, levels, figures["device_self"].to_numpy())
+    flops_total = _known_subtree_sums(up, levels, figures["flops_self"])
+    bytes_total = _known_subtree_sums(up, levels, figures["bytes_self"])
     return ops.hstack(figures).with_columns(
         pl.Series("device_total", device_total, dtype=pl.Int64),
         pl.Series("flops_total", flops_total, dtype=pl.Float64, nan_to_null=True),
@@ -112,20 +113,21 @@ def _bottom_up(up: np.ndarray) -> list[np.ndarray]:
     return np.split(rows, cuts) if rows.size else []
 
 
-def _subtree_sums(up: np.ndarray, own: np.ndarray) -> np.ndarray:
-    """Each op's ``own`` plus that of every op under it (exact integers)."""
+def _subtree_sums(up: np.ndarray, levels: list[np.ndarray], own: np.ndarray) -> np.ndarray:
+    """Each op's ``own`` plus that of every op under it (exact integers);
+    ``levels``: :func:`_bottom_up` of ``up``."""
     total = own.astype(np.int64, copy=True)
-    for rows in _bottom_up(up):
+    for rows in levels:
         np.add.at(total, up[rows], total[rows])
     return total
 
 
-def _known_subtree_sums(up: np.ndarray, own: pl.Series) -> np.ndarray:
+def _known_subtree_sums(up: np.ndarray, levels: list[np.ndarray], own: pl.Series) -> np.ndarray:
     """:func:`_subtree_sums` of a figure not every op knows: NaN (null) where
     neither the op nor any op under it knows it."""
     known = own.is_not_null().to_numpy()
     total = own.fill_null(0.0).cast(pl.Float64).to_numpy().copy()
-    for rows in _bottom_up(up):
+    for rows in levels:
         np.add.at(total, up[rows], total[rows])
         np.logical_or.at(known, up[rows], known[rows])
     return np.where(known, total, np.nan)

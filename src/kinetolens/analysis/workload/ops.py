@@ -313,7 +313,8 @@ _NESTED_FIGURES = ("host_total", "device_total", "flops_total", "bytes_total")
 
 
 def module_entries(trace: Trace, inst: pl.DataFrame) -> pl.DataFrame:
-    """The op calls of ``inst`` a by-module table counts, each with what is its module's.
+    """The op calls of ``inst`` (:func:`fold_annotations` rows: those not
+    ``COUNTED`` are left out) a by-module table counts, each with what is its module's.
 
     A module's time is that of its top-level ops, plus ops nested in an op
     of an enclosing module but placed in a submodule of it (the model puts a
@@ -322,7 +323,7 @@ def module_entries(trace: Trace, inst: pl.DataFrame) -> pl.DataFrame:
     their total times, FLOPs and bytes, so nothing counts twice and the
     groups still add up to the top-level ops' figures.
     """
-    counted = pl.col(COUNTED) if COUNTED in inst.columns else pl.lit(True)
+    counted = pl.col(COUNTED)
     top = inst.filter(counted & (pl.col("top_op_id") == pl.col("op_id")))
     ops = trace.ops.select("op_id", "parent_id", "module")
     if not ops.height or not ops["op_id"].equals(pl.int_range(ops.height, eager=True, dtype=pl.Int64), check_names=False):
