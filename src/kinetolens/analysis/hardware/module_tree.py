@@ -61,7 +61,7 @@ def _own(trace: Trace, spec: GpuSpec | None, step: int | None, roof: pl.DataFram
     if trace.kernels.height:
         k, dur = trace.kernels, pl.col("dur") / 1000.0
     else:  # CPU only: the host is what the steps spend, as `ops` ranks them (time_basis)
-        k, dur = without_annotations(op_instances(trace)), pl.col("host_self") / 1000.0
+        k, dur = without_annotations(trace, op_instances(trace)), pl.col("host_self") / 1000.0
     k = k if step is None else k.filter(pl.col("step") == step)
     direction = pl.col("direction").cast(pl.String)
     times = k.group_by(path=pl.col("module").fill_null(NO_MODULE)).agg(

@@ -26,6 +26,8 @@ already disjoint.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import polars as pl
 
@@ -205,14 +207,42 @@ def is_annotation() -> pl.Expr:
 COUNTED = "_counted"
 
 
-def without_annotations(inst: pl.DataFrame) -> pl.DataFrame:
+@dataclass(frozen=True)
+class _Marks:
+    """Per row of :func:`op_instances`: whether it is counted (an op, not an
+    annotation), the row of its outermost counted ancestor-or-self, and of
+    its nearest (null: none)."""
+
+    counted: pl.Series
+    top: pl.Series
+    holder: pl.Series
+
+
+@per_trace
+def _marks(trace: Trace) -> _Marks:
+    """:class:`_Marks` of the trace's op rows, found once: every op table
+    (each grouping, the coverage check, the module tree) reads the same."""
+    inst = op_instances(trace).select("kind", "name", "parent_id")
+    counted = inst.select(~is_annotation()).to_series()
+    return _Marks(counted, outermost_marked(inst["parent_id"], counted), nearest_marked(inst["parent_id"], counted))
+
+
+def _marks_of(trace: Trace, inst: pl.DataFrame) -> _Marks:
+    """:func:`_marks` for ``inst``, rows of ``op_instances(trace)`` (some of its columns)."""
+    marks = _marks(trace)
+    if marks.counted.len() != inst.height:
+        raise ValueError("op rows that are not op_instances(trace)'s")
+    return marks
+
+
+def without_annotations(trace: Trace, inst: pl.DataFrame) -> pl.DataFrame:
     """:func:`fold_annotations` with the annotations' rows left out."""
-    folded = fold_annotations(inst)
+    folded = fold_annotations(trace, inst)
     return folded.filter(COUNTED).drop(COUNTED)
 
 
-def fold_annotations(inst: pl.DataFrame) -> pl.DataFrame:
-    """:func:`op_instances` (all of it, in op_id order) with the rows of
+def fold_annotations(trace: Trace, inst: pl.DataFrame) -> pl.DataFrame:
+    """:func:`op_instances` of ``trace`` (all of its rows, in op_id order) with the rows of
     :func:`is_annotation` marked not counted (``COUNTED`` false; left in: a
     filter would copy every column, and a table groups the counted rows
     alone); each op's top-level op is its outermost ancestor
@@ -224,10 +254,10 @@ def fold_annotations(inst: pl.DataFrame) -> pl.DataFrame:
     enclosing op's self time: the op launched them through the range, and
     its total already holds them.  Annotations under no op keep theirs
     (:func:`unheld_rows`)."""
-    marked = inst.select(~is_annotation()).to_series()
-    top = outermost_marked(inst["parent_id"], marked)
-    # the holder's row: op ids number the rows, as the ancestry walks above take them
-    holder = nearest_marked(inst["parent_id"], marked).fill_null(-1).to_numpy()
+    marks = _marks_of(trace, inst)
+    marked, top = marks.counted, marks.top
+    # the holder's row: op ids number the rows, as the ancestry walks take them
+    holder = marks.holder.fill_null(-1).to_numpy()
     folds = (~marked).to_numpy() & (holder >= 0)
     device_self, kernels = (_add_at(inst[c].to_numpy(), holder[folds], folds) for c in ("device_self", "kernels"))
     return inst.with_columns(
@@ -260,10 +290,8 @@ def unheld_rows(trace: Trace, inst: pl.DataFrame, *, include_annotations: bool) 
     :data:`NOT_UNDER_OP`.  Only device time: their host time is no op's."""
     rows = []
     if not include_annotations:
-        marked = inst.select(~is_annotation()).to_series()
-        orphan = inst.filter(
-            ~marked & nearest_marked(inst["parent_id"], marked).is_null() & (pl.col("device_self") > 0)
-        )
+        marks = _marks_of(trace, inst)
+        orphan = inst.filter(~marks.counted & marks.holder.is_null() & (pl.col("device_self") > 0))
         rows.append(orphan.select(
             "op_id", "step", "device_self", "kernels",
             name=pl.when(pl.col("name").str.starts_with(STEP_PREFIX)).then(pl.lit(STEPS_ROW)).otherwise(pl.col("name")),
@@ -301,7 +329,7 @@ def kernel_coverage(trace: Trace, step: int | None = None) -> tuple[float, float
     hold all of it; less means GPU time no row shows."""
     trace = without_earlier_iteration(trace)
     inst = _table_columns(op_instances(trace), [])
-    held = pl.concat([without_annotations(inst), unheld_rows(trace, inst, include_annotations=False)])
+    held = pl.concat([without_annotations(trace, inst), unheld_rows(trace, inst, include_annotations=False)])
     if step is not None:
         held = held.filter(pl.col("step") == step)
     covered = held.filter(in_steps(trace))["device_self"].sum()
@@ -398,7 +426,7 @@ def op_stats(
     keys = GROUPINGS[by]
     inst = _table_columns(op_instances(trace), keys)
     extra = unheld_rows(trace, inst, include_annotations=include_annotations) if by in ("op", "op+shape") else None
-    inst = inst.with_columns(pl.lit(True).alias(COUNTED)) if include_annotations else fold_annotations(inst)
+    inst = inst.with_columns(pl.lit(True).alias(COUNTED)) if include_annotations else fold_annotations(trace, inst)
     if extra is not None:
         inst = pl.concat([inst, extra.with_columns(pl.lit(True).alias(COUNTED))])
     if step is not None:
