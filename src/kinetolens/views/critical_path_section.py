@@ -164,7 +164,8 @@ def verdict(summary: pl.DataFrame, tops: dict[str, pl.DataFrame], mean_us: float
 
 
 def critical_path_section(trace: Trace, step: int | None = None) -> CriticalPathSection | str:
-    """The section for ``step`` (default: every complete step), or the one line
+    """The section for ``step`` (default: every complete step, at most
+    :data:`SAMPLE_STEPS` of them spread over a longer trace), or the one line
     saying why there is none (no CPU ops or runtime calls to build a path from)."""
     try:
         shown, windows, of, notes = _windows(trace, step)

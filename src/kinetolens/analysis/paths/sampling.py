@@ -4,8 +4,9 @@ The what-if behind the recommendations re-times at most :data:`SAMPLE_STEPS`
 steps and the report's critical path section traces at most as many, spread
 over the trace (:func:`sample`): each costs about half as much per step as
 loading the step, so covering every step of a long trace would double the
-cost of the first answer.  Plain constants and a pure function (no polars): the terminal
-says what was sampled from a cached summary without importing the simulator."""
+cost of the first answer.  Plain constants and a pure function (no polars):
+the terminal says what was sampled from a cached summary without importing
+the simulator."""
 
 from __future__ import annotations
 

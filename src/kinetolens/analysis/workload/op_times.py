@@ -31,12 +31,10 @@ from kinetolens.model.trace import Trace
 def op_instances(trace: Trace) -> pl.DataFrame:
     """Every op with its self and total times and work (see the module docstring), in op_id order.
 
-    The ops' own columns are kept as they are and the figures put beside them:
-    each figure is summed on a frame of the op ids alone, and the totals
-    are summed up the op tree a level at a time (numpy, no Python step per
-    op).  Joining the figures onto the whole op table copied its every column
-    once per join, which made this several hundred MiB of working memory on a
-    500 MB trace."""
+    The figures are summed on a frame of the op ids alone and put beside the
+    ops' own columns (a join onto the op table would copy every op column),
+    and the totals are summed up the op tree a level at a time (numpy, no
+    Python step per op)."""
     ops = trace.ops if trace.ops["op_id"].is_sorted() else trace.ops.sort("op_id")
     child_host = (
         ops.select("parent_id", "dur")  # the columns first: a filter copies each

@@ -1,4 +1,4 @@
-"""The dashboard's Critical path page: what bounds the step chosen in the left panel (or every step).
+"""The dashboard's Critical path page: what bounds the step chosen in the left panel (or the steps the report shows).
 
 It shows what the report's section shows
 (:class:`~kinetolens.views.critical_path_section.CriticalPathSection`, computed
@@ -24,7 +24,8 @@ PREFIX = "critical_path_"
 
 
 def section(ctx: Ctx) -> CriticalPathSection | str:
-    """The section of the chosen step (every complete step when none is chosen), memoized per step."""
+    """The section of the chosen step, memoized per step; with none chosen,
+    the report's (every complete step, or a spread sample of a long trace's)."""
     return ctx.memo(("critical_path", ctx.step), lambda: critical_path_section(ctx.trace, ctx.step))
 
 
