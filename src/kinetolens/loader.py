@@ -36,7 +36,7 @@ from kinetolens.model.graph_replay import CAPTURE_KEY, pair_with_capture
 if TYPE_CHECKING:
     import polars as pl
 
-__all__ = ["CAPTURE_KEY", "load", "load_derived"]
+__all__ = ["CAPTURE_KEY", "load", "load_derived", "load_steps"]
 
 
 
@@ -61,7 +61,7 @@ def load(
     Raises :class:`TraceError` (one line, naming the file) on bad input.
 
     One pipeline of ``Trace -> Trace`` steps: the build and
-    :func:`_model_steps` make what the cache stores; :func:`_load_steps`
+    :func:`_model_steps` make what the cache stores; :func:`load_steps`
     run on every load, on a trace just built or read from the cache alike.
     """
     p = Path(path)
@@ -76,7 +76,7 @@ def load(
         trace = apply(built, _model_steps(p, raw, built, capture_path, capture_warning))
         if cache_dir is not None:
             write_keyed(cache_dir, key, shown_path(p), trace)
-    return apply(trace, _load_steps(p))
+    return apply(trace, load_steps(p))
 
 
 def _entry_key(path: Path, capture_path: Path | None) -> str:
@@ -156,7 +156,7 @@ def _read_table(name: str, reader: Callable[[Path], tuple[pl.DataFrame, list[Tra
     return with_table(trace, name, frame, warnings)
 
 
-def _load_steps(path: Path) -> list[Step]:
+def load_steps(path: Path) -> list[Step]:
     """The steps of every load, after the cache: the run metadata beside the
     trace (not cached: the file is small and written after the trace) and
     torch.compile's kernels moved into the submodules they fuse."""

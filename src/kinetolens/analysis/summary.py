@@ -16,6 +16,7 @@ from typing import Any
 import polars as pl
 
 from kinetolens import __version__
+from kinetolens.analysis.attribution_shares import attribution_parts, unrecorded_parts
 from kinetolens.analysis.advice.recommendations import RuleContext, damaged_inputs, left_out, recommendations
 from kinetolens.analysis.gputime.overview import average_breakdown, complete_rows, step_breakdown
 from kinetolens.analysis.gputime.step_times import StepRow, StepTimes
@@ -39,59 +40,12 @@ from kinetolens.analysis.summary_types import (
 )
 from kinetolens.analysis.trace_kind import trace_kind
 from kinetolens.formats import RUN_METADATA_KEY
-from kinetolens.model.frames import FUNCTION_ONLY_PREFIX
 from kinetolens.model.devices import device_name
 from kinetolens.model.trace import Trace
 
-def _fraction(frame: pl.DataFrame, condition: pl.Expr) -> float | None:
-    """The share of ``frame``'s ``dur`` on rows where ``condition`` holds (a
-    filtered sum: the other columns are not copied)."""
-    total = frame["dur"].sum() if frame.height else 0
-    if not total:
-        return None
-    return float(frame.select(pl.col("dur").filter(condition).sum()).item() or 0) / float(total)
-
-
-#: The kernel columns the attribution shares read: selected before any
-#: filter, which copies every column it keeps (the kernels table is wide).
-_ATTRIBUTION_COLUMNS = (
-    "kind", "dur", "op_id", "module", "source", "launch_id", "external_id", "step",
-    "direction", "grad_fn", "fwd_op_id", "graph_id",
-)  # fmt: skip
-
-
-def _kernel_rows(trace: Trace) -> pl.DataFrame:
-    """The kernels (not copies or sets), with the columns the shares read."""
-    return trace.kernels.select(_ATTRIBUTION_COLUMNS).filter(pl.col("kind") == "kernel")
-
-
 def attribution(trace: Trace) -> Attribution:
-    kernels = _kernel_rows(trace)
-    backward = kernels.filter(pl.col("direction") == "bprop")
-    # AccumulateGrad (and the DDP gradient hooks that run inside it) adds
-    # gradients into leaf parameters: no forward op exists to link to.
-    differentiating = backward.filter(~pl.col("grad_fn").fill_null("").str.contains("AccumulateGrad"))
-    gpu = trace.kernels.select("dur", "op_id")
-    return Attribution(**{
-        "kernel_time_us": float(kernels["dur"].sum()) / 1000.0 if kernels.height else 0.0,
-        "op": _fraction(kernels, pl.col("op_id").is_not_null()),
-        "module": _fraction(kernels, pl.col("module").is_not_null()),
-        "source": _fraction(kernels, pl.col("source").is_not_null()),
-        # The line that made the call, not only the enclosing function.
-        "source_call_line": _fraction(kernels, ~pl.col("source").str.starts_with(FUNCTION_ONLY_PREFIX)),
-        "launch": _fraction(kernels, pl.col("launch_id").is_not_null()),
-        # Kernels whose launch the file never recorded (launched before the
-        # profiling window, or CUPTI dropped the runtime record) cannot be
-        # attributed by any tool; this is the op fraction of the rest.
-        "op_of_recorded_launches": _fraction(
-            kernels.filter(pl.col("launch_id").is_not_null()), pl.col("op_id").is_not_null()
-        ),
-        "backward_time_us": float(backward["dur"].sum()) / 1000.0 if backward.height else 0.0,
-        "backward_with_forward_op": _fraction(differentiating, pl.col("fwd_op_id").is_not_null()),
-        "gpu_activity_with_op": _fraction(gpu, pl.col("op_id").is_not_null()),
-        **_graph_replay(trace, kernels),
-        "possible": trace.ops.height > 0,
-    })
+    """Kernel time and the fraction of it tied to an op, module, source line, forward op."""
+    return attribution_parts(trace).attribution(possible=trace.ops.height > 0)
 
 
 def _recorded_counts(ops: pl.DataFrame) -> dict[str, int]:
@@ -101,19 +55,6 @@ def _recorded_counts(ops: pl.DataFrame) -> dict[str, int]:
     own = ~(pl.col("from_capture") | pl.col("from_next_iteration"))
     row = ops.select(**{kind: (own & (pl.col("kind") == kind)).sum() for kind in ("op", "annotation")}).row(0, named=True)
     return {kind: int(n or 0) for kind, n in row.items()}
-
-
-def _graph_replay(trace: Trace, kernels: pl.DataFrame) -> dict[str, Any]:
-    """Kernel time replayed from CUDA/HIP graphs and how much of it has the
-    op that launched it at capture (``kinetolens.model.graph_replay``)."""
-    replayed = kernels.filter(pl.col("graph_id").is_not_null())
-    ops = trace.ops
-    captured = ops.filter(pl.col("from_capture"))["op_id"]
-    return {
-        "graph_replay_time_us": float(replayed["dur"].sum()) / 1000.0 if replayed.height else 0.0,
-        "graph_replay_with_capture_op": _fraction(replayed, pl.col("op_id").is_in(captured.implode())),
-        "graph_replay_with_module": _fraction(replayed, pl.col("module").is_not_null()),
-    }
 
 
 def unrecorded_launches(trace: Trace) -> UnrecordedLaunches:
@@ -127,22 +68,7 @@ def unrecorded_launches(trace: Trace) -> UnrecordedLaunches:
     later (:mod:`kinetolens.model.earlier_launches`);
     ``note`` says so in one line, or is null when every launch is recorded.
     """
-    kernels = _kernel_rows(trace)
-    orphan = pl.col("launch_id").is_null() & (pl.col("external_id").fill_null(0) == 0)
-    share = _fraction(kernels, orphan)
-    in_steps = _fraction(kernels, orphan & pl.col("step").is_not_null())
-    named = _fraction(kernels, orphan & pl.col("op_id").is_not_null())
-    note = None
-    if share:
-        where = f"{in_steps:.1%} of it inside steps" if in_steps else "all of it before the first step, in no step"
-        if named and named >= share - 1e-12:
-            known = "ops taken from the same launches one iteration later"
-        elif named:
-            known = f"{named:.1%} named by the same launches one iteration later, the rest with no op"
-        else:
-            known = "no op is known"
-        note = f"{share:.1%} of kernel time: launched before profiling began ({where}); {known}"
-    return UnrecordedLaunches(share=share, in_steps_share=in_steps, named_share=named, note=note)
+    return unrecorded_parts(trace).launches()
 
 
 def _us(ns: float) -> float:

@@ -24,7 +24,7 @@ Output tables (all times are integer nanoseconds, exact):
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -252,7 +252,7 @@ def _concat(parts: dict[str, list[pl.DataFrame]]) -> dict[str, pl.DataFrame]:
     return out
 
 
-def _check_end(path: str, table: str, frame: pl.DataFrame) -> None:
+def check_end(path: str, table: str, frame: pl.DataFrame) -> None:
     """``ts + dur`` must fit int64 too, or every end time computed later wraps."""
     if frame.height == 0:
         return
@@ -264,18 +264,28 @@ def _check_end(path: str, table: str, frame: pl.DataFrame) -> None:
         )
 
 
-def decode_events(path: str, chunks: Iterable[ChunkSource]) -> dict[str, pl.DataFrame]:
-    """Decode every chunk into the per-table frames.
+def decode_events(path: str, chunks: Iterable[ChunkSource]) -> Decoded:
+    """Decode every chunk into the per-table frames, joined (:func:`decoded_chunks`)."""
+    parts: dict[str, list[pl.DataFrame]] = {name: [] for name in TABLES}
+    skipped: Counter[str] = Counter()
+    for frames in decoded_chunks(path, chunks, skipped):
+        for table, frame in frames.items():
+            parts[table].append(frame)
+    return finish_tables(path, parts, skipped)
+
+
+def decoded_chunks(path: str, chunks: Iterable[ChunkSource], skipped: Counter[str]) -> Iterator[dict[str, pl.DataFrame]]:
+    """Each chunk's per-table frames, in file order; the events left out are
+    counted in ``skipped``.  Raises :class:`TraceError` at the end for events
+    without a usable duration.
 
     Each chunk is first decoded with float timestamps; a chunk holding
     epoch-scale float microseconds (beyond float64's nanosecond precision) is
     decoded again keeping the timestamp text, and so are all later chunks,
     since a file has one time base.
     """
-    parts: dict[str, list[pl.DataFrame]] = {name: [] for name in TABLES}
     exact = False
     missing_dur = negative_dur = 0
-    skipped: Counter[str] = Counter()
     for chunk in chunks:
         p = partition(chunk(exact))
         missing_dur += p.missing_dur
@@ -289,21 +299,19 @@ def decode_events(path: str, chunks: Iterable[ChunkSource]) -> dict[str, pl.Data
             p = partition(chunk(exact))
             frames = chunk_frames(path, p, exact)
         skipped.update(p.skipped)
-        for table, frame in frames.items():
-            parts[table].append(frame)
+        yield frames
     if negative_dur:
         raise TraceError(path, f"{negative_dur} event(s) have a negative duration ('dur' < 0)")
     if missing_dur:
         raise TraceError(path, f"{missing_dur} complete ('X') event(s) have no duration ('dur')")
-    return finish_tables(path, parts, skipped)
 
 
 def finish_tables(path: str, parts: dict[str, list[pl.DataFrame]], skipped: Counter[str] | None = None) -> Decoded:
     """The chunks' frames, in file order, joined into one frame per table and
     checked; the events skipped on the way become counted warnings."""
     tables = _concat(parts)
-    _check_end(path, "host", tables["host"])
-    _check_end(path, "device", tables["device"])
+    check_end(path, "host", tables["host"])
+    check_end(path, "device", tables["device"])
     skipped = Counter(skipped or {})
     if not any(tables[name].height for name in TIMED_TABLES):
         why = "; ".join(f"{reason}: {n:,}" for reason, n in skipped.items()) or "no complete ('X'), memory or counter event"

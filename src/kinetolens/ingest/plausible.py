@@ -60,31 +60,46 @@ def drop_far_off_events(raw: RawTables, path: str) -> RawTables:
     if starts.len() == 0:
         return raw
     mid = int(starts.median())  # type: ignore[arg-type]
-    lo, hi = mid - PLAUSIBLE_SPAN_NS, mid + PLAUSIBLE_SPAN_NS
     dropped, example, kept = 0, "", 0
     for name in TIMED_TABLES:
         frame: pl.DataFrame = getattr(raw, name)
         if frame.height == 0:
             continue
-        inside = pl.col("ts").is_between(lo, hi)
-        if "dur" in frame.columns:
-            inside = inside & pl.col("dur").is_between(0, PLAUSIBLE_SPAN_NS) & (pl.col("ts") <= hi - pl.col("dur"))
-        far = frame.filter(~inside.fill_null(False))
+        inside = plausible(mid, "dur" in frame.columns)
+        far = frame.filter(~inside)
         if far.height:
             dropped += far.height
-            if not example:
-                row = far.row(0, named=True)
-                dur = f", dur {row['dur']:,} ns" if row.get("dur") is not None else ""
-                ts = f"{row['ts']:,} ns" if row.get("ts") is not None else "null"
-                example = f" (first: a {name} event {_shown(row.get('name'))}at ts {ts}{dur}; the trace's median start is {mid:,} ns)"
-            frame = frame.filter(inside.fill_null(False))
+            example = example or far_off_example(name, far.row(0, named=True), mid)
+            frame = frame.filter(inside)
             setattr(raw, name, frame)
         kept += frame.height
-    if dropped and not kept:
-        raise TraceError(path, f"no event is timed plausibly ({dropped:,} {FAR_OFF}{example})")
     if dropped:
-        raw.warnings.append(TraceWarning("events skipped", dropped, FAR_OFF + example))
+        raw.warnings.append(far_off_warning(path, dropped, kept, example))
     return raw
+
+
+def plausible(median_start: int, ranges: bool) -> pl.Expr:
+    """Whether an event is timed within :data:`PLAUSIBLE_SPAN_NS` of the trace's
+    median start (``ranges``: and lasts less than that)."""
+    lo, hi = median_start - PLAUSIBLE_SPAN_NS, median_start + PLAUSIBLE_SPAN_NS
+    inside = pl.col("ts").is_between(lo, hi)
+    if ranges:
+        inside = inside & pl.col("dur").is_between(0, PLAUSIBLE_SPAN_NS) & (pl.col("ts") <= hi - pl.col("dur"))
+    return inside.fill_null(False)
+
+
+def far_off_example(table: str, row: dict[str, Any], median_start: int) -> str:
+    """The first far-off event, in words, for :func:`far_off_warning`."""
+    dur = f", dur {row['dur']:,} ns" if row.get("dur") is not None else ""
+    ts = f"{row['ts']:,} ns" if row.get("ts") is not None else "null"
+    return f" (first: a {table} event {_shown(row.get('name'))}at ts {ts}{dur}; the trace's median start is {median_start:,} ns)"
+
+
+def far_off_warning(path: str, dropped: int, kept: int, example: str) -> TraceWarning:
+    """The counted warning for ``dropped`` far-off events; :class:`TraceError` when none is left."""
+    if not kept:
+        raise TraceError(path, f"no event is timed plausibly ({dropped:,} {FAR_OFF}{example})")
+    return TraceWarning("events skipped", dropped, FAR_OFF + example)
 
 
 def _plausible(key: str, value: Any) -> bool:

@@ -448,7 +448,8 @@ def _engine_gap_owners(ops: pl.DataFrame, own: pl.Series) -> dict[int, int]:
     that ends a backward pass (the next node is numbered above the last one:
     the engine runs one pass's nodes in decreasing order) and holds ops
     numbered above the last node (they ran after its pass was recorded) is
-    the next forward pass, not engine work.
+    the next forward pass, not engine work.  After a thread's last node there
+    is no next node: its ops finish that node unless numbered above it.
     """
     tops = (
         ops.select("op_id", "group", "kind", "parent_id", "sequence_number", own=own.cast(pl.String))
@@ -480,6 +481,16 @@ def _engine_gap_owners(ops: pl.DataFrame, own: pl.Series) -> dict[int, int]:
             pending[g].append(i)
             if seq is not None:
                 newest[g] = max(newest.get(g, -1), seq)
+    # The ops after a thread's last node have no next node to tell them from
+    # a forward pass; they finish that node unless they are numbered above it.
+    # (Left unowned, the last step's engine work was forward where every
+    # other step's was backward, and a step read alone differed from itself
+    # in the whole trace.)
+    for g, node in last_node.items():
+        last = last_seq.get(g)
+        if last is None or newest.get(g, -1) <= last:
+            for j in pending.get(g, []):
+                owner[j] = node
     return owner
 
 

@@ -27,6 +27,7 @@ step's kernels; its own work runs in a 35.18 ms window, its ``dur``.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import polars as pl
@@ -57,7 +58,17 @@ def _step_of(times: pl.DataFrame, marks: pl.DataFrame, t: str) -> pl.DataFrame:
 
 def build_steps(ops: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
     """One row per ``ProfilerStep#N`` range: see the module docstring for the columns."""
-    marks = (
+    marks = step_marks(ops)
+    if marks.height == 0:
+        return _no_steps(marks)
+    host_work, counts = host_work_of(ops, marks)
+    return steps_from(marks, host_work, counts, host_range_windows(marks, kernels))
+
+
+def step_marks(ops: pl.DataFrame) -> pl.DataFrame:
+    """The ``ProfilerStep#N`` ranges (``step``, ``name``, ``step_op_id``, ``ts``,
+    ``cpu_end``), the first of each step number, in time order."""
+    return (
         ops.filter(pl.col("name").str.starts_with(STEP_PREFIX))
         .select(
             step=pl.col("name").str.slice(len(STEP_PREFIX)).cast(pl.Int64, strict=False),
@@ -70,23 +81,39 @@ def build_steps(ops: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
         .sort("ts")
         .unique(subset=["step"], keep="first", maintain_order=True)
     )
-    if marks.height == 0:
-        return marks.with_columns(
-            gpu_end=pl.lit(None, pl.Int64),
-            start=pl.col("ts"),
-            end=pl.col("cpu_end"),
-            dur=pl.lit(0, pl.Int64),
-            gpu_work=pl.lit(0, pl.UInt32),
-            host_work=pl.lit(0, pl.UInt32),
-            complete=pl.lit(True),
-            cut_reason=pl.lit(None, pl.String),
-        )
+
+
+def _no_steps(marks: pl.DataFrame) -> pl.DataFrame:
+    return marks.with_columns(
+        gpu_end=pl.lit(None, pl.Int64),
+        start=pl.col("ts"),
+        end=pl.col("cpu_end"),
+        dur=pl.lit(0, pl.Int64),
+        gpu_work=pl.lit(0, pl.UInt32),
+        host_work=pl.lit(0, pl.UInt32),
+        complete=pl.lit(True),
+        cut_reason=pl.lit(None, pl.String),
+    )
+
+
+def host_work_of(ops: pl.DataFrame, marks: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Per step, the host ops run in its range (``step, host_work``), and how
+    often each op or annotation name ran there (``step, name, n``).  Both are
+    sums over ops: a trace's parts can be counted apart and added."""
     # Columns picked before rows: filtering the whole op table copied every column.
     host = ops.select("ts", "name", "kind").filter(pl.col("kind").cast(pl.String).is_in(("op", "annotation")))
     host = _step_of(host, marks, "ts").filter(~pl.col("name").str.starts_with(STEP_PREFIX))
     host_work = host.filter(pl.col("kind").cast(pl.String) == "op").group_by("step").agg(host_work=pl.len())
-    counts = host.group_by("step", "name").agg(n=pl.len())
-    steps = host_range_windows(marks, kernels).join(host_work, on="step", how="left", maintain_order="left")
+    return host_work, host.group_by("step", "name").agg(n=pl.len())
+
+
+def steps_from(marks: pl.DataFrame, host_work: pl.DataFrame, counts: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """The steps table from its parts: ``marks`` (:func:`step_marks`), the host
+    work and op counts (:func:`host_work_of`) and the windows over the GPU work
+    (:func:`host_range_windows`)."""
+    if marks.height == 0:
+        return _no_steps(marks)
+    steps = windows.join(host_work.cast({"host_work": pl.UInt32}), on="step", how="left", maintain_order="left")
     steps = steps.with_columns(pl.col("host_work").fill_null(0))
     flags, reasons = incomplete_last_step(steps, counts)
     return steps.with_columns(
@@ -107,22 +134,50 @@ def host_range_windows(marks: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFra
     the iterations of an inference engine
     (:mod:`kinetolens.analysis.inference.phases`) are both cut this way.
     """
-    gpu = (
+    gpu = launched_activity(kernels)
+    launched = _step_of(gpu.filter(pl.col("launch_ts").is_not_null()), marks, "launch_ts")
+    per_step = gpu_work_of(launched)
+    first_gpu = _first_gpu(marks, per_step)
+    queued = _queued_before_first_step(gpu, launched, first_gpu)
+    return windows_from(marks, per_step, queued)
+
+
+def launched_activity(kernels: pl.DataFrame) -> pl.DataFrame:
+    """The GPU activities that can belong to a step: ``launch_ts``, ``ts``, ``kend``, a row number ``_k``."""
+    return (
         kernels.select("kind", "launch_ts", "ts", "dur")
         .filter(pl.col("kind").cast(pl.String).is_in(GPU_ACTIVITY) & (pl.col("dur") >= 0))
         .select("launch_ts", "ts", kend=pl.col("ts") + pl.col("dur"))
         .with_row_index("_k")
     )
-    launched = _step_of(gpu.filter(pl.col("launch_ts").is_not_null()), marks, "launch_ts")
-    per_step = launched.group_by("step").agg(gpu_end=pl.col("kend").max(), gpu_work=pl.len(), first_gpu=pl.col("ts").min())
+
+
+def gpu_work_of(launched: pl.DataFrame) -> pl.DataFrame:
+    """Per step (``launched`` carries its ``step``): ``gpu_end``, ``gpu_work``, ``first_gpu``.
+    A maximum, a count and a minimum: parts of a trace can be taken apart and combined."""
+    return launched.group_by("step").agg(gpu_end=pl.col("kend").max(), gpu_work=pl.len(), first_gpu=pl.col("ts").min())
+
+
+def _first_gpu(marks: pl.DataFrame, per_step: pl.DataFrame) -> int | None:
+    """Start of the first step's first GPU activity, if it launched any."""
+    if marks.height == 0:
+        return None
+    first = marks.sort("ts")["step"][0]
+    row = per_step.filter(pl.col("step") == first)["first_gpu"]
+    return int(row[0]) if row.len() and row[0] is not None else None
+
+
+def windows_from(marks: pl.DataFrame, per_step: pl.DataFrame, queued_before: int) -> pl.DataFrame:
+    """The windows of :func:`host_range_windows` from ``per_step`` (:func:`gpu_work_of`)
+    and the end of GPU work queued before the first step (:func:`_queued_before_first_step`)."""
     steps = (
-        marks.join(per_step, on="step", how="left")
+        marks.join(per_step.cast({"gpu_work": pl.UInt32}), on="step", how="left")
         .with_columns(pl.col("gpu_work").fill_null(0), own_end=pl.max_horizontal("cpu_end", "gpu_end"))
         .sort("ts")
     )
     if steps.height == 0:
         return steps.with_columns(start=pl.col("ts"), end=pl.col("cpu_end"), dur=pl.lit(0, pl.Int64)).drop("own_end")
-    first_start = max(int(steps["ts"][0]), _queued_before_first_step(gpu, launched, steps["first_gpu"][0]))
+    first_start = max(int(steps["ts"][0]), queued_before)
     # A step ends no earlier than it starts, and starts where the previous
     # one ended: both are a running maximum of the steps' own ends.
     ts = pl.when(pl.int_range(pl.len()) == 0).then(pl.lit(first_start)).otherwise(pl.col("ts"))
@@ -139,6 +194,46 @@ def _queued_before_first_step(gpu: pl.DataFrame, launched: pl.DataFrame, first_g
     others = gpu.filter(~pl.col("_k").is_in(launched["_k"].implode()))
     best = others.filter(pl.col("kend") < first_gpu)["kend"].max()
     return int(best) if best is not None else _NEVER  # type: ignore[arg-type]
+
+
+def steps_in_parts(marks: pl.DataFrame, host_parts: Iterable[pl.DataFrame], kernel_parts: Iterable[pl.DataFrame]) -> pl.DataFrame:
+    """:func:`build_steps` of a trace whose ops and GPU activities come a part
+    at a time (a trace too large to hold: :mod:`kinetolens.windowed`).
+
+    ``marks``: :func:`step_marks` of the whole trace; ``host_parts``: its ops
+    (``ts``, ``name``, ``kind``); ``kernel_parts``: its device activities
+    (``kind``, ``launch_ts``, ``ts``, ``dur``).  Each part is reduced to the
+    sums, counts, minima and maxima the steps are made of, so memory holds
+    one part and those, and the result is :func:`build_steps`' own.
+    """
+    if marks.height == 0:
+        return _no_steps(marks)
+    works, counts = [_EMPTY_WORK], [_EMPTY_COUNTS]
+    for part in host_parts:
+        work, count = host_work_of(part, marks)
+        works.append(work.cast(_EMPTY_WORK.schema))
+        counts.append(count.cast(_EMPTY_COUNTS.schema))
+    host_work = pl.concat(works).group_by("step").agg(pl.col("host_work").sum())
+    count = pl.concat(counts).group_by("step", "name").agg(pl.col("n").sum())
+    per_step, unlaunched = [_EMPTY_GPU_WORK], [pl.Series("kend", [], pl.Int64)]
+    for part in kernel_parts:
+        gpu = launched_activity(part)
+        launched = _step_of(gpu.filter(pl.col("launch_ts").is_not_null()), marks, "launch_ts")
+        per_step.append(gpu_work_of(launched).cast(_EMPTY_GPU_WORK.schema))
+        unlaunched.append(gpu.filter(~pl.col("_k").is_in(launched["_k"].implode()))["kend"])
+    gpu_work = pl.concat(per_step).group_by("step").agg(pl.col("gpu_end").max(), pl.col("gpu_work").sum(), pl.col("first_gpu").min())
+    first_gpu = _first_gpu(marks, gpu_work)
+    queued = _NEVER
+    if first_gpu is not None:
+        ends = pl.concat(unlaunched)
+        best = ends.filter(ends < first_gpu).max()
+        queued = int(best) if best is not None else _NEVER  # type: ignore[arg-type]
+    return steps_from(marks, host_work, count, windows_from(marks, gpu_work, queued))
+
+
+_EMPTY_WORK = pl.DataFrame(schema={"step": pl.Int64, "host_work": pl.UInt32})
+_EMPTY_COUNTS = pl.DataFrame(schema={"step": pl.Int64, "name": pl.String, "n": pl.UInt32})
+_EMPTY_GPU_WORK = pl.DataFrame(schema={"step": pl.Int64, "gpu_end": pl.Int64, "gpu_work": pl.UInt32, "first_gpu": pl.Int64})
 
 
 def _short_names(counts: pl.DataFrame, steps: list[int]) -> pl.DataFrame:

@@ -26,6 +26,8 @@ number of events with no Python loop per event.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import polars as pl
 
@@ -228,6 +230,16 @@ def step_breakdown(trace: Trace) -> pl.DataFrame:
     return table.join(complete, on="step", how="left", maintain_order="left").with_columns(
         pl.col("complete").fill_null(True)
     )
+
+
+def windowed_breakdown(windows: Iterable[tuple[int, Trace]]) -> pl.DataFrame:
+    """:func:`step_breakdown` of a trace loaded one step at a time
+    (:mod:`kinetolens.windowed`): each window's ``(step, trace)`` gives its
+    own step's row; the steps beside it in its trace are partial and left out.
+    Each trace can be dropped once its row is taken."""
+    rows = [step_breakdown(trace).filter(pl.col("step") == step) for step, trace in windows]
+    schema = {"step": pl.Int64, **{c: pl.Int64 for c in COLUMNS}, "complete": pl.Boolean}
+    return pl.concat(rows) if rows else pl.DataFrame(schema=schema)
 
 
 def complete_rows(breakdown: pl.DataFrame) -> pl.DataFrame:

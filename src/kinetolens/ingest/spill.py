@@ -1,0 +1,225 @@
+"""Decode a Kineto trace to Parquet files, holding a bounded part of it at a time.
+
+A trace larger than memory cannot be held as tables, but most questions are
+asked of a window of it: one step, its GPU tail and the launches before it.
+This reader decodes the file piece by piece as the streaming reader does
+(:mod:`kinetolens.ingest.kineto_stream`) and writes each table's frames to a
+Parquet part whenever they hold :data:`PART_BYTES`, so memory holds at most
+one part per table.  :meth:`Spill.window` reads a window of time back as
+:class:`RawTables`, the same rows, in file order, that the whole-file
+readers give for those events.
+
+Kineto writes events in roughly time order, so the parts' row groups each
+cover a short span: a window's scan filters on ``ts`` and ``end`` and the
+row groups' statistics skip the rest of the file.  Threads and processes
+(one row per thread) stay in memory.
+
+The checks the whole readers make hold here too: an end time that does not
+fit 64 bits is an error, events without a duration are an error, and events
+timed far from the rest are left out of every window and counted
+(:mod:`kinetolens.ingest.plausible`, the median start taken over the parts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from kinetolens.errors import TraceError, TraceWarning
+from kinetolens.ingest.kineto import TABLES, RawTables, check_end, decoded_chunks, skipped_warnings
+from kinetolens.ingest.kineto_columns import ArgsInvalid
+from kinetolens.ingest.kineto_stream import PIECE_BYTES, Pieces
+from kinetolens.ingest.opener import StreamUnsupported, file_blocks
+from kinetolens.ingest.plausible import TIMED_TABLES, far_off_example, far_off_warning, plausible
+
+#: Frames a table gathers in memory (their estimated size) before they are written as one part.
+PART_BYTES = 64 << 20
+#: Rows per Parquet row group: small enough that a window's scan skips most of a part.
+ROW_GROUP_ROWS = 32_768
+#: Tables held in memory whole (a row per thread or process).
+HELD = ("threads", "processes")
+#: Tables of time ranges: they get an ``end`` column, so a window's scan can skip by it.
+RANGES = ("host", "device")
+
+
+@dataclass
+class Spill:
+    """A trace decoded to Parquet parts in ``directory``."""
+
+    directory: Path
+    format: str
+    metadata: dict[str, Any]
+    warnings: list[TraceWarning]
+    parts: dict[str, list[str]]
+    held: dict[str, pl.DataFrame]
+    #: The trace's median start (ns): events far from it are in no window (see :mod:`.plausible`).
+    median_start: int | None = None
+    rows: dict[str, int] = field(default_factory=dict)
+
+    def scan(self, table: str) -> pl.LazyFrame:
+        """Every plausible row of ``table`` (with ``end`` for ranges), in file order."""
+        schema = {**TABLES[table], **({"end": pl.Int64()} if table in RANGES else {})}
+        files = [str(self.directory / name) for name in self.parts.get(table, [])]
+        if not files:
+            return pl.LazyFrame(schema=schema)
+        frame = pl.scan_parquet(files)
+        if self.median_start is not None and table in TIMED_TABLES:
+            frame = frame.filter(plausible(self.median_start, table in RANGES))
+        return frame
+
+    def each_part(self, table: str, columns: list[str | pl.Expr], where: pl.Expr | None = None) -> Iterator[pl.DataFrame]:
+        """``columns`` of ``table``'s plausible rows (``where`` they hold), a part at a time, in file order."""
+        for name in self.parts.get(table, []):
+            frame = pl.scan_parquet(self.directory / name)
+            if self.median_start is not None and table in TIMED_TABLES:
+                frame = frame.filter(plausible(self.median_start, table in RANGES))
+            if where is not None:
+                frame = frame.filter(where)
+            yield frame.select(columns).collect()
+
+    def window(self, lo: int, hi: int, launches_from: int | None = None) -> RawTables:
+        """The events of ``[lo, hi)`` (ns) as raw tables: ranges overlapping it,
+        instants in it, and the host events from where the first launch of a
+        GPU activity overlapping it happened (looked for from ``launches_from``,
+        default ``lo``), so that those activities keep their launches and ops."""
+        overlapping = (pl.col("ts") < hi) & (pl.col("end") >= lo)
+        device = self.scan("device").filter(overlapping).collect()
+        launched = device["correlation"].drop_nulls().unique()
+        start = lo
+        if launched.len():
+            first = (
+                self.scan("host")
+                .filter((pl.col("ts") >= min(lo, launches_from if launches_from is not None else lo)) & (pl.col("ts") < hi))
+                .filter(pl.col("correlation").is_in(launched.implode()))
+                .select(pl.col("ts").min())
+                .collect()
+                .item()
+            )
+            start = min(lo, first) if first is not None else lo
+        host = self.scan("host").filter((pl.col("ts") < hi) & (pl.col("end") >= start)).collect()
+        instants = {
+            name: self.scan(name).filter(pl.col("ts").is_between(start, hi)).collect() for name in ("memory", "flows", "counters")
+        }
+        return RawTables(
+            format=self.format,
+            metadata=json.loads(json.dumps(self.metadata)),
+            host=host.drop("end"),
+            device=device.drop("end"),
+            threads=self.held["threads"],
+            processes=self.held["processes"],
+            warnings=list(self.warnings),
+            **instants,
+        )
+
+
+def spill_kineto(path: Path, directory: Path) -> Spill:
+    """Decode the Kineto JSON(.gz) file ``path`` into Parquet parts in ``directory``.
+
+    Raises :class:`StreamUnsupported` for a file the streaming reader does not
+    take (damaged, unusual): the whole-file reader is then the one to read it.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    writer = _PartWriter(str(path), directory)
+    pieces = Pieces(file_blocks(path, PIECE_BYTES))
+    skipped: Counter[str] = Counter()
+    try:
+        for frames in decoded_chunks(str(path), pieces, skipped):
+            for table, frame in frames.items():
+                writer.add(table, frame)
+    except ArgsInvalid:
+        raise StreamUnsupported("args of an event do not decode") from None
+    except UnicodeDecodeError:
+        raise StreamUnsupported("text that is not valid Unicode") from None
+    finally:
+        close = getattr(pieces.blocks, "close", None)
+        if close is not None:
+            close()
+    writer.flush_all()
+    spill = Spill(
+        directory=directory,
+        format="kineto-json",
+        metadata=pieces.metadata,
+        warnings=skipped_warnings(skipped),
+        parts=writer.parts,
+        held={name: writer.held_table(name) for name in HELD},
+        rows={name: writer.rows[name] for name in TABLES},
+    )
+    if not any(spill.rows.get(name) for name in TIMED_TABLES):
+        why = "; ".join(f"{reason}: {n:,}" for reason, n in skipped.items()) or "no complete ('X'), memory or counter event"
+        raise TraceError(str(path), f"no usable events ({why})")
+    return _with_plausible_times(spill, str(path))
+
+
+def _with_plausible_times(spill: Spill, path: str) -> Spill:
+    """``spill`` with its median start set and the far-off events counted (:func:`~.plausible.drop_far_off_events`)."""
+    starts = [spill.scan(name).select("ts") for name in RANGES if spill.parts.get(name)]
+    if not starts:
+        return spill
+    mid = pl.concat(starts).select(pl.col("ts").drop_nulls().median()).collect().item()
+    if mid is None:
+        return spill
+    mid = int(mid)
+    dropped, kept, example = 0, 0, ""
+    for name in TIMED_TABLES:
+        if not spill.parts.get(name):
+            continue
+        scan = pl.scan_parquet([str(spill.directory / f) for f in spill.parts[name]])
+        far = scan.filter(~plausible(mid, name in RANGES))
+        n = far.select(pl.len()).collect().item()
+        if n and not example:
+            example = far_off_example(name, far.head(1).collect().row(0, named=True), mid)
+        dropped += n
+        kept += spill.rows[name] - n
+    spill = dataclasses.replace(spill, median_start=mid)
+    if dropped:
+        spill.warnings.append(far_off_warning(path, dropped, kept, example))
+    return spill
+
+
+class _PartWriter:
+    """Gathers each table's frames and writes them as numbered Parquet parts."""
+
+    def __init__(self, path: str, directory: Path) -> None:
+        self.path = path
+        self.directory = directory
+        self.pending: dict[str, list[pl.DataFrame]] = {name: [] for name in TABLES}
+        self.size: Counter[str] = Counter()
+        self.rows: Counter[str] = Counter()
+        self.parts: dict[str, list[str]] = {name: [] for name in TABLES if name not in HELD}
+
+    def add(self, table: str, frame: pl.DataFrame) -> None:
+        self.pending[table].append(frame)
+        self.rows[table] += frame.height
+        if table in HELD:
+            return
+        self.size[table] += frame.estimated_size()
+        if self.size[table] >= PART_BYTES:
+            self.flush(table)
+
+    def flush(self, table: str) -> None:
+        frames, self.pending[table], self.size[table] = self.pending[table], [], 0
+        if not frames:
+            return
+        frame = pl.concat(frames, how="vertical")
+        if table in RANGES:
+            check_end(self.path, table, frame)
+            frame = frame.with_columns(end=pl.col("ts") + pl.col("dur"))
+        name = f"{table}-{len(self.parts[table]):05d}.parquet"
+        frame.write_parquet(self.directory / name, compression="lz4", row_group_size=ROW_GROUP_ROWS, statistics=True)
+        self.parts[table].append(name)
+
+    def flush_all(self) -> None:
+        for table in self.parts:
+            self.flush(table)
+
+    def held_table(self, table: str) -> pl.DataFrame:
+        frames = self.pending[table]
+        frame = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=TABLES[table])
+        return frame.unique(maintain_order=True) if table == "threads" else frame
