@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The step breakdown of a trace loaded whole against one loaded a step at a time.
+"""A trace read whole against one read a step window at a time.
 
 For each trace, each measurement runs in a fresh process and reports its CPU
 seconds (user + system) and peak RSS:
@@ -11,15 +11,20 @@ seconds (user + system) and peak RSS:
 
 Both print a digest of the breakdown table; the script fails if they differ
 (the tests check equality on real traces; this checks it at size).
+With ``--summary`` it measures ``kinetolens summary --whole`` against
+``kinetolens summary --windows`` instead (an empty cache each), and fails if
+their step breakdowns differ.
 
 Usage::
 
-    python3 bench/windowed_memory.py TRACE [TRACE ...] [-n 1] [--windowed-only]
+    python3 bench/windowed_memory.py TRACE [TRACE ...] [-n 1] [--windowed-only] [--summary]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import statistics
 import subprocess
@@ -28,6 +33,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+from kinetolens.ingest.kineto_parallel import estimated_json_bytes  # noqa: E402
 
 WHOLE = """
 import sys, kinetolens
@@ -48,16 +55,25 @@ print(b.height, b.hash_rows().sum())
 """
 
 
-def measured(code: str, args: list[str]) -> tuple[float, float, str]:
-    """CPU seconds, peak MiB and stdout of one fresh process running ``code``."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.Popen([sys.executable, "-c", code, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    out = proc.stdout.read().decode().strip() if proc.stdout else ""
-    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    if os.waitstatus_to_exitcode(status):
-        sys.exit(f"windowed_memory: {args[0]}: failed: {err.strip().splitlines()[-1:]}")
-    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, out
+def run(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
+    """CPU seconds, peak MiB and stdout of one fresh process running ``argv``."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})}
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        out.seek(0)
+        err.seek(0)
+        if os.waitstatus_to_exitcode(status):
+            sys.exit(f"windowed_memory: {' '.join(argv[-3:])}: failed: {err.read().decode(errors='replace').strip().splitlines()[-1:]}")
+        return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, out.read().decode().strip()
+
+
+def summary_steps(trace: str, mode: str) -> tuple[float, float, str]:
+    """``kinetolens summary MODE --json TRACE`` with an empty cache: CPU, peak and a digest of its steps block."""
+    with tempfile.TemporaryDirectory() as cache:
+        cpu, peak, out = run([sys.executable, "-m", "kinetolens.cli.main", "summary", mode, "--json", trace],
+                             {"KINETOLENS_CACHE_DIR": cache})
+    return cpu, peak, hashlib.sha256(json.dumps(json.loads(out)["steps"], sort_keys=True).encode()).hexdigest()[:16]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -66,16 +82,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("-n", "--rounds", type=int, default=1)
     ap.add_argument("--windowed-only", action="store_true", help="skip the whole load (a trace larger than memory)")
     ap.add_argument("--spill-dir", default=tempfile.gettempdir(), help="where the Parquet parts go")
+    ap.add_argument("--summary", action="store_true", help="measure the summary command, whole and windowed")
     args = ap.parse_args(argv)
     print("| trace | JSON MB | whole (CPU s / peak MiB) | windowed (CPU s / peak MiB) | windowed / whole |")
     print("|---|---|---|---|---|")
     for trace in args.traces:
-        mb = Path(trace).stat().st_size / 1e6
-        kinds = [("windowed", WINDOWED)] if args.windowed_only else [("whole", WHOLE), ("windowed", WINDOWED)]
+        mb = estimated_json_bytes(Path(trace)) / 1e6
+        kinds = ["windowed"] if args.windowed_only else ["whole", "windowed"]
         runs: dict[str, list[tuple[float, float, str]]] = {}
         for _ in range(args.rounds):
-            for name, code in kinds:
-                runs.setdefault(name, []).append(measured(code, [trace, args.spill_dir]))
+            for name in kinds:
+                if args.summary:
+                    runs.setdefault(name, []).append(summary_steps(trace, "--whole" if name == "whole" else "--windows"))
+                else:
+                    code = WHOLE if name == "whole" else WINDOWED
+                    runs.setdefault(name, []).append(run([sys.executable, "-c", code, trace, args.spill_dir]))
         med = {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v), v[0][2]) for k, v in runs.items()}
         if "whole" in med and med["whole"][2] != med["windowed"][2]:
             sys.exit(f"windowed_memory: {trace}: the breakdowns differ ({med['whole'][2]} vs {med['windowed'][2]})")

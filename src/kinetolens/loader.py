@@ -102,8 +102,12 @@ def load_derived(
     *,
     capture: str | Path | bool | None = None,
     cache: bool | str | Path = True,
+    from_file: Callable[[Path], T | None] | None = None,
 ) -> T:
     """``compute(load(path))``, stored with the trace's cache entry as ``name``.
+
+    ``from_file``: computes the result from the file itself instead (a trace
+    too large to load whole), or returns None to leave it to ``compute``.
 
     For results that cost far more than reading them back (the summary, with
     the recommendations' simulated savings).  A stored result is used when
@@ -117,7 +121,7 @@ def load_derived(
     check_trace_file(p)
     cache_dir = _cache_dir(cache)
     if cache_dir is None:
-        return compute(load(p, capture=capture, cache=False))
+        return _computed(p, compute, from_file, capture, False)
     capture_path, _ = _capture_file(p, capture)
     entry = cache_dir / _entry_key(p, capture_path)
     run = json.dumps(read_run_metadata(p), sort_keys=True, default=str)
@@ -125,9 +129,17 @@ def load_derived(
     stored = read_derived(entry, name, basis, into)
     if stored is not None:
         return stored
-    value = compute(load(p, capture=capture, cache=cache_dir))
+    value = _computed(p, compute, from_file, capture, cache_dir)
     write_derived(entry, name, basis, value)
     return value
+
+
+def _computed(
+    path: Path, compute: Callable[[Trace], T], from_file: Callable[[Path], T | None] | None,
+    capture: str | Path | bool | None, cache: bool | Path,
+) -> T:
+    value = from_file(path) if from_file is not None else None
+    return value if value is not None else compute(load(path, capture=capture, cache=cache))
 
 
 def _model_steps(

@@ -26,7 +26,7 @@ from pathlib import Path
 import polars as pl
 
 from kinetolens.errors import shown_path
-from kinetolens.ingest.categories import ANNOTATION, GPU_ACTIVITY, OP, RUNTIME, SYNC, device_kind
+from kinetolens.ingest.categories import ANNOTATION, OP, RUNTIME, SYNC, device_kind
 from kinetolens.ingest.plausible import check_device_properties, check_distributed_info
 from kinetolens.ingest.spill import Spill, spill_kineto
 from kinetolens.loader import load_steps
@@ -41,13 +41,21 @@ __all__ = ["StepWindow", "Windowed", "open_windows", "step_index"]
 
 @dataclass(frozen=True)
 class StepWindow:
-    """One step's window (ns): its events lie in ``[lo, hi)``, the launches of
-    its GPU work are looked for from ``launches_from`` (the previous step's host start)."""
+    """The window of one step, or of a run of steps (ns): its events lie in
+    ``[lo, hi)``, the launches of its GPU work are looked for from
+    ``launches_from`` (the previous step's host start), and it owns the
+    events that start in ``own`` (each event of the trace is owned by one
+    window: from its step's start to the next step's)."""
 
-    step: int
+    steps: tuple[int, ...]
     lo: int
     hi: int
     launches_from: int
+    own: tuple[int, int]
+
+    @property
+    def step(self) -> int:
+        return self.steps[0]
 
 
 @dataclass
@@ -60,22 +68,57 @@ class Windowed:
     steps: pl.DataFrame
 
     def windows(self) -> list[StepWindow]:
-        """Every step's window, in time order."""
-        rows = self.steps.sort("ts").select("step", "ts", "cpu_end", "start", "end").to_dicts()
+        """Every step's window, in time order; the first also holds what came
+        before the first step, the last what came after the last one."""
+        rows = self._ranges()
+        if not rows:
+            return []
+        first, last = self.spill.time_range()
         out = []
         for i, r in enumerate(rows):
-            lo = min(r["ts"], r["start"])
-            hi = max(r["cpu_end"], r["end"])
-            out.append(StepWindow(step=r["step"], lo=lo, hi=hi, launches_from=rows[i - 1]["ts"] if i else lo))
+            own_lo = first if i == 0 else r["lo"]
+            own_hi = rows[i + 1]["lo"] if i + 1 < len(rows) else last + 1
+            out.append(StepWindow(
+                steps=(r["step"],), lo=min(r["lo"], own_lo), hi=max(r["hi"], own_hi),
+                launches_from=rows[i - 1]["ts"] if i else own_lo, own=(own_lo, own_hi),
+            ))  # fmt: skip
         return out
 
+    def sample(self, most: int) -> StepWindow | None:
+        """One window over a run of at most ``most`` consecutive whole steps in
+        the middle of the trace (None without whole steps)."""
+        rows = [r for r in self._ranges() if r["complete"]]
+        if not rows:
+            return None
+        start = max(0, (len(rows) - most) // 2)
+        run = rows[start : start + most]
+        before = [r for r in self._ranges() if r["ts"] < run[0]["ts"]]
+        lo, hi = run[0]["lo"], max(r["hi"] for r in run)
+        return StepWindow(
+            steps=tuple(r["step"] for r in run), lo=lo, hi=hi,
+            launches_from=before[-1]["ts"] if before else lo, own=(lo, hi),
+        )  # fmt: skip
+
+    def _ranges(self) -> list[dict]:  # type: ignore[type-arg]
+        """Each step (time order) with the range its events lie in: its host range and its window."""
+        return (
+            self.steps.sort("ts")
+            .select("step", "ts", "complete", lo=pl.min_horizontal("ts", "start"), hi=pl.max_horizontal("cpu_end", "end"))
+            .to_dicts()
+        )
+
     def load(self, window: StepWindow) -> Trace:
-        """The trace of ``window``'s events (see the module docstring)."""
+        """The trace of ``window``'s events (see the module docstring).  Its
+        steps table holds the whole trace's rows of the steps whose range lies
+        in the window, not the partial ones beside them."""
         raw = check_distributed_info(check_device_properties(self.spill.window(window.lo, window.hi, window.launches_from)))
         trace = name_earlier_launches(build_trace(raw, shown_path(self.path)))
-        # The whole trace's rows for the steps the window holds; op ids are the window's own.
+        inside = self.steps.filter(
+            (pl.min_horizontal("ts", "start") >= window.lo) & (pl.max_horizontal("cpu_end", "end") <= window.hi)
+        )
+        # Op ids are the window's own.
         own = trace.steps.select("step", "step_op_id")
-        known = self.steps.drop("step_op_id").join(own, on="step", how="inner", maintain_order="right")
+        known = inside.drop("step_op_id").join(own, on="step", how="inner", maintain_order="right")
         trace = with_table(trace, "steps", known.select(trace.steps.columns).cast(trace.steps.schema))
         return apply(trace, load_steps(self.path))
 

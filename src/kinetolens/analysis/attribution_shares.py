@@ -46,7 +46,7 @@ def share(frame: pl.DataFrame, condition: pl.Expr) -> Share:
 #: The kernel columns the shares read: selected before any filter, which
 #: copies every column it keeps (the kernels table is wide).
 _COLUMNS = (
-    "kind", "ts", "dur", "op_id", "module", "source", "launch_id", "external_id", "step",
+    "kind", "ts", "launch_ts", "dur", "op_id", "module", "source", "launch_id", "external_id", "step",
     "direction", "grad_fn", "fwd_op_id", "graph_id",
 )  # fmt: skip
 
@@ -54,6 +54,14 @@ _ATTRIBUTION_SHARES = (
     "op", "module", "source", "source_call_line", "launch", "op_of_recorded_launches",
     "backward_with_forward_op", "gpu_activity_with_op", "graph_replay_with_capture_op", "graph_replay_with_module",
 )  # fmt: skip
+
+
+def owned_kernels(lo: int, hi: int) -> pl.Expr:
+    """The GPU activities a part of a trace owns: those launched in ``[lo, hi)``
+    (ns), and those whose launch is not recorded that started then.  A kernel
+    belongs with its launch: the op and forward op that name it are there."""
+    at = pl.coalesce(pl.col("launch_ts"), pl.col("ts"))
+    return (at >= lo) & (at < hi)
 
 
 def kernel_rows(trace: Trace, owned: pl.Expr | None = None) -> pl.DataFrame:
@@ -98,7 +106,7 @@ def attribution_parts(trace: Trace, owned: pl.Expr | None = None) -> Attribution
     # AccumulateGrad (and the DDP gradient hooks that run inside it) adds
     # gradients into leaf parameters: no forward op exists to link to.
     differentiating = backward.filter(~pl.col("grad_fn").fill_null("").str.contains("AccumulateGrad"))
-    gpu = trace.kernels.select("ts", "dur", "op_id")
+    gpu = trace.kernels.select("ts", "launch_ts", "dur", "op_id")
     gpu = gpu if owned is None else gpu.filter(owned)
     replayed = kernels.filter(pl.col("graph_id").is_not_null())
     captured = trace.ops.filter(pl.col("from_capture"))["op_id"]

@@ -95,6 +95,11 @@ def steps_block(trace: Trace, table: pl.DataFrame | None = None) -> Steps:
     ``breakdown_us`` holds one row (``step`` null) for the whole trace.
     """
     table = step_breakdown(trace) if table is None else table
+    return steps_of(trace.steps, table, damaged=damaged_inputs(trace) is not None)
+
+
+def steps_of(steps: pl.DataFrame, table: pl.DataFrame, damaged: bool) -> Steps:
+    """:func:`steps_block` from the steps table and the step breakdown."""
     real = table.filter(pl.col("step").is_not_null())
     whole = complete_rows(real)
     rows = tuple(
@@ -106,8 +111,8 @@ def steps_block(trace: Trace, table: pl.DataFrame | None = None) -> Steps:
         ids=tuple(int(s) for s in real["step"].to_list()),
         incomplete=tuple(int(s) for s in real.filter(~pl.col("step").is_in(whole["step"].implode()))["step"].to_list()),
         mean_us=_us(whole["total"].mean()) if whole.height else None,  # type: ignore[arg-type]
-        incomplete_note=incomplete_note(trace.steps),
-        damaged=damaged_inputs(trace) is not None,
+        incomplete_note=incomplete_note(steps),
+        damaged=damaged,
         breakdown_us=rows,
         average_us=StepTimes.from_ns(average_breakdown(table)) if table.height else None,
     )
@@ -116,7 +121,12 @@ def steps_block(trace: Trace, table: pl.DataFrame | None = None) -> Steps:
 def memory_block(trace: Trace) -> tuple[PeakMemory, ...]:
     """Peak memory per device (:func:`memory.peak_memory`, the memory view's
     numbers) with what each peak covers, in words."""
-    rows = peak_memory(trace).select("device", "device_id", "peak_allocated", "basis", "live_at_start").to_dicts()
+    return memory_block_of(peak_memory(trace))
+
+
+def memory_block_of(peaks: pl.DataFrame) -> tuple[PeakMemory, ...]:
+    """:func:`memory_block` from the peaks table (:func:`~kinetolens.analysis.memory.usage.peak_memory`'s columns)."""
+    rows = peaks.select("device", "device_id", "peak_allocated", "basis", "live_at_start").to_dicts()
     return rows_of(PeakMemory, [{**row, "note": BASIS_NOTES[row["basis"]]} for row in rows])
 
 
@@ -147,14 +157,9 @@ def run_identity(trace: Trace) -> dict[str, Any]:
     }
 
 
-def summarize(trace: Trace) -> Summary:
-    """What ``kinetolens summary`` shows (``--json``: docs/summary-json.md)."""
-    # The base results (breakdown, utilization, findings) come from the
-    # trace's analysis session: computed once for the blocks and the rules.
-    mine = RuleContext(trace)
-    kinds = trace.kernels.group_by("kind").len() if trace.kernels.height else None
-    counts = {str(k): int(v) for k, v in kinds.iter_rows()} if kinds is not None else {}
-    devices = tuple(
+def listed_devices(trace: Trace) -> tuple[Device, ...]:
+    """The GPUs the file lists (``deviceProperties``)."""
+    return tuple(
         Device(
             id=d.get("id"),
             name=device_name(d),
@@ -166,44 +171,80 @@ def summarize(trace: Trace) -> Summary:
         )
         for d in trace.devices
     )
-    used = tuple(sorted({int(x) for x in trace.kernels["device"].drop_nulls().unique().to_list()})) if trace.kernels.height else ()
-    span_parts = [t for t in (trace.ops, trace.kernels, trace.runtime) if t.height]
-    span_us = 0.0
-    if span_parts:
-        start = min(int(t["ts"].min()) for t in span_parts)  # type: ignore[arg-type]
-        end = max(int((t["ts"] + t["dur"]).max()) for t in span_parts)  # type: ignore[arg-type]
-        span_us = (end - start) / 1000.0
-    recorded = _recorded_counts(trace.ops)
-    return Summary(
-        schema_version=SCHEMA_VERSION,
-        kinetolens_version=__version__,
-        trace=trace.path,
-        format=trace.format,
-        kind=trace_kind(whole_steps(trace)),
+
+
+def span_of(trace: Trace) -> tuple[int, int] | None:
+    """First start and last end (ns) of the ops, kernels and runtime calls."""
+    parts = [t for t in (trace.ops, trace.kernels, trace.runtime) if t.height]
+    if not parts:
+        return None
+    start = min(int(t["ts"].min()) for t in parts)  # type: ignore[arg-type]
+    end = max(int((t["ts"] + t["dur"]).max()) for t in parts)  # type: ignore[arg-type]
+    return start, end
+
+
+def event_counts(trace: Trace, owned: pl.Expr | None = None, owned_kernels: pl.Expr | None = None) -> Events:
+    """How many events of each kind the file holds (of those ``owned`` and
+    ``owned_kernels`` select, by default all)."""
+
+    def rows(frame: pl.DataFrame, keep: pl.Expr | None = owned) -> pl.DataFrame:
+        if keep is None:
+            return frame
+        used = ("ts", "launch_ts", "kind", "from_capture", "from_next_iteration")
+        return frame.select(c for c in used if c in frame.columns).filter(keep)
+
+    kernels = rows(trace.kernels, owned_kernels)
+    kinds = kernels.group_by("kind").len() if kernels.height else None
+    counts = {str(k): int(v) for k, v in kinds.iter_rows()} if kinds is not None else {}
+    recorded = _recorded_counts(rows(trace.ops))
+    return Events(
+        # the file's own: ops copied from a graph capture trace are not its events
+        ops=recorded["op"],
+        annotations=recorded["annotation"],
+        runtime=rows(trace.runtime).height,
+        python=rows(trace.python).height,
+        kernels=counts.get("kernel", 0),
+        memcpy=counts.get("memcpy", 0),
+        memset=counts.get("memset", 0),
+        memory=rows(trace.memory).height,
+    )
+
+
+def program_fields(trace: Trace) -> dict[str, Any]:
+    """The summary's fields about the program rather than sums over its events:
+    what it is, who ran it, on what, and what to change first."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kinetolens_version": __version__,
+        "trace": trace.path,
+        "format": trace.format,
+        "kind": trace_kind(whole_steps(trace)),
         **run_identity(trace),
-        devices=devices,
-        devices_used=used,
-        span_us=span_us,
-        steps=steps_block(trace, mine.breakdown),
+        "devices": listed_devices(trace),
         # An inference trace's engine iterations and phases (docs/inference.md).
-        inference=inference_block(trace),
+        "inference": inference_block(trace),
+        "recommendations": tuple(recommendations(trace)),
+        "recommendations_withheld": damaged_inputs(trace),
+        "recommendations_left_out": left_out(trace),
+    }
+
+
+def summarize(trace: Trace) -> Summary:
+    """What ``kinetolens summary`` shows (``--json``: docs/summary-json.md)."""
+    # The base results (breakdown, utilization, findings) come from the
+    # trace's analysis session: computed once for the blocks and the rules.
+    mine = RuleContext(trace)
+    used = tuple(sorted({int(x) for x in trace.kernels["device"].drop_nulls().unique().to_list()})) if trace.kernels.height else ()
+    span = span_of(trace)
+    return Summary(
+        **program_fields(trace),
+        devices_used=used,
+        span_us=(span[1] - span[0]) / 1000.0 if span else 0.0,
+        steps=steps_block(trace, mine.breakdown),
         gpu=gpu_block(trace, mine.gpu_metrics),
-        events=Events(
-            # the file's own: ops copied from a graph capture trace are not its events
-            ops=recorded["op"],
-            annotations=recorded["annotation"],
-            runtime=trace.runtime.height,
-            python=trace.python.height,
-            kernels=counts.get("kernel", 0),
-            memcpy=counts.get("memcpy", 0),
-            memset=counts.get("memset", 0),
-            memory=trace.memory.height,
-        ),
+        events=event_counts(trace),
         memory=memory_block(trace),
         attribution=attribution(trace),
         unrecorded_launches=unrecorded_launches(trace),
-        recommendations=tuple(recommendations(trace)),
-        recommendations_withheld=damaged_inputs(trace),
-        recommendations_left_out=left_out(trace),
         warnings=tuple(LoadWarning(kind=w.kind, count=w.count, detail=w.detail) for w in warnings_of(trace)),
     )

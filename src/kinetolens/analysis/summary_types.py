@@ -162,6 +162,9 @@ class Summary:
     recommendations_withheld: str | None
     recommendations_left_out: str | None
     warnings: tuple[LoadWarning, ...]
+    #: Set when the trace was read a step window at a time (too large to hold):
+    #: which steps the kind and the recommendations come from (:mod:`kinetolens.analysis.summary_windows`).
+    read_in_windows: str | None = None
 
 
 def rows_of(cls: type, rows: list[dict[str, Any]]) -> tuple[Any, ...]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -49,12 +50,16 @@ class TraceLoading:
 
         return load(path, capture=self.capture, cache=self.cache)
 
-    def derived(self, path: str, name: str, compute: Callable[[Trace], T], into: type[T]) -> T:
-        """``compute(self.load(path))``, kept with the trace's cache entry as
-        ``name`` so that the next run reads it instead (``kinetolens.loader.load_derived``)."""
+    def derived(
+        self, path: str, name: str, compute: Callable[[Trace], T], into: type[T],
+        from_file: Callable[[Path], T | None] | None = None,
+    ) -> T:
+        """``compute(self.load(path))`` (or ``from_file(path)`` where that gives
+        one), kept with the trace's cache entry as ``name`` so that the next
+        run reads it instead (``kinetolens.loader.load_derived``)."""
         from kinetolens.loader import load_derived
 
-        return load_derived(path, name, compute, into, capture=self.capture, cache=self.cache)
+        return load_derived(path, name, compute, into, capture=self.capture, cache=self.cache, from_file=from_file)
 
 
 def trace_load_options(*, capture: bool = False) -> Callable[[F], F]:

@@ -16,27 +16,31 @@ from kinetolens.logdir import one_run
 @click.argument("trace", type=str)
 @click.option("--json", "json_", is_flag=True, help="Stable JSON (see docs/summary-json.md).")
 @click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width for the tables.")
+@click.option(
+    "--windows/--whole", "windows", default=None,
+    help="Read TRACE a step window at a time (memory bounded by a step), or whole; "
+    "default: a step window at a time from 1.5 GB of JSON.",
+)
 @trace_load_options(capture=True)
 def summary_command(
-    trace: str, json_: bool, loading: TraceLoading, width: int | None = None
+    trace: str, json_: bool, loading: TraceLoading, width: int | None = None, windows: bool | None = None
 ) -> None:
     """What TRACE is, and how well its kernels are attributed.
 
     TRACE may be a run's folder (what kinetolens run writes): each rank's
     trace is summarised in turn (kinetolens dist RUNDIR compares them)."""
     # here, not at the top: the command's --help needs neither polars nor rich
-    from kinetolens.analysis.summary_types import Summary
     from kinetolens.cli.render import console as render_console
     from kinetolens.cli.render import emit_json
-    from kinetolens.cli.summary_output import print_summary, summarized
+    from kinetolens.cli.summary_output import print_summary, summary_of
 
     if os.path.isdir(trace):  # False, not an error, where the path cannot be read: the loader says why
         paths = [str(w.path) for w in one_run(trace)]
         if json_:
-            emit_json([loading.derived(p, "summary", summarized, Summary) for p in paths])
+            emit_json([summary_of(p, loading, windows) for p in paths])
             return
         for p in paths:
-            print_summary(p, loading, width)
+            print_summary(p, loading, width, windows)
         if len(paths) > 1:
             render_console(width).print(
                 f"{len(paths)} traces in {trace}: kinetolens dist {trace} compares the ranks (step spread, "
@@ -44,6 +48,6 @@ def summary_command(
             )
         return
     if json_:
-        emit_json(loading.derived(trace, "summary", summarized, Summary))
+        emit_json(summary_of(trace, loading, windows))
         return
-    print_summary(trace, loading, width)
+    print_summary(trace, loading, width, windows)

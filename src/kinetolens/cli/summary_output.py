@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich import box
@@ -48,11 +50,27 @@ def summarized(trace: Trace) -> Summary:
     return summarize(trace)
 
 
-def print_summary(trace: str, loading: TraceLoading, width: int | None) -> None:
+def summary_of(trace: str, loading: TraceLoading, windows: bool | None = None) -> Summary:
+    """The summary of one trace file: from the cache entry where it holds one,
+    else computed (JSON-ready, and costly: the recommendations simulate their
+    savings) and kept there.  ``windows``: read the file a step window at a
+    time (True), whole (False), or whole unless it is too large to hold (None;
+    :mod:`kinetolens.runs.windowed_summary`)."""
+    name = {None: "summary", True: "summary_windows", False: "summary_whole"}[windows]
+    return loading.derived(trace, name, summarized, Summary, from_file=partial(_in_windows, windows))
+
+
+def _in_windows(windows: bool | None, path: Path) -> Summary | None:
+    if windows is False:
+        return None
+    from kinetolens.runs.windowed_summary import summary_in_windows, wants_windows
+
+    return summary_in_windows(path) if windows or wants_windows(path) else None
+
+
+def print_summary(trace: str, loading: TraceLoading, width: int | None, windows: bool | None = None) -> None:
     """One trace's summary in the terminal."""
-    # JSON-ready, and costly (the recommendations simulate their savings):
-    # the cache entry keeps it, so a second summary reads it back
-    info = loading.derived(trace, "summary", summarized, Summary)
+    info = summary_of(trace, loading, windows)
     console = render_console(width)
     table = _Pairs()
     dev = _devices_text(info.devices) or _run_device(info.device)
@@ -83,6 +101,8 @@ def print_summary(trace: str, loading: TraceLoading, width: int | None) -> None:
         table.add_row(f"peak memory {m.device}", _peak_text(m, table.note))
     for w in info.warnings:
         table.add_row("warning", f"{w.kind}: {w.detail} ({w.count}x)")
+    if info.read_in_windows:
+        table.add_row("read", table.note(info.read_in_windows))
     table.print(console, f"kinetolens summary: {trace}")
     if phases:
         print_inference(console, info.inference)

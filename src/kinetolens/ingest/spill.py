@@ -74,6 +74,12 @@ class Spill:
             frame = frame.filter(plausible(self.median_start, table in RANGES))
         return frame
 
+    def time_range(self) -> tuple[int, int]:
+        """The first start and the last end (ns) of the plausible ranges."""
+        ends = [self.scan(t).select(lo=pl.col("ts").min(), hi=pl.col("end").max()) for t in RANGES if self.parts.get(t)]
+        both = pl.concat(ends).select(pl.col("lo").min(), pl.col("hi").max()).collect().row(0)
+        return int(both[0]), int(both[1])
+
     def each_part(self, table: str, columns: list[str | pl.Expr], where: pl.Expr | None = None) -> Iterator[pl.DataFrame]:
         """``columns`` of ``table``'s plausible rows (``where`` they hold), a part at a time, in file order."""
         for name in self.parts.get(table, []):

@@ -29,6 +29,8 @@ These are torch-tb-profiler's Overview "GPU Summary" definitions.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import polars as pl
 
@@ -75,20 +77,20 @@ def _clipped(start: pl.Expr, end: pl.Expr, lo: int, hi: int) -> pl.Expr:
     return (pl.min_horizontal(end, pl.lit(hi)) - pl.max_horizontal(start, pl.lit(lo))).clip(lower_bound=0)
 
 
-def _utilization(k: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
-    """Busy time per device: the union of kernel intervals."""
+def _busy(k: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
+    """Busy time per device in [lo, hi) (ns): the union of kernel intervals."""
     merged = union_intervals(k, by=["device"])
-    return merged.group_by("device").agg(utilization=_clipped(pl.col("ts"), pl.col("end"), lo, hi).sum() / (hi - lo))
+    return merged.group_by("device").agg(busy_ns=_clipped(pl.col("ts"), pl.col("end"), lo, hi).sum().cast(pl.Float64))
 
 
-def _sm_efficiency(k: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
-    """Sweep per device: summed blocks-per-SM of running kernels, capped at 1.
+def _sm_busy(k: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
+    """Sweep per device: summed blocks-per-SM of running kernels, capped at 1, times how long (ns in [lo, hi)).
 
     Numpy over the sorted start and end points (a grouped polars sweep with
     window sums held a hash table per group: 130 MiB on a 500 MB trace)."""
     valued = k.filter(pl.col("blocks_per_sm") > 0)
     if valued.height == 0:
-        return pl.DataFrame(schema={"device": k.schema["device"], "sm_efficiency": pl.Float64})
+        return pl.DataFrame(schema={"device": k.schema["device"], "sm_busy_ns": pl.Float64})
     devices, codes = np.unique(valued["device"].to_numpy(), return_inverse=True)
     value = valued["blocks_per_sm"].to_numpy().astype(np.float64)
     dev = np.concatenate([codes, codes])
@@ -112,55 +114,109 @@ def _sm_efficiency(k: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
     weighted = np.where(same, busy * held, 0.0)
     total = np.bincount(dev, weights=weighted, minlength=devices.size)
     timed = np.bincount(dev, weights=same, minlength=devices.size) > 0  # a device whose kernels all took no time has no level
-    out = pl.DataFrame({"device": devices[timed], "sm_efficiency": total[timed] / (hi - lo)})
+    out = pl.DataFrame({"device": devices[timed], "sm_busy_ns": total[timed]})
     return out.cast({"device": k.schema["device"]})
 
 
 def _occupancy(k: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
+    """Occupancy (%) times kernel time in [lo, hi), and that time, per device."""
     inside = k.filter(pl.col("occupancy") >= 0).with_columns(w=_clipped(pl.col("ts"), pl.col("end"), lo, hi))
     inside = inside.filter(pl.col("w") > 0)
     return inside.group_by("device").agg(
-        occupancy=(pl.col("occupancy") * pl.col("w")).sum() / pl.col("w").sum() / 100.0
+        occupancy_ns=(pl.col("occupancy") * pl.col("w")).sum().cast(pl.Float64), occupied_ns=pl.col("w").sum().cast(pl.Float64)
     )
 
 
-def _peak_memory(trace: Trace) -> pl.DataFrame:
-    """The memory view's peak (:func:`memory.peak_memory`, the one definition) per GPU."""
-    peaks = peak_memory(trace).filter((pl.col("device_type") != CPU_DEVICE_TYPE) & (pl.col("device_id") >= 0))
+def gpu_peaks(peaks: pl.DataFrame) -> pl.DataFrame:
+    """The memory view's peaks (:func:`memory.peak_memory`, the one definition) of the GPUs, in this table's columns."""
+    peaks = peaks.filter((pl.col("device_type") != CPU_DEVICE_TYPE) & (pl.col("device_id") >= 0))
     return peaks.select(
         device="device_id", peak_allocated_bytes="peak_allocated", peak_basis="basis", live_at_start_bytes="live_at_start"
     )
 
 
-def _tensor_core_share(trace: Trace) -> pl.DataFrame:
+def _tensor_core_time(trace: Trace, owned: pl.Expr | None) -> pl.DataFrame:
+    """Per device: kernel time in kernels that use Tensor Cores, all kernel time,
+    and whether any kernel could be classified (of the kernels ``owned`` selects)."""
     verdicts = kernel_tensor_cores(trace).select("kernel_id", "tc")
-    k = trace.kernels.select("kind", "kernel_id", "device", "dur").filter(pl.col("kind").cast(pl.String) == "kernel").drop("kind")
+    k = trace.kernels.select("kind", "kernel_id", "device", "ts", "launch_ts", "dur").filter(pl.col("kind").cast(pl.String) == "kernel").drop("kind")
+    k = k if owned is None else k.filter(owned)
     k = k.join(verdicts, on="kernel_id", how="left").filter(pl.col("device").is_not_null())
     dur = pl.col("dur").cast(pl.Float64)
-    share = dur.filter(pl.col("tc") == "yes").sum() / dur.sum()
-    known = (pl.col("tc").fill_null("unknown") != "unknown").any()
-    return k.group_by("device").agg(tensor_core_share=pl.when(known).then(share))
+    return k.group_by("device").agg(
+        tensor_core_ns=dur.filter(pl.col("tc") == "yes").sum(),
+        kernel_ns=dur.sum(),
+        classified=(pl.col("tc").fill_null("unknown") != "unknown").any(),
+    )
+
+
+#: Per device, the sums the figures are ratios of (ns, or ns weighted): the
+#: parts of a trace (:mod:`kinetolens.windowed`) add up to the whole trace's.
+PARTS_SCHEMA = {
+    "device": pl.Int64,
+    "busy_ns": pl.Float64,
+    "sm_busy_ns": pl.Float64,
+    "occupancy_ns": pl.Float64,
+    "occupied_ns": pl.Float64,
+    "tensor_core_ns": pl.Float64,
+    "kernel_ns": pl.Float64,
+    "classified": pl.Boolean,
+}
+
+
+def gpu_time_parts(trace: Trace, lo: int, hi: int, owned: pl.Expr | None = None) -> pl.DataFrame:
+    """:data:`PARTS_SCHEMA` per device: busy, SM-busy and occupancy sums over
+    ``[lo, hi)``, Tensor Core time over the kernels ``owned`` selects (default all).
+    A sum is null where the device has nothing to sum (its figure is then null)."""
+    k = _kernels(trace)
+    frames = [_busy(k, lo, hi), _sm_busy(k, lo, hi), _occupancy(k, lo, hi)] if hi > lo and k.height else []
+    frames.append(_tensor_core_time(trace, owned))
+    out = pl.concat([k.select("device").unique(), *[f.select("device") for f in frames]]).unique()
+    for frame in frames:
+        out = out.join(frame, on="device", how="left")
+    for name, dtype in PARTS_SCHEMA.items():
+        if name not in out.columns:
+            out = out.with_columns(pl.lit(None, dtype).alias(name))
+    return out.select(list(PARTS_SCHEMA)).cast(PARTS_SCHEMA)
+
+
+def added_parts(parts: pl.DataFrame) -> pl.DataFrame:
+    """Several traces' (or windows') :func:`gpu_time_parts` added per device (a null stays null only where every part's is)."""
+    sums = [
+        pl.when(pl.col(c).is_not_null().any()).then(pl.col(c).sum()).alias(c)
+        for c in PARTS_SCHEMA
+        if c not in ("device", "classified")
+    ]
+    return parts.group_by("device").agg(*sums, pl.col("classified").any()).select(list(PARTS_SCHEMA))
+
+
+def figures(parts: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
+    """The per-device figures of :func:`gpu_metrics` from their sums over ``[lo, hi)``."""
+    span = float(hi - lo)
+    return parts.select(
+        "device",
+        utilization=pl.col("busy_ns") / span if span > 0 else pl.lit(None, pl.Float64),
+        sm_efficiency=pl.col("sm_busy_ns") / span if span > 0 else pl.lit(None, pl.Float64),
+        occupancy=pl.col("occupancy_ns") / pl.col("occupied_ns") / 100.0,
+        tensor_core_share=pl.when(pl.col("classified")).then(pl.col("tensor_core_ns") / pl.col("kernel_ns")),
+    )
 
 
 @per_trace
 def gpu_metrics(trace: Trace) -> pl.DataFrame:
     """One row per GPU that ran kernels or holds memory records."""
-    k = _kernels(trace)
     span = metrics_span(trace)
-    frames: list[pl.DataFrame] = []
-    if span is not None and span[1] > span[0] and k.height:
-        lo, hi = span
-        frames = [_utilization(k, lo, hi), _sm_efficiency(k, lo, hi), _occupancy(k, lo, hi)]
-    frames.append(_tensor_core_share(trace))
-    frames.append(_peak_memory(trace))
-    devices = pl.concat([k.select("device").unique(), *[f.select("device") for f in frames]]).unique()
-    out = devices
-    for frame in frames:
+    lo, hi = span if span is not None else (0, 0)
+    return gpu_table(figures(gpu_time_parts(trace, lo, hi), lo, hi), gpu_peaks(peak_memory(trace)), trace.devices)
+
+
+def gpu_table(figures: pl.DataFrame, peaks: pl.DataFrame, devices: list[dict[str, Any]]) -> pl.DataFrame:
+    """:data:`SCHEMA` from the figures (:func:`figures`), the memory peaks per GPU and the listed devices."""
+    out = pl.concat([figures.select("device"), peaks.select("device")]).unique()
+    for frame in (figures, peaks):
         out = out.join(frame, on="device", how="left")
     ids = out["device"].to_list()
-    out = out.with_columns(
-        name=pl.Series([device_name(device_properties(trace.devices, d)) for d in ids], dtype=pl.String)
-    )
+    out = out.with_columns(name=pl.Series([device_name(device_properties(devices, d)) for d in ids], dtype=pl.String))
     for name, dtype in SCHEMA.items():
         if name not in out.columns:
             out = out.with_columns(pl.lit(None, dtype).alias(name))

@@ -221,20 +221,32 @@ def peak_memory(trace: Trace) -> pl.DataFrame:
     reads this.  The op is found for the peak events alone, not for every
     event as :func:`memory_events` does.
     """
-    mem = (
-        trace.memory.select("pid", "tid", "ts", "device_type", "device_id", "bytes", "total_allocated", "total_reserved")
-        .with_row_index("seq")
-        .with_columns(device_label())
-        .sort("ts", "seq")
-    )
-    curve = _with_allocated(mem)
-    peaks = curve.group_by("device").agg(
-        pl.col("device_type").first(), pl.col("device_id").first(), *_per_device()
-    )
+    curve = _curve(trace.memory)
+    peaks = _peaks(curve)
     at = _first_at_peak(curve).select("device", "pid", "tid", "ts")
     found = _enclosing_op_rows(at, trace.ops).select(peak_op_id="op_id", peak_op="op", peak_module="module")
     at = pl.concat([at.select("device", peak_ts="ts"), found], how="horizontal")
     return peaks.join(at, on="device", how="left").sort("device")
+
+
+#: The allocator events' columns the peaks read (and the thread, where the op at the peak is looked for).
+PEAK_COLUMNS = ("ts", "device_type", "device_id", "bytes", "total_allocated", "total_reserved")
+
+
+def _curve(memory: pl.DataFrame) -> pl.DataFrame:
+    columns = [c for c in ("pid", "tid", *PEAK_COLUMNS) if c in memory.columns]
+    mem = memory.select(columns).with_row_index("seq").with_columns(device_label()).sort("ts", "seq")
+    return _with_allocated(mem)
+
+
+def _peaks(curve: pl.DataFrame) -> pl.DataFrame:
+    return curve.group_by("device").agg(pl.col("device_type").first(), pl.col("device_id").first(), *_per_device())
+
+
+def peaks_of(memory: pl.DataFrame) -> pl.DataFrame:
+    """:func:`peak_memory` without the op at each peak, from the allocator
+    events alone (:data:`PEAK_COLUMNS`; a trace read a step at a time holds those, not its ops)."""
+    return _peaks(_curve(memory)).sort("device")
 
 
 def _first_at_peak(curve: pl.DataFrame) -> pl.DataFrame:

@@ -1,0 +1,92 @@
+"""``kinetolens summary`` of a trace read a step window at a time says what the whole trace says.
+
+From 1.5 GB of JSON the summary decodes the file to Parquet parts and builds
+one step's window at a time (:mod:`kinetolens.runs.windowed_summary`), so
+memory holds a step.  Its figures are sums of each window's own events: on
+traces of up to eight steps (the sample of whole steps is then all of them)
+the whole JSON summary is equal, recommendations included; on longer traces
+every figure but the sampled ones is, and ``read_in_windows`` names the sample.
+``--windows`` forces the windowed read on the small traces of the corpus.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import kinetolens.runs.windowed_summary as windowed_summary
+from kinetolens.analysis.summary_windows import PER_WINDOW
+from kinetolens.cli.main import cli
+from kinetolens.cli.summary_output import _in_windows
+from tests.conftest import trace_path
+
+SAME = [
+    "hta/df_index_resolver/df_index_resolver.json.gz",
+    "hta/nccl_parser_config/nccl_data.json.gz",
+    "kineto/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz",
+    "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+]
+
+
+def _summary(path: Path, mode: str) -> dict:  # type: ignore[type-arg]
+    result = CliRunner().invoke(cli, ["summary", mode, "--json", str(path)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)  # type: ignore[no-any-return]
+
+
+def _comparable(summary: dict) -> dict:  # type: ignore[type-arg]
+    """``summary`` less how it was read: GPU figures to 12 digits (each window's
+    sums are added in another order), the model's warnings without the words
+    saying they were counted per window (their counts are checked apart)."""
+    out = {k: v for k, v in summary.items() if k not in ("read_in_windows", "warnings")}
+    out["gpu"] = [{k: float(f"{v:.12g}") if isinstance(v, float) else v for k, v in row.items()} for row in summary["gpu"]]
+    return out
+
+
+def _same_warnings(windowed: list[dict], whole: list[dict]) -> None:  # type: ignore[type-arg]
+    # A range at a window's edge is in two windows: a model warning counts it in each.
+    assert len(windowed) == len(whole)
+    for w, g in zip(windowed, whole, strict=True):
+        assert (w["kind"], w["detail"].removesuffix(PER_WINDOW)) == (g["kind"], g["detail"])
+        assert w["count"] == g["count"] if w["detail"] == g["detail"] else w["count"] >= g["count"]
+
+
+@pytest.mark.parametrize("rel", SAME, ids=[Path(r).parent.name for r in SAME])
+def test_windowed_summary_equals_the_whole_one(rel: str) -> None:
+    whole, windowed = _summary(trace_path(rel), "--whole"), _summary(trace_path(rel), "--windows")
+    assert whole["read_in_windows"] is None
+    assert windowed["read_in_windows"].startswith(f"read a step window at a time ({whole['steps']['count']} steps)")
+    assert _comparable(windowed) == _comparable(whole)
+    _same_warnings(windowed["warnings"], whole["warnings"])
+
+
+def test_a_long_trace_sums_every_step_and_names_its_sample(many_steps: Path) -> None:
+    whole, windowed = _summary(many_steps, "--whole"), _summary(many_steps, "--windows")
+    assert whole["steps"]["count"] == 14
+    middle = whole["steps"]["ids"][3:11]  # eight whole steps in the middle
+    assert windowed["read_in_windows"].endswith(f"from steps {middle[0]}-{middle[-1]} (8 of 14 whole steps)")
+    # Everything summed over the trace is the whole trace's; only the sampled
+    # recommendations (and where they were sampled) may differ.
+    same, got = _comparable(whole), _comparable(windowed)
+    for key in ("steps", "events", "attribution", "unrecorded_launches", "memory", "span_us", "devices_used", "kind", "devices", "gpu"):
+        assert got[key] == same[key], key
+    _same_warnings(windowed["warnings"], whole["warnings"])
+
+
+def test_a_trace_without_steps_is_read_whole() -> None:
+    path = trace_path("tracelens/b200/eager_trace.json.gz")
+    windowed = _summary(path, "--windows")
+    assert windowed["read_in_windows"] is None
+    assert windowed == _summary(path, "--whole")
+
+
+def test_the_default_reads_a_large_file_in_windows_and_a_small_one_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    path = trace_path("hta/df_index_resolver/df_index_resolver.json.gz")
+    assert _in_windows(None, path) is None  # 54 MB of JSON
+    monkeypatch.setattr(windowed_summary, "WINDOWED_FROM_BYTES", 50_000_000)
+    summary = _in_windows(None, path)
+    assert summary is not None and summary.read_in_windows is not None
+    assert _in_windows(False, path) is None
