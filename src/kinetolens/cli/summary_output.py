@@ -102,7 +102,7 @@ def print_summary(trace: str, loading: TraceLoading, width: int | None, windows:
     for w in info.warnings:
         table.add_row("warning", f"{w.kind}: {w.detail} ({w.count}x)")
     if info.read_in_windows:
-        table.add_row("read", table.note(info.read_in_windows))
+        table.add_row("read", table.note(info.read_in_windows.removeprefix("read ")))
     table.print(console, f"kinetolens summary: {trace}")
     if phases:
         print_inference(console, info.inference)
