@@ -72,6 +72,10 @@ _ENTRY_FILE = re.compile(r"^(?:[a-z_]+\.parquet|meta\.json|checksum|[a-z_]+\.der
 #: A derived result stored beside an entry's tables (see :func:`read_derived`).
 DERIVED_SUFFIX = ".derived.json"
 CHECKSUM = "checksum"
+#: The checksum file of an entry that holds derived results only: the trace
+#: was too large to load whole, so no tables were stored (the key names the
+#: file's path, size, time and content, which is what the results depend on).
+DERIVED_ONLY = "derived-only"
 
 log = logging.getLogger("kinetolens.cache")
 
@@ -261,6 +265,33 @@ def read_derived(entry: Path, name: str, basis: str, into: type[T]) -> T | None:
     return value
 
 
+def derived_only_entry(cache_dir: Path, key: str) -> Path:
+    """The entry ``key`` of ``cache_dir``, made as one that holds derived results
+    only (:data:`DERIVED_ONLY`) when there is none yet.  Best effort: a cache
+    that cannot be written gets no entry, and :func:`write_derived` stores nothing."""
+    entry = cache_dir / key
+    if os.path.lexists(entry):
+        return entry
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=_tmp_prefix(), dir=cache_dir))
+        (tmp / CHECKSUM).write_text(DERIVED_ONLY, "ascii")
+        try:
+            os.rename(tmp, entry)
+        except OSError:
+            _remove_owned(tmp)  # another process made it first
+    except OSError as exc:
+        _warn(f"cannot write the cache in {cache_dir} ({exc.strerror or exc}); going on without it")
+    return entry
+
+
+def _derived_only(entry: Path) -> bool:
+    try:
+        return (entry / CHECKSUM).read_text("ascii").strip() == DERIVED_ONLY
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def write_derived(entry: Path, name: str, basis: str, value: object) -> None:
     """Store ``value`` as the derived result ``name`` of the entry ``entry``
     (see :func:`read_derived`).  Best effort, like every cache write: no
@@ -311,6 +342,8 @@ def read_keyed(cache_dir: Path, key: str, source: str) -> Trace | None:
             return None  # a link or a file: never read through it
     except OSError:
         return None
+    if _derived_only(entry):
+        return None  # results only, no tables: the load builds them
     try:
         trace = read_entry(entry, source)
     except EntryDamaged as exc:
@@ -351,6 +384,8 @@ def write_keyed(cache_dir: Path, key: str, source: str, trace: Trace) -> None:
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
         final = cache_dir / key
+        if _derived_only(final):
+            remove_entry(final)  # the tables are stored now; its results are recomputed against them
         if not _make_room_for(final, source):
             return
         tmp = Path(tempfile.mkdtemp(prefix=_tmp_prefix(), dir=cache_dir))

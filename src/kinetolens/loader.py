@@ -13,6 +13,7 @@ from kinetolens.cache import (
     analysis_fingerprint,
     cache_key,
     default_cache_dir,
+    derived_only_entry,
     key_of,
     read_derived,
     read_keyed,
@@ -121,7 +122,7 @@ def load_derived(
     check_trace_file(p)
     cache_dir = _cache_dir(cache)
     if cache_dir is None:
-        return _computed(p, compute, from_file, capture, False)
+        return _computed(p, compute, from_file, capture)
     capture_path, _ = _capture_file(p, capture)
     entry = cache_dir / _entry_key(p, capture_path)
     run = json.dumps(read_run_metadata(p), sort_keys=True, default=str)
@@ -129,17 +130,20 @@ def load_derived(
     stored = read_derived(entry, name, basis, into)
     if stored is not None:
         return stored
-    value = _computed(p, compute, from_file, capture, cache_dir)
+    value = from_file(p) if from_file is not None else None
+    if value is None:
+        value = compute(load(p, capture=capture, cache=cache_dir))
+    else:
+        derived_only_entry(cache_dir, entry.name)  # no tables were loaded to store
     write_derived(entry, name, basis, value)
     return value
 
 
-def _computed(
-    path: Path, compute: Callable[[Trace], T], from_file: Callable[[Path], T | None] | None,
-    capture: str | Path | bool | None, cache: bool | Path,
-) -> T:
+def _computed(path: Path, compute: Callable[[Trace], T], from_file: Callable[[Path], T | None] | None,
+              capture: str | Path | bool | None) -> T:
+    """``from_file(path)``, or where it gives none ``compute`` of the trace loaded without a cache."""
     value = from_file(path) if from_file is not None else None
-    return value if value is not None else compute(load(path, capture=capture, cache=cache))
+    return value if value is not None else compute(load(path, capture=capture, cache=False))
 
 
 def _model_steps(

@@ -1,20 +1,22 @@
 """Load a trace one step at a time: memory bounded by a step, not by the file.
 
-A 10 GB trace is about 8 GB of tables; its steps are a few hundred megabytes
-each.  :func:`open_windows` decodes the file once to Parquet parts
-(:mod:`kinetolens.ingest.spill`) and finds the steps from a few columns of
-them (:func:`step_index`: the same :func:`~kinetolens.model.steps.build_steps`
-the model uses, on the ``ProfilerStep#N`` ranges, the ops' names and times
-and each GPU activity's launch time).  :meth:`Windowed.load` then builds one
-step's window as a :class:`Trace`: every range overlapping the step's time,
-the GPU work running in it, and the host events back to the launches of
-that work, so that its kernels keep their ops and the step its start.
+A 10 GB trace is about 8 GB of tables; its steps are a few megabytes to a
+few hundred each.  :func:`open_windows` decodes the file once to Parquet
+parts (:mod:`kinetolens.ingest.spill`) and finds the steps from a few
+columns of them (:func:`step_index`: the model's own step rules,
+:func:`~kinetolens.model.steps.steps_in_parts`, fed a part at a time).
+:meth:`Windowed.load` then builds one step's window as a :class:`Trace`:
+every range overlapping the step's time, the GPU work running in it, and
+the host events back to the launches of that work, so that its kernels keep
+their ops and forward ops and the step its start.  Each window owns the
+events from its step's start to the next step's (the first and last reach
+the trace's ends), so that sums over the windows count every event once.
 
 In a window's trace the step itself is exact (its row of the step breakdown
 equals the whole trace's, checked on every trace with steps in the test
-corpus); the steps beside it are partial, and their rows in its ``steps``
-table are the whole trace's (:attr:`Windowed.steps`), so that whether a step
-ran whole is judged against all of them, as the whole trace judges it.
+corpus); its ``steps`` table holds the whole trace's rows of the steps that
+lie in the window, not the partial ones beside them, so that whether a step
+ran whole is judged as the whole trace judges it.
 """
 
 from __future__ import annotations

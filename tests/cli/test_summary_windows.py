@@ -90,3 +90,26 @@ def test_the_default_reads_a_large_file_in_windows_and_a_small_one_whole(monkeyp
     summary = _in_windows(None, path)
     assert summary is not None and summary.read_in_windows is not None
     assert _in_windows(False, path) is None
+
+
+def test_a_windowed_summary_is_cached_without_tables_until_a_whole_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = str(trace_path(SAME[0]))
+    opened: list[Path] = []
+    real = windowed_summary.open_windows
+
+    def counted(trace: Path, folder: str) -> object:
+        opened.append(trace)
+        return real(trace, folder)
+
+    monkeypatch.setattr(windowed_summary, "open_windows", counted)
+    env = {"KINETOLENS_CACHE_DIR": str(tmp_path / "cache")}
+    first = CliRunner().invoke(cli, ["summary", "--windows", "-w", "120", path], env=env, catch_exceptions=False)
+    second = CliRunner().invoke(cli, ["summary", "--windows", "-w", "120", path], env=env, catch_exceptions=False)
+    assert first.exit_code == second.exit_code == 0
+    assert second.output == first.output and len(opened) == 1  # the second run read the stored summary
+    (entry,) = (tmp_path / "cache").iterdir()
+    assert sorted(f.name for f in entry.iterdir()) == ["checksum", "summary_windows.derived.json"]
+    # A whole load stores the tables in that entry, quietly (the entry was not damaged).
+    whole = CliRunner().invoke(cli, ["summary", "--whole", path], env=env, catch_exceptions=False)
+    assert whole.exit_code == 0 and "damaged" not in whole.output and "cannot write" not in whole.output
+    assert (entry / "kernels.parquet").is_file() and (entry / "summary_whole.derived.json").is_file()
