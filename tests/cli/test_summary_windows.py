@@ -11,6 +11,7 @@ every figure but the sampled ones is, and ``read_in_windows`` names the sample.
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -113,3 +114,19 @@ def test_a_windowed_summary_is_cached_without_tables_until_a_whole_load(tmp_path
     whole = CliRunner().invoke(cli, ["summary", "--whole", path], env=env, catch_exceptions=False)
     assert whole.exit_code == 0 and "damaged" not in whole.output and "cannot write" not in whole.output
     assert (entry / "kernels.parquet").is_file() and (entry / "summary_whole.derived.json").is_file()
+
+
+def test_a_kernel_launched_steps_before_it_runs_counts_once(tmp_path: Path) -> None:
+    # The last kernel's launch moved into the first step: the kernel runs four
+    # steps after it was launched, in another step's window than its launch.
+    doc = json.loads(gzip.decompress(trace_path(SAME[0]).read_bytes()))
+    events = doc["traceEvents"]
+    kernel = max((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+    launch = next(e for e in events if e.get("cat") == "cuda_runtime" and e["args"].get("correlation") == kernel["args"]["correlation"])
+    first = min((e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"])
+    launch["ts"] = first["ts"] + 50
+    path = tmp_path / "late.json"
+    path.write_text(json.dumps(doc))
+    whole, windowed = _summary(path, "--whole"), _summary(path, "--windows")
+    assert windowed["events"]["kernels"] == whole["events"]["kernels"]
+    assert _comparable(windowed) == _comparable(whole)

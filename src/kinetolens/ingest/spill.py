@@ -97,18 +97,7 @@ class Spill:
         default ``lo``), so that those activities keep their launches and ops."""
         overlapping = (pl.col("ts") < hi) & (pl.col("end") >= lo)
         device = self.scan("device").filter(overlapping).collect()
-        launched = device["correlation"].drop_nulls().unique()
-        start = lo
-        if launched.len():
-            first = (
-                self.scan("host")
-                .filter((pl.col("ts") >= min(lo, launches_from if launches_from is not None else lo)) & (pl.col("ts") < hi))
-                .filter(pl.col("correlation").is_in(launched.implode()))
-                .select(pl.col("ts").min())
-                .collect()
-                .item()
-            )
-            start = min(lo, first) if first is not None else lo
+        start = min(lo, self._first_launch(device["correlation"], lo if launches_from is None else launches_from, hi))
         host = self.scan("host").filter((pl.col("ts") < hi) & (pl.col("end") >= start)).collect()
         instants = {
             name: self.scan(name).filter(pl.col("ts").is_between(start, hi)).collect() for name in ("memory", "flows", "counters")
@@ -123,6 +112,29 @@ class Spill:
             warnings=list(self.warnings),
             **instants,
         )
+
+
+    def _first_launch(self, correlations: pl.Series, since: int, hi: int) -> int:
+        """The earliest host event carrying one of ``correlations`` (their launches),
+        looked for from ``since`` (the statistics skip the rest of the file);
+        launches not found there are looked for in the whole file, so that every
+        GPU activity in a window has its launch if the file has it."""
+        wanted = correlations.drop_nulls().unique()
+        if wanted.len() == 0:
+            return hi
+        near = (
+            self.scan("host")
+            .filter((pl.col("ts") >= since) & (pl.col("ts") < hi) & pl.col("correlation").is_in(wanted.implode()))
+            .select("correlation", "ts")
+            .collect()
+        )
+        first = near["ts"].min() if near.height else None
+        missing = wanted.filter(~wanted.is_in(near["correlation"].implode()))
+        if missing.len():
+            # Launched long before (or never recorded: then nothing is found, once per window that has such work).
+            far = self.scan("host").filter(pl.col("correlation").is_in(missing.implode())).select(pl.col("ts").min()).collect().item()
+            first = far if first is None else (first if far is None else min(first, far))
+        return int(first) if first is not None else hi  # type: ignore[arg-type]
 
 
 def spill_kineto(path: Path, directory: Path) -> Spill:
