@@ -62,16 +62,18 @@ class Spill:
     #: The trace's median start (ns): events far from it are in no window (see :mod:`.plausible`).
     median_start: int | None = None
     rows: dict[str, int] = field(default_factory=dict)
+    #: Correlation ids of GPU activities whose launch the file does not hold (looked for once).
+    unlaunched: set[int] = field(default_factory=set, repr=False)
 
     def scan(self, table: str) -> pl.LazyFrame:
         """Every plausible row of ``table`` (with ``end`` for ranges), in file order."""
         schema = {**TABLES[table], **({"end": pl.Int64()} if table in RANGES else {})}
         files = [str(self.directory / name) for name in self.parts.get(table, [])]
-        if not files:
-            return pl.LazyFrame(schema=schema)
-        frame = pl.scan_parquet(files)
+        return self._plausible(pl.scan_parquet(files), table) if files else pl.LazyFrame(schema=schema)
+
+    def _plausible(self, frame: pl.LazyFrame, table: str) -> pl.LazyFrame:
         if self.median_start is not None and table in TIMED_TABLES:
-            frame = frame.filter(plausible(self.median_start, table in RANGES))
+            return frame.filter(plausible(self.median_start, table in RANGES))
         return frame
 
     def time_range(self) -> tuple[int, int]:
@@ -83,9 +85,7 @@ class Spill:
     def each_part(self, table: str, columns: list[str | pl.Expr], where: pl.Expr | None = None) -> Iterator[pl.DataFrame]:
         """``columns`` of ``table``'s plausible rows (``where`` they hold), a part at a time, in file order."""
         for name in self.parts.get(table, []):
-            frame = pl.scan_parquet(self.directory / name)
-            if self.median_start is not None and table in TIMED_TABLES:
-                frame = frame.filter(plausible(self.median_start, table in RANGES))
+            frame = self._plausible(pl.scan_parquet(self.directory / name), table)
             if where is not None:
                 frame = frame.filter(where)
             yield frame.select(columns).collect()
@@ -113,7 +113,6 @@ class Spill:
             **instants,
         )
 
-
     def _first_launch(self, correlations: pl.Series, since: int, hi: int) -> int:
         """The earliest host event carrying one of ``correlations`` (their launches),
         looked for from ``since`` (the statistics skip the rest of the file);
@@ -129,11 +128,18 @@ class Spill:
             .collect()
         )
         first = near["ts"].min() if near.height else None
-        missing = wanted.filter(~wanted.is_in(near["correlation"].implode()))
+        missing = wanted.filter(~wanted.is_in(near["correlation"].implode()) & ~wanted.is_in(list(self.unlaunched)))
         if missing.len():
-            # Launched long before (or never recorded: then nothing is found, once per window that has such work).
-            far = self.scan("host").filter(pl.col("correlation").is_in(missing.implode())).select(pl.col("ts").min()).collect().item()
-            first = far if first is None else (first if far is None else min(first, far))
+            # Launched long before, or never recorded (remembered, so the file is searched once for each).
+            far = (
+                self.scan("host")
+                .filter(pl.col("correlation").is_in(missing.implode()))
+                .select("correlation", "ts")
+                .collect()
+            )
+            self.unlaunched.update(missing.filter(~missing.is_in(far["correlation"].implode())).to_list())
+            if far.height:
+                first = min(int(far["ts"].min()), first) if first is not None else far["ts"].min()  # type: ignore[arg-type]
         return int(first) if first is not None else hi  # type: ignore[arg-type]
 
 
