@@ -75,7 +75,11 @@ def test_many_steps_in_many_parts_equal_the_whole_trace(many_steps: Path, tmp_pa
     # window is read from several, in file order.
     monkeypatch.setattr(spill, "PART_BYTES", 1 << 18)
     _same_as_whole(many_steps, tmp_path / "spill")
-    assert len(list((tmp_path / "spill").glob("host-*.parquet"))) >= 10
+    parts = open_windows(many_steps, tmp_path / "again").spill.parts["host"]
+    assert len(parts) >= 10
+    # A step's window opens the parts whose times meet it, not the whole file.
+    middle = open_windows(many_steps, tmp_path / "third").windows()[7]
+    assert 0 < sum(p.meets(middle.lo, middle.hi) for p in parts) <= len(parts) // 2
 
 
 def test_a_window_holds_its_step_and_its_neighbours_edges_not_the_trace(many_steps: Path, tmp_path: Path) -> None:

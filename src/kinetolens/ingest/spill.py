@@ -49,6 +49,21 @@ HELD = ("threads", "processes")
 RANGES = ("host", "device")
 
 
+@dataclass(frozen=True)
+class Part:
+    """One Parquet file of a table, and the times its rows span (ns; null where none has one)."""
+
+    name: str
+    first: int | None
+    last: int | None
+
+    def meets(self, lo: int | None, hi: int | None) -> bool:
+        """Whether the part may hold a row timed in ``[lo, hi)`` (a part without times may)."""
+        if self.first is None or self.last is None:
+            return True
+        return (hi is None or self.first < hi) and (lo is None or self.last >= lo)
+
+
 @dataclass
 class Spill:
     """A trace decoded to Parquet parts in ``directory``."""
@@ -57,7 +72,7 @@ class Spill:
     format: str
     metadata: dict[str, Any]
     warnings: list[TraceWarning]
-    parts: dict[str, list[str]]
+    parts: dict[str, list[Part]]
     held: dict[str, pl.DataFrame]
     #: The trace's median start (ns): events far from it are in no window (see :mod:`.plausible`).
     median_start: int | None = None
@@ -65,10 +80,12 @@ class Spill:
     #: Correlation ids of GPU activities whose launch the file does not hold (looked for once).
     unlaunched: set[int] = field(default_factory=set, repr=False)
 
-    def scan(self, table: str) -> pl.LazyFrame:
-        """Every plausible row of ``table`` (with ``end`` for ranges), in file order."""
+    def scan(self, table: str, lo: int | None = None, hi: int | None = None) -> pl.LazyFrame:
+        """Every plausible row of ``table`` (with ``end`` for ranges), in file
+        order; with ``lo``/``hi``, read from the parts that hold times in
+        ``[lo, hi)`` only (the caller still filters the rows)."""
         schema = {**TABLES[table], **({"end": pl.Int64()} if table in RANGES else {})}
-        files = [str(self.directory / name) for name in self.parts.get(table, [])]
+        files = [str(self.directory / part.name) for part in self.parts.get(table, []) if part.meets(lo, hi)]
         return self._plausible(pl.scan_parquet(files), table) if files else pl.LazyFrame(schema=schema)
 
     def _plausible(self, frame: pl.LazyFrame, table: str) -> pl.LazyFrame:
@@ -84,8 +101,8 @@ class Spill:
 
     def each_part(self, table: str, columns: list[str | pl.Expr], where: pl.Expr | None = None) -> Iterator[pl.DataFrame]:
         """``columns`` of ``table``'s plausible rows (``where`` they hold), a part at a time, in file order."""
-        for name in self.parts.get(table, []):
-            frame = self._plausible(pl.scan_parquet(self.directory / name), table)
+        for part in self.parts.get(table, []):
+            frame = self._plausible(pl.scan_parquet(self.directory / part.name), table)
             if where is not None:
                 frame = frame.filter(where)
             yield frame.select(columns).collect()
@@ -96,11 +113,12 @@ class Spill:
         GPU activity overlapping it happened (looked for from ``launches_from``,
         default ``lo``), so that those activities keep their launches and ops."""
         overlapping = (pl.col("ts") < hi) & (pl.col("end") >= lo)
-        device = self.scan("device").filter(overlapping).collect()
+        device = self.scan("device", lo, hi).filter(overlapping).collect()
         start = min(lo, self._first_launch(device["correlation"], lo if launches_from is None else launches_from, hi))
-        host = self.scan("host").filter((pl.col("ts") < hi) & (pl.col("end") >= start)).collect()
+        host = self.scan("host", start, hi).filter((pl.col("ts") < hi) & (pl.col("end") >= start)).collect()
         instants = {
-            name: self.scan(name).filter(pl.col("ts").is_between(start, hi)).collect() for name in ("memory", "flows", "counters")
+            name: self.scan(name, start, hi + 1).filter(pl.col("ts").is_between(start, hi)).collect()
+            for name in ("memory", "flows", "counters")
         }
         return RawTables(
             format=self.format,
@@ -122,7 +140,7 @@ class Spill:
         if wanted.len() == 0:
             return hi
         near = (
-            self.scan("host")
+            self.scan("host", since, hi)
             .filter((pl.col("ts") >= since) & (pl.col("ts") < hi) & pl.col("correlation").is_in(wanted.implode()))
             .select("correlation", "ts")
             .collect()
@@ -194,7 +212,7 @@ def _with_plausible_times(spill: Spill, path: str) -> Spill:
     for name in TIMED_TABLES:
         if not spill.parts.get(name):
             continue
-        scan = pl.scan_parquet([str(spill.directory / f) for f in spill.parts[name]])
+        scan = pl.scan_parquet([str(spill.directory / part.name) for part in spill.parts[name]])
         far = scan.filter(~plausible(mid, name in RANGES))
         n = far.select(pl.len()).collect().item()
         if n and not example:
@@ -216,7 +234,7 @@ class _PartWriter:
         self.pending: dict[str, list[pl.DataFrame]] = {name: [] for name in TABLES}
         self.size: Counter[str] = Counter()
         self.rows: Counter[str] = Counter()
-        self.parts: dict[str, list[str]] = {name: [] for name in TABLES if name not in HELD}
+        self.parts: dict[str, list[Part]] = {name: [] for name in TABLES if name not in HELD}
 
     def add(self, table: str, frame: pl.DataFrame) -> None:
         self.pending[table].append(frame)
@@ -236,8 +254,10 @@ class _PartWriter:
             check_end(self.path, table, frame)
             frame = frame.with_columns(end=pl.col("ts") + pl.col("dur"))
         name = f"{table}-{len(self.parts[table]):05d}.parquet"
+        last = "end" if table in RANGES else "ts"
+        first_ts, last_ts = frame.select(first=pl.col("ts").min(), last=pl.col(last).max()).row(0)
         frame.write_parquet(self.directory / name, compression="lz4", row_group_size=ROW_GROUP_ROWS, statistics=True)
-        self.parts[table].append(name)
+        self.parts[table].append(Part(name, first_ts, last_ts))
 
     def flush_all(self) -> None:
         for table in self.parts:
