@@ -29,7 +29,6 @@ import polars as pl
 
 from kinetolens.errors import shown_path
 from kinetolens.ingest.categories import ANNOTATION, OP, RUNTIME, SYNC, device_kind
-from kinetolens.ingest.plausible import check_device_properties, check_distributed_info
 from kinetolens.ingest.spill import Spill, spill_kineto
 from kinetolens.loader import load_steps
 from kinetolens.model import Trace, build_trace
@@ -113,7 +112,7 @@ class Windowed:
         """The trace of ``window``'s events (see the module docstring).  Its
         steps table holds the whole trace's rows of the steps whose range lies
         in the window, not the partial ones beside them."""
-        raw = check_distributed_info(check_device_properties(self.spill.window(window.lo, window.hi, window.launches_from)))
+        raw = self.spill.window(window.lo, window.hi, window.launches_from)
         trace = name_earlier_launches(build_trace(raw, shown_path(self.path)))
         inside = self.steps.filter(
             (pl.min_horizontal("ts", "start") >= window.lo) & (pl.max_horizontal("cpu_end", "end") <= window.hi)

@@ -130,3 +130,17 @@ def test_a_kernel_launched_steps_before_it_runs_counts_once(tmp_path: Path) -> N
     whole, windowed = _summary(path, "--whole"), _summary(path, "--windows")
     assert windowed["events"]["kernels"] == whole["events"]["kernels"]
     assert _comparable(windowed) == _comparable(whole)
+
+
+def test_the_files_warnings_are_said_once_as_the_whole_read_says_them(tmp_path: Path) -> None:
+    # Impossible device properties and an event a day away: warnings of the
+    # file, not of a window (they were once counted in every window).
+    doc = json.loads(gzip.decompress(trace_path(SAME[0]).read_bytes()))
+    doc["deviceProperties"][0].update(totalGlobalMem=-1, numSms=-4)
+    next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")["ts"] = 1.0
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps(doc))
+    whole, windowed = _summary(path, "--whole"), _summary(path, "--windows")
+    assert [w["kind"] for w in whole["warnings"]] == ["device properties dropped", "events skipped"]
+    assert windowed["warnings"] == whole["warnings"]
+    assert _comparable(windowed) == _comparable(whole)

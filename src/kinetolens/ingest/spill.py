@@ -37,7 +37,14 @@ from kinetolens.ingest.kineto import TABLES, RawTables, check_end, decoded_chunk
 from kinetolens.ingest.kineto_columns import ArgsInvalid
 from kinetolens.ingest.kineto_stream import PIECE_BYTES, Pieces
 from kinetolens.ingest.opener import StreamUnsupported, file_blocks
-from kinetolens.ingest.plausible import TIMED_TABLES, far_off_example, far_off_warning, plausible
+from kinetolens.ingest.plausible import (
+    TIMED_TABLES,
+    check_device_properties,
+    check_distributed_info,
+    far_off_example,
+    far_off_warning,
+    plausible,
+)
 
 #: Frames a table gathers in memory (their estimated size) before they are written as one part.
 PART_BYTES = 64 << 20
@@ -184,11 +191,16 @@ def spill_kineto(path: Path, directory: Path) -> Spill:
         if close is not None:
             close()
     writer.flush_all()
+    # The metadata's checks, once for the file (on tables of no rows: they read the metadata only).
+    checked = check_distributed_info(check_device_properties(RawTables(
+        format="kineto-json", metadata=pieces.metadata, warnings=skipped_warnings(skipped),
+        **{name: pl.DataFrame(schema=schema) for name, schema in TABLES.items()},
+    )))  # fmt: skip
     spill = Spill(
         directory=directory,
         format="kineto-json",
-        metadata=pieces.metadata,
-        warnings=skipped_warnings(skipped),
+        metadata=checked.metadata,
+        warnings=checked.warnings,
         parts=writer.parts,
         held={name: writer.held_table(name) for name in HELD},
         rows={name: writer.rows[name] for name in TABLES},
