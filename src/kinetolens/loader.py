@@ -122,7 +122,7 @@ def load_derived(
     check_trace_file(p)
     cache_dir = _cache_dir(cache)
     if cache_dir is None:
-        return _computed(p, compute, from_file, capture)
+        return _computed(p, compute, from_file, capture, False)[0]
     capture_path, _ = _capture_file(p, capture)
     entry = cache_dir / _entry_key(p, capture_path)
     run = json.dumps(read_run_metadata(p), sort_keys=True, default=str)
@@ -130,20 +130,21 @@ def load_derived(
     stored = read_derived(entry, name, basis, into)
     if stored is not None:
         return stored
-    value = from_file(p) if from_file is not None else None
-    if value is None:
-        value = compute(load(p, capture=capture, cache=cache_dir))
-    else:
+    value, loaded = _computed(p, compute, from_file, capture, cache_dir)
+    if not loaded:
         derived_only_entry(cache_dir, entry.name)  # no tables were loaded to store
     write_derived(entry, name, basis, value)
     return value
 
 
 def _computed(path: Path, compute: Callable[[Trace], T], from_file: Callable[[Path], T | None] | None,
-              capture: str | Path | bool | None) -> T:
-    """``from_file(path)``, or where it gives none ``compute`` of the trace loaded without a cache."""
+              capture: str | Path | bool | None, cache: bool | Path) -> tuple[T, bool]:
+    """``from_file(path)``, or where it gives none ``compute`` of the loaded
+    trace; and whether the trace was loaded."""
     value = from_file(path) if from_file is not None else None
-    return value if value is not None else compute(load(path, capture=capture, cache=False))
+    if value is not None:
+        return value, False
+    return compute(load(path, capture=capture, cache=cache)), True
 
 
 def _model_steps(

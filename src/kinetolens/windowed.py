@@ -88,12 +88,13 @@ class Windowed:
     def sample(self, most: int) -> StepWindow | None:
         """One window over a run of at most ``most`` consecutive whole steps in
         the middle of the trace (None without whole steps)."""
-        rows = [r for r in self._ranges() if r["complete"]]
+        ranges = self._ranges()
+        rows = [r for r in ranges if r["complete"]]
         if not rows:
             return None
         start = max(0, (len(rows) - most) // 2)
         run = rows[start : start + most]
-        before = [r for r in self._ranges() if r["ts"] < run[0]["ts"]]
+        before = [r for r in ranges if r["ts"] < run[0]["ts"]]
         lo, hi = run[0]["lo"], max(r["hi"] for r in run)
         return StepWindow(
             steps=tuple(r["step"] for r in run), lo=lo, hi=hi,

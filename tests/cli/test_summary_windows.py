@@ -21,7 +21,8 @@ from click.testing import CliRunner
 import kinetolens.runs.windowed_summary as windowed_summary
 from kinetolens.analysis.summary_windows import PER_WINDOW
 from kinetolens.cli.main import cli
-from kinetolens.cli.summary_output import _in_windows
+from kinetolens.cli.load_options import TraceLoading
+from kinetolens.cli.summary_output import _in_windows, summary_of
 from tests.conftest import trace_path
 
 SAME = [
@@ -86,11 +87,12 @@ def test_a_trace_without_steps_is_read_whole() -> None:
 
 def test_the_default_reads_a_large_file_in_windows_and_a_small_one_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     path = trace_path("hta/df_index_resolver/df_index_resolver.json.gz")
-    assert _in_windows(None, path) is None  # 54 MB of JSON
+    assert _in_windows(False, path) is None  # 54 MB of JSON, not forced
     monkeypatch.setattr(windowed_summary, "WINDOWED_FROM_BYTES", 50_000_000)
-    summary = _in_windows(None, path)
+    summary = _in_windows(False, path)
     assert summary is not None and summary.read_in_windows is not None
-    assert _in_windows(False, path) is None
+    # --whole reads whole however large the file
+    assert summary_of(str(path), TraceLoading(cache=False), windows=False).read_in_windows is None
 
 
 def test_a_windowed_summary_is_cached_without_tables_until_a_whole_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -32,8 +32,16 @@ from kinetolens.analysis.attribution_shares import (
     owned_kernels,
     unrecorded_parts,
 )
-from kinetolens.analysis.gputime.overview import step_breakdown
-from kinetolens.analysis.hardware.gpu_metrics import PARTS_SCHEMA, added_parts, figures, gpu_peaks, gpu_table, gpu_time_parts
+from kinetolens.analysis.gputime.overview import step_breakdown, step_row
+from kinetolens.analysis.hardware.gpu_metrics import (
+    PARTS_SCHEMA,
+    added_parts,
+    figures,
+    gpu_peaks,
+    gpu_table,
+    gpu_time_parts,
+    steps_span,
+)
 from kinetolens.analysis.session import warnings_of
 from kinetolens.analysis.summary import event_counts, memory_block_of, program_fields, span_of, steps_of
 from kinetolens.analysis.summary_types import Events, GpuUse, LoadWarning, Summary, rows_of
@@ -73,7 +81,7 @@ def window_part(step: int, trace: Trace, own: tuple[int, int], metrics_span: tup
     span_lo, span_hi = max(lo, metrics_span[0]), min(hi, metrics_span[1])
     return WindowPart(
         step=step,
-        breakdown=step_breakdown(trace).filter(pl.col("step") == step),
+        breakdown=step_row(trace, step),
         attribution=attribution_parts(trace, kernels),
         unrecorded=unrecorded_parts(trace, kernels),
         gpu=gpu_time_parts(trace, span_lo, span_hi, kernels),
@@ -99,7 +107,7 @@ def summarize_windows(
     a sample window of whole steps and the file's warnings; ``sampled`` says what the sample is."""
     held = list(parts)
     table = pl.concat([p.breakdown for p in held]) if held else step_breakdown(sample).clear()
-    metrics = (int(steps["start"].min()), int(steps["end"].max())) if steps.height else (0, 0)  # type: ignore[arg-type]
+    metrics = steps_span(steps) if steps.height else (0, 0)
     gpu = added_parts(pl.concat([p.gpu for p in held])) if held else pl.DataFrame(schema=PARTS_SCHEMA)
     spans = [p.span for p in held if p.span is not None]
     events = reduce(add, (p.events for p in held), Counter())

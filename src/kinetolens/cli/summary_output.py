@@ -57,15 +57,15 @@ def summary_of(trace: str, loading: TraceLoading, windows: bool | None = None) -
     time (True), whole (False), or whole unless it is too large to hold (None;
     :mod:`kinetolens.runs.windowed_summary`)."""
     name = {None: "summary", True: "summary_windows", False: "summary_whole"}[windows]
-    return loading.derived(trace, name, summarized, Summary, from_file=partial(_in_windows, windows))
+    from_file = None if windows is False else partial(_in_windows, bool(windows))
+    return loading.derived(trace, name, summarized, Summary, from_file=from_file)
 
 
-def _in_windows(windows: bool | None, path: Path) -> Summary | None:
-    if windows is False:
-        return None
+def _in_windows(forced: bool, path: Path) -> Summary | None:
+    """The summary read a step window at a time where ``forced`` or the file is large, else None."""
     from kinetolens.runs.windowed_summary import summary_in_windows, wants_windows
 
-    return summary_in_windows(path) if windows or wants_windows(path) else None
+    return summary_in_windows(path) if forced or wants_windows(path) else None
 
 
 def print_summary(trace: str, loading: TraceLoading, width: int | None, windows: bool | None = None) -> None:

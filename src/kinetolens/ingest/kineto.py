@@ -314,6 +314,11 @@ def finish_tables(path: str, parts: dict[str, list[pl.DataFrame]], skipped: Coun
     check_end(path, "device", tables["device"])
     skipped = Counter(skipped or {})
     if not any(tables[name].height for name in TIMED_TABLES):
-        why = "; ".join(f"{reason}: {n:,}" for reason, n in skipped.items()) or "no complete ('X'), memory or counter event"
-        raise TraceError(path, f"no usable events ({why})")
+        raise no_usable_events(path, skipped)
     return Decoded(tables, skipped_warnings(skipped))
+
+
+def no_usable_events(path: str, skipped: Counter[str]) -> TraceError:
+    """The error for a file none of whose events carry a time, with why each was left out."""
+    why = "; ".join(f"{reason}: {n:,}" for reason, n in skipped.items()) or "no complete ('X'), memory or counter event"
+    return TraceError(path, f"no usable events ({why})")

@@ -32,8 +32,8 @@ from typing import Any
 
 import polars as pl
 
-from kinetolens.errors import TraceError, TraceWarning
-from kinetolens.ingest.kineto import TABLES, RawTables, check_end, decoded_chunks, skipped_warnings
+from kinetolens.errors import TraceWarning
+from kinetolens.ingest.kineto import TABLES, RawTables, check_end, decoded_chunks, no_usable_events, skipped_warnings
 from kinetolens.ingest.kineto_columns import ArgsInvalid
 from kinetolens.ingest.kineto_stream import PIECE_BYTES, Pieces
 from kinetolens.ingest.opener import StreamUnsupported, file_blocks
@@ -152,19 +152,14 @@ class Spill:
             .select("correlation", "ts")
             .collect()
         )
-        first = near["ts"].min() if near.height else None
+        found = [near]
         missing = wanted.filter(~wanted.is_in(near["correlation"].implode()) & ~wanted.is_in(list(self.unlaunched)))
         if missing.len():
             # Launched long before, or never recorded (remembered, so the file is searched once for each).
-            far = (
-                self.scan("host")
-                .filter(pl.col("correlation").is_in(missing.implode()))
-                .select("correlation", "ts")
-                .collect()
-            )
+            far = self.scan("host").filter(pl.col("correlation").is_in(missing.implode())).select("correlation", "ts").collect()
             self.unlaunched.update(missing.filter(~missing.is_in(far["correlation"].implode())).to_list())
-            if far.height:
-                first = min(int(far["ts"].min()), first) if first is not None else far["ts"].min()  # type: ignore[arg-type]
+            found.append(far)
+        first = pl.concat(found)["ts"].min()
         return int(first) if first is not None else hi  # type: ignore[arg-type]
 
 
@@ -206,8 +201,7 @@ def spill_kineto(path: Path, directory: Path) -> Spill:
         rows={name: writer.rows[name] for name in TABLES},
     )
     if not any(spill.rows.get(name) for name in TIMED_TABLES):
-        why = "; ".join(f"{reason}: {n:,}" for reason, n in skipped.items()) or "no complete ('X'), memory or counter event"
-        raise TraceError(str(path), f"no usable events ({why})")
+        raise no_usable_events(str(path), skipped)
     return _with_plausible_times(spill, str(path))
 
 
@@ -224,8 +218,7 @@ def _with_plausible_times(spill: Spill, path: str) -> Spill:
     for name in TIMED_TABLES:
         if not spill.parts.get(name):
             continue
-        scan = pl.scan_parquet([str(spill.directory / part.name) for part in spill.parts[name]])
-        far = scan.filter(~plausible(mid, name in RANGES))
+        far = spill.scan(name).filter(~plausible(mid, name in RANGES))  # every row: no median set yet
         n = far.select(pl.len()).collect().item()
         if n and not example:
             example = far_off_example(name, far.head(1).collect().row(0, named=True), mid)

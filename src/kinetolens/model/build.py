@@ -481,11 +481,7 @@ def _engine_gap_owners(ops: pl.DataFrame, own: pl.Series) -> dict[int, int]:
             pending[g].append(i)
             if seq is not None:
                 newest[g] = max(newest.get(g, -1), seq)
-    # The ops after a thread's last node have no next node to tell them from
-    # a forward pass; they finish that node unless they are numbered above it.
-    # (Left unowned, the last step's engine work was forward where every
-    # other step's was backward, and a step read alone differed from itself
-    # in the whole trace.)
+    # After a thread's last node (see the docstring).
     for g, node in last_node.items():
         last = last_seq.get(g)
         if last is None or newest.get(g, -1) <= last:

@@ -137,9 +137,7 @@ def host_range_windows(marks: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFra
     gpu = launched_activity(kernels)
     launched = _step_of(gpu.filter(pl.col("launch_ts").is_not_null()), marks, "launch_ts")
     per_step = gpu_work_of(launched)
-    first_gpu = _first_gpu(marks, per_step)
-    queued = _queued_before_first_step(gpu, launched, first_gpu)
-    return windows_from(marks, per_step, queued)
+    return windows_from(marks, per_step, _queued_before_first_step(_unlaunched_ends(gpu, launched), _first_gpu(marks, per_step)))
 
 
 def launched_activity(kernels: pl.DataFrame) -> pl.DataFrame:
@@ -186,13 +184,17 @@ def windows_from(marks: pl.DataFrame, per_step: pl.DataFrame, queued_before: int
     return steps.with_columns(dur=pl.col("end") - pl.col("start")).drop("own_end")
 
 
-def _queued_before_first_step(gpu: pl.DataFrame, launched: pl.DataFrame, first_gpu: int | None) -> int:
+def _unlaunched_ends(gpu: pl.DataFrame, launched: pl.DataFrame) -> pl.Series:
+    """The ends of the GPU activities no step launched."""
+    return gpu.filter(~pl.col("_k").is_in(launched["_k"].implode()))["kend"]
+
+
+def _queued_before_first_step(unlaunched_ends: pl.Series, first_gpu: int | None) -> int:
     """End of GPU work not launched by any step that drains before the first
     step's own GPU work starts (the first step cannot have run then)."""
     if first_gpu is None:
         return _NEVER
-    others = gpu.filter(~pl.col("_k").is_in(launched["_k"].implode()))
-    best = others.filter(pl.col("kend") < first_gpu)["kend"].max()
+    best = unlaunched_ends.filter(unlaunched_ends < first_gpu).max()
     return int(best) if best is not None else _NEVER  # type: ignore[arg-type]
 
 
@@ -220,14 +222,9 @@ def steps_in_parts(marks: pl.DataFrame, host_parts: Iterable[pl.DataFrame], kern
         gpu = launched_activity(part)
         launched = _step_of(gpu.filter(pl.col("launch_ts").is_not_null()), marks, "launch_ts")
         per_step.append(gpu_work_of(launched).cast(_EMPTY_GPU_WORK.schema))
-        unlaunched.append(gpu.filter(~pl.col("_k").is_in(launched["_k"].implode()))["kend"])
+        unlaunched.append(_unlaunched_ends(gpu, launched))
     gpu_work = pl.concat(per_step).group_by("step").agg(pl.col("gpu_end").max(), pl.col("gpu_work").sum(), pl.col("first_gpu").min())
-    first_gpu = _first_gpu(marks, gpu_work)
-    queued = _NEVER
-    if first_gpu is not None:
-        ends = pl.concat(unlaunched)
-        best = ends.filter(ends < first_gpu).max()
-        queued = int(best) if best is not None else _NEVER  # type: ignore[arg-type]
+    queued = _queued_before_first_step(pl.concat(unlaunched), _first_gpu(marks, gpu_work))
     return steps_from(marks, host_work, count, windows_from(marks, gpu_work, queued))
 
 

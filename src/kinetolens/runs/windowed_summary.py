@@ -19,6 +19,7 @@ from kinetolens.analysis.inference.phases import inference_block
 from kinetolens.analysis.memory.usage import PEAK_COLUMNS, peaks_of
 from kinetolens.analysis.paths.sampling import SAMPLE_STEPS
 from kinetolens.analysis.summary_types import Summary
+from kinetolens.analysis.hardware.gpu_metrics import steps_span
 from kinetolens.analysis.summary_windows import summarize_windows, window_part
 from kinetolens.ingest.kineto_parallel import estimated_json_bytes
 from kinetolens.ingest.opener import StreamUnsupported
@@ -60,7 +61,7 @@ def _summary(windowed: Windowed) -> Summary | None:
     if inference_block(sample).iterations:
         return None
     whole = steps.filter(pl.col("complete")).height
-    span = (int(steps["start"].min()), int(steps["end"].max()))  # type: ignore[arg-type]
+    span = steps_span(steps)
     reader = list(windowed.spill.warnings)
     parts = (window_part(w.step, trace, w.own, span, reader) for w, trace in windowed.traces())
     note = (

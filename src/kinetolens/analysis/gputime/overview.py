@@ -237,9 +237,14 @@ def windowed_breakdown(windows: Iterable[tuple[int, Trace]]) -> pl.DataFrame:
     (:mod:`kinetolens.windowed`): each window's ``(step, trace)`` gives its
     own step's row; the steps beside it in its trace are partial and left out.
     Each trace can be dropped once its row is taken."""
-    rows = [step_breakdown(trace).filter(pl.col("step") == step) for step, trace in windows]
+    rows = [step_row(trace, step) for step, trace in windows]
     schema = {"step": pl.Int64, **{c: pl.Int64 for c in COLUMNS}, "complete": pl.Boolean}
     return pl.concat(rows) if rows else pl.DataFrame(schema=schema)
+
+
+def step_row(trace: Trace, step: int) -> pl.DataFrame:
+    """``step``'s row of the step breakdown of a window's ``trace``."""
+    return step_breakdown(trace).filter(pl.col("step") == step)
 
 
 def complete_rows(breakdown: pl.DataFrame) -> pl.DataFrame:

@@ -59,9 +59,13 @@ SCHEMA = {
 def metrics_span(trace: Trace) -> tuple[int, int] | None:
     """[first step start, last step end) in ns, or None without a span."""
     windows = step_windows(trace)
-    if windows.height == 0:
-        return None
-    return int(windows["start"].min()), int(windows["end"].max())  # type: ignore[arg-type]
+    return steps_span(windows) if windows.height else None
+
+
+def steps_span(steps: pl.DataFrame) -> tuple[int, int]:
+    """From the first step's start to the last one's end (ns) of a table of
+    steps or their windows (``start``, ``end``): the span the figures are over."""
+    return int(steps["start"].min()), int(steps["end"].max())  # type: ignore[arg-type]
 
 
 def _kernels(trace: Trace) -> pl.DataFrame:
