@@ -28,7 +28,7 @@ from pathlib import Path
 import polars as pl
 
 from kinetolens.errors import shown_path
-from kinetolens.ingest.categories import ANNOTATION, OP, RUNTIME, SYNC, device_kind
+from kinetolens.ingest.categories import ANNOTATION, GPU_ACTIVITY, OP, RUNTIME, SYNC, device_kind
 from kinetolens.ingest.spill import Spill, spill_kineto
 from kinetolens.loader import load_steps
 from kinetolens.model import Trace, build_trace
@@ -38,6 +38,9 @@ from kinetolens.model.steps import step_marks, steps_in_parts
 from kinetolens.model.vocabulary import STEP_PREFIX
 
 __all__ = ["StepWindow", "Windowed", "open_windows", "step_index"]
+
+#: A device event's kind as the model names it (kernel, memcpy, ...).
+_DEVICE_KIND = device_kind(pl.col("cat"), pl.col("name"), pl.col("kind")).cast(pl.String).alias("kind")
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,12 @@ class Windowed:
         trace = with_table(trace, "steps", known.select(trace.steps.columns).cast(trace.steps.schema))
         return apply(trace, load_steps(self.path))
 
+    def has_gpu_work(self) -> bool:
+        """Whether the trace holds GPU activities (kernels, copies, sets): the
+        model's kernels table is not empty (what ranks ops: device or host time)."""
+        kinds = self.spill.scan("device").select(_DEVICE_KIND).filter(pl.col("kind").is_in(GPU_ACTIVITY))
+        return kinds.head(1).collect().height > 0
+
     def traces(self) -> Iterator[tuple[StepWindow, Trace]]:
         """Each step's window and its trace, one at a time (drop each before asking for the next)."""
         for window in self.windows():
@@ -156,10 +165,9 @@ def step_index(spill: Spill) -> pl.DataFrame:
         .unique(subset=["correlation"], keep="first", maintain_order=True)
         .collect()
     )
-    kind = device_kind(pl.col("cat"), pl.col("name"), pl.col("kind")).cast(pl.String).alias("kind")
     kernels = (
         part.join(launches, on="correlation", how="left", maintain_order="left")
-        for part in spill.each_part("device", [kind, "ts", "dur", "correlation"])
+        for part in spill.each_part("device", [_DEVICE_KIND, "ts", "dur", "correlation"])
     )
     ops = spill.each_part("host", ["ts", "name", pl.col("kind").cast(pl.String)], is_op)
     return steps_in_parts(marks, ops, kernels)

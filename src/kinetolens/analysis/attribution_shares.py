@@ -56,14 +56,6 @@ _ATTRIBUTION_SHARES = (
 )  # fmt: skip
 
 
-def owned_kernels(lo: int, hi: int) -> pl.Expr:
-    """The GPU activities a part of a trace owns: those launched in ``[lo, hi)``
-    (ns), and those whose launch is not recorded that started then.  A kernel
-    belongs with its launch: the op and forward op that name it are there."""
-    at = pl.coalesce(pl.col("launch_ts"), pl.col("ts"))
-    return (at >= lo) & (at < hi)
-
-
 def kernel_rows(trace: Trace, owned: pl.Expr | None = None) -> pl.DataFrame:
     """The kernels (not copies or sets) with the columns the shares read; ``owned`` keeps some of them."""
     kernels = trace.kernels.select(_COLUMNS).filter(pl.col("kind") == "kernel")

@@ -29,7 +29,6 @@ from kinetolens.analysis.attribution_shares import (
     AttributionParts,
     UnrecordedParts,
     attribution_parts,
-    owned_kernels,
     unrecorded_parts,
 )
 from kinetolens.analysis.gputime.overview import step_breakdown, step_row
@@ -46,6 +45,7 @@ from kinetolens.analysis.session import warnings_of
 from kinetolens.analysis.summary import event_counts, memory_block_of, program_fields, span_of, steps_of
 from kinetolens.analysis.summary_types import Events, GpuUse, LoadWarning, Summary, rows_of
 from kinetolens.errors import TraceWarning
+from kinetolens.model.ownership import owned_kernels
 from kinetolens.model.trace import Trace
 
 #: What a warning the model raised in every window says about its count.
@@ -72,7 +72,7 @@ class WindowPart:
 def window_part(step: int, trace: Trace, own: tuple[int, int], metrics_span: tuple[int, int], reader: list[TraceWarning]) -> WindowPart:
     """``trace`` (the window of ``step``) reduced to its part: the events
     starting in ``own`` ([lo, hi) ns; GPU activities launched then,
-    :func:`~kinetolens.analysis.attribution_shares.owned_kernels`), GPU time in
+    :func:`~kinetolens.model.ownership.owned_kernels`), GPU time in
     ``own`` within the steps' span ``metrics_span``; ``reader``: the file's
     warnings, which every window repeats."""
     lo, hi = own

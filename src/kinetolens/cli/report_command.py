@@ -14,6 +14,7 @@ from kinetolens.errors import TraceError
 if TYPE_CHECKING:
     from kinetolens.analysis.summary_types import Summary
     from kinetolens.model.trace import Trace
+    from kinetolens.runs.windowed_summary import WindowedReport
 
 
 @click.command("report")
@@ -22,10 +23,17 @@ if TYPE_CHECKING:
 @click.option("--format", "fmt", type=click.Choice(["html", "md"]), default=None,
               help="html (self-contained, charts included) or md. Default: from -o's suffix, else html.")  # fmt: skip
 @click.option("--title", default=None, help="Report title (default: the trace file's name).")
+@click.option(
+    "--windows/--whole", "windows", default=None,
+    help="Read the trace a step window at a time (memory bounded by a step; the op and kernel tables "
+    "cover every step, the other sections a sample of them, as the report says), or whole; "
+    "default: a step window at a time from 1.5 GB of JSON.",
+)
 @trace_load_options(capture=True)
 @strict_option
 def report_command(
-    trace_or_run: str, output: str | None, fmt: str | None, title: str | None, loading: TraceLoading, strict: bool
+    trace_or_run: str, output: str | None, fmt: str | None, title: str | None, loading: TraceLoading, strict: bool,
+    windows: bool | None = None,
 ) -> None:
     """Overview, recommendations, top ops, kernels, modules, roofline, memory
     and GPU idle time of TRACE_OR_RUN in one file.
@@ -55,8 +63,14 @@ def report_command(
         for line in notes:
             click.echo(f"kinetolens: note: {line}", err=True)
         note = " ".join([note, *(f"{line}." for line in notes)])
-    trace, summary = _trace_and_summary(str(path), loading)
-    data = collect(trace, title=title, note=note, ranks=ranks, graphs=graphs, summary=summary)
+    read = _in_windows(path, loading, windows)
+    if read is not None:
+        assert read.tables is not None
+        data = collect(read.sample, title=title, note=note, ranks=ranks, graphs=graphs, summary=read.summary,
+                       whole=read.tables, sampled=read.sampled)  # fmt: skip
+    else:
+        trace, summary = _trace_and_summary(str(path), loading)
+        data = collect(trace, title=title, note=note, ranks=ranks, graphs=graphs, summary=summary)
     if fmt == "md":
         from kinetolens.views.report_md import render_md
 
@@ -75,6 +89,22 @@ def report_command(
         output = output or "report.html"
         write_html(data, output)
     click.echo(f"kinetolens report: wrote {output}", err=True)
+
+
+def _in_windows(path: Path, loading: TraceLoading, windows: bool | None) -> WindowedReport | None:
+    """The report's figures read a step window at a time where ``windows``
+    asks for it (None: from the trace's size), else None; the summary is kept
+    with the trace's cache entry, as ``kinetolens summary --windows`` keeps it."""
+    from kinetolens.analysis.summary_types import Summary
+    from kinetolens.runs.windowed_summary import report_in_windows, wants_windows
+
+    if windows is False or (windows is None and not wants_windows(path)):
+        return None
+    read = report_in_windows(path)
+    if read is not None:
+        name = "summary" if windows is None else "summary_windows"
+        loading.derived(str(path), name, lambda trace: read.summary, Summary, from_file=lambda p: read.summary)
+    return read
 
 
 def _trace_and_summary(path: str, loading: TraceLoading) -> tuple[Trace, Summary]:

@@ -1,16 +1,20 @@
-"""The summary of a trace too large to hold, read one step window at a time.
+"""The summary and the report of a trace too large to hold, read one step window at a time.
 
 From :data:`WINDOWED_FROM_BYTES` of (uncompressed) Kineto JSON, ``kinetolens
-summary`` decodes the file to Parquet parts in a temporary folder, finds its
-steps, and builds each step's window in turn, keeping only what the window
-adds to the summary (:mod:`kinetolens.analysis.summary_windows`): memory
-holds a step, not the file.  A trace without ``ProfilerStep`` ranges, with
-no whole step, or of an inference engine is read whole, as before.
+summary`` and ``kinetolens report`` decode the file to Parquet parts in a
+temporary folder, find its steps, and build each step's window in turn,
+keeping only what the window adds to the summary
+(:mod:`kinetolens.analysis.summary_windows`) and to the report's op and
+kernel tables (:mod:`kinetolens.analysis.report_windows`): memory holds a
+step, not the file.  A trace without ``ProfilerStep`` ranges, with no whole
+step, or of an inference engine is read whole, as before.
 """
 
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -20,17 +24,20 @@ from kinetolens.analysis.memory.usage import PEAK_COLUMNS, peaks_of
 from kinetolens.analysis.paths.sampling import SAMPLE_STEPS
 from kinetolens.analysis.summary_types import Summary
 from kinetolens.analysis.hardware.gpu_metrics import steps_span
-from kinetolens.analysis.summary_windows import summarize_windows, window_part
+from kinetolens.analysis.report_windows import TablesPart, WholeTables, tables_part, whole_tables
+from kinetolens.analysis.summary_windows import WindowPart, summarize_windows, window_part
 from kinetolens.ingest.kineto_parallel import estimated_json_bytes
 from kinetolens.ingest.opener import StreamUnsupported
+from kinetolens.errors import TraceWarning
 from kinetolens.ingest.spill import Spill
+from kinetolens.model.trace import Trace
 from kinetolens.windowed import Windowed, open_windows
 
 #: Kineto JSON at least this large (uncompressed) is summarized a step window
 #: at a time: read whole it takes about its own size in memory.
 WINDOWED_FROM_BYTES = 1_500_000_000
 
-__all__ = ["WINDOWED_FROM_BYTES", "summary_in_windows", "wants_windows"]
+__all__ = ["WINDOWED_FROM_BYTES", "WindowedReport", "report_in_windows", "summary_in_windows", "wants_windows"]
 
 
 def wants_windows(path: Path) -> bool:
@@ -44,15 +51,38 @@ def summary_in_windows(path: Path, spill_root: Path | None = None) -> Summary | 
     cannot be (no steps, no whole step, an inference engine's iterations, a
     file the streaming reader does not take): the caller then reads it whole.
     The Parquet parts go to a temporary folder (under ``spill_root``), removed after."""
+    read = _in_windows(path, spill_root, tables=False)
+    return None if read is None else read.summary
+
+
+@dataclass(frozen=True)
+class WindowedReport:
+    """What a report of a trace read a step window at a time shows: the
+    summary and the tables of the whole trace, and the sample of whole steps
+    (a trace) its other sections are taken from, which ``sampled`` names."""
+
+    summary: Summary
+    #: None for a summary alone.
+    tables: WholeTables | None
+    sample: Trace
+    sampled: str
+
+
+def report_in_windows(path: Path, spill_root: Path | None = None) -> WindowedReport | None:
+    """:func:`summary_in_windows` with the report's whole-trace tables (None where it gives none)."""
+    return _in_windows(path, spill_root, tables=True)
+
+
+def _in_windows(path: Path, spill_root: Path | None, *, tables: bool) -> WindowedReport | None:
     with tempfile.TemporaryDirectory(prefix="kinetolens-windows-", dir=spill_root) as folder:
         try:
             windowed = open_windows(path, folder)
         except StreamUnsupported:
             return None
-        return _summary(windowed)
+        return _read(windowed, tables)
 
 
-def _summary(windowed: Windowed) -> Summary | None:
+def _read(windowed: Windowed, tables: bool) -> WindowedReport | None:
     steps = windowed.steps
     chosen = windowed.sample(SAMPLE_STEPS)
     if steps.height == 0 or chosen is None:
@@ -61,14 +91,33 @@ def _summary(windowed: Windowed) -> Summary | None:
     if inference_block(sample).iterations:
         return None
     whole = steps.filter(pl.col("complete")).height
-    span = steps_span(steps)
-    reader = list(windowed.spill.warnings)
-    parts = (window_part(w.step, trace, w.own, span, reader) for w, trace in windowed.traces())
+    sampled = f"steps {chosen.steps[0]}-{chosen.steps[-1]} ({len(chosen.steps)} of {whole} whole steps)"
     note = (
         f"read a step window at a time ({steps.height} steps): the program's kind and the recommendations "
-        f"are from steps {chosen.steps[0]}-{chosen.steps[-1]} ({len(chosen.steps)} of {whole} whole steps)"
+        f"are from {sampled}"
     )
-    return summarize_windows(parts, steps=steps, peaks=_peaks(windowed.spill), sample=sample, sampled=note, reader=reader)
+    reader = list(windowed.spill.warnings)
+    held: list[TablesPart] = []
+    breakdown: list[pl.DataFrame] = []
+    parts = _parts(windowed, reader, held if tables else None, breakdown)
+    summary = summarize_windows(parts, steps=steps, peaks=_peaks(windowed.spill), sample=sample, sampled=note, reader=reader)
+    gpus = len(summary.devices_used)
+    report_tables = whole_tables(held, steps=steps, gpus=gpus, breakdown=pl.concat(breakdown)) if tables else None
+    return WindowedReport(summary, report_tables, sample, sampled)
+
+
+def _parts(
+    windowed: Windowed, reader: list[TraceWarning], tables: list[TablesPart] | None, breakdown: list[pl.DataFrame]
+) -> Iterator[WindowPart]:
+    """Each window's part of the summary (and, into ``tables``, of the report's tables), a window at a time."""
+    span = steps_span(windowed.steps)
+    gpu = tables is not None and windowed.has_gpu_work()
+    for window, trace in windowed.traces():
+        part = window_part(window.step, trace, window.own, span, reader)
+        breakdown.append(part.breakdown)
+        if tables is not None:
+            tables.append(tables_part(trace, window.own, gpu))
+        yield part
 
 
 def _peaks(spill: Spill) -> pl.DataFrame:

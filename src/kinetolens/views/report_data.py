@@ -8,7 +8,7 @@ analysis result as it is; this module only picks, orders and cuts them.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,15 +21,16 @@ from kinetolens.analysis.gputime.idle import idle_breakdown, temporal_breakdown
 from kinetolens.analysis.hardware.kernels import kernel_verdicts, tensor_core_time
 from kinetolens.analysis.memory.usage import how_to_record_memory, memory_curve, memory_events, memory_peaks
 from kinetolens.analysis.hardware.module_tree import module_tree
-from kinetolens.analysis.workload.ops import op_stats, rank_basis, time_basis
+from kinetolens.analysis.workload.ops import op_stats, rank_basis_of, time_basis
+from kinetolens.analysis.report_windows import WholeTables
 from kinetolens.analysis.gputime.overview import step_breakdown
 from kinetolens.analysis.finding import Finding
 from kinetolens.analysis.hardware.roofline import op_roofline, roofline_by
 from kinetolens.analysis.summary import summarize
 from kinetolens.analysis.summary_types import Summary
-from kinetolens.errors import TraceError
+from kinetolens.errors import TraceError, TraceWarning
 from kinetolens.logdir import one_run
-from kinetolens.analysis.session import whole_steps
+from kinetolens.analysis.session import warnings_of, whole_steps
 from kinetolens.model.trace import Trace
 from kinetolens.registry.gpus import GpuSpec
 from kinetolens.analysis.hardware.gpu_spec import gpu_spec
@@ -122,6 +123,18 @@ class ReportData:
     phases: dict[str, dict[str, pl.DataFrame]] = field(default_factory=dict)
     #: The critical path of each complete step, or the line saying why there is none.
     critical_path: CriticalPathSection | str | None = None
+    #: Section name -> the line saying it is of a sample of the steps (a trace read
+    #: a step window at a time: :func:`collect`'s ``whole``), shown under its title.
+    sampled: dict[str, str] = field(default_factory=dict)
+
+    def warning_lines(self) -> list[str]:
+        """The warnings the overview lists: the loader's and the analyses'. Of a
+        trace read a step window at a time, the summary's (the whole file's)
+        and those the sections' analyses raised on the sample."""
+        if not self.summary.read_in_windows:
+            return [str(w) for w in warnings_of(self.trace)]
+        raised = [w for w in warnings_of(self.trace) if w not in self.trace.warnings]
+        return [str(TraceWarning(w.kind, w.count, w.detail)) for w in self.summary.warnings] + [str(w) for w in raised]
 
     @property
     def shown_rank(self) -> str:
@@ -187,10 +200,11 @@ def _roofline(trace: Trace) -> tuple[GpuSpec | None, pl.DataFrame | None, pl.Dat
     return spec, ops, modules, None
 
 
-def _kernel_names(trace: Trace) -> pl.DataFrame:
-    """Kernels grouped by name, longest first (an empty table for a CPU-only trace);
-    ``kernel`` (first, so charts label by it) is the short name, ``name`` the recorded one."""
-    stats = op_stats(trace, by="kernel").sort("device_total_us", descending=True)
+def _kernel_names(stats: pl.DataFrame) -> pl.DataFrame:
+    """Kernels grouped by name (``op_stats(trace, by="kernel")``), longest first (an empty
+    table for a CPU-only trace); ``kernel`` (first, so charts label by it) is the short
+    name, ``name`` the recorded one."""
+    stats = stats.sort("device_total_us", descending=True)
     return stats.select(short_names(stats["name"]).alias("kernel"), pl.all())
 
 
@@ -263,6 +277,8 @@ def collect(
     ranks: list[RankSummary] | None = None,
     graphs: list[RankGraphs] | str | None = None,
     summary: Summary | None = None,
+    whole: WholeTables | None = None,
+    sampled: str | None = None,
 ) -> ReportData:
     """Run every analysis a report shows on ``trace`` (and, given the
     summaries of every rank of its run, the cross-rank section; given their
@@ -270,13 +286,19 @@ def collect(
 
     ``summary``: the trace's :func:`summarize` when the caller has it (the
     command reads it from the cache entry ``kinetolens summary`` wrote, so
-    the report does not simulate the recommendations' savings again)."""
+    the report does not simulate the recommendations' savings again).
+
+    ``whole``: the step breakdown, op and kernel tables and Tensor Core split
+    of a trace read a step window at a time (with its ``summary``); ``trace``
+    is then a sample of its whole steps, which ``sampled`` names, and the
+    sections taken from it say so (:data:`SAMPLED_SECTIONS`)."""
     summary = summary if summary is not None else summarize(trace)
-    basis = rank_basis(trace)  # ops: self time, so nested ops do not repeat their children's work
+    gpu = trace.kernels.height > 0 if whole is None else whole.kernels.height > 0
+    basis = rank_basis_of(gpu)  # ops: self time, so nested ops do not repeat their children's work
     ranked = pl.col(basis)
     spec, roof_ops, roof_modules, roof_note = _roofline(trace)
     events = memory_events(trace)
-    whole = whole_steps(trace)  # what `kinetolens idle` covers
+    stepped = whole_steps(trace)  # what `kinetolens idle` covers
     data = ReportData(
         trace=trace,
         title=title or Path(trace.path).name,
@@ -284,17 +306,17 @@ def collect(
         summary=summary,
         findings=list(summary.recommendations),
         basis=basis,
-        breakdown=step_breakdown(trace),
-        ops=op_stats(trace).sort(ranked, descending=True, nulls_last=True),
-        kernel_verdicts=kernel_verdicts(trace),
-        kernel_names=_kernel_names(trace),
+        breakdown=step_breakdown(trace) if whole is None else whole.breakdown,
+        ops=(op_stats(trace) if whole is None else whole.ops).sort(ranked, descending=True, nulls_last=True),
+        kernel_verdicts=kernel_verdicts(trace) if whole is None else whole.kernel_verdicts,
+        kernel_names=_kernel_names(op_stats(trace, by="kernel") if whole is None else whole.kernels),
         modules=op_stats(trace, by="module").sort(time_basis(trace), descending=True, nulls_last=True),
         module_tree=module_tree(trace, spec, roof=roof_modules),
         sources=op_stats(trace, by="source").sort(time_basis(trace), descending=True, nulls_last=True),
         memory=memory_curve(events),
         memory_peaks=memory_peaks(events),
-        temporal=temporal_breakdown(whole),
-        idle=idle_breakdown(whole),
+        temporal=temporal_breakdown(stepped),
+        idle=idle_breakdown(stepped),
         spec=spec,
         roofline_ops=roof_ops,
         roofline_modules=roof_modules,
@@ -305,7 +327,22 @@ def collect(
     )
     data.omitted = left_out(data)
     data.chart_notes = chart_notes(data)
+    if sampled is not None:
+        _mark_sampled(data, sampled)
     return data
+
+
+#: The sections of a report of a trace read a step window at a time that are
+#: of the sample of its steps (the rest cover every step).
+SAMPLED_SECTIONS = ("critical_path", "modules", "sources", "roofline", "memory", "idle")
+
+
+def _mark_sampled(data: ReportData, sampled: str) -> None:
+    """Say under each section of the sample that it is (see :data:`ReportData.sampled`)."""
+    line = f"Of {sampled}: the trace was read a step window at a time, and this section is of those steps."
+    data.sampled = {name: line for name in SAMPLED_SECTIONS if name not in data.omitted}
+    if isinstance(data.critical_path, CriticalPathSection):
+        data.critical_path = replace(data.critical_path, notes=[line, *data.critical_path.notes])
 
 
 def resolve_target(path: str | Path) -> tuple[Path, str | None]:

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 import polars as pl
 from markupsafe import Markup
 
-from kinetolens.analysis.session import warnings_of
 from kinetolens.analysis.gputime.overview import CATEGORIES, OTHER
 from kinetolens.analysis.memory.usage import ALLOCATOR, BASIS_NOTES
 from kinetolens.analysis.ranks.stragglers import CAUSES
@@ -112,7 +111,8 @@ def overview_frame(data: ReportData) -> pl.DataFrame:
         rows.append(("kernel time attributed to an op / module / source line",
                      " / ".join(_pct(share) or "-" for share in (a.op, a.module, a.source))))  # fmt: skip
     rows.append(("kernels whose launch was not recorded", s.unrecorded_launches.note))
-    rows.extend(("warning", str(w)) for w in warnings_of(data.trace))
+    rows.append(("read", s.read_in_windows.removeprefix("read ") if s.read_in_windows else None))
+    rows.extend(("warning", w) for w in data.warning_lines())
     return pl.DataFrame(
         [r for r in rows if r[1] is not None], schema={"what": pl.String, "value": pl.String}, orient="row"
     )

@@ -90,7 +90,8 @@ def _section(data: ReportData, name: str, title: str, body: Callable[[], list[st
     """A section, or the one line saying why it is left out (:data:`ReportData.omitted`)."""
     if name in data.omitted:
         return [f"\n_{data.omitted[name]}_\n"]
-    return [f"\n## {title}\n", *body()]
+    sampled = [f"_{data.sampled[name]}_\n"] if name in data.sampled else []
+    return [f"\n## {title}\n", *sampled, *body()]
 
 
 def _tensor_cores_md(data: ReportData) -> str:

@@ -8,6 +8,7 @@ from kinetolens.analysis.hardware.tensor_cores import kernel_tensor_cores
 from kinetolens.analysis.workload.fusions import fused_op_names
 from kinetolens.analysis.workload.params import dtypes_expr, shapes_expr
 from kinetolens.analysis.workload.work import kernel_work
+from kinetolens.model.ownership import owned_kernels
 from kinetolens.model.trace import Trace
 from kinetolens.registry.kernel_names import short_names
 
@@ -114,12 +115,14 @@ def kernel_table(trace: Trace, step: int | None = None) -> pl.DataFrame:
     return table.select(sorted(table.columns, key=order.index)).sort("idx")
 
 
-def kernel_verdicts(trace: Trace) -> pl.DataFrame:
+def kernel_verdicts(trace: Trace, own: tuple[int, int] | None = None) -> pl.DataFrame:
     """``tc, dur_us`` of every kernel: the two columns of :func:`kernel_table`
     that the Tensor Core split (:func:`tensor_core_time`) reads, for a view
     that shows the split without the table (the report: the table is a row
-    of text per kernel, 120 MB on a 500 MB trace)."""
-    k = trace.kernels.select("kernel_id", dur_us=pl.col("dur") / 1000.0)
+    of text per kernel, 120 MB on a 500 MB trace); ``own``: of the kernels
+    launched in [lo, hi) ns alone (:func:`owned_kernels`)."""
+    kernels = trace.kernels if own is None else trace.kernels.filter(owned_kernels(*own))
+    k = kernels.select("kernel_id", dur_us=pl.col("dur") / 1000.0)
     tc = kernel_tensor_cores(trace).select("kernel_id", "tc")
     return k.join(tc, on="kernel_id", how="left", maintain_order="left").select("tc", "dur_us")
 

@@ -42,7 +42,7 @@ import polars as pl
 from kinetolens.analysis.hardware.counters import kernel_measured, op_measured
 from kinetolens.analysis.workload.group_labels import counts, listed
 from kinetolens.analysis.workload.modules import with_module_calls
-from kinetolens.analysis.workload.ops import weighted_mean
+from kinetolens.analysis.workload.op_groups import weighted_mean
 from kinetolens.analysis.hardware.tensor_cores import kernel_tensor_cores, matrix_dtype
 from kinetolens.analysis.workload.work import carried_work, kernel_work
 from kinetolens.errors import TraceError

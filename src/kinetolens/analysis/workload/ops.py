@@ -33,12 +33,22 @@ import polars as pl
 
 from kinetolens.analysis.gputime.overview import step_windows
 from kinetolens.analysis.session import per_trace
-from kinetolens.analysis.workload.group_labels import counts, listed, mixed
+from kinetolens.analysis.workload.group_labels import counts, listed
+from kinetolens.analysis.workload.op_groups import (
+    OP_LABELS,
+    achieved,
+    step_share,
+    taken,
+    weighted,
+    weighted_of,
+)
+from kinetolens.analysis.workload.op_groups import figure as op_groups_figure
 from kinetolens.analysis.workload.modules import with_module_calls
 from kinetolens.analysis.workload.op_times import op_instances
 from kinetolens.analysis.workload.work import kernel_work
 from kinetolens.model.nesting import nearest_marked, outermost_marked
 from kinetolens.model.earlier_launches import without_earlier_iteration
+from kinetolens.model.ownership import owned_kernels, starts_in
 from kinetolens.model.trace import Trace
 from kinetolens.model.vocabulary import NCCL_PREFIX, STEP_PREFIX
 
@@ -76,7 +86,12 @@ def rank_basis(trace: Trace, by: str = "op", *, inclusive: bool = False) -> str:
     """The time column that ranks ``by`` groups and makes their step share:
     self time for op groupings (nested ops would count their children's
     work again), total time for the rest or with ``inclusive``."""
-    basis = time_basis(trace)
+    return rank_basis_of(trace.kernels.height > 0, by, inclusive=inclusive)
+
+
+def rank_basis_of(gpu: bool, by: str = "op", *, inclusive: bool = False) -> str:
+    """:func:`rank_basis` of a trace with (``gpu``) or without GPU work."""
+    basis = time_basis_of(gpu)
     if by in ("op", "op+shape") and not inclusive:
         return basis.replace("_total_", "_self_")
     return "device_total_us" if by == "kernel" else basis
@@ -87,11 +102,18 @@ def step_time_ns(trace: Trace, step: int | None = None) -> int:
     cuts them (disjoint, so GPU work that runs past a step is not counted
     twice), or the whole trace's window when it has no steps; only ``step``'s
     window when one is given; once per GPU at work (:func:`gpus_at_work`)."""
+    return steps_wall_ns(trace, step) * gpus_at_work(trace)
+
+
+def steps_wall_ns(trace: Trace, step: int | None = None) -> int:
+    """The wall time of the steps' windows (of ``step``'s alone when given)."""
     windows = step_windows(trace)
-    if step is not None:
-        windows = windows.filter(pl.col("step") == step)
-    wall = int((windows["end"] - windows["start"]).sum()) if windows.height else 0
-    return wall * gpus_at_work(trace)
+    return wall_ns(windows if step is None else windows.filter(pl.col("step") == step))
+
+
+def wall_ns(windows: pl.DataFrame) -> int:
+    """The summed length of step windows (``start``, ``end``; :func:`step_windows`)."""
+    return int((windows["end"] - windows["start"]).sum()) if windows.height else 0
 
 
 def gpus_at_work(trace: Trace) -> int:
@@ -112,13 +134,17 @@ def share_whole_ns(trace: Trace, step: int | None = None) -> int:
     the streams when that is longer (then summed shares of device time would
     pass the wall time: each share is of the summed device time instead, and
     :func:`share_whole_note` says so)."""
-    wall = step_time_ns(trace, step)
-    return max(wall, _stepped_gpu_ns(trace, step)) if trace.kernels.height else wall
+    return share_whole_of(step_time_ns(trace, step), stepped_gpu_ns(trace, step))
+
+
+def share_whole_of(wall_ns: int, stepped_gpu: int) -> int:
+    """:func:`share_whole_ns` from the steps' wall time (once per GPU) and their GPU time."""
+    return max(wall_ns, stepped_gpu)
 
 
 def share_whole_note(trace: Trace, step: int | None = None) -> str | None:
     """The line a table of step shares prints when they are of summed GPU time (None when of the wall time)."""
-    wall, gpu = step_time_ns(trace, step), _stepped_gpu_ns(trace, step) if trace.kernels.height else 0
+    wall, gpu = step_time_ns(trace, step), stepped_gpu_ns(trace, step)
     if gpu <= wall:
         return None
     return (
@@ -127,10 +153,12 @@ def share_whole_note(trace: Trace, step: int | None = None) -> str | None:
     )
 
 
-def _stepped_gpu_ns(trace: Trace, step: int | None) -> int:
-    """Device time of the kernels a step share may count: in a step by their own time or by their op's."""
+def stepped_gpu_ns(trace: Trace, step: int | None = None, own: tuple[int, int] | None = None) -> int:
+    """Device time of the kernels a step share may count: in a step by their
+    own time or by their op's; ``own`` ([lo, hi) ns) keeps those launched then."""
     trace = without_earlier_iteration(trace)
-    k = trace.kernels.select("op_id", "step", "dur").filter(pl.col("dur") > 0)
+    k = trace.kernels if own is None else trace.kernels.filter(owned_kernels(*own))
+    k = k.select("op_id", "step", "dur").filter(pl.col("dur") > 0)
     if trace.steps.height:
         op_step = trace.ops.select("op_id", _op_step="step")
         k = k.join(op_step, on="op_id", how="left")
@@ -153,24 +181,12 @@ def time_basis(trace: Trace) -> str:
     Device time where the trace has GPU work; host time in a CPU-only
     trace, where device time is zero and the host is what the steps spend.
     """
-    return "device_total_us" if trace.kernels.height else "host_total_us"
+    return time_basis_of(trace.kernels.height > 0)
 
 
-def _with_step_share(table: pl.DataFrame, trace: Trace, step: int | None) -> pl.DataFrame:
-    """The group's summed time (``_basis_ns``, whatever the aggregate) as a
-    percentage of the wall time of the steps it was taken over; drops the helper."""
-    total = share_whole_ns(trace, step)
-    share = pl.col("_basis_ns") / total * 100.0 if total else pl.lit(None, pl.Float64)
-    return table.with_columns(step_share_pct=share).drop("_basis_ns")
-
-
-def _with_achieved(table: pl.DataFrame) -> pl.DataFrame:
-    """TFLOP/s and GB/s from the groups' summed work and time (``_work_ns``), then drop the helpers."""
-    ns = pl.when(pl.col("_work_ns") > 0).then(pl.col("_work_ns"))
-    return table.with_columns(
-        tflops_s=pl.col("_flops_sum") / ns / 1e3,
-        gbps=pl.col("_bytes_sum") / ns,
-    ).drop("_flops_sum", "_bytes_sum", "_work_ns")
+def time_basis_of(gpu: bool) -> str:
+    """:func:`time_basis` of a trace with (``gpu``) or without GPU work."""
+    return "device_total_us" if gpu else "host_total_us"
 
 
 def without_step_ranges(inst: pl.DataFrame) -> pl.DataFrame:
@@ -281,22 +297,29 @@ NOT_UNDER_OP = "(not under any op)"
 STEPS_ROW = f"{STEP_PREFIX}*"
 
 
-def unheld_rows(trace: Trace, inst: pl.DataFrame, *, include_annotations: bool) -> pl.DataFrame:
+def unheld_rows(
+    trace: Trace, inst: pl.DataFrame, *, include_annotations: bool, own: tuple[int, int] | None = None
+) -> pl.DataFrame:
     """Rows, in :func:`op_instances` form, for the GPU time no op holds, so
     an op table accounts for every kernel: each annotation under no op with
     kernels of its own (a graph replay's ``step[DECODE ...]``, whose kernels
     the replay launched), by its name (unless ``include_annotations``: then
     it is a row already), and the kernels launched outside any range as
-    :data:`NOT_UNDER_OP`.  Only device time: their host time is no op's."""
+    :data:`NOT_UNDER_OP`.  Only device time: their host time is no op's.
+    ``own`` ([lo, hi) ns; ``inst`` then has ``ts``): only the annotations
+    starting then and the kernels launched then."""
     rows = []
     if not include_annotations:
         marks = _marks_of(trace, inst)
         orphan = inst.filter(~marks.counted & marks.holder.is_null() & (pl.col("device_self") > 0))
+        if own is not None:
+            orphan = orphan.filter(starts_in(own))
         rows.append(orphan.select(
             "op_id", "step", "device_self", "kernels",
             name=pl.when(pl.col("name").str.starts_with(STEP_PREFIX)).then(pl.lit(STEPS_ROW)).otherwise(pl.col("name")),
         ))
-    loose = trace.kernels.select("op_id", "step", "dur").filter(pl.col("op_id").is_null() & (pl.col("dur") > 0))
+    kernels = trace.kernels if own is None else trace.kernels.filter(owned_kernels(*own))
+    loose = kernels.select("op_id", "step", "dur").filter(pl.col("op_id").is_null() & (pl.col("dur") > 0))
     if loose.height:
         rows.append(loose.group_by("step").agg(device_self=pl.col("dur").sum(), kernels=pl.len()).select(
             op_id=pl.lit(None), step="step", device_self="device_self", kernels="kernels", name=pl.lit(NOT_UNDER_OP),
@@ -333,7 +356,7 @@ def kernel_coverage(trace: Trace, step: int | None = None) -> tuple[float, float
     if step is not None:
         held = held.filter(pl.col("step") == step)
     covered = held.filter(in_steps(trace))["device_self"].sum()
-    return float(covered or 0) / 1000.0, _stepped_gpu_ns(trace, step) / 1000.0
+    return float(covered or 0) / 1000.0, stepped_gpu_ns(trace, step) / 1000.0
 
 
 #: Figures of an op that include its nested ops': a module entry gives up its nested entries' share.
@@ -380,28 +403,6 @@ def module_entries(trace: Trace, inst: pl.DataFrame) -> pl.DataFrame:
     ).drop(*(f"_{c}" for c in _NESTED_FIGURES))
 
 
-def weighted_mean(col: str, weight: str) -> pl.Expr:
-    """Mean of ``col`` over a group's rows weighted by ``weight`` (rows without
-    ``col`` left out): a kernel name's occupancy is that of the time it ran,
-    as torch-tb-profiler reports it, not that of its average launch."""
-    known = pl.col(col).is_not_null()
-    total = pl.col(weight).filter(known).sum()
-    return pl.when(total > 0).then((pl.col(col) * pl.col(weight)).filter(known).sum() / total)
-
-
-def _known_sum(col: str) -> pl.Expr:
-    """The group's sum of ``col``, null where no row knows it (unknown bytes read "-", not 0 GB/s)."""
-    return pl.when(pl.col(col).is_not_null().any()).then(pl.col(col).sum())
-
-
-def _agg(col: str, how: str) -> pl.Expr:
-    """``col`` over a group's calls: ``count`` keeps the sum (the count itself
-    is ``calls``); null where no call has a value (no work known is not zero work)."""
-    expr = pl.col(col)
-    taken = {"mean": expr.mean(), "max": expr.max(), "min": expr.min()}.get(how, expr.sum())
-    return pl.when(expr.is_not_null().any()).then(taken)
-
-
 @per_trace
 def op_stats(
     trace: Trace,
@@ -420,13 +421,47 @@ def op_stats(
     if aggregate not in AGGREGATES:
         raise ValueError(f"unknown aggregate {aggregate!r}; choose from {', '.join(AGGREGATES)}")
     if by == "kernel":
-        return _kernel_stats(trace, aggregate, step)
+        return kernel_table(kernel_groups(trace, step=step), aggregate, share_whole_ns(trace, step))
     # ops copied from the next iteration to name the previous one's tail are in no step: each op counts in its own
     trace = without_earlier_iteration(trace)
+    groups = op_groups(trace, by=by, include_annotations=include_annotations, step=step, inclusive=inclusive)
+    table = op_table(groups, by, aggregate, share_whole_ns(trace, step))
+    return with_module_calls(table, trace, step) if by == "module" else table  # calls: times the module ran
+
+
+#: The op-table times (microseconds) and the op_instances columns they are taken from (ns).
+_TIMES = {
+    "device_self_us": "device_self",
+    "device_total_us": "device_total",
+    "host_self_us": "host_self",
+    "host_total_us": "host_total",
+}
+
+
+def op_groups(
+    trace: Trace,
+    *,
+    by: str = "op",
+    include_annotations: bool = False,
+    step: int | None = None,
+    inclusive: bool = False,
+    own: tuple[int, int] | None = None,
+    gpu: bool | None = None,
+) -> pl.DataFrame:
+    """The op groups of ``trace`` as a part that adds up (:mod:`~kinetolens.analysis.workload.op_groups`);
+    ``gpu``: whether the whole trace has GPU work (default: whether ``trace`` has), which
+    decides the ranking time (:func:`rank_basis`);
+    ``own`` ([lo, hi) ns) keeps the ops that start then and the GPU work
+    launched then (a window's own part of a trace read a step window at a
+    time: :func:`~kinetolens.model.ownership.owned_kernels`)."""
     keys = GROUPINGS[by]
-    inst = _table_columns(op_instances(trace), keys)
-    extra = unheld_rows(trace, inst, include_annotations=include_annotations) if by in ("op", "op+shape") else None
+    inst = _table_columns(op_instances(trace), [*keys, "ts"] if own else keys)
+    extra = (
+        unheld_rows(trace, inst, include_annotations=include_annotations, own=own) if by in ("op", "op+shape") else None
+    )
     inst = inst.with_columns(pl.lit(True).alias(COUNTED)) if include_annotations else fold_annotations(trace, inst)
+    if own is not None:
+        inst = inst.filter(starts_in(own))
     if extra is not None:
         inst = pl.concat([inst, extra.with_columns(pl.lit(True).alias(COUNTED))])
     if step is not None:
@@ -437,59 +472,87 @@ def op_stats(
         # A line's time is that of its top-level ops, so nested ops are not
         # counted twice.
         inst = inst.filter(pl.col(COUNTED) & (pl.col("top_op_id") == pl.col("op_id")))
-    times = {
-        "device_self_us": "device_self",
-        "device_total_us": "device_total",
-        "host_self_us": "host_self",
-        "host_total_us": "host_total",
-    }
-    basis = times[time_basis(trace)]
-    share_basis = times[rank_basis(trace, by, inclusive=inclusive)]
+    gpu = trace.kernels.height > 0 if gpu is None else gpu
+    basis = _TIMES[time_basis_of(gpu)]
+    share_basis = _TIMES[rank_basis_of(gpu, by, inclusive=inclusive)]
     # a row's work covers the kernels its ranking time does: self work beside self time
     scope, basis = ("self", share_basis) if share_basis.endswith("_self") else ("total", basis)
     flops, moved = f"flops_{scope}", f"bytes_{scope}"
     # Rows not counted (annotations) are grouped apart and their groups dropped.
-    grouped = inst.group_by([*keys, COUNTED]).agg(
-        calls=pl.len(),
-        **{out: _agg(src, aggregate) / 1000.0 for out, src in times.items()},
-        flops=_agg(flops, aggregate),
-        bytes=_agg(moved, aggregate),
-        _flops_sum=_known_sum(flops),
-        _bytes_sum=_known_sum(moved),
-        _work_ns=pl.col(basis).filter(pl.col(flops).is_not_null() | pl.col(moved).is_not_null()).sum(),
-        _basis_ns=pl.col(share_basis).filter(in_steps(trace)).sum(),
-        in_shapes=counts("shapes"),
-        dtypes=counts("dtypes"),
-        direction=counts("direction"),
-    ).filter(COUNTED).drop(COUNTED).with_columns(mixed("in_shapes"), mixed("dtypes"), listed("direction"))
-    table = _with_step_share(_with_achieved(grouped), trace, step)
-    return with_module_calls(table, trace, step) if by == "module" else table  # calls: times the module ran
+    return (
+        inst.group_by([*keys, COUNTED])
+        .agg(
+            calls=pl.len(),
+            *(e for out, src in _TIMES.items() for e in op_groups_figure(src, out)),
+            *op_groups_figure(flops, "flops"),
+            *op_groups_figure(moved, "bytes"),
+            _work_ns=pl.col(basis).filter(pl.col(flops).is_not_null() | pl.col(moved).is_not_null()).sum(),
+            _basis_ns=pl.col(share_basis).filter(in_steps(trace)).sum(),
+            in_shapes=counts("shapes"),
+            dtypes=counts("dtypes"),
+            direction=counts("direction"),
+        )
+        .filter(COUNTED)
+        .drop(COUNTED)
+    )
 
 
-def _kernel_stats(trace: Trace, aggregate: str, step: int | None) -> pl.DataFrame:
+def op_table(groups: pl.DataFrame, by: str, aggregate: str, share_whole: int) -> pl.DataFrame:
+    """The op table (:func:`op_stats`) of merged op groups; shares of ``share_whole`` ns."""
+    return groups.select(
+        *GROUPINGS[by],
+        pl.col("calls").cast(pl.UInt32),
+        *((taken(out, aggregate) / 1000.0).alias(out) for out in _TIMES),
+        taken("flops", aggregate).alias("flops"),
+        taken("bytes", aggregate).alias("bytes"),
+        *(show(label) for label, show in OP_LABELS.items()),
+        *achieved("flops", "bytes"),
+        step_share(share_whole),
+    )
+
+
+def kernel_groups(trace: Trace, *, step: int | None = None, own: tuple[int, int] | None = None) -> pl.DataFrame:
+    """The kernel groups (by name) of ``trace`` as a part that adds up; ``own``
+    keeps the GPU work launched in [lo, hi) ns (:func:`owned_kernels`)."""
     work = kernel_work(trace).select("kernel_id", "flops", work_bytes=pl.col("bytes"))  # not memcpy ``bytes``
     k = trace.kernels.join(work, on="kernel_id", how="left")
     if step is not None:
         k = k.filter(pl.col("step") == step)
-    grouped = k.group_by("name").agg(
+    if own is not None:
+        k = k.filter(owned_kernels(*own))
+    return k.group_by("name").agg(
         calls=pl.len(),
-        device_self_us=_agg("dur", aggregate) / 1000.0,
-        device_total_us=_agg("dur", aggregate) / 1000.0,
-        mean_us=pl.col("dur").mean() / 1000.0,
-        max_us=pl.col("dur").max() / 1000.0,
-        min_us=pl.col("dur").min() / 1000.0,
+        *op_groups_figure("dur", "dur"),
         op=counts("op", missing="(no op)"),
-        blocks_per_sm=weighted_mean("blocks_per_sm", "dur"),
-        occupancy=weighted_mean("occupancy", "dur"),
-        flops=_agg("flops", aggregate),
-        bytes=_agg("work_bytes", aggregate),
-        _flops_sum=_known_sum("flops"),
-        _bytes_sum=_known_sum("work_bytes"),
+        *weighted("blocks_per_sm", "dur", "blocks_per_sm"),
+        *weighted("occupancy", "dur", "occupancy"),
+        *op_groups_figure("flops", "flops"),
+        *op_groups_figure("work_bytes", "bytes"),
         _work_ns=pl.col("dur").filter(pl.col("flops").is_not_null() | pl.col("work_bytes").is_not_null()).sum(),
         # Kernels have only device time, even in a CPU-only trace (where the table is empty).
         _basis_ns=pl.col("dur").filter(in_steps(trace)).sum(),
-    ).with_columns(listed("op"))
-    return _with_step_share(_with_achieved(grouped), trace, step)
+    )
+
+
+def kernel_table(groups: pl.DataFrame, aggregate: str, share_whole: int) -> pl.DataFrame:
+    """The kernel table (:func:`op_stats` by kernel) of merged kernel groups; shares of ``share_whole`` ns."""
+    device = taken("dur", aggregate) / 1000.0
+    return groups.select(
+        "name",
+        pl.col("calls").cast(pl.UInt32),
+        device.alias("device_self_us"),
+        device.alias("device_total_us"),
+        (taken("dur", "mean") / 1000.0).alias("mean_us"),
+        (taken("dur", "max") / 1000.0).alias("max_us"),
+        (taken("dur", "min") / 1000.0).alias("min_us"),
+        listed("op"),
+        weighted_of("blocks_per_sm"),
+        weighted_of("occupancy"),
+        taken("flops", aggregate).alias("flops"),
+        taken("bytes", aggregate).alias("bytes"),
+        *achieved("flops", "bytes"),
+        step_share(share_whole),
+    )
 
 
 def order_and_filter(
