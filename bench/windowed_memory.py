@@ -13,11 +13,13 @@ Both print a digest of the breakdown table; the script fails if they differ
 (the tests check equality on real traces; this checks it at size).
 With ``--summary`` it measures ``kinetolens summary --whole`` against
 ``kinetolens summary --windows`` instead (an empty cache each), and fails if
-their step breakdowns differ.
+their step breakdowns differ.  With ``--report``, ``kinetolens report
+--whole`` against ``kinetolens report --windows`` (markdown, an empty cache
+each), failing if their op and kernel tables differ.
 
 Usage::
 
-    python3 bench/windowed_memory.py TRACE [TRACE ...] [-n 1] [--windowed-only] [--summary]
+    python3 bench/windowed_memory.py TRACE [TRACE ...] [-n 1] [--windowed-only] [--summary | --report]
 """
 
 from __future__ import annotations
@@ -76,6 +78,17 @@ def summary_steps(trace: str, mode: str) -> tuple[float, float, str]:
     return cpu, peak, hashlib.sha256(json.dumps(json.loads(out)["steps"], sort_keys=True).encode()).hexdigest()[:16]
 
 
+def report_tables(trace: str, mode: str) -> tuple[float, float, str]:
+    """``kinetolens report MODE --format md TRACE`` with an empty cache: CPU, peak and a digest of its op and kernel tables."""
+    with tempfile.TemporaryDirectory() as cache:
+        md = Path(cache) / "report.md"
+        cpu, peak, _ = run([sys.executable, "-m", "kinetolens.cli.main", "report", mode, "--format", "md", "-o", str(md), trace],
+                           {"KINETOLENS_CACHE_DIR": cache})
+        text = md.read_text()
+    tables = text.split("\n## Top ops\n", 1)[1].split("\n## Modules", 1)[0].split("\n_Modules left out", 1)[0]
+    return cpu, peak, hashlib.sha256(tables.encode()).hexdigest()[:16]
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("traces", nargs="+")
@@ -83,6 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--windowed-only", action="store_true", help="skip the whole load (a trace larger than memory)")
     ap.add_argument("--spill-dir", default=tempfile.gettempdir(), help="where the Parquet parts go")
     ap.add_argument("--summary", action="store_true", help="measure the summary command, whole and windowed")
+    ap.add_argument("--report", action="store_true", help="measure the report command (markdown), whole and windowed")
     args = ap.parse_args(argv)
     print("| trace | JSON MB | whole (CPU s / peak MiB) | windowed (CPU s / peak MiB) | windowed / whole |")
     print("|---|---|---|---|---|")
@@ -92,14 +106,17 @@ def main(argv: list[str] | None = None) -> None:
         runs: dict[str, list[tuple[float, float, str]]] = {}
         for _ in range(args.rounds):
             for name in kinds:
+                mode = "--whole" if name == "whole" else "--windows"
                 if args.summary:
-                    runs.setdefault(name, []).append(summary_steps(trace, "--whole" if name == "whole" else "--windows"))
+                    runs.setdefault(name, []).append(summary_steps(trace, mode))
+                elif args.report:
+                    runs.setdefault(name, []).append(report_tables(trace, mode))
                 else:
                     code = WHOLE if name == "whole" else WINDOWED
                     runs.setdefault(name, []).append(run([sys.executable, "-c", code, trace, args.spill_dir]))
         med = {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v), v[0][2]) for k, v in runs.items()}
         if "whole" in med and med["whole"][2] != med["windowed"][2]:
-            sys.exit(f"windowed_memory: {trace}: the breakdowns differ ({med['whole'][2]} vs {med['windowed'][2]})")
+            sys.exit(f"windowed_memory: {trace}: the results differ ({med['whole'][2]} vs {med['windowed'][2]})")
         cell = {k: f"{v[0]:.1f} / {v[1]:,.0f}" for k, v in med.items()}
         ratio = (
             f"{med['windowed'][0] / med['whole'][0]:.2f} / {med['windowed'][1] / med['whole'][1]:.2f}" if "whole" in med else "-"
