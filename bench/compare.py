@@ -77,10 +77,14 @@ MARK_START = "<!-- compare-bench:start -->"
 MARK_END = "<!-- compare-bench:end -->"
 VENVS = REPO / "bench" / ".venvs"
 
-TOOLS = ("kinetolens", "hta", "tbp", "tracelens")
-REFERENCE_TOOLS = TOOLS[1:]
+TOOLS = ("kinetolens", "kl-summary", "kl-report", "hta", "tbp", "tracelens")
+#: kinetolens' commands end to end (an empty cache): compared with the load + breakdown and the reference tools.
+COMMANDS = ("kl-summary", "kl-report")
+REFERENCE_TOOLS = ("hta", "tbp", "tracelens")
 LABEL = {
     "kinetolens": "kinetolens",
+    "kl-summary": "`kinetolens summary`",
+    "kl-report": "`kinetolens report`",
     "hta": "HolisticTraceAnalysis",
     "tbp": "torch-tb-profiler",
     "tracelens": "TraceLens",
@@ -90,7 +94,7 @@ VENV_SPEC = {
     "tbp": ["torch-tb-profiler==0.4.3", "pandas<3"],
 }
 #: Tools whose load already computes their analyses (one number: load + analysis).
-ANALYSIS_IN_LOAD = {"tbp"}
+ANALYSIS_IN_LOAD = {"tbp", *COMMANDS}
 #: How many of the largest stored traces are benchmarked by default.
 DEFAULT_STORED = 4
 
@@ -131,6 +135,31 @@ def _work_kinetolens(path: str, out: dict) -> None:
                    "kernel_breakdown": by_kernel.height}
     if temporal.height:
         out["idle_pct"] = temporal["idle_pct"][0]
+
+
+def _work_command(command: str, path: str, out: dict) -> None:
+    """``kinetolens summary`` or ``kinetolens report`` (HTML) with an empty cache,
+    in-process: the whole command (its analyses' modules imported before the
+    clock, as the reference tools' are)."""
+    import contextlib
+    import io
+
+    import kinetolens
+
+    kinetolens.tune_allocator()
+    import kinetolens.analysis.summary  # noqa: F401
+    import kinetolens.views.report_data  # noqa: F401
+    from kinetolens.cli.main import cli
+
+    out["rss_after_imports_kb"] = proc_status_kb("VmRSS")
+    with tempfile.TemporaryDirectory(prefix="compare-kl-") as tmp:
+        os.environ["KINETOLENS_CACHE_DIR"] = tmp
+        args = [command, path, "--json"] if command == "summary" else [command, path, "-o", os.path.join(tmp, "r.html")]
+        t0 = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            cli.main(args, standalone_mode=False)
+        t1 = time.perf_counter()
+    out.update(load_s=t1 - t0, analysis_s=0.0)
 
 
 def _work_hta(path: str, out: dict) -> None:
@@ -195,6 +224,8 @@ def _work_tracelens(path: str, out: dict) -> None:
 
 
 WORKERS = {"kinetolens": _work_kinetolens, "hta": _work_hta, "tbp": _work_tbp,
+           "kl-summary": lambda path, out: _work_command("summary", path, out),
+           "kl-report": lambda path, out: _work_command("report", path, out),
            "tracelens": _work_tracelens}
 
 
@@ -237,7 +268,7 @@ def prepare_tools(tools: list[str], args: argparse.Namespace) -> tuple[dict[str,
     pythons: dict[str, str] = {}
     unavailable: dict[str, str] = {}
     for tool in tools:
-        if tool == "kinetolens":
+        if tool == "kinetolens" or tool in COMMANDS:
             ok, why = kinetolens_available(args.python)
             if ok:
                 pythons[tool] = args.python
@@ -340,7 +371,7 @@ def add_ratios(tools: dict) -> None:
     if ours.get("status") != "ok":
         return
     for tool, s in tools.items():
-        if tool == "kinetolens" or s.get("status") != "ok":
+        if tool == "kinetolens" or tool in COMMANDS or s.get("status") != "ok":
             continue
         ours_load = ours["time_s"] if tool in ANALYSIS_IN_LOAD else ours["load_s"]
         s["load_ratio"] = s["load_s"] / ours_load
@@ -372,7 +403,7 @@ def fmt_table(results: dict, tools: list[str], meta: dict) -> str:
     ]
     for path, info in results.items():
         head = f"`{_trace_name(path)}` ({info['json_bytes'] / MB:.0f})"
-        for tool in shown:
+        for tool in (t for t in shown if t not in COMMANDS):
             s = info["tools"][tool]
             if s.get("status") != "ok":
                 lines.append(f"| {head} | {LABEL[tool]} | {s['status']} | | | | | | | | |")
@@ -389,8 +420,39 @@ def fmt_table(results: dict, tools: list[str], meta: dict) -> str:
               f"{meta['cpus']} CPUs; kinetolens {meta['kinetolens']} (`{meta['git']}`), "
               f"polars {meta['polars']}; {meta['versions']}; timeout {meta['timeout_s']:.0f} s, "
               f"memory cap {meta['mem_cap_gib']:g} GiB._")
+    commands = fmt_commands(results, shown)
     lines += ["", *targets(results, shown),
-              *(f"- {LABEL[t]}: {why}" for t, why in meta["unavailable"].items()), "", footer]
+              *(f"- {LABEL[t]}: {why}" for t, why in meta["unavailable"].items()), "",
+              *(["The commands end to end, an empty cache:", "", commands, ""] if commands else []), footer]
+    return "\n".join(lines)
+
+
+def fmt_commands(results: dict, tools: list[str]) -> str:
+    """kinetolens' commands against the load + step breakdown (target: at most
+    1.3x its time and peak) and against each reference tool's load + analysis
+    (theirs / ours: > 1x means the command is faster or smaller)."""
+    commands = [t for t in COMMANDS if t in tools]
+    refs = [t for t in ("hta", "tbp") if t in tools]
+    if not commands:
+        return ""
+    head = ["trace (JSON MiB)", "command", "total s", "peak MiB", "time / load + breakdown", "peak / load + breakdown"]
+    head += [f"{LABEL[r]}: theirs / ours (time, peak)" for r in refs]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
+    for path, info in results.items():
+        base = info["tools"].get("kinetolens", {})
+        for command in commands:
+            s = info["tools"][command]
+            if s.get("status") != "ok":
+                lines.append(f"| `{_trace_name(path)}` | {LABEL[command]} | {s['status']} |" + " |" * (len(head) - 3))
+                continue
+            row = [f"`{_trace_name(path)}` ({info['json_bytes'] / MB:.0f})", LABEL[command], f"{s['time_s']:.2f}", f"{s['peak_mb']:.0f}"]
+            ok = base.get("status") == "ok"
+            row += [f"{s['time_s'] / base['time_s']:.2f}x" if ok else "—", f"{s['peak_mb'] / base['peak_mb']:.2f}x" if ok else "—"]
+            for r in refs:
+                theirs = info["tools"].get(r, {})
+                row.append(f"{theirs['time_s'] / s['time_s']:.1f}x, {theirs['peak_mb'] / s['peak_mb']:.1f}x"
+                           if theirs.get("status") == "ok" else "—")
+            lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
@@ -398,7 +460,7 @@ def targets(results: dict, tools: list[str]) -> list[str]:
     """One line per reference tool: the issue's targets, met or not, trace by trace."""
     out = []
     for tool in tools:
-        if tool == "kinetolens":
+        if tool == "kinetolens" or tool in COMMANDS:
             continue
         load_ok, peak_ok, big_ok, notes = True, True, True, []
         for path, info in results.items():

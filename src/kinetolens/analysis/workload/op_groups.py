@@ -75,10 +75,11 @@ def merged(parts: Sequence[pl.DataFrame], keys: list[str], labels: Sequence[str]
     )
     for label in labels:
         value = table.schema[label].inner.fields[0].name  # type: ignore[union-attr]  # value_counts' field: the source column
-        entries = table.select(*keys, label).explode(label).drop_nulls(label).unnest(label)
+        entries = table.select(*keys, label).explode(label).drop_nulls(label)
+        entries = entries.select(*keys, _value=pl.col(label).struct[0], _n=pl.col(label).struct.field("n"))
         counted = (
-            entries.group_by([*keys, value]).agg(pl.col("n").sum())
-            .group_by(keys).agg(pl.struct(value, "n").alias(label))
+            entries.group_by([*keys, "_value"]).agg(pl.col("_n").sum())
+            .group_by(keys).agg(pl.struct(pl.col("_value").alias(value), pl.col("_n").alias("n")).alias(label))
         )  # fmt: skip
         numbers = numbers.join(counted, on=keys, how="left", nulls_equal=True)
         numbers = numbers.with_columns(pl.col(label).fill_null(pl.lit([], numbers.schema[label])))
