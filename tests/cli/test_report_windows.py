@@ -1,7 +1,7 @@
 """``kinetolens report`` of a trace read a step window at a time: whole-trace tables, and says what it sampled.
 
 From 1.5 GB of JSON the report reads the trace as the summary does, one
-step window at a time (:mod:`kinetolens.runs.windowed_summary`).  Its op
+step window at a time (:mod:`kinetolens.runs.windowed_read`).  Its op
 and kernel tables and Tensor Core split are merged from each window's own
 ops (by start) and kernels (by launch: a kernel keeps its op, whose FLOPs
 are split over all its kernels), so they equal the whole trace's
@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from polars.testing import assert_frame_equal
 
 import kinetolens
-import kinetolens.runs.windowed_summary as windowed_summary
+import kinetolens.runs.windowed_read as windowed_read
 from kinetolens.analysis.hardware.kernels import kernel_verdicts, tensor_core_time
 from kinetolens.analysis.report_windows import tables_part, whole_tables
 from kinetolens.analysis.workload.ops import op_stats
@@ -98,10 +98,10 @@ def test_the_default_reports_a_large_file_in_windows_and_keeps_its_summary(
 ) -> None:
     path = trace_path("hta/nccl_parser_config/nccl_data.json.gz")
     monkeypatch.setenv("KINETOLENS_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(windowed_summary, "WINDOWED_FROM_BYTES", 1)
+    monkeypatch.setattr(windowed_read, "WINDOWED_FROM_BYTES", 1)
     assert "| read | a step window at a time (3 steps)" in _report(path)
     # The summary the report computed is kept: a summary after it opens no window.
-    monkeypatch.setattr(windowed_summary, "open_windows", None)
+    monkeypatch.setattr(windowed_read, "open_windows", None)
     result = CliRunner().invoke(cli, ["summary", "--json", str(path)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert '"read_in_windows": "read a step window at a time (3 steps)' in result.stdout
@@ -110,3 +110,18 @@ def test_the_default_reports_a_large_file_in_windows_and_keeps_its_summary(
 def test_a_trace_without_steps_is_reported_whole() -> None:
     path = trace_path("tracelens/b200/eager_trace.json.gz")
     assert "read a step window" not in _report(path, "--windows")
+
+
+def test_the_report_reads_the_file_once_and_builds_each_window_once(many_steps: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One pass gives the summary and the tables: the file is decoded once,
+    # each step's window built once, and the sample once.
+    from kinetolens.windowed import Windowed
+
+    opened, built = [], []
+    real_open, real_load = windowed_read.open_windows, Windowed.load
+    monkeypatch.setattr(windowed_read, "open_windows", lambda *a: opened.append(a) or real_open(*a))
+    monkeypatch.setattr(Windowed, "load", lambda self, window: built.append(window.steps) or real_load(self, window))
+    _report(many_steps, "--windows", "--no-cache")
+    steps = kinetolens.load(many_steps, cache=False).steps["step"].to_list()
+    assert len(opened) == 1
+    assert sorted(built) == sorted([(s,) for s in steps] + [tuple(steps[3:11])])

@@ -1,7 +1,7 @@
 """``kinetolens summary`` of a trace read a step window at a time says what the whole trace says.
 
 From 1.5 GB of JSON the summary decodes the file to Parquet parts and builds
-one step's window at a time (:mod:`kinetolens.runs.windowed_summary`), so
+one step's window at a time (:mod:`kinetolens.runs.windowed_read`), so
 memory holds a step.  Its figures are sums of each window's own events: on
 traces of up to eight steps (the sample of whole steps is then all of them)
 the whole JSON summary is equal, recommendations included; on longer traces
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import kinetolens.runs.windowed_summary as windowed_summary
+import kinetolens.runs.windowed_read as windowed_read
 from kinetolens.analysis.summary_windows import PER_WINDOW
 from kinetolens.cli.main import cli
 from kinetolens.cli.load_options import TraceLoading
@@ -88,7 +88,7 @@ def test_a_trace_without_steps_is_read_whole() -> None:
 def test_the_default_reads_a_large_file_in_windows_and_a_small_one_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     path = trace_path("hta/df_index_resolver/df_index_resolver.json.gz")
     assert _in_windows(False, path) is None  # 54 MB of JSON, not forced
-    monkeypatch.setattr(windowed_summary, "WINDOWED_FROM_BYTES", 50_000_000)
+    monkeypatch.setattr(windowed_read, "WINDOWED_FROM_BYTES", 50_000_000)
     summary = _in_windows(False, path)
     assert summary is not None and summary.read_in_windows is not None
     # --whole reads whole however large the file
@@ -98,13 +98,13 @@ def test_the_default_reads_a_large_file_in_windows_and_a_small_one_whole(monkeyp
 def test_a_windowed_summary_is_cached_without_tables_until_a_whole_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = str(trace_path(SAME[0]))
     opened: list[Path] = []
-    real = windowed_summary.open_windows
+    real = windowed_read.open_windows
 
     def counted(trace: Path, folder: str) -> object:
         opened.append(trace)
         return real(trace, folder)
 
-    monkeypatch.setattr(windowed_summary, "open_windows", counted)
+    monkeypatch.setattr(windowed_read, "open_windows", counted)
     env = {"KINETOLENS_CACHE_DIR": str(tmp_path / "cache")}
     first = CliRunner().invoke(cli, ["summary", "--windows", "-w", "120", path], env=env, catch_exceptions=False)
     second = CliRunner().invoke(cli, ["summary", "--windows", "-w", "120", path], env=env, catch_exceptions=False)

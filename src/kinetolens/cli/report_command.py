@@ -14,7 +14,7 @@ from kinetolens.errors import TraceError
 if TYPE_CHECKING:
     from kinetolens.analysis.summary_types import Summary
     from kinetolens.model.trace import Trace
-    from kinetolens.runs.windowed_summary import WindowedReport
+    from kinetolens.runs.windowed_read import WindowedReport
 
 
 @click.command("report")
@@ -96,7 +96,7 @@ def _in_windows(path: Path, loading: TraceLoading, windows: bool | None) -> Wind
     asks for it (None: from the trace's size), else None; the summary is kept
     with the trace's cache entry, as ``kinetolens summary --windows`` keeps it."""
     from kinetolens.analysis.summary_types import Summary
-    from kinetolens.runs.windowed_summary import report_in_windows, wants_windows
+    from kinetolens.runs.windowed_read import report_in_windows, wants_windows
 
     if windows is False or (windows is None and not wants_windows(path)):
         return None

@@ -55,7 +55,7 @@ def summary_of(trace: str, loading: TraceLoading, windows: bool | None = None) -
     else computed (JSON-ready, and costly: the recommendations simulate their
     savings) and kept there.  ``windows``: read the file a step window at a
     time (True), whole (False), or whole unless it is too large to hold (None;
-    :mod:`kinetolens.runs.windowed_summary`)."""
+    :mod:`kinetolens.runs.windowed_read`)."""
     name = {None: "summary", True: "summary_windows", False: "summary_whole"}[windows]
     from_file = None if windows is False else partial(_in_windows, bool(windows))
     return loading.derived(trace, name, summarized, Summary, from_file=from_file)
@@ -63,7 +63,7 @@ def summary_of(trace: str, loading: TraceLoading, windows: bool | None = None) -
 
 def _in_windows(forced: bool, path: Path) -> Summary | None:
     """The summary read a step window at a time where ``forced`` or the file is large, else None."""
-    from kinetolens.runs.windowed_summary import summary_in_windows, wants_windows
+    from kinetolens.runs.windowed_read import summary_in_windows, wants_windows
 
     return summary_in_windows(path) if forced or wants_windows(path) else None
 
