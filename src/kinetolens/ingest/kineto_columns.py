@@ -159,11 +159,36 @@ _ONE_ARGS = {table: msgspec.json.Decoder(struct, strict=False) for table, struct
 
 def _args(events: Sequence[Event], table: str) -> list[Any]:
     """The args of ``events``, decoded in one call as ``table``'s struct."""
-    text = b"".join((b"[", b",".join(_get("args", events)), b"]"))
+    return _decoded_args(_args_text(events), table)
+
+
+def _args_text(events: Sequence[Event]) -> bytes:
+    """The args of ``events`` as one JSON array."""
+    return b"".join((b"[", b",".join(_get("args", events)), b"]"))
+
+
+def _decoded_args(text: bytes, table: str) -> list[Any]:
     try:
         return ARGS_DECODERS[table].decode(text)  # type: ignore[no-any-return]
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         raise ArgsInvalid(str(exc)) from None
+
+
+#: Each args struct's fields and the JSON keys they are read from, quoted.
+_ARGS_KEYS = {
+    table: tuple(zip(struct.__struct_fields__, (f'"{k}"'.encode() for k in struct.__struct_encode_fields__), strict=True))
+    for table, struct in ARGS_STRUCTS.items()
+}
+
+
+def fields_in(text: bytes, table: str) -> frozenset[str]:
+    """The fields of ``table``'s args struct whose key occurs in ``text`` (the
+    args as JSON): a field whose key does not is null on every event, and its
+    column is made without reading the field of each.  Text with ``\\u``
+    escapes may spell a key otherwise: then every field is read."""
+    if b"\\u" in text:
+        return frozenset(field for field, _ in _ARGS_KEYS[table])
+    return frozenset(field for field, key in _ARGS_KEYS[table] if key in text)
 
 
 def table_of(e: Event) -> str | None:
@@ -269,14 +294,16 @@ def host_frame(events: list[Event], kinds: list[str], ts_exact: bool) -> dict[st
     # Back to file order, so that the raw table does not depend on where a
     # reader cut its chunks.
     back = pl.Series(rows, dtype=pl.UInt32).arg_sort()
-    return {name: pl.concat([part[name] for part in parts]).gather(back) for name in parts[0]}
+    ordered = pl.concat([pl.DataFrame(part) for part in parts]).select(pl.all().gather(back))
+    return dict(zip(ordered.columns, ordered.get_columns(), strict=True))
 
 
 def _host_columns(events: list[Event], kinds: list[str], ts_exact: bool, table: str) -> dict[str, pl.Series]:
     """Host columns of ranges whose args are read as ``table``'s struct;
-    fields that struct does not have are null columns."""
-    a = _args(events, table)
-    has = ARGS_STRUCTS[table].__struct_fields__
+    fields that struct does not have, or no event of the chunk has, are null columns."""
+    text = _args_text(events)
+    a = _decoded_args(text, table)
+    has = fields_in(text, table)
     n = len(events)
 
     def int_args(*fields: str) -> dict[str, pl.Series]:

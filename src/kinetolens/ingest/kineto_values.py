@@ -61,7 +61,8 @@ def ints(values: list[Any], convert: Callable[[Any], int | None] | None = None) 
     except TypeError:
         if convert is None:
             raise
-        return pl.Series(list(map(convert, values)), dtype=pl.Int64, strict=True)
+        # a few string ids among ints (a 'Spans' process): the ints pass as they are
+        return pl.Series([v if v.__class__ is int else convert(v) for v in values], dtype=pl.Int64, strict=True)
 
 
 def us_to_ns(value: float | None) -> int | None:
