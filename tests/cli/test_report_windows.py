@@ -107,9 +107,13 @@ def test_the_default_reports_a_large_file_in_windows_and_keeps_its_summary(
     assert '"read_in_windows": "read a step window at a time (3 steps)' in result.stdout
 
 
-def test_a_trace_without_steps_is_reported_whole() -> None:
+@pytest.mark.parametrize("command", ["report", "summary"])
+def test_a_trace_without_steps_is_read_whole_and_says_why(command: str) -> None:
     path = trace_path("tracelens/b200/eager_trace.json.gz")
-    assert "read a step window" not in _report(path, "--windows")
+    result = CliRunner().invoke(cli, [command, "--windows", "--no-cache", str(path)] + (["--format", "md"] if command == "report" else []))
+    assert result.exit_code == 0, result.output
+    assert "read a step window" not in result.stdout
+    assert result.stderr.strip().endswith("read whole, not a step window at a time: it has no ProfilerStep ranges")
 
 
 def test_the_report_reads_the_file_once_and_builds_each_window_once(many_steps: Path, monkeypatch: pytest.MonkeyPatch) -> None:

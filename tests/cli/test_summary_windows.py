@@ -36,7 +36,7 @@ SAME = [
 def _summary(path: Path, mode: str) -> dict:  # type: ignore[type-arg]
     result = CliRunner().invoke(cli, ["summary", mode, "--json", str(path)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)  # type: ignore[no-any-return]
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
 
 
 def _comparable(summary: dict) -> dict:  # type: ignore[type-arg]

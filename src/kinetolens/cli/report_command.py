@@ -100,7 +100,10 @@ def _in_windows(path: Path, loading: TraceLoading, windows: bool | None) -> Wind
 
     if windows is False or (windows is None and not wants_windows(path)):
         return None
-    read = report_in_windows(path)
+    notes: list[str] = []
+    read = report_in_windows(path, notes=notes)
+    for line in notes:
+        click.echo(f"kinetolens: note: {line}", err=True)
     if read is not None:
         name = "summary" if windows is None else "summary_windows"
         loading.derived(str(path), name, lambda trace: read.summary, Summary, from_file=lambda p: read.summary)

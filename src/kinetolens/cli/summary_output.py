@@ -14,6 +14,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import click
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -65,7 +66,13 @@ def _in_windows(forced: bool, path: Path) -> Summary | None:
     """The summary read a step window at a time where ``forced`` or the file is large, else None."""
     from kinetolens.runs.windowed_read import summary_in_windows, wants_windows
 
-    return summary_in_windows(path) if forced or wants_windows(path) else None
+    if not (forced or wants_windows(path)):
+        return None
+    notes: list[str] = []
+    summary = summary_in_windows(path, notes=notes)
+    for line in notes:
+        click.echo(f"kinetolens: note: {line}", err=True)
+    return summary
 
 
 def print_summary(trace: str, loading: TraceLoading, width: int | None, windows: bool | None = None) -> None:

@@ -28,7 +28,7 @@ from kinetolens.analysis.report_windows import TablesPart, WholeTables, tables_p
 from kinetolens.analysis.summary_windows import WindowPart, summarize_windows, window_part
 from kinetolens.ingest.kineto_parallel import estimated_json_bytes
 from kinetolens.ingest.opener import StreamUnsupported
-from kinetolens.errors import TraceWarning
+from kinetolens.errors import TraceWarning, shown_path
 from kinetolens.ingest.spill import Spill
 from kinetolens.model.trace import Trace
 from kinetolens.windowed import Windowed, open_windows
@@ -46,12 +46,13 @@ def wants_windows(path: Path) -> bool:
     return name.endswith((".json", ".json.gz")) and estimated_json_bytes(path) >= WINDOWED_FROM_BYTES
 
 
-def summary_in_windows(path: Path, spill_root: Path | None = None) -> Summary | None:
+def summary_in_windows(path: Path, spill_root: Path | None = None, notes: list[str] | None = None) -> Summary | None:
     """The summary of ``path`` read a step window at a time, or None where it
     cannot be (no steps, no whole step, an inference engine's iterations, a
-    file the streaming reader does not take): the caller then reads it whole.
-    The Parquet parts go to a temporary folder (under ``spill_root``), removed after."""
-    read = _in_windows(path, spill_root, tables=False)
+    file the streaming reader does not take; ``notes`` is told why): the
+    caller then reads it whole.  The Parquet parts go to a temporary folder
+    (under ``spill_root``), removed after."""
+    read = _in_windows(path, spill_root, tables=False, notes=notes)
     return None if read is None else read.summary
 
 
@@ -68,28 +69,35 @@ class WindowedReport:
     sampled: str
 
 
-def report_in_windows(path: Path, spill_root: Path | None = None) -> WindowedReport | None:
+def report_in_windows(path: Path, spill_root: Path | None = None, notes: list[str] | None = None) -> WindowedReport | None:
     """:func:`summary_in_windows` with the report's whole-trace tables (None where it gives none)."""
-    return _in_windows(path, spill_root, tables=True)
+    return _in_windows(path, spill_root, tables=True, notes=notes)
 
 
-def _in_windows(path: Path, spill_root: Path | None, *, tables: bool) -> WindowedReport | None:
+def _in_windows(path: Path, spill_root: Path | None, *, tables: bool, notes: list[str] | None) -> WindowedReport | None:
     with tempfile.TemporaryDirectory(prefix="kinetolens-windows-", dir=spill_root) as folder:
         try:
             windowed = open_windows(path, folder)
-        except StreamUnsupported:
-            return None
-        return _read(windowed, tables)
+        except StreamUnsupported as exc:
+            read, why = None, f"the file is not laid out as the streaming reader expects ({exc})"
+        else:
+            read, why = _read(windowed, tables)
+    if read is None and notes is not None:
+        notes.append(f"{shown_path(path)}: read whole, not a step window at a time: {why}")
+    return read
 
 
-def _read(windowed: Windowed, tables: bool) -> WindowedReport | None:
+def _read(windowed: Windowed, tables: bool) -> tuple[WindowedReport | None, str]:
+    """The read, or None and why not."""
     steps = windowed.steps
     chosen = windowed.sample(SAMPLE_STEPS)
-    if steps.height == 0 or chosen is None:
-        return None
+    if steps.height == 0:
+        return None, "it has no ProfilerStep ranges"
+    if chosen is None:
+        return None, "it has no whole step"
     sample = windowed.load(chosen)
     if inference_block(sample).iterations:
-        return None
+        return None, "it is an inference engine's trace (iterations, not steps)"
     whole = steps.filter(pl.col("complete")).height
     sampled = f"steps {chosen.steps[0]}-{chosen.steps[-1]} ({len(chosen.steps)} of {whole} whole steps)"
     note = (
@@ -103,7 +111,7 @@ def _read(windowed: Windowed, tables: bool) -> WindowedReport | None:
     summary = summarize_windows(parts, steps=steps, peaks=_peaks(windowed.spill), sample=sample, sampled=note, reader=reader)
     gpus = len(summary.devices_used)
     report_tables = whole_tables(held, steps=steps, gpus=gpus, breakdown=pl.concat(breakdown)) if tables else None
-    return WindowedReport(summary, report_tables, sample, sampled)
+    return WindowedReport(summary, report_tables, sample, sampled), ""
 
 
 def _parts(
