@@ -14,7 +14,7 @@ from kinetolens.errors import TraceError
 if TYPE_CHECKING:
     from kinetolens.analysis.summary_types import Summary
     from kinetolens.model.trace import Trace
-    from kinetolens.runs.windowed_read import WindowedReport
+    from kinetolens.runs.windowed_read import WindowedRead
 
 
 @click.command("report")
@@ -91,7 +91,7 @@ def report_command(
     click.echo(f"kinetolens report: wrote {output}", err=True)
 
 
-def _in_windows(path: Path, loading: TraceLoading, windows: bool | None) -> WindowedReport | None:
+def _in_windows(path: Path, loading: TraceLoading, windows: bool | None) -> WindowedRead | None:
     """The report's figures read a step window at a time where ``windows``
     asks for it (None: from the trace's size), else None; the summary is kept
     with the trace's cache entry, as ``kinetolens summary --windows`` keeps it."""

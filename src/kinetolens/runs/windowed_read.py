@@ -7,7 +7,7 @@ keeping only what the window adds to the summary
 (:mod:`kinetolens.analysis.summary_windows`) and to the report's op and
 kernel tables (:mod:`kinetolens.analysis.report_windows`): memory holds a
 step, not the file.  A trace without ``ProfilerStep`` ranges, with no whole
-step, or of an inference engine is read whole, as before.
+step, or of an inference engine is read whole, and a note says why.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from kinetolens.analysis.summary_types import Summary
 from kinetolens.analysis.hardware.gpu_metrics import steps_span
 from kinetolens.analysis.report_windows import TablesPart, WholeTables, tables_part, whole_tables
 from kinetolens.analysis.summary_windows import WindowPart, summarize_windows, window_part
+from kinetolens.errors import TraceWarning, shown_path
 from kinetolens.ingest.kineto_parallel import estimated_json_bytes
 from kinetolens.ingest.opener import StreamUnsupported
-from kinetolens.errors import TraceWarning, shown_path
 from kinetolens.ingest.spill import Spill
 from kinetolens.model.trace import Trace
 from kinetolens.windowed import Windowed, open_windows
@@ -37,7 +37,7 @@ from kinetolens.windowed import Windowed, open_windows
 #: at a time: read whole it takes about its own size in memory.
 WINDOWED_FROM_BYTES = 1_500_000_000
 
-__all__ = ["WINDOWED_FROM_BYTES", "WindowedReport", "report_in_windows", "summary_in_windows", "wants_windows"]
+__all__ = ["WINDOWED_FROM_BYTES", "WindowedRead", "report_in_windows", "summary_in_windows", "wants_windows"]
 
 
 def wants_windows(path: Path) -> bool:
@@ -57,10 +57,10 @@ def summary_in_windows(path: Path, spill_root: Path | None = None, notes: list[s
 
 
 @dataclass(frozen=True)
-class WindowedReport:
-    """What a report of a trace read a step window at a time shows: the
-    summary and the tables of the whole trace, and the sample of whole steps
-    (a trace) its other sections are taken from, which ``sampled`` names."""
+class WindowedRead:
+    """A trace read a step window at a time: its summary, the report's tables
+    of the whole trace (where asked for), and the sample of whole steps (a
+    trace) the report's other sections are taken from, which ``sampled`` names."""
 
     summary: Summary
     #: None for a summary alone.
@@ -69,12 +69,12 @@ class WindowedReport:
     sampled: str
 
 
-def report_in_windows(path: Path, spill_root: Path | None = None, notes: list[str] | None = None) -> WindowedReport | None:
+def report_in_windows(path: Path, spill_root: Path | None = None, notes: list[str] | None = None) -> WindowedRead | None:
     """:func:`summary_in_windows` with the report's whole-trace tables (None where it gives none)."""
     return _in_windows(path, spill_root, tables=True, notes=notes)
 
 
-def _in_windows(path: Path, spill_root: Path | None, *, tables: bool, notes: list[str] | None) -> WindowedReport | None:
+def _in_windows(path: Path, spill_root: Path | None, *, tables: bool, notes: list[str] | None) -> WindowedRead | None:
     with tempfile.TemporaryDirectory(prefix="kinetolens-windows-", dir=spill_root) as folder:
         try:
             windowed = open_windows(path, folder)
@@ -87,7 +87,7 @@ def _in_windows(path: Path, spill_root: Path | None, *, tables: bool, notes: lis
     return read
 
 
-def _read(windowed: Windowed, tables: bool) -> tuple[WindowedReport | None, str]:
+def _read(windowed: Windowed, tables: bool) -> tuple[WindowedRead | None, str]:
     """The read, or None and why not."""
     steps = windowed.steps
     chosen = windowed.sample(SAMPLE_STEPS)
@@ -111,7 +111,7 @@ def _read(windowed: Windowed, tables: bool) -> tuple[WindowedReport | None, str]
     summary = summarize_windows(parts, steps=steps, peaks=_peaks(windowed.spill), sample=sample, sampled=note, reader=reader)
     gpus = len(summary.devices_used)
     report_tables = whole_tables(held, steps=steps, gpus=gpus, breakdown=pl.concat(breakdown)) if tables else None
-    return WindowedReport(summary, report_tables, sample, sampled), ""
+    return WindowedRead(summary, report_tables, sample, sampled), ""
 
 
 def _parts(

@@ -29,7 +29,7 @@ OP_LABELS = {"in_shapes": mixed, "dtypes": mixed, "direction": listed}
 KERNEL_LABELS = {"op": listed}
 
 
-def figure(col: str, out: str) -> list[pl.Expr]:
+def figure_parts(col: str, out: str) -> list[pl.Expr]:
     """Aggregations keeping ``col`` over a group's calls as the parts of ``out``."""
     value = pl.col(col)
     return [

@@ -37,12 +37,12 @@ from kinetolens.analysis.workload.group_labels import counts, listed
 from kinetolens.analysis.workload.op_groups import (
     OP_LABELS,
     achieved,
+    figure_parts,
     step_share,
     taken,
     weighted,
     weighted_of,
 )
-from kinetolens.analysis.workload.op_groups import figure as op_groups_figure
 from kinetolens.analysis.workload.modules import with_module_calls
 from kinetolens.analysis.workload.op_times import op_instances
 from kinetolens.analysis.workload.work import kernel_work
@@ -483,9 +483,9 @@ def op_groups(
         inst.group_by([*keys, COUNTED])
         .agg(
             calls=pl.len(),
-            *(e for out, src in _TIMES.items() for e in op_groups_figure(src, out)),
-            *op_groups_figure(flops, "flops"),
-            *op_groups_figure(moved, "bytes"),
+            *(e for out, src in _TIMES.items() for e in figure_parts(src, out)),
+            *figure_parts(flops, "flops"),
+            *figure_parts(moved, "bytes"),
             _work_ns=pl.col(basis).filter(pl.col(flops).is_not_null() | pl.col(moved).is_not_null()).sum(),
             _basis_ns=pl.col(share_basis).filter(in_steps(trace)).sum(),
             in_shapes=counts("shapes"),
@@ -522,12 +522,12 @@ def kernel_groups(trace: Trace, *, step: int | None = None, own: tuple[int, int]
         k = k.filter(owned_kernels(*own))
     return k.group_by("name").agg(
         calls=pl.len(),
-        *op_groups_figure("dur", "dur"),
+        *figure_parts("dur", "dur"),
         op=counts("op", missing="(no op)"),
         *weighted("blocks_per_sm", "dur", "blocks_per_sm"),
         *weighted("occupancy", "dur", "occupancy"),
-        *op_groups_figure("flops", "flops"),
-        *op_groups_figure("work_bytes", "bytes"),
+        *figure_parts("flops", "flops"),
+        *figure_parts("work_bytes", "bytes"),
         _work_ns=pl.col("dur").filter(pl.col("flops").is_not_null() | pl.col("work_bytes").is_not_null()).sum(),
         # Kernels have only device time, even in a CPU-only trace (where the table is empty).
         _basis_ns=pl.col("dur").filter(in_steps(trace)).sum(),
