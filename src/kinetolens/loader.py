@@ -28,6 +28,7 @@ from kinetolens.ingest.kineto_counter_events import read_counter_events
 from kinetolens.ingest.kineto_counters import read_profiler_counters
 from kinetolens.ingest.opener import check_trace_file
 from kinetolens.ingest.run_metadata import read_run_metadata
+from kinetolens.memory_room import check_room
 from kinetolens.model import Trace, build_trace
 from kinetolens.model.amend import Step, apply, with_metadata, with_table, with_warnings
 from kinetolens.model.compiled_modules import attribute_generated
@@ -72,6 +73,7 @@ def load(
     cache_dir = _cache_dir(cache)
     trace = read_keyed(cache_dir, key, shown_path(p)) if cache_dir is not None else None
     if trace is None:
+        check_room(p)
         raw = read_raw(p)
         built = build_trace(raw, shown_path(p))  # the name shown and stored; p opens the file
         trace = apply(built, _model_steps(p, raw, built, capture_path, capture_warning))
