@@ -71,8 +71,23 @@ def check_supported(metrics: list[str], cuda_profiled: bool) -> None:
         )
 
 
-def experimental_config(metrics: list[str], per_kernel: bool) -> Any:
-    """torch.profiler's experimental config carrying the counters."""
+def experimental_options(
+    metrics: list[str] | None, per_kernel: bool, *, cuda_profiled: bool, sync_events: bool
+) -> dict[str, Any]:
+    """The keywords of torch.profiler's experimental config: the counters
+    (``metrics``, None for none) and, where CUDA is profiled, its
+    synchronization events (stream, event and device syncs as ``cuda_sync``
+    records, which the critical path's sync edges read)."""
+    options: dict[str, Any] = {}
+    if metrics is not None:
+        options.update(profiler_metrics=list(metrics), profiler_measure_per_kernel=per_kernel)
+    if cuda_profiled and sync_events:
+        options["enable_cuda_sync_events"] = True
+    return options
+
+
+def experimental_config(options: dict[str, Any]) -> Any:
+    """torch.profiler's experimental config with ``options`` (:func:`experimental_options`)."""
     from torch.profiler import _ExperimentalConfig
 
-    return _ExperimentalConfig(profiler_metrics=list(metrics), profiler_measure_per_kernel=per_kernel)
+    return _ExperimentalConfig(**options)

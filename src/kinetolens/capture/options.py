@@ -83,6 +83,13 @@ class ProfileOptions:
         default=True,
         metadata=_doc("measure counters for each kernel separately (slower: kernels are serialized), not each step."),
     )
+    sync_events: bool = field(
+        default=True,
+        metadata=_doc(
+            "record CUDA stream, event and device synchronizations (cuda_sync events) where CUDA is profiled: "
+            "the critical path's sync edges; not with your own experimental_config."
+        ),
+    )
     sample_rate: int | None = field(
         default=None,
         metadata=_doc("sample memory every N dispatched ops into the trace as counter events; None installs nothing."),

@@ -111,6 +111,8 @@ class Profile:
         self._rank: int | None = None
         self._run_dir: Path | None = None
         self._cuda = False
+        #: The experimental config's keywords kinetolens set (counters, sync events).
+        self._experimental: dict[str, Any] = {}
         self._activity_names: list[str] = []
         self._register_marker = True
 
@@ -183,11 +185,16 @@ class Profile:
         self._rank = layout.distributed_rank()
         activities = self._make_activities()
         extra = dict(self.torch_kwargs)
-        if o.counters is not None:
+        counters = None if o.counters is None else list(o.counters)
+        if counters is not None:
             # Before the profiler starts: torch would record no counters, silently.
-            counters = list(o.counters)
             hw_counters.check_supported(counters, self._cuda)
-            extra["experimental_config"] = hw_counters.experimental_config(counters, o.counters_per_kernel)
+        if "experimental_config" not in extra:  # the user's own config is left as it is
+            self._experimental = hw_counters.experimental_options(
+                counters, o.counters_per_kernel, cuda_profiled=self._cuda, sync_events=o.sync_events
+            )
+            if self._experimental:
+                extra["experimental_config"] = hw_counters.experimental_config(self._experimental)
         prof = torch.profiler.profile(
             activities=activities,
             schedule=self._make_schedule(),
@@ -307,9 +314,10 @@ class Profile:
 
     def _counter_options(self) -> dict[str, Any]:
         o = self.options
+        recorded = {"sync_events": bool(self._experimental.get("enable_cuda_sync_events"))}
         if o.counters is None:
-            return {}
-        return {"counters": list(o.counters), "counters_per_kernel": o.counters_per_kernel}
+            return recorded
+        return {"counters": list(o.counters), "counters_per_kernel": o.counters_per_kernel, **recorded}
 
     # -- decorator ----------------------------------------------------------
 
