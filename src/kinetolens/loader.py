@@ -60,7 +60,9 @@ def load(
     ``cache``: ``True`` uses the default cache directory
     (``$KINETOLENS_CACHE_DIR`` or ``~/.cache/kinetolens``), a path uses that
     directory, ``False`` neither reads nor writes a cache.
-    Raises :class:`TraceError` (one line, naming the file) on bad input.
+    Raises :class:`TraceError` (one line, naming the file) on bad input, and
+    where a Kineto file to read whole would not fit in memory
+    (:mod:`kinetolens.memory_room`).
 
     One pipeline of ``Trace -> Trace`` steps: the build and
     :func:`_model_steps` make what the cache stores; :func:`load_steps`
