@@ -30,10 +30,23 @@ LAUNCH_FLOW_CAT = "ac2g"
 MODULE_RANGE_PREFIX = "nn.Module: "
 
 
+def trace_stem(trace_name: str) -> str:
+    """``trace_name`` without its trace suffix: what the files beside it are named after."""
+    return trace_name[: -len(TRACE_SUFFIX)] if trace_name.endswith(TRACE_SUFFIX) else trace_name.rsplit(".", 1)[0]
+
+
 def metadata_name(trace_name: str) -> str:
     """The name of the run metadata file beside the trace file ``trace_name``."""
-    stem = trace_name[: -len(TRACE_SUFFIX)] if trace_name.endswith(TRACE_SUFFIX) else trace_name.rsplit(".", 1)[0]
-    return stem + METADATA_SUFFIX
+    return trace_stem(trace_name) + METADATA_SUFFIX
+
+
+#: A CUDA allocator snapshot written beside a trace (``kinetolens.profile(memory_snapshot=True)``).
+SNAPSHOT_SUFFIX = ".memory_snapshot.pickle"
+
+
+def snapshot_name(trace_name: str) -> str:
+    """The name of the memory snapshot beside the trace file ``trace_name``."""
+    return trace_stem(trace_name) + SNAPSHOT_SUFFIX
 
 #: The folder beside a graph replay trace that holds its capture trace; it
 #: belongs to that replay's run, never a run of its own.

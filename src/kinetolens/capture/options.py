@@ -90,6 +90,14 @@ class ProfileOptions:
             "the critical path's sync edges; not with your own experimental_config."
         ),
     )
+    memory_snapshot: bool = field(
+        default=False,
+        metadata=_doc(
+            "record the CUDA caching allocator's history and write its snapshot beside each trace, and on an "
+            "out-of-memory error before it propagates (kinetolens memory and pytorch.org/memory_viz read it); "
+            "raises CaptureUnsupportedError without CUDA."
+        ),
+    )
     sample_rate: int | None = field(
         default=None,
         metadata=_doc("sample memory every N dispatched ops into the trace as counter events; None installs nothing."),

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from kinetolens.capture import counters as hw_counters
 from kinetolens.capture import inductor_provenance, layout
+from kinetolens.capture.memory_snapshot import SnapshotRecorder, snapshot_path
 from kinetolens.capture.metadata import collect
 from kinetolens.capture.options import ProfileOptions, args_doc, keyword_parameters
 from kinetolens.capture.profiler_logs import QuietProfilerLogs
@@ -113,6 +114,7 @@ class Profile:
         self._cuda = False
         #: The experimental config's keywords kinetolens set (counters, sync events).
         self._experimental: dict[str, Any] = {}
+        self._snapshots: SnapshotRecorder | None = None
         self._activity_names: list[str] = []
         self._register_marker = True
 
@@ -189,6 +191,12 @@ class Profile:
         if counters is not None:
             # Before the profiler starts: torch would record no counters, silently.
             hw_counters.check_supported(counters, self._cuda)
+        if o.memory_snapshot:
+            reason = hw_counters.unsupported_reason(self._cuda)
+            if reason is not None:
+                raise hw_counters.CaptureUnsupportedError(
+                    f"kinetolens.profile: cannot record a memory snapshot: {reason}"
+                )
         if "experimental_config" not in extra:  # the user's own config is left as it is
             self._experimental = hw_counters.experimental_options(
                 counters, o.counters_per_kernel, cuda_profiled=self._cuda, sync_events=o.sync_events
@@ -210,6 +218,9 @@ class Profile:
             self._quiet.stop()
             raise
         self._prof = prof
+        if o.memory_snapshot:
+            self._snapshots = SnapshotRecorder(self._run_dir, layout.worker_name(self._rank))
+            self._snapshots.start()
         inductor_provenance.watch()  # kernels compiled from here on name their source ops and modules
         if o.with_stack:
             from kinetolens.capture.call_sites import record_operator_lines
@@ -243,6 +254,9 @@ class Profile:
         try:
             prof.__exit__(exc_type, exc, tb)
         finally:
+            if self._snapshots is not None:
+                self._snapshots.stop()
+                self._snapshots = None
             self._quiet.stop()
             self._prof = None
             if self._register_marker:
@@ -274,6 +288,8 @@ class Profile:
         self._run_dir.mkdir(parents=True, exist_ok=True)
         path = layout.new_trace_path(self._run_dir, worker)
         layout.write_trace(path, self._exporter(prof))
+        if self._snapshots is not None:
+            self._snapshots.dump(snapshot_path(path))
         meta = collect(
             run=self._run_dir.name,
             worker=worker,
@@ -314,7 +330,10 @@ class Profile:
 
     def _counter_options(self) -> dict[str, Any]:
         o = self.options
-        recorded = {"sync_events": bool(self._experimental.get("enable_cuda_sync_events"))}
+        recorded = {
+            "sync_events": bool(self._experimental.get("enable_cuda_sync_events")),
+            "memory_snapshot": o.memory_snapshot,
+        }
         if o.counters is None:
             return recorded
         return {"counters": list(o.counters), "counters_per_kernel": o.counters_per_kernel, **recorded}

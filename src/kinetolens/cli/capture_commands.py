@@ -129,6 +129,10 @@ def demo_command(logdir: Path, steps: int, warmup: int, device: str, no_analysis
     + "; ".join(f"{name} ({what})" for name, what in DESCRIPTIONS.items())
     + ".",
 )
+@click.option(
+    "--memory-snapshot", is_flag=True,
+    help="Record the CUDA allocator's history; write its snapshot beside each trace, and on an out-of-memory error.",
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run_command(
     logdir: Path,
@@ -144,6 +148,7 @@ def run_command(
     no_modules: bool,
     counters: str | None,
     command: Sequence[str],
+    memory_snapshot: bool = False,
 ) -> None:
     """Profile an unmodified script; each training process writes one trace.
 
@@ -175,6 +180,7 @@ def run_command(
             profile_memory=not no_memory,
             with_modules=not no_modules,
             counters=None if counters is None else [c for c in counters.split(",") if c.strip()],
+            memory_snapshot=memory_snapshot,
         )
     except ValueError as exc:
         hint = "--counters" if counters is not None and "counter" in str(exc) else "--run"

@@ -26,12 +26,14 @@ from kinetolens.analysis.memory.usage import (
 )
 from kinetolens.analysis.memory.allocations import allocations, leaks, pairable
 from kinetolens.analysis.memory.samples import memory_samples, sample_summary
+from kinetolens.analysis.memory.snapshot import snapshot_peaks
 from kinetolens.cli.checks import ROWS
 from kinetolens.cli.load_options import TraceLoading, trace_load_options
 from kinetolens.registry.words import counted
 from kinetolens.cli.render import emit, emit_json, print_heading
 from kinetolens.cli.render import console as render_console
 from kinetolens.errors import TraceError
+from kinetolens.ingest.memory_snapshot import read_snapshot, snapshot_tables
 from kinetolens.ingest.memory_timeline import is_memory_timeline, read_memory_timeline
 from kinetolens.views.memory_flow_svg import human_bytes, render_memory_flow
 
@@ -62,8 +64,14 @@ def memory_command(
 
     TRACE may also be torch's raw memory timeline
     (export_memory_timeline("x.raw.json.gz")): then the peak by tensor
-    category is shown.
+    category is shown; or a CUDA allocator snapshot (.pickle, written by
+    kinetolens.profile(memory_snapshot=True) or
+    torch.cuda.memory._dump_snapshot): then each device's peak over the
+    recorded history and the Python line of the allocation that reached it.
     """
+    if trace.lower().endswith(".pickle"):
+        _snapshot_report(trace, json_)
+        return
     if is_memory_timeline(trace):
         _timeline_report(trace, json_)
         if svg_path is not None:  # after the report: --svg never hides what can be shown
@@ -262,4 +270,25 @@ def _timeline_report(trace: str, json_: bool) -> None:
         _bytes_columns(rows, ["at_peak", "at_end"]),
         title=f"torch memory timeline: peak {human_bytes(peak['total'])} at "
         f"{(peak['ts'] - origin) / 1e6:,.3f} ms, by tensor category: {trace}",
+    )
+
+
+def _snapshot_report(trace: str, json_: bool) -> None:
+    """A CUDA allocator snapshot: the peak per device over its recorded history."""
+    actions, blocks = snapshot_tables(read_snapshot(trace))
+    peaks = snapshot_peaks(actions, blocks)
+    if json_:
+        emit_json({"trace": trace, "format": "cuda_memory_snapshot", "actions": actions.height, "peaks": peaks.to_dicts()})
+        return
+    if peaks.height == 0:
+        raise TraceError(trace, "the snapshot holds no allocations")
+    first = actions["time_us"].min()
+    rows = peaks.select(
+        device=pl.format("cuda:{}", "device"), at_start="at_start_bytes", peak="peak_bytes", at_end="at_end_bytes",
+        peak_at_ms=((pl.col("peak_time_us") - first) / 1000.0).round(3) if first is not None else pl.lit(None),
+        allocated_at="peak_frame",
+    )  # fmt: skip
+    emit(
+        _bytes_columns(rows, ["at_start", "peak", "at_end"]),
+        title=f"CUDA allocator snapshot: allocated memory over {counted(actions.height, 'allocator action')}: {trace}",
     )
