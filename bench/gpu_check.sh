@@ -18,10 +18,11 @@
 #      installs the wheels into /tmp/site, runs bench/capture_overhead.py
 #      --device cuda, then `pytest -m gpu tests/gpu` recording traces (its
 #      overhead test checks that benchmark's result), checks the recordings
-#      with the CPU-CI tests, and leaves traces, logs
-#      and results in "$OUT" (if set) or bench/out/gpu/.  Exit status: the
-#      GPU suite's.  Then copy <dest>/traces/* to tests/data/gpu/ and fill
-#      in docs/GPU.md from <dest>/traces/results.json and <dest>/*.log.
+#      with the CPU-CI tests, and leaves traces, logs and results in
+#      bench/out/gpu/, or, with $OUT set (the device machine), packed into
+#      $OUT/gpu_check.tar.gz with pytest.log and versions.log beside it.
+#      Exit status: the GPU suite's.  Then copy traces/* to tests/data/gpu/
+#      and fill in docs/GPU.md from traces/results.json and the logs.
 #
 # Environment: PYTHON (default python3), GPU_CHECK_SITE (default /tmp/site),
 # GPU_CHECK_TESTS (default tests/gpu: a file or -k expression's worth, to
@@ -151,7 +152,20 @@ if [ -n "$why" ]; then
     echo "gpu_check: $why; GPU_CHECK_ALLOW_CPU=1: running what needs no GPU" >&2
 fi
 
-DEST=${OUT:-$REPO/bench/out/gpu}
+# On the device machine only $OUT comes back, and at most a few files of it:
+# everything is written to a folder of its own and packed into
+# $OUT/gpu_check.tar.gz when the script ends (however it ends), with the
+# suite's log and the versions beside it to read without unpacking.
+if [ -n "${OUT:-}" ]; then
+    DEST=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")
+    pack() {
+        tar -czf "$OUT/gpu_check.tar.gz" -C "$DEST" . 2>/dev/null || true
+        cp "$DEST"/pytest.log "$DEST"/versions.log "$OUT"/ 2>/dev/null || true
+    }
+    trap pack EXIT
+else
+    DEST=$REPO/bench/out/gpu
+fi
 mkdir -p "$DEST/traces"
 DEST=$(cd "$DEST" && pwd)
 
@@ -216,5 +230,5 @@ if ls "$DEST"/traces/*.expect.json >/dev/null 2>&1; then
 fi
 # Without CUDA every GPU test skips at import: pytest's "no tests ran" is the expected outcome.
 [ -n "$why" ] && [ "$suite" -eq 5 ] && suite=0
-echo "gpu_check: done; GPU suite exit status $suite; results in $DEST" >&2
+echo "gpu_check: done; GPU suite exit status $suite; results in ${OUT:+$OUT/gpu_check.tar.gz, from }$DEST" >&2
 exit "$suite"
