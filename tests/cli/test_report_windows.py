@@ -93,6 +93,12 @@ def test_a_long_trace_is_reported_whole_where_it_adds_up_and_says_what_it_sample
     assert windowed.count(line) == 2
 
 
+def test_a_sample_of_one_step_is_named_in_the_singular() -> None:
+    md = _report(trace_path("tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"), "--windows", "--no-cache")
+    assert "| read | a step window at a time (1 step): the program's kind and the recommendations are from step 6 (1 of 1 whole step) |" in md
+    assert "_Of step 6 (1 of 1 whole step): the trace was read a step window at a time" in md
+
+
 def test_the_default_reports_a_large_file_in_windows_and_keeps_its_summary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -23,6 +23,7 @@ from kinetolens.analysis.summary_windows import PER_WINDOW
 from kinetolens.cli.main import cli
 from kinetolens.cli.load_options import TraceLoading
 from kinetolens.cli.summary_output import _in_windows, summary_of
+from kinetolens.registry.words import counted
 from tests.conftest import trace_path
 
 SAME = [
@@ -60,7 +61,7 @@ def _same_warnings(windowed: list[dict], whole: list[dict]) -> None:  # type: ig
 def test_windowed_summary_equals_the_whole_one(rel: str) -> None:
     whole, windowed = _summary(trace_path(rel), "--whole"), _summary(trace_path(rel), "--windows")
     assert whole["read_in_windows"] is None
-    assert windowed["read_in_windows"].startswith(f"read a step window at a time ({whole['steps']['count']} steps)")
+    assert windowed["read_in_windows"].startswith(f"read a step window at a time ({counted(whole['steps']['count'], 'step')})")
     assert _comparable(windowed) == _comparable(whole)
     _same_warnings(windowed["warnings"], whole["warnings"])
 

@@ -31,6 +31,7 @@ from kinetolens.ingest.kineto_parallel import estimated_json_bytes
 from kinetolens.ingest.opener import StreamUnsupported
 from kinetolens.ingest.spill import Spill
 from kinetolens.model.trace import Trace
+from kinetolens.registry.words import counted
 from kinetolens.windowed import Windowed, open_windows
 
 #: Kineto JSON at least this large (uncompressed) is summarized a step window
@@ -99,9 +100,10 @@ def _read(windowed: Windowed, tables: bool) -> tuple[WindowedRead | None, str]:
     if inference_block(sample).iterations:
         return None, "it is an inference engine's trace (iterations, not steps)"
     whole = steps.filter(pl.col("complete")).height
-    sampled = f"steps {chosen.steps[0]}-{chosen.steps[-1]} ({len(chosen.steps)} of {whole} whole steps)"
+    ids = f"step {chosen.steps[0]}" if len(chosen.steps) == 1 else f"steps {chosen.steps[0]}-{chosen.steps[-1]}"
+    sampled = f"{ids} ({len(chosen.steps)} of {counted(whole, 'whole step')})"
     note = (
-        f"read a step window at a time ({steps.height} steps): the program's kind and the recommendations "
+        f"read a step window at a time ({counted(steps.height, 'step')}): the program's kind and the recommendations "
         f"are from {sampled}"
     )
     reader = list(windowed.spill.warnings)
