@@ -35,8 +35,8 @@ def needed_bytes(json_bytes: int) -> int:
 
 def free_bytes(meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgroup") -> int | None:
     """Memory this process may still take: the machine's available memory,
-    or its cgroup's room where that is less (a container); None where
-    neither can be read (not Linux)."""
+    or its cgroup's room where that is less (a container; cgroup v2 or v1);
+    None where neither can be read (not Linux)."""
     room = []
     try:
         for line in Path(meminfo).read_text().splitlines():
@@ -44,12 +44,15 @@ def free_bytes(meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgroup") -
                 room.append(int(line.split()[1]) * 1024)
     except (OSError, ValueError, IndexError):
         pass
-    try:
-        limit = Path(cgroup, "memory.max").read_text().strip()
-        if limit != "max":
-            room.append(int(limit) - int(Path(cgroup, "memory.current").read_text()))
-    except (OSError, ValueError):
-        pass
+    # cgroup v2 (memory.max, "max" where unlimited), else v1 (a huge limit where unlimited)
+    for limit_file, used_file in (("memory.max", "memory.current"), ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):
+        try:
+            limit = Path(cgroup, limit_file).read_text().strip()
+            if limit != "max":
+                room.append(int(limit) - int(Path(cgroup, used_file).read_text()))
+            break
+        except (OSError, ValueError):
+            continue
     return min(room) if room else None
 
 

@@ -52,6 +52,13 @@ def test_free_memory_is_the_least_of_the_machine_and_the_cgroup(tmp_path: Path) 
     (cgroup / "memory.max").write_text("max\n")
     assert memory_room.free_bytes(str(meminfo), str(cgroup)) == 20_000_000 * 1024
     assert memory_room.free_bytes(str(tmp_path / "none"), str(tmp_path / "none")) is None
+    v1 = tmp_path / "v1"
+    (v1 / "memory").mkdir(parents=True)
+    (v1 / "memory" / "memory.limit_in_bytes").write_text("6000000000\n")
+    (v1 / "memory" / "memory.usage_in_bytes").write_text("2000000000\n")
+    assert memory_room.free_bytes(str(meminfo), str(v1)) == 4_000_000_000
+    (v1 / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1's "no limit"
+    assert memory_room.free_bytes(str(meminfo), str(v1)) == 20_000_000 * 1024
 
 
 def test_the_cli_exits_2_with_the_line_and_a_cached_trace_still_loads(
