@@ -18,9 +18,11 @@ import kinetolens
 from kinetolens.capture.counters import CaptureUnsupportedError
 from kinetolens.capture.memory_snapshot import snapshot_path
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
+#: The first two check a machine without CUDA; the file name holds everywhere.
+without_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
 
 
+@without_cuda
 def test_without_cuda_it_is_one_error_before_profiling(tmp_path: Path) -> None:
     with pytest.raises(CaptureUnsupportedError, match=r"^kinetolens.profile: cannot record a memory snapshot: (this torch build .* has no CUDA support|no CUDA device is available)$"):
         with kinetolens.profile(logdir=tmp_path, run="snap", memory_snapshot=True):
@@ -31,6 +33,7 @@ def test_without_cuda_it_is_one_error_before_profiling(tmp_path: Path) -> None:
     assert len(again.trace_files) == 1
 
 
+@without_cuda
 def test_run_with_memory_snapshot_without_cuda_exits_2(tmp_path: Path) -> None:
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(

@@ -14,6 +14,7 @@ modules (which is what an optimizer is).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -193,3 +194,20 @@ class GraphedForward:
     def replay(self, tokens: torch.Tensor) -> None:
         self.static_in.copy_(tokens)
         self.graph.replay()
+
+
+def profile_two_steps(trainer: Trainer, logdir: Path, run: str, **options: Any) -> tuple[Path, int]:
+    """One unrecorded and two recorded steps of ``trainer`` under ``kinetolens.profile``
+    (``options`` added), the peak memory statistics reset just before: the
+    trace, and ``torch.cuda.max_memory_allocated()`` over that window."""
+    import kinetolens
+
+    trainer.sync()
+    torch.cuda.reset_peak_memory_stats()
+    with kinetolens.profile(logdir=logdir, run=run, steps=2, warmup=1, **options) as prof:
+        for _ in range(3):
+            trainer.step()
+            prof.step()
+    trainer.sync()
+    (path,) = prof.trace_files
+    return path, torch.cuda.max_memory_allocated()

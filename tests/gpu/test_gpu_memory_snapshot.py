@@ -11,26 +11,17 @@ import pytest
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
-import kinetolens
 from kinetolens.analysis.memory.snapshot import snapshot_peaks
 from kinetolens.capture.memory_snapshot import snapshot_path
 from kinetolens.ingest.memory_snapshot import read_snapshot, snapshot_tables
-from tests.gpu.models import SMALL, Trainer
+from tests.gpu.models import SMALL, Trainer, profile_two_steps
 
 
 def test_snapshot_peak_matches_torch(tmp_path: Path) -> None:
     trainer = Trainer(SMALL, "cuda")
     for _ in range(3):
         trainer.step()
-    trainer.sync()
-    torch.cuda.reset_peak_memory_stats()
-    with kinetolens.profile(logdir=tmp_path, run="snapshot", steps=2, warmup=1, memory_snapshot=True) as prof:
-        for _ in range(3):
-            trainer.step()
-            prof.step()
-    trainer.sync()
-    peak = torch.cuda.max_memory_allocated()
-    (trace,) = prof.trace_files
+    trace, peak = profile_two_steps(trainer, tmp_path, "snapshot", memory_snapshot=True)
     snapshot = snapshot_path(trace)
     assert snapshot.is_file()
     (row,) = snapshot_peaks(*snapshot_tables(read_snapshot(snapshot))).to_dicts()

@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 
 import kinetolens
 from tests.gpu import checks
-from tests.gpu.models import RUN_SCRIPT, SMALL, Trainer, flop_counts
+from tests.gpu.models import RUN_SCRIPT, SMALL, Trainer, flop_counts, profile_two_steps
 from tests.gpu.record import Recorder
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,16 +44,7 @@ def profiled(tmp_path_factory: pytest.TempPathFactory, recorder: Recorder) -> di
     for _ in range(3):  # cuBLAS handles, autotuning, AdamW state
         trainer.step()
     counts = flop_counts(trainer)
-    trainer.sync()
-    torch.cuda.reset_peak_memory_stats()
-    logdir = tmp_path_factory.mktemp("profile")
-    with kinetolens.profile(logdir=logdir, run="profile_bf16", steps=2, warmup=1) as prof:
-        for _ in range(3):
-            trainer.step()
-            prof.step()
-    trainer.sync()
-    peak = torch.cuda.max_memory_allocated()
-    (path,) = prof.trace_files
+    path, peak = profile_two_steps(trainer, tmp_path_factory.mktemp("profile"), "profile_bf16")
     kept = ["attribution", "tensor_cores", "gemm_flops", "memory_peak"]
     if checks.attention_flops(counts):  # FlopCounterMode has a formula for the attention backend torch chose
         kept.insert(3, "attention_flops")

@@ -75,7 +75,7 @@ def whole_tables(parts: Iterable[TablesPart], *, steps: pl.DataFrame, gpus: int,
     held whole: :func:`~kinetolens.analysis.workload.ops.share_whole_ns`)."""
     held = list(parts)
     share_whole = share_whole_of(
-        wall_ns(steps.select("start", "end")) * max(1, gpus), sum(p.stepped_gpu_ns for p in held)
+        wall_ns(steps) * max(1, gpus), sum(p.stepped_gpu_ns for p in held)
     )
     ops = merged([p.ops for p in held], GROUPINGS["op"], list(OP_LABELS))
     kernels = merged([p.kernels for p in held], ["name"], list(KERNEL_LABELS))

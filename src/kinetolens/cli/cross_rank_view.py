@@ -12,7 +12,7 @@ from rich.text import Text
 from kinetolens.analysis.paths.cross_rank_path import CrossRankPath, combined
 from kinetolens.analysis.paths.cross_rank_run import path_bounds, run_path
 from kinetolens.cli.render import console as render_console
-from kinetolens.cli.render import emit_json
+from kinetolens.cli.render import echo_notes, emit_json
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.registry.words import counted
 from kinetolens.runs.graphs import run_graphs, run_paths
@@ -28,8 +28,7 @@ def show_run(
 ) -> None:
     notes: list[str] = []
     ranks = run_graphs(run_dir, executor, cache=cache, notes=notes, strict=strict)
-    for note in notes:  # on stderr: --json output stays one JSON document
-        click.echo(f"kinetolens: note: {note}", err=True)
+    echo_notes(notes)
     paths = run_paths(ranks, step, run_dir)
     if json_:
         _, length = combined(paths)
@@ -141,8 +140,7 @@ def show_run_whatif(
 
     notes: list[str] = []
     ranks = run_graphs(run_dir, None, cache=cache, notes=notes, strict=strict)
-    for note in notes:
-        click.echo(f"kinetolens: note: {note}", err=True)
+    echo_notes(notes)
     try:
         preds = run_whatif(ranks, changes, step, run_dir)
     except BadChange as exc:

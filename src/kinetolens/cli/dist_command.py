@@ -41,7 +41,7 @@ def dist_command(
 
     from kinetolens.analysis.ranks.dist_report import dist_report
     from kinetolens.cli.render import console as render_console
-    from kinetolens.cli.render import emit_json, print_table
+    from kinetolens.cli.render import echo_notes, emit_json, print_table
     from kinetolens.registry.words import counted
     from kinetolens.runs import summarize_run
 
@@ -51,8 +51,7 @@ def dist_command(
     notes: list[str] = []
     summaries = summarize_run(run_dir, executor, cache=cache, notes=notes, strict=strict)
     report = dist_report(summaries)
-    for note in [*notes, *report.notes]:  # on stderr: --json output stays one JSON document
-        click.echo(f"kinetolens: note: {note}", err=True)
+    echo_notes([*notes, *report.notes])
     if json_:
         emit_json(report.to_json())
         return

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import click
 import polars as pl
 from rich import box
 from rich.console import Console
@@ -436,3 +437,9 @@ def pick_columns(available: Sequence[str], by_width: Sequence[tuple[int, Sequenc
 
 def emit_json(payload: Any) -> None:
     sys.stdout.write(json_codec.encode(payload, indent=2).decode() + "\n")
+
+
+def echo_notes(notes: Sequence[str]) -> None:
+    """Each note as one ``kinetolens: note:`` line on stderr (so --json output stays one JSON document)."""
+    for note in notes:
+        click.echo(f"kinetolens: note: {note}", err=True)

@@ -53,6 +53,8 @@ def report_command(
 
     if fmt is None:
         fmt = "md" if output and Path(output).suffix.lower() in (".md", ".markdown") else "html"
+    from kinetolens.cli.render import echo_notes
+
     path, note = resolve_target(trace_or_run)
     ranks, graphs = None, None
     if note is not None:  # a run of several ranks: every rank, side by side, and the path across them
@@ -60,8 +62,7 @@ def report_command(
 
         notes: list[str] = []
         ranks, graphs = run_summaries_and_graphs(trace_or_run, cache=loading.cache, notes=notes, strict=strict)
-        for line in notes:
-            click.echo(f"kinetolens: note: {line}", err=True)
+        echo_notes(notes)
         note = " ".join([note, *(f"{line}." for line in notes)])
     read = _in_windows(path, loading, windows)
     if read is not None:
@@ -96,14 +97,14 @@ def _in_windows(path: Path, loading: TraceLoading, windows: bool | None) -> Wind
     asks for it (None: from the trace's size), else None; the summary is kept
     with the trace's cache entry, as ``kinetolens summary --windows`` keeps it."""
     from kinetolens.analysis.summary_types import Summary
+    from kinetolens.cli.render import echo_notes
     from kinetolens.runs.windowed_read import report_in_windows, wants_windows
 
     if windows is False or (windows is None and not wants_windows(path)):
         return None
     notes: list[str] = []
     read = report_in_windows(path, notes=notes)
-    for line in notes:
-        click.echo(f"kinetolens: note: {line}", err=True)
+    echo_notes(notes)
     if read is not None:
         name = "summary" if windows is None else "summary_windows"
         loading.derived(str(path), name, lambda trace: read.summary, Summary, from_file=lambda p: read.summary)

@@ -14,7 +14,6 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import click
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -28,7 +27,7 @@ from kinetolens.analysis.summary_types import Device, GpuUse, PeakMemory, RunDev
 from kinetolens.cli.load_options import TraceLoading
 from kinetolens.cli.phases_command import print_inference
 from kinetolens.cli.render import console as render_console
-from kinetolens.cli.render import print_captioned, print_pairs
+from kinetolens.cli.render import echo_notes, print_captioned, print_pairs
 from kinetolens.model.vocabulary import CATEGORY_HEADERS
 from kinetolens.views import empty_reasons, units
 from kinetolens.views.device_words import unlisted_devices_note
@@ -70,8 +69,7 @@ def _in_windows(forced: bool, path: Path) -> Summary | None:
         return None
     notes: list[str] = []
     summary = summary_in_windows(path, notes=notes)
-    for line in notes:
-        click.echo(f"kinetolens: note: {line}", err=True)
+    echo_notes(notes)
     return summary
 
 
