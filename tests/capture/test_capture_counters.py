@@ -18,6 +18,7 @@ import kinetolens
 from kinetolens.capture import CaptureUnsupportedError
 from kinetolens.capture import profile as kl_profile
 from kinetolens.capture.counter_presets import DESCRIPTIONS, PRESETS
+from kinetolens.capture import counters as hw
 from kinetolens.capture.counters import resolve
 from kinetolens.capture.profile import _RUNNING
 
@@ -127,8 +128,71 @@ def test_run_rejects_unknown_counter_before_starting(tmp_path: Path) -> None:
     assert "unknown counter 'rooflin'" in res.stderr
 
 
+def test_the_installed_torch_says_which_counter_path_it_offers() -> None:
+    """torch 2.13's profiler writes Kineto's range-profiler key; its CPU build
+    has no PM-sampling profiler (a CUDA build of a newer torch may)."""
+    paths = hw.counter_paths()
+    assert hw.RANGE_PROFILER in paths or hw.PM_SAMPLING in paths
+    if not torch.backends.cuda.is_built():
+        assert paths == (hw.RANGE_PROFILER,)
+
+
+@pytest.mark.parametrize(
+    ("contents", "paths"),
+    [
+        ([b"..CUPTI_PROFILER_METRICS=.."], (hw.RANGE_PROFILER,)),
+        ([b"..CUPTI PM Sampling..", b"..HARDWARE_COUNTERS.."], (hw.PM_SAMPLING,)),
+        # Kineto built with PM sampling, but torch never asks for its activity: no PM path
+        ([b"..CUPTI PM Sampling..hardware_counters.."], ()),
+        ([b"..CUPTI_PROFILER_METRICS..", b"..CUPTI PM Sampling..HARDWARE_COUNTERS"], (hw.RANGE_PROFILER, hw.PM_SAMPLING)),
+        ([b"nothing here"], ()),
+    ],
+)
+def test_counter_paths_read_from_the_libraries(tmp_path: Path, contents: list[bytes], paths: tuple[str, ...]) -> None:
+    for i, data in enumerate(contents):  # markers spread over several libraries, as in a CUDA build
+        (tmp_path / f"libtorch_part{i}.so").write_bytes(b"\0" * 4096 + data + b"\0" * 4096)
+    (tmp_path / "libother.so").write_bytes(b"CUPTI_PROFILER_METRICS")  # not torch's: not read
+    markers = [m for ms in hw.PATH_MARKERS.values() for m in ms]
+    assert hw.paths_offered(hw.library_markers(tmp_path, markers)) == paths
+
+
+def test_pm_sampling_rejects_range_profiler_aggregates() -> None:
+    reason = hw.metrics_reason(list(PRESETS["roofline"]), hw.PM_SAMPLING)
+    assert reason is not None and "kineto__cuda_core_flops" in reason and "sm__cycles_active.avg" in reason
+    assert hw.metrics_reason(["sm__cycles_active.avg", "dram__bytes_read.sum"], hw.PM_SAMPLING) is None
+    assert hw.metrics_reason(list(PRESETS["roofline"]), hw.RANGE_PROFILER) is None
+
+
+def test_pm_sampling_options_reach_kineto_as_config_lines() -> None:
+    """torch writes ``custom_profiler_config`` after ``CUSTOM_CONFIG=`` in
+    Kineto's ``KEY=value`` lines, so each further line sets a Kineto key."""
+    metrics = ["sm__cycles_active.avg", "dram__bytes_read.sum"]
+    options = hw.experimental_options(
+        metrics, False, cuda_profiled=True, sync_events=True, path=hw.PM_SAMPLING, device=3
+    )
+    lines = options["custom_profiler_config"].split("\n")
+    assert lines[1:] == ["CUPTI_PM_SAMPLING_METRICS=sm__cycles_active.avg,dram__bytes_read.sum",
+                         "CUPTI_PM_SAMPLING_DEVICE_ID=3"]  # fmt: skip
+    assert "profiler_metrics" not in options and options["enable_cuda_sync_events"] is True
+    config = hw.experimental_config(options)  # the installed torch takes them
+    assert config is not None
+    assert hw.experimental_options(metrics, True, cuda_profiled=True, sync_events=False) == {
+        "profiler_metrics": metrics, "profiler_measure_per_kernel": True
+    }
+
+
+def test_the_path_is_said_in_one_line() -> None:
+    for path, per_kernel in ((hw.RANGE_PROFILER, True), (hw.RANGE_PROFILER, False), (hw.PM_SAMPLING, False)):
+        line = hw.path_line(path, per_kernel)
+        assert "\n" not in line and line.startswith(f"kinetolens: counters: {path}")
+    assert "per kernel" in hw.path_line(hw.RANGE_PROFILER, True)
+    assert "every millisecond" in hw.path_line(hw.PM_SAMPLING, False)
+
+
 @pytest.mark.skipif(not CUPTI_OK, reason="CUPTI counters need a CUDA build and an NVIDIA device")
 def test_counters_reach_the_trace(tmp_path: Path) -> None:
+    if hw.counter_paths()[:1] != (hw.RANGE_PROFILER,):
+        pytest.skip(f"this torch collects counters by {hw.counter_paths()}: tests/gpu/test_gpu_counters.py covers it")
     a = torch.randn(256, 256, device="cuda")
     with kl_profile(logdir=tmp_path, run="hw", counters=["roofline"], with_stack=False) as prof:
         for _ in range(3):

@@ -39,7 +39,7 @@ MEMORY_TOLERANCE = 0.05
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
 #: What each check needs from the recording's ``.expect.json`` besides the trace.
 CHECKS = ("attribution", "tensor_cores", "gemm_flops", "attention_flops", "memory_peak", "graph_replay",
-          "counters", "compiled")  # fmt: skip
+          "counters", "pm_samples", "compiled")  # fmt: skip
 
 
 def _share(frame: pl.DataFrame, condition: pl.Expr) -> float | None:
@@ -247,6 +247,27 @@ def check_counters(trace: kinetolens.Trace) -> dict[str, Any]:
     }
 
 
+PM_METRICS = ("sm__cycles_active.avg", "dram__bytes_read.sum")
+
+
+def check_pm_samples(trace: kinetolens.Trace) -> dict[str, Any]:
+    """CUPTI PM sampling: both metrics sampled on one GPU at a steady interval
+    (Kineto's 1 ms), and most kernel time falls in a sample."""
+    from kinetolens.analysis.hardware.pm_sampling import pm_per_kernel, pm_samples, sample_info
+
+    samples = pm_samples(trace)
+    info = sample_info(samples)
+    assert set(info.metrics) == set(PM_METRICS), info.metrics
+    assert len(info.devices) == 1 and info.devices[0] is not None, info.devices
+    assert info.samples >= 2 and info.interval_ns is not None and 1e5 <= info.interval_ns <= 1e7, info
+    assert (samples["value"] >= 0).all()
+    per_kernel = pm_per_kernel(trace)
+    kernel_time = compute_kernels(trace)["dur"].sum()
+    covered = per_kernel["covered"].sum() / kernel_time if kernel_time else 0.0
+    assert covered >= 0.5, covered
+    return {"samples": info.samples, "interval_ns": info.interval_ns, "kernels": per_kernel.height, "covered": covered}
+
+
 # -- torch.compile -------------------------------------------------------------------
 
 
@@ -317,6 +338,8 @@ def run_recorded(expect_path: Path, check: str) -> dict[str, Any]:
         return check_graph_replay(trace)
     if check == "counters":
         return check_counters(trace)
+    if check == "pm_samples":
+        return check_pm_samples(trace)
     if check == "compiled":
         return check_compiled(trace, expect.get("provenance", "inductor"), backward=expect.get("backward", True))
     raise ValueError(f"{expect_path}: unknown check {check!r}")

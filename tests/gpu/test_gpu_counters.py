@@ -13,6 +13,7 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
 import kinetolens
+from kinetolens.capture import counters as hw
 from tests.gpu import checks
 from tests.gpu.models import TINY, Trainer
 from tests.gpu.record import Recorder
@@ -21,6 +22,8 @@ from tests.gpu.test_gpu_training import cli
 
 def test_roofline_counters_collected_and_mapped_to_ops(tmp_path: Path, recorder: Recorder) -> None:
     # counters=["roofline"] collects CUPTI counters; `kinetolens counters` maps them to ops
+    if hw.RANGE_PROFILER not in hw.counter_paths():
+        pytest.skip(f"this torch offers no CUPTI range profiler (counter paths: {hw.counter_paths()})")
     trainer = Trainer(TINY, "cuda")
     for _ in range(2):
         trainer.step()
@@ -42,3 +45,20 @@ def test_roofline_counters_collected_and_mapped_to_ops(tmp_path: Path, recorder:
     table = cli("counters", str(path), "--no-cache", "-w", "80", cwd=tmp_path)
     assert table.returncode == 0 and "op stacks: launch order" in " ".join(table.stdout.split()), table.stdout[-2000:]
     recorder.report("counters_roofline", got)
+
+
+def test_pm_sampling_counters_spread_over_kernels(tmp_path: Path, recorder: Recorder) -> None:
+    # Where torch's Kineto samples counters (CUPTI PM sampling), the samples reach the trace and each kernel
+    if hw.counter_paths()[:1] != (hw.PM_SAMPLING,):
+        pytest.skip(f"this torch collects counters another way first (counter paths: {hw.counter_paths()})")
+    trainer = Trainer(TINY, "cuda")
+    with kinetolens.profile(logdir=tmp_path, run="pm", counters=list(checks.PM_METRICS), with_stack=False) as prof:
+        for _ in range(20):  # a few ms of GPU work: several samples
+            trainer.step()
+        trainer.sync()
+    (path,) = prof.trace_files
+    recorder.save("counters_pm_sampling", path, ["pm_samples"], config=TINY.__dict__)
+    got = checks.check_pm_samples(kinetolens.load(path, cache=False))
+    res = cli("counters", str(path), "--no-cache", "-w", "80", cwd=tmp_path)
+    assert res.returncode == 0 and "CUPTI PM sampling on GPU" in " ".join(res.stdout.split()), res.stdout[-2000:]
+    recorder.report("counters_pm_sampling", got)

@@ -6,11 +6,31 @@ that was asked for counters and quietly has none is worse than no profile,
 so kinetolens checks up front and refuses with one line saying what is
 missing.  Names are presets (see :mod:`.counter_presets`) or raw CUPTI metric
 names, which contain ``__`` (``dram__bytes_read.sum``).
+
+Two ways to collect them, depending on how torch's Kineto was built
+(:func:`counter_paths` reads which from torch's own libraries, since no
+Python API says so):
+
+* the **CUPTI range profiler**: torch passes ``profiler_metrics`` to Kineto as
+  ``CUPTI_PROFILER_METRICS``; values per kernel (kernels are replayed) or per
+  step, as ``cuda_profiler_range`` events;
+* **CUPTI PM sampling**, which newer Kineto builds have instead: the GPU's
+  counters sampled every millisecond on a ``GPU N Counters`` track
+  (``hardware_counters`` events), configured by Kineto's
+  ``CUPTI_PM_SAMPLING_METRICS`` / ``CUPTI_PM_SAMPLING_DEVICE_ID`` keys, which
+  reach Kineto as lines of torch's ``custom_profiler_config`` (torch writes
+  that string into Kineto's ``KEY=value`` config text as it is), and only
+  where torch asks Kineto for the ``HARDWARE_COUNTERS`` activity.
+
+The range profiler is used where both exist: its values are per kernel.
 """
 
 from __future__ import annotations
 
+import functools
+import mmap
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from kinetolens.capture.counter_presets import PRESETS
@@ -62,24 +82,119 @@ def unsupported_reason(cuda_profiled: bool) -> str | None:
     return None
 
 
-def check_supported(metrics: list[str], cuda_profiled: bool) -> None:
-    """Raise :class:`CaptureUnsupportedError` unless counters can be collected."""
+RANGE_PROFILER = "CUPTI range profiler"
+PM_SAMPLING = "CUPTI PM sampling"
+
+#: What a torch build's libraries contain when it offers each path: torch
+#: writing the range profiler's config key; Kineto's PM-sampling profiler
+#: (its name, compiled in only with PM sampling) and torch naming the
+#: activity it needs (Kineto's own table spells it in lower case).
+PATH_MARKERS: dict[str, tuple[bytes, ...]] = {
+    RANGE_PROFILER: (b"CUPTI_PROFILER_METRICS",),
+    PM_SAMPLING: (b"CUPTI PM Sampling", b"HARDWARE_COUNTERS"),
+}
+
+#: Metric names only the range profiler computes (Kineto's aggregates).
+RANGE_ONLY_PREFIX = "kineto__"
+
+
+def library_markers(lib_dir: Path, markers: Iterable[bytes]) -> frozenset[bytes]:
+    """Which of ``markers`` occur in the torch/Kineto shared libraries under ``lib_dir``."""
+    wanted = set(markers)
+    found: set[bytes] = set()
+    for lib in sorted(lib_dir.glob("lib*.so*")):
+        if not (lib.name.startswith(("libtorch", "libkineto"))) or not lib.is_file():
+            continue
+        with lib.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            found.update(m for m in wanted - found if data.find(m) >= 0)
+        if found == wanted:
+            break
+    return frozenset(found)
+
+
+def paths_offered(found: frozenset[bytes]) -> tuple[str, ...]:
+    """The counter paths whose markers were all found, best first."""
+    return tuple(path for path, markers in PATH_MARKERS.items() if all(m in found for m in markers))
+
+
+@functools.cache
+def counter_paths() -> tuple[str, ...]:
+    """The counter paths the installed torch offers, best first (read once)."""
+    import torch
+
+    markers = [m for ms in PATH_MARKERS.values() for m in ms]
+    return paths_offered(library_markers(Path(torch.__file__).parent / "lib", markers))
+
+
+def check_supported(metrics: list[str], cuda_profiled: bool, paths: tuple[str, ...] | None = None) -> str:
+    """The path the counters will be collected with; raises
+    :class:`CaptureUnsupportedError` where none can collect them."""
     reason = unsupported_reason(cuda_profiled)
+    offered = counter_paths() if paths is None and reason is None else (paths or ())
+    if reason is None and not offered:
+        import torch
+
+        reason = (
+            f"this torch build ({torch.__version__}) offers neither the CUPTI range profiler "
+            "nor CUPTI PM sampling to the profiler"
+        )
+    if reason is None:
+        reason = metrics_reason(metrics, offered[0])
     if reason is not None:
         raise CaptureUnsupportedError(
             f"kinetolens.profile: cannot collect hardware counters ({', '.join(metrics)}): {reason}"
         )
+    return offered[0]
+
+
+def metrics_reason(metrics: list[str], path: str) -> str | None:
+    """Why ``path`` cannot collect ``metrics``, or None."""
+    range_only = [m for m in metrics if m.startswith(RANGE_ONLY_PREFIX)]
+    if path == PM_SAMPLING and range_only:
+        return (
+            f"{', '.join(range_only)} exist only in the CUPTI range profiler, and this torch build "
+            "samples counters (CUPTI PM sampling): ask for CUPTI metric names such as 'sm__cycles_active.avg'"
+        )
+    return None
+
+
+def path_line(path: str, per_kernel: bool) -> str:
+    """The one line a profile prints about how it collects its counters."""
+    if path == RANGE_PROFILER:
+        how = "per kernel (each kernel is replayed, so the step runs slower)" if per_kernel else "per step"
+        return f"kinetolens: counters: {RANGE_PROFILER}, {how}"
+    return (
+        f"kinetolens: counters: {PM_SAMPLING}, the GPU's counters every millisecond "
+        "('kinetolens counters' spreads them over the kernels)"
+    )
+
+
+def pm_sampling_config(metrics: list[str], device: int) -> str:
+    """torch's ``custom_profiler_config`` that sets Kineto's PM-sampling keys
+    (torch writes it after ``CUSTOM_CONFIG=``; each further line is a key)."""
+    return "\n".join(
+        ["kinetolens", f"CUPTI_PM_SAMPLING_METRICS={','.join(metrics)}", f"CUPTI_PM_SAMPLING_DEVICE_ID={device}"]
+    )
 
 
 def experimental_options(
-    metrics: list[str] | None, per_kernel: bool, *, cuda_profiled: bool, sync_events: bool
+    metrics: list[str] | None,
+    per_kernel: bool,
+    *,
+    cuda_profiled: bool,
+    sync_events: bool,
+    path: str = RANGE_PROFILER,
+    device: int = 0,
 ) -> dict[str, Any]:
     """The keywords of torch.profiler's experimental config: the counters
-    (``metrics``, None for none) and, where CUDA is profiled, its
-    synchronization events (stream, event and device syncs as ``cuda_sync``
-    records, which the critical path's sync edges read)."""
+    (``metrics``, None for none, collected by ``path`` on GPU ``device``) and,
+    where CUDA is profiled, its synchronization events (stream, event and
+    device syncs as ``cuda_sync`` records, which the critical path's sync
+    edges read)."""
     options: dict[str, Any] = {}
-    if metrics is not None:
+    if metrics is not None and path == PM_SAMPLING:
+        options["custom_profiler_config"] = pm_sampling_config(metrics, device)
+    elif metrics is not None:
         options.update(profiler_metrics=list(metrics), profiler_measure_per_kernel=per_kernel)
     if cuda_profiled and sync_events:
         options["enable_cuda_sync_events"] = True

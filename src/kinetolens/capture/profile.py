@@ -80,6 +80,13 @@ def step() -> None:
         _MARKERS[-1]()
 
 
+def _current_cuda_device() -> int:
+    """The GPU PM sampling watches: the one this process works on."""
+    import torch
+
+    return int(torch.cuda.current_device())
+
+
 def _default_run_name() -> str:
     """The script's name (``train.py`` -> ``train``), so runs are findable."""
     argv0 = sys.argv[0] if sys.argv else ""
@@ -114,6 +121,8 @@ class Profile:
         self._cuda = False
         #: The experimental config's keywords kinetolens set (counters, sync events).
         self._experimental: dict[str, Any] = {}
+        #: How the counters are collected (``counters.RANGE_PROFILER`` or ``PM_SAMPLING``), None without counters.
+        self._counter_path: str | None = None
         self._snapshots: SnapshotRecorder | None = None
         self._activity_names: list[str] = []
         self._register_marker = True
@@ -188,9 +197,12 @@ class Profile:
         activities = self._make_activities()
         extra = dict(self.torch_kwargs)
         counters = None if o.counters is None else list(o.counters)
+        counter_path = hw_counters.RANGE_PROFILER
         if counters is not None:
             # Before the profiler starts: torch would record no counters, silently.
-            hw_counters.check_supported(counters, self._cuda)
+            counter_path = hw_counters.check_supported(counters, self._cuda)
+            print(hw_counters.path_line(counter_path, o.counters_per_kernel), file=sys.stderr, flush=True)
+        self._counter_path = counter_path if counters is not None else None
         if o.memory_snapshot:
             reason = hw_counters.unsupported_reason(self._cuda)
             if reason is not None:
@@ -199,7 +211,8 @@ class Profile:
                 )
         if "experimental_config" not in extra:  # the user's own config is left as it is
             self._experimental = hw_counters.experimental_options(
-                counters, o.counters_per_kernel, cuda_profiled=self._cuda, sync_events=o.sync_events
+                counters, o.counters_per_kernel, cuda_profiled=self._cuda, sync_events=o.sync_events,
+                path=counter_path, device=_current_cuda_device() if counters is not None else 0,
             )
             if self._experimental:
                 extra["experimental_config"] = hw_counters.experimental_config(self._experimental)
@@ -336,7 +349,12 @@ class Profile:
         }
         if o.counters is None:
             return recorded
-        return {"counters": list(o.counters), "counters_per_kernel": o.counters_per_kernel, **recorded}
+        return {
+            "counters": list(o.counters),
+            "counters_per_kernel": o.counters_per_kernel,
+            "counters_path": self._counter_path,
+            **recorded,
+        }
 
     # -- decorator ----------------------------------------------------------
 

@@ -29,18 +29,24 @@ def _flat(table: pl.DataFrame) -> pl.DataFrame:
 @click.argument("trace", type=str)
 @click.option("--csv", "csv_", is_flag=True, help="CSV output, every counter column.")
 @click.option("--json", "json_", is_flag=True, help="JSON records, every counter column.")
+@click.option(
+    "--samples", is_flag=True, help="PM sampling: each sample (GPU, metric, start, end, value) instead of the kernels."
+)
 @click.option("-n", "--limit", type=click.IntRange(min=1), help="At most this many rows.")
 @click.option("-w", "--width", type=WIDTH, help="Terminal width for the table.")
 @trace_load_options()
 def counters_command(
-    trace: str, csv_: bool, json_: bool, limit: int | None, width: int | None, loading: TraceLoading
+    trace: str, csv_: bool, json_: bool, samples: bool, limit: int | None, width: int | None, loading: TraceLoading
 ) -> None:
     """CUPTI counters of each kernel in TRACE, with its op stack, FLOPs and DRAM bytes.
 
-    Needs a trace recorded with per-kernel CUPTI range profiling
-    (kinetolens.profile(counters=[...]) or torch.profiler's profiler_metrics).
-    FLOPs count the SASS add/mul/fma instructions (FMA = 2); tc is yes/no from
-    Tensor Core instruction counters when recorded, else from the kernel name.
+    Needs a trace recorded with CUPTI counters (kinetolens.profile(counters=[...])
+    or torch.profiler's profiler_metrics).  Per-kernel range profiling: FLOPs
+    count the SASS add/mul/fma instructions (FMA = 2); tc is yes/no from Tensor
+    Core instruction counters when recorded, else from the kernel name.  PM
+    sampling (the GPU's counters every millisecond): each kernel name with the
+    time-weighted mean of the samples its kernels overlap; --csv/--json give
+    each kernel, --samples each sample.
     """
     # here, not at the top: the command's --help needs neither polars nor rich
     import polars as pl
@@ -52,6 +58,13 @@ def counters_command(
     from kinetolens.views import units
 
     t = loading.load(trace)
+    from kinetolens.analysis.hardware.pm_sampling import has_pm_samples
+
+    if t.kernel_counters.height == 0 and has_pm_samples(t):
+        _pm_sampling(t, trace, csv_=csv_, json_=json_, samples=samples, limit=limit, width=width)
+        return
+    if samples:
+        raise TraceError(trace, "--samples is for CUPTI PM sampling, and this trace has none")
     try:
         table = counter_table(t)
     except NoCounters as exc:
@@ -75,6 +88,50 @@ def counters_command(
         f"{counted(table.height, 'kernel')}; op stacks: {pairing}; "
         f"CUDA-core FLOPs {'-' if total is None else units.flops(total)}; "
         f"DRAM bytes {'-' if dram is None else units.traffic(dram)}",
+        markup=False,
+        highlight=False,
+    )
+
+
+def _pm_sampling(
+    t: object, trace: str, *, csv_: bool, json_: bool, samples: bool, limit: int | None, width: int | None
+) -> None:
+    """The PM-sampling view: kernel names (terminal), kernels (--csv/--json) or samples (--samples)."""
+    from kinetolens.analysis.hardware.pm_sampling import pm_by_kernel_name, pm_per_kernel, pm_samples, sample_info
+    from kinetolens.cli.render import console as render_console
+    from kinetolens.cli.render import emit
+    from kinetolens.registry.kernel_names import short_names
+    from kinetolens.views import units
+
+    every = pm_samples(t)  # type: ignore[arg-type]
+    fmt = "json" if json_ else "csv" if csv_ else "table"
+    if samples:
+        emit(every if limit is None else every.head(limit), fmt, title=f"kinetolens counters: {trace} (PM samples)", width=width)
+        return
+    per_kernel = pm_per_kernel(t)  # type: ignore[arg-type]
+    if fmt != "table":
+        emit(per_kernel if limit is None else per_kernel.head(limit), fmt)
+        return
+    by_name = pm_by_kernel_name(per_kernel)
+    if limit is not None:
+        by_name = by_name.head(limit)
+    shown = by_name.with_columns(short_names(by_name["name"]).alias("name")).rename({"name": "kernel"})
+    metric_headers = {c: c for c in shown.columns if "__" in c}  # CUPTI metric names read as they are spelled
+    emit(
+        shown,
+        "table",
+        title=f"kinetolens counters: {trace} (CUPTI PM sampling)",
+        width=width,
+        headers={"covered_pct": "sampled %", **metric_headers},
+    )
+    info = sample_info(every)
+    gpus = ", ".join("?" if d is None else str(d) for d in info.devices)
+    every_text = "-" if info.interval_ns is None else units.duration(info.interval_ns / 1e3)
+    render_console(width).print(
+        f"CUPTI PM sampling on GPU {gpus}: {counted(len(info.metrics), 'metric')}, "
+        f"{counted(info.samples, 'sample')} every {every_text} over {units.duration(info.span_ns / 1e3)}. "
+        "A kernel's value is the mean of the samples it overlaps, weighted by the overlap: the GPU's "
+        "over each interval, shared by kernels that ran together.",
         markup=False,
         highlight=False,
     )

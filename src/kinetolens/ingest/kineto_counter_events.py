@@ -10,13 +10,16 @@ them (nearly all) never pay anything.
 
 Output, long format, events numbered in file order:
 
-``event, name, cat, pid, tid, ts, key, value``  (``ts`` in ns; every numeric
-arg becomes a Float64 ``value``, exact for integers below 2**53, which covers
-any byte count a machine has; non-numeric args are left out).
+``event, name, cat, pid, tid, ts, key, value, device``  (``ts`` in ns; every
+numeric arg becomes a Float64 ``value``, exact for integers below 2**53, which
+covers any byte count a machine has; non-numeric args are left out).  Kineto's
+CUPTI PM-sampling tracks have the process name ``"GPU N Counters"`` as their
+``pid``, no number: ``device`` is that N (null for every other counter).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,7 @@ from kinetolens.errors import TraceWarning
 from kinetolens.ingest.kineto_rescan import numeric_args, optional_ns, rescan_file
 from kinetolens.ingest.kineto_schema import ABSENT
 from kinetolens.ingest.kineto_values import as_int
+from kinetolens.registry.trace_names import GPU_COUNTER_TRACK
 
 COUNTER_EVENT_SCHEMA: dict[str, pl.DataType] = {
     "event": pl.Int64(),
@@ -37,7 +41,10 @@ COUNTER_EVENT_SCHEMA: dict[str, pl.DataType] = {
     "ts": pl.Int64(),
     "key": pl.String(),
     "value": pl.Float64(),
+    "device": pl.Int64(),
 }
+
+_GPU_TRACK = re.compile(GPU_COUNTER_TRACK)
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -48,6 +55,14 @@ class _Event(msgspec.Struct, gc=False):
     tid: int | str | None = None
     ts: msgspec.Raw = ABSENT
     args: msgspec.Raw = ABSENT
+
+
+def counter_track_device(pid: int | str | None) -> int | None:
+    """The GPU of a ``"GPU N Counters"`` track, else None."""
+    if not isinstance(pid, str):
+        return None
+    match = _GPU_TRACK.match(pid.strip())
+    return int(match.group(1)) if match else None
 
 
 def empty_counter_events() -> pl.DataFrame:
@@ -76,7 +91,8 @@ def read_counter_events(path: str | Path) -> tuple[pl.DataFrame, list[TraceWarni
             skipped += 1
             continue
         common = (index, e.name, e.cat, as_int(e.pid), as_int(e.tid), ts)
-        rows.extend((*common, key, value) for key, value in values)
+        device = counter_track_device(e.pid)
+        rows.extend((*common, key, value, device) for key, value in values)
     warnings = []
     if skipped:
         warnings.append(TraceWarning("counter events unreadable", skipped, "counter events whose args or time are malformed"))

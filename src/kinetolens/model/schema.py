@@ -313,6 +313,7 @@ COUNTERS = Table(
         PID, TID, TS,
         _c("key", STR, "the series"),
         _c("value", F64, "bytes for memory samples of ``kinetolens.profile(sample_rate=N)``, else the counter's own unit"),
+        _c("device", I64, "GPU index of a CUPTI PM-sampling track (``GPU N Counters``), else null"),
     ),
 )
 

@@ -9,3 +9,11 @@ from __future__ import annotations
 #: Kineto's profiler-step annotation names (``ProfilerStep#3``); Nsight
 #: exports of ``emit_nvtx`` runs carry the same ranges as NVTX markers.
 STEP_PREFIX = "ProfilerStep#"
+
+#: Kineto's category of CUPTI PM-sampling counter events (``ph: "C"``, one
+#: event per metric and sample, the value under the empty key ``""``).
+HARDWARE_COUNTERS_CAT = "hardware_counters"
+
+#: The process name Kineto gives each GPU's PM-sampling counter track
+#: (``"GPU 0 Counters"``): the only place the GPU index is written.
+GPU_COUNTER_TRACK = r"^GPU (\d+) Counters$"
