@@ -12,7 +12,7 @@ summary's recommendations are taken from.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import polars as pl
@@ -56,13 +56,31 @@ class WholeTables:
     kernel_verdicts: pl.DataFrame
 
 
+def groups_part(trace: Trace, own: tuple[int, int], gpu: bool, by: str = "op", inclusive: bool = False) -> pl.DataFrame:
+    """A window's own part of the op table grouped ``by`` (the kernel groups for
+    ``kernel``): the ops starting in ``own`` ([lo, hi) ns) and the kernels
+    launched then; ``gpu``: whether the whole trace has GPU work (it decides
+    what ranks ops)."""
+    if by == "kernel":
+        return kernel_groups(trace, own=own)
+    return op_groups(without_earlier_iteration(trace), by=by, own=own, gpu=gpu, inclusive=inclusive)
+
+
+def table_of(parts: Sequence[pl.DataFrame], by: str, aggregate: str, share_whole: int) -> pl.DataFrame:
+    """The op table grouped ``by`` under ``aggregate`` (as
+    :func:`~kinetolens.analysis.workload.ops.op_stats` gives it) from the
+    windows' :func:`groups_part`; shares of ``share_whole`` ns."""
+    if by == "kernel":
+        return kernel_table(merged(parts, ["name"], list(KERNEL_LABELS)), aggregate, share_whole)
+    return op_table(merged(parts, GROUPINGS[by], list(OP_LABELS)), by, aggregate, share_whole)
+
+
 def tables_part(trace: Trace, own: tuple[int, int], gpu: bool) -> TablesPart:
-    """``trace`` (a window) reduced to the part of the tables it owns: the ops
-    starting in ``own`` ([lo, hi) ns) and the kernels launched then; ``gpu``: whether the whole
-    trace has GPU work (it decides what ranks ops)."""
+    """``trace`` (a window) reduced to the part of the report's tables it owns
+    (:func:`groups_part` by op and by kernel, the Tensor Core split)."""
     return TablesPart(
-        ops=op_groups(without_earlier_iteration(trace), own=own, gpu=gpu),
-        kernels=kernel_groups(trace, own=own),
+        ops=groups_part(trace, own, gpu),
+        kernels=groups_part(trace, own, gpu, "kernel"),
         tensor_cores=tensor_core_time(kernel_verdicts(trace, own)).rename({"us": "dur_us"}),
         stepped_gpu_ns=stepped_gpu_ns(trace, own=own),
     )
@@ -77,11 +95,9 @@ def whole_tables(parts: Iterable[TablesPart], *, steps: pl.DataFrame, gpus: int,
     share_whole = share_whole_of(
         wall_ns(steps) * max(1, gpus), sum(p.stepped_gpu_ns for p in held)
     )
-    ops = merged([p.ops for p in held], GROUPINGS["op"], list(OP_LABELS))
-    kernels = merged([p.kernels for p in held], ["name"], list(KERNEL_LABELS))
     return WholeTables(
         breakdown=breakdown,
-        ops=op_table(ops, "op", "sum", share_whole),
-        kernels=kernel_table(kernels, "sum", share_whole),
+        ops=table_of([p.ops for p in held], "op", "sum", share_whole),
+        kernels=table_of([p.kernels for p in held], "kernel", "sum", share_whole),
         kernel_verdicts=pl.concat([p.tensor_cores for p in held], how="vertical_relaxed"),
     )

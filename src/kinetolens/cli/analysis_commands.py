@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import click
 import polars as pl
 
@@ -14,10 +18,12 @@ from kinetolens.analysis.workload.ops import (
     GROUPINGS,
     TIME_COLUMNS,
     default_order,
+    default_order_of,
     kernel_coverage,
     op_stats,
     order_and_filter,
     rank_basis,
+    rank_basis_of,
     share_whole_note,
     NOT_UNDER_OP,
 )
@@ -34,6 +40,7 @@ from kinetolens.cli.load_options import TraceLoading, trace_load_options
 from kinetolens.analysis.trace_kind import trace_kind
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import (
+    echo_notes,
     emit,
     pick_columns,
     print_fitted,
@@ -44,6 +51,9 @@ from kinetolens.errors import TraceError
 from kinetolens.model.trace import Trace
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import empty_reasons, units
+
+if TYPE_CHECKING:
+    from kinetolens.runs.windowed_read import WindowedOps
 
 
 def _format(csv: bool, tsv: bool, json_: bool) -> str:
@@ -192,11 +202,18 @@ def _print_ops(frame: pl.DataFrame, keys: list[str], title: str, caption: str, w
 @click.option("--csv", is_flag=True)
 @click.option("--json", "json_", is_flag=True)
 @click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width for the table.")
+@click.option(
+    "--windows/--whole", "windows", default=None,
+    help="Read the trace a step window at a time (memory bounded by a step; op, op+shape and kernel "
+    "tables without --step, --tree or --annotations), or whole; default: a step window at a time from "
+    "1.5 GB of JSON where the table allows it.",
+)
 @trace_load_options(capture=True)
 def ops_command(
     trace: str, top: int, by: str, aggregate: str, order_by: str | None, min_time: float | None, max_time: float | None,
     name_regex: str | None, step: int | None, columns: str | None, csv: bool, json_: bool, width: int | None,
     loading: TraceLoading, inclusive: bool = False, tree: bool = False, min_share: float = 1.0, annotations: bool = False,
+    windows: bool | None = None,
 ) -> None:
     """Top ops by device/host time (MegEngine profile_analyze options).
 
@@ -210,6 +227,22 @@ def ops_command(
     do not repeat the same work; --inclusive ranks by total time.
     """
     check_time_range(min_time, max_time)
+    shown = _Shown(top, min_time, max_time, name_regex, columns, csv, json_, width)
+    read = _ops_in_windows(trace, windows, by, aggregate, inclusive, windowless=step is not None or tree or annotations)
+    if read is not None:
+        if order_by is not None and order_by.lstrip("+-") in LOST_COLUMNS:
+            raise click.BadParameter(
+                f"{order_by.lstrip('+-')} needs the trace read whole (--whole)", param_hint="--order-by"
+            )
+        order = order_by or default_order_of(read.gpu, by, aggregate, inclusive=inclusive)
+        if read.table.height == 0 and not (csv or json_):
+            raise TraceError(trace, f"no {'kernels' if by == 'kernel' else 'ops'} in the trace's steps")
+        lost = "; the time lost to the roofline (lost_us) needs the trace read whole (--whole)"
+        notes = [read.read + (lost if read.gpu and by != "kernel" else "")]
+        _show_ops(read.table, shown, by=by, aggregate=aggregate, order_by=order,
+                  time_column=default_order_of(read.gpu, by, "sum"),
+                  basis=rank_basis_of(read.gpu, by, inclusive=inclusive), inclusive=inclusive, notes=notes)  # fmt: skip
+        return
     loaded = loading.load(trace)
     check_step(trace, loaded, step)
     if tree or annotations:
@@ -230,37 +263,7 @@ def ops_command(
             "(kinetolens roofline --peak-tflops/--peak-gbps works without it)",
             param_hint="--order-by",
         )
-    try:
-        table = order_and_filter(
-            stats, order_by=order_by, top=top, min_time_us=min_time, max_time_us=max_time, name_regex=name_regex,
-            time_column=None if order_by.lstrip("+-") in TIME_COLUMNS else default_order(loaded, by, "sum"),
-            aggregate=aggregate,
-        )
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--order-by") from None
-    if columns:
-        wanted = [c.strip() for c in columns.split(",") if c.strip()]
-        unknown = [c for c in wanted if c not in table.columns]
-        if unknown:
-            raise click.BadParameter(
-                f"unknown column(s) {', '.join(unknown)}; choose from {', '.join(table.columns)}", param_hint="-c"
-            )
-        table = table.select(wanted)
-    title = _ops_title(top, order_by, by, aggregate)
-    if csv or json_:
-        emit(table, _format(csv, False, json_), title=title)
-        return
     notes = []
-    if aggregate not in ("sum", "count"):
-        notes.append(f"times, FLOPs, bytes: {aggregate} per call; % step, TFLOP/s, GB/s, lost us: of their sum")
-    if not columns:
-        shown = ops_terminal_columns(table, by, rank_basis(loaded, by, inclusive=inclusive))
-        notes.append(f"more columns with -c: {', '.join(c for c in table.columns if c not in shown)}")
-        table = table.select(shown)
-    if by == "kernel" and "name" in table.columns:  # templated kernel names run to hundreds of characters
-        table = table.with_columns(short_names(pl.Series(table["name"])).alias("name"))
-    if by in ("op", "op+shape") and not inclusive and aggregate != "count":
-        notes.append("ranked by self time: each op's own kernels, so nested ops do not repeat them (--inclusive: total)")
     if by != "kernel" and (whole := share_whole_note(loaded, step)):
         notes.append(whole)
     if by in ("op", "op+shape") and loaded.kernels.height:
@@ -270,7 +273,84 @@ def ops_command(
                 f"kernel time in the table: {covered_us / kernel_us * 100:.1f}% of the {kernel_us / 1000:,.3f} ms "
                 "the steps' kernels ran (GPU time under an annotation is its op's, else the annotation's row)"
             )
-    _print_ops(table, GROUPINGS[by], title, "\n".join(notes), width)
+    _show_ops(stats, shown, by=by, aggregate=aggregate, order_by=order_by,
+              time_column=default_order(loaded, by, "sum"), basis=rank_basis(loaded, by, inclusive=inclusive),
+              inclusive=inclusive, notes=notes)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Shown:
+    """How ``kinetolens ops`` shows its table: rows, filters, columns, format."""
+
+    top: int
+    min_time: float | None
+    max_time: float | None
+    name_regex: str | None
+    columns: str | None
+    csv: bool
+    json_: bool
+    width: int | None
+
+
+def _ops_in_windows(
+    trace: str, windows: bool | None, by: str, aggregate: str, inclusive: bool, *, windowless: bool
+) -> WindowedOps | None:
+    """The op table read a step window at a time where ``windows`` asks for it
+    (None: from the trace's size, where the table can be), else None."""
+    from kinetolens.runs.windowed_read import ops_in_windows, wants_windows
+
+    can = by in ("op", "op+shape", "kernel") and not windowless
+    if windows is True and not can:
+        raise click.BadParameter(
+            "a step window at a time reads op, op+shape and kernel tables, without --step, --tree or --annotations",
+            param_hint="--windows",
+        )
+    path = Path(trace)
+    if windows is False or not can or not path.is_file() or (windows is None and not wants_windows(path)):
+        return None
+    notes: list[str] = []
+    read = ops_in_windows(path, by=by, aggregate=aggregate, inclusive=inclusive, notes=notes)
+    echo_notes(notes)
+    return read
+
+
+def _show_ops(
+    stats: pl.DataFrame, shown: _Shown, *, by: str, aggregate: str, order_by: str, time_column: str, basis: str,
+    inclusive: bool, notes: list[str],
+) -> None:
+    """Rank, filter and print an op table (``stats``, as op_stats gives it), with ``notes`` under it."""
+    try:
+        table = order_and_filter(
+            stats, order_by=order_by, top=shown.top, min_time_us=shown.min_time, max_time_us=shown.max_time,
+            name_regex=shown.name_regex, time_column=None if order_by.lstrip("+-") in TIME_COLUMNS else time_column,
+            aggregate=aggregate,
+        )
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--order-by") from None
+    if shown.columns:
+        wanted = [c.strip() for c in shown.columns.split(",") if c.strip()]
+        unknown = [c for c in wanted if c not in table.columns]
+        if unknown:
+            raise click.BadParameter(
+                f"unknown column(s) {', '.join(unknown)}; choose from {', '.join(table.columns)}", param_hint="-c"
+            )
+        table = table.select(wanted)
+    title = _ops_title(shown.top, order_by, by, aggregate)
+    if shown.csv or shown.json_:
+        emit(table, _format(shown.csv, False, shown.json_), title=title)
+        return
+    lines = []
+    if aggregate not in ("sum", "count"):
+        lines.append(f"times, FLOPs, bytes: {aggregate} per call; % step, TFLOP/s, GB/s, lost us: of their sum")
+    if not shown.columns:
+        keep = ops_terminal_columns(table, by, basis)
+        lines.append(f"more columns with -c: {', '.join(c for c in table.columns if c not in keep)}")
+        table = table.select(keep)
+    if by == "kernel" and "name" in table.columns:  # templated kernel names run to hundreds of characters
+        table = table.with_columns(short_names(pl.Series(table["name"])).alias("name"))
+    if by in ("op", "op+shape") and not inclusive and aggregate != "count":
+        lines.append("ranked by self time: each op's own kernels, so nested ops do not repeat them (--inclusive: total)")
+    _print_ops(table, GROUPINGS[by], title, "\n".join([*lines, *notes]), shown.width)
 
 
 def _ops_title(top: int, order_by: str, by: str, aggregate: str) -> str:

@@ -24,12 +24,21 @@ from kinetolens.analysis.memory.usage import PEAK_COLUMNS, peaks_of
 from kinetolens.analysis.paths.sampling import SAMPLE_STEPS
 from kinetolens.analysis.summary_types import Summary
 from kinetolens.analysis.hardware.gpu_metrics import steps_span
-from kinetolens.analysis.report_windows import TablesPart, WholeTables, tables_part, whole_tables
+from kinetolens.analysis.report_windows import (
+    TablesPart,
+    WholeTables,
+    groups_part,
+    table_of,
+    tables_part,
+    whole_tables,
+)
+from kinetolens.analysis.workload.ops import share_whole_of, stepped_gpu_ns, wall_ns
 from kinetolens.analysis.summary_windows import WindowPart, summarize_windows, window_part
 from kinetolens.errors import TraceWarning, shown_path
 from kinetolens.ingest.kineto_parallel import estimated_json_bytes
 from kinetolens.ingest.opener import StreamUnsupported
 from kinetolens.ingest.spill import Spill
+from kinetolens.model.ownership import owned_kernels
 from kinetolens.model.trace import Trace
 from kinetolens.registry.words import counted
 from kinetolens.windowed import Windowed, open_windows
@@ -38,7 +47,15 @@ from kinetolens.windowed import Windowed, open_windows
 #: at a time: read whole it takes about its own size in memory.
 WINDOWED_FROM_BYTES = 1_500_000_000
 
-__all__ = ["WINDOWED_FROM_BYTES", "WindowedRead", "report_in_windows", "summary_in_windows", "wants_windows"]
+__all__ = [
+    "WINDOWED_FROM_BYTES",
+    "WindowedOps",
+    "WindowedRead",
+    "ops_in_windows",
+    "report_in_windows",
+    "summary_in_windows",
+    "wants_windows",
+]
 
 
 def wants_windows(path: Path) -> bool:
@@ -128,6 +145,53 @@ def _parts(
         if tables is not None:
             tables.append(tables_part(trace, window.own, gpu))
         yield part
+
+
+@dataclass(frozen=True)
+class WindowedOps:
+    """An op table of a trace read a step window at a time (``kinetolens ops``)."""
+
+    table: pl.DataFrame
+    #: Whether the trace has GPU work (it decides what ranks ops).
+    gpu: bool
+    #: What was read, for the line the view prints.
+    read: str
+
+
+def ops_in_windows(
+    path: Path, *, by: str, aggregate: str, inclusive: bool, spill_root: Path | None = None, notes: list[str] | None = None
+) -> WindowedOps | None:
+    """The op table of ``path`` grouped ``by`` (``op``, ``op+shape`` or
+    ``kernel``) under ``aggregate``, read a step window at a time: each
+    window's own ops and kernels grouped, the groups merged.  None where it
+    cannot be (``notes`` says why; the caller reads the trace whole)."""
+    with tempfile.TemporaryDirectory(prefix="kinetolens-windows-", dir=spill_root) as folder:
+        try:
+            windowed = open_windows(path, folder)
+        except StreamUnsupported as exc:
+            read, why = None, f"the file is not laid out as the streaming reader expects ({exc})"
+        else:
+            read, why = _ops(windowed, by, aggregate, inclusive)
+    if read is None and notes is not None:
+        notes.append(f"{shown_path(path)}: read whole, not a step window at a time: {why}")
+    return read
+
+
+def _ops(windowed: Windowed, by: str, aggregate: str, inclusive: bool) -> tuple[WindowedOps | None, str]:
+    steps = windowed.steps
+    if steps.height == 0:
+        return None, "it has no ProfilerStep ranges"
+    gpu = windowed.has_gpu_work()
+    parts: list[pl.DataFrame] = []
+    stepped = 0
+    devices: set[int] = set()
+    for window, trace in windowed.traces():
+        parts.append(groups_part(trace, window.own, gpu, by, inclusive))
+        stepped += stepped_gpu_ns(trace, own=window.own)
+        devices.update(trace.kernels.filter(owned_kernels(*window.own))["device"].drop_nulls().to_list())
+    share_whole = share_whole_of(wall_ns(steps) * max(1, len(devices)), stepped)
+    table = table_of(parts, by, aggregate, share_whole)
+    return WindowedOps(table, gpu, f"read a step window at a time ({counted(steps.height, 'step')})"), ""
 
 
 def _peaks(spill: Spill) -> pl.DataFrame:

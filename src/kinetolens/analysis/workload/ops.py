@@ -75,11 +75,16 @@ def additive(column: str, aggregate: str) -> bool:
 
 def default_order(trace: Trace, by: str, aggregate: str, *, inclusive: bool = False) -> str:
     """The column a table of ``op_stats(trace, by=by, aggregate=aggregate)`` is ranked by."""
+    return default_order_of(trace.kernels.height > 0, by, aggregate, inclusive=inclusive)
+
+
+def default_order_of(gpu: bool, by: str, aggregate: str, *, inclusive: bool = False) -> str:
+    """:func:`default_order` of a trace with (``gpu``) or without GPU work."""
     if aggregate == "count":
         return "calls"
     if by == "kernel":
         return "device_total_us"  # kernels have only device time
-    return rank_basis(trace, by, inclusive=inclusive)
+    return rank_basis_of(gpu, by, inclusive=inclusive)
 
 
 def rank_basis(trace: Trace, by: str = "op", *, inclusive: bool = False) -> str:
