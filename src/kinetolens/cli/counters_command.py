@@ -18,6 +18,17 @@ if TYPE_CHECKING:
 TERMINAL_COLUMNS = ["idx", "top_level_op", "bottom_level_op", "kernel", "flops", "dram_bytes", "tc"]
 
 
+def _chosen(columns: str | None, default: list[str], available: list[str]) -> list[str]:
+    """The terminal table's columns: ``-c``'s, each one known, else ``default``."""
+    if not columns:
+        return list(default)
+    wanted = [c.strip() for c in columns.split(",") if c.strip()]
+    unknown = [c for c in wanted if c not in available]
+    if unknown:
+        raise click.BadParameter(f"unknown column(s) {', '.join(unknown)}; choose from {', '.join(available)}", param_hint="-c")
+    return wanted
+
+
 def _flat(table: pl.DataFrame) -> pl.DataFrame:
     """CSV cannot hold lists: the op stack becomes ``outer > ... > inner``."""
     import polars as pl
@@ -33,10 +44,12 @@ def _flat(table: pl.DataFrame) -> pl.DataFrame:
     "--samples", is_flag=True, help="PM sampling: each sample (GPU, metric, start, end, value) instead of the kernels."
 )
 @click.option("-n", "--limit", type=click.IntRange(min=1), help="At most this many rows.")
+@click.option("-c", "--columns", default=None, help="Comma-separated columns of the terminal table.")
 @click.option("-w", "--width", type=WIDTH, help="Terminal width for the table.")
 @trace_load_options()
 def counters_command(
-    trace: str, csv_: bool, json_: bool, samples: bool, limit: int | None, width: int | None, loading: TraceLoading
+    trace: str, csv_: bool, json_: bool, samples: bool, limit: int | None, width: int | None, loading: TraceLoading,
+    columns: str | None = None,
 ) -> None:
     """CUPTI counters of each kernel in TRACE, with its op stack, FLOPs and DRAM bytes.
 
@@ -61,7 +74,7 @@ def counters_command(
     from kinetolens.analysis.hardware.pm_sampling import has_pm_samples
 
     if t.kernel_counters.height == 0 and has_pm_samples(t):
-        _pm_sampling(t, trace, csv_=csv_, json_=json_, samples=samples, limit=limit, width=width)
+        _pm_sampling(t, trace, csv_=csv_, json_=json_, samples=samples, limit=limit, width=width, columns=columns)
         return
     if samples:
         raise TraceError(trace, "--samples is for CUPTI PM sampling, and this trace has none")
@@ -77,8 +90,10 @@ def counters_command(
     if csv_:
         emit(_flat(table), "csv")
         return
-    shown = table.select(TERMINAL_COLUMNS).with_columns(
-        short_names(table["kernel"]).alias("kernel"), pl.col("flops", "dram_bytes").cast(pl.Int64, strict=False)
+    shown = table.select(_chosen(columns, TERMINAL_COLUMNS, table.columns))
+    shown = shown.with_columns(
+        *([short_names(shown["kernel"]).alias("kernel")] if "kernel" in shown.columns else []),
+        *(pl.col(c).cast(pl.Int64, strict=False) for c in ("flops", "dram_bytes") if c in shown.columns),
     )
     emit(shown, "table", title=f"kinetolens counters: {trace}", width=width)
     pairing = table["pairing"][0] if table.height else "-"
@@ -94,12 +109,13 @@ def counters_command(
 
 
 def _pm_sampling(
-    t: object, trace: str, *, csv_: bool, json_: bool, samples: bool, limit: int | None, width: int | None
+    t: object, trace: str, *, csv_: bool, json_: bool, samples: bool, limit: int | None, width: int | None,
+    columns: str | None,
 ) -> None:
     """The PM-sampling view: kernel names (terminal), kernels (--csv/--json) or samples (--samples)."""
     from kinetolens.analysis.hardware.pm_sampling import pm_by_kernel_name, pm_per_kernel, pm_samples, sample_info
     from kinetolens.cli.render import console as render_console
-    from kinetolens.cli.render import emit
+    from kinetolens.cli.render import emit, print_table
     from kinetolens.registry.kernel_names import short_names
     from kinetolens.views import units
 
@@ -116,13 +132,15 @@ def _pm_sampling(
     if limit is not None:
         by_name = by_name.head(limit)
     shown = by_name.with_columns(short_names(by_name["name"]).alias("name")).rename({"name": "kernel"})
-    metric_headers = {c: c for c in shown.columns if "__" in c}  # CUPTI metric names read as they are spelled
-    emit(
+    shown = shown.select(_chosen(columns, shown.columns, shown.columns))
+    # CUPTI metric names read as they are spelled, on two lines (unit__counter.rollup)
+    metric_headers = {c: c.replace("__", "__\n", 1) for c in shown.columns if "__" in c}
+    print_table(
         shown,
-        "table",
         title=f"kinetolens counters: {trace} (CUPTI PM sampling)",
         width=width,
         headers={"covered_pct": "sampled %", **metric_headers},
+        droppable=["time_us", "covered_pct", "kernels"],  # before any metric (last named first), where the width is short
     )
     info = sample_info(every)
     gpus = ", ".join("?" if d is None else str(d) for d in info.devices)

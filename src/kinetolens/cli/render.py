@@ -186,7 +186,7 @@ def format_column(name: str, series: pl.Series, header: str | None = None, time_
         head = re.sub(r"\bus$", unit, head) if head else f"{_base(name).replace('_', ' ')} {unit}".strip()
     elif numeric and (name == "flops" or name.endswith("_flops")):
         fmt = units.flops
-    elif numeric and (name == "bytes" or name.endswith("_bytes")):
+    elif numeric and (name == "bytes" or name.endswith("_bytes") or "__bytes" in name):  # and CUPTI's dram__bytes_read.sum
         memoryish = any(w in name for w in ("alloc", "reserved", "peak", "live", "mem"))
         fmt = units.memory if memoryish else units.traffic
     elif numeric and name in ID_COLUMNS:

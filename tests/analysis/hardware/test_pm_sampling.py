@@ -202,7 +202,9 @@ def test_counters_command_shows_kernel_names_and_what_was_sampled(
         text = " ".join(out.split())
         assert "CUPTI PM sampling on GPU 0: 2 metrics" in text
         assert "every 50" in text and "us" in text  # the interval, with its unit
-        assert SM in text or "sm__cycles" in text  # metric names read as they are spelled
+        # every metric is shown, its name as spelled (on two lines), before the kernel counts and times
+        assert all(part in text for part in ("sm__", "cycles_active.avg", "dram__", "bytes_read.sum"))
+        assert " TB" in text  # byte counters read with their unit
 
 
 def test_counters_command_json_and_samples(sampled: tuple[Path, list], capsys: pytest.CaptureFixture[str]) -> None:
@@ -234,3 +236,16 @@ def test_the_gpu_suites_check_passes_on_kinetos_format_and_fails_without_samples
     assert got["interval_ns"] == 1_000_000 and got["covered"] == pytest.approx(1.0)
     with pytest.raises(AssertionError):
         check_pm_samples(kinetolens.load(trace_path(BASE), cache=False))
+
+
+def test_counters_command_columns(sampled: tuple[Path, list], capsys: pytest.CaptureFixture[str]) -> None:
+    path, _ = sampled
+    main(["counters", str(path), "--no-cache", "-w", "80", "-c", f"kernel,{SM}"])
+    out = capsys.readouterr().out
+    header = " ".join(out.split("─")[0].split())
+    assert "sm__" in header and "dram__" not in header and "time" not in header
+    with pytest.raises(SystemExit) as exit_:
+        main(["counters", str(path), "--no-cache", "-c", "nope"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown column(s) nope" in err[0]
