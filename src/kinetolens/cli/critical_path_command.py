@@ -18,6 +18,11 @@ from kinetolens.cli.load_options import TraceLoading, strict_option, trace_load_
 @click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width (default: the terminal's).")
 @click.option("--perfetto", "perfetto", type=click.Path(dir_okay=False), default=None, help="Also write the annotated trace with a critical-path track (.json or .json.gz) for ui.perfetto.dev.")
 @click.option("--keep-last-step", is_flag=True, help="Keep a last step the profiler cut short.")
+@click.option(
+    "--windows/--whole", "windows", default=None,
+    help="Read the trace a step window at a time (memory bounded by a step): the path of --step, else of "
+    "up to 8 whole steps in the middle; or whole. Default: a step window at a time from 1.5 GB of JSON.",
+)
 @trace_load_options()
 @strict_option
 @click.option(
@@ -37,6 +42,7 @@ def critical_path_command(
     loading: TraceLoading,
     strict: bool,
     executor: str | None,
+    windows: bool | None = None,
 ) -> None:
     """The longest dependency path through each step and what bounds it.
 
@@ -66,7 +72,9 @@ def critical_path_command(
         raise click.UsageError("--instance picks a match of --annotation, which is missing")
     from kinetolens.cli.critical_path_output import show_trace  # polars and rich: only when it runs
 
-    show_trace(trace, step, annotation, instance, top, json_, width, perfetto, keep_last_step, loading)
+    if windows and (annotation is not None or keep_last_step):
+        raise click.UsageError("--windows reads whole steps: use --step, not --annotation or --keep-last-step")
+    show_trace(trace, step, annotation, instance, top, json_, width, perfetto, keep_last_step, loading, windows)
 
 
 def is_run_dir(path: str) -> bool:

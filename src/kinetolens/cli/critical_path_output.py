@@ -27,6 +27,7 @@ from kinetolens.registry.words import counted
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import emit_json
 from kinetolens.errors import TraceError
+from kinetolens.model.trace import Trace
 from kinetolens.analysis.session import whole_steps
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views.units import duration, in_unit, middle, percent, time_unit
@@ -124,6 +125,26 @@ def _print_steps(console: Console, paths: list[CriticalPath]) -> None:
     console.print(t)
 
 
+def _in_windows(trace: str, step: int | None, windows: bool | None) -> Trace | None:
+    """The window of ``step`` (or the sample of whole steps), read a step window
+    at a time where ``windows`` asks for it (None: from the trace's size), and
+    a note on stderr saying so; None to read the trace whole."""
+    from pathlib import Path
+
+    from kinetolens.cli.render import echo_notes
+    from kinetolens.runs.windowed_read import steps_in_windows, wants_windows
+
+    path = Path(trace)
+    if windows is False or not path.is_file() or (windows is None and not wants_windows(path)):
+        return None
+    notes: list[str] = []
+    read = steps_in_windows(path, step, notes=notes)
+    if read is not None:
+        notes.append(f"{trace}: read a step window at a time: the critical path of {read.sampled}")
+    echo_notes(notes)
+    return None if read is None else read.trace
+
+
 def show_trace(
     trace: str,
     step: int | None,
@@ -135,9 +156,12 @@ def show_trace(
     perfetto: str | None,
     keep_last_step: bool,
     loading: TraceLoading,
+    windows: bool | None = None,
 ) -> None:
-    """One trace's critical path per step (or per ``annotation`` window), printed or as JSON."""
-    t = loading.load(trace)
+    """One trace's critical path per step (or per ``annotation`` window), printed or as JSON;
+    ``windows``: read a step window at a time (None: from the trace's size)."""
+    read = None if annotation is not None or keep_last_step else _in_windows(trace, step, windows)
+    t = read if read is not None else loading.load(trace)
     if step is None and annotation is None and not keep_last_step:
         t = whole_steps(t)
     windows: list[Window]

@@ -13,9 +13,10 @@ step, or of an inference engine is read whole, and a note says why.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import polars as pl
 
@@ -34,14 +35,16 @@ from kinetolens.analysis.report_windows import (
 )
 from kinetolens.analysis.workload.ops import share_whole_of, stepped_gpu_ns, wall_ns
 from kinetolens.analysis.summary_windows import WindowPart, summarize_windows, window_part
-from kinetolens.errors import TraceWarning, shown_path
+from kinetolens.errors import TraceError, TraceWarning, shown_path
 from kinetolens.ingest.kineto_parallel import estimated_json_bytes
 from kinetolens.ingest.opener import StreamUnsupported
 from kinetolens.ingest.spill import Spill
 from kinetolens.model.ownership import owned_kernels
 from kinetolens.model.trace import Trace
 from kinetolens.registry.words import counted
-from kinetolens.windowed import Windowed, open_windows
+from kinetolens.windowed import StepWindow, Windowed, open_windows
+
+T = TypeVar("T")
 
 #: Kineto JSON at least this large (uncompressed) is summarized a step window
 #: at a time: read whole it takes about its own size in memory.
@@ -51,8 +54,10 @@ __all__ = [
     "WINDOWED_FROM_BYTES",
     "WindowedOps",
     "WindowedRead",
+    "WindowedSteps",
     "ops_in_windows",
     "report_in_windows",
+    "steps_in_windows",
     "summary_in_windows",
     "wants_windows",
 ]
@@ -93,13 +98,25 @@ def report_in_windows(path: Path, spill_root: Path | None = None, notes: list[st
 
 
 def _in_windows(path: Path, spill_root: Path | None, *, tables: bool, notes: list[str] | None) -> WindowedRead | None:
+    return _windowed(path, spill_root, notes, lambda windowed: _read(windowed, tables))
+
+
+def _windowed(
+    path: Path,
+    spill_root: Path | None,
+    notes: list[str] | None,
+    reading: Callable[[Windowed], tuple[T | None, str]],
+) -> T | None:
+    """What ``reading`` makes of ``path``'s step windows, decoded into a
+    temporary folder (under ``spill_root``) removed after; None where it
+    cannot be read so, and ``notes`` says why."""
     with tempfile.TemporaryDirectory(prefix="kinetolens-windows-", dir=spill_root) as folder:
         try:
             windowed = open_windows(path, folder)
         except StreamUnsupported as exc:
             read, why = None, f"the file is not laid out as the streaming reader expects ({exc})"
         else:
-            read, why = _read(windowed, tables)
+            read, why = reading(windowed)
     if read is None and notes is not None:
         notes.append(f"{shown_path(path)}: read whole, not a step window at a time: {why}")
     return read
@@ -116,9 +133,7 @@ def _read(windowed: Windowed, tables: bool) -> tuple[WindowedRead | None, str]:
     sample = windowed.load(chosen)
     if inference_block(sample).iterations:
         return None, "it is an inference engine's trace (iterations, not steps)"
-    whole = steps.filter(pl.col("complete")).height
-    ids = f"step {chosen.steps[0]}" if len(chosen.steps) == 1 else f"steps {chosen.steps[0]}-{chosen.steps[-1]}"
-    sampled = f"{ids} ({len(chosen.steps)} of {counted(whole, 'whole step')})"
+    sampled = _sampled(steps, chosen)
     note = (
         f"read a step window at a time ({counted(steps.height, 'step')}): the program's kind and the recommendations "
         f"are from {sampled}"
@@ -131,6 +146,48 @@ def _read(windowed: Windowed, tables: bool) -> tuple[WindowedRead | None, str]:
     gpus = len(summary.devices_used)
     report_tables = whole_tables(held, steps=steps, gpus=gpus, breakdown=pl.concat(breakdown)) if tables else None
     return WindowedRead(summary, report_tables, sample, sampled), ""
+
+
+def _sampled(steps: pl.DataFrame, chosen: StepWindow) -> str:
+    """The sample's steps in words: ``steps 605-612 (8 of 1,215 whole steps)``."""
+    whole = steps.filter(pl.col("complete")).height
+    ids = f"step {chosen.steps[0]}" if len(chosen.steps) == 1 else f"steps {chosen.steps[0]}-{chosen.steps[-1]}"
+    return f"{ids} ({len(chosen.steps)} of {counted(whole, 'whole step')})"
+
+
+@dataclass(frozen=True)
+class WindowedSteps:
+    """Some whole steps of a trace read a step window at a time: one step, or the sample."""
+
+    trace: Trace
+    #: Which steps, in words.
+    sampled: str
+
+
+def steps_in_windows(
+    path: Path, step: int | None, spill_root: Path | None = None, notes: list[str] | None = None
+) -> WindowedSteps | None:
+    """The window of ``step`` of ``path`` (None: the sample of up to
+    :data:`SAMPLE_STEPS` whole steps in the middle), the trace held a step
+    window at a time, not whole; None where it cannot be (``notes`` says why).
+    A step the trace does not have is a :class:`TraceError`."""
+    return _windowed(path, spill_root, notes, lambda windowed: _steps(windowed, step))
+
+
+def _steps(windowed: Windowed, step: int | None) -> tuple[WindowedSteps | None, str]:
+    steps = windowed.steps
+    if steps.height == 0:
+        return None, "it has no ProfilerStep ranges"
+    if step is not None:
+        chosen = next((w for w in windowed.windows() if w.step == step), None)
+        if chosen is None:
+            have = steps["step"]
+            raise TraceError(shown_path(windowed.path), f"has no step {step} (steps: {have.min()}-{have.max()})")
+        return WindowedSteps(windowed.load(chosen), f"step {step}"), ""
+    sample = windowed.sample(SAMPLE_STEPS)
+    if sample is None:
+        return None, "it has no whole step"
+    return WindowedSteps(windowed.load(sample), _sampled(steps, sample)), ""
 
 
 def _parts(
@@ -165,16 +222,7 @@ def ops_in_windows(
     ``kernel``) under ``aggregate``, read a step window at a time: each
     window's own ops and kernels grouped, the groups merged.  None where it
     cannot be (``notes`` says why; the caller reads the trace whole)."""
-    with tempfile.TemporaryDirectory(prefix="kinetolens-windows-", dir=spill_root) as folder:
-        try:
-            windowed = open_windows(path, folder)
-        except StreamUnsupported as exc:
-            read, why = None, f"the file is not laid out as the streaming reader expects ({exc})"
-        else:
-            read, why = _ops(windowed, by, aggregate, inclusive)
-    if read is None and notes is not None:
-        notes.append(f"{shown_path(path)}: read whole, not a step window at a time: {why}")
-    return read
+    return _windowed(path, spill_root, notes, lambda windowed: _ops(windowed, by, aggregate, inclusive))
 
 
 def _ops(windowed: Windowed, by: str, aggregate: str, inclusive: bool) -> tuple[WindowedOps | None, str]:
