@@ -35,11 +35,16 @@ def _changes(_ctx: click.Context, _param: click.Parameter, value: tuple[str, ...
 @click.option("--step", type=int, default=None, help="Only this profiler step (default: every complete step, averaged).")
 @click.option("--json", "json_", is_flag=True, help="Measured and predicted time per step, and the new path's split, as JSON.")
 @click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width (default: the terminal's).")
+@click.option(
+    "--windows/--whole", "windows", default=None,
+    help="Read the trace a step window at a time (memory bounded by a step; the same prediction), or whole; "
+    "default: a step window at a time from 1.5 GB of JSON.",
+)
 @trace_load_options()
 @strict_option
 def whatif_command(
     trace: str, changes: list[Change], step: int | None, json_: bool, width: int | None, loading: TraceLoading,
-    strict: bool,
+    strict: bool, windows: bool | None = None,
 ) -> None:
     """Predict the step time after CHANGES, and what would bound the step then.
 
@@ -60,13 +65,33 @@ def whatif_command(
 
     from kinetolens.cli.render import emit_json
 
-    result = whatif(loading.load(trace), changes, step)
+    result = _in_windows(trace, changes, step, windows) or whatif(loading.load(trace), changes, step)
     if not result.steps:
         raise click.ClickException(f"{trace}: no step with CPU ops to re-time")
     if json_:
         emit_json(_json(result))
         return
     _print(result, width)
+
+
+def _in_windows(trace: str, changes: list[Change], step: int | None, windows: bool | None) -> WhatIf | None:
+    """The prediction read a step window at a time where ``windows`` asks for it
+    (None: from the trace's size), with a note on stderr; None to read the trace whole."""
+    from pathlib import Path
+
+    from kinetolens.cli.render import echo_notes
+    from kinetolens.registry.words import counted
+    from kinetolens.runs.windowed_read import wants_windows, whatif_in_windows
+
+    path = Path(trace)
+    if windows is False or not path.is_file() or (windows is None and not wants_windows(path)):
+        return None
+    notes: list[str] = []
+    result = whatif_in_windows(path, changes, step, notes=notes)
+    if result is not None:
+        notes.append(f"{trace}: read a step window at a time ({counted(len(result.steps), 'step')} re-timed)")
+    echo_notes(notes)
+    return result
 
 
 def _json(r: WhatIf) -> dict:

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import polars as pl
 
@@ -44,6 +44,9 @@ from kinetolens.model.trace import Trace
 from kinetolens.registry.words import counted
 from kinetolens.windowed import StepWindow, Windowed, open_windows
 
+if TYPE_CHECKING:
+    from kinetolens.analysis.paths.whatif import Change, WhatIf
+
 T = TypeVar("T")
 
 #: Kineto JSON at least this large (uncompressed) is summarized a step window
@@ -60,6 +63,7 @@ __all__ = [
     "steps_in_windows",
     "summary_in_windows",
     "wants_windows",
+    "whatif_in_windows",
 ]
 
 
@@ -188,6 +192,33 @@ def _steps(windowed: Windowed, step: int | None) -> tuple[WindowedSteps | None, 
     if sample is None:
         return None, "it has no whole step"
     return WindowedSteps(windowed.load(sample), _sampled(steps, sample)), ""
+
+
+def whatif_in_windows(
+    path: Path, changes: list[Change], step: int | None, spill_root: Path | None = None, notes: list[str] | None = None
+) -> WhatIf | None:
+    """:func:`~kinetolens.analysis.paths.whatif.whatif` of ``path`` read a
+    step window at a time: each whole step (or ``step``) re-timed in its own
+    window, the results joined; None where it cannot be (``notes`` says why).
+    A step the trace does not have is a :class:`TraceError`."""
+    return _windowed(path, spill_root, notes, lambda windowed: _whatif(windowed, changes, step))
+
+
+def _whatif(windowed: Windowed, changes: list[Change], step: int | None) -> tuple[WhatIf | None, str]:
+    from kinetolens.analysis.paths.whatif import WhatIf, whatif
+
+    steps = windowed.steps
+    if steps.height == 0:
+        return None, "it has no ProfilerStep ranges"
+    wanted = {step} if step is not None else set(steps.filter(pl.col("complete"))["step"].to_list())
+    chosen = [w for w in windowed.windows() if w.step in wanted]
+    if step is not None and not chosen:
+        have = steps["step"]
+        raise TraceError(shown_path(windowed.path), f"has no step {step} (steps: {have.min()}-{have.max()})")
+    if not chosen:
+        return None, "it has no whole step"
+    parts = [whatif(windowed.load(window), changes, window.step) for window in chosen]
+    return WhatIf.joined(parts, changes), ""
 
 
 def _parts(

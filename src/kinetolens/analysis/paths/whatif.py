@@ -124,6 +124,20 @@ class WhatIf:
     def delta_us(self) -> float:
         return self.predicted_us - self.measured_us
 
+    @classmethod
+    def joined(cls, parts: list[WhatIf], changes: list[Change]) -> WhatIf:
+        """The what-if of several parts of a trace (each step's window, one
+        after another) as one: their steps together, in time order; the
+        floor is the mean over steps, as :func:`whatif` takes it."""
+        steps = sorted((s for p in parts for s in p.steps), key=lambda s: s.window.start)
+        floors = [(p.host_floor_us, len(p.steps)) for p in parts if p.steps]
+        floor = (
+            sum(f * n for f, n in floors) / sum(n for _, n in floors)
+            if floors and all(f is not None for f, _ in floors)
+            else None
+        )
+        return cls(changes=changes, steps=steps, of=len(steps), host_floor_us=floor)  # type: ignore[arg-type]
+
     @property
     def matched(self) -> dict[str, int]:
         out: dict[str, int] = {}
