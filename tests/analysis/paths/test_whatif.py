@@ -92,7 +92,7 @@ def test_launch_overlap_and_kernel_changes_move_the_step_the_right_way(r0):
     assert no_dl.predicted_us - fast.predicted_us < float(k["dur"].sum()) / 1000 / 2
     launch = whatif(r0, [parse_change("launch:0")], step=step).steps[0]
     assert launch.predicted_us <= base.measured_us
-    assert float(launch.path.filter(pl.col("bound_by") == "launch_overhead")["us"].sum()) == 0
+    assert float(launch.summary.filter(pl.col("bound_by") == "launch_overhead")["us"].sum()) == 0
 
 
 @pytest.mark.parametrize(

@@ -599,10 +599,22 @@ def _facts_index(facts: TraceFacts) -> _FactsIndex:
 
 
 class _FactsIndex:
-    """Whole-trace lookups the synchronization edges need, as arrays (once per trace)."""
+    """Whole-trace lookups the synchronization edges need, as arrays (once per trace).
+
+    Kept in its facts, which it holds weakly: a cycle between the two would
+    outlive a window's trace until the collector's next full pass, holding
+    that window's tables (a trace read a step window at a time would grow
+    by a window each step)."""
 
     def __init__(self, facts: TraceFacts) -> None:
-        self.facts = facts
+        self._facts = weakref.ref(facts)
+
+    @property
+    def facts(self) -> TraceFacts:
+        facts = self._facts()
+        if facts is None:
+            raise ReferenceError("the dependency facts of this index were collected")
+        return facts
 
     @cached_property
     def candidates(self) -> _Candidates:

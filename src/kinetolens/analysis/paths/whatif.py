@@ -54,6 +54,7 @@ from kinetolens.analysis.paths.critical_path import (
 from kinetolens.analysis.paths.dependency_graph import DependencyGraph, TraceFacts, build_graph
 from kinetolens.analysis.paths.longest_path import Contracted
 from kinetolens.analysis.paths.sampling import MIN_STEPS, SAMPLE_STEPS, SAMPLING, SETTLED_SHARE, sample
+from kinetolens.model.vocabulary import BOUND_BY
 from kinetolens.analysis.paths.whatif_changes import BadChange, Change, change_mask, parse_change
 from kinetolens.model.trace import Trace
 
@@ -152,12 +153,20 @@ class WhatIf:
         empty = pl.DataFrame(schema={"bound_by": pl.String, "us": pl.Float64, "pct": pl.Float64, "edges": pl.Int64})
         if not self.steps:
             return empty
-        path = pl.concat([s.path for s in self.steps])
         n = len(self.steps)
         untraced = sum(s.untraced_us for s in self.steps)
         carried = sum(s.carried_us for s in self.steps)
         total = sum(s.length_us for s in self.steps) + untraced + carried
-        out = summarize(path, total) if path.height else empty
+        # Each step's path summarized when it was re-timed (its table is not kept): times and edges add up.
+        order = {b: i for i, b in enumerate(BOUND_BY)}
+        out = (
+            pl.concat([s.summary for s in self.steps])
+            .group_by("bound_by")
+            .agg(pl.col("us").sum(), pl.col("edges").sum())
+            .sort(pl.col("bound_by").replace_strict(order, default=len(order), return_dtype=pl.Int64))
+            .select("bound_by", "us", (100 * pl.col("us") / total if total else pl.lit(0.0)).alias("pct"), "edges")
+            .cast(empty.schema)
+        )
         pct = [100 * v / total if total else 0.0 for v in (carried, untraced)]
         rest = pl.DataFrame({"bound_by": ["previous_step", "untraced"], "us": [carried, untraced], "pct": pct, "edges": [0, 0]}, schema=empty.schema)
         rest = rest.filter(pl.col("us") > 0)
@@ -270,7 +279,9 @@ def whatif_many(
     out = [WhatIf(changes=changes, steps=[], of=len(windows)) for changes in change_sets]
     for r in iter_replays(trace, [windows[i] for i in positions]):
         for result in out:
-            result.steps.append(predict(r, result.changes, paths))
+            # each step's new path is kept as its summary: a table per step would hold every step's path at once
+            step = predict(r, result.changes, paths)
+            result.steps.append(dataclasses.replace(step, path=step.path.clear()))
         del r  # before the next step's graph is built
         if stop_early and settled([[s.predicted_us - s.measured_us for s in o.steps] for o in out], out[0].measured_us, settle):
             break
