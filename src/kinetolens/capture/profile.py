@@ -201,7 +201,8 @@ class Profile:
         if counters is not None:
             # Before the profiler starts: torch would record no counters, silently.
             counter_path = hw_counters.check_supported(counters, self._cuda)
-            print(hw_counters.path_line(counter_path, o.counters_per_kernel), file=sys.stderr, flush=True)
+            if self._counter_path is None:  # once per profile, not per session of a decorated function
+                print(hw_counters.path_line(counter_path, o.counters_per_kernel), file=sys.stderr, flush=True)
         self._counter_path = counter_path if counters is not None else None
         if o.memory_snapshot:
             reason = hw_counters.unsupported_reason(self._cuda)
