@@ -249,3 +249,21 @@ def test_counters_command_columns(sampled: tuple[Path, list], capsys: pytest.Cap
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown column(s) nope" in err[0]
+
+
+def test_each_gpus_samples_go_to_its_own_kernels(tmp_path: Path) -> None:
+    """Kineto samples one GPU per track: another GPU's samples (here GPU 1,
+    where this trace ran nothing) change no kernel of GPU 0."""
+    path, written = with_samples(tmp_path / "two.json", interval_us=50)
+    text = path.read_text()
+    head, marker, tail = text.partition('"traceEvents": [')
+    other = "".join(kineto_counter_event(SM, 1, ts, 1e6) for m, ts, _ in written if m == SM)
+    path.write_text(head + marker + other + tail)
+    trace = kinetolens.load(path, cache=False)
+    info = sample_info(pm_samples(trace))
+    assert info.devices == (0, 1)
+    per_kernel = pm_per_kernel(trace)
+    want = brute_force(trace, written, 50)
+    assert set(per_kernel["device"].unique()) == {0}
+    for row in per_kernel.iter_rows(named=True):
+        assert row[SM] == pytest.approx(want[row["kernel_id"]][SM], rel=1e-12)
