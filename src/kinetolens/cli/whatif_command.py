@@ -88,7 +88,7 @@ def _in_windows(trace: str, changes: list[Change], step: int | None, windows: bo
         return None
     notes: list[str] = []
     result = whatif_in_windows(path, changes, step, notes=notes)
-    if result is not None:
+    if result is not None and result.steps:  # none: the command's one line says so
         notes.append(f"{trace}: read a step window at a time ({counted(len(result.steps), 'step')} re-timed)")
     echo_notes(notes)
     return result
