@@ -14,6 +14,8 @@ from kinetolens.registry.words import counted
 if TYPE_CHECKING:
     import polars as pl
 
+    from kinetolens.model.trace import Trace
+
 #: Columns the terminal table shows; --csv/--json carry every counter too.
 TERMINAL_COLUMNS = ["idx", "top_level_op", "bottom_level_op", "kernel", "flops", "dram_bytes", "tc"]
 
@@ -109,7 +111,7 @@ def counters_command(
 
 
 def _pm_sampling(
-    t: object, trace: str, *, csv_: bool, json_: bool, samples: bool, limit: int | None, width: int | None,
+    t: Trace, trace: str, *, csv_: bool, json_: bool, samples: bool, limit: int | None, width: int | None,
     columns: str | None,
 ) -> None:
     """The PM-sampling view: kernel names (terminal), kernels (--csv/--json) or samples (--samples)."""
@@ -119,12 +121,12 @@ def _pm_sampling(
     from kinetolens.registry.kernel_names import short_names
     from kinetolens.views import units
 
-    every = pm_samples(t)  # type: ignore[arg-type]
+    every = pm_samples(t)
     fmt = "json" if json_ else "csv" if csv_ else "table"
     if samples:
         emit(every if limit is None else every.head(limit), fmt, title=f"kinetolens counters: {trace} (PM samples)", width=width)
         return
-    per_kernel = pm_per_kernel(t)  # type: ignore[arg-type]
+    per_kernel = pm_per_kernel(t)
     if fmt != "table":
         emit(per_kernel if limit is None else per_kernel.head(limit), fmt)
         return
@@ -143,10 +145,10 @@ def _pm_sampling(
         droppable=["time_us", "covered_pct", "kernels"],  # before any metric (last named first), where the width is short
     )
     info = sample_info(every)
-    gpus = ", ".join("?" if d is None else str(d) for d in info.devices)
+    gpus = ("GPUs " if len(info.devices) > 1 else "GPU ") + ", ".join("?" if d is None else str(d) for d in info.devices)
     every_text = "-" if info.interval_ns is None else units.duration(info.interval_ns / 1e3)
     render_console(width).print(
-        f"CUPTI PM sampling on GPU {gpus}: {counted(len(info.metrics), 'metric')}, "
+        f"CUPTI PM sampling on {gpus}: {counted(len(info.metrics), 'metric')}, "
         f"{counted(info.samples, 'sample')} every {every_text} over {units.duration(info.span_ns / 1e3)}. "
         "A kernel's value is the mean of the samples it overlaps, weighted by the overlap: the GPU's "
         "over each interval, shared by kernels that ran together.",
