@@ -9,30 +9,24 @@ says which.  The path is the one the whole trace gives for those steps.
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from kinetolens.analysis.paths.sampling import SAMPLE_STEPS
+from tests.cli.kinetolens_process import kinetolens, kinetolens_json
 from tests.conftest import trace_path
 
 NO_STEPS = "hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
 
 
 def _run(path: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kinetolens.cli.main", "critical-path", str(path), "--no-cache", *options],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    return kinetolens("critical-path", path, *options)
 
 
 def _json(path: Path, *options: str) -> tuple[dict, str]:
-    res = _run(path, "--json", *options)
-    assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout), res.stderr
+    return kinetolens_json("critical-path", path, *options)
 
 
 def test_one_steps_path_from_its_window_is_the_whole_traces(many_steps: Path) -> None:

@@ -11,8 +11,6 @@ the time lost to the roofline) reads it whole.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from click.testing import CliRunner
 
 from kinetolens.analysis.hardware.roofline import LOST_COLUMNS
 from kinetolens.cli.main import cli
+from tests.cli.kinetolens_process import kinetolens
 from tests.conftest import trace_path
 
 DF_INDEX = "hta/df_index_resolver/df_index_resolver.json.gz"
@@ -98,10 +97,7 @@ def test_lost_time_needs_the_whole_trace() -> None:
 
 def _refused(path: Path, *options: str) -> str:
     """The one line ``kinetolens ops`` exits 2 with."""
-    res = subprocess.run(
-        [sys.executable, "-m", "kinetolens.cli.main", "ops", str(path), "--no-cache", *options],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    res = kinetolens("ops", path, *options)
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1 and lines[0].startswith("kinetolens: error: "), res.stderr
     return lines[0]

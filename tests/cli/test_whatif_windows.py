@@ -9,29 +9,23 @@ is the whole trace's, step by step.
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.cli.kinetolens_process import kinetolens, kinetolens_json
 from tests.conftest import trace_path
 
 DF_INDEX = "hta/df_index_resolver/df_index_resolver.json.gz"
 
 
 def _run(path: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kinetolens.cli.main", "whatif", str(path), "--no-cache", *options],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    return kinetolens("whatif", path, *options)
 
 
 def _json(path: Path, *options: str) -> tuple[dict, str]:
-    res = _run(path, "--json", *options)
-    assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout), res.stderr
+    return kinetolens_json("whatif", path, *options)
 
 
 def _same(got: dict, want: dict) -> None:
