@@ -57,8 +57,9 @@ def test_a_step_the_trace_lacks_is_one_line(many_steps: Path) -> None:
     assert res.returncode == 2 and len(lines) == 1 and "has no step 999" in lines[0], res.stderr
 
 
-def test_windows_take_whole_steps_only() -> None:
-    res = _run(trace_path(NO_STEPS), "--windows", "--annotation", "Profiler")
+@pytest.mark.parametrize("options", [("--annotation", "Profiler"), ("--keep-last-step",), ("--perfetto", "cp.json")])
+def test_windows_take_whole_steps_only(options: tuple[str, ...]) -> None:
+    res = _run(trace_path(NO_STEPS), "--windows", *options)
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1 and "--windows" in lines[0], res.stderr
 

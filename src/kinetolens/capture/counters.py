@@ -126,11 +126,11 @@ def counter_paths() -> tuple[str, ...]:
     return paths_offered(library_markers(Path(torch.__file__).parent / "lib", markers))
 
 
-def check_supported(metrics: list[str], cuda_profiled: bool, paths: tuple[str, ...] | None = None) -> str:
+def check_supported(metrics: list[str], cuda_profiled: bool) -> str:
     """The path the counters will be collected with; raises
     :class:`CaptureUnsupportedError` where none can collect them."""
     reason = unsupported_reason(cuda_profiled)
-    offered = counter_paths() if paths is None and reason is None else (paths or ())
+    offered = counter_paths() if reason is None else ()
     if reason is None and not offered:
         import torch
 

@@ -297,7 +297,7 @@ def _ops_in_windows(
 ) -> WindowedOps | None:
     """The op table read a step window at a time where ``windows`` asks for it
     (None: from the trace's size, where the table can be), else None."""
-    from kinetolens.runs.windowed_read import ops_in_windows, wants_windows
+    from kinetolens.runs.windowed_read import ops_in_windows, reads_in_windows
 
     can = by in ("op", "op+shape", "kernel") and not windowless
     if windows is True and not can:
@@ -306,7 +306,7 @@ def _ops_in_windows(
             param_hint="--windows",
         )
     path = Path(trace)
-    if windows is False or not can or not path.is_file() or (windows is None and not wants_windows(path)):
+    if not can or not reads_in_windows(path, windows):
         return None
     notes: list[str] = []
     read = ops_in_windows(path, by=by, aggregate=aggregate, inclusive=inclusive, notes=notes)

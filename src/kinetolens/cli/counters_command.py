@@ -67,14 +67,13 @@ def counters_command(
     import polars as pl
 
     from kinetolens.analysis.hardware.counters import NoCounters, counter_table
+    from kinetolens.analysis.hardware.pm_sampling import has_pm_samples
     from kinetolens.cli.render import console as render_console
     from kinetolens.cli.render import emit
     from kinetolens.registry.kernel_names import short_names
     from kinetolens.views import units
 
     t = loading.load(trace)
-    from kinetolens.analysis.hardware.pm_sampling import has_pm_samples
-
     if t.kernel_counters.height == 0 and has_pm_samples(t):
         _pm_sampling(t, trace, csv_=csv_, json_=json_, samples=samples, limit=limit, width=width, columns=columns)
         return

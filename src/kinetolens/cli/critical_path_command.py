@@ -72,8 +72,10 @@ def critical_path_command(
         raise click.UsageError("--instance picks a match of --annotation, which is missing")
     from kinetolens.cli.critical_path_output import show_trace  # polars and rich: only when it runs
 
-    if windows and (annotation is not None or keep_last_step):
-        raise click.UsageError("--windows reads whole steps: use --step, not --annotation or --keep-last-step")
+    if windows and (annotation is not None or keep_last_step or perfetto is not None):
+        raise click.UsageError(
+            "--windows reads whole steps: use --step, not --annotation, --keep-last-step or --perfetto"
+        )
     show_trace(trace, step, annotation, instance, top, json_, width, perfetto, keep_last_step, loading, windows)
 
 

@@ -132,10 +132,10 @@ def _in_windows(trace: str, step: int | None, windows: bool | None) -> Trace | N
     from pathlib import Path
 
     from kinetolens.cli.render import echo_notes
-    from kinetolens.runs.windowed_read import steps_in_windows, wants_windows
+    from kinetolens.runs.windowed_read import reads_in_windows, steps_in_windows
 
     path = Path(trace)
-    if windows is False or not path.is_file() or (windows is None and not wants_windows(path)):
+    if not reads_in_windows(path, windows):
         return None
     notes: list[str] = []
     read = steps_in_windows(path, step, notes=notes)
@@ -160,7 +160,9 @@ def show_trace(
 ) -> None:
     """One trace's critical path per step (or per ``annotation`` window), printed or as JSON;
     ``windows``: read a step window at a time (None: from the trace's size)."""
-    read = None if annotation is not None or keep_last_step else _in_windows(trace, step, windows)
+    # --perfetto writes the whole trace with its path: a window would write part of it
+    whole = annotation is not None or keep_last_step or perfetto is not None
+    read = None if whole else _in_windows(trace, step, windows)
     t = read if read is not None else loading.load(trace)
     if step is None and annotation is None and not keep_last_step:
         t = whole_steps(t)

@@ -98,9 +98,9 @@ def _in_windows(path: Path, loading: TraceLoading, windows: bool | None) -> Wind
     with the trace's cache entry, as ``kinetolens summary --windows`` keeps it."""
     from kinetolens.analysis.summary_types import Summary
     from kinetolens.cli.render import echo_notes
-    from kinetolens.runs.windowed_read import report_in_windows, wants_windows
+    from kinetolens.runs.windowed_read import reads_in_windows, report_in_windows
 
-    if windows is False or (windows is None and not wants_windows(path)):
+    if not reads_in_windows(path, windows):
         return None
     notes: list[str] = []
     read = report_in_windows(path, notes=notes)

@@ -65,7 +65,9 @@ def whatif_command(
 
     from kinetolens.cli.render import emit_json
 
-    result = _in_windows(trace, changes, step, windows) or whatif(loading.load(trace), changes, step)
+    result = _in_windows(trace, changes, step, windows)
+    if result is None:
+        result = whatif(loading.load(trace), changes, step)
     if not result.steps:
         raise click.ClickException(f"{trace}: no step with CPU ops to re-time")
     if json_:
@@ -81,10 +83,10 @@ def _in_windows(trace: str, changes: list[Change], step: int | None, windows: bo
 
     from kinetolens.cli.render import echo_notes
     from kinetolens.registry.words import counted
-    from kinetolens.runs.windowed_read import wants_windows, whatif_in_windows
+    from kinetolens.runs.windowed_read import reads_in_windows, whatif_in_windows
 
     path = Path(trace)
-    if windows is False or not path.is_file() or (windows is None and not wants_windows(path)):
+    if not reads_in_windows(path, windows):
         return None
     notes: list[str] = []
     result = whatif_in_windows(path, changes, step, notes=notes)

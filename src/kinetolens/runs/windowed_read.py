@@ -61,14 +61,20 @@ __all__ = [
     "ops_in_windows",
     "report_in_windows",
     "steps_in_windows",
+    "reads_in_windows",
     "summary_in_windows",
-    "wants_windows",
     "whatif_in_windows",
 ]
 
 
-def wants_windows(path: Path) -> bool:
-    """Whether ``path`` is Kineto JSON large enough to summarize a step window at a time."""
+def reads_in_windows(path: Path, windows: bool | None) -> bool:
+    """Whether a command reads ``path`` a step window at a time: as ``--windows``
+    (True) or ``--whole`` (False) say, else (None) where it is Kineto JSON too
+    large to hold (:data:`WINDOWED_FROM_BYTES`); never a file that is not local."""
+    if not path.is_file():
+        return False
+    if windows is not None:
+        return windows
     name = path.name.lower()
     return name.endswith((".json", ".json.gz")) and estimated_json_bytes(path) >= WINDOWED_FROM_BYTES
 

@@ -115,8 +115,8 @@ def pm_per_kernel(trace: Trace) -> pl.DataFrame:
     samples = pm_samples(trace)
     if samples.height == 0:
         raise NoSamples(
-            "no CUPTI PM-sampling counters in this trace: record them with kinetolens.profile(counters=[...]) "
-            "where torch's Kineto samples counters (see docs/counters.md)"
+            "no CUPTI PM-sampling counters in this trace: kinetolens.profile(counters=[...]) records them "
+            "where torch's Kineto samples counters instead of measuring them per kernel"
         )
     kernels = trace.kernels.filter(pl.col("kind") == KERNEL).select(
         "kernel_id", "name", "device", "ts", "dur"

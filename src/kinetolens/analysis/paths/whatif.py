@@ -54,9 +54,9 @@ from kinetolens.analysis.paths.critical_path import (
 from kinetolens.analysis.paths.dependency_graph import DependencyGraph, TraceFacts, build_graph
 from kinetolens.analysis.paths.longest_path import Contracted
 from kinetolens.analysis.paths.sampling import MIN_STEPS, SAMPLE_STEPS, SAMPLING, SETTLED_SHARE, sample
-from kinetolens.model.vocabulary import BOUND_BY
 from kinetolens.analysis.paths.whatif_changes import BadChange, Change, change_mask, parse_change
 from kinetolens.model.trace import Trace
+from kinetolens.model.vocabulary import BOUND_BY
 
 __all__ = ["BadChange", "Change", "parse_change", "whatif", "whatif_many", "iter_replays", "retime", "prepare", "predict", "SAMPLE_STEPS", "SAMPLING"]
 
@@ -132,12 +132,10 @@ class WhatIf:
         floor is the mean over steps, as :func:`whatif` takes it."""
         steps = sorted((s for p in parts for s in p.steps), key=lambda s: s.window.start)
         floors = [(p.host_floor_us, len(p.steps)) for p in parts if p.steps]
-        floor = (
-            sum(f * n for f, n in floors) / sum(n for _, n in floors)
-            if floors and all(f is not None for f, _ in floors)
-            else None
-        )
-        return cls(changes=changes, steps=steps, of=len(steps), host_floor_us=floor)  # type: ignore[arg-type]
+        floor: float | None = None
+        if floors and all(f is not None for f, _ in floors):
+            floor = sum((f or 0.0) * n for f, n in floors) / sum(n for _, n in floors)
+        return cls(changes=changes, steps=steps, of=len(steps), host_floor_us=floor)
 
     @property
     def matched(self) -> dict[str, int]:
