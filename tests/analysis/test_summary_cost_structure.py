@@ -1,7 +1,8 @@
 """What a summary's cost is made of, checked by structure rather than by timing:
-the recommendations' what-if re-times a bounded sample of the steps, spread
-over the trace, one step's graph at a time, stops once every saving is known
-to 1% of the step, and the summary says what was sampled."""
+the recommendations' what-if re-times a bounded sample of the steps (at most
+one in SAMPLE_SHARE and SAMPLE_STEPS in all), spread over the trace, one
+step's graph at a time, stops once every saving is known to 1% of the step,
+and the summary says what was sampled."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from click.testing import CliRunner
 import kinetolens
 from kinetolens.analysis.advice.recommendations import recommendations
 from kinetolens.analysis.paths import whatif as whatif_module
-from kinetolens.analysis.paths.sampling import MIN_STEPS, SAMPLE_STEPS, SAMPLING, SETTLED_SHARE, sample
+from kinetolens.analysis.paths.sampling import MIN_STEPS, SAMPLE_SHARE, SAMPLE_STEPS, SAMPLING, SETTLED_SHARE, sample, whatif_sample_size
 from kinetolens.analysis.paths.whatif import parse_change, settled, spread_order, whatif_many
 from kinetolens.cli.main import cli
 from tests.conftest import trace_path
@@ -26,6 +27,14 @@ def test_sample_is_evenly_spaced_with_both_ends() -> None:
     assert sample(60, 8) == [0, 8, 17, 25, 34, 42, 51, 59]
     assert sample(5, 8) == [0, 1, 2, 3, 4]
     assert sample(5, None) == [0, 1, 2, 3, 4]
+
+
+def test_the_sample_is_one_step_in_the_share_at_least_one_at_most_the_cap() -> None:
+    assert [whatif_sample_size(n) for n in (0, 1, 5, SAMPLE_SHARE - 1, 2 * SAMPLE_SHARE - 1, 2 * SAMPLE_SHARE, 3 * SAMPLE_SHARE)] == [0, 1, 1, 1, 1, 2, 3]
+    assert whatif_sample_size(SAMPLE_SHARE * SAMPLE_STEPS) == whatif_sample_size(1000) == SAMPLE_STEPS
+    assert whatif_sample_size(5, share=None) == 5 and whatif_sample_size(60, share=None) == SAMPLE_STEPS
+    # One step is the middle one.
+    assert sample(5, whatif_sample_size(5)) == [2]
 
 
 def test_every_prefix_of_the_order_is_spread_over_the_trace() -> None:
@@ -51,6 +60,11 @@ def test_settled_asks_for_a_spread_under_the_share_of_the_step() -> None:
 def test_recommendations_retime_at_most_the_sample_one_step_at_a_time(many_steps: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trace = kinetolens.load(many_steps, cache=False)
     assert trace.steps.height > SAMPLE_STEPS
+    # Under the share alone the 14 steps would be re-timed on the middle one; the
+    # structure (streamed, spread, both ends, stopped once settled) is that of a
+    # sample of several, so the share is lifted here (the next tests hold it).
+    real_whatif_many = whatif_module.whatif_many
+    monkeypatch.setattr(whatif_module, "whatif_many", lambda *a, **k: real_whatif_many(*a, **{**k, "share": None}))
     prepared: list[object] = []
     alive_at_prepare: list[int] = []
     retimed: list[tuple[int | None, tuple[str, ...]]] = []
@@ -90,11 +104,15 @@ def test_whatif_many_without_a_bound_retimes_every_step(many_steps: Path) -> Non
     launch = [[parse_change("launch:0")]]
     (all_steps,) = whatif_many(trace, launch, paths=False, max_steps=None)
     assert len(all_steps.steps) == all_steps.of == trace.steps.height and all_steps.sampled is None
-    (bound,) = whatif_many(trace, launch, paths=False, settle=None)
+    # The default: one step in SAMPLE_SHARE, the middle one of these 14.
+    (shared,) = whatif_many(trace, launch, paths=False)
+    middle = sorted(trace.steps["step"].to_list())[trace.steps.height // 2]
+    assert [s.window.step for s in shared.steps] == [middle] and shared.sampled == f"1 of {trace.steps.height} steps"
+    (bound,) = whatif_many(trace, launch, paths=False, settle=None, share=None)
     assert len(bound.steps) == SAMPLE_STEPS and bound.sampled == f"{SAMPLE_STEPS} of {trace.steps.height} steps"
     # Launch overhead costs each step alike: the first three steps settle it, and their
     # mean is the mean over every step within the share of the step the rule asks for.
-    (early,) = whatif_many(trace, launch, paths=False)
+    (early,) = whatif_many(trace, launch, paths=False, share=None)
     assert len(early.steps) == MIN_STEPS and early.sampled == f"{MIN_STEPS} of {trace.steps.height} steps"
     assert [s.window.start for s in early.steps] == sorted(s.window.start for s in early.steps)
     assert abs(early.delta_us - all_steps.delta_us) <= 2 * SETTLED_SHARE * all_steps.measured_us
@@ -105,14 +123,20 @@ def test_an_outlying_step_keeps_the_whatif_going() -> None:
     # save 143-164 ms and the last 74.6 ms.  The middle and first steps agree to
     # 0.6 ms; stopping there (two steps) would put the saving 10 ms (3% of the step)
     # off.  The last step is the third one re-timed, and its spread keeps all five.
+    # (The summary's default re-times one step in SAMPLE_SHARE: here the middle
+    # one, whose saving is 10.7 ms, 3% of the step, above the five steps' mean;
+    # the first screen says "1 of 5 steps".)
     trace = kinetolens.load(trace_path("hta/df_index_resolver/df_index_resolver.json.gz"))
     host = [[parse_change("category:data_loading=0"), parse_change("category:cpu=0")]]
-    (settled_run,) = whatif_many(trace, host, paths=False)
+    (settled_run,) = whatif_many(trace, host, paths=False, share=None)
     (every,) = whatif_many(trace, host, paths=False, max_steps=None)
     assert len(settled_run.steps) == len(every.steps) == 5
     assert settled_run.delta_us == every.delta_us
     effects = sorted((s.predicted_us - s.measured_us) / 1000 for s in every.steps)
     assert effects[-1] == pytest.approx(-74.6, abs=0.1) and effects[-2] < -140
+    (first_screen,) = whatif_many(trace, host, paths=False)
+    assert first_screen.sampled == "1 of 5 steps" and first_screen.steps[0].window.step == every.steps[2].window.step
+    assert first_screen.delta_us == every.steps[2].predicted_us - every.steps[2].measured_us
 
 
 def test_first_screen_says_what_was_sampled(many_steps: Path) -> None:
@@ -122,7 +146,7 @@ def test_first_screen_says_what_was_sampled(many_steps: Path) -> None:
     head, _, advice = screen.output.partition("What to change first")
     data = json.loads(CliRunner().invoke(cli, ["summary", "--json", str(many_steps)]).output)
     (sampled,) = {f["simulated_on"] for f in data["recommendations"] if f["predicted_step_ms"] is not None}
-    assert sampled.endswith(f" of {n} steps") and MIN_STEPS <= int(sampled.split()[0]) <= SAMPLE_STEPS
+    assert sampled == f"{whatif_sample_size(n)} of {n} steps"
     assert advice.splitlines()[1] == f"savings simulated on {sampled} ({SAMPLING})"
 
 

@@ -1,10 +1,12 @@
 """Which steps the costly per-step analyses take on a long trace, and the words for it.
 
 The what-if behind the recommendations re-times at most :data:`SAMPLE_STEPS`
-steps and the report's critical path section traces at most as many, spread
-over the trace (:func:`sample`): each costs about half as much per step as
-loading the step, so covering every step of a long trace would double the
-cost of the first answer.  Plain constants and a pure function (no polars):
+steps, and at most one in :data:`SAMPLE_SHARE` (:func:`whatif_sample_size`);
+the report's critical path section traces at most :data:`SAMPLE_STEPS`,
+spread over the trace (:func:`sample`).  Re-timing a step costs about 0.8x
+what loading it did, so covering every step, or most steps of a short trace,
+would nearly double the cost of the first answer; ``kinetolens whatif``
+re-times every step.  Plain constants and a pure function (no polars):
 the terminal says what was sampled from a cached summary without importing
 the simulator."""
 
@@ -14,6 +16,11 @@ from __future__ import annotations
 #: trace): their savings are means over steps, and re-timing every step of a
 #: long trace cost more than everything else the summary does.
 SAMPLE_STEPS = 8
+#: ... and at most one step in this many (at least one step): a trace of up
+#: to 15 steps is re-timed on its middle step, one of 64 steps or more on 8;
+#: the what-if then costs at most about a tenth of the load (re-timing a
+#: step costs about 0.8x loading it) from 8 steps up.
+SAMPLE_SHARE = 8
 #: ... and at least, before it may stop early: the middle step and both ends
 #: (two steps that agree by chance would stop it with an outlying last step unseen).
 MIN_STEPS = 3
@@ -21,7 +28,10 @@ MIN_STEPS = 3
 #: standard error over the steps re-timed so far, as a share of the mean step.
 SETTLED_SHARE = 0.01
 #: How the sample is taken, in words (the summary's first screen and the estimates say it).
-SAMPLING = f"spread over the trace; stopped when each saving's standard error fell under {SETTLED_SHARE:.0%} of the step"
+SAMPLING = (
+    f"one step in {SAMPLE_SHARE}, at least 1 and at most {SAMPLE_STEPS}, the middle one first, spread over the trace; "
+    f"fewer once each saving's standard error fell under {SETTLED_SHARE:.0%} of the step"
+)
 
 
 def sample(n: int, k: int | None) -> list[int]:
@@ -31,3 +41,11 @@ def sample(n: int, k: int | None) -> list[int]:
     if k <= 1:
         return [n // 2] if k == 1 else []
     return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
+
+
+def whatif_sample_size(n: int, at_most: int = SAMPLE_STEPS, share: int | None = SAMPLE_SHARE) -> int:
+    """How many of ``n`` steps the recommendations' what-if re-times at most:
+    ``at_most``, and one in ``share`` of them (at least one; None: no share)."""
+    if n == 0:
+        return 0
+    return min(at_most, max(1, n // share)) if share else min(at_most, n)
