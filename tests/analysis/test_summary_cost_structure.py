@@ -16,7 +16,7 @@ from click.testing import CliRunner
 import kinetolens
 from kinetolens.analysis.advice.recommendations import recommendations
 from kinetolens.analysis.paths import whatif as whatif_module
-from kinetolens.analysis.paths.sampling import MIN_STEPS, SAMPLE_SHARE, SAMPLE_STEPS, SAMPLING, SETTLED_SHARE, sample, whatif_sample_size
+from kinetolens.analysis.paths.sampling import MIN_STEPS, SAMPLE_SHARE, SAMPLE_STEPS, SAMPLING, SETTLED_SHARE, sample, sample_size
 from kinetolens.analysis.paths.whatif import parse_change, settled, spread_order, whatif_many
 from kinetolens.cli.main import cli
 from tests.conftest import trace_path
@@ -30,11 +30,11 @@ def test_sample_is_evenly_spaced_with_both_ends() -> None:
 
 
 def test_the_sample_is_one_step_in_the_share_at_least_one_at_most_the_cap() -> None:
-    assert [whatif_sample_size(n) for n in (0, 1, 5, SAMPLE_SHARE - 1, 2 * SAMPLE_SHARE - 1, 2 * SAMPLE_SHARE, 3 * SAMPLE_SHARE)] == [0, 1, 1, 1, 1, 2, 3]
-    assert whatif_sample_size(SAMPLE_SHARE * SAMPLE_STEPS) == whatif_sample_size(1000) == SAMPLE_STEPS
-    assert whatif_sample_size(5, share=None) == 5 and whatif_sample_size(60, share=None) == SAMPLE_STEPS
+    assert [sample_size(n) for n in (0, 1, 5, SAMPLE_SHARE - 1, 2 * SAMPLE_SHARE - 1, 2 * SAMPLE_SHARE, 3 * SAMPLE_SHARE)] == [0, 1, 1, 1, 1, 2, 3]
+    assert sample_size(SAMPLE_SHARE * SAMPLE_STEPS) == sample_size(1000) == SAMPLE_STEPS
+    assert sample_size(5, share=None) == 5 and sample_size(60, share=None) == SAMPLE_STEPS
     # One step is the middle one.
-    assert sample(5, whatif_sample_size(5)) == [2]
+    assert sample(5, sample_size(5)) == [2]
 
 
 def test_every_prefix_of_the_order_is_spread_over_the_trace() -> None:
@@ -146,7 +146,7 @@ def test_first_screen_says_what_was_sampled(many_steps: Path) -> None:
     head, _, advice = screen.output.partition("What to change first")
     data = json.loads(CliRunner().invoke(cli, ["summary", "--json", str(many_steps)]).output)
     (sampled,) = {f["simulated_on"] for f in data["recommendations"] if f["predicted_step_ms"] is not None}
-    assert sampled == f"{whatif_sample_size(n)} of {n} steps"
+    assert sampled == f"{sample_size(n)} of {n} steps"
     assert advice.splitlines()[1] == f"savings simulated on {sampled} ({SAMPLING})"
 
 

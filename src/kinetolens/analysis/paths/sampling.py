@@ -1,9 +1,9 @@
 """Which steps the costly per-step analyses take on a long trace, and the words for it.
 
 The what-if behind the recommendations re-times at most :data:`SAMPLE_STEPS`
-steps, and at most one in :data:`SAMPLE_SHARE` (:func:`whatif_sample_size`);
-the report's critical path section traces at most :data:`SAMPLE_STEPS`,
-spread over the trace (:func:`sample`).  Re-timing a step costs about 0.8x
+steps and at most one in :data:`SAMPLE_SHARE` (:func:`sample_size`); the
+critical path section of the report and the dashboard traces at most
+:data:`SAMPLE_STEPS`; both spread over the trace (:func:`sample`).  Re-timing a step costs about 0.8x
 what loading it did, so covering every step, or most steps of a short trace,
 would nearly double the cost of the first answer; ``kinetolens whatif``
 re-times every step.  Plain constants and a pure function (no polars):
@@ -43,7 +43,7 @@ def sample(n: int, k: int | None) -> list[int]:
     return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
 
 
-def whatif_sample_size(n: int, at_most: int = SAMPLE_STEPS, share: int | None = SAMPLE_SHARE) -> int:
+def sample_size(n: int, at_most: int = SAMPLE_STEPS, share: int | None = SAMPLE_SHARE) -> int:
     """How many of ``n`` steps the recommendations' what-if re-times at most:
     ``at_most``, and one in ``share`` of them (at least one; None: no share)."""
     if n == 0:

@@ -53,7 +53,7 @@ from kinetolens.analysis.paths.critical_path import (
 )
 from kinetolens.analysis.paths.dependency_graph import DependencyGraph, TraceFacts, build_graph
 from kinetolens.analysis.paths.longest_path import Contracted
-from kinetolens.analysis.paths.sampling import MIN_STEPS, SAMPLE_SHARE, SAMPLE_STEPS, SAMPLING, SETTLED_SHARE, sample, whatif_sample_size
+from kinetolens.analysis.paths.sampling import MIN_STEPS, SAMPLE_SHARE, SAMPLE_STEPS, SAMPLING, SETTLED_SHARE, sample, sample_size
 from kinetolens.analysis.paths.whatif_changes import BadChange, Change, change_mask, parse_change
 from kinetolens.model.trace import Trace
 from kinetolens.model.vocabulary import BOUND_BY
@@ -261,7 +261,7 @@ def whatif_many(
     ``paths=False`` predicts step times only (no new critical path tables).
 
     ``max_steps``: simulate at most that many complete steps, and at most one
-    in ``share`` (:func:`whatif_sample_size`), evenly spaced (None: all),
+    in ``share`` (:func:`sample_size`), evenly spaced (None: all),
     taken middle first and spread (:func:`spread_order`); with
     ``settle``, stop as soon as every change set's mean effect is known to
     that share of the step (:func:`settled`).  Each result's ``of`` and
@@ -272,7 +272,7 @@ def whatif_many(
         if any(c.kind == "rank" for c in changes):
             raise BadChange("rank:N=median needs a run directory with every rank's trace")
     trace, windows = _windows(trace, step)
-    positions = sample(len(windows), None if max_steps is None else whatif_sample_size(len(windows), max_steps, share))
+    positions = sample(len(windows), None if max_steps is None else sample_size(len(windows), max_steps, share))
     stop_early = max_steps is not None and settle is not None and bool(change_sets)
     if max_steps is not None:
         positions = spread_order(positions)
