@@ -194,3 +194,31 @@ def test_no_import_cycles():
 )
 def test_cycle_finder_finds_cycles(edges, expected):
     assert _cycles(edges, ["a", "b", "c"]) == expected
+
+
+#: What an analysis may take from ingest: record types and category names, never a reader.
+ANALYSIS_FROM_INGEST = {"kinetolens.ingest.flight_recorder": {"Entry", "RankDump"}, "kinetolens.ingest.categories": None}
+#: Calls that read or write files.
+FILE_CALLS = {"open", "read_bytes", "read_text", "write_bytes", "write_text", "listdir", "scandir", "glob", "rglob", "iterdir"}
+
+
+def test_analyses_never_read_files():
+    # An analysis is a pure function of the trace model: a file (a GPU spec, a
+    # dump) is read by ingest, called from the CLI, and its contents passed in.
+    found = []
+    for name, path in MODULES.items():
+        if _layer(name) != "analysis":
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                func = node.func
+                called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+                if called in FILE_CALLS:
+                    found.append(f"{name}:{node.lineno} calls {called}()")
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kinetolens.ingest"):
+                allowed = ANALYSIS_FROM_INGEST.get(node.module or "", set())
+                names = {a.name for a in node.names}
+                if node.module not in ANALYSIS_FROM_INGEST or (allowed is not None and not names <= allowed):
+                    found.append(f"{name}:{node.lineno} imports {sorted(names)} from {node.module}")
+    assert not found, "analyses that read files or use a reader:\n" + "\n".join(found)

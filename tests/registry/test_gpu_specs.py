@@ -11,6 +11,7 @@ import kinetolens
 from kinetolens.errors import TraceError
 from kinetolens.registry.gpus import MATCHES, PRECISIONS, SPECS, match_device
 from kinetolens.analysis.hardware.gpu_spec import gpu_spec
+from kinetolens.ingest.gpu_spec_file import read_spec_file
 
 from tests.conftest import trace_path
 
@@ -139,16 +140,16 @@ def test_spec_file_toml_and_json(tmp_path: Path) -> None:
     trace = kinetolens.load(trace_path(H100))
     toml = tmp_path / "h100-capped.toml"
     toml.write_text('name = "H100 power-capped"\ndram_gbps = 3000\n[tflops]\nbf16 = 700\n')
-    s = gpu_spec(trace, spec_file=str(toml))
+    s = gpu_spec(trace, spec_fields=read_spec_file(str(toml)))
     assert s is not None and s.origin == "spec file" and s.name == "H100 power-capped"
     assert s.dram_gbps == 3000.0 and s.peak_tflops("bf16") == 700.0
     assert s.peak_tflops("fp8") == 1979.0 and s.sms == 132  # unchanged fields stay from the table
     js = tmp_path / "gpu.json"
     js.write_text(json.dumps({"tflops": {"fp32": 50}, "sms": 100}))
-    j = gpu_spec(trace, spec_file=str(js))
+    j = gpu_spec(trace, spec_fields=read_spec_file(str(js)))
     assert j is not None and j.peak_tflops("fp32") == 50.0 and j.sms == 100 and j.name == "H100-SXM"
     # Overrides apply on top of a spec file.
-    both = gpu_spec(trace, spec_file=str(js), peak_gbps=1000.0)
+    both = gpu_spec(trace, spec_fields=read_spec_file(str(js)), peak_gbps=1000.0)
     assert both is not None and both.dram_gbps == 1000.0 and both.peak_tflops("fp32") == 50.0
 
 
@@ -168,7 +169,7 @@ def test_bad_spec_file_is_one_line_naming_the_file(tmp_path: Path, filename: str
     path.write_text(text)
     trace = kinetolens.load(trace_path(H100))
     with pytest.raises(TraceError) as exc:
-        gpu_spec(trace, spec_file=str(path))
+        gpu_spec(trace, spec_fields=read_spec_file(str(path)))
     assert str(exc.value).startswith(str(path)) and message in str(exc.value)
     assert "\n" not in str(exc.value)
 
@@ -177,5 +178,5 @@ def test_missing_spec_file(tmp_path: Path) -> None:
     trace = kinetolens.load(trace_path(H100))
     missing = tmp_path / "nope.toml"
     with pytest.raises(TraceError, match="not found") as exc:
-        gpu_spec(trace, spec_file=str(missing))
+        read_spec_file(str(missing))
     assert str(missing) in str(exc.value)

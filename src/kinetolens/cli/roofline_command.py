@@ -25,6 +25,7 @@ from kinetolens.analysis.trace_kind import trace_kind
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import emit, print_heading
 from kinetolens.errors import TraceError
+from kinetolens.ingest.gpu_spec_file import read_spec_file
 from kinetolens.registry.gpus import GpuSpec
 from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 from kinetolens.model.trace import Trace
@@ -191,8 +192,9 @@ def roofline_command(
     device time minus the time at 100% of the roof; lost_75_us against a
     realistic 75%.  Rows are sorted by lost_us.
     """
+    fields = read_spec_file(spec_file) if spec_file is not None else None  # a bad file stops before the load
     t = loading.load(trace)
-    spec = require_roofs(gpu_spec(t, spec_file=spec_file, peak_tflops=peak_tflops, peak_gbps=peak_gbps), t)
+    spec = require_roofs(gpu_spec(t, spec_fields=fields, peak_tflops=peak_tflops, peak_gbps=peak_gbps), t)
     ops = op_roofline(t, spec)
     table = roofline_by(t, spec, by=by)
     if table.height == 0 and (output or not (json_ or csv_)):  # machine formats: an empty list

@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from kinetolens.errors import TraceError
+from kinetolens.registry.gpus import SpecFields
 
 
-def read_spec_file(path: str) -> dict[str, Any]:
+def read_spec_file(path: str) -> SpecFields:
     """A TOML or JSON table (chosen by the file suffix, TOML by default)."""
     try:
         data = Path(path).read_bytes()
@@ -33,4 +34,4 @@ def read_spec_file(path: str) -> dict[str, Any]:
             raise TraceError(path, f"GPU spec file is not valid TOML ({exc})") from None
     if not isinstance(parsed, dict):
         raise TraceError(path, "GPU spec file must hold one table of fields (name, dram_gbps, sms, memory_gb, [tflops])")
-    return parsed
+    return SpecFields(path, parsed)

@@ -258,14 +258,25 @@ def with_device(spec: GpuSpec, device: Mapping[str, Any]) -> GpuSpec:
 _FILE_KEYS = {"name", "source", "dram_gbps", "sms", "memory_gb", "tflops"}
 
 
+@dataclass(frozen=True)
+class SpecFields:
+    """The fields of a user's GPU spec (``kinetolens.ingest.gpu_spec_file``
+    reads them from a TOML or JSON file), and where they came from, named in
+    every message about them."""
+
+    source: str
+    fields: Mapping[str, Any]
+
+
 def _positive(path: str, key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise TraceError(path, f"'{key}' must be a positive number, got {value!r}")
     return float(value)
 
 
-def spec_from_fields(path: str, fields: Mapping[str, Any], base: GpuSpec | None) -> GpuSpec:
-    """``base`` with the fields a spec file (``path``, for messages) gives replaced (tflops per precision)."""
+def spec_from_fields(spec: SpecFields, base: GpuSpec | None) -> GpuSpec:
+    """``base`` with the fields a user's spec gives replaced (tflops per precision)."""
+    path, fields = spec.source, spec.fields
     unknown = sorted(set(fields) - _FILE_KEYS)
     if unknown:
         raise TraceError(path, f"unknown GPU spec field(s) {unknown}; known: {sorted(_FILE_KEYS)}")

@@ -10,10 +10,9 @@ from typing import Any
 import polars as pl
 
 from kinetolens.analysis.session import per_trace
-from kinetolens.ingest.gpu_spec_file import read_spec_file
 from kinetolens.model.trace import Trace
 from kinetolens.model.devices import device_name, device_properties
-from kinetolens.registry.gpus import SPECS, GpuSpec, identify, match_device, spec_from_fields, with_device
+from kinetolens.registry.gpus import SPECS, GpuSpec, SpecFields, identify, match_device, spec_from_fields, with_device
 
 
 def trace_device(trace: Trace) -> dict[str, Any] | None:
@@ -51,24 +50,25 @@ def device_spec(trace: Trace) -> GpuSpec | None:
 
 def gpu_spec(
     trace: Trace,
-    spec_file: str | None = None,
+    spec_fields: SpecFields | None = None,
     peak_tflops: float | None = None,
     peak_gbps: float | None = None,
 ) -> GpuSpec | None:
     """The ceilings to compare this trace's kernels with, or None if unknown.
 
     Order: the table entry matching the trace's device (with the trace's own
-    SM count and memory size), then a user spec file's fields, then the
+    SM count and memory size), then a user spec's fields (read from a file
+    with ``kinetolens.ingest.gpu_spec_file.read_spec_file``), then the
     single-number overrides (``peak_tflops`` replaces every precision's peak,
-    ``peak_gbps`` the DRAM bandwidth).  A bad spec file raises
-    :class:`TraceError` naming it.
+    ``peak_gbps`` the DRAM bandwidth).  A bad field raises
+    :class:`TraceError` naming the spec's source.
     """
     for label, value in (("peak_tflops", peak_tflops), ("peak_gbps", peak_gbps)):
         if value is not None and (isinstance(value, bool) or not value > 0):
             raise ValueError(f"{label} must be a positive number, got {value!r}")
     spec = device_spec(trace)
-    if spec_file is not None:
-        spec = spec_from_fields(str(spec_file), read_spec_file(str(spec_file)), spec)
+    if spec_fields is not None:
+        spec = spec_from_fields(spec_fields, spec)
     if peak_tflops is None and peak_gbps is None:
         return spec
     base = spec or GpuSpec("custom", MappingProxyType({}), None, None, None, "user override")
