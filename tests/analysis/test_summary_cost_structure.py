@@ -16,7 +16,7 @@ from click.testing import CliRunner
 import kinetolens
 from kinetolens.analysis.advice.recommendations import recommendations
 from kinetolens.analysis.paths import whatif as whatif_module
-from kinetolens.analysis.paths.sampling import MIN_STEPS, SAMPLE_SHARE, SAMPLE_STEPS, SAMPLING, SETTLED_SHARE, sample, sample_size
+from kinetolens.analysis.paths.sampling import MIN_STEPS, SAMPLE_SHARE, SAMPLE_STEPS, SAMPLING, SETTLED_SHARE, sample, sample_in_words, sample_size
 from kinetolens.analysis.paths.whatif import parse_change, settled, spread_order, whatif_many
 from kinetolens.cli.main import cli
 from tests.conftest import trace_path
@@ -147,7 +147,11 @@ def test_first_screen_says_what_was_sampled(many_steps: Path) -> None:
     data = json.loads(CliRunner().invoke(cli, ["summary", "--json", str(many_steps)]).output)
     (sampled,) = {f["simulated_on"] for f in data["recommendations"] if f["predicted_step_ms"] is not None}
     assert sampled == f"{sample_size(n)} of {n} steps"
-    assert advice.splitlines()[1] == f"savings simulated on {sampled} ({SAMPLING})"
+    # 14 steps: the middle one, said so in words that wrap at the terminal's width.
+    assert sampled == f"1 of {n} steps"
+    said = " ".join(advice.splitlines()[1:3])
+    assert said.startswith(f"savings simulated on the middle one of {n} steps (one step in {SAMPLE_SHARE} at most; kinetolens whatif takes every step)")
+    assert sample_in_words("3 of 60 steps") == f"3 of 60 steps ({SAMPLING})"
 
 
 def test_a_change_that_matches_nothing_runs_no_search(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,7 +22,7 @@ from rich.text import Text
 from kinetolens.analysis.finding import Finding
 from kinetolens.analysis.gputime.step_times import StepTimes
 from kinetolens.analysis.memory.usage import ALLOCATOR, BASIS_NOTES, WINDOW_SUM
-from kinetolens.analysis.paths.sampling import SAMPLING
+from kinetolens.analysis.paths.sampling import sample_in_words
 from kinetolens.analysis.summary_types import Device, GpuUse, PeakMemory, RunDevice, Steps, Summary
 from kinetolens.cli.load_options import TraceLoading
 from kinetolens.cli.phases_command import print_inference
@@ -209,7 +209,7 @@ def _print_recommendations(console: Console, findings: Sequence[Finding]) -> Non
     width = min(console.width, 100_000)
     sampled = next((f.simulated_on for f in findings[:TOP_RECOMMENDATIONS] if f.simulated_on), None)
     if sampled:
-        console.print(Text(f"savings simulated on {sampled} ({SAMPLING})"))
+        console.print(Text(textwrap.fill(f"savings simulated on {sample_in_words(sampled)}", width)))
     for i, f in enumerate(findings[:TOP_RECOMMENDATIONS], 1):
         predicted = f" (step -> {f.predicted_step_ms:.2f} ms)" if f.predicted_step_ms is not None else ""
         for text in (f"{i}. {units.saving_ms(f.saving_ms)}{predicted}  {f.title}: {f.evidence}", f"change: {f.change}"):

@@ -27,9 +27,9 @@ MIN_STEPS = 3
 #: It stops once every change's mean effect per step is known this well: its
 #: standard error over the steps re-timed so far, as a share of the mean step.
 SETTLED_SHARE = 0.01
-#: How the sample is taken, in words (the summary's first screen and the estimates say it).
+#: How a sample of several steps is taken, in words.
 SAMPLING = (
-    f"one step in {SAMPLE_SHARE}, at least 1 and at most {SAMPLE_STEPS}, the middle one first, spread over the trace; "
+    f"one step in {SAMPLE_SHARE}, at most {SAMPLE_STEPS}, spread over the trace; "
     f"fewer once each saving's standard error fell under {SETTLED_SHARE:.0%} of the step"
 )
 
@@ -49,3 +49,16 @@ def sample_size(n: int, at_most: int = SAMPLE_STEPS, share: int | None = SAMPLE_
     if n == 0:
         return 0
     return min(at_most, max(1, n // share)) if share else min(at_most, n)
+
+
+def sampled_label(k: int, n: int) -> str:
+    """A sample's label, as results and the summary's JSON carry it: ``"3 of 60 steps"``."""
+    return f"{k} of {n} steps"
+
+
+def sample_in_words(label: str) -> str:
+    """A :func:`sampled_label` in words (the first screen and each estimate say it)."""
+    k, _, n = label.removesuffix(" steps").partition(" of ")
+    if k == "1":
+        return f"the middle one of {n} steps (one step in {SAMPLE_SHARE} at most; kinetolens whatif takes every step)"
+    return f"{label} ({SAMPLING})"

@@ -53,12 +53,12 @@ from kinetolens.analysis.paths.critical_path import (
 )
 from kinetolens.analysis.paths.dependency_graph import DependencyGraph, TraceFacts, build_graph
 from kinetolens.analysis.paths.longest_path import Contracted
-from kinetolens.analysis.paths.sampling import MIN_STEPS, SAMPLE_SHARE, SAMPLE_STEPS, SAMPLING, SETTLED_SHARE, sample, sample_size
+from kinetolens.analysis.paths.sampling import MIN_STEPS, SAMPLE_SHARE, SAMPLE_STEPS, SETTLED_SHARE, sample, sample_in_words, sample_size, sampled_label
 from kinetolens.analysis.paths.whatif_changes import BadChange, Change, change_mask, parse_change
 from kinetolens.model.trace import Trace
 from kinetolens.model.vocabulary import BOUND_BY
 
-__all__ = ["BadChange", "Change", "parse_change", "whatif", "whatif_many", "iter_replays", "retime", "prepare", "predict", "SAMPLE_STEPS", "SAMPLING"]
+__all__ = ["BadChange", "Change", "parse_change", "whatif", "whatif_many", "iter_replays", "retime", "prepare", "predict", "SAMPLE_STEPS"]
 
 #: The sink edges' weight: larger than any step, so the longest path ends at the step's end.
 _SINK = 1 << 50
@@ -106,12 +106,12 @@ class WhatIf:
         """``"8 of 60 steps"`` when only a sample of the steps was simulated, else None."""
         if self.of is None or len(self.steps) >= self.of:
             return None
-        return f"{len(self.steps)} of {self.of} steps"
+        return sampled_label(len(self.steps), self.of)
 
     @property
     def re_timed(self) -> str:
         """What was re-timed, in words: every step's graph, or the sample's."""
-        return f"the dependency graphs of {self.sampled} ({SAMPLING})" if self.sampled else "each step's dependency graph"
+        return f"the dependency graph of {sample_in_words(self.sampled)}" if self.sampled else "each step's dependency graph"
 
     @property
     def measured_us(self) -> float:
