@@ -5,7 +5,7 @@ A Kineto file read whole takes about its own (uncompressed) size in memory
 cannot fit would be killed by the kernel's out-of-memory killer, or make
 the machine swap, long after the reading started and with no word; instead
 the load stops at once with one line saying so, and pointing at what does
-fit: ``kinetolens summary``, ``report``, ``ops``, ``critical-path`` and
+fit: ``kinetolens summary``, ``report``, ``ops``, ``kernels``, ``critical-path`` and
 ``whatif`` read large traces with ``ProfilerStep`` ranges a step window at a
 time.  Kineto JSON files under
 :data:`CHECKED_FROM_BYTES` are not checked (nor other formats: the Parquet
@@ -72,6 +72,6 @@ def check_room(path: Path, free: int | None = None) -> None:
     raise TraceError(
         path,
         f"reading its {json_bytes / 1e9:,.1f} GB of JSON whole needs about {need / 1e9:,.1f} GB of memory and "
-        f"{max(free, 0) / 1e9:,.1f} GB is free (kinetolens summary, report, ops, critical-path and whatif read a "
+        f"{max(free, 0) / 1e9:,.1f} GB is free (kinetolens summary, report, ops, kernels, critical-path and whatif read a "
         "trace with ProfilerStep ranges a step window at a time; KINETOLENS_NO_MEMORY_CHECK=1 reads it whole anyway)",
     )

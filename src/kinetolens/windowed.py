@@ -34,6 +34,7 @@ from kinetolens.loader import load_steps
 from kinetolens.model import Trace, build_trace
 from kinetolens.model.amend import apply, with_table
 from kinetolens.model.earlier_launches import name_earlier_launches
+from kinetolens.model.graph_replay import GRAPH_LAUNCH
 from kinetolens.model.steps import step_marks, steps_in_parts
 from kinetolens.model.vocabulary import STEP_PREFIX
 
@@ -132,6 +133,24 @@ class Windowed:
         model's kernels table is not empty (what ranks ops: device or host time)."""
         kinds = self.spill.scan("device").select(_DEVICE_KIND).filter(pl.col("kind").is_in(GPU_ACTIVITY))
         return kinds.head(1).collect().height > 0
+
+    def first_gpu_start(self) -> int | None:
+        """When the trace's first GPU activity started (ns; None without any):
+        where the kernels table's ``start_us`` counts from."""
+        kinds = self.spill.scan("device").select(_DEVICE_KIND, "ts").filter(pl.col("kind").is_in(GPU_ACTIVITY))
+        first = kinds.select(pl.col("ts").min()).collect().item()
+        return None if first is None else int(first)
+
+    def numbers_graphs(self) -> bool:
+        """Whether kinetolens numbers some of the trace's CUDA/HIP graph replays
+        itself (the trace recorded no graph id for their kernels): numbered
+        in order of first replay, a window's numbers would not be the whole
+        trace's (``graph`` of the kernels, ``op`` of replays under no op)."""
+        launches = self.spill.scan("host").filter(
+            pl.col("name").str.contains(GRAPH_LAUNCH) & pl.col("correlation").is_not_null()
+        ).select("correlation")
+        unrecorded = self.spill.scan("device").filter(pl.col("graph_id").fill_null(0) <= 0).select("correlation")
+        return launches.join(unrecorded, on="correlation", how="inner").head(1).collect().height > 0
 
     def traces(self) -> Iterator[tuple[StepWindow, Trace]]:
         """Each step's window and its trace, one at a time (drop each before asking for the next)."""

@@ -33,6 +33,7 @@ from kinetolens.cli.checks import (
     WIDTH,
     check_step,
     check_time_range,
+    no_kernels,
     regex,
     require_kernels,
 )
@@ -40,6 +41,7 @@ from kinetolens.cli.load_options import TraceLoading, trace_load_options
 from kinetolens.analysis.trace_kind import trace_kind
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import (
+    Streamed,
     echo_notes,
     emit,
     pick_columns,
@@ -81,10 +83,15 @@ class _ColumnHelp(click.Command):
 @click.option("--step", type=int, default=None, help="Only kernels of this profiler step.")
 @click.option("-n", "--limit", type=ROWS, default=None, help="At most this many rows.")
 @click.option("--full-names", is_flag=True, help="Show kernels' whole recorded names, not their short form.")
+@click.option(
+    "--windows/--whole", "windows", default=None,
+    help="Read the trace a step window at a time (memory bounded by a step; not with --step), or whole; "
+    "default: a step window at a time from 1.5 GB of JSON.",
+)
 @trace_load_options(capture=True)
 def kernels_command(
     trace: str, columns: str | None, csv: bool, tsv: bool, json_: bool, width: int | None, step: int | None,
-    limit: int | None, full_names: bool, loading: TraceLoading,
+    limit: int | None, full_names: bool, loading: TraceLoading, windows: bool | None = None,
 ) -> None:
     """One row per GPU kernel: layer, op, shapes, direction, time (PyProf's report).
 
@@ -100,13 +107,41 @@ def kernels_command(
     unknown = [c for c in cols if c not in KERNEL_COLUMNS]
     if unknown:
         raise click.BadParameter(f"unknown column(s) {', '.join(unknown)}; choose from {', '.join(KERNEL_COLUMNS)}", param_hint="-c")
+    headers = {"short_name": "kernel"} if "kernel" not in cols else None
+    if _kernels_in_windows(trace, windows, step, cols, Streamed(fmt, limit), width, headers):
+        return
     loaded = loading.load(trace)
     require_kernels(trace, loaded)
     check_step(trace, loaded, step)
     table = kernel_table(loaded, step=step).select(cols)
     if limit is not None:
         table = table.head(limit)
-    emit(table, fmt, width=width, headers={"short_name": "kernel"} if "kernel" not in cols else None)
+    emit(table, fmt, width=width, headers=headers)
+
+
+def _kernels_in_windows(
+    trace: str, windows: bool | None, step: int | None, cols: list[str], out: Streamed, width: int | None,
+    headers: dict[str, str] | None,
+) -> bool:
+    """Write the kernel table read a step window at a time where ``windows``
+    asks for it (None: from the trace's size; never with ``step``); whether it did."""
+    from kinetolens.runs.windowed_read import kernels_in_windows, reads_in_windows
+
+    if windows is True and step is not None:
+        raise click.BadParameter("a step window at a time reads every step's kernels; --step reads the trace whole", param_hint="--windows")
+    path = Path(trace)
+    if step is not None or not reads_in_windows(path, windows):
+        return False
+    notes: list[str] = []
+    read = kernels_in_windows(path, cols, out.write, notes=notes)
+    echo_notes(notes)
+    if read is None:
+        return False
+    if out.rows == 0:
+        raise TraceError(trace, no_kernels())
+    out.finish(width, headers)
+    echo_notes([read])
+    return True
 
 
 #: Default terminal columns of ``kinetolens kernels`` by terminal width (up to 80, up to 120, wider).

@@ -70,10 +70,15 @@ def check_time_range(min_time: float | None, max_time: float | None) -> None:
         )
 
 
+def no_kernels(what: str = "to list") -> str:
+    """What is said of a trace without GPU activity (a CPU-only profile)."""
+    return f"has no GPU kernels, memcpys or memsets {what} (a CPU-only profile?)"
+
+
 def require_kernels(path: str, trace: Trace, what: str = "to list") -> None:
     """A trace without GPU activity (a CPU-only profile) is named, not shown as an empty table."""
     if trace.kernels.height == 0:
-        raise TraceError(path, f"has no GPU kernels, memcpys or memsets {what} (a CPU-only profile?)")
+        raise TraceError(path, no_kernels(what))
 
 
 def one_line(text: Any) -> str:

@@ -416,14 +416,52 @@ def emit(
     caption: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> None:
-    if fmt == "csv":
-        sys.stdout.write(units.clock_round(frame).write_csv())
-    elif fmt == "tsv":
-        sys.stdout.write(units.clock_round(frame).write_csv(separator="\t"))
-    elif fmt == "json":
-        sys.stdout.write(json_codec.encode(units.clock_round(frame)).decode() + "\n")
-    else:
+    if fmt == "table":
         print_table(frame, title=title, caption=caption, width=width, headers=headers)
+        return
+    out = Streamed(fmt)
+    out.write(frame)
+    out.finish()
+
+
+class Streamed:
+    """A table written a part at a time as :func:`emit` writes it whole (the
+    same bytes in csv, tsv and json; the terminal table once, at the end):
+    for a table too large to hold whole, read a step window at a time.
+    ``limit``: at most that many rows; :meth:`write` says whether it wants more."""
+
+    def __init__(self, fmt: str, limit: int | None = None) -> None:
+        self.fmt, self.left = fmt, limit
+        self.rows = 0
+        self._empty: pl.DataFrame | None = None
+        self._held: list[pl.DataFrame] = []
+
+    def write(self, part: pl.DataFrame) -> bool:
+        if self._empty is None:
+            self._empty = part.clear()
+        if self.left is not None:
+            part = part.head(self.left)
+            self.left -= part.height
+        if part.height:
+            if self.fmt in ("csv", "tsv"):
+                sys.stdout.write(units.clock_round(part).write_csv(separator="\t" if self.fmt == "tsv" else ",", include_header=self.rows == 0))
+            elif self.fmt == "json":
+                records = json_codec.encode(units.clock_round(part)).decode()[1:-1]  # the array's items
+                sys.stdout.write(("[" if self.rows == 0 else ",") + records)
+            else:
+                self._held.append(part)
+            self.rows += part.height
+        return self.left is None or self.left > 0
+
+    def finish(self, width: int | None = None, headers: dict[str, str] | None = None) -> None:
+        """What closes the output: the JSON array, a CSV header where no row came, or the terminal table."""
+        if self.fmt == "json":
+            sys.stdout.write("]\n" if self.rows else "[]\n")
+        elif self.fmt in ("csv", "tsv"):
+            if not self.rows and self._empty is not None:
+                sys.stdout.write(self._empty.write_csv(separator="\t" if self.fmt == "tsv" else ","))
+        elif self._empty is not None:
+            print_table(pl.concat(self._held) if self._held else self._empty, width=width, headers=headers)
 
 
 def pick_columns(available: Sequence[str], by_width: Sequence[tuple[int, Sequence[str]]], width: int | None) -> list[str]:

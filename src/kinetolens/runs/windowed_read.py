@@ -25,6 +25,7 @@ from kinetolens.analysis.memory.usage import PEAK_COLUMNS, peaks_of
 from kinetolens.analysis.paths.sampling import SAMPLE_STEPS
 from kinetolens.analysis.summary_types import Summary
 from kinetolens.analysis.hardware.gpu_metrics import steps_span
+from kinetolens.analysis.hardware.kernels import kernel_table
 from kinetolens.analysis.report_windows import (
     TablesPart,
     WholeTables,
@@ -58,6 +59,7 @@ __all__ = [
     "WindowedOps",
     "WindowedRead",
     "WindowedSteps",
+    "kernels_in_windows",
     "ops_in_windows",
     "report_in_windows",
     "steps_in_windows",
@@ -65,6 +67,10 @@ __all__ = [
     "summary_in_windows",
     "whatif_in_windows",
 ]
+
+
+#: Why a trace whose graph replays kinetolens numbers is read whole for tables that name them.
+NUMBERED_GRAPHS = "kinetolens numbers its CUDA/HIP graph replays across the whole trace (the trace recorded no graph ids)"
 
 
 def reads_in_windows(path: Path, windows: bool | None) -> bool:
@@ -140,6 +146,8 @@ def _read(windowed: Windowed, tables: bool) -> tuple[WindowedRead | None, str]:
         return None, "it has no ProfilerStep ranges"
     if chosen is None:
         return None, "it has no whole step"
+    if tables and windowed.numbers_graphs():
+        return None, NUMBERED_GRAPHS  # the report's op tables name a replay under no op by its graph's number
     sample = windowed.load(chosen)
     if inference_block(sample).iterations:
         return None, "it is an inference engine's trace (iterations, not steps)"
@@ -266,6 +274,8 @@ def _ops(windowed: Windowed, by: str, aggregate: str, inclusive: bool) -> tuple[
     steps = windowed.steps
     if steps.height == 0:
         return None, "it has no ProfilerStep ranges"
+    if by != "kernel" and windowed.numbers_graphs():
+        return None, NUMBERED_GRAPHS  # a replay under no op is named by its graph's number
     gpu = windowed.has_gpu_work()
     parts: list[pl.DataFrame] = []
     stepped = 0
@@ -276,7 +286,65 @@ def _ops(windowed: Windowed, by: str, aggregate: str, inclusive: bool) -> tuple[
         devices.update(trace.kernels.filter(owned_kernels(*window.own))["device"].drop_nulls().to_list())
     share_whole = share_whole_of(wall_ns(steps) * max(1, len(devices)), stepped)
     table = table_of(parts, by, aggregate, share_whole)
-    return WindowedOps(table, gpu, f"read a step window at a time ({counted(steps.height, 'step')})"), ""
+    return WindowedOps(table, gpu, _read_words(steps)), ""
+
+
+def kernels_in_windows(
+    path: Path,
+    columns: list[str],
+    write: Callable[[pl.DataFrame], bool],
+    spill_root: Path | None = None,
+    notes: list[str] | None = None,
+) -> str | None:
+    """The kernel table of ``path`` (its ``columns``), read a step window at
+    a time and handed to ``write`` in start order, a batch at a time
+    (``write`` returns False once it has had enough: no later window is
+    built).  Returns what was read, in words; None where it cannot be read
+    so (``notes`` says why; the caller reads the trace whole).
+
+    Each window's own kernels (those launched in it) are held until the next
+    window's are known: a kernel launched late in a step can start after the
+    next step's first one, and goes out after it, as the whole table orders
+    them.  ``idx`` counts the rows in that order, ``start_us`` is from the
+    trace's first kernel."""
+    return _windowed(path, spill_root, notes, lambda windowed: _kernels(windowed, columns, write))
+
+
+def _kernels(windowed: Windowed, columns: list[str], write: Callable[[pl.DataFrame], bool]) -> tuple[str | None, str]:
+    steps = windowed.steps
+    if steps.height == 0:
+        return None, "it has no ProfilerStep ranges"
+    if windowed.numbers_graphs():
+        return None, NUMBERED_GRAPHS
+    first = windowed.first_gpu_start()
+    done = 0
+    held: pl.DataFrame | None = None
+
+    def out(rows: pl.DataFrame) -> bool:
+        nonlocal done
+        rows = rows.with_columns(idx=pl.int_range(done, done + rows.height, dtype=rows.schema["idx"]))
+        done += rows.height
+        return write(rows.select(columns))
+
+    for window, trace in windowed.traces():
+        part = kernel_table(trace, own=window.own, first_ts=first)
+        if held is not None and part.height:
+            # What the window before holds that starts before this window's first kernel is in place.
+            cut = part["start_us"].min()
+            ready = held.filter(pl.col("start_us") < cut)
+            if ready.height and not out(ready):
+                return _read_words(steps), ""
+            part = pl.concat([held.filter(pl.col("start_us") >= cut), part]).sort("start_us", maintain_order=True)
+        elif held is not None:
+            part = held
+        held = part
+    if held is not None and held.height:
+        out(held)
+    return _read_words(steps), ""
+
+
+def _read_words(steps: pl.DataFrame) -> str:
+    return f"read a step window at a time ({counted(steps.height, 'step')})"
 
 
 def _peaks(spill: Spill) -> pl.DataFrame:

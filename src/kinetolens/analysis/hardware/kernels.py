@@ -60,11 +60,19 @@ def _dims(prefix: str) -> pl.Expr:
     )
 
 
-def kernel_table(trace: Trace, step: int | None = None) -> pl.DataFrame:
-    """PyProf-style rows for every kernel (optionally one step only)."""
+def kernel_table(
+    trace: Trace, step: int | None = None, own: tuple[int, int] | None = None, first_ts: int | None = None
+) -> pl.DataFrame:
+    """PyProf-style rows for every kernel (optionally one step only).
+
+    A part of a trace read a step window at a time passes ``own`` (its rows
+    are the kernels it owns, :func:`owned_kernels`) and ``first_ts``, the
+    whole trace's first kernel start (``start_us`` counts from it)."""
     k = trace.kernels
     if step is not None:
         k = k.filter(pl.col("step") == step)
+    if own is not None:
+        k = k.filter(owned_kernels(*own))
     ops = trace.ops.select("op_id", "input_dims", "input_types")
     # Backward kernels take the forward op's shapes, as PyProf did.
     k = (
@@ -75,7 +83,7 @@ def kernel_table(trace: Trace, step: int | None = None) -> pl.DataFrame:
     # renamed: the kernels table's own ``bytes`` is what a memcpy/memset moved
     work = kernel_work(trace).select("kernel_id", "flops", work_bytes=pl.col("bytes"))
     k = k.join(work, on="kernel_id", how="left")
-    first = trace.kernels["ts"].min() if trace.kernels.height else 0
+    first = first_ts if first_ts is not None else trace.kernels["ts"].min() if trace.kernels.height else 0
     shapes = shapes_expr()
     dtypes = dtypes_expr()
     table = k.select(
