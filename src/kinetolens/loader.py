@@ -187,6 +187,16 @@ def load_steps(path: Path) -> list[Step]:
     return [partial(with_metadata, **{RUN_METADATA_KEY: run}), attribute_generated]
 
 
+def pairs_with_capture(path: Path, capture: str | Path | bool | None) -> bool:
+    """Whether a load of ``path`` pairs it with a graph capture trace: one
+    given, or a ``capture_traces/`` folder with its details beside it."""
+    if capture is False:
+        return False
+    if capture is None or capture is True:
+        return (path.parent / CAPTURE_DIR / CAPTURE_DETAILS).is_file()
+    return True
+
+
 def _capture_file(path: Path, capture: str | Path | bool | None) -> tuple[Path | None, TraceWarning | None]:
     """The capture trace to pair ``path`` with, and a warning when the one
     found beside it cannot be used (an explicit ``capture`` that cannot be

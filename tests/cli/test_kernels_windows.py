@@ -127,3 +127,25 @@ def test_windows_with_a_step_and_a_cpu_only_trace_are_one_line() -> None:
 def test_a_small_trace_is_read_whole_by_default() -> None:
     code, _, err = _kernels(trace_path(DF_INDEX), "--csv", "-n", "2")
     assert code == 0 and "read a step window" not in err
+
+
+def test_a_trace_paired_with_a_graph_capture_is_read_whole(tmp_path: Path) -> None:
+    # The capture trace beside a replay trace pairs with the whole trace (its
+    # replays with their captured ops): no command reads such a trace in windows.
+    import shutil
+
+    trace = tmp_path / "run.json.gz"
+    shutil.copy(trace_path(DF_INDEX), trace)
+    capture = trace_path("tracelens/inference/vllm_prefilldecode_piecewise/capture_traces")
+    shutil.copytree(capture, tmp_path / "capture_traces")
+    for command in ("kernels", "ops"):
+        res = kinetolens(command, trace, "--windows", "--csv", *(["-n", "2"] if command == "kernels" else []))
+        assert res.returncode == 0, res.stderr
+        assert "read a step window" not in res.stderr + res.stdout
+    # The same trace alone reads in windows, and with a capture given reads whole.
+    alone = tmp_path / "alone" / "run.json.gz"
+    alone.parent.mkdir()
+    shutil.copy(trace, alone)
+    assert "read a step window at a time" in kinetolens("kernels", alone, "--windows", "--csv", "-n", "2").stderr
+    res = kinetolens("kernels", alone, "--windows", "--csv", "-n", "2", "--capture", str(tmp_path / "capture_traces"))
+    assert res.returncode == 0 and "read a step window" not in res.stderr

@@ -88,9 +88,9 @@ def test_a_trace_without_steps_is_read_whole() -> None:
 
 def test_the_default_reads_a_large_file_in_windows_and_a_small_one_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     path = trace_path("hta/df_index_resolver/df_index_resolver.json.gz")
-    assert _in_windows(None, path) is None  # 54 MB of JSON, not forced
+    assert _in_windows(None, None, path) is None  # 54 MB of JSON, not forced
     monkeypatch.setattr(windowed_read, "WINDOWED_FROM_BYTES", 50_000_000)
-    summary = _in_windows(None, path)
+    summary = _in_windows(None, None, path)
     assert summary is not None and summary.read_in_windows is not None
     # --whole reads whole however large the file
     assert summary_of(str(path), TraceLoading(cache=False), windows=False).read_in_windows is None

@@ -108,7 +108,7 @@ def kernels_command(
     if unknown:
         raise click.BadParameter(f"unknown column(s) {', '.join(unknown)}; choose from {', '.join(KERNEL_COLUMNS)}", param_hint="-c")
     headers = {"short_name": "kernel"} if "kernel" not in cols else None
-    if _kernels_in_windows(trace, windows, step, cols, Streamed(fmt, limit), width, headers):
+    if _kernels_in_windows(trace, windows, step, cols, Streamed(fmt, limit), width, headers, loading.capture):
         return
     loaded = loading.load(trace)
     require_kernels(trace, loaded)
@@ -121,7 +121,7 @@ def kernels_command(
 
 def _kernels_in_windows(
     trace: str, windows: bool | None, step: int | None, cols: list[str], out: Streamed, width: int | None,
-    headers: dict[str, str] | None,
+    headers: dict[str, str] | None, capture: str | None,
 ) -> bool:
     """Write the kernel table read a step window at a time where ``windows``
     asks for it (None: from the trace's size; never with ``step``); whether it did."""
@@ -130,7 +130,7 @@ def _kernels_in_windows(
     if windows is True and step is not None:
         raise click.BadParameter("a step window at a time reads every step's kernels; --step reads the trace whole", param_hint="--windows")
     path = Path(trace)
-    if step is not None or not reads_in_windows(path, windows):
+    if step is not None or not reads_in_windows(path, windows, capture):
         return False
     notes: list[str] = []
     read = kernels_in_windows(path, cols, out.write, notes=notes)
@@ -263,7 +263,8 @@ def ops_command(
     """
     check_time_range(min_time, max_time)
     shown = _Shown(top, min_time, max_time, name_regex, columns, csv, json_, width)
-    read = _ops_in_windows(trace, windows, by, aggregate, inclusive, windowless=step is not None or tree or annotations)
+    read = _ops_in_windows(trace, windows, by, aggregate, inclusive, windowless=step is not None or tree or annotations,
+                           capture=loading.capture)  # fmt: skip
     if read is not None:
         if order_by is not None and order_by.lstrip("+-") in LOST_COLUMNS:
             raise click.BadParameter(
@@ -328,7 +329,7 @@ class _Shown:
 
 
 def _ops_in_windows(
-    trace: str, windows: bool | None, by: str, aggregate: str, inclusive: bool, *, windowless: bool
+    trace: str, windows: bool | None, by: str, aggregate: str, inclusive: bool, *, windowless: bool, capture: str | None
 ) -> WindowedOps | None:
     """The op table read a step window at a time where ``windows`` asks for it
     (None: from the trace's size, where the table can be), else None."""
@@ -341,7 +342,7 @@ def _ops_in_windows(
             param_hint="--windows",
         )
     path = Path(trace)
-    if not can or not reads_in_windows(path, windows):
+    if not can or not reads_in_windows(path, windows, capture):
         return None
     notes: list[str] = []
     read = ops_in_windows(path, by=by, aggregate=aggregate, inclusive=inclusive, notes=notes)

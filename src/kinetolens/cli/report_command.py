@@ -100,7 +100,7 @@ def _in_windows(path: Path, loading: TraceLoading, windows: bool | None) -> Wind
     from kinetolens.cli.render import echo_notes
     from kinetolens.runs.windowed_read import reads_in_windows, report_in_windows
 
-    if not reads_in_windows(path, windows):
+    if not reads_in_windows(path, windows, loading.capture):
         return None
     notes: list[str] = []
     read = report_in_windows(path, notes=notes)

@@ -57,15 +57,15 @@ def summary_of(trace: str, loading: TraceLoading, windows: bool | None = None) -
     time (True), whole (False), or whole unless it is too large to hold (None;
     :mod:`kinetolens.runs.windowed_read`)."""
     name = {None: "summary", True: "summary_windows", False: "summary_whole"}[windows]
-    from_file = None if windows is False else partial(_in_windows, windows)
+    from_file = None if windows is False else partial(_in_windows, windows, loading.capture)
     return loading.derived(trace, name, summarized, Summary, from_file=from_file)
 
 
-def _in_windows(windows: bool | None, path: Path) -> Summary | None:
+def _in_windows(windows: bool | None, capture: str | None, path: Path) -> Summary | None:
     """The summary read a step window at a time where ``windows`` or the file's size asks for it, else None."""
     from kinetolens.runs.windowed_read import reads_in_windows, summary_in_windows
 
-    if not reads_in_windows(path, windows):
+    if not reads_in_windows(path, windows, capture):
         return None
     notes: list[str] = []
     summary = summary_in_windows(path, notes=notes)

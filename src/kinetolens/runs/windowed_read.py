@@ -40,6 +40,7 @@ from kinetolens.errors import TraceError, TraceWarning, shown_path
 from kinetolens.ingest.kineto_parallel import estimated_json_bytes
 from kinetolens.ingest.opener import StreamUnsupported
 from kinetolens.ingest.spill import Spill
+from kinetolens.loader import pairs_with_capture
 from kinetolens.model.ownership import owned_kernels
 from kinetolens.model.trace import Trace
 from kinetolens.registry.words import counted
@@ -73,11 +74,13 @@ __all__ = [
 NUMBERED_GRAPHS = "kinetolens numbers its CUDA/HIP graph replays across the whole trace (the trace recorded no graph ids)"
 
 
-def reads_in_windows(path: Path, windows: bool | None) -> bool:
+def reads_in_windows(path: Path, windows: bool | None, capture: str | None = None) -> bool:
     """Whether a command reads ``path`` a step window at a time: as ``--windows``
     (True) or ``--whole`` (False) say, else (None) where it is Kineto JSON too
-    large to hold (:data:`WINDOWED_FROM_BYTES`); never a file that is not local."""
-    if not path.is_file():
+    large to hold (:data:`WINDOWED_FROM_BYTES`); never a file that is not
+    local, nor one paired with a graph capture trace (``capture``, or one
+    beside it: the pairing takes the whole trace)."""
+    if not path.is_file() or pairs_with_capture(path, capture):
         return False
     if windows is not None:
         return windows
