@@ -3,12 +3,12 @@
 The what-if behind the recommendations re-times at most :data:`SAMPLE_STEPS`
 steps and at most one in :data:`SAMPLE_SHARE` (:func:`sample_size`); the
 critical path section of the report and the dashboard traces at most
-:data:`SAMPLE_STEPS`; both spread over the trace (:func:`sample`).  Re-timing a step costs about 0.8x
-what loading it did, so covering every step, or most steps of a short trace,
-would nearly double the cost of the first answer; ``kinetolens whatif``
-re-times every step.  Plain constants and a pure function (no polars):
-the terminal says what was sampled from a cached summary without importing
-the simulator."""
+:data:`SAMPLE_STEPS`; both spread over the trace (:func:`sample`).
+Re-timing a step costs about 0.8x what loading it did, so covering every
+step, or most steps of a short trace, would nearly double the cost of the
+first answer; ``kinetolens whatif`` re-times every step.  Plain constants
+and pure functions (no polars): the terminal says what was sampled from a
+cached summary without importing the simulator."""
 
 from __future__ import annotations
 
