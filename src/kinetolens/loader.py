@@ -201,14 +201,11 @@ def _capture_file(path: Path, capture: str | Path | bool | None) -> tuple[Path |
     """The capture trace to pair ``path`` with, and a warning when the one
     found beside it cannot be used (an explicit ``capture`` that cannot be
     used raises :class:`TraceError` instead)."""
-    if capture is False:
+    if not pairs_with_capture(path, capture):
         return None, None
     if capture is None or capture is True:
-        folder = path.parent / CAPTURE_DIR
-        if not (folder / CAPTURE_DETAILS).is_file():
-            return None, None
         try:
-            return _capture_in(folder), None
+            return _capture_in(path.parent / CAPTURE_DIR), None
         except TraceError as err:
             return None, TraceWarning("graph capture trace not used", 1, str(err))
     cp = Path(capture)

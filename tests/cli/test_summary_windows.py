@@ -22,7 +22,7 @@ import kinetolens.runs.windowed_read as windowed_read
 from kinetolens.analysis.summary_windows import PER_WINDOW
 from kinetolens.cli.main import cli
 from kinetolens.cli.load_options import TraceLoading
-from kinetolens.cli.summary_output import _in_windows, summary_of
+from kinetolens.cli.summary_output import summary_of
 from kinetolens.registry.words import counted
 from tests.conftest import trace_path
 
@@ -88,9 +88,10 @@ def test_a_trace_without_steps_is_read_whole() -> None:
 
 def test_the_default_reads_a_large_file_in_windows_and_a_small_one_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     path = trace_path("hta/df_index_resolver/df_index_resolver.json.gz")
-    assert _in_windows(None, None, path) is None  # 54 MB of JSON, not forced
+    by_size = TraceLoading(cache=False)
+    assert summary_of(str(path), by_size).read_in_windows is None  # 54 MB of JSON, not forced
     monkeypatch.setattr(windowed_read, "WINDOWED_FROM_BYTES", 50_000_000)
-    summary = _in_windows(None, None, path)
+    summary = summary_of(str(path), by_size)
     assert summary is not None and summary.read_in_windows is not None
     # --whole reads whole however large the file
     assert summary_of(str(path), TraceLoading(cache=False), windows=False).read_in_windows is None

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -108,7 +106,7 @@ def kernels_command(
     if unknown:
         raise click.BadParameter(f"unknown column(s) {', '.join(unknown)}; choose from {', '.join(KERNEL_COLUMNS)}", param_hint="-c")
     headers = {"short_name": "kernel"} if "kernel" not in cols else None
-    if _kernels_in_windows(trace, windows, step, cols, Streamed(fmt, limit), width, headers, loading.capture):
+    if _kernels_in_windows(trace, windows, step, cols, Streamed(fmt, limit), width, headers, loading):
         return
     loaded = loading.load(trace)
     require_kernels(trace, loaded)
@@ -121,20 +119,17 @@ def kernels_command(
 
 def _kernels_in_windows(
     trace: str, windows: bool | None, step: int | None, cols: list[str], out: Streamed, width: int | None,
-    headers: dict[str, str] | None, capture: str | None,
+    headers: dict[str, str] | None, loading: TraceLoading,
 ) -> bool:
     """Write the kernel table read a step window at a time where ``windows``
     asks for it (None: from the trace's size; never with ``step``); whether it did."""
-    from kinetolens.runs.windowed_read import kernels_in_windows, reads_in_windows
+    from kinetolens.runs.windowed_read import kernels_in_windows
 
     if windows is True and step is not None:
         raise click.BadParameter("a step window at a time reads every step's kernels; --step reads the trace whole", param_hint="--windows")
-    path = Path(trace)
-    if step is not None or not reads_in_windows(path, windows, capture):
+    if step is not None:
         return False
-    notes: list[str] = []
-    read = kernels_in_windows(path, cols, out.write, notes=notes)
-    echo_notes(notes)
+    read = loading.in_windows(trace, windows, lambda path, notes: kernels_in_windows(path, cols, out.write, notes=notes))
     if read is None:
         return False
     if out.rows == 0:
@@ -264,7 +259,7 @@ def ops_command(
     check_time_range(min_time, max_time)
     shown = _Shown(top, min_time, max_time, name_regex, columns, csv, json_, width)
     read = _ops_in_windows(trace, windows, by, aggregate, inclusive, windowless=step is not None or tree or annotations,
-                           capture=loading.capture)  # fmt: skip
+                           loading=loading)  # fmt: skip
     if read is not None:
         if order_by is not None and order_by.lstrip("+-") in LOST_COLUMNS:
             raise click.BadParameter(
@@ -329,11 +324,11 @@ class _Shown:
 
 
 def _ops_in_windows(
-    trace: str, windows: bool | None, by: str, aggregate: str, inclusive: bool, *, windowless: bool, capture: str | None
+    trace: str, windows: bool | None, by: str, aggregate: str, inclusive: bool, *, windowless: bool, loading: TraceLoading
 ) -> WindowedOps | None:
     """The op table read a step window at a time where ``windows`` asks for it
     (None: from the trace's size, where the table can be), else None."""
-    from kinetolens.runs.windowed_read import ops_in_windows, reads_in_windows
+    from kinetolens.runs.windowed_read import ops_in_windows
 
     can = by in ("op", "op+shape", "kernel") and not windowless
     if windows is True and not can:
@@ -341,13 +336,11 @@ def _ops_in_windows(
             "a step window at a time reads op, op+shape and kernel tables, without --step, --tree or --annotations",
             param_hint="--windows",
         )
-    path = Path(trace)
-    if not can or not reads_in_windows(path, windows, capture):
+    if not can:
         return None
-    notes: list[str] = []
-    read = ops_in_windows(path, by=by, aggregate=aggregate, inclusive=inclusive, notes=notes)
-    echo_notes(notes)
-    return read
+    return loading.in_windows(
+        trace, windows, lambda path, notes: ops_in_windows(path, by=by, aggregate=aggregate, inclusive=inclusive, notes=notes)
+    )
 
 
 def _show_ops(

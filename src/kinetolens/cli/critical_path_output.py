@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 import polars as pl
 from rich import box
@@ -125,24 +127,20 @@ def _print_steps(console: Console, paths: list[CriticalPath]) -> None:
     console.print(t)
 
 
-def _in_windows(trace: str, step: int | None, windows: bool | None) -> Trace | None:
+def _in_windows(trace: str, step: int | None, windows: bool | None, loading: TraceLoading) -> Trace | None:
     """The window of ``step`` (or the sample of whole steps), read a step window
     at a time where ``windows`` asks for it (None: from the trace's size), and
     a note on stderr saying so; None to read the trace whole."""
-    from pathlib import Path
+    from kinetolens.runs.windowed_read import steps_in_windows
 
-    from kinetolens.cli.render import echo_notes
-    from kinetolens.runs.windowed_read import reads_in_windows, steps_in_windows
+    def read(path: Path, notes: list[str]) -> Trace | None:
+        steps = steps_in_windows(path, step, notes=notes)
+        if steps is None:
+            return None
+        notes.append(f"{trace}: read a step window at a time: the critical path of {steps.sampled}")
+        return steps.trace
 
-    path = Path(trace)
-    if not reads_in_windows(path, windows):
-        return None
-    notes: list[str] = []
-    read = steps_in_windows(path, step, notes=notes)
-    if read is not None:
-        notes.append(f"{trace}: read a step window at a time: the critical path of {read.sampled}")
-    echo_notes(notes)
-    return None if read is None else read.trace
+    return loading.in_windows(trace, windows, read)
 
 
 def show_trace(
@@ -162,7 +160,7 @@ def show_trace(
     ``windows``: read a step window at a time (None: from the trace's size)."""
     # --perfetto writes the whole trace with its path: a window would write part of it
     whole = annotation is not None or keep_last_step or perfetto is not None
-    read = None if whole else _in_windows(trace, step, windows)
+    read = None if whole else _in_windows(trace, step, windows, loading)
     t = read if read is not None else loading.load(trace)
     if step is None and annotation is None and not keep_last_step:
         t = whole_steps(t)

@@ -61,6 +61,22 @@ class TraceLoading:
 
         return load_derived(path, name, compute, into, capture=self.capture, cache=self.cache, from_file=from_file)
 
+    def in_windows(self, path: str | Path, windows: bool | None, read: Callable[[Path, list[str]], T | None]) -> T | None:
+        """``read(path, notes)`` where the trace is read a step window at a time
+        (``--windows``, or its size without ``--windows/--whole``; never one
+        paired with a graph capture), its notes on stderr; None to read it whole."""
+        from kinetolens.cli.render import echo_notes
+        from kinetolens.runs.windowed_read import reads_in_windows
+
+        p = Path(path)
+        if not reads_in_windows(p, windows, self.capture):
+            return None
+        notes: list[str] = []
+        try:
+            return read(p, notes)
+        finally:
+            echo_notes(notes)
+
 
 def trace_load_options(*, capture: bool = False) -> Callable[[F], F]:
     """Add the trace-loading options to a command; it receives ``loading: TraceLoading``.

@@ -97,14 +97,9 @@ def _in_windows(path: Path, loading: TraceLoading, windows: bool | None) -> Wind
     asks for it (None: from the trace's size), else None; the summary is kept
     with the trace's cache entry, as ``kinetolens summary --windows`` keeps it."""
     from kinetolens.analysis.summary_types import Summary
-    from kinetolens.cli.render import echo_notes
-    from kinetolens.runs.windowed_read import reads_in_windows, report_in_windows
+    from kinetolens.runs.windowed_read import report_in_windows
 
-    if not reads_in_windows(path, windows, loading.capture):
-        return None
-    notes: list[str] = []
-    read = report_in_windows(path, notes=notes)
-    echo_notes(notes)
+    read = loading.in_windows(path, windows, lambda p, notes: report_in_windows(p, notes=notes))
     if read is not None:
         name = "summary" if windows is None else "summary_windows"
         loading.derived(str(path), name, lambda trace: read.summary, Summary, from_file=lambda p: read.summary)

@@ -27,7 +27,7 @@ from kinetolens.analysis.summary_types import Device, GpuUse, PeakMemory, RunDev
 from kinetolens.cli.load_options import TraceLoading
 from kinetolens.cli.phases_command import print_inference
 from kinetolens.cli.render import console as render_console
-from kinetolens.cli.render import echo_notes, print_captioned, print_pairs
+from kinetolens.cli.render import print_captioned, print_pairs
 from kinetolens.model.vocabulary import CATEGORY_HEADERS
 from kinetolens.views import empty_reasons, units
 from kinetolens.views.device_words import unlisted_devices_note
@@ -57,20 +57,14 @@ def summary_of(trace: str, loading: TraceLoading, windows: bool | None = None) -
     time (True), whole (False), or whole unless it is too large to hold (None;
     :mod:`kinetolens.runs.windowed_read`)."""
     name = {None: "summary", True: "summary_windows", False: "summary_whole"}[windows]
-    from_file = None if windows is False else partial(_in_windows, windows, loading.capture)
+    from_file = None if windows is False else partial(loading.in_windows, windows=windows, read=_summary_in_windows)
     return loading.derived(trace, name, summarized, Summary, from_file=from_file)
 
 
-def _in_windows(windows: bool | None, capture: str | None, path: Path) -> Summary | None:
-    """The summary read a step window at a time where ``windows`` or the file's size asks for it, else None."""
-    from kinetolens.runs.windowed_read import reads_in_windows, summary_in_windows
+def _summary_in_windows(path: Path, notes: list[str]) -> Summary | None:
+    from kinetolens.runs.windowed_read import summary_in_windows  # polars: only for a large trace
 
-    if not reads_in_windows(path, windows, capture):
-        return None
-    notes: list[str] = []
-    summary = summary_in_windows(path, notes=notes)
-    echo_notes(notes)
-    return summary
+    return summary_in_windows(path, notes=notes)
 
 
 def print_summary(trace: str, loading: TraceLoading, width: int | None, windows: bool | None = None) -> None:

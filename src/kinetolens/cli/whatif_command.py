@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -65,7 +66,7 @@ def whatif_command(
 
     from kinetolens.cli.render import emit_json
 
-    result = _in_windows(trace, changes, step, windows)
+    result = _in_windows(trace, changes, step, windows, loading)
     if result is None:
         result = whatif(loading.load(trace), changes, step)
     if not result.steps:
@@ -76,24 +77,21 @@ def whatif_command(
     _print(result, width)
 
 
-def _in_windows(trace: str, changes: list[Change], step: int | None, windows: bool | None) -> WhatIf | None:
+def _in_windows(
+    trace: str, changes: list[Change], step: int | None, windows: bool | None, loading: TraceLoading
+) -> WhatIf | None:
     """The prediction read a step window at a time where ``windows`` asks for it
     (None: from the trace's size), with a note on stderr; None to read the trace whole."""
-    from pathlib import Path
-
-    from kinetolens.cli.render import echo_notes
     from kinetolens.registry.words import counted
-    from kinetolens.runs.windowed_read import reads_in_windows, whatif_in_windows
+    from kinetolens.runs.windowed_read import whatif_in_windows
 
-    path = Path(trace)
-    if not reads_in_windows(path, windows):
-        return None
-    notes: list[str] = []
-    result = whatif_in_windows(path, changes, step, notes=notes)
-    if result is not None and result.steps:  # none: the command's one line says so
-        notes.append(f"{trace}: read a step window at a time ({counted(len(result.steps), 'step')} re-timed)")
-    echo_notes(notes)
-    return result
+    def read(path: Path, notes: list[str]) -> WhatIf | None:
+        result = whatif_in_windows(path, changes, step, notes=notes)
+        if result is not None and result.steps:  # none: the command's one line says so
+            notes.append(f"{trace}: read a step window at a time ({counted(len(result.steps), 'step')} re-timed)")
+        return result
+
+    return loading.in_windows(trace, windows, read)
 
 
 def _json(r: WhatIf) -> dict:

@@ -128,14 +128,15 @@ def _windowed(
 ) -> T | None:
     """What ``reading`` makes of ``path``'s step windows, decoded into a
     temporary folder (under ``spill_root``) removed after; None where it
-    cannot be read so, and ``notes`` says why."""
+    cannot be read so (no ``ProfilerStep`` ranges, or what ``reading`` says),
+    and ``notes`` says why."""
     with tempfile.TemporaryDirectory(prefix="kinetolens-windows-", dir=spill_root) as folder:
         try:
             windowed = open_windows(path, folder)
         except StreamUnsupported as exc:
             read, why = None, f"the file is not laid out as the streaming reader expects ({exc})"
         else:
-            read, why = reading(windowed)
+            read, why = reading(windowed) if windowed.steps.height else (None, "it has no ProfilerStep ranges")
     if read is None and notes is not None:
         notes.append(f"{shown_path(path)}: read whole, not a step window at a time: {why}")
     return read
@@ -145,8 +146,6 @@ def _read(windowed: Windowed, tables: bool) -> tuple[WindowedRead | None, str]:
     """The read, or None and why not."""
     steps = windowed.steps
     chosen = windowed.sample(SAMPLE_STEPS)
-    if steps.height == 0:
-        return None, "it has no ProfilerStep ranges"
     if chosen is None:
         return None, "it has no whole step"
     if tables and windowed.numbers_graphs():
@@ -156,8 +155,7 @@ def _read(windowed: Windowed, tables: bool) -> tuple[WindowedRead | None, str]:
         return None, "it is an inference engine's trace (iterations, not steps)"
     sampled = _sampled(steps, chosen)
     note = (
-        f"read a step window at a time ({counted(steps.height, 'step')}): the program's kind and the recommendations "
-        f"are from {sampled}"
+        f"{_read_words(steps)}: the program's kind and the recommendations are from {sampled}"
     )
     reader = list(windowed.spill.warnings)
     held: list[TablesPart] = []
@@ -196,19 +194,21 @@ def steps_in_windows(
 
 
 def _steps(windowed: Windowed, step: int | None) -> tuple[WindowedSteps | None, str]:
-    steps = windowed.steps
-    if steps.height == 0:
-        return None, "it has no ProfilerStep ranges"
     if step is not None:
-        chosen = next((w for w in windowed.windows() if w.step == step), None)
-        if chosen is None:
-            have = steps["step"]
-            raise TraceError(shown_path(windowed.path), f"has no step {step} (steps: {have.min()}-{have.max()})")
-        return WindowedSteps(windowed.load(chosen), f"step {step}"), ""
+        return WindowedSteps(windowed.load(_window_of(windowed, step)), f"step {step}"), ""
     sample = windowed.sample(SAMPLE_STEPS)
     if sample is None:
         return None, "it has no whole step"
-    return WindowedSteps(windowed.load(sample), _sampled(steps, sample)), ""
+    return WindowedSteps(windowed.load(sample), _sampled(windowed.steps, sample)), ""
+
+
+def _window_of(windowed: Windowed, step: int) -> StepWindow:
+    """The window of ``step``; a step the trace does not have is a :class:`TraceError`."""
+    chosen = next((w for w in windowed.windows() if w.step == step), None)
+    if chosen is None:
+        have = windowed.steps["step"]
+        raise TraceError(shown_path(windowed.path), f"has no step {step} (steps: {have.min()}-{have.max()})")
+    return chosen
 
 
 def whatif_in_windows(
@@ -224,14 +224,8 @@ def whatif_in_windows(
 def _whatif(windowed: Windowed, changes: list[Change], step: int | None) -> tuple[WhatIf | None, str]:
     from kinetolens.analysis.paths.whatif import WhatIf, whatif
 
-    steps = windowed.steps
-    if steps.height == 0:
-        return None, "it has no ProfilerStep ranges"
-    wanted = {step} if step is not None else set(steps.filter(pl.col("complete"))["step"].to_list())
-    chosen = [w for w in windowed.windows() if w.step in wanted]
-    if step is not None and not chosen:
-        have = steps["step"]
-        raise TraceError(shown_path(windowed.path), f"has no step {step} (steps: {have.min()}-{have.max()})")
+    whole = set(windowed.steps.filter(pl.col("complete"))["step"].to_list())
+    chosen = [_window_of(windowed, step)] if step is not None else [w for w in windowed.windows() if w.step in whole]
     if not chosen:
         return None, "it has no whole step"
     parts = [whatif(windowed.load(window), changes, window.step) for window in chosen]
@@ -275,8 +269,6 @@ def ops_in_windows(
 
 def _ops(windowed: Windowed, by: str, aggregate: str, inclusive: bool) -> tuple[WindowedOps | None, str]:
     steps = windowed.steps
-    if steps.height == 0:
-        return None, "it has no ProfilerStep ranges"
     if by != "kernel" and windowed.numbers_graphs():
         return None, NUMBERED_GRAPHS  # a replay under no op is named by its graph's number
     gpu = windowed.has_gpu_work()
@@ -315,8 +307,6 @@ def kernels_in_windows(
 
 def _kernels(windowed: Windowed, columns: list[str], write: Callable[[pl.DataFrame], bool]) -> tuple[str | None, str]:
     steps = windowed.steps
-    if steps.height == 0:
-        return None, "it has no ProfilerStep ranges"
     if windowed.numbers_graphs():
         return None, NUMBERED_GRAPHS
     first = windowed.first_gpu_start()

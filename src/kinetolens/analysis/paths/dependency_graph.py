@@ -46,6 +46,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TypeVar
 
 import numpy as np
 import numpy.ma  # noqa: F401  (polars imports it on the first numpy -> polars conversion: at import, not in the first graph)
@@ -102,6 +103,17 @@ _ACTIVITY_COLUMNS = ("kind", "device", "stream", "ts", "dur", "op_id", "launch_i
 _KERNEL_TEXTS = ["name", "op", "module", "source"]
 
 
+_Held = TypeVar("_Held")
+
+
+def _alive(ref: weakref.ref[_Held], what: str) -> _Held:
+    """What a weak reference holds; a ReferenceError naming ``what`` once it was collected."""
+    held = ref()
+    if held is None:
+        raise ReferenceError(f"{what} was collected")
+    return held
+
+
 class TraceFacts:
     """The whole-trace tables every window's graph reads, computed once per trace.
 
@@ -114,10 +126,7 @@ class TraceFacts:
 
     @property
     def trace(self) -> Trace:
-        trace = self._trace()
-        if trace is None:
-            raise ReferenceError("the trace of these dependency facts was collected")
-        return trace
+        return _alive(self._trace, "the trace of these dependency facts")
 
     @classmethod
     def of(cls, trace: Trace) -> TraceFacts:
@@ -611,10 +620,7 @@ class _FactsIndex:
 
     @property
     def facts(self) -> TraceFacts:
-        facts = self._facts()
-        if facts is None:
-            raise ReferenceError("the dependency facts of this index were collected")
-        return facts
+        return _alive(self._facts, "the dependency facts of this index")
 
     @cached_property
     def candidates(self) -> _Candidates:
