@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from polars.testing import assert_frame_equal
 
 import kinetolens
+import kinetolens.runs.window_choice as window_choice
 import kinetolens.runs.windowed_read as windowed_read
 from kinetolens.analysis.hardware.kernels import kernel_verdicts, tensor_core_time
 from kinetolens.analysis.report_windows import tables_part, whole_tables
@@ -104,7 +105,7 @@ def test_the_default_reports_a_large_file_in_windows_and_keeps_its_summary(
 ) -> None:
     path = trace_path("hta/nccl_parser_config/nccl_data.json.gz")
     monkeypatch.setenv("KINETOLENS_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(windowed_read, "WINDOWED_FROM_BYTES", 1)
+    monkeypatch.setattr(window_choice, "WINDOWED_FROM_BYTES", 1)
     assert "| read | a step window at a time (3 steps)" in _report(path)
     # The summary the report computed is kept: a summary after it opens no window.
     monkeypatch.setattr(windowed_read, "open_windows", None)

@@ -98,3 +98,22 @@ def test_a_cached_summary_imports_none_of_the_analyses(tmp_path: Path) -> None:
 
     assert loaded() == sorted(ANALYSES)  # the first run computes the summary
     assert loaded() == []  # the second reads it back: none of them is imported
+
+
+#: What a summary of a trace read whole, of a training job, has no use for: the
+#: windowed readers (a trace too large to hold), the executors of many ranks, an
+#: inference trace's tables, the memory flow drawing.
+UNNEEDED = ("kinetolens.runs.windowed_read", "kinetolens.windowed", "kinetolens.ingest.spill", "kinetolens.runs.executors", "kinetolens.runs.summaries", "kinetolens.cli.phases_command", "kinetolens.views.memory_flow_svg", "multiprocessing")
+
+
+def test_a_summary_read_whole_imports_only_what_it_shows(tmp_path: Path) -> None:
+    from tests.conftest import trace_path
+
+    trace = str(trace_path("kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"))
+    env = {**os.environ, "PYTHONPATH": SRC, "COLUMNS": "80", "KINETOLENS_CACHE_DIR": str(tmp_path / "cache")}
+    code = f"ANALYSES = {UNNEEDED!r}\n" + CACHED_PROBE
+    out = subprocess.run([sys.executable, "-c", code, "summary", "--no-cache", trace], capture_output=True, text=True, env=env, check=True)
+    assert json.loads(out.stdout) == []
+    # the same probe sees them where they are used: the windowed read of the same file
+    out = subprocess.run([sys.executable, "-c", code, "summary", "--no-cache", "--windows", trace], capture_output=True, text=True, env=env, check=True)
+    assert {"kinetolens.runs.windowed_read", "kinetolens.windowed", "kinetolens.ingest.spill"} <= set(json.loads(out.stdout))

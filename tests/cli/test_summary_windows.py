@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import kinetolens.runs.window_choice as window_choice
 import kinetolens.runs.windowed_read as windowed_read
 from kinetolens.analysis.summary_windows import PER_WINDOW
 from kinetolens.cli.main import cli
@@ -90,7 +91,7 @@ def test_the_default_reads_a_large_file_in_windows_and_a_small_one_whole(monkeyp
     path = trace_path("hta/df_index_resolver/df_index_resolver.json.gz")
     by_size = TraceLoading(cache=False)
     assert summary_of(str(path), by_size).read_in_windows is None  # 54 MB of JSON, not forced
-    monkeypatch.setattr(windowed_read, "WINDOWED_FROM_BYTES", 50_000_000)
+    monkeypatch.setattr(window_choice, "WINDOWED_FROM_BYTES", 50_000_000)
     summary = summary_of(str(path), by_size)
     assert summary is not None and summary.read_in_windows is not None
     # --whole reads whole however large the file

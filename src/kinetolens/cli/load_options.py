@@ -66,7 +66,7 @@ class TraceLoading:
         (``--windows``, or its size without ``--windows/--whole``; never one
         paired with a graph capture), its notes on stderr; None to read it whole."""
         from kinetolens.cli.render import echo_notes
-        from kinetolens.runs.windowed_read import reads_in_windows
+        from kinetolens.runs.window_choice import reads_in_windows
 
         p = Path(path)
         if not reads_in_windows(p, windows, self.capture):

@@ -35,13 +35,14 @@ from kinetolens.cli.render import console as render_console
 from kinetolens.errors import TraceError
 from kinetolens.ingest.memory_snapshot import read_snapshot, snapshot_tables
 from kinetolens.ingest.memory_timeline import is_memory_timeline, read_memory_timeline
-from kinetolens.views.memory_flow_svg import human_bytes, render_memory_flow
+from kinetolens.views import units
+from kinetolens.views.memory_flow_svg import render_memory_flow
 
 
 def _bytes_columns(frame: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
     """Byte counts as ``12.3 MiB`` strings for the terminal."""
     return frame.with_columns(
-        pl.col(c).map_elements(human_bytes, return_dtype=pl.String) for c in columns if c in frame.columns
+        pl.col(c).map_elements(units.memory, return_dtype=pl.String) for c in columns if c in frame.columns
     )
 
 
@@ -139,7 +140,7 @@ def _write_svg(trace: str, path: str, events: pl.DataFrame, peaks: pl.DataFrame,
     label = str(peaks["device"][0])
     mine = events.filter(pl.col("device") == label)
     window = (int(mine["ts"].min()), int(mine["ts"].max()))  # type: ignore[arg-type]
-    peak = human_bytes(peaks["peak_allocated"][0])
+    peak = units.memory(peaks["peak_allocated"][0])
     svg = render_memory_flow(
         allocs.filter(pl.col("device") == label),
         window=window,
@@ -268,7 +269,7 @@ def _timeline_report(trace: str, json_: bool) -> None:
     ).sort("at_peak", descending=True)
     emit(
         _bytes_columns(rows, ["at_peak", "at_end"]),
-        title=f"torch memory timeline: peak {human_bytes(peak['total'])} at "
+        title=f"torch memory timeline: peak {units.memory(peak['total'])} at "
         f"{(peak['ts'] - origin) / 1e6:,.3f} ms, by tensor category: {trace}",
     )
 

@@ -25,13 +25,11 @@ from kinetolens.analysis.memory.usage import ALLOCATOR, BASIS_NOTES, WINDOW_SUM
 from kinetolens.analysis.paths.sampling import sample_in_words
 from kinetolens.analysis.summary_types import Device, GpuUse, PeakMemory, RunDevice, Steps, Summary
 from kinetolens.cli.load_options import TraceLoading
-from kinetolens.cli.phases_command import print_inference
 from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import print_captioned, print_pairs
 from kinetolens.model.vocabulary import CATEGORY_HEADERS
 from kinetolens.views import empty_reasons, units
 from kinetolens.views.device_words import unlisted_devices_note
-from kinetolens.views.memory_flow_svg import human_bytes
 from kinetolens.views.report_phases import inference_rows
 
 if TYPE_CHECKING:
@@ -104,6 +102,8 @@ def print_summary(trace: str, loading: TraceLoading, width: int | None, windows:
         table.add_row("read", table.note(info.read_in_windows.removeprefix("read ")))
     table.print(console, f"kinetolens summary: {trace}")
     if phases:
+        from kinetolens.cli.phases_command import print_inference  # an inference trace's tables only
+
         print_inference(console, info.inference)
     else:
         _print_breakdown(console, steps, gpu)
@@ -183,10 +183,10 @@ NOTE_CHARS = 60
 
 def _peak_text(m: PeakMemory, note: Callable[[str], str] = str) -> str:
     """The peak with what it covers: everything alive (and what was alive at the start), or the window only."""
-    peak = human_bytes(m.peak_allocated)
+    peak = units.memory(m.peak_allocated)
     if m.basis == ALLOCATOR:
         start = m.live_at_start
-        return peak if start is None else f"{peak} ({human_bytes(start)} alive when profiling started)"
+        return peak if start is None else f"{peak} ({units.memory(start)} alive when profiling started)"
     return f"{peak}, {note(m.note)}"
 
 
@@ -294,7 +294,7 @@ def _print_gpus(console: Console, gpus: Sequence[GpuUse], title: str) -> None:
             _pct(g.sm_efficiency),
             _pct(g.occupancy),
             _pct(g.tensor_core_share),
-            "-" if peak is None else human_bytes(peak) + ("" if g.peak_basis == ALLOCATOR else "*"),
+            "-" if peak is None else units.memory(peak) + ("" if g.peak_basis == ALLOCATOR else "*"),
         )
     table.caption = "util: time a kernel ran; SM eff, occup.: estimates; TC: kernel time on Tensor Cores"
     if any(g.peak_allocated_bytes is not None and g.peak_basis != ALLOCATOR for g in gpus):

@@ -1,9 +1,9 @@
 """The summary and the report of a trace too large to hold, read one step window at a time.
 
-From :data:`WINDOWED_FROM_BYTES` of (uncompressed) Kineto JSON, ``kinetolens
-summary`` and ``kinetolens report`` decode the file to Parquet parts in a
-temporary folder, find its steps, and build each step's window in turn,
-keeping only what the window adds to the summary
+From :data:`~kinetolens.runs.window_choice.WINDOWED_FROM_BYTES` of
+(uncompressed) Kineto JSON, ``kinetolens summary`` and ``kinetolens report``
+decode the file to Parquet parts in a temporary folder, find its steps, and
+build each step's window in turn, keeping only what the window adds to the summary
 (:mod:`kinetolens.analysis.summary_windows`) and to the report's op and
 kernel tables (:mod:`kinetolens.analysis.report_windows`): memory holds a
 step, not the file.  A trace without ``ProfilerStep`` ranges, with no whole
@@ -37,10 +37,8 @@ from kinetolens.analysis.report_windows import (
 from kinetolens.analysis.workload.ops import share_whole_of, stepped_gpu_ns, wall_ns
 from kinetolens.analysis.summary_windows import WindowPart, summarize_windows, window_part
 from kinetolens.errors import TraceError, TraceWarning, shown_path
-from kinetolens.ingest.kineto_parallel import estimated_json_bytes
 from kinetolens.ingest.opener import StreamUnsupported
 from kinetolens.ingest.spill import Spill
-from kinetolens.loader import pairs_with_capture
 from kinetolens.model.ownership import owned_kernels
 from kinetolens.model.trace import Trace
 from kinetolens.registry.words import counted
@@ -51,12 +49,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-#: Kineto JSON at least this large (uncompressed) is summarized a step window
-#: at a time: read whole it takes about its own size in memory.
-WINDOWED_FROM_BYTES = 1_500_000_000
-
 __all__ = [
-    "WINDOWED_FROM_BYTES",
     "WindowedOps",
     "WindowedRead",
     "WindowedSteps",
@@ -64,7 +57,6 @@ __all__ = [
     "ops_in_windows",
     "report_in_windows",
     "steps_in_windows",
-    "reads_in_windows",
     "summary_in_windows",
     "whatif_in_windows",
 ]
@@ -72,20 +64,6 @@ __all__ = [
 
 #: Why a trace whose graph replays kinetolens numbers is read whole for tables that name them.
 NUMBERED_GRAPHS = "kinetolens numbers its CUDA/HIP graph replays across the whole trace (the trace recorded no graph ids)"
-
-
-def reads_in_windows(path: Path, windows: bool | None, capture: str | None = None) -> bool:
-    """Whether a command reads ``path`` a step window at a time: as ``--windows``
-    (True) or ``--whole`` (False) say, else (None) where it is Kineto JSON too
-    large to hold (:data:`WINDOWED_FROM_BYTES`); never a file that is not
-    local, nor one paired with a graph capture trace (``capture``, or one
-    beside it: the pairing takes the whole trace)."""
-    if not path.is_file() or pairs_with_capture(path, capture):
-        return False
-    if windows is not None:
-        return windows
-    name = path.name.lower()
-    return name.endswith((".json", ".json.gz")) and estimated_json_bytes(path) >= WINDOWED_FROM_BYTES
 
 
 def summary_in_windows(path: Path, spill_root: Path | None = None, notes: list[str] | None = None) -> Summary | None:

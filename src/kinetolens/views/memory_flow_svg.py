@@ -49,11 +49,6 @@ MARGIN_BOTTOM = 48
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
 
-def human_bytes(n: float | None) -> str:
-    """``1536`` -> ``1.50 KiB``; binary units, as allocators round (:func:`kinetolens.views.units.memory`)."""
-    return units.memory(n)
-
-
 def _text(s: object) -> str:
     """Escaped XML text; control characters (invalid in XML 1.0) dropped."""
     return escape(_CONTROL.sub("", str(s)))
@@ -190,7 +185,7 @@ def render_memory_flow(
         tip = (
             f"{row['op'] or row['key']}"
             f"{' | ' + row['module'] if row['module'] else ''}"
-            f" | {human_bytes(row['size'])} at 0x{row['addr']:x}"
+            f" | {units.memory(row['size'])} at 0x{row['addr']:x}"
             f" | alloc {alloc}, free {free}{life}"
             f"{' | freed by ' + row['free_op'] if row['free_op'] else ''}"
             f" | {row['status']}"
@@ -205,7 +200,7 @@ def render_memory_flow(
         out.append('<g id="merged">')
         for row in cells.iter_rows(named=True):
             color = palette.get(row["key"], OTHER_COLOR)
-            tip = f"{row['count']} allocations under one pixel, {human_bytes(row['size'])} in all (mostly {row['key']})"
+            tip = f"{row['count']} allocations under one pixel, {units.memory(row['size'])} in all (mostly {row['key']})"
             out.append(
                 f'<rect x="{row["cx"]:.0f}" y="{row["cy"]:.0f}" width="1" height="1" fill="{color}">'
                 f"<title>{_text(tip)}</title></rect>"
@@ -293,7 +288,7 @@ def _legend(palette: dict[str, str], boxes: pl.DataFrame, width: int) -> list[st
         label = units.middle(key, 30)
         parts.append(f'<rect x="{x}" y="{y - 10}" width="12" height="12" fill="{color}"/>')
         parts.append(
-            f'<text x="{x + 18}" y="{y}">{_text(label)} ({human_bytes(total)})<title>{_text(key)}</title></text>'
+            f'<text x="{x + 18}" y="{y}">{_text(label)} ({units.memory(total)})<title>{_text(key)}</title></text>'
         )
     parts.append("</g>")
     return parts
