@@ -21,6 +21,8 @@ ran whole is judged as the whole trace judges it.
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,6 +128,7 @@ class Windowed:
         own = trace.steps.select("step", "step_op_id")
         known = inside.drop("step_op_id").join(own, on="step", how="inner", maintain_order="right")
         trace = with_table(trace, "steps", known.select(trace.steps.columns).cast(trace.steps.schema))
+        trace = dataclasses.replace(trace, window_of_steps=self.steps.filter(pl.col("complete")).height)
         return apply(trace, load_steps(self.path))
 
     def has_gpu_work(self) -> bool:

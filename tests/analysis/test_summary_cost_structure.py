@@ -6,6 +6,7 @@ and the summary says what was sampled."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import weakref
 from pathlib import Path
@@ -137,6 +138,31 @@ def test_an_outlying_step_keeps_the_whatif_going() -> None:
     (first_screen,) = whatif_many(trace, host, paths=False)
     assert first_screen.sampled == "1 of 5 steps" and first_screen.steps[0].window.step == every.steps[2].window.step
     assert first_screen.delta_us == every.steps[2].predicted_us - every.steps[2].measured_us
+
+
+def test_a_window_of_a_longer_file_takes_the_share_of_the_files_steps(many_steps: Path, tmp_path: Path) -> None:
+    # A trace read a step window at a time gives its recommendations from a
+    # window of up to SAMPLE_STEPS whole steps: the share is of the file's steps,
+    # not the window's (one step in SAMPLE_SHARE of the window would re-time one
+    # step of a file of a thousand).
+    from kinetolens.runs.windowed_read import steps_in_windows
+
+    read = steps_in_windows(many_steps, None, spill_root=tmp_path)
+    assert read is not None
+    window, file_steps = read.trace, kinetolens.load(many_steps, cache=False)
+    assert file_steps.window_of_steps is None
+    assert window.window_of_steps == file_steps.steps.height == 14 and window.steps.height == SAMPLE_STEPS
+    launch = [[parse_change("launch:0")]]
+    # 14 steps in the file: one in SAMPLE_SHARE is one, as read whole.
+    (as_file,) = whatif_many(window, launch, paths=False, settle=None)
+    assert as_file.sampled == f"1 of {SAMPLE_STEPS} steps"
+    # A file of SAMPLE_SHARE * SAMPLE_STEPS steps or more: every step of the window.
+    longer = dataclasses.replace(window, window_of_steps=SAMPLE_SHARE * SAMPLE_STEPS)
+    (every,) = whatif_many(longer, launch, paths=False, settle=None)
+    assert len(every.steps) == SAMPLE_STEPS and every.sampled is None
+    # The window alone (as if it were the file) would be re-timed on one step.
+    (alone,) = whatif_many(dataclasses.replace(window, window_of_steps=None), launch, paths=False, settle=None)
+    assert len(alone.steps) == 1
 
 
 def test_first_screen_says_what_was_sampled(many_steps: Path) -> None:

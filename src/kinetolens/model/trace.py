@@ -43,8 +43,9 @@ _DOC = f"""One loaded trace: polars tables with explicit links between them.
     ``nsys-sqlite``, ...), ``metadata`` (the file's top-level fields, e.g.
     ``deviceProperties``, ``distributedInfo``, and ``kinetolens_run``: the
     ``*.kinetolens.json`` written beside the trace by ``kinetolens.profile``),
-    ``warnings`` (what the reader skipped or repaired), and the tables, each
-    column as ``name`` (dtype, unit): meaning:
+    ``warnings`` (what the reader skipped or repaired), ``window_of_steps``
+    (on a step window of a file read in windows: the file's whole steps), and
+    the tables, each column as ``name`` (dtype, unit): meaning:
 
 {tables_doc()}
 
@@ -73,6 +74,11 @@ class Trace:
     warnings: list[TraceWarning] = field(default_factory=list)
     kernel_counters: pl.DataFrame = field(default_factory=empty_counters)
     counters: pl.DataFrame = field(default_factory=empty_counter_events)
+    #: Where this trace is a window of a file read a step window at a time
+    #: (``kinetolens.windowed``): the whole steps of the file.  None: the trace
+    #: is the whole file.  What samples the steps (the what-if behind the
+    #: recommendations) takes its share of the file's steps, not the window's.
+    window_of_steps: int | None = None
 
     @property
     def events(self) -> pl.DataFrame:

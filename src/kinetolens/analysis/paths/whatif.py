@@ -261,7 +261,8 @@ def whatif_many(
     ``paths=False`` predicts step times only (no new critical path tables).
 
     ``max_steps``: simulate at most that many complete steps, and at most one
-    in ``share`` (:func:`sample_size`), evenly spaced (None: all),
+    in ``share`` (:func:`sample_size`; of the file's steps where ``trace`` is a
+    window of a longer file, :attr:`Trace.window_of_steps`), evenly spaced (None: all),
     taken middle first and spread (:func:`spread_order`); with
     ``settle``, stop as soon as every change set's mean effect is known to
     that share of the step (:func:`settled`).  Each result's ``of`` and
@@ -272,7 +273,10 @@ def whatif_many(
         if any(c.kind == "rank" for c in changes):
             raise BadChange("rank:N=median needs a run directory with every rank's trace")
     trace, windows = _windows(trace, step)
-    positions = sample(len(windows), None if max_steps is None else sample_size(len(windows), max_steps, share))
+    # A window of a longer file (read a step window at a time) is itself a
+    # sample of its steps: the share is of the file's steps.
+    of_steps = max(len(windows), trace.window_of_steps or 0)
+    positions = sample(len(windows), None if max_steps is None else min(len(windows), sample_size(of_steps, max_steps, share)))
     stop_early = max_steps is not None and settle is not None and bool(change_sets)
     if max_steps is not None:
         positions = spread_order(positions)
