@@ -13,7 +13,11 @@ job) and writes it out ``N`` times back to back:
   ``correlation``, flow ``id``, ``Python id``/``Python parent id``,
   ``Sequence number``, ``Record function id``), so no link crosses copies;
 * ``ProfilerStep#N`` is renumbered, so steps stay distinct;
-* metadata events (``ph: M``) and the top-level keys are written once.
+* metadata events (``ph: M``) and the top-level keys are written once;
+* with ``--launched-only``, GPU activities whose launch the source did not
+  record (the previous iteration draining when profiling began) are left
+  out: they precede the first step, and repeated they would sit inside later
+  steps, which no profiler writes.
 
 Events are encoded and written one copy at a time, so the generator's memory
 is the source trace's, whatever the output size.
@@ -22,6 +26,8 @@ Usage::
 
     python3 bench/gen_trace.py --size-mb 256 -o bench/out/gen_256mb.json
     python3 bench/gen_trace.py --size-mb 2048 -o bench/out/gen_2gb.json.gz
+    python3 bench/gen_trace.py --launched-only --size-mb 1000 -o bench/out/qwen_1000mb.json \
+        --source ../shared/traces/tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz
 """
 
 from __future__ import annotations
@@ -54,6 +60,17 @@ def _read(path: Path) -> dict[str, Any]:
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         sys.exit(f"gen_trace: {path}: not a Kineto trace (no traceEvents array)")
     return trace
+
+
+#: Categories of GPU activities, linked to their launch by ``correlation``.
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver")
+
+
+def launched_only(events: list[Any]) -> list[Any]:
+    """``events`` without the GPU activities whose launch is not among them."""
+    launched = {(e.get("args") or {}).get("correlation") for e in events if e.get("cat") in LAUNCH_CATEGORIES}
+    return [e for e in events if e.get("cat") not in GPU_CATEGORIES or (e.get("args") or {}).get("correlation") in launched]
 
 
 def _max_int(values: Any) -> int:
@@ -132,8 +149,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="real Kineto trace to repeat")
     ap.add_argument("--size-mb", type=float, required=True, help="approximate uncompressed size, MB (10^6 bytes)")
     ap.add_argument("-o", "--output", type=Path, required=True, help="output .json or .json.gz")
+    ap.add_argument("--launched-only", action="store_true", help="leave out GPU activities whose launch was not recorded")
     args = ap.parse_args(argv)
     trace = _read(args.source)
+    if args.launched_only:
+        trace["traceEvents"] = launched_only(trace["traceEvents"])
     repeater = Repeater(trace["traceEvents"])
     one_copy = len(msgspec.json.encode(repeater.body))
     copies = max(1, round(args.size_mb * 1e6 / one_copy))

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from kinetolens.cli.checks import WIDTH, check_step
 from kinetolens.cli.load_options import TraceLoading, trace_load_options
+
+if TYPE_CHECKING:
+    from kinetolens.runs.windowed_read import WindowedModules
 
 #: Depth the terminal tree stops at without --depth (the model, its layers, their blocks).
 TERMINAL_DEPTH = 2
@@ -49,10 +54,15 @@ DROPPABLE = (
 @click.option("--csv", is_flag=True)
 @click.option("--json", "json_", is_flag=True)
 @click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width for the table.")
+@click.option(
+    "--windows/--whole", "windows", default=None,
+    help="Read the trace a step window at a time (memory bounded by a step; without --step), or whole; "
+    "default: a step window at a time from 1.5 GB of JSON.",
+)
 @trace_load_options(capture=True)
 def modules_command(
     trace: str, depth: int | None, by: str, step: int | None, csv: bool, json_: bool, width: int | None,
-    loading: TraceLoading,
+    loading: TraceLoading, windows: bool | None = None,
 ) -> None:
     """GPU time per nn.Module: forward and backward, self and total, FLOPs and % of roofline
     (host time in a trace without GPU kernels, as kinetolens ops ranks it).
@@ -70,9 +80,14 @@ def modules_command(
     from kinetolens.cli.render import emit, print_table
     from kinetolens.views import units
 
-    loaded = loading.load(trace)
-    check_step(trace, loaded, step)
-    tree = module_tree(loaded, gpu_spec(loaded), step=step)
+    read = _modules_in_windows(trace, windows, step, loading)
+    if read is not None:
+        tree, gpu, share_note, read_notes = read.tree, read.gpu, read.share_note, [read.read]
+    else:
+        loaded = loading.load(trace)
+        check_step(trace, loaded, step)
+        tree, gpu = module_tree(loaded, gpu_spec(loaded), step=step), loaded.kernels.height > 0
+        share_note, read_notes = share_whole_note(loaded, step), []
     if tree.filter(pl.col("path") != "(no module)").height == 0:
         raise click.UsageError(f"{trace}: no nn.Module hierarchy in this trace (profile with with_stack=True or with_modules=True)")
     machine = csv or json_
@@ -82,9 +97,10 @@ def modules_command(
             emit(table, "csv" if csv else "json")
             return
         caption = "per module class: times summed over its instances; mean, min, max: of one instance's total"
-        caption += "" if loaded.kernels.height else f"\n{HOST_NOTE}"
-        caption += f"\n{whole}" if (whole := share_whole_note(loaded, step)) else ""
+        caption += "" if gpu else f"\n{HOST_NOTE}"
+        caption += f"\n{share_note}" if share_note else ""
         caption += f"\n{beats}" if (beats := units.beats_model_note(table, "type")) else ""
+        caption += "".join(f"\n{n}" for n in read_notes)
         print_table(
             table.select(TYPE_COLUMNS), title="modules by type", caption=caption, width=width,
             headers=HEADERS, droppable=[c for c in DROPPABLE if c in TYPE_COLUMNS], same_time_unit=True,
@@ -100,17 +116,30 @@ def modules_command(
         module=pl.concat_str(pl.lit("  ").repeat_by(pl.col("depth")).list.join(""), pl.col("name")),
         **{c: c for c in columns},
     )
-    notes = ["self: the module's own kernels; total adds its children's" if loaded.kernels.height else HOST_NOTE]
+    notes = ["self: the module's own kernels; total adds its children's" if gpu else HOST_NOTE]
     if recomputed:
         notes.append("recompute: forward run again in backward (activation checkpointing), in neither fwd nor bwd")
     deeper = tree.height - shown.height
     if deeper:
         notes.append(f"{deeper} deeper modules not shown (--depth N; --by type rolls repeated layers up)")
-    if whole := share_whole_note(loaded, step):
-        notes.append(whole)
+    if share_note:
+        notes.append(share_note)
     if beats := units.beats_model_note(shown, "name"):
         notes.append(beats)
+    notes.extend(read_notes)
     print_table(
         frame, title="modules", caption="\n".join(notes), width=width, headers=HEADERS,
         droppable=[c for c in DROPPABLE if c in TREE_COLUMNS], same_time_unit=True,
     )
+
+
+def _modules_in_windows(trace: str, windows: bool | None, step: int | None, loading: TraceLoading) -> WindowedModules | None:
+    """The module tree read a step window at a time where ``windows`` asks for
+    it (None: from the trace's size; never with ``--step``), else None."""
+    from kinetolens.runs.windowed_read import modules_in_windows
+
+    if step is not None:
+        if windows is True:
+            raise click.BadParameter("a step window at a time reads every step; --step reads the trace whole", param_hint="--windows")
+        return None
+    return loading.in_windows(trace, windows, lambda path, notes: modules_in_windows(path, notes=notes))

@@ -34,7 +34,7 @@ from kinetolens.analysis.report_windows import (
     tables_part,
     whole_tables,
 )
-from kinetolens.analysis.workload.ops import share_whole_of, stepped_gpu_ns, wall_ns
+from kinetolens.analysis.workload.ops import share_note_of, share_whole_of, stepped_gpu_ns, wall_ns
 from kinetolens.analysis.summary_windows import WindowPart, summarize_windows, window_part
 from kinetolens.errors import TraceError, TraceWarning, shown_path
 from kinetolens.ingest.opener import StreamUnsupported
@@ -50,10 +50,12 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 __all__ = [
+    "WindowedModules",
     "WindowedOps",
     "WindowedRead",
     "WindowedSteps",
     "kernels_in_windows",
+    "modules_in_windows",
     "ops_in_windows",
     "report_in_windows",
     "steps_in_windows",
@@ -260,6 +262,49 @@ def _ops(windowed: Windowed, by: str, aggregate: str, inclusive: bool) -> tuple[
     share_whole = share_whole_of(wall_ns(steps) * max(1, len(devices)), stepped)
     table = table_of(parts, by, aggregate, share_whole)
     return WindowedOps(table, gpu, _read_words(steps)), ""
+
+
+@dataclass(frozen=True)
+class WindowedModules:
+    """The nn.Module tree of a trace read a step window at a time (``kinetolens modules``)."""
+
+    tree: pl.DataFrame
+    #: Whether the trace has GPU work (module times are then its kernels').
+    gpu: bool
+    #: What the step shares are of, where that is not the steps' wall time (as share_whole_note says it).
+    share_note: str | None
+    #: What was read, for the line the view prints.
+    read: str
+
+
+def modules_in_windows(path: Path, spill_root: Path | None = None, notes: list[str] | None = None) -> WindowedModules | None:
+    """The module tree of ``path`` read a step window at a time: each window's
+    own kernels and ops summed per module, the sums merged; None where it
+    cannot be (``notes`` says why; the caller reads the trace whole).  The
+    GPU's roofline is that of the first window's device (a process drives
+    GPUs of one model)."""
+    return _windowed(path, spill_root, notes, _modules)
+
+
+def _modules(windowed: Windowed) -> tuple[WindowedModules | None, str]:
+    from kinetolens.analysis.hardware.gpu_spec import gpu_spec
+    from kinetolens.analysis.hardware.module_tree import merged_tree, module_part
+
+    steps = windowed.steps
+    gpu = windowed.has_gpu_work()
+    parts = []
+    stepped = 0
+    devices: set[int] = set()
+    spec = None
+    for i, (window, trace) in enumerate(windowed.traces()):
+        if i == 0:
+            spec = gpu_spec(trace)
+        parts.append(module_part(trace, spec, window.own, gpu))
+        stepped += stepped_gpu_ns(trace, own=window.own)
+        devices.update(trace.kernels.filter(owned_kernels(*window.own))["device"].drop_nulls().to_list())
+    wall = wall_ns(steps) * max(1, len(devices))
+    note = share_note_of(wall, stepped)
+    return WindowedModules(merged_tree(parts, share_whole_of(wall, stepped)), gpu, note, _read_words(steps)), ""
 
 
 def kernels_in_windows(

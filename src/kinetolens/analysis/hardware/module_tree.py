@@ -20,15 +20,19 @@ FLOPs over its total device time.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import polars as pl
 
 from kinetolens.analysis.workload.modules import module_calls
+from kinetolens.analysis.workload.op_groups import OP_LABELS, merged
 from kinetolens.analysis.workload.op_times import op_instances
-from kinetolens.analysis.workload.ops import in_steps, op_stats, share_whole_ns, without_annotations
-from kinetolens.analysis.hardware.roofline import beats_model, roofline_by
+from kinetolens.analysis.workload.ops import GROUPINGS, in_steps, op_groups, op_stats, op_table, share_whole_ns, without_annotations
+from kinetolens.analysis.hardware.roofline import beats_model, op_roofline, require_roofs, roofline_by
 from kinetolens.errors import TraceError
 from kinetolens.model.earlier_launches import without_earlier_iteration
+from kinetolens.model.ownership import owned_kernels, starts_in
 from kinetolens.model.trace import Trace
 from kinetolens.registry.gpus import GpuSpec
 
@@ -58,23 +62,39 @@ def _natural(path: str) -> tuple:
 def _own(trace: Trace, spec: GpuSpec | None, step: int | None, roof: pl.DataFrame | None) -> pl.DataFrame:
     """Per module path: its own kernels' time by direction (its ops' host self
     time in a trace without kernels), FLOPs, ideal and roofed time."""
-    if trace.kernels.height:
+    return _with_work(_times(_timed(trace, step)), _work(trace, spec, step, roof))
+
+
+def _timed(
+    trace: Trace, step: int | None = None, own: tuple[int, int] | None = None, gpu: bool | None = None
+) -> tuple[Trace, pl.DataFrame, pl.Expr]:
+    """The rows whose time makes a module's (``trace``'s kernels, or its ops'
+    host self time in a trace without kernels; ``gpu``: whether the whole
+    trace has kernels, default ``trace``'s) and that time in us; ``own``
+    keeps a window's own (kernels launched then, ops starting then)."""
+    if trace.kernels.height if gpu is None else gpu:
         k, dur = trace.kernels, pl.col("dur") / 1000.0
+        k = k if own is None else k.filter(owned_kernels(*own))
     else:  # CPU only: the host is what the steps spend, as `ops` ranks them (time_basis)
         k, dur = without_annotations(trace, op_instances(trace)), pl.col("host_self") / 1000.0
-    k = k if step is None else k.filter(pl.col("step") == step)
+        k = k if own is None else k.filter(starts_in(own))
+    return trace, (k if step is None else k.filter(pl.col("step") == step)), dur
+
+
+def _times(timed: tuple[Trace, pl.DataFrame, pl.Expr]) -> pl.DataFrame:
+    trace, k, dur = timed
     direction = pl.col("direction").cast(pl.String)
-    times = k.group_by(path=pl.col("module").fill_null(NO_MODULE)).agg(
+    return k.group_by(path=pl.col("module").fill_null(NO_MODULE)).agg(
         fwd_us=dur.filter(direction == "fprop").sum(),
         bwd_us=dur.filter(direction == "bprop").sum(),
         recompute_us=dur.filter(direction == "recompute").sum(),
         all_us=dur.sum(),
         stepped_us=dur.filter(in_steps(trace)).sum(),
     )
-    work = _work(trace, spec, step, roof)
-    return times.join(work, on="path", how="full", coalesce=True).with_columns(
-        pl.col(c).fill_null(0.0) for c in _SUMMED
-    )
+
+
+def _with_work(times: pl.DataFrame, work: pl.DataFrame) -> pl.DataFrame:
+    return times.join(work, on="path", how="full", coalesce=True).with_columns(pl.col(c).fill_null(0.0) for c in _SUMMED)
 
 
 def _work(trace: Trace, spec: GpuSpec | None, step: int | None, roof: pl.DataFrame | None) -> pl.DataFrame:
@@ -92,7 +112,11 @@ def _work(trace: Trace, spec: GpuSpec | None, step: int | None, roof: pl.DataFra
             ideal_us=pl.col("ideal_us"),
             roofed_us=pl.when(pct > 0).then(pl.col("ideal_us") * 100.0 / pct),
         )
-    stats = op_stats(trace, by="module", step=step)
+    return _flops_only(op_stats(trace, by="module", step=step))
+
+
+def _flops_only(stats: pl.DataFrame) -> pl.DataFrame:
+    """Per module path its FLOPs alone (an op table by module): no roof known."""
     return stats.select(
         path=pl.col("module").fill_null(NO_MODULE),
         flops="flops",
@@ -114,7 +138,13 @@ def module_tree(
     ``roofline_by(trace, spec, by="module", step=step)`` where the caller has it.
     """
     trace = without_earlier_iteration(trace)  # the previous iteration's tail is in no step: count each layer's own step
-    own = _own(trace, spec, step, roof)
+    return tree_of(_own(trace, spec, step, roof), share_whole_ns(trace, step), module_calls(trace, step))
+
+
+def tree_of(own: pl.DataFrame, step_ns: int, calls: pl.DataFrame) -> pl.DataFrame:
+    """:func:`module_tree` from each module's own sums (``path`` and
+    :data:`_SUMMED`), what step shares are of (ns) and the forward calls per
+    module (``module, calls``)."""
     with_ancestors = own.with_columns(
         segments=pl.col("path").str.split(SEP),
     ).with_columns(
@@ -134,7 +164,6 @@ def module_tree(
     ).rename({"ancestor": "path"})
     mine = own.select("path", fwd_self_us="fwd_us", bwd_self_us="bwd_us", recompute_self_us="recompute_us", self_us="all_us")
     tree = totals.join(mine, on="path", how="left").with_columns(pl.col(c).fill_null(0.0) for c in TIMES)
-    step_ns = share_whole_ns(trace, step)
     segments = pl.col("path").str.split(SEP)
     tree = tree.with_columns(
         parent=pl.when(segments.list.len() > 1).then(segments.list.head(segments.list.len() - 1).list.join(SEP)),
@@ -146,14 +175,84 @@ def module_tree(
         ideal_us=pl.when(pl.col("roofed_us") > 0).then(pl.col("ideal_us")),
         flops=pl.when(pl.col("flops") > 0).then(pl.col("flops")),
     ).with_columns(type=pl.col("name").map_elements(module_type, return_dtype=pl.String))
-    calls = module_calls(trace, step).select(path="module", calls=pl.col("calls").cast(pl.Int64))
-    tree = tree.join(calls, on="path", how="left")
+    tree = tree.join(calls.select(path="module", calls=pl.col("calls").cast(pl.Int64)), on="path", how="left")
     order = sorted(tree["path"].to_list(), key=lambda p: (p == NO_MODULE, _natural(p)))
     rank = pl.DataFrame({"path": order, "_rank": range(len(order))})
     return tree.join(rank, on="path").sort("_rank").select(
         "path", "parent", "depth", "name", "type", "calls", *TIMES, "step_share_pct", "flops", "tflops_s", "ideal_us",
         "pct_of_roof", beats_model(), "roofed_us",
     )
+
+
+@dataclass(frozen=True)
+class ModulePart:
+    """What one window of a trace read a step window at a time adds to the
+    module tree: its own kernels (launched in it) and ops (starting in it)."""
+
+    #: Per module path its own time by direction (:func:`_times`).
+    times: pl.DataFrame
+    #: Per module path ``flops, ideal_us, known_us`` (the ops' device time
+    #: whose roof is known) and whether any is known; without a roof (no
+    #: GPU spec), the op groups by module (merged as op tables are).
+    work: pl.DataFrame
+    roofed: bool
+    #: Forward calls per module (``module, calls``) starting in the window.
+    calls: pl.DataFrame
+
+
+def module_part(trace: Trace, spec: GpuSpec | None, own: tuple[int, int], gpu: bool) -> ModulePart:
+    """``trace`` (a window) reduced to its own part of :func:`module_tree`:
+    ``own`` ([lo, hi) ns) is the time it owns, ``gpu`` whether the whole trace has kernels."""
+    trace = without_earlier_iteration(trace)
+    times = _times(_timed(trace, own=own, gpu=gpu))
+    calls = module_calls(trace, own=own)
+    if gpu and _has_roofs(spec, trace):
+        return ModulePart(times, _roof_part(trace, spec, own), True, calls)
+    return ModulePart(times, op_groups(trace, by="module", own=own, gpu=gpu), False, calls)
+
+
+def _has_roofs(spec: GpuSpec | None, trace: Trace) -> bool:
+    """Whether ``spec`` gives a roofline (as the whole trace's tree asks :func:`roofline_by`)."""
+    try:
+        require_roofs(spec, trace)
+    except TraceError:
+        return False
+    return True
+
+
+def _roof_part(trace: Trace, spec: GpuSpec | None, own: tuple[int, int]) -> pl.DataFrame:
+    """Per module path the FLOPs, ideal and roofed device time of the op calls starting in ``own``."""
+    schema = {"path": pl.String, "flops": pl.Float64, "ideal_us": pl.Float64, "known_us": pl.Float64, "any_known": pl.Boolean}
+    if trace.kernels.height == 0:
+        return pl.DataFrame(schema=schema)
+    ops = op_roofline(trace, spec).join(trace.ops.select("op_id", "ts"), on="op_id", how="left").filter(starts_in(own))
+    known = pl.col("ideal_us").is_not_null()
+    return ops.group_by(path=pl.col("module").fill_null(NO_MODULE)).agg(
+        flops=pl.col("flops").sum().cast(pl.Float64),
+        ideal_us=pl.col("ideal_us").filter(known).sum(),
+        known_us=pl.col("device_us").filter(known).sum(),
+        any_known=known.any(),
+    ).cast(schema)  # type: ignore[arg-type]
+
+
+def merged_tree(parts: Sequence[ModulePart], step_ns: int) -> pl.DataFrame:
+    """:func:`module_tree` of a trace read a step window at a time, from its
+    windows' :func:`module_part`; step shares of ``step_ns``."""
+    if not parts:
+        raise ValueError("no windows")
+    times = pl.concat([p.times for p in parts]).group_by("path").agg(pl.all().sum())
+    if parts[0].roofed:
+        w = pl.concat([p.work for p in parts]).group_by("path").agg(pl.col("flops", "ideal_us", "known_us").sum(), pl.col("any_known").any())
+        # as roofline_by: ideal time where some call's roof is known; roofed where its % of roof is above 0
+        work = w.select(
+            "path", "flops",
+            ideal_us=pl.when(pl.col("any_known")).then(pl.col("ideal_us")),
+            roofed_us=pl.when((pl.col("ideal_us") > 0) & (pl.col("known_us") > 0) & pl.col("any_known")).then(pl.col("known_us")),
+        )  # fmt: skip
+    else:
+        work = _flops_only(op_table(merged([p.work for p in parts], GROUPINGS["module"], list(OP_LABELS)), "module", "sum", 1))
+    calls = pl.concat([p.calls for p in parts]).group_by("module").agg(pl.col("calls").sum())
+    return tree_of(_with_work(times, work), step_ns, calls)
 
 
 def by_depth(tree: pl.DataFrame, depth: int | None) -> pl.DataFrame:

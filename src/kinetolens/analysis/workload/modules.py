@@ -15,15 +15,19 @@ from __future__ import annotations
 import polars as pl
 
 from kinetolens.model.frames import MODULE_PREFIX
+from kinetolens.model.ownership import starts_in
 from kinetolens.model.trace import Trace
 
 
-def module_calls(trace: Trace, step: int | None = None) -> pl.DataFrame:
-    """``module, calls``: forward calls per module path (in ``step`` only, when given)."""
+def module_calls(trace: Trace, step: int | None = None, own: tuple[int, int] | None = None) -> pl.DataFrame:
+    """``module, calls``: forward calls per module path (in ``step`` only, when
+    given; those starting in ``own``, [lo, hi) ns, when given: a window's own)."""
     python = trace.python
     if python.height == 0:
         return pl.DataFrame(schema={"module": pl.String, "calls": pl.UInt32})
     frames = python.filter(pl.col("name").str.starts_with(MODULE_PREFIX)).select("module", "ts")
+    if own is not None:
+        frames = frames.filter(starts_in(own))
     if step is not None:
         window = trace.steps.filter(pl.col("step") == step)
         if window.height == 0:

@@ -149,7 +149,11 @@ def share_whole_of(wall_ns: int, stepped_gpu: int) -> int:
 
 def share_whole_note(trace: Trace, step: int | None = None) -> str | None:
     """The line a table of step shares prints when they are of summed GPU time (None when of the wall time)."""
-    wall, gpu = step_time_ns(trace, step), stepped_gpu_ns(trace, step)
+    return share_note_of(step_time_ns(trace, step), stepped_gpu_ns(trace, step))
+
+
+def share_note_of(wall: int, gpu: int) -> str | None:
+    """:func:`share_whole_note` from the steps' wall time (once per GPU) and their GPU time (ns)."""
     if gpu <= wall:
         return None
     return (

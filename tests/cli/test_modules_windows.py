@@ -1,0 +1,189 @@
+"""``kinetolens modules`` of a trace read a step window at a time.
+
+From 1.5 GB of JSON (or with ``--windows``) the nn.Module tree is merged
+from each step window's own kernels (launched in it), ops and forward calls
+(starting in it) (:func:`kinetolens.runs.windowed_read.modules_in_windows`),
+so memory holds a step; the tree and its roll-up by class are the whole
+trace's, FLOPs and % of roof included.  ``--step`` reads the trace whole.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kinetolens.cli.main import cli
+from tests.conftest import trace_path
+
+QWEN_H100 = "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+QWEN_MI300 = "tracelens/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+NO_STEPS = "tracelens/b200/eager_trace.json.gz"
+GEN_TRACE = Path(__file__).resolve().parents[2] / "bench" / "gen_trace.py"
+
+CPU_MODEL = """
+import sys, torch, kinetolens
+torch.manual_seed(0)
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(128, 128)
+        self.fc2 = torch.nn.Linear(128, 128)
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.Sequential(Block(), Block())
+        self.head = torch.nn.Linear(128, 4)
+    def forward(self, x):
+        return self.head(self.blocks(x))
+model = Net()
+x = torch.randn(32, 128)
+with kinetolens.profile(logdir=sys.argv[1], run="mods", steps=4, warmup=1, profile_memory=False) as prof:
+    for _ in range(5):
+        model(x).sum().backward()
+        prof.step()
+print(prof.trace_files[0])
+"""
+
+
+def _modules(path: Path, *options: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, ["modules", str(path), "--no-cache", *options], catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def _rows(path: Path, *options: str) -> list[dict]:
+    code, out, err = _modules(path, "--json", *options)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def _same(got: list[dict], want: list[dict], key: str) -> None:
+    """The same rows in the same order; sums equal up to the order they were added in."""
+    assert [r[key] for r in got] == [r[key] for r in want] and len(want) > 1
+    for row, expected in zip(got, want, strict=True):
+        assert row.keys() == expected.keys()
+        for k, v in row.items():
+            if isinstance(v, float):
+                assert v == pytest.approx(expected[k], rel=1e-9, abs=1e-9), (row[key], k)
+            else:
+                assert v == expected[k], (row[key], k)
+
+
+def _both_ways(path: Path) -> None:
+    for by, key in (("tree", "path"), ("type", "type")):
+        _same(_rows(path, "--by", by, "--windows"), _rows(path, "--by", by, "--whole"), key)
+
+
+@pytest.fixture(scope="module")
+def qwen_steps(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The H100 Qwen trace's step repeated five times (bench/gen_trace.py).
+
+    Its 509 kernels without a recorded launch (the previous iteration
+    draining when profiling began) are left out (``--launched-only``):
+    kinetolens names them after the first step's launches, which holds where
+    they are, before the first step; repeated, they would sit inside later
+    steps, which no profiler writes."""
+    folder = tmp_path_factory.mktemp("qwen_steps")
+    gen = runpy.run_path(str(GEN_TRACE))
+    events = json.loads(gzip.decompress(trace_path(QWEN_H100).read_bytes()))["traceEvents"]
+    assert len(events) - len(gen["launched_only"](events)) == 509
+    out = folder / "qwen_steps.json"
+    gen["main"](["--source", str(trace_path(QWEN_H100)), "--launched-only", "--size-mb", "25", "-o", str(out)])
+    return out
+
+
+def test_five_steps_of_a_gpu_trace_give_the_whole_tree(qwen_steps: Path) -> None:
+    # Five windows: a sum over windows that counted a kernel, an op or a
+    # forward call in two of them (or in none) would differ from the whole read.
+    tree = _rows(qwen_steps, "--whole")
+    assert next(r for r in tree if r["path"] == "Qwen2Model_0")["calls"] == 5
+    assert any(r["pct_of_roof"] for r in tree)  # the roofline's figures are merged too
+    _both_ways(qwen_steps)
+
+
+@pytest.mark.parametrize("rel", [QWEN_H100, QWEN_MI300])
+def test_one_step_traces_give_the_whole_tree(rel: str) -> None:
+    _both_ways(trace_path(rel))
+
+
+@pytest.fixture(scope="module")
+def cpu_steps(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Four steps of a small model profiled on the CPU by kinetolens.profile."""
+    pytest.importorskip("torch")
+    clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    logdir = tmp_path_factory.mktemp("cpu_steps")
+    proc = subprocess.run([sys.executable, "-c", CPU_MODEL, str(logdir)], capture_output=True, text=True, timeout=300, env=clean)
+    assert proc.returncode == 0, proc.stderr
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_cpu_trace_of_four_steps_gives_the_whole_tree(cpu_steps: Path) -> None:
+    # Without kernels a module's time is its ops' host self time, and its
+    # FLOPs the op table's (no GPU roof): merged as the op tables are.
+    path = cpu_steps
+    tree = _rows(path, "--whole")
+    assert next(r for r in tree if r["path"] == "Net_0")["calls"] == 4
+    assert next(r for r in tree if r["path"] == "Net_0")["flops"] > 0
+    _both_ways(path)
+
+
+@pytest.mark.parametrize("rel", [QWEN_H100, QWEN_MI300, "cpu"])
+def test_a_window_split_anywhere_adds_up_to_the_whole_tree(rel: str, request: pytest.FixtureRequest) -> None:
+    # Windows share the instants at their edges, and a step's late kernels run
+    # into the next one's window: each part must count only what it owns (ops and
+    # forward calls by their start, kernels by their launch).  One trace, cut in
+    # two at three instants, each half counted on the whole trace: a part that
+    # counted what it does not own would count it twice.
+    import kinetolens
+    from kinetolens.analysis.hardware.gpu_spec import gpu_spec
+    from kinetolens.analysis.hardware.module_tree import merged_tree, module_part, module_tree
+    from kinetolens.analysis.workload.ops import share_whole_ns
+
+    trace = kinetolens.load(request.getfixturevalue("cpu_steps") if rel == "cpu" else trace_path(rel), cache=False)
+    spec, gpu = gpu_spec(trace), trace.kernels.height > 0
+    whole = module_tree(trace, spec)
+    lo = int(min(trace.ops["ts"].min(), trace.kernels["ts"].min() if gpu else trace.ops["ts"].min()))
+    hi = int((trace.ops["ts"] + trace.ops["dur"]).max()) + 1
+    # cut where kernels are launched (or ops start, on the CPU) and inside the first step
+    starts = (trace.kernels["launch_ts"] if gpu else trace.ops["ts"]).drop_nulls().sort()
+    for cut in (int(starts[starts.len() // 3]), int(starts[starts.len() // 2]) + 1, int(trace.steps["ts"][0]) + 1):
+        parts = [module_part(trace, spec, own, gpu) for own in ((lo, cut), (cut, hi))]
+        halves = merged_tree(parts, share_whole_ns(trace))
+        assert halves["path"].to_list() == whole["path"].to_list()
+        for c in whole.columns:
+            if whole[c].dtype.is_float():
+                assert halves[c].fill_null(-1.0).to_list() == pytest.approx(whole[c].fill_null(-1.0).to_list(), rel=1e-9, abs=1e-9), c
+            else:
+                assert halves[c].to_list() == whole[c].to_list(), c
+
+
+def test_the_terminal_says_how_it_was_read(qwen_steps: Path) -> None:
+    code, out, err = _modules(qwen_steps, "--windows", "-w", "120")
+    assert code == 0, err
+    assert out.rstrip().endswith("read a step window at a time (5 steps)")
+    code, whole, _ = _modules(qwen_steps, "--whole", "-w", "120")
+    # the same rows and columns (a last digit may round the other way: sums added in another order)
+    cells = lambda text: [line.split()[:2] for line in text.splitlines() if line.strip()]  # noqa: E731
+    assert cells(whole) == cells(out)[:-1]
+
+
+def test_a_trace_without_steps_is_read_whole_and_says_why() -> None:
+    code, out, err = _modules(trace_path(NO_STEPS), "--windows", "--json")
+    assert code == 0
+    assert "ProfilerStep" in err and "whole" in err
+    _same(json.loads(out), _rows(trace_path(NO_STEPS), "--whole"), "path")
+
+
+def test_windows_with_a_step_is_one_line_of_error(qwen_steps: Path) -> None:
+    code, out, err = _modules(qwen_steps, "--windows", "--step", "7")
+    assert code == 2
+    assert "--step reads the trace whole" in err and "Traceback" not in err
