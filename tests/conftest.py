@@ -23,6 +23,8 @@ TESTS = Path(__file__).resolve().parent
 SHARED = TESTS.parent.parent / "shared"
 TRACES = SHARED / "traces"
 GOLDEN = SHARED / "golden"
+#: The H100 Qwen1.5-0.5B inference trace: one step, with its nn.Module tree.
+QWEN_H100 = "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 CORPUS_MISSING = "../shared (the trace corpus) is not beside the checkout"
 #: True where the corpus is absent and absence should skip, not fail.
 SKIP_CORPUS = not TRACES.is_dir() and os.environ.get("KINETOLENS_REQUIRE_CORPUS") != "1"
@@ -50,6 +52,30 @@ def many_steps(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("many_steps") / "many_steps.json"
     gen = runpy.run_path(str(TESTS.parent / "bench" / "gen_trace.py"))
     gen["main"](["--source", str(trace_path("hta/trace_filter/sampled_rank-0.json.gz")), "--size-mb", "12", "-o", str(out)])
+    return out
+
+
+@pytest.fixture(scope="session")
+def qwen_steps(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The H100 Qwen trace's step repeated five times (bench/gen_trace.py).
+
+    Its 509 kernels without a recorded launch (the previous iteration
+    draining when profiling began) are left out (``--launched-only``):
+    kinetolens names them after the first step's launches, which holds where
+    they are, before the first step; repeated, they would sit inside later
+    steps, which no profiler writes."""
+    import gzip
+    import json
+    import runpy
+
+    if SKIP_CORPUS:
+        pytest.skip(CORPUS_MISSING)
+    folder = tmp_path_factory.mktemp("qwen_steps")
+    gen = runpy.run_path(str(TESTS.parent / "bench" / "gen_trace.py"))
+    events = json.loads(gzip.decompress(trace_path(QWEN_H100).read_bytes()))["traceEvents"]
+    assert len(events) - len(gen["launched_only"](events)) == 509
+    out = folder / "qwen_steps.json"
+    gen["main"](["--source", str(trace_path(QWEN_H100)), "--launched-only", "--size-mb", "25", "-o", str(out)])
     return out
 
 

@@ -9,10 +9,8 @@ trace's, FLOPs and % of roof included.  ``--step`` reads the trace whole.
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
-import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -21,12 +19,10 @@ import pytest
 from click.testing import CliRunner
 
 from kinetolens.cli.main import cli
-from tests.conftest import trace_path
+from tests.conftest import QWEN_H100, trace_path
 
-QWEN_H100 = "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 QWEN_MI300 = "tracelens/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 NO_STEPS = "tracelens/b200/eager_trace.json.gz"
-GEN_TRACE = Path(__file__).resolve().parents[2] / "bench" / "gen_trace.py"
 
 CPU_MODEL = """
 import sys, torch, kinetolens
@@ -81,24 +77,6 @@ def _same(got: list[dict], want: list[dict], key: str) -> None:
 def _both_ways(path: Path) -> None:
     for by, key in (("tree", "path"), ("type", "type")):
         _same(_rows(path, "--by", by, "--windows"), _rows(path, "--by", by, "--whole"), key)
-
-
-@pytest.fixture(scope="module")
-def qwen_steps(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The H100 Qwen trace's step repeated five times (bench/gen_trace.py).
-
-    Its 509 kernels without a recorded launch (the previous iteration
-    draining when profiling began) are left out (``--launched-only``):
-    kinetolens names them after the first step's launches, which holds where
-    they are, before the first step; repeated, they would sit inside later
-    steps, which no profiler writes."""
-    folder = tmp_path_factory.mktemp("qwen_steps")
-    gen = runpy.run_path(str(GEN_TRACE))
-    events = json.loads(gzip.decompress(trace_path(QWEN_H100).read_bytes()))["traceEvents"]
-    assert len(events) - len(gen["launched_only"](events)) == 509
-    out = folder / "qwen_steps.json"
-    gen["main"](["--source", str(trace_path(QWEN_H100)), "--launched-only", "--size-mb", "25", "-o", str(out)])
-    return out
 
 
 def test_five_steps_of_a_gpu_trace_give_the_whole_tree(qwen_steps: Path) -> None:

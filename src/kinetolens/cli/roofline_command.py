@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import polars as pl
@@ -17,6 +19,7 @@ from kinetolens.analysis.hardware.roofline import (
     op_roofline,
     require_roofs,
     roofline_by,
+    roofline_of,
 )
 from kinetolens.analysis.workload.work import FORMULA_FAILED
 from kinetolens.cli.checks import WIDTH
@@ -30,6 +33,9 @@ from kinetolens.registry.gpus import GpuSpec
 from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 from kinetolens.model.trace import Trace
 from kinetolens.views import empty_reasons, units
+
+if TYPE_CHECKING:
+    from kinetolens.runs.windowed_read import WindowedRoofline
 
 
 def _num(v: float) -> str:
@@ -179,11 +185,16 @@ def _write_chart(path: str, ops: pl.DataFrame, spec: GpuSpec, title: str) -> Non
 @click.option("--csv", "csv_", is_flag=True, help="CSV output, every row and column.")
 @click.option("--json", "json_", is_flag=True, help="JSON records, every row and column.")
 @click.option("-w", "--width", type=WIDTH, help="Terminal width for the table.")
+@click.option(
+    "--windows/--whole", "windows", default=None,
+    help="Read the trace a step window at a time (memory bounded by a step and the op calls on the roofline), "
+    "or whole; default: a step window at a time from 1.5 GB of JSON.",
+)
 @trace_load_options(capture=True)
 def roofline_command(
     trace: str, output: str | None, by: str, peak_tflops: float | None, peak_gbps: float | None,
     spec_file: str | None, top: int, csv_: bool, json_: bool, width: int | None,
-    loading: TraceLoading,
+    loading: TraceLoading, windows: bool | None = None,
 ) -> None:  # fmt: skip
     """Time each op (or module) loses to its roofline in TRACE.
 
@@ -193,10 +204,20 @@ def roofline_command(
     realistic 75%.  Rows are sorted by lost_us.
     """
     fields = read_spec_file(spec_file) if spec_file is not None else None  # a bad file stops before the load
-    t = loading.load(trace)
-    spec = require_roofs(gpu_spec(t, spec_fields=fields, peak_tflops=peak_tflops, peak_gbps=peak_gbps), t)
-    ops = op_roofline(t, spec)
-    table = roofline_by(t, spec, by=by)
+
+    def spec_of(t: Trace) -> GpuSpec:
+        return require_roofs(gpu_spec(t, spec_fields=fields, peak_tflops=peak_tflops, peak_gbps=peak_gbps), t)
+
+    read = _in_windows(trace, windows, spec_of, loading)
+    if read is not None:
+        t, spec, ops, failed, read_notes = read.first, read.spec, read.ops, read.warnings, [read.read]
+        table = roofline_of(ops, spec, by, read.calls)
+    else:
+        t = loading.load(trace)
+        spec = spec_of(t)
+        ops = op_roofline(t, spec)
+        table = roofline_by(t, spec, by=by)
+        failed, read_notes = [w for w in warnings_of(t) if w.kind == FORMULA_FAILED], []
     if table.height == 0 and (output or not (json_ or csv_)):  # machine formats: an empty list
         raise TraceError(trace, f"nothing to put on a roofline: {_why_empty(t, ops)}")
     if output:
@@ -214,9 +235,18 @@ def roofline_command(
         f"the GPU, {_time(lost)} lost to the roof, {_time(lost75)} below {REALISTIC:.0%} of it{note}",
         *_caveat_lines(ops),
         *(note for note in (units.beats_model_note(table.head(top), by if by in table.columns else table.columns[0]),) if note),
-        *(f"warning: {w}" for w in warnings_of(t) if w.kind == FORMULA_FAILED),
+        *(f"warning: {w}" for w in failed),
+        *read_notes,
     ]
     if dropped:
         lines.append(f"Not shown at this width: {', '.join(dropped)} (wider terminal or -w; --json/--csv have every column).")
     for line in lines:
         console.print(line, markup=False, highlight=False)
+
+
+def _in_windows(trace: str, windows: bool | None, spec_of: Callable[[Trace], GpuSpec], loading: TraceLoading) -> WindowedRoofline | None:
+    """The op calls on the roofline read a step window at a time where
+    ``windows`` asks for it (None: from the trace's size), else None."""
+    from kinetolens.runs.windowed_read import roofline_in_windows
+
+    return loading.in_windows(trace, windows, lambda path, notes: roofline_in_windows(path, spec_of, notes=notes))

@@ -39,8 +39,10 @@ from kinetolens.analysis.summary_windows import WindowPart, summarize_windows, w
 from kinetolens.errors import TraceError, TraceWarning, shown_path
 from kinetolens.ingest.opener import StreamUnsupported
 from kinetolens.ingest.spill import Spill
+from kinetolens.model.earlier_launches import without_earlier_iteration
 from kinetolens.model.ownership import owned_kernels
 from kinetolens.model.trace import Trace
+from kinetolens.registry.gpus import GpuSpec
 from kinetolens.registry.words import counted
 from kinetolens.windowed import StepWindow, Windowed, open_windows
 
@@ -52,12 +54,14 @@ T = TypeVar("T")
 __all__ = [
     "WindowedModules",
     "WindowedOps",
+    "WindowedRoofline",
     "WindowedRead",
     "WindowedSteps",
     "kernels_in_windows",
     "modules_in_windows",
     "ops_in_windows",
     "report_in_windows",
+    "roofline_in_windows",
     "steps_in_windows",
     "summary_in_windows",
     "whatif_in_windows",
@@ -305,6 +309,62 @@ def _modules(windowed: Windowed) -> tuple[WindowedModules | None, str]:
     wall = wall_ns(steps) * max(1, len(devices))
     note = share_note_of(wall, stepped)
     return WindowedModules(merged_tree(parts, share_whole_of(wall, stepped)), gpu, note, _read_words(steps)), ""
+
+
+@dataclass(frozen=True)
+class WindowedRoofline:
+    """The op calls on a roofline of a trace read a step window at a time (``kinetolens roofline``)."""
+
+    #: :func:`~kinetolens.analysis.hardware.roofline.op_roofline`'s rows of
+    #: every window's own op calls (op ids are their window's own).
+    ops: pl.DataFrame
+    #: Forward calls per module (``module, calls``).
+    calls: pl.DataFrame
+    spec: GpuSpec
+    #: The FLOP formulas that failed, counted over the windows.
+    warnings: list[TraceWarning]
+    #: The first window: what the trace is, for the words of an empty table.
+    first: Trace
+    #: What was read, for the line the view prints.
+    read: str
+
+
+def roofline_in_windows(
+    path: Path, spec_of: Callable[[Trace], GpuSpec], spill_root: Path | None = None, notes: list[str] | None = None
+) -> WindowedRoofline | None:
+    """The op calls of ``path`` on the roofline of ``spec_of``'s GPU (asked of
+    the first window; a :class:`TraceError` where it has no roof), read a
+    step window at a time: each window's own calls (starting in it), with
+    the kernels they launched.  None where it cannot be read so (``notes``
+    says why; the caller reads the trace whole)."""
+    return _windowed(path, spill_root, notes, lambda windowed: _roofline(windowed, spec_of))
+
+
+def _roofline(windowed: Windowed, spec_of: Callable[[Trace], GpuSpec]) -> tuple[WindowedRoofline | None, str]:
+    from kinetolens.analysis.hardware.roofline import own_op_roofline
+    from kinetolens.analysis.session import warnings_of
+    from kinetolens.analysis.workload.modules import module_calls
+    from kinetolens.analysis.workload.work import FORMULA_FAILED
+
+    ops: list[pl.DataFrame] = []
+    calls: list[pl.DataFrame] = []
+    failed: dict[str, int] = {}
+    first: Trace | None = None
+    spec: GpuSpec | None = None
+    for window, trace in windowed.traces():
+        if first is None:
+            first, spec = trace, spec_of(trace)
+        trace = without_earlier_iteration(trace)
+        ops.append(own_op_roofline(trace, spec, window.own))
+        calls.append(module_calls(trace, own=window.own))
+        for w in warnings_of(trace):
+            if w.kind == FORMULA_FAILED:
+                failed[w.detail] = failed.get(w.detail, 0) + w.count
+    if first is None or spec is None:
+        return None, "it has no step window"
+    merged_calls = pl.concat(calls).group_by("module").agg(pl.col("calls").sum())
+    warnings = [TraceWarning(FORMULA_FAILED, n, detail) for detail, n in sorted(failed.items())]
+    return WindowedRoofline(pl.concat(ops), merged_calls, spec, warnings, first, _read_words(windowed.steps)), ""
 
 
 def kernels_in_windows(

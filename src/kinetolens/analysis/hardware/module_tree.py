@@ -29,7 +29,7 @@ from kinetolens.analysis.workload.modules import module_calls
 from kinetolens.analysis.workload.op_groups import OP_LABELS, merged
 from kinetolens.analysis.workload.op_times import op_instances
 from kinetolens.analysis.workload.ops import GROUPINGS, in_steps, op_groups, op_stats, op_table, share_whole_ns, without_annotations
-from kinetolens.analysis.hardware.roofline import beats_model, op_roofline, require_roofs, roofline_by
+from kinetolens.analysis.hardware.roofline import beats_model, own_op_roofline, require_roofs, roofline_by
 from kinetolens.errors import TraceError
 from kinetolens.model.earlier_launches import without_earlier_iteration
 from kinetolens.model.ownership import owned_kernels, starts_in
@@ -225,7 +225,7 @@ def _roof_part(trace: Trace, spec: GpuSpec | None, own: tuple[int, int]) -> pl.D
     schema = {"path": pl.String, "flops": pl.Float64, "ideal_us": pl.Float64, "known_us": pl.Float64, "any_known": pl.Boolean}
     if trace.kernels.height == 0:
         return pl.DataFrame(schema=schema)
-    ops = op_roofline(trace, spec).join(trace.ops.select("op_id", "ts"), on="op_id", how="left").filter(starts_in(own))
+    ops = own_op_roofline(trace, spec, own)
     known = pl.col("ideal_us").is_not_null()
     return ops.group_by(path=pl.col("module").fill_null(NO_MODULE)).agg(
         flops=pl.col("flops").sum().cast(pl.Float64),

@@ -41,12 +41,13 @@ import polars as pl
 
 from kinetolens.analysis.hardware.counters import kernel_measured, op_measured
 from kinetolens.analysis.workload.group_labels import counts, listed
-from kinetolens.analysis.workload.modules import with_module_calls
+from kinetolens.analysis.workload.modules import module_calls, with_calls
 from kinetolens.analysis.workload.op_groups import weighted_mean
 from kinetolens.analysis.hardware.tensor_cores import kernel_tensor_cores, matrix_dtype
 from kinetolens.analysis.workload.work import carried_work, kernel_work
 from kinetolens.errors import TraceError
 from kinetolens.model.earlier_launches import without_earlier_iteration
+from kinetolens.model.ownership import starts_in
 from kinetolens.model.trace import Trace
 from kinetolens.model.vocabulary import matrix_ops
 from kinetolens.registry.dtypes import canonical
@@ -406,6 +407,26 @@ def roofline_by(trace: Trace, spec: GpuSpec | None, by: str = "op", *, step: int
     ops = op_roofline(without_earlier_iteration(trace), spec)
     if step is not None:
         ops = ops.filter(pl.col("step") == step)
+    return roofline_of(ops, require_roofs(spec, trace), by, module_calls(trace, step) if by == "module" else None)
+
+
+def own_op_roofline(trace: Trace, spec: GpuSpec | None, own: tuple[int, int]) -> pl.DataFrame:
+    """:func:`op_roofline` of the op calls starting in ``own`` ([lo, hi) ns):
+    a window's own part of a trace read a step window at a time (the caller
+    leaves out the previous iteration's tail first, as :func:`roofline_by` does)."""
+    rows = op_roofline(trace, spec)
+    return rows.join(trace.ops.select("op_id", "ts"), on="op_id", how="left").filter(starts_in(own)).drop("ts")
+
+
+#: Forward calls per module where none are known.
+_NO_CALLS = pl.DataFrame(schema={"module": pl.String, "calls": pl.UInt32})
+
+
+def roofline_of(ops: pl.DataFrame, spec: GpuSpec, by: str = "op", calls: pl.DataFrame | None = None) -> pl.DataFrame:
+    """:func:`roofline_by` from op calls as :func:`op_roofline` gives them (a
+    trace's, or the own calls of each window of a trace read a step window at
+    a time); ``calls``: the forward calls per module (``module, calls``) that
+    a table by module shows."""
     keys = GROUP_KEYS[by]
     ops = ops.with_columns(pl.col(k).fill_null(f"(no {k})") for k in keys if k in ("module", "source"))
     known = pl.col("ideal_us").is_not_null()
@@ -431,7 +452,7 @@ def roofline_by(trace: Trace, spec: GpuSpec | None, by: str = "op", *, step: int
         achieved_tflops=pl.col("flops") / pl.col("device_us") / 1e6,
         achieved_gbps=pl.col("bytes") / pl.col("device_us") / 1e3,
     )
-    out = out.with_columns(bound=_group_bound(out, require_roofs(spec, trace)), beats_model=beats_model())
+    out = out.with_columns(bound=_group_bound(out, spec), beats_model=beats_model())
     cols = [*keys, "calls", "device_us", "ideal_us", "pct_of_roof", BEATS_MODEL, "lost_us", "lost_75_us", "flops", "bytes",
             "intensity", "achieved_tflops", "achieved_gbps", "bound", "precision", "ceiling", "assumed_us"]  # fmt: skip
     if "measured_bytes" in ops.columns:
@@ -441,7 +462,7 @@ def roofline_by(trace: Trace, spec: GpuSpec | None, by: str = "op", *, step: int
         cols += ["measured_flops", "measured_bytes", "bytes_ratio"]
     out = out.select(cols).sort(["lost_us", *keys], descending=[True] + [False] * len(keys), nulls_last=True)
     if by == "module":
-        return with_module_calls(out, trace, step)  # calls: times the module ran; ops: calls carrying work
+        return with_calls(out, calls if calls is not None else _NO_CALLS)  # calls: times the module ran; ops: calls carrying work
     return out.rename({"name": "op"}) if "name" in keys else out
 
 

@@ -41,9 +41,13 @@ def with_module_calls(table: pl.DataFrame, trace: Trace, step: int | None = None
     """A by-module table whose ``calls`` counted ops: that count becomes
     ``ops``, and ``calls`` the module's forward calls (null where unknown),
     in the column's place."""
+    return with_calls(table, module_calls(trace, step))
+
+
+def with_calls(table: pl.DataFrame, counts: pl.DataFrame) -> pl.DataFrame:
+    """:func:`with_module_calls` with the forward calls per module (``module, calls``) given."""
     if "module" not in table.columns or "calls" not in table.columns:
         return table
     order = [("ops" if c == "calls" else c) for c in table.columns]
     order.insert(order.index("ops"), "calls")
-    counts = module_calls(trace, step)
     return table.rename({"calls": "ops"}).join(counts, on="module", how="left").select(order)
