@@ -31,6 +31,17 @@ def test_roofline_rows_keep_their_names_on_one_line(columns: int) -> None:
         assert re.search(r"\b\d{1,3},\d{3}\b", next(r for r in rows)) or "ms" in proc.stdout  # thousands separated
 
 
+@pytest.mark.parametrize("columns", [80, 120])
+def test_roofline_of_short_names_fits_and_keeps_numbers_with_their_units(columns: int) -> None:
+    # Three short op names leave room for more columns: the key column's
+    # floor must be counted when choosing them, or the table passes the width.
+    proc = run_cli("roofline", str(trace_path(QWEN)), "-n", "3", columns=columns)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert all(len(line) <= columns for line in lines), proc.stdout
+    assert not any(re.search(r"\d$", line) and re.match(r"(us|ms|s) ", after) for line, after in zip(lines, lines[1:])), proc.stdout
+
+
 def test_roofline_times_in_ms_when_they_are_big() -> None:
     proc = run_cli("roofline", str(trace_path(RESNET)), "-n", "3", columns=120)
     header = "\n".join(proc.stdout.splitlines()[1:6])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -99,7 +100,8 @@ def _print_table(table: pl.DataFrame, title: str, width: int | None) -> list[str
     console = render_console(width)
     print_heading(console, title)
     keys = [str(k) for k in shown[key].to_list()]
-    want = min(MIN_KEY, max([len(key), *(len(k) for k in keys)]))  # short keys leave room for columns
+    floor = min(MIN_KEY, 12)  # the key column is never narrower
+    want = max(floor, min(MIN_KEY, max([len(key), *(len(k) for k in keys)])))  # short keys leave room for columns
     dropped = []
     for c in NARROW_DROPS:
         free = console.width - 1 - sum(sizes[c2] + 3 for c2, _, _ in cols) - 3
@@ -108,7 +110,7 @@ def _print_table(table: pl.DataFrame, title: str, width: int | None) -> list[str
         dropped += [h for c2, h, _ in cols if c2 == c]
         cols = [col for col in cols if col[0] != c]
     free = console.width - 1 - sum(sizes[c] + 3 for c, _, _ in cols) - 3
-    tail = max(min(KEY_CHARS, free, max(len(k) for k in [key, *keys])), min(MIN_KEY, 12))  # one line per row
+    tail = max(min(KEY_CHARS, free, max(len(k) for k in [key, *keys])), floor)  # one line per row
     out = Table(header_style="bold")
     out.add_column(key, no_wrap=True, overflow="crop", min_width=tail, max_width=tail)
     for c, header, _ in cols:
@@ -240,8 +242,8 @@ def roofline_command(
     ]
     if dropped:
         lines.append(f"Not shown at this width: {', '.join(dropped)} (wider terminal or -w; --json/--csv have every column).")
-    for line in lines:
-        console.print(line, markup=False, highlight=False)
+    for line in lines:  # wrapped here: rich would break a line at the no-break space between a number and its unit
+        console.print(Text(textwrap.fill(line, console.width - 1, break_on_hyphens=False)))
 
 
 def _in_windows(trace: str, windows: bool | None, spec_of: Callable[[Trace], GpuSpec], loading: TraceLoading) -> WindowedRoofline | None:
