@@ -202,10 +202,14 @@ def test_dashboard_distributed_page_over_http(server: ThreadServer, logdir: Path
     assert verdicts == [f"Critical path across ranks: {cp.verdict}" for cp in paths]
     assert blocks.index(next(b for b in blocks if b["type"] == "text")) == 0  # first on the page
     sources = {b["source"] for b in blocks if b["type"] == "table"}
-    assert {"dist_path_steps", "dist_path_summary", "dist_path_by_rank", "dist_path_gates", "dist_path_work"} <= sources
-    calls = _rows(server, "gloo", wk, "dist_path_gates")
+    assert {"dist_path_steps", "dist_path_summary", "dist_path_by_rank", "dist_path_work"} <= sources
     gates = pl.concat([cp.gates.with_columns(step=pl.lit(cp.step)) for cp in paths])
-    assert calls["waited_for"].to_list() == [f"rank {g}" for g in gates["gate_rank"]]
+    # A real run's timing decides whether a rank waited at a collective on the path:
+    # the table where some did, the section's sentence where none did.
+    assert ("dist_path_gates" in sources) == (gates.height > 0)
+    if gates.height:
+        calls = _rows(server, "gloo", wk, "dist_path_gates")
+        assert calls["waited_for"].to_list() == [f"rank {g}" for g in gates["gate_rank"]]
     # The slowed rank and its data loading hold the path.
     assert _rows(server, "gloo", wk, "dist_path_by_rank")["rank"][0] == f"rank {SLOW_RANK}"
     work = _rows(server, "gloo", wk, "dist_path_work")  # largest first
