@@ -27,8 +27,14 @@ if TYPE_CHECKING:
     "--cache-dir", default=None, metavar="DIR|URL",
     help="Where the per-rank Parquet caches go: a directory or an fsspec URL (default: $KINETOLENS_CACHE_DIR, else ~/.cache/kinetolens).",
 )  # fmt: skip
+@click.option(
+    "--windows/--whole", "windows", default=None,
+    help="Read each rank's trace a step window at a time (memory bounded by a step; not cached), or whole; "
+    "default: a step window at a time from 1.5 GB of JSON.",
+)
 def dist_command(
-    run_dir: str, executor: str | None, json_: bool, loading: TraceLoading, strict: bool, cache_dir: str | None
+    run_dir: str, executor: str | None, json_: bool, loading: TraceLoading, strict: bool, cache_dir: str | None,
+    windows: bool | None = None,
 ) -> None:
     """Step time per rank, computation / communication overlap, collectives
     (synchronizing vs data transfer, bus bandwidth) and stragglers.
@@ -49,7 +55,7 @@ def dist_command(
         raise click.UsageError("--no-cache and --cache-dir exclude each other")
     cache = cache_dir if loading.cache and cache_dir is not None else loading.cache
     notes: list[str] = []
-    summaries = summarize_run(run_dir, executor, cache=cache, notes=notes, strict=strict)
+    summaries = summarize_run(run_dir, executor, cache=cache, notes=notes, strict=strict, windows=windows)
     report = dist_report(summaries)
     echo_notes([*notes, *report.notes])
     if json_:

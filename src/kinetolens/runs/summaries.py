@@ -51,6 +51,9 @@ class RankJob:
     #: The host process that is this rank, in a file that holds several (an
     #: Nsight Systems report of a multi-process job); None: the whole file.
     process: int | None = None
+    #: Read the trace a step window at a time (True), whole (False), or by
+    #: its size (None: :mod:`kinetolens.runs.window_choice`).
+    windows: bool | None = None
 
 
 def load_rank(job: RankJob) -> Trace:
@@ -81,7 +84,19 @@ class _Guarded:
 
 
 def summarize_file(job: RankJob) -> RankSummary:
-    """Load one rank's trace (through the cache) and summarize it."""
+    """Load one rank's trace (through the cache) and summarize it; a local
+    Kineto trace too large to hold (or any, with ``job.windows``) is read a
+    step window at a time instead, where it has steps (its summary is then
+    not cached: the next run reads the file again)."""
+    if job.process is None and not is_url(job.path):
+        from kinetolens.runs.window_choice import reads_in_windows
+
+        if reads_in_windows(Path(job.path), job.windows):
+            from kinetolens.runs.windowed_read import rank_summary_in_windows
+
+            summary = rank_summary_in_windows(Path(job.path), job.rank)
+            if summary is not None:
+                return summary
     return rank_summary(load_rank(job), job.rank)
 
 
@@ -124,6 +139,7 @@ def summarize_run(
     cache: bool | str | Path = True,
     notes: list[str] | None = None,
     strict: bool = False,
+    windows: bool | None = None,
 ) -> list[RankSummary]:
     """Summaries of every rank of ``run_dir`` (a directory or an fsspec URL),
     in rank order.  ``cache``: True for ``$KINETOLENS_CACHE_DIR`` or the
@@ -133,8 +149,10 @@ def summarize_run(
     once loaded, by the rank they record) the newest is used, and a line
     saying so is appended to ``notes``; so is a rank whose trace is bad
     input, left out (unless ``strict``: then its error is raised).
+    ``windows``: read each rank's trace a step window at a time (True),
+    whole (False), or by its size (None; :func:`summarize_file`).
     """
-    return map_ranks(run_dir, summarize_file, executor, cache, notes, strict)
+    return map_ranks(run_dir, summarize_file, executor, cache, notes, strict, windows)
 
 
 def map_ranks(
@@ -144,6 +162,7 @@ def map_ranks(
     cache: bool | str | Path = True,
     notes: list[str] | None = None,
     strict: bool = False,
+    windows: bool | None = None,
 ) -> list[R]:
     """``fn`` (a picklable function of a :class:`RankJob` returning something
     with a ``rank``) over the newest trace of each rank of ``run_dir``, on
@@ -154,7 +173,7 @@ def map_ranks(
     ``strict`` (or when no rank is left) its error is raised instead."""
     traces, left_out = newest_per_rank(rank_traces(run_dir, notes))
     where = cache_location(cache)
-    jobs = [_job(t, where) for t in traces]
+    jobs = [_job(t, where, windows) for t in traces]
     if len(jobs) == 1:
         traces, jobs = _processes_as_ranks(traces[0], jobs[0], notes)
     ex = (
@@ -230,7 +249,7 @@ def _processes_as_ranks(
     return traces, [dataclasses.replace(job, rank=i, process=pid) for i, pid in enumerate(pids)]
 
 
-def _job(t: WorkerTrace | RemoteTrace, cache: str | None) -> RankJob:
+def _job(t: WorkerTrace | RemoteTrace, cache: str | None, windows: bool | None = None) -> RankJob:
     if isinstance(t, RemoteTrace):
         return RankJob(t.url, t.rank, cache, t.size)
-    return RankJob(str(t.path.resolve()), t.rank, cache)
+    return RankJob(str(t.path.resolve()), t.rank, cache, windows=windows)

@@ -48,6 +48,7 @@ from kinetolens.windowed import StepWindow, Windowed, open_windows
 
 if TYPE_CHECKING:
     from kinetolens.analysis.paths.whatif import Change, WhatIf
+    from kinetolens.analysis.ranks.distributed import RankSummary
 
 T = TypeVar("T")
 
@@ -60,6 +61,7 @@ __all__ = [
     "kernels_in_windows",
     "modules_in_windows",
     "ops_in_windows",
+    "rank_summary_in_windows",
     "report_in_windows",
     "roofline_in_windows",
     "steps_in_windows",
@@ -365,6 +367,26 @@ def _roofline(windowed: Windowed, spec_of: Callable[[Trace], GpuSpec]) -> tuple[
     merged_calls = pl.concat(calls).group_by("module").agg(pl.col("calls").sum())
     warnings = [TraceWarning(FORMULA_FAILED, n, detail) for detail, n in sorted(failed.items())]
     return WindowedRoofline(pl.concat(ops), merged_calls, spec, warnings, first, _read_words(windowed.steps)), ""
+
+
+def rank_summary_in_windows(
+    path: Path, rank: int | None = None, spill_root: Path | None = None, notes: list[str] | None = None
+) -> RankSummary | None:
+    """:func:`~kinetolens.analysis.ranks.distributed.rank_summary` of one
+    rank's trace read a step window at a time: each window's steps and the
+    collective calls it owns, merged; None where it cannot be read so
+    (``notes`` says why; the caller reads the trace whole)."""
+    return _windowed(path, spill_root, notes, lambda windowed: _rank_summary(windowed, rank))
+
+
+def _rank_summary(windowed: Windowed, rank: int | None) -> tuple[RankSummary | None, str]:
+    from kinetolens.analysis.ranks.distributed import merged_rank_summary, rank_part
+    from kinetolens.model.steps import incomplete_steps
+
+    parts = [rank_part(trace, window.own, rank) for window, trace in windowed.traces()]
+    if not parts:
+        return None, "it has no step window"
+    return merged_rank_summary(parts, incomplete_steps(windowed.steps)), ""
 
 
 def kernels_in_windows(

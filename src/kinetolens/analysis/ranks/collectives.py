@@ -238,9 +238,19 @@ def _nccl_backend(trace: Trace) -> bool:
 
 def collective_calls(trace: Trace) -> pl.DataFrame:
     """One row per collective call of this rank (see the module docstring)."""
+    return numbered_calls(call_rows(trace))
+
+
+#: :func:`call_rows`' columns: the calls' and the sequence number torch recorded (null where it did not).
+ROW_SCHEMA: dict[str, pl.DataType] = {**CALL_SCHEMA, "p_seq": pl.Int64()}
+
+
+def call_rows(trace: Trace) -> pl.DataFrame:
+    """:func:`collective_calls` before they are numbered (:func:`numbered_calls`):
+    a trace read a step window at a time numbers its windows' calls together."""
     calls = _call_ops(trace.ops)
     if calls.height == 0:
-        return pl.DataFrame(schema=CALL_SCHEMA)
+        return pl.DataFrame(schema=ROW_SCHEMA)
     # Kernels belong to the call when launched by it or by its record_param_comms.
     owners = pl.concat(
         [
@@ -301,8 +311,15 @@ def collective_calls(trace: Trace) -> pl.DataFrame:
         timed=(pl.col("kernels") > 0) | ~pl.col("nccl"),
     )
     out = _with_dimensions(out.with_columns(fsdp=fsdp_issued(trace.ops, rows)), trace)
+    return out.with_columns(seq=pl.lit(None, pl.Int64)).select(list(ROW_SCHEMA)).cast(ROW_SCHEMA)  # type: ignore[arg-type]
+
+
+def numbered_calls(rows: pl.DataFrame) -> pl.DataFrame:
+    """:func:`call_rows` in start order, each numbered within its group and
+    collective: torch's sequence number where it recorded one for every such
+    call, else their order."""
     recorded = pl.col("p_seq").is_not_null().all().over("group", "collective")
-    out = out.sort("host_ts").with_columns(
+    out = rows.sort("host_ts").with_columns(
         seq=pl.when(recorded).then(pl.col("p_seq")).otherwise(pl.int_range(pl.len()).over("group", "collective"))
     )
     return out.select(list(CALL_SCHEMA)).cast(CALL_SCHEMA)  # type: ignore[arg-type]
@@ -398,7 +415,7 @@ def dimension_exposure(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
     for w in step_windows(trace).iter_rows(named=True):
         a, b = int(w["start"]), int(w["end"])
         cp = _clip(compute, a, b)
-        for (dim, group), part in spans.group_by(by):
+        for (dim, group), part in sorted(spans.group_by(by), key=lambda g: (str(g[0][0]), str(g[0][1]))):
             mine = union_intervals(_clip(part.select("ts", "end"), a, b))
             comm_ns = covered_ns(mine)
             if comm_ns == 0:

@@ -30,7 +30,7 @@ the union of the intervals on its own clock (a call's wait is its first
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import polars as pl
 
@@ -38,9 +38,11 @@ from kinetolens.analysis.ranks.collectives import (
     CALL_SCHEMA,
     STEP_SCHEMA,
     bus_factor,
+    call_rows,
     collective_calls,
     comm_overlap_per_step,
     dimension_exposure,
+    numbered_calls,
 )
 from kinetolens.analysis.gputime.gpu_streams import union_intervals
 from kinetolens.analysis.gputime.overview import COLUMNS, step_breakdown
@@ -98,6 +100,55 @@ class RankSummary:
 def rank_summary(trace: Trace, rank: int | None = None) -> RankSummary:
     """Summarize one rank.  ``rank`` is used where the trace does not say
     (``distributedInfo`` is the authority when present)."""
+    return _summary(trace, rank, collective_calls(trace))
+
+
+#: Op ids a window may use: the ``op_id`` of a call of a rank read a step
+#: window at a time is its window's op id plus this times the window's number.
+WINDOW_OP_IDS = 2**32
+
+
+@dataclass(frozen=True)
+class RankPart:
+    """One step window's part of its rank's summary, where the trace is read
+    a step window at a time: the summary of the window (the rows of its own
+    steps) and the collective calls it owns (:func:`call_rows`, starting in it)."""
+
+    summary: RankSummary
+    calls: pl.DataFrame
+
+
+def rank_part(trace: Trace, own: tuple[int, int], rank: int | None = None) -> RankPart:
+    """``trace`` (a window owning ``own``, [lo, hi) ns, of its file) reduced
+    to its part of :func:`rank_summary`.  A step's exposed communication
+    counts every call in flight during it, its own and the previous step's."""
+    rows = call_rows(trace)
+    mine = rows.filter((pl.col("host_ts") >= own[0]) & (pl.col("host_ts") < own[1]))
+    return RankPart(_summary(trace, rank, numbered_calls(rows)), mine)
+
+
+def merged_rank_summary(parts: list[RankPart], cut_steps: list[int]) -> RankSummary:
+    """:func:`rank_summary` of a trace read a step window at a time, from its
+    windows' :func:`rank_part` in time order; ``cut_steps``: the file's steps
+    the profiler cut short."""
+    if not parts:
+        raise ValueError("no windows")
+    first = parts[0].summary
+
+    def joined(attr: str) -> pl.DataFrame:
+        return pl.concat([getattr(p.summary, attr) for p in parts])
+
+    # A window numbers its own ops: a call's op id is made unique in the rank
+    # (what matches it to its other ranks' calls) by its window's number.
+    calls = pl.concat([p.calls.with_columns(pl.col("op_id") + i * WINDOW_OP_IDS) for i, p in enumerate(parts)])
+    return replace(
+        first, steps=joined("steps"), breakdown=joined("breakdown"), exposure=joined("exposure"), pipeline=joined("pipeline"),
+        calls=numbered_calls(calls), cut_steps=cut_steps,
+        uses_data_parallel=any(p.summary.uses_data_parallel for p in parts),
+    )  # fmt: skip
+
+
+def _summary(trace: Trace, rank: int | None, calls: pl.DataFrame) -> RankSummary:
     info = trace.metadata.get("distributedInfo") or {}
     backend = info.get("backend") if isinstance(info, dict) else None
     the_rank = trace.rank if trace.rank is not None else rank
@@ -106,7 +157,6 @@ def rank_summary(trace: Trace, rank: int | None = None) -> RankSummary:
     modules = trace.ops["module"].drop_nulls()
     cut = incomplete_steps(trace.steps)
     whole = ~pl.col("step").is_in(cut).fill_null(False)
-    calls = collective_calls(trace)
     return RankSummary(
         rank=int(the_rank),
         world_size=trace.world_size,
