@@ -25,10 +25,16 @@ print(prof.trace_files[0])
 def capture_small_mlp(logdir: Path, **env: str) -> tuple[Path, str]:
     """(trace, the capture's stderr); launcher variables of the test's own
     environment are dropped so the run is a single process unless ``env`` says otherwise."""
+    return capture_script(SMALL_MLP, logdir, **env)
+
+
+def capture_script(script: str, logdir: Path, **env: str) -> tuple[Path, str]:
+    """:func:`capture_small_mlp` of another ``script`` (it takes the logdir as
+    its argument and prints the trace's path last)."""
     pytest.importorskip("torch")
     clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     proc = subprocess.run(
-        [sys.executable, "-c", SMALL_MLP, str(logdir)], capture_output=True, text=True, timeout=300, env={**clean, **env}
+        [sys.executable, "-c", script, str(logdir)], capture_output=True, text=True, timeout=300, env={**clean, **env}
     )
     assert proc.returncode == 0, proc.stderr
     return Path(proc.stdout.strip().splitlines()[-1]), proc.stderr

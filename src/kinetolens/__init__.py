@@ -11,8 +11,9 @@ importing kinetolens changes nothing in the process or its environment.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from kinetolens._lazy import lazy_names
 
 __version__ = "0.1.0"
 
@@ -38,15 +39,4 @@ if TYPE_CHECKING:
     from kinetolens.model.trace import Trace
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'kinetolens' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    """The public API only: no helpers of this module, no submodules imported so far."""
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

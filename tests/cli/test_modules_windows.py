@@ -10,16 +10,15 @@ trace's, FLOPs and % of roof included.  ``--step`` reads the trace whole.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from kinetolens.cli.main import cli
+from tests.cli.same_rows import same_rows
 from tests.conftest import QWEN_H100, trace_path
+from tests.cpu_capture import capture_script
 
 QWEN_MI300 = "tracelens/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 NO_STEPS = "tracelens/b200/eager_trace.json.gz"
@@ -62,27 +61,10 @@ def _rows(path: Path, *options: str) -> list[dict]:
     return json.loads(out)
 
 
-def _same(got: list[dict], want: list[dict], key: str) -> None:
-    """The same rows (the tree in the same order; the roll-up by class is
-    ranked by time, where totals that tie may swap: sums equal up to the
-    order they were added in)."""
-    if key == "path":
-        assert [r[key] for r in got] == [r[key] for r in want]
-    assert sorted(r[key] for r in got) == sorted(r[key] for r in want) and len(want) > 1
-    by_key = {r[key]: r for r in want}
-    for row in got:
-        expected = by_key[row[key]]
-        assert row.keys() == expected.keys()
-        for k, v in row.items():
-            if isinstance(v, float):
-                assert v == pytest.approx(expected[k], rel=1e-9, abs=1e-9), (row[key], k)
-            else:
-                assert v == expected[k], (row[key], k)
-
-
 def _both_ways(path: Path) -> None:
+    # the tree in its order; the roll-up by class is ranked by time
     for by, key in (("tree", "path"), ("type", "type")):
-        _same(_rows(path, "--by", by, "--windows"), _rows(path, "--by", by, "--whole"), key)
+        same_rows(_rows(path, "--by", by, "--windows"), _rows(path, "--by", by, "--whole"), (key,), ordered=by == "tree")
 
 
 def test_five_steps_of_a_gpu_trace_give_the_whole_tree(qwen_steps: Path) -> None:
@@ -102,12 +84,7 @@ def test_one_step_traces_give_the_whole_tree(rel: str) -> None:
 @pytest.fixture(scope="module")
 def cpu_steps(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Four steps of a small model profiled on the CPU by kinetolens.profile."""
-    pytest.importorskip("torch")
-    clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    logdir = tmp_path_factory.mktemp("cpu_steps")
-    proc = subprocess.run([sys.executable, "-c", CPU_MODEL, str(logdir)], capture_output=True, text=True, timeout=300, env=clean)
-    assert proc.returncode == 0, proc.stderr
-    return Path(proc.stdout.strip().splitlines()[-1])
+    return capture_script(CPU_MODEL, tmp_path_factory.mktemp("cpu_steps"))[0]
 
 
 def test_a_cpu_trace_of_four_steps_gives_the_whole_tree(cpu_steps: Path) -> None:
@@ -164,7 +141,7 @@ def test_a_trace_without_steps_is_read_whole_and_says_why() -> None:
     code, out, err = _modules(trace_path(NO_STEPS), "--windows", "--json")
     assert code == 0
     assert "ProfilerStep" in err and "whole" in err
-    _same(json.loads(out), _rows(trace_path(NO_STEPS), "--whole"), "path")
+    same_rows(json.loads(out), _rows(trace_path(NO_STEPS), "--whole"), ("path",), ordered=True)
 
 
 def test_windows_with_a_step_is_one_line_of_error(qwen_steps: Path) -> None:

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from kinetolens.cli.main import cli
 from tests.cli.kinetolens_process import kinetolens
+from tests.cli.same_rows import same_rows
 from tests.conftest import QWEN_H100, trace_path
 
 QWEN_MI300 = "tracelens/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
@@ -36,25 +37,10 @@ def _rows(path: Path, *options: str) -> list[dict]:
     return json.loads(out)
 
 
-def _same(got: list[dict], want: list[dict], keys: tuple[str, ...]) -> None:
-    """The same groups with the same figures (sums to 1e-9: added in another order)."""
-    key = lambda r: tuple(r[k] for k in keys)  # noqa: E731
-    assert sorted(map(key, got)) == sorted(map(key, want)) and len(want) > 1
-    by_key = {key(r): r for r in want}
-    for row in got:
-        expected = by_key[key(row)]
-        assert row.keys() == expected.keys()
-        for k, v in row.items():
-            if isinstance(v, float):
-                assert v == pytest.approx(expected[k], rel=1e-9, abs=1e-9), (key(row), k)
-            else:
-                assert v == expected[k], (key(row), k)
-
-
 @pytest.mark.parametrize(("by", "keys"), [("op", ("op",)), ("module", ("module",))])
 def test_five_steps_give_the_whole_tables(qwen_steps: Path, by: str, keys: tuple[str, ...]) -> None:
     whole = _rows(qwen_steps, "--by", by, "--whole")
-    _same(_rows(qwen_steps, "--by", by, "--windows"), whole, keys)
+    same_rows(_rows(qwen_steps, "--by", by, "--windows"), whole, keys)
     if by == "module":  # forward calls, summed over the windows: once per step
         assert next(r for r in whole if r["module"] == "Qwen2Model_0")["calls"] == 5
 
@@ -62,7 +48,7 @@ def test_five_steps_give_the_whole_tables(qwen_steps: Path, by: str, keys: tuple
 @pytest.mark.parametrize("rel", [QWEN_H100, QWEN_MI300])
 def test_one_step_traces_give_the_whole_tables(rel: str) -> None:
     for by, keys in (("op", ("op",)), ("module", ("module",))):
-        _same(_rows(trace_path(rel), "--by", by, "--windows"), _rows(trace_path(rel), "--by", by, "--whole"), keys)
+        same_rows(_rows(trace_path(rel), "--by", by, "--windows"), _rows(trace_path(rel), "--by", by, "--whole"), keys)
 
 
 def test_the_terminal_says_how_it_was_read_and_the_same_totals(qwen_steps: Path) -> None:
@@ -77,7 +63,7 @@ def test_the_terminal_says_how_it_was_read_and_the_same_totals(qwen_steps: Path)
 def test_a_user_peak_reaches_every_window(qwen_steps: Path) -> None:
     # The spec (with --peak-tflops) is asked of the first window and used for all.
     low = _rows(qwen_steps, "--windows", "--peak-tflops", "100")
-    _same(low, _rows(qwen_steps, "--whole", "--peak-tflops", "100"), ("op",))
+    same_rows(low, _rows(qwen_steps, "--whole", "--peak-tflops", "100"), ("op",))
     assert sum(r["lost_us"] for r in low) != pytest.approx(sum(r["lost_us"] for r in _rows(qwen_steps, "--windows")))
 
 

@@ -17,7 +17,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 
 #: Modules every layer may use: facts as data (registry), the error types,
 #: the names kinetolens writes into files, the one JSON encoder, and the package's lazy front door.
-FOUNDATION = {"registry", "errors", "formats", "json_codec", "user_code", "_allocator", ""}
+FOUNDATION = {"registry", "errors", "formats", "json_codec", "user_code", "_allocator", "_lazy", ""}
 #: The layers, lowest first: a module may import its own layer, a lower one
 #: and the foundation, never a higher layer.
 LAYERS = ["capture", "ingest", "model", "load", "analysis", "runs", "views", "cli"]

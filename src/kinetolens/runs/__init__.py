@@ -8,8 +8,9 @@ whether to read it in windows) does not import the executors.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from kinetolens._lazy import lazy_names
 
 #: Public name -> the module that defines it, imported when first asked for.
 _LAZY = {
@@ -28,15 +29,4 @@ if TYPE_CHECKING:
     from kinetolens.runs.summaries import rank_traces, summarize_file, summarize_run
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'kinetolens.runs' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """The public names only."""
-    return list(__all__)
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
