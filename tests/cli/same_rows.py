@@ -2,7 +2,26 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
+from click.testing import CliRunner
+
+from kinetolens.cli.main import cli
+
+
+def invoked(command: str, path: Path, *options: str) -> tuple[int, str, str]:
+    """``kinetolens COMMAND PATH --no-cache OPTIONS`` in this process: exit status, stdout, stderr."""
+    result = CliRunner().invoke(cli, [command, str(path), "--no-cache", *options], catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def json_rows(command: str, path: Path, *options: str) -> list[dict]:
+    """The command's ``--json`` rows (it must succeed)."""
+    code, out, err = invoked(command, path, "--json", *options)
+    assert code == 0, err
+    return json.loads(out)
 
 
 def same_rows(got: list[dict], want: list[dict], key: tuple[str, ...], ordered: bool = False) -> None:

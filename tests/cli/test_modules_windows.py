@@ -13,10 +13,8 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from kinetolens.cli.main import cli
-from tests.cli.same_rows import same_rows
+from tests.cli.same_rows import invoked, json_rows, same_rows
 from tests.conftest import QWEN_H100, trace_path
 from tests.cpu_capture import capture_script
 
@@ -51,14 +49,11 @@ print(prof.trace_files[0])
 
 
 def _modules(path: Path, *options: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli, ["modules", str(path), "--no-cache", *options], catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
+    return invoked("modules", path, *options)
 
 
 def _rows(path: Path, *options: str) -> list[dict]:
-    code, out, err = _modules(path, "--json", *options)
-    assert code == 0, err
-    return json.loads(out)
+    return json_rows("modules", path, *options)
 
 
 def _both_ways(path: Path) -> None:

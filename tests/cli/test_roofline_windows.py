@@ -10,15 +10,12 @@ whole, so they are the whole trace's.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from kinetolens.cli.main import cli
 from tests.cli.kinetolens_process import kinetolens
-from tests.cli.same_rows import same_rows
+from tests.cli.same_rows import invoked, json_rows, same_rows
 from tests.conftest import QWEN_H100, trace_path
 
 QWEN_MI300 = "tracelens/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
@@ -27,14 +24,11 @@ NO_WORK = "hta/df_index_resolver/df_index_resolver.json.gz"
 
 
 def _roofline(path: Path, *options: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli, ["roofline", str(path), "--no-cache", *options], catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
+    return invoked("roofline", path, *options)
 
 
 def _rows(path: Path, *options: str) -> list[dict]:
-    code, out, err = _roofline(path, "--json", *options)
-    assert code == 0, err
-    return json.loads(out)
+    return json_rows("roofline", path, *options)
 
 
 @pytest.mark.parametrize(("by", "keys"), [("op", ("op",)), ("module", ("module",))])
