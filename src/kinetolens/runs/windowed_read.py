@@ -259,15 +259,37 @@ def _ops(windowed: Windowed, by: str, aggregate: str, inclusive: bool) -> tuple[
         return None, NUMBERED_GRAPHS  # a replay under no op is named by its graph's number
     gpu = windowed.has_gpu_work()
     parts: list[pl.DataFrame] = []
-    stepped = 0
-    devices: set[int] = set()
+    shares = _StepShares()
     for window, trace in windowed.traces():
         parts.append(groups_part(trace, window.own, gpu, by, inclusive))
-        stepped += stepped_gpu_ns(trace, own=window.own)
-        devices.update(trace.kernels.filter(owned_kernels(*window.own))["device"].drop_nulls().to_list())
-    share_whole = share_whole_of(wall_ns(steps) * max(1, len(devices)), stepped)
-    table = table_of(parts, by, aggregate, share_whole)
+        shares.add(trace, window.own)
+    table = table_of(parts, by, aggregate, shares.whole_ns(steps))
     return WindowedOps(table, gpu, _read_words(steps)), ""
+
+
+class _StepShares:
+    """What step shares are of, summed over the windows: the steps' GPU time
+    (kernels launched in each window) and the GPUs at work
+    (:func:`~kinetolens.analysis.workload.ops.share_whole_ns`)."""
+
+    def __init__(self) -> None:
+        self.stepped = 0
+        self.devices: set[int] = set()
+
+    def add(self, trace: Trace, own: tuple[int, int]) -> None:
+        self.stepped += stepped_gpu_ns(trace, own=own)
+        self.devices.update(trace.kernels.filter(owned_kernels(*own))["device"].drop_nulls().to_list())
+
+    def wall_ns(self, steps: pl.DataFrame) -> int:
+        """The steps' wall time, once per GPU at work."""
+        return wall_ns(steps) * max(1, len(self.devices))
+
+    def whole_ns(self, steps: pl.DataFrame) -> int:
+        return share_whole_of(self.wall_ns(steps), self.stepped)
+
+    def note(self, steps: pl.DataFrame) -> str | None:
+        """The line a table says where shares are of the summed GPU time (:func:`share_note_of`)."""
+        return share_note_of(self.wall_ns(steps), self.stepped)
 
 
 @dataclass(frozen=True)
@@ -299,18 +321,15 @@ def _modules(windowed: Windowed) -> tuple[WindowedModules | None, str]:
     steps = windowed.steps
     gpu = windowed.has_gpu_work()
     parts = []
-    stepped = 0
-    devices: set[int] = set()
+    shares = _StepShares()
     spec = None
     for i, (window, trace) in enumerate(windowed.traces()):
         if i == 0:
             spec = gpu_spec(trace)
         parts.append(module_part(trace, spec, window.own, gpu))
-        stepped += stepped_gpu_ns(trace, own=window.own)
-        devices.update(trace.kernels.filter(owned_kernels(*window.own))["device"].drop_nulls().to_list())
-    wall = wall_ns(steps) * max(1, len(devices))
-    note = share_note_of(wall, stepped)
-    return WindowedModules(merged_tree(parts, share_whole_of(wall, stepped)), gpu, note, _read_words(steps)), ""
+        shares.add(trace, window.own)
+    tree = merged_tree(parts, shares.whole_ns(steps))
+    return WindowedModules(tree, gpu, shares.note(steps), _read_words(steps)), ""
 
 
 @dataclass(frozen=True)

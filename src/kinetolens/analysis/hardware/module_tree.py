@@ -62,27 +62,21 @@ def _natural(path: str) -> tuple:
 def _own(trace: Trace, spec: GpuSpec | None, step: int | None, roof: pl.DataFrame | None) -> pl.DataFrame:
     """Per module path: its own kernels' time by direction (its ops' host self
     time in a trace without kernels), FLOPs, ideal and roofed time."""
-    return _with_work(_times(_timed(trace, step)), _work(trace, spec, step, roof))
+    return _with_work(_times(trace, step), _work(trace, spec, step, roof))
 
 
-def _timed(
-    trace: Trace, step: int | None = None, own: tuple[int, int] | None = None, gpu: bool | None = None
-) -> tuple[Trace, pl.DataFrame, pl.Expr]:
-    """The rows whose time makes a module's (``trace``'s kernels, or its ops'
-    host self time in a trace without kernels; ``gpu``: whether the whole
-    trace has kernels, default ``trace``'s) and that time in us; ``own``
-    keeps a window's own (kernels launched then, ops starting then)."""
+def _times(trace: Trace, step: int | None = None, own: tuple[int, int] | None = None, gpu: bool | None = None) -> pl.DataFrame:
+    """Per module path its own time (us) by direction: its kernels', or its
+    ops' host self time in a trace without kernels (``gpu``: whether the
+    whole trace has kernels, default ``trace``'s); ``own`` keeps a window's
+    own rows (kernels launched then, ops starting then)."""
     if trace.kernels.height if gpu is None else gpu:
         k, dur = trace.kernels, pl.col("dur") / 1000.0
         k = k if own is None else k.filter(owned_kernels(*own))
     else:  # CPU only: the host is what the steps spend, as `ops` ranks them (time_basis)
         k, dur = without_annotations(trace, op_instances(trace)), pl.col("host_self") / 1000.0
         k = k if own is None else k.filter(starts_in(own))
-    return trace, (k if step is None else k.filter(pl.col("step") == step)), dur
-
-
-def _times(timed: tuple[Trace, pl.DataFrame, pl.Expr]) -> pl.DataFrame:
-    trace, k, dur = timed
+    k = k if step is None else k.filter(pl.col("step") == step)
     direction = pl.col("direction").cast(pl.String)
     return k.group_by(path=pl.col("module").fill_null(NO_MODULE)).agg(
         fwd_us=dur.filter(direction == "fprop").sum(),
@@ -195,6 +189,7 @@ class ModulePart:
     #: whose roof is known) and whether any is known; without a roof (no
     #: GPU spec), the op groups by module (merged as op tables are).
     work: pl.DataFrame
+    #: Whether ``work`` is of the roofline (the GPU's spec has its ceilings).
     roofed: bool
     #: Forward calls per module (``module, calls``) starting in the window.
     calls: pl.DataFrame
@@ -204,7 +199,7 @@ def module_part(trace: Trace, spec: GpuSpec | None, own: tuple[int, int], gpu: b
     """``trace`` (a window) reduced to its own part of :func:`module_tree`:
     ``own`` ([lo, hi) ns) is the time it owns, ``gpu`` whether the whole trace has kernels."""
     trace = without_earlier_iteration(trace)
-    times = _times(_timed(trace, own=own, gpu=gpu))
+    times = _times(trace, own=own, gpu=gpu)
     calls = module_calls(trace, own=own)
     if gpu and _has_roofs(spec, trace):
         return ModulePart(times, _roof_part(trace, spec, own), True, calls)
