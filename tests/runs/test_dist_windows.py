@@ -25,6 +25,7 @@ import kinetolens.runs.window_choice as window_choice
 from kinetolens.analysis.ranks.distributed import WINDOW_OP_IDS, rank_summary
 from kinetolens.runs import summarize_run
 from kinetolens.runs.windowed_read import rank_summary_in_windows
+from tests.analysis.ranks.test_pipeline import _run as pipeline_run
 from tests.cli.kinetolens_process import kinetolens as run_kinetolens
 from tests.conftest import trace_path
 from tests.distributed.runs import DistributedRun, slow_loader_2, spawn_4  # noqa: F401 (fixtures)
@@ -51,12 +52,17 @@ def _dist(run_dir: Path, how: str) -> str:
     return proc.stdout
 
 
-@pytest.mark.parametrize("run", ["dlrm", "dlrm_steps", "spawn_4", "slow_loader_2"])
+@pytest.mark.parametrize("run", ["dlrm", "dlrm_steps", "spawn_4", "slow_loader_2", "gpipe", "1f1b"])
 def test_the_distributed_view_is_the_one_read_whole(run: str, request: pytest.FixtureRequest) -> None:
+    # gpipe, 1f1b: two pipeline stages (torch.distributed.pipelining on gloo), whose
+    # schedule comes from their microbatch ranges, or, in 1F1B, from their passes.
     if run == "dlrm":
         run_dir = trace_path(DLRM)
     elif run == "dlrm_steps":
         run_dir = request.getfixturevalue("dlrm_steps")
+    elif run in ("gpipe", "1f1b"):
+        pytest.importorskip("torch")
+        run_dir = pipeline_run(request.getfixturevalue("tmp_path_factory"), run)
     else:
         run_dir = request.getfixturevalue(run).run_dir
     whole = _dist(run_dir, "--whole")
