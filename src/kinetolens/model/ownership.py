@@ -14,9 +14,9 @@ import polars as pl
 __all__ = ["owned_kernels", "starts_in"]
 
 
-def starts_in(own: tuple[int, int]) -> pl.Expr:
-    """Rows (with ``ts``) starting in ``own`` ([lo, hi) ns): the host events a part owns."""
-    return (pl.col("ts") >= own[0]) & (pl.col("ts") < own[1])
+def starts_in(own: tuple[int, int], start: str = "ts") -> pl.Expr:
+    """Rows (starting at column ``start``) starting in ``own`` ([lo, hi) ns): the host events a part owns."""
+    return (pl.col(start) >= own[0]) & (pl.col(start) < own[1])
 
 
 def owned_kernels(lo: int, hi: int) -> pl.Expr:

@@ -35,7 +35,7 @@ from kinetolens.analysis.report_windows import (
     whole_tables,
 )
 from kinetolens.analysis.workload.ops import share_note_of, share_whole_of, stepped_gpu_ns, wall_ns
-from kinetolens.analysis.summary_windows import WindowPart, summarize_windows, window_part
+from kinetolens.analysis.summary_windows import PER_WINDOW, WindowPart, summarize_windows, window_part
 from kinetolens.errors import TraceError, TraceWarning, shown_path
 from kinetolens.ingest.opener import StreamUnsupported
 from kinetolens.ingest.spill import Spill
@@ -342,7 +342,8 @@ class WindowedRoofline:
     #: Forward calls per module (``module, calls``).
     calls: pl.DataFrame
     spec: GpuSpec
-    #: The FLOP formulas that failed, counted over the windows.
+    #: The FLOP formulas that failed, counted in each window (an op at a
+    #: window's edge may count twice, and the warning says so).
     warnings: list[TraceWarning]
     #: The first window: what the trace is, for the words of an empty table.
     first: Trace
@@ -384,7 +385,7 @@ def _roofline(windowed: Windowed, spec_of: Callable[[Trace], GpuSpec]) -> tuple[
     if first is None or spec is None:
         return None, "it has no step window"
     merged_calls = pl.concat(calls).group_by("module").agg(pl.col("calls").sum())
-    warnings = [TraceWarning(FORMULA_FAILED, n, detail) for detail, n in sorted(failed.items())]
+    warnings = [TraceWarning(FORMULA_FAILED, n, detail + PER_WINDOW) for detail, n in sorted(failed.items())]
     return WindowedRoofline(pl.concat(ops), merged_calls, spec, warnings, first, _read_words(windowed.steps)), ""
 
 

@@ -49,6 +49,7 @@ from kinetolens.analysis.gputime.overview import COLUMNS, step_breakdown
 from kinetolens.analysis.ranks.pipeline import STEP_SCHEMA as PIPELINE_SCHEMA
 from kinetolens.analysis.ranks.pipeline import pipeline_steps
 from kinetolens.model.devices import device_name
+from kinetolens.model.ownership import starts_in
 from kinetolens.model.steps import incomplete_steps
 from kinetolens.model.trace import Trace
 
@@ -123,7 +124,7 @@ def rank_part(trace: Trace, own: tuple[int, int], rank: int | None = None) -> Ra
     to its part of :func:`rank_summary`.  A step's exposed communication
     counts every call in flight during it, its own and the previous step's."""
     rows = call_rows(trace)
-    mine = rows.filter((pl.col("host_ts") >= own[0]) & (pl.col("host_ts") < own[1]))
+    mine = rows.filter(starts_in(own, "host_ts"))
     return RankPart(_summary(trace, rank, numbered_calls(rows)), mine)
 
 
