@@ -129,7 +129,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="250,500,1000,2000", help="comma-separated sizes in MB")
     ap.add_argument("-n", "--repeat", type=int, default=1, help="runs per size (least CPU time kept)")
     ap.add_argument("--write", action="store_true", help="write the table into docs/BENCHMARKS.md")
-    ap.add_argument("--one", type=Path, metavar="TRACE", help="run the measured work once in this process and print its numbers (to time two commits side by side: farm-bench --vs)")
+    ap.add_argument("--one", type=Path, metavar="TRACE", help="run the measured work once in this process and print its numbers (to time two commits side by side, each run in turn under /usr/bin/time)")
     args = ap.parse_args()
     if args.one:
         sys.argv = [sys.argv[0], str(args.one)]
