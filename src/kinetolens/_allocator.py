@@ -2,8 +2,10 @@
 in kinetolens' own processes only.
 
 The ``kinetolens`` command calls :func:`tune_allocator` before anything
-imports polars, and the decode workers of big traces start with the same
-options (:func:`worker_env`).  ``import kinetolens`` tunes nothing: a
+imports polars (polars then loads with the options whenever something first
+imports it, so a command that needs no polars, such as a summary read back
+from the cache, never loads it), and the decode workers of big traces start
+with the same options (:func:`worker_env`).  ``import kinetolens`` tunes nothing: a
 training job's DataLoader workers, torchrun children and the user's own
 polars code keep their defaults.  A program that loads big traces itself may
 opt in by calling ``kinetolens.tune_allocator()`` before importing polars.
@@ -27,9 +29,14 @@ keep polars' defaults).
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import os
 import re
 import sys
+from types import ModuleType
+from typing import Any
 
 ALLOCATOR_ENV = "_RJEM_MALLOC_CONF"
 ONE_ARENA = "narenas:1"
@@ -56,11 +63,12 @@ _user_declined = False
 
 def tune_allocator() -> bool:
     """Opt this process into kinetolens' allocator tuning; returns whether
-    jemalloc's options took effect.
+    jemalloc's options will take effect.
 
-    Loads polars with :data:`ALLOCATOR_OPTIONS` when polars is not loaded yet
-    and the user set no ``_RJEM_MALLOC_CONF``, then restores the environment,
-    so that child processes (a script under ``kinetolens run``) start with
+    When polars is not loaded yet and the user set no ``_RJEM_MALLOC_CONF``,
+    polars loads with :data:`ALLOCATOR_OPTIONS` when it is first imported
+    (:class:`_TunedImport`); the environment holds them only during that
+    import, so child processes (a script under ``kinetolens run``) start with
     their own defaults.  Also lets :func:`keep_freed_heap` act.
     """
     global _tuned, _user_declined
@@ -69,12 +77,47 @@ def tune_allocator() -> bool:
         _user_declined = True
     if "polars" in sys.modules or _user_declined:
         return False
-    os.environ[ALLOCATOR_ENV] = ALLOCATOR_OPTIONS
-    try:
-        import polars  # noqa: F401  (jemalloc reads its options now, once)
-    finally:
-        os.environ.pop(ALLOCATOR_ENV, None)
+    if not any(isinstance(finder, _TunedImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _TunedImport())
     return True
+
+
+class _TunedImport(importlib.abc.MetaPathFinder):
+    """Finds polars as the other finders do, once, and has it loaded with
+    :data:`ALLOCATOR_OPTIONS` in the environment (jemalloc reads them then,
+    once), restored as soon as the import is done."""
+
+    def find_spec(self, name: str, path: Any = None, target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if name != "polars":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _LoadWithOptions(spec.loader)
+        return spec
+
+
+class _LoadWithOptions(importlib.abc.Loader):
+    """``loader``, running the module with the allocator options set."""
+
+    def __init__(self, loader: importlib.abc.Loader) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        if ALLOCATOR_ENV in os.environ:  # set since tune_allocator: the user's choice
+            self.loader.exec_module(module)
+            return
+        os.environ[ALLOCATOR_ENV] = ALLOCATOR_OPTIONS
+        try:
+            self.loader.exec_module(module)
+        finally:
+            os.environ.pop(ALLOCATOR_ENV, None)
+
+    def __getattr__(self, name: str) -> Any:  # resource readers and the like: the real loader's
+        return getattr(self.loader, name)
 
 
 def worker_env() -> dict[str, str] | None:

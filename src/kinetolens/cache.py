@@ -42,18 +42,20 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
-import polars as pl
 
 from kinetolens import __version__
 from kinetolens import json_codec
 from kinetolens.registry.sizes import parse_size
 from kinetolens.errors import TraceWarning, shown_path
 from kinetolens.fingerprint import content_fingerprint
-from kinetolens.model.schema import mismatch
-from kinetolens.model.trace import TABLES, Trace
+
+if TYPE_CHECKING:  # an entry's tables need them; its keys and derived results do not
+    import polars as pl
+
+    from kinetolens.model.trace import Trace
 
 T = TypeVar("T")
 
@@ -180,6 +182,11 @@ def read_entry(entry: Path, source: str) -> Trace:
     the model (:mod:`kinetolens.model.schema`); other
     ``OSError``s (the files cannot be read right now) pass through.
     """
+    import polars as pl
+
+    from kinetolens.model.schema import mismatch
+    from kinetolens.model.trace import TABLES, Trace
+
     names = ["meta.json", *(f"{name}.parquet" for name in TABLES)]
     try:
         files = {name: (entry / name).read_bytes() for name in names}
@@ -209,6 +216,8 @@ def read_entry(entry: Path, source: str) -> Trace:
 
 def write_entry(entry: Path, source: str, trace: Trace) -> None:
     """Write ``trace`` as an entry into the (existing, empty) directory ``entry``."""
+    from kinetolens.model.trace import TABLES
+
     files: dict[str, bytes] = {}
     for name in TABLES:
         path = entry / f"{name}.parquet"

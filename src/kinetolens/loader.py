@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import hashlib
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
-from kinetolens.cache import (
-    analysis_fingerprint,
-    cache_key,
-    default_cache_dir,
-    derived_only_entry,
-    key_of,
-    read_derived,
-    read_keyed,
-    write_derived,
-    write_keyed,
-)
-from kinetolens.errors import TraceError, TraceWarning, shown_path
-from kinetolens.formats import CAPTURE_DETAILS, CAPTURE_DIR, RUN_METADATA_KEY
+from kinetolens.cache import read_keyed, write_keyed
+from kinetolens.errors import TraceWarning, shown_path
+from kinetolens.formats import RUN_METADATA_KEY
 from kinetolens.ingest import read_raw
 from kinetolens.ingest.kineto import RawTables
 from kinetolens.ingest.kineto_counter_events import read_counter_events
@@ -34,12 +22,12 @@ from kinetolens.model.amend import Step, apply, with_metadata, with_table, with_
 from kinetolens.model.compiled_modules import attribute_generated
 from kinetolens.model.earlier_launches import name_earlier_launches
 from kinetolens.model.graph_replay import CAPTURE_KEY, pair_with_capture
+from kinetolens.sources import cache_dir_of, capture_file, entry_key
 
 if TYPE_CHECKING:
     import polars as pl
 
-__all__ = ["CAPTURE_KEY", "load", "load_derived", "load_steps"]
-
+__all__ = ["CAPTURE_KEY", "load", "load_steps"]
 
 
 def load(
@@ -70,9 +58,9 @@ def load(
     """
     p = Path(path)
     check_trace_file(p)
-    capture_path, capture_warning = _capture_file(p, capture)
-    key = _entry_key(p, capture_path)
-    cache_dir = _cache_dir(cache)
+    capture_path, capture_warning = capture_file(p, capture)
+    key = entry_key(p, capture_path)
+    cache_dir = cache_dir_of(cache)
     trace = read_keyed(cache_dir, key, shown_path(p)) if cache_dir is not None else None
     if trace is None:
         check_room(p)
@@ -82,73 +70,6 @@ def load(
         if cache_dir is not None:
             write_keyed(cache_dir, key, shown_path(p), trace)
     return apply(trace, load_steps(p))
-
-
-def _entry_key(path: Path, capture_path: Path | None) -> str:
-    """The cache key of ``path`` (paired with ``capture_path``, if any)."""
-    key = cache_key(path)
-    if capture_path is not None:
-        key = key_of(f"{key}|capture|{cache_key(capture_path)}")
-    return key
-
-
-T = TypeVar("T")
-
-
-def _cache_dir(cache: bool | str | Path) -> Path | None:
-    return None if cache is False else default_cache_dir() if cache is True else Path(cache)
-
-
-def load_derived(
-    path: str | Path,
-    name: str,
-    compute: Callable[[Trace], T],
-    into: type[T],
-    *,
-    capture: str | Path | bool | None = None,
-    cache: bool | str | Path = True,
-    from_file: Callable[[Path], T | None] | None = None,
-) -> T:
-    """``compute(load(path))``, stored with the trace's cache entry as ``name``.
-
-    ``from_file``: computes the result from the file itself instead (a trace
-    too large to load whole), or returns None to leave it to ``compute``.
-
-    For results that cost far more than reading them back (the summary, with
-    the recommendations' simulated savings).  A stored result is used when
-    the entry is the one it came from, the analyses' code is the same and the
-    run metadata beside the trace (read on every load, not cached) is too: it
-    is then returned without loading the tables.  ``compute`` returns an
-    ``into`` (a typed result): it is stored as JSON and read back into it.
-    Without a cache (``cache=False``) it is ``compute(load(path))``.
-    """
-    p = Path(path)
-    check_trace_file(p)
-    cache_dir = _cache_dir(cache)
-    if cache_dir is None:
-        return _computed(p, compute, from_file, capture, False)[0]
-    capture_path, _ = _capture_file(p, capture)
-    entry = cache_dir / _entry_key(p, capture_path)
-    run = json.dumps(read_run_metadata(p), sort_keys=True, default=str)
-    basis = hashlib.sha256(f"{analysis_fingerprint()}|{shown_path(p)}|{run}".encode()).hexdigest()[:32]
-    stored = read_derived(entry, name, basis, into)
-    if stored is not None:
-        return stored
-    value, loaded = _computed(p, compute, from_file, capture, cache_dir)
-    if not loaded:
-        derived_only_entry(cache_dir, entry.name)  # no tables were loaded to store
-    write_derived(entry, name, basis, value)
-    return value
-
-
-def _computed(path: Path, compute: Callable[[Trace], T], from_file: Callable[[Path], T | None] | None,
-              capture: str | Path | bool | None, cache: bool | Path) -> tuple[T, bool]:
-    """``from_file(path)``, or where it gives none ``compute`` of the loaded
-    trace; and whether the trace was loaded."""
-    value = from_file(path) if from_file is not None else None
-    if value is not None:
-        return value, False
-    return compute(load(path, capture=capture, cache=cache)), True
 
 
 def _model_steps(
@@ -185,53 +106,3 @@ def load_steps(path: Path) -> list[Step]:
     if run is None:
         return []
     return [partial(with_metadata, **{RUN_METADATA_KEY: run}), attribute_generated]
-
-
-def pairs_with_capture(path: Path, capture: str | Path | bool | None) -> bool:
-    """Whether a load of ``path`` pairs it with a graph capture trace: one
-    given, or a ``capture_traces/`` folder with its details beside it."""
-    if capture is False:
-        return False
-    if capture is None or capture is True:
-        return (path.parent / CAPTURE_DIR / CAPTURE_DETAILS).is_file()
-    return True
-
-
-def _capture_file(path: Path, capture: str | Path | bool | None) -> tuple[Path | None, TraceWarning | None]:
-    """The capture trace to pair ``path`` with, and a warning when the one
-    found beside it cannot be used (an explicit ``capture`` that cannot be
-    used raises :class:`TraceError` instead)."""
-    if not pairs_with_capture(path, capture):
-        return None, None
-    if capture is None or capture is True:
-        try:
-            return _capture_in(path.parent / CAPTURE_DIR), None
-        except TraceError as err:
-            return None, TraceWarning("graph capture trace not used", 1, str(err))
-    cp = Path(capture)
-    if not cp.exists():
-        raise TraceError(cp, "no such capture trace")
-    return (_capture_in(cp) if cp.is_dir() else cp), None
-
-
-def _capture_in(folder: Path) -> Path:
-    """The capture trace in ``folder``: the one ``execution_details.json``
-    names, else its only Kineto trace."""
-    details = folder / CAPTURE_DETAILS
-    if details.is_file():
-        try:
-            entries = json.loads(details.read_bytes())
-        except (OSError, ValueError) as err:
-            raise TraceError(details, f"unreadable: {err}") from None
-        entries = entries if isinstance(entries, list) else [entries]
-        names = [e.get("file") for e in entries if isinstance(e, dict) and isinstance(e.get("file"), str)]
-        if not names:
-            raise TraceError(details, "names no capture trace (no \"file\" entry)")
-        named = folder / names[0]
-        if not named.is_file():
-            raise TraceError(details, f"names {names[0]}, which is not in {shown_path(folder)}")
-        return named
-    traces = sorted(f for f in folder.iterdir() if f.name.endswith((".json", ".json.gz")))
-    if len(traces) != 1:
-        raise TraceError(folder, f"holds {len(traces)} trace files and no {CAPTURE_DETAILS}; name the capture trace")
-    return traces[0]

@@ -9,7 +9,8 @@ import pytest
 
 import kinetolens
 from kinetolens import json_codec
-from kinetolens.analysis.memory.usage import ALLOCATOR, WINDOW_SUM, memory_events, memory_peaks, peak_memory
+from kinetolens.analysis.memory.basis import ALLOCATOR, WINDOW_SUM
+from kinetolens.analysis.memory.usage import memory_events, memory_peaks, peak_memory
 from kinetolens.analysis.summary import summarize
 from kinetolens.views import report_data, units
 from kinetolens.views.dashboard import pages, sources

@@ -73,8 +73,12 @@ def test_every_table_entry_is_a_command() -> None:
     assert cli.get_command(ctx, "no-such-command") is None
 
 
-#: What only computing a summary needs: its analyses, the what-if and the graph library under it.
-ANALYSES = ("kinetolens.analysis.summary", "kinetolens.analysis.advice.recommendations", "kinetolens.analysis.paths.whatif", "rustworkx")
+#: What only computing a summary needs: its analyses, the what-if and the graph
+#: library under it, and the readers, the model and polars (with numpy) under them.
+ANALYSES = (
+    "kinetolens.analysis.summary", "kinetolens.analysis.advice.recommendations", "kinetolens.analysis.paths.whatif", "rustworkx",
+    "kinetolens.loader", "kinetolens.ingest.read", "kinetolens.model.build", "kinetolens.model.trace", "polars", "numpy",
+)  # fmt: skip
 
 CACHED_PROBE = """
 import contextlib, io, json, sys
@@ -85,19 +89,20 @@ print(json.dumps(sorted(m for m in sys.modules if m in ANALYSES)))
 """
 
 
-def test_a_cached_summary_imports_none_of_the_analyses(tmp_path: Path) -> None:
+def test_a_cached_summary_imports_none_of_the_analyses_nor_polars(tmp_path: Path) -> None:
     from tests.conftest import trace_path
 
     trace = str(trace_path("kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"))
     env = {**os.environ, "PYTHONPATH": SRC, "COLUMNS": "80", "KINETOLENS_CACHE_DIR": str(tmp_path / "cache")}
     code = f"ANALYSES = {ANALYSES!r}\n" + CACHED_PROBE
 
-    def loaded() -> list[str]:
-        out = subprocess.run([sys.executable, "-c", code, "summary", trace], capture_output=True, text=True, env=env, check=True)
+    def loaded(*options: str) -> list[str]:
+        out = subprocess.run([sys.executable, "-c", code, "summary", *options, trace], capture_output=True, text=True, env=env, check=True)
         return json.loads(out.stdout)
 
     assert loaded() == sorted(ANALYSES)  # the first run computes the summary
     assert loaded() == []  # the second reads it back: none of them is imported
+    assert loaded("--json") == []
 
 
 #: What a summary of a trace read whole, of a training job, has no use for: the

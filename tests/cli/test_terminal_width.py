@@ -15,7 +15,7 @@ import pytest
 
 import kinetolens
 from kinetolens.analysis.hardware.kernels import kernel_table
-from kinetolens.cli.render import format_column, table_text
+from kinetolens.cli.render import Column, format_column, frame_cells, table_text
 from kinetolens.registry.kernel_names import short_kernel_name, short_names
 from kinetolens.views import units
 from tests.conftest import trace_path
@@ -225,15 +225,29 @@ def test_units() -> None:
     assert units.middle("model.layers.0.self_attn.q_proj", 15) == "model.l….q_proj"
 
 
+def _column(name: str, values: list[float]) -> Column:
+    return format_column(frame_cells(pl.DataFrame({name: values}))[0])
+
+
 def test_columns_carry_their_unit() -> None:
     # counts as integers, times in the unit that fits with the unit in the header
-    calls = format_column("calls", pl.Series([10.0, 3.0]))
+    calls = _column("calls", [10.0, 3.0])
     assert calls.cells == ["10", "3"]
-    times = format_column("device_total_us", pl.Series([12_790.0, 53.1]))
+    times = _column("device_total_us", [12_790.0, 53.1])
     assert times.header == "device total ms" and times.cells == ["12.790", "0.053"]
-    flops = format_column("flops", pl.Series([3_093_603_287_040.0]))
+    flops = _column("flops", [3_093_603_287_040.0])
     assert flops.cells == ["3.09 TFLOP"]
-    assert format_column("tflops_s", pl.Series([12.4])).header == "TFLOP/s"
+    assert _column("tflops_s", [12.4]).header == "TFLOP/s"
+
+
+def test_a_float_column_takes_one_number_of_decimals_past_nulls_and_nan() -> None:
+    # four significant figures of the largest finite value, for every row; a
+    # null or NaN neither sets the decimals nor breaks the column
+    col = _column("ratio", [1946.0, 66.35, None, float("nan"), 1.523])
+    assert col.cells == ["1,946", "66", "-", "-", "2"]
+    col = _column("ratio", [6.635, None, 0.01523])
+    assert col.cells == ["6.635", "-", "0.015"]
+    assert _column("ratio", [None, None]).cells == ["-", "-"]
 
 
 def test_csv_and_json_keep_exact_numbers_without_float_noise() -> None:

@@ -15,7 +15,7 @@ import kinetolens
 from kinetolens import json_codec
 from kinetolens.analysis.summary import summarize
 from kinetolens.analysis.summary_types import Summary
-from kinetolens.loader import load_derived
+from kinetolens.derived import load_derived
 from tests.conftest import trace_path
 
 

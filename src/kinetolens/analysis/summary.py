@@ -22,7 +22,8 @@ from kinetolens.analysis.gputime.overview import average_breakdown, complete_row
 from kinetolens.analysis.gputime.step_times import StepRow, StepTimes
 from kinetolens.analysis.hardware.gpu_metrics import gpu_metrics
 from kinetolens.analysis.inference.phases import inference_block
-from kinetolens.analysis.memory.usage import BASIS_NOTES, peak_memory
+from kinetolens.analysis.memory.basis import BASIS_NOTES
+from kinetolens.analysis.memory.usage import peak_memory
 from kinetolens.analysis.session import warnings_of, whole_steps
 from kinetolens.analysis.summary_types import (
     SCHEMA_VERSION,

@@ -14,7 +14,7 @@ from typing import Any
 from kinetolens.analysis.finding import Finding
 from kinetolens.analysis.gputime.step_times import StepRow, StepTimes
 from kinetolens.analysis.inference.block import InferenceBlock
-from kinetolens.analysis.trace_kind import TraceKind
+from kinetolens.analysis.trace_kind_type import TraceKind
 
 #: Changes only when a field changes meaning or disappears.
 SCHEMA_VERSION = 2

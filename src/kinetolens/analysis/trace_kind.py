@@ -9,42 +9,15 @@ one flag instead of guessing from names.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 from kinetolens.analysis.inference.phases import detect
 from kinetolens.analysis.session import per_trace
+from kinetolens.analysis.trace_kind_type import TraceKind
 from kinetolens.model.clocks import ClockOffset, gpu_clock_offset
 from kinetolens.model.direction import pytorch_names
 from kinetolens.model.trace import Trace
 
 #: Formats only the PyTorch profiler writes.
 PYTORCH_FORMATS = ("kineto",)
-
-
-@dataclass(frozen=True)
-class TraceKind:
-    """Facts about the profiled program that decide which advice applies."""
-
-    #: The program used a GPU: GPU activity recorded, or the file lists GPUs
-    #: (a profile of host activities only still ran on one).
-    gpu: bool
-    #: The program is PyTorch: written by the PyTorch profiler, or its ops
-    #: carry PyTorch's names (an Nsight Systems export of a PyTorch job).
-    pytorch: bool
-    #: Ops carry ``nn.Module`` paths (``with_modules`` / ``with_stack``).
-    modules: bool
-    #: The program serves a model (an inference engine's iterations, decode
-    #: steps, KV-cache ops or graph replays, and no backward or optimizer):
-    #: views show its phases of inference instead of training steps
-    #: (:func:`kinetolens.analysis.inference.phases.detect`).
-    inference: bool = False
-    #: The GPU's clock agrees with the host's (:func:`kinetolens.model.clocks.gpu_clock_offset`):
-    #: rules that measure host-GPU gaps (idle after a sync, launch delay) need it,
-    #: or they build a saving on the offset.
-    aligned_clocks: bool = True
-
-    def to_dict(self) -> dict[str, bool]:
-        return asdict(self)
 
 
 @per_trace

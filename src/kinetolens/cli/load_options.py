@@ -56,8 +56,8 @@ class TraceLoading:
     ) -> T:
         """``compute(self.load(path))`` (or ``from_file(path)`` where that gives
         one), kept with the trace's cache entry as ``name`` so that the next
-        run reads it instead (``kinetolens.loader.load_derived``)."""
-        from kinetolens.loader import load_derived
+        run reads it instead (``kinetolens.derived.load_derived``)."""
+        from kinetolens.derived import load_derived
 
         return load_derived(path, name, compute, into, capture=self.capture, cache=self.cache, from_file=from_file)
 

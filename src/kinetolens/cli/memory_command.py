@@ -12,9 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from kinetolens.analysis.trace_kind import trace_kind
+from kinetolens.analysis.memory.basis import BASIS_NOTES, WINDOW_SUM
 from kinetolens.analysis.memory.usage import (
-    BASIS_NOTES,
-    WINDOW_SUM,
     category_peak,
     category_timeline,
     how_to_record_memory,

@@ -34,7 +34,7 @@ from kinetolens.cli.render import console as render_console
 from kinetolens.cli.render import emit_json, print_heading, print_table
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import units
-from kinetolens.views.report_phases import iterations_title, token_rate
+from kinetolens.views.inference_words import iterations_title, token_rate
 from kinetolens.model.vocabulary import CATEGORY_HEADERS
 
 #: Iteration rows the summary shows; ``kinetolens phases`` shows them all.

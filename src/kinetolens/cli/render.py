@@ -22,10 +22,9 @@ import sys
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import polars as pl
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -33,6 +32,9 @@ from rich.text import Text
 
 from kinetolens import json_codec
 from kinetolens.views import units
+
+if TYPE_CHECKING:
+    import polars as pl
 
 #: Console width standing for "no limit" (output to a pipe or a file).
 UNLIMITED = 100_000
@@ -154,34 +156,62 @@ def _number(value: Any) -> str:
     return str(value)
 
 
-def _decimals_for(series: pl.Series) -> Callable[[Any], str]:
+def _finite_sizes(values: Sequence[Any]) -> list[float]:
+    """The absolute values of a numeric column's finite cells (nulls, NaN and infinities left out)."""
+    return [abs(float(v)) for v in values if v is not None and math.isfinite(v)]
+
+
+def _decimals_for(values: Sequence[Any]) -> Callable[[Any], str]:
     """Floats with one number of decimals per column (about four significant
     figures for its largest value), so the column lines up: 1,946 / 66.35 / 1.523."""
-    finite = series.cast(pl.Float64).filter(series.cast(pl.Float64).is_finite()).abs()
-    biggest = finite.max() if finite.len() else None
-    if not isinstance(biggest, (int, float)) or biggest == 0:
+    finite = _finite_sizes(values)
+    biggest = max(finite, default=0.0)
+    if biggest == 0:
         return _number
-    integral = bool((finite == finite.round(0)).all())
+    integral = all(v == round(v) for v in finite)
     decimals = 0 if integral else min(max(3 - math.floor(math.log10(biggest)), 0), 3)
     return lambda v: "-" if units.missing(v) else f"{v:,.{decimals}f}" if isinstance(v, float) else str(v)
 
 
-def _biggest(series: pl.Series) -> float | None:
-    finite = series.cast(pl.Float64)
-    finite = finite.filter(finite.is_finite()).abs()
-    big = finite.max() if finite.len() else None
-    return float(big) if isinstance(big, (int, float)) else None
+def _biggest(values: Sequence[Any]) -> float | None:
+    return max(_finite_sizes(values), default=None)
 
 
-def format_column(name: str, series: pl.Series, header: str | None = None, time_us: float | None = None) -> Column:
-    """Cells and header for one column, chosen by its name and type; ``time_us``
+#: What a column holds, as far as its format goes.
+INTEGER, FLOAT, TEXT = "integer", "float", "text"
+
+
+@dataclass(frozen=True)
+class Cells:
+    """One column's values, in the order of the rows, and what they are
+    (:data:`INTEGER`, :data:`FLOAT` or :data:`TEXT`): a table to show, with
+    or without polars."""
+
+    name: str
+    values: list[Any]
+    kind: str
+
+    @property
+    def numeric(self) -> bool:
+        return self.kind != TEXT
+
+
+def frame_cells(frame: pl.DataFrame) -> list[Cells]:
+    """``frame``'s columns as :class:`Cells`."""
+    return [
+        Cells(name, frame[name].to_list(), INTEGER if dtype.is_integer() else FLOAT if dtype.is_numeric() else TEXT)
+        for name, dtype in frame.schema.items()
+    ]
+
+
+def format_column(column: Cells, header: str | None = None, time_us: float | None = None) -> Column:
+    """Cells and header for one column, chosen by its name and kind; ``time_us``
     (a table's biggest time) sets the unit of its times where they share one."""
-    values = series.to_list()
-    numeric = series.dtype.is_numeric()
+    name, values, numeric = column.name, column.values, column.numeric
     fmt: Callable[[Any], str]
     head = header
     if numeric and _is_time(name):
-        unit, scale = units.time_unit(time_us if time_us is not None else _biggest(series))
+        unit, scale = units.time_unit(time_us if time_us is not None else _biggest(values))
         fmt = lambda v: units.in_unit(v, scale)  # noqa: E731
         head = re.sub(r"\bus$", unit, head) if head else f"{_base(name).replace('_', ' ')} {unit}".strip()
     elif numeric and (name == "flops" or name.endswith("_flops")):
@@ -191,10 +221,10 @@ def format_column(name: str, series: pl.Series, header: str | None = None, time_
         fmt = units.memory if memoryish else units.traffic
     elif numeric and name in ID_COLUMNS:
         fmt = lambda v: "-" if units.missing(v) else str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)  # noqa: E731
-    elif numeric and (series.dtype.is_integer() or name in COUNT_COLUMNS or name.startswith("n_") or name.endswith("_count")):
+    elif numeric and (column.kind == INTEGER or name in COUNT_COLUMNS or name.startswith("n_") or name.endswith("_count")):
         fmt = units.count
     elif numeric:
-        fmt = _decimals_for(series)
+        fmt = _decimals_for(values)
     else:
         fmt = lambda v: "-" if v is None else str(v)  # noqa: E731
     if numeric and name.startswith("delta"):  # changes carry their sign: +44.435, -7.622
@@ -300,7 +330,7 @@ def _widths(
 
 
 def table_text(
-    frame: pl.DataFrame,
+    frame: pl.DataFrame | Sequence[Cells],
     *,
     title: str | None = None,
     caption: str | None = None,
@@ -310,13 +340,14 @@ def table_text(
     same_time_unit: bool = False,
     show_header: bool = True,
 ) -> tuple[Table, list[str]]:
-    """A rich table of ``frame`` fitted to ``width`` (``None``: natural widths),
+    """A rich table of ``frame`` (or of its columns) fitted to ``width`` (``None``: natural widths),
     and the columns it left out.  ``same_time_unit``: every time column in
     the unit of the biggest (tables whose times are compared)."""
     headers = headers or {}
-    times = [frame[c] for c in frame.columns if _is_time(c) and frame.schema[c].is_numeric()]
+    columns = frame if isinstance(frame, Sequence) else frame_cells(frame)
+    times = [c.values for c in columns if _is_time(c.name) and c.numeric]
     biggest = max((b for b in map(_biggest, times) if b is not None), default=None) if same_time_unit else None
-    cols = [format_column(n, frame[n], headers.get(n), biggest) for n in frame.columns]
+    cols = [format_column(c, headers.get(c.name), biggest) for c in columns]
     gap = 2
     cols, widths, dropped = _widths(cols, width, gap, droppable)
     table = Table(
@@ -339,7 +370,7 @@ def table_text(
 
 
 def print_table(
-    frame: pl.DataFrame,
+    frame: pl.DataFrame | Sequence[Cells],
     *,
     title: str | None = None,
     caption: str | None = None,
@@ -383,8 +414,8 @@ def print_captioned(con: Console, table: Table) -> None:
 
 def print_pairs(rows: Sequence[tuple[str, str]], *, title: str | None = None, out: Console) -> None:
     """A two-column ``what: value`` table (summaries), values in two lines at most."""
-    frame = pl.DataFrame({"what": [r[0] for r in rows], "value": [r[1] for r in rows]}, schema={"what": pl.String, "value": pl.String})
-    print_table(frame, title=title, show_header=False, out=out)
+    columns = [Cells("what", [r[0] for r in rows], TEXT), Cells("value", [r[1] for r in rows], TEXT)]
+    print_table(columns, title=title, show_header=False, out=out)
 
 
 def print_fitted(
@@ -461,6 +492,8 @@ class Streamed:
             if not self.rows and self._empty is not None:
                 sys.stdout.write(self._empty.write_csv(separator="\t" if self.fmt == "tsv" else ","))
         elif self._empty is not None:
+            import polars as pl
+
             print_table(pl.concat(self._held) if self._held else self._empty, width=width, headers=headers)
 
 

@@ -21,7 +21,7 @@ from rich.text import Text
 
 from kinetolens.analysis.finding import Finding
 from kinetolens.analysis.gputime.step_times import StepTimes
-from kinetolens.analysis.memory.usage import ALLOCATOR, BASIS_NOTES, WINDOW_SUM
+from kinetolens.analysis.memory.basis import ALLOCATOR, BASIS_NOTES, WINDOW_SUM
 from kinetolens.analysis.paths.sampling import sample_in_words
 from kinetolens.analysis.summary_types import Device, GpuUse, PeakMemory, RunDevice, Steps, Summary
 from kinetolens.cli.load_options import TraceLoading
@@ -30,7 +30,7 @@ from kinetolens.cli.render import print_captioned, print_pairs
 from kinetolens.model.vocabulary import CATEGORY_HEADERS
 from kinetolens.views import empty_reasons, units
 from kinetolens.views.device_words import unlisted_devices_note
-from kinetolens.views.report_phases import inference_rows
+from kinetolens.views.inference_words import inference_rows
 
 if TYPE_CHECKING:
     from kinetolens.model.trace import Trace

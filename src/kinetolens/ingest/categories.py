@@ -14,7 +14,10 @@ wait is the stream waiting, not kernel time.
 
 from __future__ import annotations
 
-import polars as pl
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # device_kind builds a polars expression; the names need no polars
+    import polars as pl
 
 # Host-side ranges.
 OP = "op"                      # an ATen / framework operator
@@ -84,6 +87,8 @@ def classify(cat: str | None) -> tuple[bool, str]:
 def device_kind(cat: pl.Expr, name: pl.Expr, kind: pl.Expr) -> pl.Expr:
     """``kind``, except for events of :data:`NAME_TYPED_DEVICE_CATS`, typed by
     :data:`DEVICE_NAME_KINDS` (a String expression)."""
+    import polars as pl
+
     typed: pl.Expr = pl.lit(KERNEL)
     for pattern, named in reversed(DEVICE_NAME_KINDS):
         typed = pl.when(name.str.contains(pattern)).then(pl.lit(named)).otherwise(typed)

@@ -12,18 +12,19 @@ were communication).  Names the readers need too live in
 from __future__ import annotations
 
 import re
-
 from functools import cache
-
-import polars as pl
+from typing import TYPE_CHECKING
 
 from kinetolens.ingest.categories import GPU_ACTIVITY
 from kinetolens.registry.trace_names import STEP_PREFIX
 
+if TYPE_CHECKING:  # the rules below build polars expressions; the words need no polars
+    import polars as pl
+
 __all__ = [
     "BLOCKING_CALLS", "BOUND_BY", "BOUND_WORDS", "CATEGORY_HEADERS", "CATEGORY_WORDS", "COMM_KERNEL_PREFIX",
     "COMM_LIBRARY_PREFIXES", "COMM_OP_PREFIXES", "C10D_PREFIX", "DEVICE_SYNC_CALLS", "FSDP_PREFIXES", "GLOO_PREFIX", "GPU_ACTIVITY",
-    "MATRIX_FAMILIES", "NCCL_PREFIX", "OTHER", "PARAM_COMMS", "STEP_CATEGORIES", "STEP_PREFIX", "STREAM_SYNC_CALLS",
+    "MATRIX_FAMILIES", "NCCL_PREFIX", "OTHER", "PARAM_COMMS", "STEP_CATEGORIES", "STEP_COLUMNS", "STEP_PREFIX", "STREAM_SYNC_CALLS",
     "DEVICE_ALLOCATION_CALLS", "STREAM_WAIT_CALLS", "SYNCHRONIZING_CALLS", "TIME_BASIS_WORDS", "is_comm_kernel",
     "is_comm_kernel_name", "is_comm_op",
     "is_dataloader", "matrix_ops",
@@ -53,6 +54,8 @@ COMM_KERNEL_PREFIX = "nccl"
 
 def is_comm_op(name: pl.Expr) -> pl.Expr:
     """Host ranges (by ``name``) that are a collective call: see :data:`COMM_OP_PREFIXES`."""
+    import polars as pl
+
     return pl.any_horizontal(*(name.str.starts_with(p) for p in COMM_OP_PREFIXES))
 
 
@@ -70,6 +73,8 @@ def is_comm_kernel(kernels: pl.DataFrame) -> pl.Expr:
     kernels).  A kernel of an ATen op inside a collective (a copy into the
     send buffer) has that op as its launcher and stays compute.
     ``kernels`` only says whether the ``op`` column exists."""
+    import polars as pl
+
     by_name = is_comm_kernel_name(pl.col("name"))
     if "op" not in kernels.columns:
         return by_name
@@ -155,6 +160,8 @@ def matrix_ops() -> frozenset[str]:
 #: (torch-tb-profiler's Overview order); :data:`OTHER` is every instant none covers.
 STEP_CATEGORIES: tuple[str, ...] = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec")
 OTHER = "other"
+#: The step breakdown's columns: the categories, the time none is busy, and the step's total.
+STEP_COLUMNS: tuple[str, ...] = (*STEP_CATEGORIES, OTHER, "total")
 #: Short column headers for the categories (80-column terminal tables).
 CATEGORY_HEADERS: dict[str, str] = {
     "kernel": "kernel", "memcpy": "memcpy", "memset": "memset", "communication": "comm", "runtime": "runtime",

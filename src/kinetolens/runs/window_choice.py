@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kinetolens.ingest.kineto_parallel import estimated_json_bytes
-from kinetolens.loader import pairs_with_capture
+from kinetolens.sources import pairs_with_capture
 
 #: Kineto JSON at least this large (uncompressed) is read a step window at a
 #: time: read whole it takes about its own size in memory.

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kinetolens.analysis.trace_kind import TraceKind
+    from kinetolens.analysis.trace_kind_type import TraceKind
 
 NO_OPS = "the trace has no CPU ops or annotated ranges"
 #: Steps of a trace without ProfilerStep ranges (the step tables then cover the whole trace).

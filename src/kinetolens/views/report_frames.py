@@ -13,11 +13,11 @@ import polars as pl
 from markupsafe import Markup
 
 from kinetolens.analysis.gputime.overview import CATEGORIES, OTHER
-from kinetolens.analysis.memory.usage import ALLOCATOR, BASIS_NOTES
+from kinetolens.analysis.memory.basis import ALLOCATOR, BASIS_NOTES
 from kinetolens.analysis.ranks.stragglers import CAUSES
 from kinetolens.views import empty_reasons, units
 from kinetolens.views.device_words import unlisted_devices_note
-from kinetolens.views.report_phases import inference_rows
+from kinetolens.views.inference_words import inference_rows
 
 if TYPE_CHECKING:
     from kinetolens.views.report_data import ReportData

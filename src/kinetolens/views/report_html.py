@@ -34,7 +34,8 @@ from kinetolens.views.report_frames import (
     memory_frame,
     overview_frame,
 )
-from kinetolens.views.report_phases import iterations_sentence, iteration_frame, labels_frame, phase_frame
+from kinetolens.views.inference_words import iterations_sentence
+from kinetolens.views.report_phases import iteration_frame, labels_frame, phase_frame
 
 if TYPE_CHECKING:
     from kinetolens.views.report_data import ReportData

@@ -11,11 +11,12 @@ only removes float noise below the trace clock's resolution.
 from __future__ import annotations
 
 import math
-from typing import Any
-
-import polars as pl
+from typing import TYPE_CHECKING, Any
 
 from kinetolens.model.vocabulary import TIME_BASIS_WORDS
+
+if TYPE_CHECKING:  # the frame helpers take polars frames; the number formats need no polars
+    import polars as pl
 
 #: The one ellipsis every view uses when it cuts text.
 ELLIPSIS = "…"
@@ -147,6 +148,8 @@ def in_unit(us: float | None, scale: float) -> str:
 def clock_round(frame: pl.DataFrame) -> pl.DataFrame:
     """Float time columns (``*_us``) rounded to the clock's resolution, for CSV and JSON:
     ``18.112`` rather than ``18.112000000000002``."""
+    import polars as pl
+
     cols = [c for c, t in frame.schema.items() if t in (pl.Float64, pl.Float32) and (c.endswith("_us") or c == "us")]
     return frame.with_columns(pl.col(cols).round(CLOCK_DECIMALS)) if cols else frame
 
@@ -154,6 +157,8 @@ def clock_round(frame: pl.DataFrame) -> pl.DataFrame:
 def shares_as_percent(frame: pl.DataFrame) -> pl.DataFrame:
     """``*_share`` columns (0..1, as analyses return shares) as ``*_share_pct``
     (70.0, shown as 70.0%), for tables shown to people."""
+    import polars as pl
+
     shares = [c for c in frame.columns if c.endswith("_share") and frame.schema[c].is_numeric()]
     return frame.with_columns(pl.col(c) * 100.0 for c in shares).rename({c: f"{c}_pct" for c in shares})
 
@@ -263,6 +268,8 @@ def beats_model_note(frame: pl.DataFrame, key: str) -> str | None:
     model that is off for them, not as headroom."""
     if "beats_model" not in frame.columns or "pct_of_roof" not in frame.columns:
         return None
+    import polars as pl
+
     flagged = frame.filter(pl.col("beats_model").fill_null(False))
     if flagged.height == 0:
         return None

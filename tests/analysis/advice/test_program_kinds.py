@@ -20,7 +20,8 @@ import torch
 from kinetolens import json_codec, load
 from kinetolens.analysis.advice.recommendations import recommendations
 from kinetolens.analysis.summary import summarize
-from kinetolens.analysis.trace_kind import TraceKind, trace_kind
+from kinetolens.analysis.trace_kind import trace_kind
+from kinetolens.analysis.trace_kind_type import TraceKind
 from kinetolens.capture.profile import profile as kl_profile
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -14,7 +14,7 @@ from kinetolens.analysis.advice.recommendations import RULES
 from kinetolens.analysis.advice.rule_registry import REGISTRY, Rule, RuleError, rule
 from kinetolens.analysis.advice.rules import ORDER, ordered
 from kinetolens.analysis.finding import Finding
-from kinetolens.analysis.trace_kind import TraceKind
+from kinetolens.analysis.trace_kind_type import TraceKind
 
 
 def _no_findings(ctx: object) -> list[Finding]:

@@ -50,7 +50,7 @@ from kinetolens.analysis.advice.rule_registry import Rule
 from kinetolens.analysis.advice.rules import RULES
 from kinetolens.analysis.finding import Finding
 from kinetolens.analysis.session import per_trace, whole_steps
-from kinetolens.analysis.trace_kind import TraceKind
+from kinetolens.analysis.trace_kind_type import TraceKind
 from kinetolens.model.trace import Trace
 
 __all__ = [

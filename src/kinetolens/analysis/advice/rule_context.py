@@ -27,7 +27,8 @@ from kinetolens.analysis.gputime.overview import (
 from kinetolens.analysis.hardware.gpu_metrics import gpu_metrics
 from kinetolens.analysis.hardware.tensor_cores import op_tensor_core_eligibility
 from kinetolens.analysis.inference.phases import iterations
-from kinetolens.analysis.trace_kind import TraceKind, trace_kind
+from kinetolens.analysis.trace_kind import trace_kind
+from kinetolens.analysis.trace_kind_type import TraceKind
 from kinetolens.model.graph_replay import GRAPH_LAUNCH
 from kinetolens.model.trace import Trace
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kinetolens.analysis.finding import Finding
-from kinetolens.analysis.trace_kind import TraceKind
+from kinetolens.analysis.trace_kind_type import TraceKind
 
 if TYPE_CHECKING:
     from kinetolens.analysis.advice.rule_context import RuleContext

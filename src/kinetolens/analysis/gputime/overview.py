@@ -37,6 +37,7 @@ from kinetolens.model.vocabulary import (
     GPU_ACTIVITY,
     OTHER,
     STEP_CATEGORIES,
+    STEP_COLUMNS,
     STEP_PREFIX,
     is_comm_kernel,
     is_comm_op,
@@ -45,7 +46,7 @@ from kinetolens.model.vocabulary import (
 
 #: Busy categories in priority order; ``other`` is every instant none covers.
 CATEGORIES: tuple[str, ...] = STEP_CATEGORIES
-COLUMNS: tuple[str, ...] = (*CATEGORIES, OTHER, "total")
+COLUMNS: tuple[str, ...] = STEP_COLUMNS
 
 _WINDOW_SCHEMA = {"step": pl.Int64, "start": pl.Int64, "end": pl.Int64}
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from kinetolens.analysis.memory.basis import ALLOCATOR, WINDOW_SUM
 from kinetolens.analysis.session import per_trace
 from kinetolens.model.ids import rows_by_id
 from kinetolens.model.trace import Trace
@@ -50,16 +51,6 @@ DEVICE_TYPE_NAMES: dict[int, str] = {
 #: Kineto's ``Device Type`` of CPU memory events.
 CPU_DEVICE_TYPE = 0
 
-#: ``allocated`` is everything alive on the device (its allocator's totals).
-ALLOCATOR = "allocator"
-#: ``allocated`` counts only memory allocated inside the profiling window.
-WINDOW_SUM = "window_sum"
-
-#: What a peak of each basis leaves out, said next to the number in every view.
-BASIS_NOTES = {
-    ALLOCATOR: "everything alive on the device",
-    WINDOW_SUM: "allocated while profiling only: weights, optimizer state and data allocated before are not counted",
-}
 
 
 def how_to_record_memory(trace_format: str, pytorch: bool = True) -> str:

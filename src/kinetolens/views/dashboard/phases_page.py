@@ -20,10 +20,8 @@ from kinetolens.analysis.inference.phases import inference_block
 from kinetolens.views import units
 from kinetolens.views.dashboard.blocks import figure, table, text
 from kinetolens.views.dashboard.sources import BadParameter, Ctx
+from kinetolens.views.inference_words import inference_rows, iterations_sentence, iterations_title
 from kinetolens.views.report_phases import (
-    inference_rows,
-    iterations_sentence,
-    iterations_title,
     iteration_figure,
     iteration_frame,
     per_phase_tables,

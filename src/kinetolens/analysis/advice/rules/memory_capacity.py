@@ -10,7 +10,8 @@ from kinetolens.analysis.advice.rule_context import (
 from kinetolens.analysis.advice.rule_registry import rule
 from kinetolens.analysis.finding import Finding
 from kinetolens.analysis.hardware.gpu_spec import gpu_spec
-from kinetolens.analysis.memory.usage import WINDOW_SUM, peak_memory
+from kinetolens.analysis.memory.basis import WINDOW_SUM
+from kinetolens.analysis.memory.usage import peak_memory
 
 #: Allocated peak as a share of device memory that counts as near capacity.
 MEMORY_NEAR_CAPACITY = 0.9
