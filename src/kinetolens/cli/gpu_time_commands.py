@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import click
 import polars as pl
 
-from kinetolens.analysis.gputime.idle import (
-    KERNEL_WAIT_US,
-    comm_comp_overlap,
-    idle_breakdown,
-    idle_gap_stats,
-    kernel_type_breakdown,
-    temporal_breakdown,
-)
+from kinetolens.analysis.gputime.gpu_streams import rank_of
+from kinetolens.analysis.gputime.idle import KERNEL_WAIT_US, idle_tables, idle_work
 from kinetolens.analysis.gputime.launch import (
     SHORT_LAUNCH_US,
     launch_stats,
@@ -28,17 +25,35 @@ from kinetolens.cli.render import emit, emit_json
 from kinetolens.errors import TraceError
 from kinetolens.analysis.session import whole_steps
 from kinetolens.model.trace import Trace
+
+if TYPE_CHECKING:
+    from kinetolens.runs.windowed_read import WindowedIdle
 from kinetolens.registry.kernel_names import short_names
 
 #: Rows of the short-kernel table shown in the terminal.
 SHORT_ROWS = 15
 
 
+#: Why a trace cannot be shown by the GPU time commands.
+NO_GPU_WORK = "has no GPU kernels, memcpys or memsets to analyze"
+
+
 def _trace(path: str, loading: TraceLoading, keep_last_step: bool) -> Trace:
     trace = loading.load(path)
     if trace.kernels.height == 0:
-        raise TraceError(path, "has no GPU kernels, memcpys or memsets to analyze")
+        raise TraceError(path, NO_GPU_WORK)
     return trace if keep_last_step else whole_steps(trace)
+
+
+def _idle_in_windows(path: str, windows: bool | None, keep_last_step: bool, loading: TraceLoading) -> WindowedIdle | None:
+    """The idle tables' GPU work read a step window at a time where ``windows``
+    asks for it or the trace is too large to hold (None: read it whole)."""
+    from kinetolens.runs.windowed_read import idle_in_windows
+
+    def read(p: Path, notes: list[str]) -> WindowedIdle | None:
+        return idle_in_windows(p, keep_last_step, notes=notes)
+
+    return loading.in_windows(path, windows, read)
 
 
 #: What a table's shares are of, where another view reports the same kind of figure over another window.
@@ -101,19 +116,28 @@ _csv = click.option("--csv", is_flag=True, help="All tables as CSV, each after a
 @click.option("--kernel-wait-us", type=MICROSECONDS, default=KERNEL_WAIT_US, show_default=True,
               help="Gaps shorter than this between queued work count as launch overhead (kernel_wait).")
 @_keep_last_step
+@click.option(
+    "--windows/--whole", "windows", default=None,
+    help="Read the trace a step window at a time (memory bounded by a step and the GPU work's times), or whole; "
+    "default: a step window at a time from 1.5 GB of JSON.",
+)
 @trace_load_options()
 def idle_command(
-    trace: str, json_: bool, csv: bool, kernel_wait_us: float, keep_last_step: bool, loading: TraceLoading
+    trace: str, json_: bool, csv: bool, kernel_wait_us: float, keep_last_step: bool, loading: TraceLoading,
+    windows: bool | None = None,
 ) -> None:
     """GPU busy / idle time, kernel types and their overlap, and why each stream idles."""
-    t = _trace(trace, loading, keep_last_step)
-    _emit_tables({
-        "temporal_breakdown": temporal_breakdown(t),
-        "kernel_types": kernel_type_breakdown(t),
-        "idle_by_stream": idle_breakdown(t, kernel_wait_us),
-        "idle_gap_stats": idle_gap_stats(t, kernel_wait_us),
-        "comm_comp_overlap": comm_comp_overlap(t),
-    }, json_, csv, compact=True)
+    read = _idle_in_windows(trace, windows, keep_last_step, loading)
+    if read is not None:
+        if not read.gpu:
+            raise TraceError(trace, NO_GPU_WORK)
+        work, rank = read.work, read.rank
+    else:
+        t = _trace(trace, loading, keep_last_step)
+        work, rank = idle_work(t), rank_of(t)
+    _emit_tables(idle_tables(work, rank, kernel_wait_us), json_, csv, compact=True)
+    if read is not None and not (json_ or csv):
+        click.echo(read.read)
 
 
 @click.command("launches")

@@ -53,11 +53,13 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 __all__ = [
+    "WindowedIdle",
     "WindowedModules",
     "WindowedOps",
     "WindowedRoofline",
     "WindowedRead",
     "WindowedSteps",
+    "idle_in_windows",
     "kernels_in_windows",
     "modules_in_windows",
     "ops_in_windows",
@@ -407,6 +409,48 @@ def _rank_summary(windowed: Windowed, rank: int | None) -> tuple[RankSummary | N
     if not parts:
         return None, "it has no step window"
     return merged_rank_summary(parts, incomplete_steps(windowed.steps)), ""
+
+
+@dataclass(frozen=True)
+class WindowedIdle:
+    """The GPU work ``kinetolens idle`` reads, of a trace read a step window at a time."""
+
+    #: :func:`~kinetolens.analysis.gputime.idle.idle_work` of every window, in start order.
+    work: pl.DataFrame
+    #: The trace's rank (0 without one).
+    rank: int
+    #: Whether the trace has GPU work at all.
+    gpu: bool
+    #: What was read, for the line the view prints.
+    read: str
+
+
+def idle_in_windows(
+    path: Path, keep_last_step: bool = False, spill_root: Path | None = None, notes: list[str] | None = None
+) -> WindowedIdle | None:
+    """The GPU work of ``path`` that the idle tables read, a step window at a
+    time: each window's own activities (those launched in it), a few integer
+    columns each, stacked in start order: the whole trace's work (without a
+    last step the profiler cut short unless ``keep_last_step``), held without
+    the rest of the trace.  None where it cannot be (``notes`` says why; the
+    caller reads the trace whole)."""
+    return _windowed(path, spill_root, notes, lambda windowed: _idle(windowed, keep_last_step))
+
+
+def _idle(windowed: Windowed, keep_last_step: bool) -> tuple[WindowedIdle | None, str]:
+    from kinetolens.analysis.gputime.gpu_streams import rank_of
+    from kinetolens.analysis.gputime.idle import idle_work
+    from kinetolens.analysis.session import whole_steps
+
+    parts, rank = [], 0
+    for i, (window, trace) in enumerate(windowed.traces()):
+        if i == 0:
+            rank = rank_of(trace)
+        parts.append(idle_work(trace if keep_last_step else whole_steps(trace), own=window.own))
+    if not parts:
+        return None, "it has no step window"
+    work = pl.concat(parts).sort("ts", maintain_order=True)
+    return WindowedIdle(work, rank, windowed.has_gpu_work(), _read_words(windowed.steps)), ""
 
 
 def kernels_in_windows(

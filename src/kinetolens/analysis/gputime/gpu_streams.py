@@ -28,6 +28,8 @@ COMPUTATION = "COMPUTATION"
 COMMUNICATION = "COMMUNICATION"
 MEMORY = "MEMORY"
 OTHER = "OTHER"
+#: Every kernel type, in the order of :func:`kernel_type`'s rules.
+KERNEL_TYPES = (COMMUNICATION, MEMORY, OTHER, COMPUTATION)
 
 #: (kernel type, regex on the kernel name), first match wins after
 #: communication; no match is computation.
@@ -141,16 +143,6 @@ def union_intervals(frame: pl.DataFrame, by: list[str] | None = None) -> pl.Data
         .agg(pl.col("ts").min(), pl.col("end").max())
     )
     return merged.drop("group")
-
-
-def busy_intervals(trace: Trace, *kernel_types: str) -> list[pl.DataFrame]:
-    """For each kernel type, the disjoint ``[ts, end)`` intervals when work
-    of that type ran on any stream.  Read from a flag per type and the
-    times, not from :func:`stream_work` with its names and launches (three
-    times the memory on a big trace)."""
-    ktype = work_kernel_type(trace)
-    work = _work(trace, **{f"is_{t}": ktype == t for t in kernel_types})
-    return [union_intervals(work.filter(f"is_{t}")) for t in kernel_types]
 
 
 def covered_ns(intervals: pl.DataFrame) -> int:

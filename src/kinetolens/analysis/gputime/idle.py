@@ -23,8 +23,8 @@ import polars as pl
 from kinetolens.analysis.gputime.gpu_streams import (
     COMMUNICATION,
     COMPUTATION,
+    KERNEL_TYPES,
     MEMORY,
-    busy_intervals,
     covered_ns,
     describe,
     rank_of,
@@ -32,6 +32,7 @@ from kinetolens.analysis.gputime.gpu_streams import (
     stream_work,
     union_intervals,
 )
+from kinetolens.model.ownership import owned_kernels
 from kinetolens.model.trace import Trace
 
 #: Gaps shorter than this between launched work are the cost of launching (HTA's default).
@@ -43,6 +44,33 @@ IDLE_CATEGORIES = ("host_wait", "kernel_wait", "other")
 BREAKDOWN_TYPES = (COMPUTATION, COMMUNICATION, MEMORY)
 
 NS_PER_US = 1000.0
+
+#: The stream work every idle table reads (:func:`idle_work`).
+IDLE_COLUMNS = ("rank", "stream", "kernel_type", "ts", "end", "launch_ts")
+
+
+def idle_work(trace: Trace, own: tuple[int, int] | None = None) -> pl.DataFrame:
+    """:func:`~kinetolens.analysis.gputime.gpu_streams.stream_work`'s
+    :data:`IDLE_COLUMNS`, in start order, the kernel type as an enum (a byte
+    where a name would take a dozen).  With ``own`` (``lo, hi`` ns), only the
+    GPU activities that part of the trace owns
+    (:func:`~kinetolens.model.ownership.owned_kernels`): the parts of a trace
+    read a step window at a time, stacked and put in start order, are the
+    whole trace's work."""
+    work = stream_work(trace, IDLE_COLUMNS).with_columns(pl.col("kernel_type").cast(pl.Enum(KERNEL_TYPES)))
+    return work if own is None else work.filter(owned_kernels(*own))
+
+
+def idle_tables(work: pl.DataFrame, rank: int, kernel_wait_us: float = KERNEL_WAIT_US) -> dict[str, pl.DataFrame]:
+    """Every table of ``kinetolens idle`` from :func:`idle_work` (of a trace,
+    or of its windows stacked in start order) of the trace of ``rank``."""
+    return {
+        "temporal_breakdown": temporal_breakdown_of(work, rank),
+        "kernel_types": kernel_type_breakdown_of(work),
+        "idle_by_stream": idle_breakdown_of(work, kernel_wait_us),
+        "idle_gap_stats": idle_gap_stats_of(work, kernel_wait_us),
+        "comm_comp_overlap": comm_comp_overlap_of(work, rank),
+    }
 
 
 def _us(expr: pl.Expr) -> pl.Expr:
@@ -62,7 +90,11 @@ def temporal_breakdown(trace: Trace) -> pl.DataFrame:
     rest of the busy time (memory, communication).  One row per rank; an empty
     frame for a trace without GPU work.
     """
-    work = stream_work(trace)
+    return temporal_breakdown_of(idle_work(trace), rank_of(trace))
+
+
+def temporal_breakdown_of(work: pl.DataFrame, rank: int) -> pl.DataFrame:
+    """:func:`temporal_breakdown` of :func:`idle_work` of the trace of ``rank``."""
     schema = {
         "rank": pl.Int64, "idle_us": pl.Float64, "compute_us": pl.Float64, "non_compute_us": pl.Float64,
         "kernel_span_us": pl.Float64, "idle_pct": pl.Float64, "compute_pct": pl.Float64, "non_compute_pct": pl.Float64,
@@ -75,7 +107,7 @@ def temporal_breakdown(trace: Trace) -> pl.DataFrame:
     idle = span - busy
     non_compute = busy - compute
     row = {
-        "rank": rank_of(trace),
+        "rank": rank,
         "idle_us": idle / NS_PER_US,
         "compute_us": compute / NS_PER_US,
         "non_compute_us": non_compute / NS_PER_US,
@@ -101,7 +133,12 @@ def kernel_type_breakdown(trace: Trace) -> pl.DataFrame:
     ``COMPUTATION overlapping MEMORY``, not either.  Columns: ``kernel_type,
     time_us, pct`` (of all typed GPU time), largest first.
     """
-    work = stream_work(trace).filter(pl.col("kernel_type").is_in(BREAKDOWN_TYPES))
+    return kernel_type_breakdown_of(idle_work(trace))
+
+
+def kernel_type_breakdown_of(work: pl.DataFrame) -> pl.DataFrame:
+    """:func:`kernel_type_breakdown` of :func:`idle_work`."""
+    work = work.filter(pl.col("kernel_type").is_in(BREAKDOWN_TYPES))
     schema = {"kernel_type": pl.String, "time_us": pl.Float64, "pct": pl.Float64}
     if work.height == 0:
         return pl.DataFrame(schema=schema)
@@ -199,7 +236,12 @@ def idle_gaps(trace: Trace, kernel_wait_us: float = KERNEL_WAIT_US) -> pl.DataFr
     dependent launch lets them) leaves no gap: the gap is measured from the
     latest end so far, and an overlap is not a gap (never negative idle).
     """
-    work = stream_times(trace).sort(["stream", "ts"], maintain_order=True)
+    return idle_gaps_of(stream_times(trace), kernel_wait_us)  # the gaps need no kernel types
+
+
+def idle_gaps_of(work: pl.DataFrame, kernel_wait_us: float = KERNEL_WAIT_US) -> pl.DataFrame:
+    """:func:`idle_gaps` of stream work with ``rank, stream, ts, end, launch_ts`` (:func:`idle_work`)."""
+    work = work.sort(["stream", "ts"], maintain_order=True)
     prev_end = pl.col("end").cum_max().shift(1).over("stream")
     gaps = work.with_columns(prev_end=prev_end).filter(
         pl.col("prev_end").is_not_null() & (pl.col("ts") >= pl.col("prev_end"))
@@ -223,8 +265,13 @@ def idle_breakdown(trace: Trace, kernel_wait_us: float = KERNEL_WAIT_US) -> pl.D
     ``idle_ratio`` is the share of the stream's idle time; every stream has a
     row for each of ``host_wait``, ``kernel_wait`` and ``other``.
     """
-    gaps = idle_gaps(trace, kernel_wait_us)
-    streams = stream_times(trace).select("rank", "stream").unique().sort("stream")
+    return idle_breakdown_of(stream_times(trace), kernel_wait_us)  # the gaps need no kernel types
+
+
+def idle_breakdown_of(work: pl.DataFrame, kernel_wait_us: float = KERNEL_WAIT_US) -> pl.DataFrame:
+    """:func:`idle_breakdown` of stream work with ``rank, stream, ts, end, launch_ts`` (:func:`idle_work`)."""
+    gaps = idle_gaps_of(work, kernel_wait_us)
+    streams = work.select("rank", "stream").unique().sort("stream")
     sums = gaps.group_by("rank", "stream", "idle_category").agg(pl.col("gap_ns").sum())
     table = (
         _all_categories(streams)
@@ -240,8 +287,13 @@ def idle_breakdown(trace: Trace, kernel_wait_us: float = KERNEL_WAIT_US) -> pl.D
 
 def idle_gap_stats(trace: Trace, kernel_wait_us: float = KERNEL_WAIT_US) -> pl.DataFrame:
     """Distribution of gap lengths (µs) per stream and cause: count, mean, std, min, quartiles, max."""
-    gaps = idle_gaps(trace, kernel_wait_us).with_columns(gap_us=_us(pl.col("gap_ns")))
-    streams = stream_times(trace).select("rank", "stream").unique()
+    return idle_gap_stats_of(stream_times(trace), kernel_wait_us)  # the gaps need no kernel types
+
+
+def idle_gap_stats_of(work: pl.DataFrame, kernel_wait_us: float = KERNEL_WAIT_US) -> pl.DataFrame:
+    """:func:`idle_gap_stats` of stream work with ``rank, stream, ts, end, launch_ts`` (:func:`idle_work`)."""
+    gaps = idle_gaps_of(work, kernel_wait_us).with_columns(gap_us=_us(pl.col("gap_ns")))
+    streams = work.select("rank", "stream").unique()
     stats = describe(gaps, ["rank", "stream", "idle_category"], "gap_us")
     return (
         _all_categories(streams)
@@ -257,12 +309,17 @@ def comm_comp_overlap(trace: Trace) -> pl.DataFrame:
     Columns: ``rank, comm_us, overlap_us, overlap_pct`` (null without
     communication kernels).
     """
-    comm, comp = busy_intervals(trace, COMMUNICATION, COMPUTATION)
+    return comm_comp_overlap_of(idle_work(trace), rank_of(trace))
+
+
+def comm_comp_overlap_of(work: pl.DataFrame, rank: int) -> pl.DataFrame:
+    """:func:`comm_comp_overlap` of :func:`idle_work` of the trace of ``rank``."""
+    comm, comp = (union_intervals(work.filter(pl.col("kernel_type") == kind)) for kind in (COMMUNICATION, COMPUTATION))
     overlap = _intersection_ns(comm, comp)
     comm_ns = covered_ns(comm)
     return pl.DataFrame(
         [{
-            "rank": rank_of(trace),
+            "rank": rank,
             "comm_us": comm_ns / NS_PER_US,
             "overlap_us": overlap / NS_PER_US,
             "overlap_pct": _pct(overlap, comm_ns),
