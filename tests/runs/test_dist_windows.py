@@ -22,7 +22,8 @@ from polars.testing import assert_frame_equal
 
 import kinetolens
 import kinetolens.runs.window_choice as window_choice
-from kinetolens.analysis.ranks.distributed import WINDOW_OP_IDS, rank_summary
+from kinetolens.analysis.ranks.distributed import rank_summary
+from kinetolens.model.ownership import PART_IDS
 from kinetolens.runs import summarize_run
 from kinetolens.runs.windowed_read import rank_summary_in_windows
 from tests.analysis.ranks.test_pipeline import _run as pipeline_run
@@ -84,7 +85,7 @@ def test_a_rank_read_in_windows_has_its_whole_summary(dlrm_steps: Path, tmp_path
     assert_frame_equal(read.calls.drop("op_id"), whole.calls.drop("op_id"))
     assert read.calls["op_id"].n_unique() == read.calls.height == 8 * steps  # 8 collectives a step
     last = whole.steps["step"].max()
-    assert read.calls.filter(pl.col("step") == last)["op_id"].min() >= (steps - 1) * WINDOW_OP_IDS
+    assert read.calls.filter(pl.col("step") == last)["op_id"].min() >= (steps - 1) * PART_IDS
     assert (read.cut_steps, read.uses_data_parallel, read.rank, read.device) == (whole.cut_steps, whole.uses_data_parallel, whole.rank, whole.device)
 
 
@@ -101,8 +102,8 @@ def test_ranks_too_large_to_hold_are_read_in_windows_by_size(dlrm_steps: Path, m
     monkeypatch.setattr(window_choice, "WINDOWED_FROM_BYTES", 1)
     summaries = summarize_run(dlrm_steps, "local:1", cache=False)
     assert len(summaries) == 8
-    assert all(s.calls["op_id"].max() >= WINDOW_OP_IDS for s in summaries)
-    assert all(s.calls["op_id"].max() < WINDOW_OP_IDS for s in summarize_run(dlrm_steps, "local:1", cache=False, windows=False))
+    assert all(s.calls["op_id"].max() >= PART_IDS for s in summaries)
+    assert all(s.calls["op_id"].max() < PART_IDS for s in summarize_run(dlrm_steps, "local:1", cache=False, windows=False))
 
 
 @pytest.mark.parametrize("run", ["dlrm_steps", "spawn_4"])

@@ -10,15 +10,7 @@ import polars as pl
 
 from kinetolens.analysis.gputime.gpu_streams import rank_of
 from kinetolens.analysis.gputime.idle import KERNEL_WAIT_US, idle_tables, idle_work
-from kinetolens.analysis.gputime.launch import (
-    SHORT_LAUNCH_US,
-    launch_stats,
-    launch_summary,
-    memory_bw_summary,
-    multi_kernel_launches,
-    queue_length_summary,
-    short_kernels,
-)
+from kinetolens.analysis.gputime.launch import SHORT_LAUNCH_US, launch_tables, launch_work
 from kinetolens.cli.checks import MICROSECONDS
 from kinetolens.cli.load_options import TraceLoading, trace_load_options
 from kinetolens.cli.render import emit, emit_json
@@ -27,7 +19,7 @@ from kinetolens.analysis.session import whole_steps
 from kinetolens.model.trace import Trace
 
 if TYPE_CHECKING:
-    from kinetolens.runs.windowed_read import WindowedIdle
+    from kinetolens.runs.windowed_read import WindowedIdle, WindowedLaunches
 from kinetolens.registry.kernel_names import short_names
 
 #: Rows of the short-kernel table shown in the terminal.
@@ -52,6 +44,17 @@ def _idle_in_windows(path: str, windows: bool | None, keep_last_step: bool, load
 
     def read(p: Path, notes: list[str]) -> WindowedIdle | None:
         return idle_in_windows(p, keep_last_step, notes=notes)
+
+    return loading.in_windows(path, windows, read)
+
+
+def _launches_in_windows(path: str, windows: bool | None, keep_last_step: bool, loading: TraceLoading) -> WindowedLaunches | None:
+    """The launch tables' GPU work read a step window at a time where ``windows``
+    asks for it or the trace is too large to hold (None: read it whole)."""
+    from kinetolens.runs.windowed_read import launches_in_windows
+
+    def read(p: Path, notes: list[str]) -> WindowedLaunches | None:
+        return launches_in_windows(p, keep_last_step, notes=notes)
 
     return loading.in_windows(path, windows, read)
 
@@ -105,6 +108,11 @@ _keep_last_step = click.option(
     "--keep-last-step", is_flag=True,
     help="Keep the last ProfilerStep even when the profiler cut it short (by default such a step is dropped).",
 )
+_windows = click.option(
+    "--windows/--whole", "windows", default=None,
+    help="Read the trace a step window at a time (memory bounded by a step and the GPU work's own columns), or whole; "
+    "default: a step window at a time from 1.5 GB of JSON.",
+)
 _json = click.option("--json", "json_", is_flag=True, help="All tables as one JSON object (see docs/idle.md).")
 _csv = click.option("--csv", is_flag=True, help="All tables as CSV, each after a '# name' line.")
 
@@ -116,11 +124,7 @@ _csv = click.option("--csv", is_flag=True, help="All tables as CSV, each after a
 @click.option("--kernel-wait-us", type=MICROSECONDS, default=KERNEL_WAIT_US, show_default=True,
               help="Gaps shorter than this between queued work count as launch overhead (kernel_wait).")
 @_keep_last_step
-@click.option(
-    "--windows/--whole", "windows", default=None,
-    help="Read the trace a step window at a time (memory bounded by a step and the GPU work's times), or whole; "
-    "default: a step window at a time from 1.5 GB of JSON.",
-)
+@_windows
 @trace_load_options()
 def idle_command(
     trace: str, json_: bool, csv: bool, kernel_wait_us: float, keep_last_step: bool, loading: TraceLoading,
@@ -147,18 +151,23 @@ def idle_command(
 @click.option("--short-us", type=MICROSECONDS, default=SHORT_LAUNCH_US, show_default=True,
               help="Short kernels: those running shorter than a launch call of at most this many µs.")
 @_keep_last_step
+@_windows
 @trace_load_options()
 def launches_command(
-    trace: str, json_: bool, csv: bool, short_us: float, keep_last_step: bool, loading: TraceLoading
+    trace: str, json_: bool, csv: bool, short_us: float, keep_last_step: bool, loading: TraceLoading,
+    windows: bool | None = None,
 ) -> None:
     """Launch cost and delay per launch call, launch-bound kernels, graph launches, queue depth, copy bandwidth."""
-    t = _trace(trace, loading, keep_last_step)
-    stats = launch_stats(t)
-    short = short_kernels(stats, short_us)
-    _emit_tables({
-        "launch_summary": launch_summary(stats),
-        "short_kernels": short if json_ or csv else short.head(SHORT_ROWS),
-        "multi_kernel_launches": multi_kernel_launches(stats),
-        "queue_length": queue_length_summary(t),
-        "memory_bandwidth_gbps": memory_bw_summary(t),
-    }, json_, csv, optional=("multi_kernel_launches",), compact=True)
+    read = _launches_in_windows(trace, windows, keep_last_step, loading)
+    if read is not None:
+        if not read.gpu:
+            raise TraceError(trace, NO_GPU_WORK)
+        work = read.work
+    else:
+        work = launch_work(_trace(trace, loading, keep_last_step))
+    tables = launch_tables(work, short_us)
+    if not (json_ or csv):
+        tables["short_kernels"] = tables["short_kernels"].head(SHORT_ROWS)
+    _emit_tables(tables, json_, csv, optional=("multi_kernel_launches",), compact=True)
+    if read is not None and not (json_ or csv):
+        click.echo(read.read)

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import polars as pl
 
-__all__ = ["owned_kernels", "starts_in"]
+__all__ = ["PART_IDS", "owned_kernels", "starts_in", "unique_in_trace"]
+
+#: Ids a part may use: an id a part numbers itself (an op's, a launch's) is
+#: made unique in the whole trace by adding the part's number times this.
+PART_IDS = 2**32
 
 
 def starts_in(own: tuple[int, int], start: str = "ts") -> pl.Expr:
@@ -24,3 +28,8 @@ def owned_kernels(lo: int, hi: int) -> pl.Expr:
     (ns), and those whose launch is not recorded that started then."""
     at = pl.coalesce(pl.col("launch_ts"), pl.col("ts"))
     return (at >= lo) & (at < hi)
+
+
+def unique_in_trace(column: str, part: int) -> pl.Expr:
+    """``column`` (ids the ``part``-th part numbered itself) made unique in the whole trace (:data:`PART_IDS`)."""
+    return pl.col(column) + part * PART_IDS

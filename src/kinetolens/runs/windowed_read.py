@@ -54,6 +54,7 @@ T = TypeVar("T")
 
 __all__ = [
     "WindowedIdle",
+    "WindowedLaunches",
     "WindowedModules",
     "WindowedOps",
     "WindowedRoofline",
@@ -61,6 +62,7 @@ __all__ = [
     "WindowedSteps",
     "idle_in_windows",
     "kernels_in_windows",
+    "launches_in_windows",
     "modules_in_windows",
     "ops_in_windows",
     "rank_summary_in_windows",
@@ -451,6 +453,47 @@ def _idle(windowed: Windowed, keep_last_step: bool) -> tuple[WindowedIdle | None
         return None, "it has no step window"
     work = pl.concat(parts).sort("ts", maintain_order=True)
     return WindowedIdle(work, rank, windowed.has_gpu_work(), _read_words(windowed.steps)), ""
+
+
+@dataclass(frozen=True)
+class WindowedLaunches:
+    """The GPU work ``kinetolens launches`` reads, of a trace read a step window at a time."""
+
+    #: :func:`~kinetolens.analysis.gputime.launch.launch_work` of every window,
+    #: in start order, launch ids made unique in the trace, text held as categories.
+    work: pl.DataFrame
+    #: Whether the trace has GPU work at all.
+    gpu: bool
+    #: What was read, for the line the view prints.
+    read: str
+
+
+def launches_in_windows(
+    path: Path, keep_last_step: bool = False, spill_root: Path | None = None, notes: list[str] | None = None
+) -> WindowedLaunches | None:
+    """The GPU work of ``path`` that the launch tables read, a step window at
+    a time: each window's own activities (those launched in it, so each
+    launch call's activities are in one window) with their launch calls,
+    stacked in start order: the whole trace's (without a last step the
+    profiler cut short unless ``keep_last_step``), held without the rest of
+    the trace.  None where it cannot be (``notes`` says why)."""
+    return _windowed(path, spill_root, notes, lambda windowed: _launches(windowed, keep_last_step))
+
+
+def _launches(windowed: Windowed, keep_last_step: bool) -> tuple[WindowedLaunches | None, str]:
+    from kinetolens.analysis.gputime.launch import launch_work
+    from kinetolens.analysis.session import whole_steps
+    from kinetolens.model.ownership import unique_in_trace
+
+    texts = pl.col("kind", "name", "launch").cast(pl.Categorical)  # names repeat every step: held once each
+    parts = [
+        launch_work(trace if keep_last_step else whole_steps(trace), own=window.own).with_columns(texts, unique_in_trace("launch_id", i))
+        for i, (window, trace) in enumerate(windowed.traces())
+    ]
+    if not parts:
+        return None, "it has no step window"
+    work = pl.concat(parts).sort("ts", maintain_order=True)
+    return WindowedLaunches(work, windowed.has_gpu_work(), _read_words(windowed.steps)), ""
 
 
 def kernels_in_windows(

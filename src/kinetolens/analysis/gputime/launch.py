@@ -25,6 +25,7 @@ from collections.abc import Collection
 import polars as pl
 
 from kinetolens.analysis.gputime.gpu_streams import MEMORY, describe, stream_work
+from kinetolens.model.ownership import owned_kernels
 from kinetolens.model.trace import Trace
 
 NS_PER_US = 1000.0
@@ -42,17 +43,59 @@ BW_RESIDUE_GBPS = 1e-9
 LAUNCH_COLUMNS = ("cpu_duration_us", "gpu_duration_us", "launch_delay_us")
 
 
+def us_sum(column: str) -> pl.Expr:
+    """The sum of a µs column of times the trace clocked in whole ns, added
+    as integer ns: exact, so the same however polars splits the rows to add
+    them (a trace read whole, or a step window at a time)."""
+    return (pl.col(column) * NS_PER_US).round().cast(pl.Int64).sum() / NS_PER_US
+
+
+def us_mean(column: str) -> pl.Expr:
+    """The mean of such a column, from its exact :func:`us_sum`."""
+    return us_sum(column) / pl.col(column).count()
+
+
 #: The :func:`~kinetolens.analysis.gputime.gpu_streams.stream_work` columns the launch views read.
 LAUNCHED_COLUMNS = (
     "rank", "stream", "kind", "name", "correlation", "ts", "dur", "launch_id", "launch", "launch_ts", "launch_dur",
 )
 
 
-def launched_work(trace: Trace, calls: Collection[str] | None = None) -> pl.DataFrame:
-    """Stream work whose launch call is in the trace (and, if given, named in
-    ``calls``): :data:`LAUNCHED_COLUMNS`."""
-    work = stream_work(trace, LAUNCHED_COLUMNS).filter(pl.col("launch_ts").is_not_null())
-    return work if calls is None else work.filter(pl.col("launch").is_in(list(calls)))
+#: The stream work every table of ``kinetolens launches`` reads (:func:`launch_work`).
+LAUNCH_WORK_COLUMNS = (*LAUNCHED_COLUMNS, "kernel_type", "end", "bytes", "memory_bw_gbps")
+
+
+def launch_work(trace: Trace, own: tuple[int, int] | None = None) -> pl.DataFrame:
+    """:func:`~kinetolens.analysis.gputime.gpu_streams.stream_work`'s
+    :data:`LAUNCH_WORK_COLUMNS`, in start order.  With ``own`` (``lo, hi``
+    ns), only the GPU activities that part of the trace owns
+    (:func:`~kinetolens.model.ownership.owned_kernels`: a launch's activities
+    are all in the part of its call)."""
+    work = stream_work(trace, LAUNCH_WORK_COLUMNS)
+    return work if own is None else work.filter(owned_kernels(*own))
+
+
+def launch_tables(work: pl.DataFrame, short_us: float = SHORT_LAUNCH_US) -> dict[str, pl.DataFrame]:
+    """Every table of ``kinetolens launches`` from :func:`launch_work` (of a
+    trace, or of its parts stacked in start order with each part's launch ids
+    made unique: :func:`~kinetolens.model.ownership.unique_in_trace`).  Text
+    held as categories is made text first: grouped by category, the sums of
+    a group would be added in another order, and differ in their last digit."""
+    work = work.with_columns(pl.col(pl.Categorical).cast(pl.String))
+    stats = launch_stats_of(work)
+    return {
+        "launch_summary": launch_summary(stats),
+        "short_kernels": short_kernels(stats, short_us),
+        "multi_kernel_launches": multi_kernel_launches(stats),
+        "queue_length": queue_length_summary_of(work),
+        "memory_bandwidth_gbps": memory_bw_summary_of(work),
+    }
+
+
+def launched(work: pl.DataFrame, calls: Collection[str] | None = None) -> pl.DataFrame:
+    """The rows of ``work`` whose launch call is in the trace (and, if given, named in ``calls``)."""
+    work = work.filter(pl.col("launch_ts").is_not_null())
+    return work if calls is None else work.filter(pl.col("launch").cast(pl.String).is_in(list(calls)))
 
 
 def launch_stats(trace: Trace, calls: Collection[str] | None = None) -> pl.DataFrame:
@@ -68,9 +111,14 @@ def launch_stats(trace: Trace, calls: Collection[str] | None = None) -> pl.DataF
     Columns: ``rank, stream, correlation, name, launch, kind, kernels,
     cpu_duration_us, gpu_duration_us, launch_delay_us``, in launch order.
     """
+    return launch_stats_of(stream_work(trace, LAUNCHED_COLUMNS), calls)
+
+
+def launch_stats_of(work: pl.DataFrame, calls: Collection[str] | None = None) -> pl.DataFrame:
+    """:func:`launch_stats` of stream work in start order (:func:`launch_work`)."""
     # Work is in start order, so each call's first row is its first activity.
     work = (
-        launched_work(trace, calls)
+        launched(work, calls)
         .group_by("launch_id", maintain_order=True)
         .agg(
             pl.col("rank", "stream", "correlation", "name", "launch", "kind", "launch_ts", "launch_dur", "ts").first(),
@@ -103,9 +151,9 @@ def launch_summary(stats: pl.DataFrame) -> pl.DataFrame:
             stats.group_by("rank", maintain_order=True).agg(
                 pl.lit(column.removesuffix("_us")).alias("metric"),
                 col.count().alias("count"),
-                col.mean().alias("mean_us"),
+                us_mean(column).alias("mean_us"),
                 col.median().alias("median_us"),
-                col.sum().alias("sum_us"),
+                us_sum(column).alias("sum_us"),
                 col.min().alias("min_us"),
                 col.max().alias("max_us"),
                 (col < 0).sum().alias("negative"),
@@ -137,10 +185,10 @@ def short_kernels(stats: pl.DataFrame, short_us: float = SHORT_LAUNCH_US) -> pl.
         short.group_by("name")
         .agg(
             pl.len().alias("count"),
-            pl.col("gpu_duration_us").sum().alias("gpu_us"),
-            pl.col("cpu_duration_us").sum().alias("cpu_us"),
-            pl.col("gpu_duration_us").mean().alias("mean_gpu_us"),
-            pl.col("cpu_duration_us").mean().alias("mean_cpu_us"),
+            us_sum("gpu_duration_us").alias("gpu_us"),
+            us_sum("cpu_duration_us").alias("cpu_us"),
+            us_mean("gpu_duration_us").alias("mean_gpu_us"),
+            us_mean("cpu_duration_us").alias("mean_cpu_us"),
         )
         .sort(["cpu_us", "name"], descending=[True, False])
     )
@@ -162,9 +210,9 @@ def multi_kernel_launches(stats: pl.DataFrame) -> pl.DataFrame:
             pl.len().cast(pl.Int64).alias("launches"),
             pl.col("kernels").sum(),
             pl.col("kernels").max().alias("max_kernels"),
-            pl.col("cpu_duration_us").mean().alias("mean_cpu_us"),
-            pl.col("gpu_duration_us").mean().alias("mean_gpu_us"),
-            pl.col("launch_delay_us").mean().alias("mean_delay_us"),
+            us_mean("cpu_duration_us").alias("mean_cpu_us"),
+            us_mean("gpu_duration_us").alias("mean_gpu_us"),
+            us_mean("launch_delay_us").alias("mean_delay_us"),
         )
         .sort("rank", "launch")
     )
@@ -179,8 +227,13 @@ def queue_length(trace: Trace, calls: Collection[str] | None = None) -> pl.DataF
     first.  The value holds until the next row (a step function).  ``calls``
     as in :func:`launch_stats`.
     """
+    return queue_length_of(stream_work(trace, LAUNCHED_COLUMNS), calls)
+
+
+def queue_length_of(work: pl.DataFrame, calls: Collection[str] | None = None) -> pl.DataFrame:
+    """:func:`queue_length` of stream work (:func:`launch_work`)."""
     work = (
-        launched_work(trace, calls)
+        launched(work, calls)
         .group_by("launch_id", "stream", maintain_order=True)
         .agg(pl.col("rank", "launch_ts").first(), pl.col("ts").min())
     )
@@ -197,7 +250,12 @@ def queue_length(trace: Trace, calls: Collection[str] | None = None) -> pl.DataF
 
 def queue_length_summary(trace: Trace, calls: Collection[str] | None = None) -> pl.DataFrame:
     """count, mean, std, min, quartiles and max of the queue length at each change, per stream."""
-    return describe(queue_length(trace, calls), ["rank", "stream"], "queue_length")
+    return queue_length_summary_of(stream_work(trace, LAUNCHED_COLUMNS), calls)
+
+
+def queue_length_summary_of(work: pl.DataFrame, calls: Collection[str] | None = None) -> pl.DataFrame:
+    """:func:`queue_length_summary` of stream work (:func:`launch_work`)."""
+    return describe(queue_length_of(work, calls), ["rank", "stream"], "queue_length")
 
 
 def _copy_kind(name: pl.Expr) -> pl.Expr:
@@ -218,13 +276,19 @@ def memory_bandwidth(trace: Trace) -> pl.DataFrame:
     nanosecond of the written duration.  Operations without a byte count or
     a duration have a null bandwidth.
     """
-    mem = stream_work(trace).filter(pl.col("kernel_type") == MEMORY)
+    return memory_bandwidth_of(stream_work(trace))
+
+
+def memory_bandwidth_of(work: pl.DataFrame) -> pl.DataFrame:
+    """:func:`memory_bandwidth` of stream work (:func:`launch_work`)."""
+    mem = work.filter(pl.col("kernel_type") == MEMORY)
     written = pl.col("memory_bw_gbps")
     own = pl.when((pl.col("dur") > 0) & (pl.col("bytes") >= 0)).then(pl.col("bytes") / pl.col("dur"))
     # Kineto writes 0 for a copy it timed at 0 ns: no bandwidth, not zero.
     kineto = pl.when((written > 0) | ((written == 0) & (pl.col("bytes") == 0))).then(written)
     bw = pl.coalesce(kineto, own)
-    return mem.select("rank", _copy_kind(pl.col("name")).alias("name"), "stream", "ts", "end", "bytes", bw.alias("memory_bw_gbps"))
+    name = _copy_kind(pl.col("name").cast(pl.String)).alias("name")
+    return mem.select("rank", name, "stream", "ts", "end", "bytes", bw.alias("memory_bw_gbps"))
 
 
 def memory_bw_summary(trace: Trace) -> pl.DataFrame:
@@ -239,7 +303,12 @@ def memory_bw_summary(trace: Trace) -> pl.DataFrame:
     in a whole-µs trace) whose bandwidth Kineto wrote is one point: its
     bandwidth plus that of the copies running then.
     """
-    mem = memory_bandwidth(trace).filter(pl.col("memory_bw_gbps").is_not_null())
+    return memory_bw_summary_of(stream_work(trace))
+
+
+def memory_bw_summary_of(work: pl.DataFrame) -> pl.DataFrame:
+    """:func:`memory_bw_summary` of stream work (:func:`launch_work`)."""
+    mem = memory_bandwidth_of(work).filter(pl.col("memory_bw_gbps").is_not_null())
     # Order at one instant: ends (0), starts (1), ends of copies with no duration (2).
     changes = pl.concat([
         mem.select("rank", "name", "ts", pl.col("memory_bw_gbps").alias("delta"), pl.lit(1).alias("order")),

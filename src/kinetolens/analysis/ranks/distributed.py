@@ -49,7 +49,7 @@ from kinetolens.analysis.gputime.overview import COLUMNS, step_breakdown
 from kinetolens.analysis.ranks.pipeline import STEP_SCHEMA as PIPELINE_SCHEMA
 from kinetolens.analysis.ranks.pipeline import pipeline_steps
 from kinetolens.model.devices import device_name
-from kinetolens.model.ownership import starts_in
+from kinetolens.model.ownership import starts_in, unique_in_trace
 from kinetolens.model.steps import incomplete_steps
 from kinetolens.model.trace import Trace
 
@@ -104,11 +104,6 @@ def rank_summary(trace: Trace, rank: int | None = None) -> RankSummary:
     return _summary(trace, rank, collective_calls(trace))
 
 
-#: Op ids a window may use: the ``op_id`` of a call of a rank read a step
-#: window at a time is its window's op id plus this times the window's number.
-WINDOW_OP_IDS = 2**32
-
-
 @dataclass(frozen=True)
 class RankPart:
     """One step window's part of its rank's summary, where the trace is read
@@ -141,7 +136,7 @@ def merged_rank_summary(parts: list[RankPart], cut_steps: list[int]) -> RankSumm
 
     # A window numbers its own ops: a call's op id is made unique in the rank
     # (what matches it to its other ranks' calls) by its window's number.
-    calls = pl.concat([p.calls.with_columns(pl.col("op_id") + i * WINDOW_OP_IDS) for i, p in enumerate(parts)])
+    calls = pl.concat([p.calls.with_columns(unique_in_trace("op_id", i)) for i, p in enumerate(parts)])
     return replace(
         first, steps=joined("steps"), breakdown=joined("breakdown"), exposure=joined("exposure"), pipeline=joined("pipeline"),
         calls=numbered_calls(calls), cut_steps=cut_steps,
