@@ -85,6 +85,48 @@ def test_pool_is_memory_aware(tmp_path: Path) -> None:
     )  # nothing fits: one at a time
 
 
+def test_ranks_read_a_step_window_at_a_time_are_planned_at_a_windows_memory(tmp_path: Path) -> None:
+    # A rank read a step window at a time peaks at a step's memory, not its
+    # size's: the pool plans it at WINDOWED_PEAK_BYTES and runs more at once.
+    from kinetolens.runs.window_choice import WINDOWED_PEAK_BYTES
+
+    paths = sorted(make_run(tmp_path, 4, None).glob("*.json.gz"))
+    whole = 6 * max(p.stat().st_size for p in paths) * 10  # each file's estimate, by its size
+    budget = whole * 2
+    assert pool_size(paths, memory_budget=budget, cpus=16) <= 2
+    assert pool_size(paths, memory_budget=budget, cpus=16, peaks=[whole // 8] * 4) == 4
+    assert pool_size(paths, memory_budget=WINDOWED_PEAK_BYTES * 3, cpus=16, peaks=[WINDOWED_PEAK_BYTES] * 4) == 3
+
+
+class _Recording:
+    """An executor that runs the work here and keeps what it was given (the jobs' planned peaks)."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.items: list = []
+
+    def map(self, fn, items):  # type: ignore[no-untyped-def]
+        self.items = list(items)
+        return [fn(i) for i in items]
+
+
+def test_only_the_summary_of_a_rank_read_in_windows_plans_a_windows_memory(tmp_path: Path) -> None:
+    # summarize_run reads such ranks a step window at a time; the graphs of a
+    # run load every rank whole, and must not be planned at a window's memory.
+    from kinetolens.runs.graphs import run_graphs
+    from kinetolens.runs.window_choice import WINDOWED_PEAK_BYTES
+
+    run = make_run(tmp_path, 2, None)
+    for windows, planned in ((True, WINDOWED_PEAK_BYTES), (False, None), (None, None)):  # None: by size (small files: whole)
+        ex = _Recording()
+        assert len(summarize_run(run, ex, cache=False, windows=windows)) == 2
+        assert [job.peak_bytes for job in ex.items] == [planned, planned], windows
+    ex = _Recording()
+    run_graphs(run, ex, cache=False)
+    assert [job.peak_bytes for job in ex.items] == [None, None]
+
+
 def test_executor_spec(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
     assert isinstance(executor_for(None), LocalExecutor)

@@ -77,9 +77,12 @@ def pool_size(
     memory_budget: int | None = None,
     cpus: int | None = None,
     sizes: Sequence[int | None] | None = None,
+    peaks: Sequence[int | None] | None = None,
 ) -> int:
     """Workers for ``paths``: at most one per core, per file, and per
-    largest-trace peak that fits in the memory budget; at least one."""
+    largest peak that fits in the memory budget; at least one.  A file's peak
+    is ``peaks``' where it gives one (a trace read a step window at a time
+    peaks at a step's memory, not its size's), else :func:`peak_bytes`."""
     if not paths:
         return 1
     cpus = cpus or os.cpu_count() or 1
@@ -89,7 +92,8 @@ def pool_size(
         else int(available_memory() * MEMORY_SHARE)
     )
     known = sizes if sizes is not None else [None] * len(paths)
-    largest = max(peak_bytes(p, s) for p, s in zip(paths, known, strict=True))
+    planned = peaks if peaks is not None else [None] * len(paths)
+    largest = max(peak_bytes(p, s) if k is None else k for p, s, k in zip(paths, known, planned, strict=True))
     by_memory = budget // largest if largest > 0 else cpus
     return max(1, min(cpus, len(paths), by_memory))
 
@@ -108,7 +112,10 @@ class LocalExecutor:
         self.memory_budget = memory_budget
 
     def size_for(
-        self, paths: Sequence[str | Path], sizes: Sequence[int | None] | None = None
+        self,
+        paths: Sequence[str | Path],
+        sizes: Sequence[int | None] | None = None,
+        peaks: Sequence[int | None] | None = None,
     ) -> int:
         if self.workers is not None:
             return max(1, min(self.workers, len(paths)))
@@ -116,13 +123,14 @@ class LocalExecutor:
         total = sum(file_size(p) if s is None else s for p, s in zip(paths, known, strict=True))
         if total < MIN_POOL_BYTES:
             return 1
-        return pool_size(paths, self.memory_budget, sizes=known)
+        return pool_size(paths, self.memory_budget, sizes=known, peaks=peaks)
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
-        sized = [(p, getattr(i, "size", None)) for i in items if (p := _path_of(i)) is not None]
-        workers = self.size_for([p for p, _ in sized], [s for _, s in sized])
+        # Items may say their size (a remote object's listing) and their peak (a rank read a step window at a time).
+        sized = [(p, getattr(i, "size", None), getattr(i, "peak_bytes", None)) for i in items if (p := _path_of(i)) is not None]
+        workers = self.size_for([p for p, _, _ in sized], [s for _, s, _ in sized], [k for _, _, k in sized])
         # memory:// lives in this process only: worker processes would see it empty.
-        if workers <= 1 or any(p.startswith("memory:") for p, _ in sized):
+        if workers <= 1 or any(p.startswith("memory:") for p, _, _ in sized):
             return [fn(i) for i in items]
         # spawn: polars' thread pool does not survive fork.
         with ProcessPoolExecutor(

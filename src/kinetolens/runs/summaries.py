@@ -54,6 +54,9 @@ class RankJob:
     #: Read the trace a step window at a time (True), whole (False), or by
     #: its size (None: :mod:`kinetolens.runs.window_choice`).
     windows: bool | None = None
+    #: The memory the local pool plans for this rank: a step window's where
+    #: the work reads it a step window at a time; None: as its size says.
+    peak_bytes: int | None = None
 
 
 def load_rank(job: RankJob) -> Trace:
@@ -152,7 +155,7 @@ def summarize_run(
     ``windows``: read each rank's trace a step window at a time (True),
     whole (False), or by its size (None; :func:`summarize_file`).
     """
-    return map_ranks(run_dir, summarize_file, executor, cache, notes, strict, windows)
+    return map_ranks(run_dir, summarize_file, executor, cache, notes, strict, windows, windowed_reads=True)
 
 
 def map_ranks(
@@ -163,6 +166,7 @@ def map_ranks(
     notes: list[str] | None = None,
     strict: bool = False,
     windows: bool | None = None,
+    windowed_reads: bool = False,
 ) -> list[R]:
     """``fn`` (a picklable function of a :class:`RankJob` returning something
     with a ``rank``) over the newest trace of each rank of ``run_dir``, on
@@ -170,10 +174,13 @@ def map_ranks(
 
     A rank whose trace is bad input is left out and named in ``notes`` with
     its error, so one corrupt file of N does not stop the other N-1; with
-    ``strict`` (or when no rank is left) its error is raised instead."""
+    ``strict`` (or when no rank is left) its error is raised instead.
+    ``windowed_reads``: ``fn`` reads a trace too large to hold a step window
+    at a time (:func:`summarize_file`), so the local pool plans such a rank
+    at a window's memory, not its size's, and runs more of them at once."""
     traces, left_out = newest_per_rank(rank_traces(run_dir, notes))
     where = cache_location(cache)
-    jobs = [_job(t, where, windows) for t in traces]
+    jobs = [_job(t, where, windows, windowed_reads) for t in traces]
     if len(jobs) == 1:
         traces, jobs = _processes_as_ranks(traces[0], jobs[0], notes)
     ex = (
@@ -249,7 +256,13 @@ def _processes_as_ranks(
     return traces, [dataclasses.replace(job, rank=i, process=pid) for i, pid in enumerate(pids)]
 
 
-def _job(t: WorkerTrace | RemoteTrace, cache: str | None, windows: bool | None = None) -> RankJob:
+def _job(t: WorkerTrace | RemoteTrace, cache: str | None, windows: bool | None = None, windowed_reads: bool = False) -> RankJob:
     if isinstance(t, RemoteTrace):
         return RankJob(t.url, t.rank, cache, t.size)
-    return RankJob(str(t.path.resolve()), t.rank, cache, windows=windows)
+    path = t.path.resolve()
+    peak = None
+    if windowed_reads:
+        from kinetolens.runs.window_choice import WINDOWED_PEAK_BYTES, reads_in_windows
+
+        peak = WINDOWED_PEAK_BYTES if reads_in_windows(path, windows) else None
+    return RankJob(str(path), t.rank, cache, windows=windows, peak_bytes=peak)

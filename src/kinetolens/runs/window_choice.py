@@ -14,6 +14,11 @@ from kinetolens.sources import pairs_with_capture
 #: Kineto JSON at least this large (uncompressed) is read a step window at a
 #: time: read whole it takes about its own size in memory.
 WINDOWED_FROM_BYTES = 1_500_000_000
+#: The memory a process plans for a trace read a step window at a time,
+#: whatever its size: it holds a step and what the windows add up
+#: (docs/BENCHMARKS.md: 0.25-0.5 GB for 1 GB of JSON, 1.7 GB for a 10 GB
+#: trace's summary), not the trace.
+WINDOWED_PEAK_BYTES = 2 << 30
 
 
 def reads_in_windows(path: Path, windows: bool | None, capture: str | None = None) -> bool:
