@@ -4,6 +4,7 @@ allocate, leaks, and the memory-flow picture (``--svg``)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import polars as pl
@@ -24,7 +25,7 @@ from kinetolens.analysis.memory.usage import (
     resolve_device,
 )
 from kinetolens.analysis.memory.allocations import allocations, leaks, pairable
-from kinetolens.analysis.memory.samples import memory_samples, sample_summary
+from kinetolens.analysis.memory.samples import SAMPLE_SCHEMA, memory_samples, sample_summary
 from kinetolens.analysis.memory.snapshot import snapshot_peaks
 from kinetolens.cli.checks import ROWS
 from kinetolens.cli.load_options import TraceLoading, trace_load_options
@@ -36,6 +37,9 @@ from kinetolens.ingest.memory_snapshot import read_snapshot, snapshot_tables
 from kinetolens.ingest.memory_timeline import is_memory_timeline, read_memory_timeline
 from kinetolens.views import units
 from kinetolens.views.memory_flow_svg import render_memory_flow
+
+if TYPE_CHECKING:
+    from kinetolens.runs.windowed_read import WindowedMemory
 
 
 def _bytes_columns(frame: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
@@ -56,9 +60,15 @@ def _since(column: str, origin: int) -> pl.Expr:
 @click.option("--json", "json_", is_flag=True, help="All tables as JSON (see docs/memory.md).")
 @click.option("--device", default=None, help="Only this device: index (1, -1 = CPU) or label (GPU1, CPU).")
 @click.option("-t", "--top", type=ROWS, default=10, show_default=True, help="Rows of the op and leak tables.")
+@click.option(
+    "--windows/--whole", "windows", default=None,
+    help="Read the trace a step window at a time (memory bounded by a step and its allocator events), or whole; "
+    "default: a step window at a time from 1.5 GB of JSON.",
+)
 @trace_load_options()
 def memory_command(
-    trace: str, svg_path: str | None, json_: bool, device: str | None, top: int, loading: TraceLoading
+    trace: str, svg_path: str | None, json_: bool, device: str | None, top: int, loading: TraceLoading,
+    windows: bool | None = None,
 ) -> None:
     """Memory per device: peak with its op and module, top allocating ops, leaks.
 
@@ -77,21 +87,32 @@ def memory_command(
         if svg_path is not None:  # after the report: --svg never hides what can be shown
             raise TraceError(trace, f"a raw memory timeline has no addresses, so there is no memory-flow picture ({svg_path} not written)")
         return
-    loaded = loading.load(trace)
-    samples = memory_samples(loaded)
+    read = loading.in_windows(trace, windows, _memory_in_windows)
+    if read is not None:
+        events, op_stats, samples = read.events, read.op_stats, pl.DataFrame(schema=SAMPLE_SCHEMA)
+        fmt, pytorch, read_notes = read.format, read.pytorch, [read.read]
+    else:
+        loaded = loading.load(trace)
+        events, op_stats, samples = None, None, memory_samples(loaded)
+        fmt, pytorch, read_notes = loaded.format, None, []
+        if loaded.memory.height:
+            events = memory_events(loaded)
+            op_stats = op_memory_stats(events, loaded.ops)
     sampled = sample_summary(samples)
-    if loaded.memory.height == 0:
+    if events is None or events.height == 0:
         if samples.height == 0:
+            if pytorch is None:  # read whole: the program's kind is worked out only to word this error
+                pytorch = trace_kind(loaded).pytorch
             raise TraceError(
                 trace,
                 "has no [memory] events" + (" to draw" if svg_path is not None else "")
-                + "; " + how_to_record_memory(loaded.format, trace_kind(loaded).pytorch),
+                + "; " + how_to_record_memory(fmt, pytorch),
             )
         _samples_only_report(trace, samples, sampled, json_)
         if svg_path is not None:
             raise TraceError(trace, f"has no [memory] events (only memory samples), so there is no memory-flow picture ({svg_path} not written)")
         return
-    events = memory_events(loaded)
+    assert op_stats is not None
     if device is not None:
         try:
             label = resolve_device(events, device)
@@ -100,7 +121,7 @@ def memory_command(
         events = events.filter(pl.col("device") == label)
     origin = int(events["ts"].min())  # type: ignore[arg-type]
     peaks = memory_peaks(events)
-    stats = op_memory_stats(events, loaded.ops)
+    stats = op_stats if device is None else op_stats.filter(pl.col("device") == label)
     allocs = allocations(events)
     leaked = leaks(allocs)
 
@@ -126,10 +147,18 @@ def memory_command(
     else:
         _print_summary(trace, events, peaks, stats, allocs, leaked, origin, top)
         _print_sampled(sampled, origin)
+        for note in read_notes:
+            click.echo(note)
     if wrote:
         click.echo(f"wrote {svg_path} ({wrote})", err=True)
     if no_picture is not None:
         raise no_picture
+
+
+def _memory_in_windows(path: Path, notes: list[str]) -> WindowedMemory | None:
+    from kinetolens.runs.windowed_read import memory_in_windows  # polars' readers of parts: only for a large trace
+
+    return memory_in_windows(path, notes=notes)
 
 
 def _write_svg(trace: str, path: str, events: pl.DataFrame, peaks: pl.DataFrame, allocs: pl.DataFrame) -> str:

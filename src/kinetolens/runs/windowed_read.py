@@ -55,6 +55,7 @@ T = TypeVar("T")
 __all__ = [
     "WindowedIdle",
     "WindowedLaunches",
+    "WindowedMemory",
     "WindowedModules",
     "WindowedOps",
     "WindowedRoofline",
@@ -63,6 +64,7 @@ __all__ = [
     "idle_in_windows",
     "kernels_in_windows",
     "launches_in_windows",
+    "memory_in_windows",
     "modules_in_windows",
     "ops_in_windows",
     "rank_summary_in_windows",
@@ -494,6 +496,55 @@ def _launches(windowed: Windowed, keep_last_step: bool) -> tuple[WindowedLaunche
         return None, "it has no step window"
     work = pl.concat(parts).sort("ts", maintain_order=True)
     return WindowedLaunches(work, windowed.has_gpu_work(), _read_words(windowed.steps)), ""
+
+
+@dataclass(frozen=True)
+class WindowedMemory:
+    """What ``kinetolens memory`` reads, of a trace read a step window at a time."""
+
+    #: :func:`~kinetolens.analysis.memory.usage.memory_events` of every window
+    #: (the events starting in it), in time order; op ids are each window's,
+    #: made unique in the trace (:func:`~kinetolens.model.ownership.unique_in_trace`).
+    events: pl.DataFrame
+    #: :func:`~kinetolens.analysis.memory.usage.op_memory_stats`, from the windows' sums.
+    op_stats: pl.DataFrame
+    #: The trace's format and whether PyTorch wrote it (for the advice on recording memory).
+    format: str
+    pytorch: bool
+    #: What was read, for the line the view prints.
+    read: str
+
+
+def memory_in_windows(path: Path, spill_root: Path | None = None, notes: list[str] | None = None) -> WindowedMemory | None:
+    """The allocator events of ``path`` with their ops, and the op memory
+    table, read a step window at a time: each window's own events (starting
+    in it), their enclosing ops found in the window (which holds every range
+    overlapping it), and its sums of the op table (its own calls); None where
+    it cannot be (``notes`` says why; the caller reads the trace whole)."""
+    return _windowed(path, spill_root, notes, _memory)
+
+
+def _memory(windowed: Windowed) -> tuple[WindowedMemory | None, str]:
+    from kinetolens.analysis.memory.usage import memory_events, merged_op_memory_stats, op_memory_part
+    from kinetolens.analysis.trace_kind import trace_kind
+    from kinetolens.formats import MEMORY_SAMPLE_EVENT
+    from kinetolens.model.ownership import starts_in, unique_in_trace
+
+    samples = windowed.spill.scan("counters").filter(pl.col("name") == MEMORY_SAMPLE_EVENT).head(1).collect()
+    if samples.height:
+        return None, "its memory samples (kinetolens.profile(sample_rate=N)) are read from the whole file"
+    events, parts = [], []
+    fmt, pytorch = "", True
+    for i, (window, trace) in enumerate(windowed.traces()):
+        if i == 0:
+            fmt, pytorch = trace.format, trace_kind(trace).pytorch
+        mine = memory_events(trace).filter(starts_in(window.own))
+        parts.append(op_memory_part(mine, trace.ops, window.own))  # the window's own op ids
+        events.append(mine.with_columns(unique_in_trace("op_id", i)))
+    if not events:
+        return None, "it has no step window"
+    joined = pl.concat(events).with_columns(seq=pl.int_range(pl.len(), dtype=pl.Int64))
+    return WindowedMemory(joined, merged_op_memory_stats(parts), fmt, pytorch, _read_words(windowed.steps)), ""
 
 
 def kernels_in_windows(

@@ -161,23 +161,29 @@ def render_memory_flow(
     ).with_columns(area=pl.col("pw").clip(lower_bound=1.0) * pl.col("ph").clip(lower_bound=1.0))
 
     tiny = (pl.col("pw") < 1.0) & (pl.col("ph") < 1.0)
-    drawn = boxes.filter(~tiny).sort("area", descending=True)
+    drawn = boxes.filter(~tiny).sort("area", descending=True, maintain_order=True)
     merged = boxes.filter(tiny)
     capped = drawn.height > max_marks
     if capped:
         merged = pl.concat([merged, drawn.slice(max_marks)], how="vertical_relaxed")
         drawn = drawn.head(max_marks)
-    cells = (
+    # Per pixel: the allocations under it, and the key most of them have
+    # (ties: the one with more bytes, then the first by name; a mode's own
+    # order of ties changes from run to run).
+    by_key = (
         merged.with_columns(cx=pl.col("px").floor(), cy=(pl.col("py") + pl.col("ph")).floor())
-        .group_by("cx", "cy")
-        .agg(count=pl.len(), size=pl.col("size").sum(), key=pl.col("key").mode().first())
-        .sort("cx", "cy")
+        .group_by("cx", "cy", "key")
+        .agg(n=pl.len(), bytes=pl.col("size").sum())
+        .sort(["cx", "cy", "n", "bytes", "key"], descending=[False, False, True, True, False])
+    )
+    cells = by_key.group_by("cx", "cy", maintain_order=True).agg(
+        count=pl.col("n").sum(), size=pl.col("bytes").sum(), key=pl.col("key").first()
     )
 
     out.append(f'<g id="plot"><rect x="{MARGIN_LEFT}" y="{MARGIN_TOP}" width="{pw}" height="{ph}" '
                'fill="#fafafa" stroke="#999999"/>')
     out.append('<g id="allocations">')
-    for row in drawn.sort("px").iter_rows(named=True):
+    for row in drawn.sort("px", maintain_order=True).iter_rows(named=True):
         color = palette.get(row["key"], OTHER_COLOR)
         alloc = "before the window" if row["alloc_ts"] is None else f"+{_ms(row['alloc_ts'] - t0)}"
         free = "after the window" if row["free_ts"] is None else f"+{_ms(row['free_ts'] - t0)}"

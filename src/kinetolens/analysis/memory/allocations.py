@@ -65,7 +65,8 @@ def allocations(events: pl.DataFrame) -> pl.DataFrame:
         next_op=pl.col("op").shift(-1).over(key),
         next_op_id=pl.col("op_id").shift(-1).over(key),
         prev_bytes=pl.col("bytes").shift(1).over(key),
-        order=pl.col("seq"),
+        # Time order, ties in file order: the file may interleave its devices' events out of time order.
+        order=pl.struct("ts", "seq"),
     )
     allocs = ev.filter(pl.col("bytes") > 0).select(
         "device",

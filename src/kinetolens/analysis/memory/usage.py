@@ -26,12 +26,15 @@ Allocation/free pairing, lifetimes and leaks are in
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import polars as pl
 
 from kinetolens.analysis.memory.basis import ALLOCATOR, WINDOW_SUM
 from kinetolens.analysis.session import per_trace
 from kinetolens.model.ids import rows_by_id
+from kinetolens.model.ownership import starts_in
 from kinetolens.model.trace import Trace
 
 #: c10::DeviceType numbers as they appear in ``Device Type``.  CUDA and HIP
@@ -333,6 +336,25 @@ def op_memory_stats(events: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     dispatching to ``aten::sum``) is one call, and an event under both counts
     once for that name, so totals equal torch's ``cpu_memory_usage``.
     """
+    return merged_op_memory_stats([op_memory_part(events, ops)])
+
+
+@dataclass(frozen=True)
+class OpMemoryPart:
+    """One part's sums of :func:`op_memory_stats` (a trace read a step window
+    at a time adds its windows' parts up): per device and op name, the bytes
+    of its events with (``inclusive``) and without (``own``) nested ops, and
+    per op name the calls it owns."""
+
+    inclusive: pl.DataFrame
+    own: pl.DataFrame
+    calls: pl.DataFrame
+
+
+def op_memory_part(events: pl.DataFrame, ops: pl.DataFrame, own: tuple[int, int] | None = None) -> OpMemoryPart:
+    """The sums of :func:`op_memory_stats` over ``events`` (those a part owns)
+    and the calls of ``ops`` (with ``own``, ``lo, hi`` ns: only those starting
+    then, the calls that part owns; its events' enclosing ops are all in it)."""
     attributed = events.filter(pl.col("op_id").is_not_null()).select("seq", "device", "op_id", "bytes")
     is_op = ops.select("op_id", "name", (pl.col("kind").cast(pl.String) == "op").alias("is_op"))
     self_stats = (
@@ -350,13 +372,27 @@ def op_memory_stats(events: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         .agg(_byte_aggregates(""))
     )
     parent_names = ops.select(pl.col("op_id").alias("parent_id"), pl.col("name").alias("parent_name"))
+    owned = ops if own is None else ops.filter(starts_in(own))
     calls = (
-        ops.filter(pl.col("kind").cast(pl.String) == "op")
+        owned.filter(pl.col("kind").cast(pl.String) == "op")
         .join(parent_names, on="parent_id", how="left")
         .filter(pl.col("parent_name").is_null() | (pl.col("parent_name") != pl.col("name")))
         .group_by("name")
         .agg(calls=pl.len())
     )
+    return OpMemoryPart(inclusive, self_stats, calls)
+
+
+def merged_op_memory_stats(parts: list[OpMemoryPart]) -> pl.DataFrame:
+    """:func:`op_memory_stats` from its parts' sums."""
+
+    def summed(frames: list[pl.DataFrame], by: list[str]) -> pl.DataFrame:
+        frame = pl.concat(frames)
+        return frame if len(frames) == 1 else frame.group_by(by).agg(pl.exclude(by).sum())
+
+    inclusive = summed([p.inclusive for p in parts], ["device", "name"])
+    self_stats = summed([p.own for p in parts], ["device", "name"])
+    calls = summed([p.calls for p in parts], ["name"])
     zero = [c for c in self_stats.columns if c.startswith("self_")]
     return (
         inclusive.join(self_stats, on=["device", "name"], how="left")
