@@ -79,7 +79,7 @@ def _emit_tables(
     room on a 100-column terminal.
     """
     if json_:
-        emit_json({name: frame.to_dicts() for name, frame in tables.items()})
+        emit_json(tables)
         return
     for name, frame in tables.items():
         if csv:

@@ -136,13 +136,13 @@ def memory_command(
             "trace": trace,
             "origin_ns": origin,
             "pairable": pairable(events),
-            "devices": peaks.to_dicts(),
-            "op_stats": stats.to_dicts(),
-            "leaks": leaked.to_dicts(),
-            "allocations": allocs.to_dicts(),
-            "curve": memory_curve(events).to_dicts(),
-            "sampled": sampled.to_dicts(),
-            "samples": samples.to_dicts(),
+            "devices": peaks,
+            "op_stats": stats,
+            "leaks": leaked,
+            "allocations": allocs,
+            "curve": memory_curve(events),
+            "sampled": sampled,
+            "samples": samples,
         })
     else:
         _print_summary(trace, events, peaks, stats, allocs, leaked, origin, top)
@@ -253,7 +253,7 @@ def _samples_only_report(trace: str, samples: pl.DataFrame, sampled: pl.DataFram
     if json_:
         emit_json({
             "trace": trace, "origin_ns": origin, "pairable": False, "devices": [], "op_stats": [], "leaks": [],
-            "allocations": [], "curve": [], "sampled": sampled.to_dicts(), "samples": samples.to_dicts(),
+            "allocations": [], "curve": [], "sampled": sampled, "samples": samples,
         })  # fmt: skip
         return
     render_console().print(f"{trace}: no [memory] events (profile_memory=True was off); memory samples only.", markup=False)
@@ -286,7 +286,7 @@ def _timeline_report(trace: str, json_: bool) -> None:
     timeline = category_timeline(read_memory_timeline(trace))
     peak = category_peak(timeline)
     if json_:
-        emit_json({"trace": trace, "format": "torch_memory_timeline_raw", "peak": peak, "timeline": timeline.to_dicts()})
+        emit_json({"trace": trace, "format": "torch_memory_timeline_raw", "peak": peak, "timeline": timeline})
         return
     origin = int(timeline["ts"][0])
     rows = pl.DataFrame(
@@ -307,7 +307,7 @@ def _snapshot_report(trace: str, json_: bool) -> None:
     actions, blocks = snapshot_tables(read_snapshot(trace))
     peaks = snapshot_peaks(actions, blocks)
     if json_:
-        emit_json({"trace": trace, "format": "cuda_memory_snapshot", "actions": actions.height, "peaks": peaks.to_dicts()})
+        emit_json({"trace": trace, "format": "cuda_memory_snapshot", "actions": actions.height, "peaks": peaks})
         return
     if peaks.height == 0:
         raise TraceError(trace, "the snapshot holds no allocations")

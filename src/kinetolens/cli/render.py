@@ -507,7 +507,17 @@ def pick_columns(available: Sequence[str], by_width: Sequence[tuple[int, Sequenc
 
 
 def emit_json(payload: Any) -> None:
-    sys.stdout.write(json_codec.encode(payload, indent=2).decode() + "\n")
+    """``payload`` as indented JSON on stdout, written as the encoder's bytes
+    (a big table's JSON is not copied again into text first)."""
+    data = json_codec.encode(payload, indent=2)
+    out = getattr(sys.stdout, "buffer", None)
+    if out is None:  # a text stream (a test's StringIO)
+        sys.stdout.write(data.decode() + "\n")
+        return
+    sys.stdout.flush()
+    out.write(data)
+    out.write(b"\n")
+    out.flush()
 
 
 def echo_notes(notes: Sequence[str]) -> None:

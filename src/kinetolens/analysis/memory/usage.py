@@ -297,12 +297,15 @@ def memory_peaks(events: pl.DataFrame) -> pl.DataFrame:
     return at_peak.join(totals, on="device").sort("peak_allocated", descending=True)
 
 
-def _ancestors(ops: pl.DataFrame) -> pl.DataFrame:
-    """Every (op_id, ancestor_id) pair including the op itself, by repeated
-    parent joins (as many rounds as the deepest nesting)."""
+def _ancestors(ops: pl.DataFrame, of: pl.Series) -> pl.DataFrame:
+    """Every (op_id, ancestor_id) pair of the ops ``of`` (op ids), the op
+    itself included, by repeated parent joins (as many rounds as the deepest
+    nesting): for the ops that enclose an event, not for every op (a trace's
+    every op times its depth was the memory view's largest table)."""
     parents = ops.select("op_id", "parent_id")
-    pairs = parents.select("op_id", pl.col("op_id").alias("ancestor_id"))
-    frontier = parents.select("op_id", pl.col("parent_id").alias("ancestor_id")).drop_nulls()
+    start = of.unique().to_frame("op_id")
+    pairs = start.select("op_id", pl.col("op_id").alias("ancestor_id"))
+    frontier = start.join(parents, on="op_id").select("op_id", pl.col("parent_id").alias("ancestor_id")).drop_nulls()
     while frontier.height:
         pairs = pl.concat([pairs, frontier])
         frontier = (
@@ -364,7 +367,7 @@ def op_memory_part(events: pl.DataFrame, ops: pl.DataFrame, own: tuple[int, int]
         .agg(_byte_aggregates("self_"))
     )
     inclusive = (
-        attributed.join(_ancestors(ops), on="op_id")
+        attributed.join(_ancestors(ops, attributed["op_id"]), on="op_id")
         .join(is_op, left_on="ancestor_id", right_on="op_id")
         .filter("is_op")
         .unique(["seq", "name"])
@@ -372,7 +375,9 @@ def op_memory_part(events: pl.DataFrame, ops: pl.DataFrame, own: tuple[int, int]
         .agg(_byte_aggregates(""))
     )
     parent_names = ops.select(pl.col("op_id").alias("parent_id"), pl.col("name").alias("parent_name"))
-    owned = ops if own is None else ops.filter(starts_in(own))
+    # The columns the calls need picked first: a filter copies every column it keeps.
+    mine = ops.select("name", "parent_id", "ts", "kind")
+    owned = mine if own is None else mine.filter(starts_in(own))
     calls = (
         owned.filter(pl.col("kind").cast(pl.String) == "op")
         .join(parent_names, on="parent_id", how="left")
