@@ -4,8 +4,7 @@ From 1.5 GB of JSON (or with ``--windows``) their tables are computed from
 the GPU work alone, a few columns per activity, gathered window by window
 (each window's own activities: those launched in it, so a launch call's
 activities are all in one) and put in start order
-(:func:`kinetolens.runs.windowed_read.idle_in_windows`,
-:func:`~kinetolens.runs.windowed_read.launches_in_windows`); the rest of
+(:func:`kinetolens.runs.windowed_read.work_in_windows`); the rest of
 the trace is never held whole.  Every table is the whole read's, byte for
 byte in JSON: the union of busy time, each stream's gaps and their causes
 and quartiles, the overlap of communication and compute; each launch call's
@@ -123,8 +122,7 @@ def test_launches_split_anywhere_add_up_to_the_whole_tables(rel: str) -> None:
     import kinetolens
     import polars as pl
 
-    from kinetolens.analysis.gputime.launch import launch_tables, launch_work
-    from kinetolens.model.ownership import unique_in_trace
+    from kinetolens.analysis.gputime.launch import launch_tables, launch_work, launch_work_part
 
     trace = kinetolens.load(trace_path(rel), cache=False)
     whole = launch_tables(launch_work(trace))
@@ -132,10 +130,7 @@ def test_launches_split_anywhere_add_up_to_the_whole_tables(rel: str) -> None:
     lo = int(min(trace.kernels["ts"].min(), trace.ops["ts"].min()))  # type: ignore[type-var]
     hi = int((trace.kernels["ts"] + trace.kernels["dur"]).max()) + 1  # type: ignore[arg-type]
     for cut in (int(launches[launches.len() // 3]), int(launches[launches.len() // 2]) + 1, int(trace.steps["ts"][0]) + 1):
-        parts = [
-            launch_work(trace, own).with_columns(pl.col("kind", "name", "launch").cast(pl.Categorical), unique_in_trace("launch_id", i))
-            for i, own in enumerate(((lo, cut), (cut, hi)))
-        ]
+        parts = [launch_work_part(trace, own, i) for i, own in enumerate(((lo, cut), (cut, hi)))]
         halves = launch_tables(pl.concat(parts).sort("ts", maintain_order=True))
         for name, table in whole.items():
             assert halves[name].equals(table), name

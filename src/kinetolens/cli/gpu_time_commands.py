@@ -10,7 +10,7 @@ import polars as pl
 
 from kinetolens.analysis.gputime.gpu_streams import rank_of
 from kinetolens.analysis.gputime.idle import KERNEL_WAIT_US, idle_tables, idle_work
-from kinetolens.analysis.gputime.launch import SHORT_LAUNCH_US, launch_tables, launch_work
+from kinetolens.analysis.gputime.launch import SHORT_LAUNCH_US, launch_tables, launch_work, launch_work_part
 from kinetolens.cli.checks import MICROSECONDS
 from kinetolens.cli.load_options import TraceLoading, trace_load_options
 from kinetolens.cli.render import emit, emit_json
@@ -19,7 +19,9 @@ from kinetolens.analysis.session import whole_steps
 from kinetolens.model.trace import Trace
 
 if TYPE_CHECKING:
-    from kinetolens.runs.windowed_read import WindowedIdle, WindowedLaunches
+    from collections.abc import Callable
+
+    from kinetolens.runs.windowed_read import WindowedWork
 from kinetolens.registry.kernel_names import short_names
 
 #: Rows of the short-kernel table shown in the terminal.
@@ -37,26 +39,24 @@ def _trace(path: str, loading: TraceLoading, keep_last_step: bool) -> Trace:
     return trace if keep_last_step else whole_steps(trace)
 
 
-def _idle_in_windows(path: str, windows: bool | None, keep_last_step: bool, loading: TraceLoading) -> WindowedIdle | None:
-    """The idle tables' GPU work read a step window at a time where ``windows``
-    asks for it or the trace is too large to hold (None: read it whole)."""
-    from kinetolens.runs.windowed_read import idle_in_windows
+def _work_in_windows(
+    path: str, windows: bool | None, keep_last_step: bool, loading: TraceLoading,
+    part_of: Callable[[Trace, tuple[int, int], int], pl.DataFrame],
+) -> WindowedWork | None:
+    """The GPU work a command's tables read (``part_of`` each window), read a
+    step window at a time where ``windows`` asks for it or the trace is too
+    large to hold (None: read it whole)."""
+    from kinetolens.runs.windowed_read import work_in_windows
 
-    def read(p: Path, notes: list[str]) -> WindowedIdle | None:
-        return idle_in_windows(p, keep_last_step, notes=notes)
-
-    return loading.in_windows(path, windows, read)
-
-
-def _launches_in_windows(path: str, windows: bool | None, keep_last_step: bool, loading: TraceLoading) -> WindowedLaunches | None:
-    """The launch tables' GPU work read a step window at a time where ``windows``
-    asks for it or the trace is too large to hold (None: read it whole)."""
-    from kinetolens.runs.windowed_read import launches_in_windows
-
-    def read(p: Path, notes: list[str]) -> WindowedLaunches | None:
-        return launches_in_windows(p, keep_last_step, notes=notes)
+    def read(p: Path, notes: list[str]) -> WindowedWork | None:
+        return work_in_windows(p, part_of, keep_last_step, notes=notes)
 
     return loading.in_windows(path, windows, read)
+
+
+def _idle_part(trace: Trace, own: tuple[int, int], part: int) -> pl.DataFrame:
+    """A window's idle work (it numbers nothing that must be made unique, so the part's number is not needed)."""
+    return idle_work(trace, own)
 
 
 #: What a table's shares are of, where another view reports the same kind of figure over another window.
@@ -131,7 +131,7 @@ def idle_command(
     windows: bool | None = None,
 ) -> None:
     """GPU busy / idle time, kernel types and their overlap, and why each stream idles."""
-    read = _idle_in_windows(trace, windows, keep_last_step, loading)
+    read = _work_in_windows(trace, windows, keep_last_step, loading, _idle_part)
     if read is not None:
         if not read.gpu:
             raise TraceError(trace, NO_GPU_WORK)
@@ -158,7 +158,7 @@ def launches_command(
     windows: bool | None = None,
 ) -> None:
     """Launch cost and delay per launch call, launch-bound kernels, graph launches, queue depth, copy bandwidth."""
-    read = _launches_in_windows(trace, windows, keep_last_step, loading)
+    read = _work_in_windows(trace, windows, keep_last_step, loading, launch_work_part)
     if read is not None:
         if not read.gpu:
             raise TraceError(trace, NO_GPU_WORK)

@@ -53,17 +53,14 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 __all__ = [
-    "WindowedIdle",
-    "WindowedLaunches",
     "WindowedMemory",
     "WindowedModules",
     "WindowedOps",
     "WindowedRoofline",
     "WindowedRead",
     "WindowedSteps",
-    "idle_in_windows",
+    "WindowedWork",
     "kernels_in_windows",
-    "launches_in_windows",
     "memory_in_windows",
     "modules_in_windows",
     "ops_in_windows",
@@ -73,6 +70,7 @@ __all__ = [
     "steps_in_windows",
     "summary_in_windows",
     "whatif_in_windows",
+    "work_in_windows",
 ]
 
 
@@ -416,10 +414,10 @@ def _rank_summary(windowed: Windowed, rank: int | None) -> tuple[RankSummary | N
 
 
 @dataclass(frozen=True)
-class WindowedIdle:
-    """The GPU work ``kinetolens idle`` reads, of a trace read a step window at a time."""
+class WindowedWork:
+    """The GPU work ``kinetolens idle`` or ``launches`` reads, of a trace read a step window at a time."""
 
-    #: :func:`~kinetolens.analysis.gputime.idle.idle_work` of every window, in start order.
+    #: Each window's part (``part_of``), stacked in start order.
     work: pl.DataFrame
     #: The trace's rank (0 without one).
     rank: int
@@ -429,73 +427,38 @@ class WindowedIdle:
     read: str
 
 
-def idle_in_windows(
-    path: Path, keep_last_step: bool = False, spill_root: Path | None = None, notes: list[str] | None = None
-) -> WindowedIdle | None:
-    """The GPU work of ``path`` that the idle tables read, a step window at a
-    time: each window's own activities (those launched in it), a few integer
-    columns each, stacked in start order: the whole trace's work (without a
-    last step the profiler cut short unless ``keep_last_step``), held without
-    the rest of the trace.  None where it cannot be (``notes`` says why; the
+def work_in_windows(
+    path: Path,
+    part_of: Callable[[Trace, tuple[int, int], int], pl.DataFrame],
+    keep_last_step: bool = False,
+    spill_root: Path | None = None,
+    notes: list[str] | None = None,
+) -> WindowedWork | None:
+    """The GPU work of ``path`` a view's tables read, a step window at a time:
+    ``part_of(trace, own, i)`` of the ``i``-th window's trace (without a last
+    step the profiler cut short unless ``keep_last_step``), the activities it
+    owns (launched in ``own``: a launch call's activities are all in one
+    window), stacked in start order: the whole trace's work, held without the
+    rest of the trace.  None where it cannot be (``notes`` says why; the
     caller reads the trace whole)."""
-    return _windowed(path, spill_root, notes, lambda windowed: _idle(windowed, keep_last_step))
+    return _windowed(path, spill_root, notes, lambda windowed: _work(windowed, part_of, keep_last_step))
 
 
-def _idle(windowed: Windowed, keep_last_step: bool) -> tuple[WindowedIdle | None, str]:
+def _work(
+    windowed: Windowed, part_of: Callable[[Trace, tuple[int, int], int], pl.DataFrame], keep_last_step: bool
+) -> tuple[WindowedWork | None, str]:
     from kinetolens.analysis.gputime.gpu_streams import rank_of
-    from kinetolens.analysis.gputime.idle import idle_work
     from kinetolens.analysis.session import whole_steps
 
     parts, rank = [], 0
     for i, (window, trace) in enumerate(windowed.traces()):
         if i == 0:
             rank = rank_of(trace)
-        parts.append(idle_work(trace if keep_last_step else whole_steps(trace), own=window.own))
+        parts.append(part_of(trace if keep_last_step else whole_steps(trace), window.own, i))
     if not parts:
         return None, "it has no step window"
     work = pl.concat(parts).sort("ts", maintain_order=True)
-    return WindowedIdle(work, rank, windowed.has_gpu_work(), _read_words(windowed.steps)), ""
-
-
-@dataclass(frozen=True)
-class WindowedLaunches:
-    """The GPU work ``kinetolens launches`` reads, of a trace read a step window at a time."""
-
-    #: :func:`~kinetolens.analysis.gputime.launch.launch_work` of every window,
-    #: in start order, launch ids made unique in the trace, text held as categories.
-    work: pl.DataFrame
-    #: Whether the trace has GPU work at all.
-    gpu: bool
-    #: What was read, for the line the view prints.
-    read: str
-
-
-def launches_in_windows(
-    path: Path, keep_last_step: bool = False, spill_root: Path | None = None, notes: list[str] | None = None
-) -> WindowedLaunches | None:
-    """The GPU work of ``path`` that the launch tables read, a step window at
-    a time: each window's own activities (those launched in it, so each
-    launch call's activities are in one window) with their launch calls,
-    stacked in start order: the whole trace's (without a last step the
-    profiler cut short unless ``keep_last_step``), held without the rest of
-    the trace.  None where it cannot be (``notes`` says why)."""
-    return _windowed(path, spill_root, notes, lambda windowed: _launches(windowed, keep_last_step))
-
-
-def _launches(windowed: Windowed, keep_last_step: bool) -> tuple[WindowedLaunches | None, str]:
-    from kinetolens.analysis.gputime.launch import launch_work
-    from kinetolens.analysis.session import whole_steps
-    from kinetolens.model.ownership import unique_in_trace
-
-    texts = pl.col("kind", "name", "launch").cast(pl.Categorical)  # names repeat every step: held once each
-    parts = [
-        launch_work(trace if keep_last_step else whole_steps(trace), own=window.own).with_columns(texts, unique_in_trace("launch_id", i))
-        for i, (window, trace) in enumerate(windowed.traces())
-    ]
-    if not parts:
-        return None, "it has no step window"
-    work = pl.concat(parts).sort("ts", maintain_order=True)
-    return WindowedLaunches(work, windowed.has_gpu_work(), _read_words(windowed.steps)), ""
+    return WindowedWork(work, rank, windowed.has_gpu_work(), _read_words(windowed.steps)), ""
 
 
 @dataclass(frozen=True)

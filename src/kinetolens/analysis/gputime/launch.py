@@ -25,7 +25,7 @@ from collections.abc import Collection
 import polars as pl
 
 from kinetolens.analysis.gputime.gpu_streams import MEMORY, describe, stream_work
-from kinetolens.model.ownership import owned_kernels
+from kinetolens.model.ownership import owned_kernels, unique_in_trace
 from kinetolens.model.trace import Trace
 
 NS_PER_US = 1000.0
@@ -73,6 +73,15 @@ def launch_work(trace: Trace, own: tuple[int, int] | None = None) -> pl.DataFram
     are all in the part of its call)."""
     work = stream_work(trace, LAUNCH_WORK_COLUMNS)
     return work if own is None else work.filter(owned_kernels(*own))
+
+
+def launch_work_part(trace: Trace, own: tuple[int, int], part: int) -> pl.DataFrame:
+    """:func:`launch_work` of the ``part``-th part of a trace read in parts
+    (owning ``own``), as the parts are stacked: names as categories (they
+    repeat every step; held once each), launch ids made unique in the trace
+    (:func:`~kinetolens.model.ownership.unique_in_trace`)."""
+    texts = pl.col("kind", "name", "launch").cast(pl.Categorical)
+    return launch_work(trace, own).with_columns(texts, unique_in_trace("launch_id", part))
 
 
 def launch_tables(work: pl.DataFrame, short_us: float = SHORT_LAUNCH_US) -> dict[str, pl.DataFrame]:
