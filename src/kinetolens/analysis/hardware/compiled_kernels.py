@@ -140,7 +140,7 @@ def compiled_kernel_table(trace: Trace, spec: GpuSpec | None = None) -> pl.DataF
         compiled_module=pl.col("compiled_module").first(),
         source=pl.col("source").first(),
         ideal_us=pl.when(pl.col("ideal_us").is_not_null().any()).then(pl.col("ideal_us").sum()),
-        bound=pl.col("bound").drop_nulls().mode().first(),
+        bound=pl.col("bound").drop_nulls().mode().sort().first(),  # ties: the first by name (a mode lists its ties in no set order)
     )
     rate = pl.col("total_us") > 0
     return (

@@ -59,6 +59,7 @@ def excess_dram_traffic(ctx: RuleContext) -> list[Finding]:
             ctx.trace.ops.filter(pl.col("op_id").is_in(ids.implode()))["module"]
             .drop_nulls()
             .mode()
+            .sort()  # ties: the first by name (a mode lists its ties in no set order)
         )
         out.append(
             Finding(
