@@ -49,20 +49,21 @@ def _rows(frame: Any) -> Any:
     return msgspec.Raw(wide.write_json().encode())
 
 
-def _writes_the_same(dtype: Any) -> bool:
+def _writes_the_same(dtype: Any, nested: bool = False) -> bool:
     """Whether polars' JSON of a column of ``dtype`` is msgspec's of its values:
     numbers, text, booleans, categories, and lists and structs of them (not
-    times, dates or decimals, which each writes its own way)."""
+    times, dates or decimals, which each writes its own way, nor a 32-bit
+    float inside a list or struct, which :func:`_rows` does not widen)."""
     import polars as pl
 
     if dtype.is_numeric() and not isinstance(dtype, pl.Decimal):
-        return True
+        return not (nested and dtype == pl.Float32)
     if isinstance(dtype, (pl.String, pl.Boolean, pl.Categorical, pl.Enum, pl.Null)):
         return True
     if isinstance(dtype, (pl.List, pl.Array)):
-        return _writes_the_same(dtype.inner)
+        return _writes_the_same(dtype.inner, nested=True)
     if isinstance(dtype, pl.Struct):
-        return all(_writes_the_same(field.dtype) for field in dtype.fields)
+        return all(_writes_the_same(field.dtype, nested=True) for field in dtype.fields)
     return False
 
 

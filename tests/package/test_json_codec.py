@@ -41,6 +41,30 @@ def test_tables_paths_and_results_encode_as_plain_json() -> None:
     assert json_codec.encode(value, indent=2).count(b"\n") > 5  # for people: a field a line
 
 
+def test_a_table_written_by_polars_is_the_bytes_of_its_python_rows() -> None:
+    # Tables of numbers, text, booleans and categories (and lists and structs
+    # of them) are written by polars itself: the bytes must be msgspec's of
+    # the rows, non-finite floats as null, a 32-bit float as its 64-bit
+    # value; tables it would write otherwise (times, 32-bit floats in a list)
+    # go through Python rows.
+    table = pl.DataFrame({
+        "f": [1.0, math.nan, math.inf, None, 1e-7, 0.1 + 0.2],
+        "f32": pl.Series([1 / 3, 2.25, None, 0.0, 1.0, 4.5], dtype=pl.Float32),
+        "i": [1, None, 2**62, -5, 0, 7],
+        "s": ["a", None, 'e\u0301"\\\n\t\x01', "", "💥", "1e+5"],
+        "b": [True, False, None, True, True, False],
+        "l": [[1.0, 2.5], None, [], [3.0], [4.0], [5.0]],
+        "st": [{"a": 1, "b": "x"}] * 6,
+        "c": pl.Series(["u", "v", "u", None, "v", "u"], dtype=pl.Categorical),
+    })
+    others = [
+        table.with_columns(t=pl.Series([1] * 6).cast(pl.Datetime("ns"))),
+        table.with_columns(l32=pl.Series([[1 / 3]] * 6, dtype=pl.List(pl.Float32))),
+    ]
+    for frame in (table, *others):
+        assert json_codec.encode(frame) == msgspec.json.encode(frame.to_dicts())
+
+
 def test_an_unknown_object_is_an_error_not_its_repr() -> None:
     with pytest.raises(TypeError, match="cannot write a object as JSON"):
         json_codec.encode({"x": object()})

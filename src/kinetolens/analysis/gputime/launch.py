@@ -104,7 +104,7 @@ def launch_tables(work: pl.DataFrame, short_us: float = SHORT_LAUNCH_US) -> dict
 def launched(work: pl.DataFrame, calls: Collection[str] | None = None) -> pl.DataFrame:
     """The rows of ``work`` whose launch call is in the trace (and, if given, named in ``calls``)."""
     work = work.filter(pl.col("launch_ts").is_not_null())
-    return work if calls is None else work.filter(pl.col("launch").cast(pl.String).is_in(list(calls)))
+    return work if calls is None else work.filter(pl.col("launch").is_in(list(calls)))
 
 
 def launch_stats(trace: Trace, calls: Collection[str] | None = None) -> pl.DataFrame:
@@ -296,8 +296,7 @@ def memory_bandwidth_of(work: pl.DataFrame) -> pl.DataFrame:
     # Kineto writes 0 for a copy it timed at 0 ns: no bandwidth, not zero.
     kineto = pl.when((written > 0) | ((written == 0) & (pl.col("bytes") == 0))).then(written)
     bw = pl.coalesce(kineto, own)
-    name = _copy_kind(pl.col("name").cast(pl.String)).alias("name")
-    return mem.select("rank", name, "stream", "ts", "end", "bytes", bw.alias("memory_bw_gbps"))
+    return mem.select("rank", _copy_kind(pl.col("name")).alias("name"), "stream", "ts", "end", "bytes", bw.alias("memory_bw_gbps"))
 
 
 def memory_bw_summary(trace: Trace) -> pl.DataFrame:
