@@ -114,10 +114,10 @@ def test_samples_read_back_equal_the_raw_json(sampled_run: tuple[Path, int], tmp
     assert READ_NAME == SAMPLE_EVENT  # the analysis reads what the capture writes
     path, ops = sampled_run
     raw = _raw_samples(path)
-    # Loaded twice: decoded, then from the Parquet cache; both the same curve.
+    # Loaded twice: decoded, then from the cache; both the same curve.
     first = kinetolens.load(path, cache=tmp_path)
     cached = kinetolens.load(path, cache=tmp_path)
-    assert any(tmp_path.glob("*/counters.parquet"))
+    assert any(tmp_path.glob("*/counters.arrow"))
     curve = memory_samples(first)
     assert curve.equals(memory_samples(cached))
     assert curve.height == len(raw) == ops // 5 > 20

@@ -25,7 +25,7 @@ def test_every_trace_command_has_the_same_load_options() -> None:
         command = cli.get_command(ctx, name)
         assert command is not None
         params = {p.name: p for p in command.params}
-        assert params["no_cache"].help == "Neither read nor write the Parquet cache.", name
+        assert params["no_cache"].help == "Neither read nor write the cache.", name
         assert ("capture" in params) == (name in WITH_CAPTURE), name
 
 

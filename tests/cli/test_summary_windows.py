@@ -118,7 +118,7 @@ def test_a_windowed_summary_is_cached_without_tables_until_a_whole_load(tmp_path
     # A whole load stores the tables in that entry, quietly (the entry was not damaged).
     whole = CliRunner().invoke(cli, ["summary", "--whole", path], env=env, catch_exceptions=False)
     assert whole.exit_code == 0 and "damaged" not in whole.output and "cannot write" not in whole.output
-    assert (entry / "kernels.parquet").is_file() and (entry / "summary_whole.derived.json").is_file()
+    assert (entry / "kernels.arrow").is_file() and (entry / "summary_whole.derived.json").is_file()
 
 
 def test_a_kernel_launched_steps_before_it_runs_counts_once(tmp_path: Path) -> None:

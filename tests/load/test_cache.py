@@ -1,4 +1,4 @@
-"""The Parquet cache: bounded, least recently used first, and never deleting
+"""The cache of loaded traces: bounded, least recently used first, and never deleting
 an entry it merely could not read."""
 
 from __future__ import annotations

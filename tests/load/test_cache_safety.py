@@ -1,4 +1,4 @@
-"""The Parquet cache deletes only its own entries, checks what it reads,
+"""The cache deletes only its own entries, checks what it reads,
 keys on content, and never fails a load it cannot write."""
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def test_an_entry_with_swapped_tables_is_rebuilt(tmp_path: Path, caplog: pytest.
     trace, cache = _copy(tmp_path), tmp_path / "cache"
     fresh = kinetolens.load(trace, cache=cache)
     entry = cache / cache_key(trace)
-    ops, kernels = entry / "ops.parquet", entry / "kernels.parquet"
+    ops, kernels = entry / "ops.arrow", entry / "kernels.arrow"
     ops.rename(entry / "swap"), kernels.rename(ops), (entry / "swap").rename(kernels)
     again = _damaged_then_rebuilt(trace, cache, caplog)
     assert again.ops.columns == fresh.ops.columns and again.kernels.equals(fresh.kernels)
@@ -132,8 +132,8 @@ def test_an_edited_meta_or_table_is_rebuilt(tmp_path: Path, caplog: pytest.LogCa
     meta = entry / "meta.json"
     meta.write_bytes(meta.read_bytes().replace(b'"kineto-json"', b'"nsys-sqlite"'))
     assert _damaged_then_rebuilt(trace, cache, caplog).format == fresh.format == "kineto-json"
-    kernels = entry / "kernels.parquet"
-    pl.read_parquet(kernels).with_columns(-pl.col("dur")).write_parquet(kernels, compression="zstd")
+    kernels = entry / "kernels.arrow"
+    pl.read_ipc(kernels.read_bytes()).with_columns(-pl.col("dur")).write_ipc(kernels, compression="zstd")
     again = _damaged_then_rebuilt(trace, cache, caplog)
     assert again.kernels.equals(fresh.kernels) and (again.kernels["dur"] >= 0).all()
 

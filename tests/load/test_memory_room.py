@@ -3,7 +3,7 @@
 A Kineto file read whole takes about its own size in memory; one larger
 than the memory the process may take would be killed by the kernel long
 after the reading began, with no word.  :mod:`kinetolens.memory_room`
-checks first (files from 1 GB of JSON; the Parquet cache of a trace
+checks first (files from 1 GB of JSON; the cache of a trace
 already read is not checked) and says what does fit.
 """
 
@@ -73,5 +73,5 @@ def test_the_cli_exits_2_with_the_line_and_a_cached_trace_still_loads(
     assert exited.value.code == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"kinetolens: error: {TRACE}: reading its") and "step window" in line
-    # The Parquet cache of a trace already read takes far less: it is not checked.
+    # The cache of a trace already read takes far less: it is not checked.
     assert kinetolens.load(TRACE, cache=cache).kernels.height > 0

@@ -58,8 +58,8 @@ def test_corrupt_cache_is_rebuilt_not_trusted(tmp_path) -> None:
     cache = tmp_path / "cache"
     first = kinetolens.load(path, cache=cache)
     entry = cache / cache_key(path)
-    assert (entry / "kernels.parquet").exists()
-    (entry / "kernels.parquet").write_bytes(b"not parquet")
+    assert (entry / "kernels.arrow").exists()
+    (entry / "kernels.arrow").write_bytes(b"not an Arrow file")
     again = kinetolens.load(path, cache=cache)
     assert again.kernels.equals(first.kernels)
     # A changed file gets a new key: the stale entry is never read.

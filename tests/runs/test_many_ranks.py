@@ -161,7 +161,7 @@ def test_dask_local_cluster_same_as_local(tmp_path: Path) -> None:
     assert flagged(remote) == [3]
     assert (
         len(list((tmp_path / "dask-cache").rglob("*"))) > 0
-    )  # workers wrote the Parquet cache
+    )  # workers wrote the cache
 
 
 def test_unreachable_scheduler_is_a_clear_error(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""``kinetolens cache info|clear``: the local Parquet cache of loaded traces."""
+"""``kinetolens cache info|clear``: the local cache of loaded traces."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ _DIR = click.option(
 
 @click.group("cache")
 def cache_command() -> None:
-    """The local cache of loaded traces (Parquet, least recently used pruned first)."""
+    """The local cache of loaded traces (Arrow IPC, least recently used pruned first)."""
 
 
 @cache_command.command("info")

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 @strict_option
 @click.option(
     "--cache-dir", default=None, metavar="DIR|URL",
-    help="Where the per-rank Parquet caches go: a directory or an fsspec URL (default: $KINETOLENS_CACHE_DIR, else ~/.cache/kinetolens).",
+    help="Where the per-rank caches go: a directory or an fsspec URL (default: $KINETOLENS_CACHE_DIR, else ~/.cache/kinetolens).",
 )  # fmt: skip
 @click.option(
     "--windows/--whole", "windows", default=None,

@@ -32,14 +32,14 @@ capture_option = click.option(
     "default: capture_traces/ beside TRACE when it holds execution_details.json.",
 )
 
-no_cache_option = click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
+no_cache_option = click.option("--no-cache", is_flag=True, help="Neither read nor write the cache.")
 
 
 @dataclass(frozen=True)
 class TraceLoading:
     """What the load options asked for."""
 
-    #: False with ``--no-cache``: neither read nor write the Parquet cache.
+    #: False with ``--no-cache``: neither read nor write the cache.
     cache: bool = True
     #: ``--capture``: the graph capture trace, or None to look beside the trace.
     capture: str | None = None

@@ -131,7 +131,7 @@ COMMANDS: dict[str, Entry] = {
     "cache": Entry(
         "kinetolens.cli.cache_command",
         "cache_command",
-        "The local cache of loaded traces (Parquet, least recently used pruned first).",
+        "The local cache of loaded traces (Arrow IPC, least recently used pruned first).",
     ),
     "critical-path": Entry(
         "kinetolens.cli.critical_path_command",

@@ -5,7 +5,7 @@ order.  :class:`LocalExecutor` sizes its pool to the machine: no more
 workers than cores, and no more than fit in the memory budget at the peak a
 trace of the run's largest size needs to load (loading is the memory-heavy
 part; summaries are small).  :class:`DaskExecutor` sends the same function to
-a ``dask.distributed`` scheduler; the traces and the Parquet cache must then
+a ``dask.distributed`` scheduler; the traces and the cache must then
 be on storage every worker sees (a shared file system, or an fsspec URL such
 as ``s3://``: see :mod:`kinetolens.runs.storage`), as with NVIDIA's Nsight
 recipes.  Dask is an optional extra and is imported only here, only

@@ -10,7 +10,7 @@ the analysis.  Here a run directory or a cache directory may be an fsspec URL:
   fixed chunks (memory stays bounded whatever the trace's size), and loads
   that file as usual: the decoder needs a seekable local file, and one
   sequential download is the fastest way to read an object store;
-* the Parquet cache may be a URL too: an entry is the same files as a local
+* the cache may be a URL too: an entry is the same files as a local
   entry, packed as one ``KEY.tar`` object so that a reader sees all of an
   entry or none of it.  On object stores a single put is atomic; elsewhere
   the object is written under a temporary name and moved into place.
