@@ -305,7 +305,7 @@ def test_cpu_inference_loop_found_from_shapes(loop_traces: list[Path]) -> None:
     assert "key [2, 4, 49, 8]: 1 new token a sequence, 49 in the KV cache" in its["basis"][1]
     assert (its["start"].diff().drop_nulls() > 0).all() and (its["end"] <= its["start"].shift(-1)).drop_nulls().all()
     found = detect(with_modules)
-    assert found.inference and found.evidence == ["decode iterations (one new token a sequence) from shapes"]
+    assert found.inference and found.evidence == ("decode iterations (one new token a sequence) from shapes",)
     summary = phase_summary(its)
     assert summary.select("phase", "iterations", "tokens").rows() == [("prefill", 1, 96), ("decode", 4, 8)]
     # Without module ranges, each token embedding starts an iteration: the same labels and tokens.
@@ -329,7 +329,7 @@ def test_vllm_forward_ranges_labelled_from_shapes(loop_traces: list[Path]) -> No
     assert set(its["source"]) == {"engine: vLLM"}
     assert its["basis"][0].startswith("vLLM gpu_model_runner: forward range (no counts); shapes: attention query [2, 4, 48, 8]")
     assert its.select("prefill_tokens", "decode_tokens").rows() == [(96, 0)] + [(0, 2)] * 4
-    assert detect(t).evidence == ["engine iteration annotations (vLLM gpu_model_runner)"]
+    assert detect(t).evidence == ("engine iteration annotations (vLLM gpu_model_runner)",)
     # The ranges are the iterations, not CPU work: counted as such, CPU time
     # would fill each window (no GPU here); the ops inside leave gaps.
     assert (its["dur"] == its["cpu_end"] - its["ts"]).all() and (its["cpu_exec"] < its["dur"]).all()

@@ -227,3 +227,19 @@ def test_every_cpu_stretch_belongs_to_an_op(case: str) -> None:
     assert g.edges.filter((pl.col("type") == "cpu") & pl.col("eid").is_null()).height == 0
     cp = critical_path(trace, window)
     assert cp.path.filter((pl.col("us") > 0) & pl.col("name").is_null()).height == 0
+
+
+def test_unique_rows_is_numpys_row_wise_unique() -> None:
+    # The graph's lookups group rows by (thread) and (device, stream) keys with
+    # a lexsort instead of numpy's row-wise unique; same rows, same order, same places.
+    import numpy as np
+
+    from kinetolens.analysis.paths.dependency_graph import _unique_rows
+
+    rng = np.random.default_rng(7)
+    for n in (0, 1, 2, 7, 2_000):
+        cols = [rng.integers(-3, 3, n), rng.integers(0, 4, n).astype(np.int32), rng.integers(0, 2, n)]
+        want, where = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
+        rows, inverse = _unique_rows(*cols)
+        assert rows.dtype == want.dtype and rows.shape == want.shape and (rows == want).all()
+        assert (inverse == where.reshape(-1)).all()

@@ -82,11 +82,12 @@ class Detection:
     """Whether a trace records inference, and the evidence, in words."""
 
     inference: bool
-    evidence: list[str]
+    evidence: tuple[str, ...]
     #: Why not, when there is evidence against (backward or optimizer ops).
     against: str | None = None
 
 
+@per_trace
 def _training(trace: Trace) -> str | None:
     if trace.ops.height == 0:
         return None
@@ -493,8 +494,10 @@ def phase_tables(trace: Trace, its: pl.DataFrame | None = None, *, by: str = "ke
     return pl.concat(parts, how="diagonal_relaxed")
 
 
-def detect(trace: Trace, its: pl.DataFrame | None = None) -> Detection:
-    """Whether ``trace`` records inference (see the module docstring), with the evidence."""
+@per_trace
+def detect(trace: Trace) -> Detection:
+    """Whether ``trace`` records inference (see the module docstring), with the evidence
+    (once per trace: the trace's kind and the summary's inference block both ask)."""
     against = _training(trace)
     evidence: list[str] = []
     names = trace.ops.filter(pl.col("name").str.contains(engine_annotations.CANDIDATE))["name"]
@@ -502,11 +505,10 @@ def detect(trace: Trace, its: pl.DataFrame | None = None) -> Detection:
     if engines:
         evidence.append(f"engine iteration annotations ({', '.join(engines)})")
     if not engines and against is None:
-        its = iterations(trace) if its is None else its
-        if (its["phase"] == "decode").any():
+        if (iterations(trace)["phase"] == "decode").any():
             evidence.append("decode iterations (one new token a sequence) from shapes")
     evidence += _other_evidence(trace)
-    return Detection(inference=bool(evidence) and against is None, evidence=evidence, against=against)
+    return Detection(inference=bool(evidence) and against is None, evidence=tuple(evidence), against=against)
 
 
 def _other_evidence(trace: Trace) -> list[str]:
@@ -523,7 +525,7 @@ def _other_evidence(trace: Trace) -> list[str]:
 def inference_block(trace: Trace) -> InferenceBlock:
     """The ``inference`` block of ``kinetolens summary --json`` (docs/inference.md)."""
     its = _empty() if _training(trace) else iterations(trace)
-    found = detect(trace, its)
+    found = detect(trace)
     its = its if found.inference else _empty()
 
     def us(v: Any) -> Any:

@@ -352,6 +352,22 @@ class _Edges:
         ).cast(_EDGE_SCHEMA)  # fmt: skip
 
 
+def _unique_rows(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)``:
+    the distinct rows in order (first column first) and each row's place
+    among them, by one lexsort (numpy's row-wise unique sorts a structured
+    view of the rows, 5x slower on a step's events)."""
+    n = columns[0].size
+    if n == 0:
+        return np.stack(columns, axis=1), np.zeros(0, dtype=np.int64)
+    order = np.lexsort(columns[::-1])
+    ordered = [c[order] for c in columns]
+    new = _groups(*ordered)
+    inverse = np.empty(n, dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    return np.stack([c[new] for c in ordered], axis=1), inverse
+
+
 def _groups(*keys: np.ndarray) -> np.ndarray:
     """True where a row starts a new run of equal ``keys`` (rows sorted by them)."""
     n = keys[0].size
@@ -573,8 +589,7 @@ class _ByGroup:
         out = np.full(t.size, -1, dtype=np.int64)
         if t.size == 0 or not self.spans:
             return out
-        groups, inverse = np.unique(np.stack(keys, axis=1), axis=0, return_inverse=True)
-        inverse = inverse.reshape(-1)
+        groups, inverse = _unique_rows(*keys)
         for g, group in enumerate(groups):
             span = self.spans.get(tuple(int(v) for v in group))
             if span is None:
@@ -811,7 +826,7 @@ def _stream_waits(facts: TraceFacts, cols: _Columns) -> tuple[np.ndarray, np.nda
     a, b = _by_kernel(kernel, src), _by_kernel(kernel, dst)
     ok = (a >= 0) & (b >= 0)
     eid, end = cols.gpu("eid"), cols.gpu("end")
-    rows = np.unique(np.stack([eid[a[ok]], end[a[ok]], eid[b[ok]]], axis=1), axis=0)
+    rows, _ = _unique_rows(eid[a[ok]], end[a[ok]], eid[b[ok]])
     rows = rows[rows[:, 0] != rows[:, 2]]
     return rows[:, 0], rows[:, 1], rows[:, 2]
 
@@ -824,7 +839,7 @@ def _sync_edges(facts: TraceFacts, cols: _Columns) -> _Edges:
         return _Edges.none()
     rt = np.flatnonzero(cols.cpu("runtime"))
     eid, pid, tid, ts, end, launch = (cols.cpu(c)[rt] for c in ("eid", "pid", "tid", "ts", "end", "launch_id"))
-    streams = np.unique(np.stack([g_dev, g_stream], axis=1), axis=0)
+    streams, _ = _unique_rows(g_dev, g_stream)
     on_stream = _ByGroup([g_dev, g_stream], g_ts)
     index = _facts_index(facts)
     src: list[np.ndarray] = []
@@ -873,5 +888,5 @@ def _sync_edges(facts: TraceFacts, cols: _Columns) -> _Edges:
         ok = g_end[k] <= end[blocking[call]]
         src.append(2 * g_eid[k[ok]] + 1)
         dst.append(2 * eid[blocking[call[ok]]] + 1)
-    pairs = np.unique(np.stack([np.concatenate(src), np.concatenate(dst)], axis=1), axis=0)
+    pairs, _ = _unique_rows(np.concatenate(src), np.concatenate(dst))
     return _Edges(pairs[:, 0], pairs[:, 1], np.zeros(pairs.shape[0], dtype=np.int64), EDGE_TYPES.index("sync"), -1)
