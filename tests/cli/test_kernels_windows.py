@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kinetolens.analysis.hardware.kernels import KERNEL_COLUMNS
+from kinetolens.analysis.hardware.kernel_columns import KERNEL_COLUMNS
 from kinetolens.cli.main import cli
 from tests.cli.kinetolens_process import kinetolens
 from tests.conftest import trace_path

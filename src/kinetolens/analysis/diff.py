@@ -47,6 +47,7 @@ from typing import Any
 
 import polars as pl
 
+from kinetolens.analysis.diff_levels import LEVEL_KEYS, LEVELS
 from kinetolens.analysis.gputime.overview import COLUMNS, step_breakdown
 from kinetolens.analysis.hardware.gpu_spec import trace_device
 from kinetolens.analysis.session import per_trace, whole_steps
@@ -55,15 +56,6 @@ from kinetolens.analysis.workload.ops import without_step_ranges
 from kinetolens.formats import RUN_METADATA_KEY
 from kinetolens.model.trace import Trace
 
-LEVELS: tuple[str, ...] = ("step", "module", "op", "op_shape", "kernel")
-#: Key columns of each level's table.
-LEVEL_KEYS: dict[str, tuple[str, ...]] = {
-    "step": ("category",),
-    "module": ("module",),
-    "op": ("name",),
-    "op_shape": ("name", "shapes"),
-    "kernel": ("name",),
-}
 #: A row is ``same`` when its calls per step match and its time moved by at
 #: most this percentage of the baseline; run-to-run noise is rarely below it.
 SAME_PCT = 1.0

@@ -19,8 +19,8 @@ import polars as pl
 
 from kinetolens.analysis.hardware.kernels import kernel_verdicts, tensor_core_time
 from kinetolens.analysis.workload.op_groups import KERNEL_LABELS, OP_LABELS, merged
+from kinetolens.analysis.workload.op_groupings import GROUPINGS
 from kinetolens.analysis.workload.ops import (
-    GROUPINGS,
     kernel_groups,
     kernel_table,
     op_groups,

@@ -102,7 +102,7 @@ def print_summary(trace: str, loading: TraceLoading, width: int | None, windows:
         table.add_row("read", table.note(info.read_in_windows.removeprefix("read ")))
     table.print(console, f"kinetolens summary: {trace}")
     if phases:
-        from kinetolens.cli.phases_command import print_inference  # an inference trace's tables only
+        from kinetolens.cli.phases_output import print_inference  # an inference trace's tables only
 
         print_inference(console, info.inference)
     else:

@@ -17,9 +17,8 @@ from polars.testing import assert_frame_equal
 
 import kinetolens
 from kinetolens.analysis.workload.op_groups import KERNEL_LABELS, OP_LABELS, merged
+from kinetolens.analysis.workload.op_groupings import AGGREGATES, GROUPINGS
 from kinetolens.analysis.workload.ops import (
-    AGGREGATES,
-    GROUPINGS,
     kernel_groups,
     kernel_table,
     op_groups,

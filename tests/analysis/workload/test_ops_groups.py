@@ -217,3 +217,15 @@ def test_profiler_step_ranges_are_not_ops(resnet: kinetolens.Trace) -> None:
     assert _row(by_source.rename({"source": "name"}), "resnet50_profiler_api.py:54")["device_total_us"] == 0
     # The ranges stay in the table that asks for annotations too (their own GPU time, if any, is there).
     assert op_stats(resnet, include_annotations=True)["name"].str.starts_with("ProfilerStep#").sum() == 6
+
+
+def test_tied_rows_come_in_the_keys_order_whatever_order_the_groups_came_in() -> None:
+    # op tables come from a group-by in hash order; rows tied on the ranked
+    # column (time lost 0, say) must not change places from run to run.
+    table = pl.DataFrame({"name": ["c", "a", "d", "b"], "shapes": ["[2]", "[1]", "[1]", "[1]"], "calls": [1, 1, 1, 1],
+                          "device_total_us": [5.0, 1.0, 1.0, 1.0], "lost_us": [0.0, 0.0, None, 2.0]})  # fmt: skip
+    for order_by in ("lost_us", "+lost_us", "device_total_us"):
+        ranked = [order_and_filter(table.sample(fraction=1.0, shuffle=True, seed=s), order_by=order_by)["name"].to_list() for s in range(6)]
+        assert all(r == ranked[0] for r in ranked), (order_by, ranked)
+    assert order_and_filter(table, order_by="lost_us")["name"].to_list() == ["b", "a", "c", "d"]
+    assert order_and_filter(table, order_by="device_total_us")["name"].to_list() == ["c", "a", "b", "d"]

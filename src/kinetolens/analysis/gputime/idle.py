@@ -32,11 +32,9 @@ from kinetolens.analysis.gputime.gpu_streams import (
     stream_work,
     union_intervals,
 )
+from kinetolens.analysis.gputime.thresholds import KERNEL_WAIT_US
 from kinetolens.model.ownership import owned_kernels
 from kinetolens.model.trace import Trace
-
-#: Gaps shorter than this between launched work are the cost of launching (HTA's default).
-KERNEL_WAIT_US = 30.0
 
 IDLE_CATEGORIES = ("host_wait", "kernel_wait", "other")
 

@@ -25,14 +25,11 @@ from collections.abc import Collection
 import polars as pl
 
 from kinetolens.analysis.gputime.gpu_streams import MEMORY, describe, stream_work
+from kinetolens.analysis.gputime.thresholds import SHORT_LAUNCH_US
 from kinetolens.model.ownership import owned_kernels, unique_in_trace
 from kinetolens.model.trace import Trace
 
 NS_PER_US = 1000.0
-
-#: A kernel is "short" when its launch call takes longer than it runs and the
-#: call itself is at most this long (longer calls are blocked, not launch-bound).
-SHORT_LAUNCH_US = 50.0
 
 #: Characters of a memcpy name that name its direction (``Memcpy HtoD``).
 MEMCPY_KIND_CHARS = len("Memcpy HtoD")

@@ -28,7 +28,8 @@ import polars as pl
 from kinetolens.analysis.workload.modules import module_calls
 from kinetolens.analysis.workload.op_groups import OP_LABELS, merged
 from kinetolens.analysis.workload.op_times import op_instances
-from kinetolens.analysis.workload.ops import GROUPINGS, in_steps, op_groups, op_stats, op_table, share_whole_ns, without_annotations
+from kinetolens.analysis.workload.op_groupings import GROUPINGS
+from kinetolens.analysis.workload.ops import in_steps, op_groups, op_stats, op_table, share_whole_ns, without_annotations
 from kinetolens.analysis.hardware.roofline import beats_model, own_op_roofline, require_roofs, roofline_by
 from kinetolens.errors import TraceError
 from kinetolens.model.earlier_launches import without_earlier_iteration

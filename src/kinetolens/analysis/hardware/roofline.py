@@ -64,8 +64,6 @@ from kinetolens.registry.tensor_cores import (
 
 #: The share of the roof a well-tuned kernel reaches in practice.
 REALISTIC = 0.75
-#: Groupings of ``kinetolens roofline --by``.
-GROUPINGS = ("op", "module")
 #: Every grouping :func:`roofline_by` knows, with its op columns (those of
 #: :func:`kinetolens.analysis.workload.ops.op_stats`, so its tables can be joined).
 GROUP_KEYS = {"op": ["name"], "op+shape": ["name", "shapes"], "module": ["module"], "source": ["source"]}

@@ -34,6 +34,7 @@ import polars as pl
 from kinetolens.analysis.gputime.overview import step_windows
 from kinetolens.analysis.session import per_trace
 from kinetolens.analysis.workload.group_labels import counts, listed
+from kinetolens.analysis.workload.op_groupings import AGGREGATES, GROUPINGS
 from kinetolens.analysis.workload.op_groups import (
     OP_LABELS,
     achieved,
@@ -52,14 +53,6 @@ from kinetolens.model.ownership import owned_kernels, starts_in
 from kinetolens.model.trace import Trace
 from kinetolens.model.vocabulary import NCCL_PREFIX, STEP_PREFIX
 
-GROUPINGS = {
-    "op": ["name"],
-    "op+shape": ["name", "shapes"],
-    "module": ["module"],
-    "source": ["source"],
-    "kernel": ["name"],
-}
-AGGREGATES = ("sum", "mean", "max", "min", "count")
 TIME_COLUMNS = ("device_self_us", "device_total_us", "host_self_us", "host_total_us")
 #: Columns whose values add up over groups whatever the aggregate (a running
 #: total of them means something); the time, FLOPs and bytes columns add up
@@ -591,7 +584,10 @@ def order_and_filter(
     if name_regex:
         key = table.columns[0]
         table = table.filter(pl.col(key).cast(pl.String).str.contains(name_regex))
-    table = table.sort(col, descending=not ascending, nulls_last=True, maintain_order=True)
+    # Ties in the key's order: a table's groups come in hash order, which changes from run to run.
+    keys = [k for k in table.columns[: table.columns.index("calls")] if k != col] if "calls" in table.columns else []
+    ties = [pl.col(k).cast(pl.String) for k in keys if table.schema[k] in (pl.String, pl.Categorical) or isinstance(table.schema[k], pl.Enum)]
+    table = table.sort([pl.col(col), *ties], descending=[not ascending] + [False] * len(ties), nulls_last=True, maintain_order=True)
     if table.schema[col].is_numeric() and additive(col, aggregate):
         table = table.with_columns(cumulative=pl.col(col).cum_sum())
     if top is not None:
