@@ -25,7 +25,8 @@ import polars as pl
 import pytest
 
 import kinetolens
-from kinetolens.analysis.diff import NO_OP, compare, normalize_module, normalize_name
+from kinetolens.analysis.diff import compare
+from kinetolens.analysis.diff_sums import NO_OP, normalize_module, normalize_name
 from kinetolens.registry.kernel_names import short_kernel_name
 from kinetolens.cli.main import main
 from tests.conftest import GOLDEN, trace_path

@@ -55,7 +55,7 @@ def test_summary_compares_the_environments(pair: tuple[kinetolens.Trace, kinetol
 def test_environment_reads_torch_and_cuda_where_the_trace_records_them() -> None:
     # TraceLens' H100 traces carry the harness's torch_env_info and Kineto's
     # cuda_runtime_version (12040).
-    from kinetolens.analysis.diff import environment
+    from kinetolens.analysis.diff_environment import environment
 
     env = environment(kinetolens.load(trace_path(QWEN)))
     assert env["gpu"] == "NVIDIA H100 80GB HBM3" and env["compute_capability"] == "9.0"
@@ -112,7 +112,7 @@ def test_torch_versions_from_kinetolens_run_metadata(tmp_path: Path) -> None:
     # kinetolens.profile records torch's version beside the trace; the loader
     # reads it and diff compares it.  A second torch build cannot be installed here, so the other
     # run is a copy of a real capture whose metadata names another version (the only edited field).
-    from kinetolens.analysis.diff import environment
+    from kinetolens.analysis.diff_environment import environment
     from kinetolens.formats import RUN_METADATA_KEY, metadata_name
 
     torch = pytest.importorskip("torch")

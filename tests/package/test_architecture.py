@@ -28,7 +28,7 @@ CAPTURE_USERS = {"capture", "cli"}
 #: Within analysis/, each folder (or top-level module) may use those listed before it.
 ANALYSIS_ORDER = [
     "forest", "trace_kind_type", "session", "gputime", "workload", "memory", "hardware", "inference", "trace_kind", "finding", "ranks", "paths",
-    "advice", "diff_levels", "diff", "summary_types", "attribution_shares", "summary", "summary_windows", "report_windows", "invariants",
+    "advice", "diff_levels", "diff_environment", "diff_sums", "diff", "summary_types", "attribution_shares", "summary", "summary_windows", "report_windows", "invariants",
 ]  # fmt: skip
 
 

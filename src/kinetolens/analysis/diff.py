@@ -24,36 +24,27 @@ Time basis: device time when both sides ran GPU work (a GPU step is what its
 kernels make it), else host time (a CPU run's steps are its ops' CPU time).
 
 Environment: the summary's ``environment`` compares what each side's traces
-say about the machine and software that ran them (:data:`ENVIRONMENT`: GPU,
-compute capability, torch, CUDA, world size).  Where they differ, every delta
-mixes the code change with the hardware or software one; the views say so
-before any number.
+say about the machine and software that ran them
+(:mod:`kinetolens.analysis.diff_environment`).
 
-Names are matched after removing what identifies an instance rather than
-what ran (:data:`NAME_RULES`): step numbers, addresses, compiled-graph
-hashes, Triton kernel indices, and ``nn.Module`` instance numbers
-(``Linear_1`` and ``Linear_2`` are both ``Linear``: torch numbers instances
-per class in the order they first run, so one inserted layer renumbers every
-later one, and matching raw names would pair different layers).  Pass
-``exact_names=True`` to match raw names.
+Each trace's figures are sums over its steps
+(:mod:`kinetolens.analysis.diff_sums`, which also says how names are
+matched: instance numbers, addresses and hashes removed unless
+``exact_names``); a trace read a step window at a time gives the same sums.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
+from kinetolens.analysis.diff_environment import compare_environments
 from kinetolens.analysis.diff_levels import LEVEL_KEYS, LEVELS
-from kinetolens.analysis.gputime.overview import COLUMNS, step_breakdown
-from kinetolens.analysis.hardware.gpu_spec import trace_device
-from kinetolens.analysis.session import per_trace, whole_steps
-from kinetolens.analysis.workload.op_times import op_instances
-from kinetolens.analysis.workload.ops import without_step_ranges
-from kinetolens.formats import RUN_METADATA_KEY
+from kinetolens.analysis.diff_sums import NO_KEY, NO_OP, DiffSums, trace_sums
+from kinetolens.analysis.gputime.overview import COLUMNS
 from kinetolens.model.trace import Trace
 
 #: A row is ``same`` when its calls per step match and its time moved by at
@@ -66,255 +57,75 @@ EXPLAIN_TOP = 10
 EXPLAIN_MIN_PCT = 1.0
 #: Row statuses: only in the experiment, only in the baseline, moved, within :data:`SAME_PCT`.
 STATUSES: tuple[str, ...] = ("new", "gone", "changed", "same")
-#: Label of rows whose key is missing (ops outside any module, ops without shapes).
-NO_KEY = "-"
-#: Op-level row for GPU work no op launched (NCCL kernels of a communication
-#: thread, kernels whose launch the profiler missed), so that with device time
-#: the op rows add up to all the steps' GPU time.
-NO_OP = "(no op)"
-
-#: (pattern, replacement): parts of names that number an instance of
-#: something rather than say what ran.  Applied in order to op and kernel names.
-NAME_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"^(ProfilerStep)#\d+$"), r"\1#*"),
-    (re.compile(r"0x[0-9a-fA-F]+"), "0x*"),
-    # Inductor graph / cache hashes: a standalone lowercase token of 20+
-    # letters and digits with at least one digit.
-    (re.compile(r"\b(?=[a-z0-9]*\d)[a-z0-9]{20,}\b"), "<hash>"),
-    (re.compile(r"^(triton_[a-z0-9_]+?)_\d+$"), r"\1_*"),
-    (re.compile(r"^(Torch-Compiled Region: )\d+/\d+"), r"\1*/*"),
-)
-#: ``nn.Module`` instance number at the end of a module path component.
-MODULE_INSTANCE = re.compile(r"_\d+(?=\.|$)")
-
-_GPU_KINDS = ("kernel", "memcpy", "memset")
 
 
-def normalize_name(name: str) -> str:
-    """``name`` with instance numbers, addresses and hashes replaced (see :data:`NAME_RULES`)."""
-    for pattern, repl in NAME_RULES:
-        name = pattern.sub(repl, name)
-    return name
-
-
-def normalize_module(path: str) -> str:
-    """``Sequential_0.Linear_2`` -> ``Sequential.Linear``."""
-    return MODULE_INSTANCE.sub("", path)
-
-
-def _map_names(frame: pl.DataFrame, col: str, fn: Callable[[str], str]) -> pl.DataFrame:
-    """Apply ``fn`` once per distinct value (names repeat thousands of times)."""
-    values = frame[col].drop_nulls().unique()
-    if values.len() == 0:
-        return frame
-    mapping = pl.DataFrame({col: values, "_mapped": [fn(v) for v in values.to_list()]})
-    return frame.join(mapping, on=col, how="left").with_columns(pl.col("_mapped").alias(col)).drop("_mapped")
-
-
-# -- environment --------------------------------------------------------------
-
-#: What :func:`environment` reads from a trace, with the words the views use.
-ENVIRONMENT: dict[str, str] = {
-    "gpu": "GPU",
-    "compute_capability": "compute capability",
-    "torch": "torch",
-    "cuda": "CUDA",
-    "world_size": "world size",
-}
-#: How deep :func:`_find_key` looks into nested trace metadata.
-_SEARCH_DEPTH = 4
-
-
-def _find_key(value: Any, key: str, depth: int = _SEARCH_DEPTH) -> Any:
-    """The first ``key`` in nested dicts (breadth first): torch's version sits
-    wherever the harness that wrote the trace put it."""
-    level = [value]
-    for _ in range(depth):
-        found = next((d[key] for d in level if isinstance(d, dict) and d.get(key) not in (None, "")), None)
-        if found is not None:
-            return found
-        level = [v for d in level if isinstance(d, dict) for v in d.values() if isinstance(v, dict)]
-    return None
-
-
-def _cuda_version(value: Any) -> str | None:
-    """Kineto's ``12040`` as ``12.4``; strings as they are."""
-    if isinstance(value, int) and value > 0:
-        return f"{value // 1000}.{value % 1000 // 10}"
-    return str(value) if value not in (None, "") else None
-
-
-def environment(trace: Trace) -> dict[str, Any]:
-    """What ``trace`` says about the machine and software that ran it (None where it says nothing).
-
-    ``gpu`` and ``compute_capability``: the device that ran the most kernel
-    time; ``torch``: a ``torch_version`` anywhere in the trace's metadata
-    (kinetolens' run metadata, other harnesses' environment records; Kineto
-    itself does not write it); ``cuda``: the CUDA runtime Kineto recorded,
-    else the CUDA torch was built with; ``world_size``: ranks in the job.
-    """
-    meta = trace.metadata
-    device = trace_device(trace) or {}
-    major, minor = device.get("computeMajor"), device.get("computeMinor")
-    run = meta.get(RUN_METADATA_KEY) if isinstance(meta.get(RUN_METADATA_KEY), dict) else {}
-    world = trace.world_size if trace.world_size is not None else run.get("world_size")
-    torch = _find_key(meta, "torch_version")
-    return {
-        "gpu": device.get("name") or None,
-        "compute_capability": f"{major}.{minor}" if isinstance(major, int) and isinstance(minor, int) else None,
-        "torch": str(torch) if torch is not None else None,
-        "cuda": _cuda_version(meta.get("cuda_runtime_version")) or _cuda_version(run.get("cuda_version")),
-        "world_size": world if isinstance(world, int) else None,
-    }
-
-
-def _side_environment(traces: list[Trace]) -> dict[str, Any]:
-    """One value per field when the side's traces agree, else their distinct values joined."""
-    out: dict[str, Any] = {}
-    envs = [environment(t) for t in traces]
-    for key in ENVIRONMENT:
-        values = list(dict.fromkeys(e[key] for e in envs if e[key] is not None))
-        out[key] = values[0] if len(values) == 1 else ", ".join(map(str, values)) if values else None
-    return out
-
-
-def compare_environments(baseline: list[Trace], experiment: list[Trace]) -> dict[str, Any]:
-    """Both sides' :func:`environment`, the fields that differ and those a side does not record."""
-    base, exp = _side_environment(baseline), _side_environment(experiment)
-    known = [k for k in ENVIRONMENT if base[k] is not None and exp[k] is not None]
-    return {
-        "baseline": base,
-        "experiment": exp,
-        "differs": [k for k in known if base[k] != exp[k]],
-        "unknown": [k for k in ENVIRONMENT if k not in known],
-    }
-
-
-def environment_warning(env: dict[str, Any]) -> str | None:
-    """The sentence every diff view puts first when :func:`compare_environments` found a difference."""
-    if not env["differs"]:
-        return None
-    changes = ", ".join(f"{ENVIRONMENT[k]} {env['baseline'][k]} → {env['experiment'][k]}" for k in env["differs"])
-    return f"different environments (baseline → experiment): {changes}; the deltas mix this change with the code's"
-
-
-# -- one trace ----------------------------------------------------------------
-
-
-@dataclass
-class _TraceFacts:
-    """What the levels need from one trace, computed once per trace (in its
-    analysis session: a dashboard comparing it with several others reuses it)."""
-
-    path: str | None
-    has_steps: bool
-    steps: int
-    breakdown: pl.DataFrame
-    ops: pl.DataFrame  # op and annotation instances inside steps, without the steps
-    kernels: pl.DataFrame  # GPU activity inside steps
-
-
-@per_trace
-def _facts(trace: Trace) -> _TraceFacts:
-    trace = whole_steps(trace)  # a step the profiler cut short is not a step to compare
-    breakdown = step_breakdown(trace)
-    has_steps = trace.steps.height > 0
-    # Annotations (record_function ranges) are rows too: a user range that
-    # appears or grows is a finding, and kernels launched directly under one
-    # are its self time.  The steps themselves are the baseline, not a row.
-    ops = without_step_ranges(op_instances(trace)).filter(pl.col("kind").cast(pl.String).is_in(("op", "annotation")))
-    kernels = trace.kernels.filter(pl.col("kind").cast(pl.String).is_in(_GPU_KINDS))
-    if has_steps:
-        ops = ops.filter(pl.col("step").is_not_null())
-        kernels = kernels.filter(pl.col("step").is_not_null())
-    return _TraceFacts(path=trace.path, has_steps=has_steps, steps=breakdown.height, breakdown=breakdown, ops=ops, kernels=kernels)
+# -- one side ---------------------------------------------------------------------
 
 
 @dataclass
 class _Side:
-    facts: list[_TraceFacts]
+    sums: list[DiffSums]
 
     @property
     def has_gpu(self) -> bool:
-        return all(f.kernels.height > 0 for f in self.facts)
+        return all(f.has_gpu for f in self.sums)
 
     @property
     def mean_step_ns(self) -> float | None:
-        means = [float(f.breakdown["total"].mean()) for f in self.facts if f.steps]  # type: ignore[arg-type]
+        means = [m for m in (f.mean_step_ns for f in self.sums) if m is not None]
         return sum(means) / len(means) if means else None
 
 
-def _as_traces(side: Trace | Sequence[Trace], label: str) -> list[Trace]:
-    traces = [side] if isinstance(side, Trace) else list(side)
-    if not traces:
+def _as_sums(side: Trace | DiffSums | Sequence[Trace | DiffSums], label: str, exact: bool) -> list[DiffSums]:
+    items = [side] if isinstance(side, (Trace, DiffSums)) else list(side)
+    if not items:
         raise ValueError(f"the {label} has no traces")
-    return traces
+    sums = [trace_sums(t, exact) if isinstance(t, Trace) else t for t in items]
+    if any(f.exact != exact for f in sums):
+        raise ValueError(f"the {label}'s sums were taken with{'out' if exact else ''} exact names")
+    return sums
 
 
-# -- per-level extraction (one trace, sums over its steps) ----------------------
+# -- per-level tables (one trace, sums over its steps) --------------------------
 
 
-def _level_sums(f: _TraceFacts, level: str, device: bool, exact: bool) -> pl.DataFrame:
+def _level_sums(f: DiffSums, level: str, device: bool) -> pl.DataFrame:
     """Key columns plus ``calls``, ``ns`` (and ``total_ns``/``instances``) summed over the trace's steps."""
-    self_col, total_col = ("device_self", "device_total") if device else ("host_self", "host_total")
+    side = "device" if device else "host"
     if level == "step":
-        b = f.breakdown
         return pl.DataFrame(
-            {
-                "category": list(COLUMNS),
-                "calls": [None] * len(COLUMNS),
-                "ns": [float(b[c].sum()) for c in COLUMNS],
-            },
+            {"category": list(COLUMNS), "calls": [None] * len(COLUMNS), "ns": [f.categories[c] for c in COLUMNS]},
             schema={"category": pl.String, "calls": pl.Float64, "ns": pl.Float64},
         )
     if level == "kernel":
-        k = f.kernels.select("name", "dur")
-        k = k if exact else _map_names(k, "name", normalize_name)
-        return k.group_by("name").agg(calls=pl.len().cast(pl.Float64), ns=pl.col("dur").sum().cast(pl.Float64))
-    ops = f.ops
+        return f.kernels.select("name", "calls", "ns")
     if level == "module":
-        top = ops.filter(pl.col("top_op_id") == pl.col("op_id")).select("module", ns=total_col)
-        top = top.with_columns(raw=pl.col("module"))
-        top = top if exact else _map_names(top, "module", normalize_module)
-        return (
-            top.with_columns(pl.col("module").fill_null(NO_KEY))
-            .group_by("module")
-            .agg(
-                calls=pl.len().cast(pl.Float64),
-                ns=pl.col("ns").sum().cast(pl.Float64),
-                instances=pl.col("raw").n_unique().cast(pl.Float64),
-            )
+        return f.modules.group_by("module", maintain_order=True).agg(
+            pl.col("calls").sum(), ns=pl.col(f"{side}_ns").sum(), instances=pl.col("raw").n_unique().cast(pl.Float64)
         )
     keys = list(LEVEL_KEYS[level])
-    sel = ops.select(*keys, ns=self_col, total_ns=total_col)
-    sel = sel if exact else _map_names(sel, "name", normalize_name)
-    if "shapes" in keys:
-        sel = sel.with_columns(pl.col("shapes").fill_null(NO_KEY))
-    sums = sel.group_by(keys).agg(
-        calls=pl.len().cast(pl.Float64),
-        ns=pl.col("ns").sum().cast(pl.Float64),
-        total_ns=pl.col("total_ns").sum().cast(pl.Float64),
+    sums = f.ops.group_by(keys, maintain_order=True).agg(
+        pl.col("calls").sum(), ns=pl.col(f"{side}_ns").sum(), total_ns=pl.col(f"{side}_total_ns").sum()
     )
-    orphans = f.kernels.filter(pl.col("op_id").is_null())
-    if device and orphans.height:
-        ns = float(orphans["dur"].sum())
-        row = {"name": NO_OP, "shapes": NO_KEY, "calls": float(orphans.height), "ns": ns, "total_ns": ns}
+    calls, ns = f.orphans
+    if device and calls:
+        row = {"name": NO_OP, "shapes": NO_KEY, "calls": float(calls), "ns": ns, "total_ns": ns}
         sums = pl.concat([sums, pl.DataFrame({k: [row[k]] for k in sums.columns}, schema=sums.schema)])
     return sums
 
 
-def _side_per_step(side: _Side, level: str, device: bool, exact: bool) -> pl.DataFrame:
+def _side_per_step(side: _Side, level: str, device: bool) -> pl.DataFrame:
     """Per-step figures of one side: each trace's sums over its steps, then the mean over traces."""
     keys = list(LEVEL_KEYS[level])
     parts = []
-    for f in side.facts:
-        sums = _level_sums(f, level, device, exact)
+    for f in side.sums:
+        sums = _level_sums(f, level, device)
         n = max(f.steps, 1)
         value_cols = [c for c in sums.columns if c not in keys]
         per_trace = [pl.col(c) / n for c in value_cols if c != "instances"]
         parts.append(sums.with_columns(per_trace))
     stacked = pl.concat(parts, how="vertical_relaxed")
-    n_traces = len(side.facts)
+    n_traces = len(side.sums)
     aggs = [
         (pl.col(c).max() if c == "instances" else pl.col(c).sum() / n_traces).alias(c)
         for c in stacked.columns
@@ -396,10 +207,10 @@ class RunDiff:
 def _side_info(side: _Side) -> dict[str, Any]:
     mean = side.mean_step_ns
     return {
-        "traces": [f.path for f in side.facts],
-        "ranks": len(side.facts),
-        "steps": [f.steps for f in side.facts],
-        "has_steps": all(f.has_steps for f in side.facts),
+        "traces": [f.path for f in side.sums],
+        "ranks": len(side.sums),
+        "steps": [f.steps for f in side.sums],
+        "has_steps": all(f.has_steps for f in side.sums),
         "mean_step_us": None if mean is None else mean / 1000.0,
     }
 
@@ -454,14 +265,16 @@ def explain(op_table: pl.DataFrame, step_delta_us: float, top: int = EXPLAIN_TOP
 
 
 def compare(
-    baseline: Trace | Sequence[Trace],
-    experiment: Trace | Sequence[Trace],
+    baseline: Trace | DiffSums | Sequence[Trace | DiffSums],
+    experiment: Trace | DiffSums | Sequence[Trace | DiffSums],
     *,
     levels: Sequence[str] = LEVELS,
     exact_names: bool = False,
     top: int = EXPLAIN_TOP,
 ) -> RunDiff:
-    """Compare two runs (a trace each, or the rank traces of each run).
+    """Compare two runs (a trace each, or the rank traces of each run; or
+    their :class:`~kinetolens.analysis.diff_sums.DiffSums`, as a trace read a
+    step window at a time gives them).
 
     The summary holds :func:`compare_environments` (``environment``: GPU,
     torch, CUDA, world size of each side, which differ, which are not
@@ -473,18 +286,17 @@ def compare(
     unknown = [lv for lv in levels if lv not in LEVELS]
     if unknown:
         raise ValueError(f"unknown level {unknown[0]!r}; choose from {', '.join(LEVELS)}")
-    base_traces, exp_traces = _as_traces(baseline, "baseline"), _as_traces(experiment, "experiment")
-    base = _Side([_facts(t) for t in base_traces])
-    exp = _Side([_facts(t) for t in exp_traces])
+    base = _Side(_as_sums(baseline, "baseline", exact_names))
+    exp = _Side(_as_sums(experiment, "experiment", exact_names))
     device = base.has_gpu and exp.has_gpu
     tables: dict[str, pl.DataFrame] = {}
     for level in dict.fromkeys([*levels, "op", "step"]):
         tables[level] = _join_sides(
-            _side_per_step(base, level, device, exact_names), _side_per_step(exp, level, device, exact_names), level
+            _side_per_step(base, level, device), _side_per_step(exp, level, device), level
         )
     b_mean, e_mean = base.mean_step_ns, exp.mean_step_ns
     summary: dict[str, Any] = {
-        "environment": compare_environments(base_traces, exp_traces),
+        "environment": compare_environments([f.environment for f in base.sums], [f.environment for f in exp.sums]),
         "basis": "device" if device else "host",
         "baseline": _side_info(base),
         "experiment": _side_info(exp),

@@ -78,7 +78,8 @@ def diff_command(
     logdir with one run.  Times are per step, in the unit each table's
     header names (--json/--csv: microseconds)."""
     # here, not at the top: the command's --help needs neither polars nor rich
-    from kinetolens.analysis.diff import compare, environment_warning
+    from kinetolens.analysis.diff import compare
+    from kinetolens.analysis.diff_environment import environment_warning
     from kinetolens.cli.diff_output import (
         gate,
         print_explained,

@@ -13,7 +13,8 @@ import polars as pl
 from rich.console import Console
 from rich.text import Text
 
-from kinetolens.analysis.diff import ENVIRONMENT, RunDiff, environment_warning
+from kinetolens.analysis.diff import RunDiff
+from kinetolens.analysis.diff_environment import ENVIRONMENT, environment_warning
 from kinetolens.analysis.diff_levels import LEVEL_KEYS
 from kinetolens.cli.render import print_pairs, print_table
 from kinetolens.model.vocabulary import CATEGORY_WORDS

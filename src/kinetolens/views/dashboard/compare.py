@@ -18,6 +18,7 @@ from typing import Any
 import polars as pl
 
 from kinetolens.analysis import diff as diff_module
+from kinetolens.analysis.diff_environment import environment_warning
 from kinetolens.analysis.gputime.idle import comm_comp_overlap, temporal_breakdown
 from kinetolens.analysis.ranks.dist_report import DistReport, dist_report
 from kinetolens.analysis.ranks.distributed import rank_summary
@@ -202,7 +203,7 @@ def diff_view(ctx: Ctx) -> list[Block]:
         ["largest step change", _largest(summary["largest_step_change"], CATEGORY_WORDS)],
         ["time basis", summary["basis"]],
     ]
-    warning = diff_module.environment_warning(summary["environment"])
+    warning = environment_warning(summary["environment"])
     return [
         picker,
         *([text(f"Warning: {warning}.", "warn")] if warning else []),
