@@ -21,6 +21,7 @@ from kinetolens.errors import TraceError
 from kinetolens.logdir import one_run
 
 if TYPE_CHECKING:
+    from kinetolens.analysis.diff_sums import DiffSums
     from kinetolens.model.trace import Trace
 
 #: Rows shown in the terminal unless ``-t`` says otherwise.
@@ -42,8 +43,21 @@ def side_paths(path: str) -> list[Path]:
     return [t.path for t in one_run(p)]
 
 
-def _load_side(path: str, loading: TraceLoading) -> list[Trace]:
-    return [loading.load(str(p)) for p in side_paths(path)]
+def _side(path: str, loading: TraceLoading, windows: bool | None, exact: bool, read: list[str]) -> list[Trace | DiffSums]:
+    """One side's traces, each read whole, or a step window at a time (its
+    sums only) where ``windows`` asks for it or it is too large to hold;
+    ``read`` gets a line for each trace read a window at a time."""
+    from kinetolens.runs.windowed_read import diff_sums_in_windows
+
+    out: list[Trace | DiffSums] = []
+    for p in side_paths(path):
+        windowed = loading.in_windows(p, windows, lambda q, notes: diff_sums_in_windows(q, exact, notes=notes))
+        if windowed is None:
+            out.append(loading.load(str(p)))
+        else:
+            out.append(windowed.sums)
+            read.append(f"{p}: {windowed.read}")
+    return out
 
 
 @click.command("diff")
@@ -64,10 +78,16 @@ def _load_side(path: str, loading: TraceLoading) -> list[Trace]:
               help="Exit 1 when the experiment's mean step time is more than PCT% above the baseline's.")
 @click.option("--exact-names", is_flag=True, help="Match raw names (keep module instance numbers, hashes, step numbers).")
 @click.option("-w", "--width", type=WIDTH, help="Terminal width for the tables.")
+@click.option(
+    "--windows/--whole", "windows", default=None,
+    help="Read each trace a step window at a time (memory bounded by a step), or whole; "
+    "default: a step window at a time from 1.5 GB of JSON.",
+)
 @trace_load_options()
 def diff_command(
     baseline: str, experiment: str, level: str | None, top: int | None, json_: bool, csv_: bool, tsv: bool,
     fail_if_slower: float | None, exact_names: bool, width: int | None, loading: TraceLoading,
+    windows: bool | None = None,
 ) -> None:
     """Compare EXPERIMENT with BASELINE per step: first the step-time
     categories that changed most (data loading, GPU kernels, CPU execution,
@@ -89,16 +109,18 @@ def diff_command(
         terminal_columns,
     )
     from kinetolens.cli.render import console as render_console
-    from kinetolens.cli.render import emit, emit_json
+    from kinetolens.cli.render import echo_notes, emit, emit_json
 
     machine = json_ or csv_ or tsv
     levels = [level or DEFAULT_LEVEL] if machine else ["step", *([level] if level else DEFAULT_VIEW)]
+    read: list[str] = []
     diff = compare(
-        _load_side(baseline, loading),
-        _load_side(experiment, loading),
+        _side(baseline, loading, windows, exact_names, read),
+        _side(experiment, loading, windows, exact_names, read),
         levels=list(dict.fromkeys(levels)),
         exact_names=exact_names,
     )
+    echo_notes(read)
     if machine:
         shown_level = level or DEFAULT_LEVEL
         table = diff.tables[shown_level]

@@ -47,12 +47,14 @@ from kinetolens.registry.words import counted
 from kinetolens.windowed import StepWindow, Windowed, open_windows
 
 if TYPE_CHECKING:
+    from kinetolens.analysis.diff_sums import DiffSums
     from kinetolens.analysis.paths.whatif import Change, WhatIf
     from kinetolens.analysis.ranks.distributed import RankSummary
 
 T = TypeVar("T")
 
 __all__ = [
+    "WindowedDiffSums",
     "WindowedMemory",
     "WindowedModules",
     "WindowedOps",
@@ -459,6 +461,36 @@ def _work(
         return None, "it has no step window"
     work = pl.concat(parts).sort("ts", maintain_order=True)
     return WindowedWork(work, rank, windowed.has_gpu_work(), _read_words(windowed.steps)), ""
+
+
+@dataclass(frozen=True)
+class WindowedDiffSums:
+    """What ``kinetolens diff`` compares of one trace, read a step window at a time."""
+
+    sums: DiffSums
+    #: What was read, for the line the view prints.
+    read: str
+
+
+def diff_sums_in_windows(
+    path: Path, exact: bool = False, spill_root: Path | None = None, notes: list[str] | None = None
+) -> WindowedDiffSums | None:
+    """The sums a diff compares of ``path`` (:mod:`kinetolens.analysis.diff_sums`),
+    read a step window at a time: each window's own ops and GPU work summed,
+    the windows' sums added.  None where it cannot be (``notes`` says why;
+    the caller reads the trace whole)."""
+    return _windowed(path, spill_root, notes, lambda windowed: _diff_sums(windowed, exact))
+
+
+def _diff_sums(windowed: Windowed, exact: bool) -> tuple[WindowedDiffSums | None, str]:
+    from kinetolens.analysis.diff_sums import added, window_sums
+
+    if windowed.numbers_graphs():
+        return None, NUMBERED_GRAPHS  # a replay under no op is named by its graph's number
+    parts = [window_sums(trace, window.step, window.own, exact) for window, trace in windowed.traces()]
+    if not parts:
+        return None, "it has no step window"
+    return WindowedDiffSums(added(parts), _read_words(windowed.steps)), ""
 
 
 @dataclass(frozen=True)
