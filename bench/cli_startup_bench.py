@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-COMMANDS = (["--help"], ["run", "--help"], ["ops", "--help"])
+COMMANDS = (["--help"], ["run", "--help"], ["ops", "--help"], ["diff", "--help"], ["memory", "--help"], ["roofline", "--help"], ["phases", "--help"])
 
 
 def one_run(src: str, args: list[str]) -> tuple[float, float, float]:
