@@ -26,6 +26,7 @@ import kinetolens
 from kinetolens.analysis.advice import recommendations as rec
 from kinetolens.analysis.gputime import overview
 from kinetolens.analysis.hardware import gpu_metrics, gpu_spec, tensor_cores
+from kinetolens.analysis.inference import phases
 from kinetolens.analysis.memory import usage
 from kinetolens.analysis.paths import dependency_graph
 from kinetolens.analysis.session import session_of, warnings_of
@@ -52,6 +53,7 @@ BASE = {
     "device_spec": gpu_spec.device_spec,
     "findings": rec.findings,
     "dependency facts": dependency_graph.TraceFacts.__init__,
+    "inference detection": phases.detect,
 }
 SIMPLE = (str, int, float, bool, type(None))
 
@@ -96,7 +98,7 @@ def test_each_base_result_is_computed_once_per_trace(rel: str, command: str, tmp
     assert not repeated, f"computed more than once for one trace: {repeated}"
     names = {name for name, _, _ in counts}
     # The counting sees the base results at all (a renamed function would count nothing).
-    assert {"carried_work", "kernel_tensor_cores", "step_windows", "findings", "device_spec", "peak_memory"} <= names
+    assert {"carried_work", "kernel_tensor_cores", "step_windows", "findings", "device_spec", "peak_memory", "inference detection"} <= names
 
 
 def _negative_mm(tmp_path) -> str:
