@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import click
 
 from kinetolens.cli.checks import WIDTH
 from kinetolens.cli.load_options import TraceLoading, trace_load_options
+
+if TYPE_CHECKING:
+    from kinetolens.runs.windowed_read import WindowedCompiled
 
 HEADERS = {
     "name": "kernel",
@@ -27,8 +33,15 @@ DROPPABLE = ("flops", "calls", "pct_of_roof", "bytes")
 @click.option("--csv", is_flag=True)
 @click.option("--json", "json_", is_flag=True)
 @click.option("-w", "--width", type=WIDTH, default=None, help="Terminal width for the table.")
+@click.option(
+    "--windows/--whole", "windows", default=None,
+    help="Read TRACE a step window at a time (memory bounded by a step), or whole; "
+    "default: a step window at a time from 1.5 GB of JSON.",
+)
 @trace_load_options(capture=True)
-def compiled_command(trace: str, csv: bool, json_: bool, width: int | None, loading: TraceLoading) -> None:
+def compiled_command(
+    trace: str, csv: bool, json_: bool, width: int | None, loading: TraceLoading, windows: bool | None = None
+) -> None:
     """Kernels torch.compile generated (inductor C++ and Triton): the source
     ops and nn.Modules each fuses, FLOPs and bytes per call (the sum of the
     fused ops'), and % of roofline where the GPU's peaks are known.
@@ -43,10 +56,20 @@ def compiled_command(trace: str, csv: bool, json_: bool, width: int | None, load
 
     from kinetolens.analysis.hardware.compiled_kernels import compiled_kernel_table
     from kinetolens.analysis.hardware.gpu_spec import gpu_spec
-    from kinetolens.cli.render import emit, print_table, terminal_width
+    from kinetolens.cli.render import echo_notes, emit, print_table, terminal_width
 
-    loaded = loading.load(trace)
-    table = compiled_kernel_table(loaded, gpu_spec(loaded))
+    def in_windows(path: Path, notes: list[str]) -> WindowedCompiled | None:
+        from kinetolens.runs.windowed_read import compiled_in_windows  # only for a trace read so
+
+        return compiled_in_windows(path, gpu_spec, notes=notes)
+
+    read = loading.in_windows(trace, windows, in_windows)
+    if read is not None:
+        table = read.table
+        echo_notes([read.read])
+    else:
+        loaded = loading.load(trace)
+        table = compiled_kernel_table(loaded, gpu_spec(loaded))
     if not table.height:
         raise click.UsageError(
             f"{trace}: no torch.compile kernels in this trace (inductor's C++ kernels are named only when "

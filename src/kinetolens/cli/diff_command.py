@@ -23,6 +23,7 @@ from kinetolens.logdir import one_run
 if TYPE_CHECKING:
     from kinetolens.analysis.diff_sums import DiffSums
     from kinetolens.model.trace import Trace
+    from kinetolens.runs.windowed_read import WindowedDiffSums
 
 #: Rows shown in the terminal unless ``-t`` says otherwise.
 DEFAULT_TOP = 20
@@ -47,11 +48,15 @@ def _side(path: str, loading: TraceLoading, windows: bool | None, exact: bool, r
     """One side's traces, each read whole, or a step window at a time (its
     sums only) where ``windows`` asks for it or it is too large to hold;
     ``read`` gets a line for each trace read a window at a time."""
-    from kinetolens.runs.windowed_read import diff_sums_in_windows
+
+    def in_windows(q: Path, notes: list[str]) -> WindowedDiffSums | None:
+        from kinetolens.runs.windowed_read import diff_sums_in_windows  # only for a trace read so
+
+        return diff_sums_in_windows(q, exact, notes=notes)
 
     out: list[Trace | DiffSums] = []
     for p in side_paths(path):
-        windowed = loading.in_windows(p, windows, lambda q, notes: diff_sums_in_windows(q, exact, notes=notes))
+        windowed = loading.in_windows(p, windows, in_windows)
         if windowed is None:
             out.append(loading.load(str(p)))
         else:

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 __all__ = [
+    "WindowedCompiled",
     "WindowedDiffSums",
     "WindowedMemory",
     "WindowedModules",
@@ -461,6 +462,40 @@ def _work(
         return None, "it has no step window"
     work = pl.concat(parts).sort("ts", maintain_order=True)
     return WindowedWork(work, rank, windowed.has_gpu_work(), _read_words(windowed.steps)), ""
+
+
+@dataclass(frozen=True)
+class WindowedCompiled:
+    """The torch.compile kernel table of a trace read a step window at a time (``kinetolens compiled``)."""
+
+    table: pl.DataFrame
+    #: What was read, for the line the view prints.
+    read: str
+
+
+def compiled_in_windows(
+    path: Path, spec_of: Callable[[Trace], GpuSpec | None], spill_root: Path | None = None, notes: list[str] | None = None
+) -> WindowedCompiled | None:
+    """The kernels torch.compile generated in ``path``
+    (:func:`~kinetolens.analysis.hardware.compiled_kernels.compiled_kernel_table`),
+    read a step window at a time: each window's own calls summed, the sums
+    added; the GPU's peaks are ``spec_of`` the first window.  None where it
+    cannot be (``notes`` says why; the caller reads the trace whole)."""
+    return _windowed(path, spill_root, notes, lambda windowed: _compiled(windowed, spec_of))
+
+
+def _compiled(windowed: Windowed, spec_of: Callable[[Trace], GpuSpec | None]) -> tuple[WindowedCompiled | None, str]:
+    from kinetolens.analysis.hardware.compiled_kernels import CompiledPart, compiled_part, compiled_table
+
+    parts: list[CompiledPart] = []
+    spec: GpuSpec | None = None
+    for i, (window, trace) in enumerate(windowed.traces()):
+        if i == 0:
+            spec = spec_of(trace)
+        parts.append(compiled_part(trace, spec, window.own))
+    if not parts:
+        return None, "it has no step window"
+    return WindowedCompiled(compiled_table(parts), _read_words(windowed.steps)), ""
 
 
 @dataclass(frozen=True)

@@ -30,12 +30,15 @@ that range's; Triton kernels are GPU kernels with their launch op.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import polars as pl
 
 from kinetolens.analysis.hardware.roofline import kernel_roofline
 from kinetolens.analysis.workload.fusions import fusion, recorded
 from kinetolens.analysis.workload.work import carried_work, kernel_work
 from kinetolens.model.compiled_modules import compiled_root, kernel_modules
+from kinetolens.model.ownership import owned_kernels, starts_in
 from kinetolens.model.trace import Trace
 from kinetolens.registry.gpus import GpuSpec
 
@@ -119,33 +122,77 @@ def compiled_kernel_table(trace: Trace, spec: GpuSpec | None = None) -> pl.DataF
     ``tflops_s, gbps`` (achieved), ``pct_of_roof, bound`` (GPU kernels,
     where ``spec`` has the GPU's peaks, as ``kinetolens roofline`` computes
     them), ``compiled_module, source``."""
+    return compiled_table([compiled_part(trace, spec)])
+
+
+@dataclass(frozen=True)
+class CompiledPart:
+    """What :func:`compiled_table` makes the table of, of a trace or of a window of it."""
+
+    #: Per generated kernel (name and direction): sums over its calls and the first call's facts.
+    kernels: pl.DataFrame
+    #: Calls per generated kernel (name and direction) and roofline bound.
+    bounds: pl.DataFrame
+
+
+def compiled_part(trace: Trace, spec: GpuSpec | None = None, own: tuple[int, int] | None = None) -> CompiledPart:
+    """The sums :func:`compiled_table` makes the table of: of every call, or,
+    with ``own`` ([lo, hi) ns), of the calls a window owns (C++ kernels'
+    ranges starting then, Triton kernels launched then); parts of windows add up."""
     calls = generated_kernels(trace)
-    if not calls.height:
-        return pl.DataFrame()
+    if own is not None and calls.height:
+        owned = trace.kernels.filter(owned_kernels(*own)).select("kernel_id")
+        ranges = trace.ops.filter(starts_in(own)).select("op_id")
+        calls = calls.filter(
+            pl.col("kernel_id").is_in(owned["kernel_id"].implode())
+            | (pl.col("kernel_id").is_null() & pl.col("op_id").is_in(ranges["op_id"].implode()))
+        )
     roof = pl.DataFrame(schema={"kernel_id": pl.Int64, "ideal_us": pl.Float64, "bound": pl.String})
     if spec is not None and spec.dram_gbps and calls["kernel_id"].is_not_null().any():
         roof = kernel_roofline(trace, spec).select("kernel_id", "ideal_us", "bound")
     calls = calls.join(roof, on="kernel_id", how="left")
-    grouped = calls.group_by("name", "direction", maintain_order=True).agg(
-        backend=pl.col("backend").first(),
+    kernels = calls.group_by("name", "direction", maintain_order=True).agg(
+        pl.col("backend", "fused_ops", "modules", "provenance", "compiled_module", "source").first(),
         calls=pl.len(),
         total_us=pl.col("dur_us").sum(),
-        fused_ops=pl.col("fused_ops").first().list.eval(pl.element().str.replace("^aten::", "")).list.join(", "),
-        modules=pl.col("modules").first().list.join(", "),
-        provenance=pl.col("provenance").first(),
-        flops=pl.col("flops").mean(),
-        bytes=pl.col("bytes").mean(),
         all_flops=pl.col("flops").sum(),
+        flops_calls=pl.col("flops").count(),
         all_bytes=pl.col("bytes").sum(),
-        compiled_module=pl.col("compiled_module").first(),
-        source=pl.col("source").first(),
+        bytes_calls=pl.col("bytes").count(),
         ideal_us=pl.when(pl.col("ideal_us").is_not_null().any()).then(pl.col("ideal_us").sum()),
-        bound=pl.col("bound").drop_nulls().mode().sort().first(),  # ties: the first by name (a mode lists its ties in no set order)
     )
+    bounds = calls.filter(pl.col("bound").is_not_null()).group_by("name", "direction", "bound").agg(calls=pl.len())
+    return CompiledPart(kernels, bounds)
+
+
+def compiled_table(parts: list[CompiledPart]) -> pl.DataFrame:
+    """The table of :func:`compiled_kernel_table` from parts of :func:`compiled_part`
+    (one for a trace held whole, one per window in time order): sums added,
+    the first call's facts kept, ``bound`` the one most of the calls had
+    (ties: the first by name)."""
+    held = [p for p in parts if p.kernels.height]
+    if not held:
+        return pl.DataFrame()
+    keys = ["name", "direction"]
+    grouped = pl.concat([p.kernels for p in held]).group_by(keys, maintain_order=True).agg(
+        pl.col("backend", "fused_ops", "modules", "provenance", "compiled_module", "source").first(),
+        pl.col("calls", "total_us", "all_flops", "flops_calls", "all_bytes", "bytes_calls").sum(),
+        ideal_us=pl.when(pl.col("ideal_us").is_not_null().any()).then(pl.col("ideal_us").sum()),
+    )
+    bound = (
+        pl.concat([p.bounds for p in held]).group_by(*keys, "bound").agg(pl.col("calls").sum())
+        .sort([*keys, "calls", "bound"], descending=[False, False, True, False])
+        .group_by(keys, maintain_order=True).agg(pl.col("bound").first())
+    )  # fmt: skip
+    grouped = grouped.join(bound, on=keys, how="left", maintain_order="left")
     rate = pl.col("total_us") > 0
     return (
         grouped.with_columns(
+            pl.col("fused_ops").list.eval(pl.element().str.replace("^aten::", "")).list.join(", "),
+            pl.col("modules").list.join(", "),
             mean_us=pl.col("total_us") / pl.col("calls"),
+            flops=pl.when(pl.col("flops_calls") > 0).then(pl.col("all_flops") / pl.col("flops_calls")),
+            bytes=pl.when(pl.col("bytes_calls") > 0).then(pl.col("all_bytes") / pl.col("bytes_calls")),
             tflops_s=pl.when(rate).then(pl.col("all_flops") / pl.col("total_us") / 1e6),
             gbps=pl.when(rate).then(pl.col("all_bytes") / pl.col("total_us") / 1e3),
             pct_of_roof=pl.when(rate).then(100.0 * pl.col("ideal_us") / pl.col("total_us")),
