@@ -44,10 +44,12 @@ def side_paths(path: str) -> list[Path]:
     return [t.path for t in one_run(p)]
 
 
-def _side(path: str, loading: TraceLoading, windows: bool | None, exact: bool, read: list[str]) -> list[Trace | DiffSums]:
+def _side(
+    label: str, path: str, loading: TraceLoading, windows: bool | None, exact: bool, read: list[str]
+) -> list[Trace | DiffSums]:
     """One side's traces, each read whole, or a step window at a time (its
     sums only) where ``windows`` asks for it or it is too large to hold;
-    ``read`` gets a line for each trace read a window at a time."""
+    ``read`` gets a line for each trace read a window at a time, naming the side (``label``)."""
 
     def in_windows(q: Path, notes: list[str]) -> WindowedDiffSums | None:
         from kinetolens.runs.windowed_read import diff_sums_in_windows  # only for a trace read so
@@ -61,7 +63,7 @@ def _side(path: str, loading: TraceLoading, windows: bool | None, exact: bool, r
             out.append(loading.load(str(p)))
         else:
             out.append(windowed.sums)
-            read.append(f"{p}: {windowed.read}")
+            read.append(f"{label} {p}: {windowed.read}")
     return out
 
 
@@ -120,8 +122,8 @@ def diff_command(
     levels = [level or DEFAULT_LEVEL] if machine else ["step", *([level] if level else DEFAULT_VIEW)]
     read: list[str] = []
     diff = compare(
-        _side(baseline, loading, windows, exact_names, read),
-        _side(experiment, loading, windows, exact_names, read),
+        _side("baseline", baseline, loading, windows, exact_names, read),
+        _side("experiment", experiment, loading, windows, exact_names, read),
         levels=list(dict.fromkeys(levels)),
         exact_names=exact_names,
     )
