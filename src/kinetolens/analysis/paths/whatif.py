@@ -461,8 +461,11 @@ def _carry(ev: pl.DataFrame, origin: int) -> tuple[np.ndarray, np.ndarray]:
     """Start nodes of each stream's first activity in the window that was queued
     behind earlier work (the previous step's), and when that work ended (ns after ``origin``).
     The previous step is taken to end as measured, relative to this one's start."""
-    gpu = ev.filter(pl.col("side") == "gpu")
-    if gpu.height == 0 or "busy_until" not in gpu.columns:
+    if "busy_until" not in ev.columns:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    # The columns first: a filter, a sort and a group's first row copy every column they keep.
+    gpu = ev.select("side", "eid", "ts", "device", "stream", "busy_until").filter(pl.col("side") == "gpu")
+    if gpu.height == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     first = gpu.sort("ts", "eid").group_by("device", "stream", maintain_order=True).first()
     first = first.filter(pl.col("busy_until").is_not_null() & (pl.col("busy_until") > origin) & (pl.col("busy_until") <= pl.col("ts")))
