@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+import numpy as np
 import polars as pl
 
 from kinetolens.model.ids import rows_by_id
@@ -123,26 +124,33 @@ def stream_times(trace: Trace) -> pl.DataFrame:
 
 
 def union_intervals(frame: pl.DataFrame, by: list[str] | None = None) -> pl.DataFrame:
-    """Merge overlapping ``[ts, end)`` intervals (per ``by`` group) into disjoint ones.
+    """Merge overlapping ``[ts, end)`` intervals (per ``by`` group) into disjoint ones,
+    in the groups' order, then by start.
 
-    Sorting by start and comparing each start with the running maximum of the
-    ends before it finds where a new merged interval begins; no Python loop.
-    """
+    Sorted by group and start, an interval starts a merged one where its
+    start is later than every end before it in its group: numpy's running
+    maximum over the ends, each group's offset above the previous groups'
+    (a running maximum per group in polars took a window per group), and
+    each merged interval's end the largest of its parts'."""
     by = by or []
+    schema = {**{c: frame.schema[c] for c in by}, "ts": pl.Int64, "end": pl.Int64}
     if frame.height == 0:
-        return pl.DataFrame(schema={**{c: frame.schema[c] for c in by}, "ts": pl.Int64, "end": pl.Int64})
-    over = by or None
-    prev_end = pl.col("end").cum_max().shift(1)
-    starts = pl.col("ts") > (prev_end.over(over) if over else prev_end)
-    group = (starts.fill_null(True)).cast(pl.Int64).cum_sum()
-    merged = (
-        frame.select(*by, "ts", "end")
-        .sort([*by, "ts"])
-        .with_columns(group=group.over(over) if over else group)
-        .group_by([*by, "group"], maintain_order=True)
-        .agg(pl.col("ts").min(), pl.col("end").max())
-    )
-    return merged.drop("group")
+        return pl.DataFrame(schema=schema)
+    ordered = frame.select(*by, "ts", "end").sort([*by, "ts"])
+    ts, end = ordered["ts"].to_numpy(), ordered["end"].to_numpy()
+    group = ordered.select(pl.struct(by).rle_id())[:, 0].to_numpy().astype(np.int64) if by else np.zeros(ts.size, np.int64)
+    low = int(min(ts.min(), end.min()))
+    span = int(max(ts.max(), end.max())) - low + 1
+    if (int(group[-1]) + 1) * span >= 2**63:  # offsets that would overflow (groups far apart in time): one group at a time
+        parts = [union_intervals(part, by) for part in ordered.partition_by(by, maintain_order=True)]
+        return pl.concat(parts).cast(schema)
+    offset = group * span - low
+    running = np.maximum.accumulate(end + offset)
+    first = np.ones(ts.size, dtype=bool)
+    first[1:] = (group[1:] != group[:-1]) | (ts[1:] + offset[1:] > running[:-1])
+    starts = np.flatnonzero(first)
+    merged = ordered[starts].select(*by, "ts").with_columns(end=pl.Series(np.maximum.reduceat(end, starts), dtype=pl.Int64))
+    return merged.cast(schema)
 
 
 def covered_ns(intervals: pl.DataFrame) -> int:
