@@ -4,8 +4,9 @@ Key: absolute path, size, mtime, a fingerprint of the content (the file's
 first and last MiB, :mod:`kinetolens.fingerprint`) and a hash of the code
 that shapes the tables; any change makes a new key, so a stale entry is
 never read.  An entry is a directory named by its key (32 hex digits)
-holding one Arrow IPC file per table (:data:`TABLE_SUFFIX`), ``meta.json`` (with each table's column
-names and dtypes) and ``checksum`` (a hash of all of them), written to a
+holding one Arrow IPC file per table (:data:`TABLE_SUFFIX`), ``meta.json``
+(with each table's column names and dtypes) and ``checksum`` (a hash of
+all of them), written to a
 temporary ``.tmp-HOST-PID-*`` directory and renamed into place, so readers
 never see half an entry.  An entry that does not decode, whose checksum or
 recorded schema does not match, or whose tables are not the model's
@@ -75,7 +76,8 @@ _TMP_NAME = re.compile(r"^\.tmp-(?:(?P<host>.+)-(?P<pid>\d+)-)?[A-Za-z0-9_]+$")
 _ENTRY_FILE = re.compile(r"^(?:[a-z_]+\.(?:arrow|parquet)|meta\.json|checksum|[a-z_]+\.derived\.json(?:\.tmp\d+)?)$")
 #: Each table of an entry is an Arrow IPC file with zstd-compressed buffers:
 #: written in about half the CPU time of zstd Parquet at its fastest level
-#: (no page encoding), a little smaller, read as fast.
+#: (no page encoding) and a little smaller; a command reading it costs the
+#: same (its repeated texts decode a little slower than Parquet's dictionaries).
 TABLE_SUFFIX = ".arrow"
 #: Part of every key: an entry written in another layout is never read.
 ENTRY_LAYOUT = f"tables{TABLE_SUFFIX}+zstd"
