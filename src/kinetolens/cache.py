@@ -6,9 +6,8 @@ that shapes the tables; any change makes a new key, so a stale entry is
 never read.  An entry is a directory named by its key (32 hex digits)
 holding one Arrow IPC file per table (:data:`TABLE_SUFFIX`), ``meta.json``
 (with each table's column names and dtypes) and ``checksum`` (a hash of
-all of them), written to a
-temporary ``.tmp-HOST-PID-*`` directory and renamed into place, so readers
-never see half an entry.  An entry that does not decode, whose checksum or
+all of them), written to a temporary ``.tmp-HOST-PID-*`` directory and
+renamed into place, so readers never see half an entry.  An entry that does not decode, whose checksum or
 recorded schema does not match, or whose tables are not the model's
 (:mod:`kinetolens.model.schema`), is rebuilt with one warning line; one that cannot
 be read for another reason (permissions, a failing disk or network) is left
