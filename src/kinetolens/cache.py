@@ -556,6 +556,24 @@ def _size_of(entry: Path) -> int:
         return 0
 
 
+def _owned_bytes(child: os.DirEntry[str]) -> int | None:
+    """The bytes of ``child`` where it is an entry the cache owns (:func:`_owned`:
+    a real folder holding only an entry's regular files), else None: one scan
+    of the folder for both (every write prunes, and so reads every entry)."""
+    try:
+        if not child.is_dir(follow_symlinks=False):
+            return None
+        total = 0
+        with os.scandir(child.path) as files:
+            for f in files:
+                if not (_ENTRY_FILE.match(f.name) and f.is_file(follow_symlinks=False)):
+                    return None
+                total += f.stat(follow_symlinks=False).st_size
+        return total
+    except OSError:
+        return None
+
+
 def cache_entries(cache_dir: Path, *, pending: bool = False) -> list[CacheEntry]:
     """The entries the cache owns in ``cache_dir``, least recently used
     first; with ``pending``, the ones being written too."""
@@ -567,13 +585,16 @@ def cache_entries(cache_dir: Path, *, pending: bool = False) -> list[CacheEntry]
         return []
     for child in children:
         complete = _KEY_NAME.match(child.name) is not None
-        if not (complete or (pending and _TMP_NAME.match(child.name))) or not _owned(Path(child.path)):
+        if not (complete or (pending and _TMP_NAME.match(child.name))):
+            continue
+        size = _owned_bytes(child)
+        if size is None:
             continue
         try:
             mtime = child.stat(follow_symlinks=False).st_mtime
         except OSError:
             continue  # removed meanwhile
-        entries.append(CacheEntry(child.name, _size_of(Path(child.path)), mtime, complete))
+        entries.append(CacheEntry(child.name, size, mtime, complete))
     return sorted(entries, key=lambda e: (e.last_used, e.key))
 
 
