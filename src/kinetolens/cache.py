@@ -542,18 +542,10 @@ def remove_stale(cache_dir: Path) -> list[CacheEntry]:
     except OSError:
         return []
     for child in stale:
-        size = _size_of(Path(child.path))
+        size = _owned_bytes(child) or 0
         if _remove_owned(Path(child.path)) is None:
             removed.append(CacheEntry(child.name, size, 0.0, complete=False))
     return removed
-
-
-def _size_of(entry: Path) -> int:
-    try:
-        with os.scandir(entry) as files:
-            return sum(f.stat(follow_symlinks=False).st_size for f in files if f.is_file(follow_symlinks=False))
-    except OSError:
-        return 0
 
 
 def _owned_bytes(child: os.DirEntry[str]) -> int | None:
