@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-
 import importlib
+import os
+import sys
+import threading
 from typing import NamedTuple
 
 import click
@@ -23,6 +24,9 @@ class Entry(NamedTuple):
     module: str
     attribute: str
     short_help: str
+    #: The command runs the user's code in this process (a script, a training
+    #: job): its exit handlers must run, so :func:`run` ends it the usual way.
+    user_code: bool = False
 
 
 #: Every command, imported only when it runs or its own help is shown: the
@@ -62,11 +66,13 @@ COMMANDS: dict[str, Entry] = {
         "kinetolens.cli.capture_commands",
         "demo_command",
         "Profile a small CNN + transformer training job and analyze its trace.",
+        user_code=True,
     ),
     "run": Entry(
         "kinetolens.cli.capture_commands",
         "run_command",
         "Profile an unmodified script; each training process writes one trace.",
+        user_code=True,
     ),
     "memory": Entry(
         "kinetolens.cli.memory_command",
@@ -150,6 +156,9 @@ class LazyGroup(click.Group):
     """A group whose commands are imported when they run or show their help;
     listing them (``kinetolens --help``) reads :data:`COMMANDS` only."""
 
+    #: Whether the command that ran runs the user's code (see :attr:`Entry.user_code`).
+    ran_user_code = False
+
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
@@ -158,7 +167,10 @@ class LazyGroup(click.Group):
         own_args = args[1 : args.index("--")] if "--" in args else args[1:]
         if not any(arg in ctx.help_option_names for arg in own_args):
             tune_allocator()
-        return super().resolve_command(ctx, args)
+        name, command, rest = super().resolve_command(ctx, args)
+        if name in COMMANDS and COMMANDS[name].user_code:
+            self.ran_user_code = True
+        return name, command, rest
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -212,5 +224,32 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
 
 
+def run() -> None:
+    """The installed ``kinetolens`` command: :func:`main`, then the process ends
+    without tearing the interpreter down.  Freeing every module, table and
+    object one by one took about 6% of a summary's CPU time, for nothing: the
+    operating system takes the memory back at once.  The usual exit where the
+    user's code ran in this process (its exit handlers) or a thread is still
+    running (the usual exit waits for it)."""
+    try:
+        main()
+        code: int | str | None = 0
+    except SystemExit as exc:
+        code = exc.code
+    if cli.ran_user_code or threading.active_count() > 1:
+        sys.exit(code)
+    if isinstance(code, str):  # as the interpreter does: the message, status 1
+        print(code, file=sys.stderr)
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+            pass
+    if "logging" in sys.modules:
+        sys.modules["logging"].shutdown()
+    os._exit(code or 0)
+
+
 if __name__ == "__main__":
-    main()
+    run()
