@@ -140,9 +140,10 @@ def write_chart(path: str, ops: pl.DataFrame, spec: GpuSpec, title: str) -> None
             import kaleido  # noqa: F401
         except ModuleNotFoundError:
             raise TraceError(path, f"{suffix} charts need the kaleido package (pip install kaleido); .html works without it") from None
-    from kinetolens.views.figures import roofline_figure  # plotly: only for charts
+    from kinetolens.views.chart_output import styled  # plotly: only for charts
+    from kinetolens.views.figures import roofline_figure
 
-    fig = roofline_figure(ops, spec, title)
+    fig = styled(roofline_figure(ops, spec, title))
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         if suffix == ".html":

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import plotly.io as pio
 from markupsafe import Markup
 
+from kinetolens.views.chart_output import chart_html
 from kinetolens.views.critical_path_section import TOPS, CriticalPathSection, split_figure
-from kinetolens.views.report_frames import CHART_PX, frame_html, frame_md
+from kinetolens.views.report_frames import frame_html, frame_md
 
 #: The section's anchor in the HTML report.
 ANCHOR = "critical-path"
@@ -38,11 +38,7 @@ def critical_path_html(data: Any) -> Markup:
         return Markup('<p class="kl-left-out" id="{}">{}</p>').format(ANCHOR, section)
     parts = [Markup('<h2 id="{}">{}</h2>').format(ANCHOR, TITLE), Markup('<p class="kl-verdict"><b>{}</b></p>').format(section.verdict)]
     parts += [Markup('<p class="kl-muted">{}</p>').format(n) for n in section.notes]
-    chart = pio.to_html(
-        split_figure(section), include_plotlyjs=False, full_html=False, div_id="kl-chart-critical-path",
-        default_height=f"{CHART_PX}px", config={"displaylogo": False, "responsive": True},
-    )  # fmt: skip
-    parts.append(Markup(chart.replace("<div>", '<div class="kl-chart">', 1)))
+    parts.append(Markup(chart_html(split_figure(section), "kl-chart-critical-path")))
     parts.append(Markup("<h3>Per step</h3>") + frame_html(section.steps, rows=STEP_ROWS))
     parts.append(Markup("<h3>{}</h3>").format(section.summary_title) + frame_html(section.summary, rows=None))
     for key, (title, _, _) in TOPS.items():

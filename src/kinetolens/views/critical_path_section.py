@@ -38,7 +38,6 @@ from kinetolens.model.trace import Trace
 from kinetolens.model.vocabulary import BOUND_WORDS
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import units
-from kinetolens.views.figures import TEMPLATE
 
 #: One colour per bound, the same in every chart.
 BOUND_COLORS = {
@@ -247,7 +246,6 @@ def stacked_path_layout(fig: go.Figure, title: str, rows: list[str]) -> go.Figur
     fig.update_layout(
         barmode="stack",
         title=title,
-        template=TEMPLATE,
         xaxis_title="ms on the critical path",
         yaxis={"type": "category", "autorange": "reversed", "categoryarray": rows, "categoryorder": "array"},
         legend={"orientation": "h", "y": -0.25, "x": 0, "yanchor": "top", "traceorder": "normal"},

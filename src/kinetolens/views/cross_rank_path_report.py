@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import plotly.io as pio
 from markupsafe import Markup
 
+from kinetolens.views.chart_output import chart_html
 from kinetolens.views.cross_rank_path_section import TABLES, TITLE, CrossRankSection, figures
-from kinetolens.views.report_frames import CHART_PX, frame_html, frame_md
+from kinetolens.views.report_frames import frame_html, frame_md
 
 #: The subsection's anchor in the HTML report.
 ANCHOR = "cross-rank-path"
@@ -41,12 +41,7 @@ def cross_rank_path_html(data: Any) -> Markup:
     if section.more_verdicts:
         parts.append(Markup('<p class="kl-muted">{}</p>').format(section.more_verdicts))
     parts += [Markup('<p class="kl-muted">{}</p>').format(n) for n in section.notes]
-    charts = [
-        pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=f"kl-chart-cross-rank-{name}",
-                    default_height=f"{CHART_PX}px", config={"displaylogo": False, "responsive": True})
-        .replace("<div>", '<div class="kl-chart">', 1)
-        for name, fig in figures(section).items()
-    ]  # fmt: skip
+    charts = [chart_html(fig, f"kl-chart-cross-rank-{name}") for name, fig in figures(section).items()]
     parts.append(Markup('<div class="kl-grid">{}</div>').format(Markup("\n").join(Markup(c) for c in charts)))
     for attr in TABLES:
         frame = getattr(section, attr)

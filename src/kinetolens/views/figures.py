@@ -2,8 +2,10 @@
 
 Every builder takes the table an analysis returns (never a file, never a
 :class:`~kinetolens.model.Trace`) and returns a ``plotly.graph_objects.Figure``,
-so one chart looks the same in ``kinetolens report``, the web dashboard and
-Jupyter.  Builders accept empty tables and then return a figure that says
+so one chart is the same in ``kinetolens report``, the web dashboard and
+Jupyter; the report and the dashboard give it their look as they write it
+(:mod:`kinetolens.views.chart_output`), and in a notebook
+``chart_output.styled(fig)`` does.  Builders accept empty tables and then return a figure that says
 there is nothing to draw, so a caller never has to special-case a CPU-only
 trace.  Only SVG trace types are used (no ``scattergl``): the report must
 render in browsers without WebGL.
@@ -47,7 +49,6 @@ from kinetolens.views import units
 if TYPE_CHECKING:
     from kinetolens.registry.gpus import GpuSpec
 
-TEMPLATE = "plotly_white"
 #: One colour per step-breakdown category, stable across charts.
 CATEGORY_COLORS = {
     "kernel": "#4c78a8",
@@ -77,7 +78,7 @@ def empty_figure(title: str, message: str) -> go.Figure:
     """A figure with no data that says why, so every chart slot still renders."""
     fig = go.Figure()
     fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font={"size": 14})
-    fig.update_layout(title=title, template=TEMPLATE, xaxis={"visible": False}, yaxis={"visible": False})
+    fig.update_layout(title=title, xaxis={"visible": False}, yaxis={"visible": False})
     return fig
 
 
@@ -97,7 +98,7 @@ def step_breakdown_figure(
         words = CATEGORY_WORDS[cat]  # the legend reads "CPU execution", never the column's id
         fig.add_trace(go.Bar(x=labels, y=ms, name=words, marker_color=CATEGORY_COLORS[cat],
                              hovertemplate="%{x}<br>" + words + ": %{y:,.3f} ms<extra></extra>"))  # fmt: skip
-    fig.update_layout(barmode="stack", title=title, template=TEMPLATE, yaxis_title="ms", xaxis={"type": "category"})
+    fig.update_layout(barmode="stack", title=title, yaxis_title="ms", xaxis={"type": "category"})
     return fig
 
 
@@ -136,7 +137,7 @@ def top_ops_figure(
         fig.update_yaxes(automargin=True)
     else:
         raise ValueError(f"unknown kind {kind!r}; choose bar or pie")
-    fig.update_layout(title=title, template=TEMPLATE)
+    fig.update_layout(title=title)
     return fig
 
 
@@ -151,7 +152,7 @@ def tensor_core_figure(kernels: pl.DataFrame, title: str = "GPU time by Tensor C
     fig = go.Figure(go.Pie(labels=tcs, values=by["us"].to_list(), sort=False,
                            marker={"colors": [TC_COLORS.get(t, "#888") for t in tcs]},
                            hovertemplate="Tensor Cores %{label}<br>%{value:,.1f} us (%{percent})<extra></extra>"))  # fmt: skip
-    fig.update_layout(title=title, template=TEMPLATE)
+    fig.update_layout(title=title)
     return fig
 
 
@@ -207,7 +208,7 @@ def module_icicle_figure(
                               branchvalues="total", customdata=tree["own"].to_list(),
                               hovertemplate="%{id}<br>%{value:,.1f} us (own %{customdata:,.1f} us)<extra></extra>",
                               maxdepth=_readable_depth(tree["id"])))  # fmt: skip
-    fig.update_layout(title=title, template=TEMPLATE, margin={"t": 50, "l": 10, "r": 10, "b": 10}, height=500)
+    fig.update_layout(title=title, margin={"t": 50, "l": 10, "r": 10, "b": 10}, height=500)
     return fig
 
 
@@ -245,7 +246,6 @@ def roofline_figure(ops: pl.DataFrame, spec: GpuSpec, title: str) -> go.Figure:
         title=title,
         xaxis={"type": "log", "title": "arithmetic intensity (FLOP/byte)"},
         yaxis={"type": "log", "title": "TFLOP/s"},
-        template=TEMPLATE,
     )
     return fig
 
@@ -292,7 +292,7 @@ def memory_figure(curve: pl.DataFrame, title: str = "Device memory over time") -
         if part["reserved"].drop_nulls().len():
             fig.add_trace(go.Scatter(x=x, y=(part["reserved"] / scale).to_list(), mode="lines", line_shape="hv",
                                      name=f"{device} reserved", line={"dash": "dot"}))  # fmt: skip
-    fig.update_layout(title=title, template=TEMPLATE, xaxis_title="ms", yaxis_title=unit)
+    fig.update_layout(title=title, xaxis_title="ms", yaxis_title=unit)
     return fig
 
 
@@ -324,7 +324,7 @@ def temporal_figure(temporal: pl.DataFrame, title: str = "GPU time: compute, non
         fig.add_trace(go.Bar(y=ranks, x=temporal[f"{col}_pct"].to_list(), orientation="h", name=col,
                              marker_color=color, customdata=temporal[f"{col}_us"].to_list(),
                              hovertemplate="%{y} " + col + ": %{x:.2f}% (%{customdata:,.1f} us)<extra></extra>"))  # fmt: skip
-    fig.update_layout(barmode="stack", title=title + note, template=TEMPLATE, xaxis_title="% of GPU span",
+    fig.update_layout(barmode="stack", title=title + note, xaxis_title="% of GPU span",
                       yaxis={"type": "category", "autorange": "reversed"}, height=rank_chart_height(len(ranks)),
                       legend={"orientation": "h", "y": -0.25 if len(ranks) < 8 else -0.1, "traceorder": "normal"})  # fmt: skip
     return fig
@@ -343,7 +343,7 @@ def rank_step_figure(ranks: pl.DataFrame, title: str = "Mean step per rank: comp
                              ("other_ms", "other", "#bab0ac")):
         fig.add_trace(go.Bar(y=labels, x=ranks[col].to_list(), orientation="h", name=name, marker_color=color,
                              hovertemplate="%{y} " + name + ": %{x:,.3f} ms<extra></extra>"))  # fmt: skip
-    fig.update_layout(barmode="stack", title=title + note, template=TEMPLATE, xaxis_title="ms per step",
+    fig.update_layout(barmode="stack", title=title + note, xaxis_title="ms per step",
                       yaxis={"type": "category", "autorange": "reversed"}, height=rank_chart_height(len(labels)),
                       legend={"orientation": "h", "y": -0.25 if len(labels) < 8 else -0.1, "traceorder": "normal"})  # fmt: skip
     return fig
@@ -359,6 +359,6 @@ def idle_figure(idle: pl.DataFrame, title: str = "GPU idle time by cause") -> go
         fig.add_trace(go.Bar(x=[f"rank {r} stream {s}" for r, s in part.select("rank", "stream").iter_rows()],
                              y=part["idle_us"].to_list(), name=str(cat),
                              hovertemplate="%{x}<br>" + str(cat) + ": %{y:,.1f} us<extra></extra>"))  # fmt: skip
-    fig.update_layout(barmode="stack", title=title, template=TEMPLATE, yaxis_title="us",
+    fig.update_layout(barmode="stack", title=title, yaxis_title="us",
                       xaxis={"type": "category", "categoryorder": "array", "categoryarray": labels})  # fmt: skip
     return fig

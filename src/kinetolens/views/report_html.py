@@ -10,10 +10,8 @@ the top rows; the full tables are what ``kinetolens export`` writes.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import plotly.graph_objects as go
-import plotly.io as pio
 import polars as pl
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
@@ -23,9 +21,9 @@ from kinetolens.analysis.hardware.module_tree import NO_MODULE, by_type
 from kinetolens.analysis.workload.ops import time_basis
 from kinetolens.errors import TraceError
 from kinetolens.views import units
+from kinetolens.views.chart_output import chart_html
 from kinetolens.views.module_tree_html import module_tree_html
 from kinetolens.views.report_frames import (
-    CHART_PX,
     MIN_CHART_PX,
     SOURCES_NOTE,
     breakdown_frame,
@@ -110,25 +108,10 @@ def cross_rank_tables(data: ReportData) -> dict[str, Markup]:
     }
 
 
-#: Height of a chart that does not size itself, and the least any chart gets:
-#: a plot area of 40 px (a one-rank idle chart in a grid cell) cannot be read.
-def _readable(fig: Any) -> Any:
-    """A copy of ``fig`` at least :data:`MIN_CHART_PX` tall (its own height where that is more)."""
-    if fig.layout.height is not None and fig.layout.height < MIN_CHART_PX:
-        fig = go.Figure(fig).update_layout(height=MIN_CHART_PX)
-    return fig
-
-
 def _charts(data: ReportData) -> dict[str, Markup]:
     """Each chart as HTML, or the sentence that stands in for it (:data:`ReportData.chart_notes`)."""
-    charts = {
-        name: Markup(
-            pio.to_html(_readable(fig), include_plotlyjs=False, full_html=False, div_id=f"kl-chart-{name}",
-                        default_height=f"{CHART_PX}px", config={"displaylogo": False, "responsive": True})
-            .replace("<div>", '<div class="kl-chart">', 1)
-        )
-        for name, fig in data.figures().items()
-    }  # fmt: skip
+    # At least MIN_CHART_PX tall: a plot area of 40 px (a one-rank idle chart in a grid cell) cannot be read.
+    charts = {name: Markup(chart_html(fig, f"kl-chart-{name}", MIN_CHART_PX)) for name, fig in data.figures().items()}
     for name, note in data.chart_notes.items():
         charts[name] = Markup('<p class="kl-muted kl-chart-note">{}</p>').format(note)
     return charts

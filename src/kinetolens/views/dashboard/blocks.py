@@ -10,7 +10,9 @@ Block = dict[str, Any]
 
 
 def figure(fig: Any, **extra: Any) -> Block:
-    return {"type": "figure", "figure": msgspec.Raw(fig.to_json().encode()), **extra}
+    from kinetolens.views.chart_output import figure_json
+
+    return {"type": "figure", "figure": msgspec.Raw(figure_json(fig).encode()), **extra}
 
 
 def table(source: str, title: str, sort: str | None = None, **extra: Any) -> Block:

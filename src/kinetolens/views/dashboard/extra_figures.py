@@ -76,7 +76,7 @@ def timeline_figure(ops: pl.DataFrame, kernels: pl.DataFrame, start: int, end: i
     shown = ops_drawn.height + kernels_drawn.height
     note = "" if shown == ops.height + kernels.height else f" (longest {shown:,} of {ops.height + kernels.height:,} events)"
     fig.update_layout(
-        title=title + note, barmode="overlay", template="plotly_white",
+        title=title + note, barmode="overlay",
         xaxis={"title": "ms from step start", "range": [0, (end - start) / 1e6]},
         yaxis={"type": "category", "autorange": "reversed", "automargin": True},
         height=max(360, 28 * _lanes(ops_drawn, bands, kernels_drawn) + 180), dragmode="zoom",
