@@ -4,9 +4,9 @@ The what-if behind the recommendations re-times at most :data:`SAMPLE_STEPS`
 steps and at most one in :data:`SAMPLE_SHARE` (:func:`sample_size`); the
 critical path section of the report and the dashboard traces at most
 :data:`SAMPLE_STEPS`; both spread over the trace (:func:`sample`).
-Re-timing a step costs about 0.7x what loading it did, so covering every
-step, or most steps of a short trace, would nearly double the cost of the
-first answer; ``kinetolens whatif`` re-times every step.  Plain constants
+Re-timing a step costs about as much as loading it did (more on a long
+trace, whose load costs less a step), so covering every step, or most
+steps of a short trace, would double the cost of the first answer; ``kinetolens whatif`` re-times every step.  Plain constants
 and pure functions (no polars): the terminal says what was sampled from a
 cached summary without importing the simulator."""
 
@@ -18,8 +18,8 @@ from __future__ import annotations
 SAMPLE_STEPS = 8
 #: ... and at most one step in this many (at least one step): a trace of up
 #: to 15 steps is re-timed on its middle step, one of 64 steps or more on 8;
-#: the what-if then costs at most about a tenth of the load (re-timing a
-#: step costs about 0.7x loading it) from 8 steps up.
+#: the what-if then costs about a sixth of the load from 8 steps up
+#: (re-timing a step costs 1-1.6x loading it, docs/whatif.md).
 SAMPLE_SHARE = 8
 #: ... and at least, before it may stop early: the middle step and both ends
 #: (two steps that agree by chance would stop it with an outlying last step unseen).
