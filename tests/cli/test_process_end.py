@@ -71,3 +71,15 @@ def test_a_command_that_runs_user_code_ends_the_usual_way(command: str, tmp_path
         args = ["run", "--logdir", str(tmp_path / "logs"), "--", sys.executable, "-c", "print('hello')"]
     done = _end(*args, cache=tmp_path)
     assert "exit handlers ran" in done.stderr, done.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux) to make writing fail")
+@pytest.mark.parametrize("args", [["summary"], ["summary", "--json"], ["ops"]])
+def test_output_that_cannot_be_written_ends_with_one_line(args: list[str], tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": SRC, "COLUMNS": "100", "KINETOLENS_CACHE_DIR": str(tmp_path)}
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-c", PROBE, *args, str(trace_path(SMALL))], stdout=full, stderr=subprocess.PIPE, text=True, env=env, timeout=300
+        )
+    assert done.returncode == 1
+    assert done.stderr == "kinetolens: error: No space left on device\n"

@@ -219,6 +219,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(EXIT_BAD_INPUT)
     except BrokenPipeError:
         sys.exit(0)
+    except OSError as exc:
+        # Output that cannot be written (a full disk, a terminal gone): one line, not a traceback.
+        where = f" ({exc.filename})" if exc.filename else ""
+        click.echo(f"kinetolens: error: {exc.strerror or exc}{where}", err=True)
+        sys.exit(1)
     except MemoryError:
         click.echo("kinetolens: error: out of memory", err=True)
         sys.exit(1)
@@ -244,8 +249,11 @@ def run() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+        except BrokenPipeError:  # the reader closed the pipe (| head): nothing more can reach it
             pass
+        except (OSError, ValueError):
+            # output lost (a full disk, a closed stream): as the interpreter's own exit, status 120
+            code = code or 120
     if "logging" in sys.modules:
         sys.modules["logging"].shutdown()
     os._exit(code or 0)
