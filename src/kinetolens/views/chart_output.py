@@ -30,7 +30,7 @@ CHART_CONFIG = {"displaylogo": False, "responsive": True}
 @functools.cache
 def template() -> dict[str, Any]:
     """:data:`TEMPLATE` as plotly ships it (the file plotly builds its own from)."""
-    text = resources.files("plotly").joinpath("package_data", "templates", f"{TEMPLATE}.json").read_text("utf-8")
+    text = resources.files("plotly").joinpath(f"package_data/templates/{TEMPLATE}.json").read_text("utf-8")
     return json.loads(text)
 
 
