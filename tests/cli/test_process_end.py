@@ -83,3 +83,13 @@ def test_output_that_cannot_be_written_ends_with_one_line(args: list[str], tmp_p
         )
     assert done.returncode == 1
     assert done.stderr == "kinetolens: error: No space left on device\n"
+
+
+def test_python_dash_m_kinetolens_is_the_command(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": SRC, "COLUMNS": "100", "KINETOLENS_CACHE_DIR": str(tmp_path)}
+    from kinetolens import __version__
+
+    version = subprocess.run([sys.executable, "-m", "kinetolens", "--version"], capture_output=True, text=True, env=env, timeout=60)
+    assert version.returncode == 0 and version.stdout.strip() == f"kinetolens, version {__version__}"
+    bad = subprocess.run([sys.executable, "-m", "kinetolens", "summary", str(tmp_path / "none.json")], capture_output=True, text=True, env=env, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "none.json" in bad.stderr

@@ -22,7 +22,7 @@ FOUNDATION = {"registry", "errors", "formats", "json_codec", "user_code", "_allo
 #: and the foundation, never a higher layer.
 LAYERS = ["capture", "ingest", "model", "load", "analysis", "runs", "views", "cli"]
 #: Top-level modules that belong to a layer.
-TOP_LEVEL = {"cache": "load", "loader": "load", "derived": "load", "sources": "load", "windowed": "load", "logdir": "load", "fingerprint": "load", "memory_room": "load"}
+TOP_LEVEL = {"__main__": "cli", "cache": "load", "loader": "load", "derived": "load", "sources": "load", "windowed": "load", "logdir": "load", "fingerprint": "load", "memory_room": "load"}
 #: Only these layers may import capture (it needs torch; the analyzer must not).
 CAPTURE_USERS = {"capture", "cli"}
 #: Within analysis/, each folder (or top-level module) may use those listed before it.
