@@ -59,6 +59,8 @@ def test_every_chart_of_the_report_is_written_with_plotly_white(report: tuple[ob
     white = _plotly_white()
     for name, layout in charts.items():
         assert layout["template"] == white, name
+    # each chart in the page's own box (plotly's wrapper differs between its versions)
+    assert html.count('<div class="kl-chart">') == len(charts)
 
 
 def test_the_figures_are_built_without_the_template(report: tuple[object, str]) -> None:

@@ -50,7 +50,8 @@ def chart_html(fig: go.Figure, div_id: str, min_height: int | None = None) -> st
         figure_spec(fig, min_height), validate=False, include_plotlyjs=False, full_html=False, div_id=div_id,
         default_height=f"{CHART_PX}px", config=CHART_CONFIG,
     )  # fmt: skip
-    return html.replace("<div>", '<div class="kl-chart">', 1)
+    # plotly's own wrapper differs between its versions ("<div>", "<div style=...>"): ours around it
+    return f'<div class="kl-chart">{html}</div>'
 
 
 def figure_json(fig: go.Figure) -> str:
