@@ -93,3 +93,16 @@ def test_python_dash_m_kinetolens_is_the_command(tmp_path: Path) -> None:
     assert version.returncode == 0 and version.stdout.strip() == f"kinetolens, version {__version__}"
     bad = subprocess.run([sys.executable, "-m", "kinetolens", "summary", str(tmp_path / "none.json")], capture_output=True, text=True, env=env, timeout=60)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "none.json" in bad.stderr
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path: Path) -> None:
+    # `kinetolens kernels T | head -1`: the terminal table (rich) as the JSON and CSV outputs, status 0, nothing on stderr
+    env = {**os.environ, "PYTHONPATH": SRC, "COLUMNS": "100", "KINETOLENS_CACHE_DIR": str(tmp_path)}
+    for args in (["kernels"], ["kernels", "--csv"]):
+        proc = subprocess.Popen([sys.executable, "-c", PROBE, *args, str(trace_path(SMALL))], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        assert proc.stdout is not None and proc.stderr is not None
+        first = proc.stdout.readline()
+        proc.stdout.close()  # far more than a pipe holds is still to come
+        err = proc.stderr.read()
+        assert proc.wait(timeout=300) == 0, (args, err)
+        assert first and err == b"", args

@@ -104,10 +104,23 @@ class _Trimmed:
         return getattr(self._out, "encoding", "utf-8")
 
 
+class _Console(Console):
+    """A rich console whose reader closing the pipe (``| head``) ends the command
+    as the JSON and CSV outputs end it, status 0 (rich's own exits with 1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        # whatever is still buffered goes nowhere, rather than failing again at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        raise BrokenPipeError
+
+
 def console(width: int | None = None) -> Console:
     """A rich console at the fitted width; unlimited (but no soft wrapping) off a terminal; no trailing spaces."""
     w = terminal_width(width)
-    return Console(file=_Trimmed(sys.stdout), width=w or UNLIMITED, soft_wrap=False, highlight=False)  # type: ignore[arg-type]
+    return _Console(file=_Trimmed(sys.stdout), width=w or UNLIMITED, soft_wrap=False, highlight=False)  # type: ignore[arg-type]
 
 
 @dataclass
