@@ -8,7 +8,7 @@ trace is never already in the server's memory, and measures from the first
 it runs) to the first 200 with the overview JSON, polling every 20 ms as a
 client would (the page itself polls every 400 ms):
 
-* **warm**: the Parquet cache of that trace exists (issue target: <= 2 s);
+* **warm**: the cache entry of that trace exists (issue target: <= 2 s);
 * **cold**: an empty cache directory, so the JSON is decoded and the cache written;
 * **views**: once the trace is loaded (warm start), each view's JSON plus the
   first page of every table it names, in the order a user clicks through
@@ -169,7 +169,7 @@ def report(result: dict, trace: Path, repeat: int, command: str) -> str:
         "",
         "| first overview request → overview JSON | seconds | runs |",
         "|---|---:|---|",
-        f"| warm (Parquet cache present) | {result['warm_s']:.2f} | "
+        f"| warm (cache entry present) | {result['warm_s']:.2f} | "
         + ", ".join(f"{x:.2f}" for x in result["warm_all"]) + " |",
         "| cold (empty cache: decode and write it) | "
         f"{result['cold_s']:.2f} | " + ", ".join(f"{x:.2f}" for x in result["cold_all"]) + " |",
