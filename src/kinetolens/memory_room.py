@@ -8,8 +8,8 @@ the load stops at once with one line saying so, and pointing at what does
 fit: ``kinetolens summary``, ``report``, ``ops``, ``kernels``, ``critical-path`` and
 ``whatif`` read large traces with ``ProfilerStep`` ranges a step window at a
 time.  Kineto JSON files under
-:data:`CHECKED_FROM_BYTES` are not checked (nor other formats: the Parquet
-cache of a trace already read is not either); ``KINETOLENS_NO_MEMORY_CHECK=1``
+:data:`CHECKED_FROM_BYTES` are not checked (nor other formats: the cache
+entry of a trace already read is not either); ``KINETOLENS_NO_MEMORY_CHECK=1``
 turns the check off.
 """
 

@@ -1,7 +1,7 @@
 """Per-rank summaries of a run directory, computed by an executor.
 
 Each rank's trace is loaded with the normal :func:`kinetolens.load` cache
-(Parquet, keyed by file), summarized, and only the small
+(Arrow IPC, keyed by file), summarized, and only the small
 :class:`~kinetolens.analysis.ranks.distributed.RankSummary` comes back.  The
 cross-rank analyses then run on the list of summaries in this process.
 The run and the cache may be fsspec URLs (:mod:`kinetolens.runs.storage`).
