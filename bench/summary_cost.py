@@ -96,7 +96,25 @@ def table(results: dict[str, dict[str, tuple[float, float]]], rounds: int) -> st
         f"\nmedians of {rounds} rounds, each measurement a fresh process; CPU = user + system seconds; "
         "the ratios of the cold runs are of CPU time / of peak memory"
     )
+    lines.append("")
+    lines += verdicts(results)
     return "\n".join(lines)
+
+
+#: The first answer's budget: a cold summary (and report) costs at most this
+#: times the load and step breakdown, in CPU time and in peak memory.
+TARGET_RATIO = 1.3
+
+
+def verdicts(results: dict[str, dict[str, tuple[float, float]]]) -> list[str]:
+    """One line per command: whether its cold run kept within :data:`TARGET_RATIO` on every trace."""
+    out = []
+    for key in ("summary cold", "report cold"):
+        ratios = {Path(t).name: (r[key][0] / r["load"][0], r[key][1] / r["load"][1]) for t, r in results.items()}
+        met = all(cpu <= TARGET_RATIO and peak <= TARGET_RATIO for cpu, peak in ratios.values())
+        shown = "; ".join(f"{name} {cpu:.2f}x / {peak:.2f}x" for name, (cpu, peak) in ratios.items())
+        out.append(f"- {key.split()[0]} cold within {TARGET_RATIO}x the load + breakdown (CPU / peak): {'met' if met else '**NOT met**'} - {shown}")
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
