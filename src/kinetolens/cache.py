@@ -7,11 +7,12 @@ never read.  An entry is a directory named by its key (32 hex digits)
 holding one Arrow IPC file per table (:data:`TABLE_SUFFIX`), ``meta.json``
 (with each table's column names and dtypes) and ``checksum`` (a hash of
 all of them), written to a temporary ``.tmp-HOST-PID-*`` directory and
-renamed into place, so readers never see half an entry.  An entry that does not decode, whose checksum or
-recorded schema does not match, or whose tables are not the model's
-(:mod:`kinetolens.model.schema`), is rebuilt with one warning line; one that cannot
-be read for another reason (permissions, a failing disk or network) is left
-alone, as it may be good for other readers.
+renamed into place, so readers never see half an entry.  An entry that
+does not decode, whose checksum or recorded schema does not match, or
+whose tables are not the model's (:mod:`kinetolens.model.schema`), is
+rebuilt with one warning line; one that cannot be read for another reason
+(permissions, a failing disk or network) is left alone, as it may be good
+for other readers.
 
 The cache deletes only what it owns: a directory with a key's (or a
 temporary entry's) name holding nothing but an entry's files, never

@@ -5,9 +5,9 @@ Every builder takes the table an analysis returns (never a file, never a
 so one chart is the same in ``kinetolens report``, the web dashboard and
 Jupyter; the report and the dashboard give it their look as they write it
 (:mod:`kinetolens.views.chart_output`), and in a notebook
-``chart_output.styled(fig)`` does.  Builders accept empty tables and then return a figure that says
-there is nothing to draw, so a caller never has to special-case a CPU-only
-trace.  Only SVG trace types are used (no ``scattergl``): the report must
+``chart_output.styled(fig)`` does.  Builders accept empty tables and then
+return a figure that says there is nothing to draw, so a caller never has
+to special-case a CPU-only trace.  Only SVG trace types are used (no ``scattergl``): the report must
 render in browsers without WebGL.
 
 Signatures (stable; later arguments are keyword options):

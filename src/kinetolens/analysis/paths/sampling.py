@@ -6,9 +6,10 @@ critical path section of the report and the dashboard traces at most
 :data:`SAMPLE_STEPS`; both spread over the trace (:func:`sample`).
 Re-timing a step costs about as much as loading it did (more on a long
 trace, whose load costs less a step), so covering every step, or most
-steps of a short trace, would double the cost of the first answer; ``kinetolens whatif`` re-times every step.  Plain constants
-and pure functions (no polars): the terminal says what was sampled from a
-cached summary without importing the simulator."""
+steps of a short trace, would double the cost of the first answer;
+``kinetolens whatif`` re-times every step.  Plain constants and pure
+functions (no polars): the terminal says what was sampled from a cached
+summary without importing the simulator."""
 
 from __future__ import annotations
 
