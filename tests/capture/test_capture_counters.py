@@ -210,3 +210,30 @@ def test_counters_reach_the_trace(tmp_path: Path) -> None:
     meta = json.loads(trace.with_name(trace.name.replace(".pt.trace.json.gz", ".kinetolens.json")).read_text())
     assert meta["options"]["counters"] == list(PRESETS["roofline"])
     assert kinetolens.load(trace, cache=False) is not None
+
+
+def _plain(gz: Path, out: Path) -> Path:
+    import gzip
+
+    out.write_bytes(gzip.decompress(gz.read_bytes()))
+    return out
+
+
+def test_a_trace_without_counter_values_is_told_apart(tmp_path: Path) -> None:
+    # A torch can accept the counters' configuration and record none (torch 2.11 with
+    # CUDA 13 on an H200 did: no CUPTI range profiler in its Kineto); the profile then
+    # says so.  The check reads the exported trace: Kineto's own counter events or none.
+    from tests.analysis.hardware.test_pm_sampling import BASE, with_samples
+    from tests.conftest import trace_path
+
+    ranges = _plain(trace_path("hta/cupti_profiler/benchmark_result_924719_1679055439_trace.json.gz"), tmp_path / "ranges.json")
+    assert hw.recorded(ranges, hw.RANGE_PROFILER) and not hw.recorded(ranges, hw.PM_SAMPLING)
+    plain = _plain(trace_path(BASE), tmp_path / "plain.json")
+    assert not hw.recorded(plain, hw.RANGE_PROFILER) and not hw.recorded(plain, hw.PM_SAMPLING)
+    sampled, _ = with_samples(tmp_path / "sampled.json", 1000)
+    assert hw.recorded(sampled, hw.PM_SAMPLING) and not hw.recorded(sampled, hw.RANGE_PROFILER)
+    empty = tmp_path / "empty.json"
+    empty.write_bytes(b"")
+    assert not hw.recorded(empty, hw.RANGE_PROFILER)
+    line = hw.none_recorded_line(hw.RANGE_PROFILER)
+    assert line.startswith("kinetolens: counters: none recorded: ") and torch.__version__ in line and "\n" not in line

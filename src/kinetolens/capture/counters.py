@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from kinetolens.capture.counter_presets import PRESETS
+from kinetolens.registry.trace_names import HARDWARE_COUNTERS_CAT, PROFILER_RANGE_CAT
 
 
 class CaptureUnsupportedError(ValueError):
@@ -166,6 +167,34 @@ def path_line(path: str, per_kernel: bool) -> str:
     return (
         f"kinetolens: counters: {PM_SAMPLING}, the GPU's counters every millisecond "
         "('kinetolens counters' spreads them over the kernels)"
+    )
+
+
+#: The category of the events each path writes its values as.
+RECORDED_AS = {RANGE_PROFILER: PROFILER_RANGE_CAT, PM_SAMPLING: HARDWARE_COUNTERS_CAT}
+
+
+def recorded(trace_json: Path, path: str) -> bool:
+    """Whether the exported (uncompressed) trace holds any counter value of
+    ``path``: a torch build can accept the counters' configuration and still
+    record none (its Kineto built without that CUPTI profiler), and the
+    profile then says so rather than leave a trace quietly without them."""
+    needle = f'"{RECORDED_AS[path]}"'.encode()
+    with trace_json.open("rb") as f:
+        if trace_json.stat().st_size == 0:
+            return False
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return data.find(needle) >= 0
+
+
+def none_recorded_line(path: str) -> str:
+    """The line a profile prints where ``path`` recorded no counter value."""
+    import torch
+
+    return (
+        f"kinetolens: counters: none recorded: this torch ({torch.__version__}) accepted the {path}'s "
+        "configuration but its profiler wrote no counter values (built without that CUPTI profiler?); "
+        "the trace has the rest"
     )
 
 

@@ -121,6 +121,8 @@ class Profile:
         self._cuda = False
         #: The experimental config's keywords kinetolens set (counters, sync events).
         self._experimental: dict[str, Any] = {}
+        #: Whether the last window's trace holds counter values (None: no counters asked for, or not written yet).
+        self._counters_recorded: bool | None = None
         #: How the counters are collected (``counters.RANGE_PROFILER`` or ``PM_SAMPLING``), None without counters.
         self._counter_path: str | None = None
         self._snapshots: SnapshotRecorder | None = None
@@ -326,11 +328,16 @@ class Profile:
         when sampling."""
         sampler = self._sampler
         with_stack = self.options.with_stack
-        if sampler is None and not with_stack:
+        counter_path = self._counter_path
+        if sampler is None and not with_stack and counter_path is None:
             return prof.export_chrome_trace
 
         def export(json_path: str) -> None:
             prof.export_chrome_trace(json_path)
+            if counter_path is not None:
+                self._counters_recorded = hw_counters.recorded(Path(json_path), counter_path)
+                if not self._counters_recorded:
+                    print(hw_counters.none_recorded_line(counter_path), file=sys.stderr, flush=True)
             if with_stack:
                 from kinetolens.capture.call_sites import write_call_stacks
 
@@ -354,6 +361,7 @@ class Profile:
             "counters": list(o.counters),
             "counters_per_kernel": o.counters_per_kernel,
             "counters_path": self._counter_path,
+            "counters_recorded": self._counters_recorded,
             **recorded,
         }
 

@@ -26,8 +26,8 @@ from kinetolens.errors import TraceWarning
 from kinetolens.ingest.kineto_rescan import numeric_args, optional_ns, rescan_file
 from kinetolens.ingest.kineto_schema import ABSENT
 from kinetolens.ingest.kineto_values import as_int
+from kinetolens.registry.trace_names import PROFILER_RANGE_CAT
 
-PROFILER_RANGE_CAT = "cuda_profiler_range"
 
 COUNTER_SCHEMA: dict[str, pl.DataType] = {
     "range_id": pl.Int64(),

@@ -10,6 +10,10 @@ from __future__ import annotations
 #: exports of ``emit_nvtx`` runs carry the same ranges as NVTX markers.
 STEP_PREFIX = "ProfilerStep#"
 
+#: Kineto's category of CUPTI range-profiler counter values (one event per
+#: profiled range: a kernel, or a step, with each metric under its name).
+PROFILER_RANGE_CAT = "cuda_profiler_range"
+
 #: Kineto's category of CUPTI PM-sampling counter events (``ph: "C"``, one
 #: event per metric and sample, the value under the empty key ``""``).
 HARDWARE_COUNTERS_CAT = "hardware_counters"
