@@ -47,7 +47,10 @@ TIMES = (
     "fwd_self_us", "fwd_total_us", "bwd_self_us", "bwd_total_us", "recompute_self_us", "recompute_total_us",
     "self_us", "total_us",
 )  # fmt: skip
-_SUMMED = ("fwd_us", "bwd_us", "recompute_us", "all_us", "stepped_us", "flops", "ideal_us", "roofed_us")
+#: Each module's own sums: times in integer ns (a trace read a step window at
+#: a time adds its windows' exactly, so its tree is the whole read's to the last
+#: digit shown), then the roofline's.
+_SUMMED = ("fwd_ns", "bwd_ns", "recompute_ns", "all_ns", "stepped_ns", "flops", "ideal_us", "roofed_us")
 
 
 def module_type(segment: str) -> str:
@@ -67,29 +70,29 @@ def _own(trace: Trace, spec: GpuSpec | None, step: int | None, roof: pl.DataFram
 
 
 def _times(trace: Trace, step: int | None = None, own: tuple[int, int] | None = None, gpu: bool | None = None) -> pl.DataFrame:
-    """Per module path its own time (us) by direction: its kernels', or its
+    """Per module path its own time (ns) by direction: its kernels', or its
     ops' host self time in a trace without kernels (``gpu``: whether the
     whole trace has kernels, default ``trace``'s); ``own`` keeps a window's
     own rows (kernels launched then, ops starting then)."""
     if trace.kernels.height if gpu is None else gpu:
-        k, dur = trace.kernels, pl.col("dur") / 1000.0
+        k, dur = trace.kernels, pl.col("dur")
         k = k if own is None else k.filter(owned_kernels(*own))
     else:  # CPU only: the host is what the steps spend, as `ops` ranks them (time_basis)
-        k, dur = without_annotations(trace, op_instances(trace)), pl.col("host_self") / 1000.0
+        k, dur = without_annotations(trace, op_instances(trace)), pl.col("host_self")
         k = k if own is None else k.filter(starts_in(own))
     k = k if step is None else k.filter(pl.col("step") == step)
     direction = pl.col("direction").cast(pl.String)
     return k.group_by(path=pl.col("module").fill_null(NO_MODULE)).agg(
-        fwd_us=dur.filter(direction == "fprop").sum(),
-        bwd_us=dur.filter(direction == "bprop").sum(),
-        recompute_us=dur.filter(direction == "recompute").sum(),
-        all_us=dur.sum(),
-        stepped_us=dur.filter(in_steps(trace)).sum(),
+        fwd_ns=dur.filter(direction == "fprop").sum(),
+        bwd_ns=dur.filter(direction == "bprop").sum(),
+        recompute_ns=dur.filter(direction == "recompute").sum(),
+        all_ns=dur.sum(),
+        stepped_ns=dur.filter(in_steps(trace)).sum(),
     )
 
 
 def _with_work(times: pl.DataFrame, work: pl.DataFrame) -> pl.DataFrame:
-    return times.join(work, on="path", how="full", coalesce=True).with_columns(pl.col(c).fill_null(0.0) for c in _SUMMED)
+    return times.join(work, on="path", how="full", coalesce=True).with_columns(pl.col(c).fill_null(0) for c in _SUMMED)
 
 
 def _work(trace: Trace, spec: GpuSpec | None, step: int | None, roof: pl.DataFrame | None) -> pl.DataFrame:
@@ -147,24 +150,28 @@ def tree_of(own: pl.DataFrame, step_ns: int, calls: pl.DataFrame) -> pl.DataFram
     ).explode("ancestor").with_columns(
         ancestor=pl.col("segments").list.head(pl.col("ancestor")).list.join(SEP),
     )
+    us = lambda ns: ns / 1000.0  # noqa: E731 - after the integer sums
     totals = with_ancestors.group_by("ancestor").agg(
-        fwd_total_us=pl.col("fwd_us").sum(),
-        bwd_total_us=pl.col("bwd_us").sum(),
-        recompute_total_us=pl.col("recompute_us").sum(),
-        total_us=pl.col("all_us").sum(),
-        _stepped_us=pl.col("stepped_us").sum(),
+        fwd_total_us=us(pl.col("fwd_ns").sum()),
+        bwd_total_us=us(pl.col("bwd_ns").sum()),
+        recompute_total_us=us(pl.col("recompute_ns").sum()),
+        total_us=us(pl.col("all_ns").sum()),
+        _stepped_ns=pl.col("stepped_ns").sum(),
         flops=pl.col("flops").sum(),
         ideal_us=pl.col("ideal_us").sum(),
         roofed_us=pl.col("roofed_us").sum(),
     ).rename({"ancestor": "path"})
-    mine = own.select("path", fwd_self_us="fwd_us", bwd_self_us="bwd_us", recompute_self_us="recompute_us", self_us="all_us")
+    mine = own.select(
+        "path", fwd_self_us=us(pl.col("fwd_ns")), bwd_self_us=us(pl.col("bwd_ns")),
+        recompute_self_us=us(pl.col("recompute_ns")), self_us=us(pl.col("all_ns")),
+    )  # fmt: skip
     tree = totals.join(mine, on="path", how="left").with_columns(pl.col(c).fill_null(0.0) for c in TIMES)
     segments = pl.col("path").str.split(SEP)
     tree = tree.with_columns(
         parent=pl.when(segments.list.len() > 1).then(segments.list.head(segments.list.len() - 1).list.join(SEP)),
         depth=(segments.list.len() - 1).cast(pl.Int64),
         name=segments.list.last(),
-        step_share_pct=pl.col("_stepped_us") * 1000.0 / step_ns * 100.0 if step_ns else pl.lit(None, pl.Float64),
+        step_share_pct=pl.col("_stepped_ns") / step_ns * 100.0 if step_ns else pl.lit(None, pl.Float64),
         tflops_s=pl.when((pl.col("total_us") > 0) & (pl.col("flops") > 0)).then(pl.col("flops") / pl.col("total_us") / 1e6),
         pct_of_roof=pl.when(pl.col("roofed_us") > 0).then(pl.col("ideal_us") / pl.col("roofed_us") * 100.0),
         ideal_us=pl.when(pl.col("roofed_us") > 0).then(pl.col("ideal_us")),
