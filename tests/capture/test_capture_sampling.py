@@ -185,10 +185,10 @@ def test_memory_figure_draws_the_samples(sampled_run: tuple[Path, int]) -> None:
 
     curve = memory_samples(kinetolens.load(sampled_run[0], cache=False))
     fig = memory_figure(sample_figure_curve(curve))
-    (line,) = fig.data  # allocated only: RSS has no reserved figure
-    assert line.name == "sampled cpu (process RSS) allocated"
-    scale = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10}[fig.layout.yaxis.title.text]  # the unit fits the peak
-    assert list(line.y) == pytest.approx((curve["allocated"] / scale).to_list())
+    (line,) = fig["data"]  # allocated only: RSS has no reserved figure
+    assert line["name"] == "sampled cpu (process RSS) allocated"
+    scale = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10}[fig["layout"]["yaxis"]["title"]["text"]]  # the unit fits the peak
+    assert list(line["y"]) == pytest.approx((curve["allocated"] / scale).to_list())
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -34,8 +34,8 @@ def test_a_long_curve_keeps_its_peaks_troughs_and_ends_in_few_points() -> None:
     assert drawn["ts"][0] == curve["ts"][0] and drawn["ts"][-1] == curve["ts"][-1]
     assert drawn["ts"].is_sorted()
     fig = memory_figure(curve)
-    assert len(fig.data[0].x) == drawn.height
-    assert max(fig.data[0].y) == curve["allocated"].max() / 2**20  # MiB: the spike is drawn at its height
+    assert len(fig["data"][0]["x"]) == drawn.height
+    assert max(fig["data"][0]["y"]) == curve["allocated"].max() / 2**20  # MiB: the spike is drawn at its height
 
 
 def test_a_short_curve_is_drawn_whole() -> None:

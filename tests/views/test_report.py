@@ -35,11 +35,11 @@ def bert() -> kinetolens.Trace:
 def test_step_bars_add_up_to_each_step(bert: kinetolens.Trace) -> None:
     table = step_breakdown(bert)
     fig = figures.step_breakdown_figure(table)
-    stacked = [sum(tr.y[i] for tr in fig.data) for i in range(table.height)]
+    stacked = [sum(tr["y"][i] for tr in fig["data"]) for i in range(table.height)]
     # Every instant of a step is in exactly one category, so the bars are the step's wall time.
     assert stacked == pytest.approx((table["total"] / 1e6).to_list(), rel=1e-9)
     # the legend in words, not the categories' column ids
-    assert {tr.name for tr in fig.data} >= {"GPU kernels", "memory copies", "CPU execution", "idle time (nothing busy)"}
+    assert {tr["name"] for tr in fig["data"]} >= {"GPU kernels", "memory copies", "CPU execution", "idle time (nothing busy)"}
 
 
 def test_module_icicle_root_is_all_attributed_gpu_time(bert: kinetolens.Trace) -> None:
@@ -56,13 +56,13 @@ def test_module_icicle_root_is_all_attributed_gpu_time(bert: kinetolens.Trace) -
     assert checked.height > 5
     assert (checked["total"] - checked["own"] - checked["kids"]).abs().max() < 1e-6
     fig = figures.module_icicle_figure(modules)
-    assert fig.data[0].type == "icicle" and fig.data[0].branchvalues == "total"
+    assert fig["data"][0]["type"] == "icicle" and fig["data"][0]["branchvalues"] == "total"
 
 
 def test_tensor_core_pie_covers_all_gpu_time(bert: kinetolens.Trace) -> None:
     kernels = kernel_table(bert)
-    pie = figures.tensor_core_figure(kernels).data[0]
-    shares = dict(zip(pie.labels, pie.values, strict=True))
+    pie = figures.tensor_core_figure(kernels)["data"][0]
+    shares = dict(zip(pie["labels"], pie["values"], strict=True))
     assert sum(shares.values()) == pytest.approx(kernels["dur_us"].sum())
     assert shares["yes"] == pytest.approx(kernels.filter(pl.col("tc") == "yes")["dur_us"].sum())
     assert shares["yes"] > 0 and shares["no"] > 0
@@ -74,39 +74,39 @@ def test_report_tensor_core_split_is_the_kernel_tables(bert: kinetolens.Trace) -
     data = collect(bert)
     assert data.kernel_verdicts.columns == ["tc", "dur_us"] and data.kernel_verdicts.height == bert.kernels.height
     assert tensor_core_time(data.kernel_verdicts).equals(tensor_core_time(kernel_table(bert)))
-    pie = data.all_figures()["tensor_cores"].data[0]
-    assert dict(zip(pie.labels, pie.values, strict=True)) == dict(tensor_core_time(kernel_table(bert)).iter_rows())
+    pie = data.all_figures()["tensor_cores"]["data"][0]
+    assert dict(zip(pie["labels"], pie["values"], strict=True)) == dict(tensor_core_time(kernel_table(bert)).iter_rows())
 
 
 def test_top_ops_pie_keeps_the_rest_as_other(bert: kinetolens.Trace) -> None:
     ops = op_stats(bert)
-    pie = figures.top_ops_figure(ops, top=3, kind="pie").data[0]
-    assert len(pie.labels) == 4 and pie.labels[-1] == "other"
-    assert sum(pie.values) == pytest.approx(ops["device_total_us"].sum())
-    bar = figures.top_ops_figure(ops, top=3).data[0]
-    assert bar.x[-1] == pytest.approx(ops["device_total_us"].max())  # largest drawn last (top of a horizontal bar)
+    pie = figures.top_ops_figure(ops, top=3, kind="pie")["data"][0]
+    assert len(pie["labels"]) == 4 and pie["labels"][-1] == "other"
+    assert sum(pie["values"]) == pytest.approx(ops["device_total_us"].sum())
+    bar = figures.top_ops_figure(ops, top=3)["data"][0]
+    assert bar["x"][-1] == pytest.approx(ops["device_total_us"].max())  # largest drawn last (top of a horizontal bar)
 
 
 def test_memory_and_idle_figures(bert: kinetolens.Trace) -> None:
     curve = memory_curve(memory_events(bert))
     fig = figures.memory_figure(curve)
-    names = [tr.name for tr in fig.data]
+    names = [tr["name"] for tr in fig["data"]]
     assert "GPU0 allocated" in names and "GPU0 reserved" in names
     gpu = curve.filter(pl.col("device") == "GPU0")
-    drawn = next(tr for tr in fig.data if tr.name == "GPU0 allocated")
-    scale = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10}[fig.layout.yaxis.title.text]  # the unit fits the peak
-    assert max(drawn.y) == pytest.approx(gpu["allocated"].max() / scale)
+    drawn = next(tr for tr in fig["data"] if tr["name"] == "GPU0 allocated")
+    scale = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10}[fig["layout"]["yaxis"]["title"]["text"]]  # the unit fits the peak
+    assert max(drawn["y"]) == pytest.approx(gpu["allocated"].max() / scale)
     temporal = figures.temporal_figure(temporal_breakdown(bert))
-    assert sum(tr.x[0] for tr in temporal.data) == pytest.approx(100.0, abs=0.05)
+    assert sum(tr["x"][0] for tr in temporal["data"]) == pytest.approx(100.0, abs=0.05)
     idle = figures.idle_figure(idle_breakdown(bert))
-    assert sum(sum(tr.y) for tr in idle.data) == pytest.approx(idle_breakdown(bert)["idle_us"].sum())
+    assert sum(sum(tr["y"]) for tr in idle["data"]) == pytest.approx(idle_breakdown(bert)["idle_us"].sum())
 
 
 def test_cpu_only_trace_gives_explaining_empty_figures() -> None:
     t = kinetolens.load(trace_path(CPU_ONLY))
     fig = figures.tensor_core_figure(kernel_table(t))
-    assert not fig.data and "no GPU kernels" in fig.layout.annotations[0].text
-    assert not figures.memory_figure(memory_curve(memory_events(t))).data
+    assert not fig["data"] and "no GPU kernels" in fig["layout"]["annotations"][0]["text"]
+    assert not figures.memory_figure(memory_curve(memory_events(t)))["data"]
 
 
 # -- HTML report in a real browser, network off ---------------------------------------

@@ -108,7 +108,7 @@ def test_cpu_only_report_leaves_out_gpu_sections_and_says_why(tmp_path: Path) ->
     assert set(data.omitted) >= {"kernels", "roofline", "idle", "modules", "memory"}
     assert data.omitted["kernels"] == "Kernels left out: a CPU-only trace: no GPU was listed or used."
     assert "with_modules=True" in data.omitted["modules"]
-    assert all(fig.data for fig in data.figures().values())
+    assert all(fig["data"] for fig in data.figures().values())
     out = tmp_path / "cpu.html"
     _cli("report", str(CPU_ONLY), "-o", str(out))
     page = out.read_text()

@@ -1,12 +1,12 @@
 """How a figure leaves kinetolens: a chart in the report's HTML, or the
 dashboard's JSON, each with the look every chart shares.
 
-The look (plotly's ``plotly_white`` template) is put into the written figure
-here rather than set on each figure as it is built: plotly validates a
-template on every figure it is set on (about 9 ms a chart, a tenth of a
-cached report), where a dictionary entry costs nothing.  A figure shown in a
-notebook as it is takes plotly's default template, like any plotly figure;
-:func:`styled` gives it the report's look.
+The figures are plotly figure dictionaries (:mod:`kinetolens.views.plot_spec`)
+and are written as they are, without plotly's figure objects.  The look
+(plotly's ``plotly_white`` template) is put into the written figure here
+rather than into each figure as it is built: one dictionary entry.  In a
+notebook, :func:`styled` makes a ``plotly.graph_objects.Figure`` with the
+report's look.
 """
 
 from __future__ import annotations
@@ -14,12 +14,15 @@ from __future__ import annotations
 import functools
 import json
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import plotly.graph_objects as go
 import plotly.io as pio
 
+from kinetolens.views.plot_spec import Figure
 from kinetolens.views.report_frames import CHART_PX
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 #: The plotly template every written chart has.
 TEMPLATE = "plotly_white"
@@ -34,17 +37,17 @@ def template() -> dict[str, Any]:
     return json.loads(text)
 
 
-def figure_spec(fig: go.Figure, min_height: int | None = None) -> dict[str, Any]:
+def figure_spec(fig: Figure, min_height: int | None = None) -> Figure:
     """``fig`` as plotly.js draws it, with :data:`TEMPLATE`; at least ``min_height``
     pixels tall where it sets a height of its own (one that does not grows with its box)."""
-    spec = fig.to_plotly_json()
+    spec = fig.to_plotly_json() if hasattr(fig, "to_plotly_json") else fig  # a plotly Figure of the user's too
     layout = {**spec.get("layout", {}), "template": template()}
     if min_height is not None and layout.get("height") is not None and layout["height"] < min_height:
         layout["height"] = min_height
     return {**spec, "layout": layout}
 
 
-def chart_html(fig: go.Figure, div_id: str, min_height: int | None = None) -> str:
+def chart_html(fig: Figure, div_id: str, min_height: int | None = None) -> str:
     """``fig`` as a ``<div class="kl-chart">`` of the page (plotly.js is the page's own)."""
     html = pio.to_html(
         figure_spec(fig, min_height), validate=False, include_plotlyjs=False, full_html=False, div_id=div_id,
@@ -54,11 +57,14 @@ def chart_html(fig: go.Figure, div_id: str, min_height: int | None = None) -> st
     return f'<div class="kl-chart">{html}</div>'
 
 
-def figure_json(fig: go.Figure) -> str:
+def figure_json(fig: Figure) -> str:
     """``fig`` as the dashboard sends it."""
     return pio.to_json(figure_spec(fig), validate=False)
 
 
-def styled(fig: go.Figure) -> go.Figure:
-    """``fig`` with the report's look, to show it so in a notebook."""
-    return fig.update_layout(template=TEMPLATE)
+def styled(fig: Figure) -> go.Figure:
+    """``fig`` as a plotly Figure with the report's look, to show it so in a notebook
+    (plotly checks every property of it here)."""
+    import plotly.graph_objects as go
+
+    return go.Figure(figure_spec(fig))

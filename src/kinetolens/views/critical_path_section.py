@@ -13,8 +13,8 @@ dashboard page (:mod:`.dashboard.critical_path_page`) render the same
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-import plotly.graph_objects as go
 import polars as pl
 
 from kinetolens.analysis.paths.critical_path import (
@@ -38,6 +38,8 @@ from kinetolens.model.trace import Trace
 from kinetolens.model.vocabulary import BOUND_WORDS
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import units
+from kinetolens.views.plot_spec import Figure, figure
+from kinetolens.views.plot_spec import title as title_of
 
 #: One colour per bound, the same in every chart.
 BOUND_COLORS = {
@@ -212,44 +214,45 @@ def critical_path_section(trace: Trace, step: int | None = None) -> CriticalPath
     )
 
 
-def split_figure(section: CriticalPathSection, title: str = "What bounds each step (critical path)") -> go.Figure:
+def split_figure(section: CriticalPathSection, title: str = "What bounds each step (critical path)") -> Figure:
     """One horizontal bar per step, stacked by bound (ms); the hover gives the share of that step's path."""
     return bounds_figure(section.split, title)
 
 
-def bounds_figure(frame: pl.DataFrame, title: str) -> go.Figure:
+def bounds_figure(frame: pl.DataFrame, title: str) -> Figure:
     """``window``, ``bound_by``, ``time_us``, ``share_pct`` as one bar per window, stacked by bound."""
     split = frame.filter(pl.col("time_us") > 0)
     windows = list(dict.fromkeys(frame["window"].to_list()))
-    fig = go.Figure()
+    bars = []
     for bound in BOUND_BY:
         rows = split.filter(pl.col("bound_by") == bound)
         if rows.height == 0:
             continue
         label = BOUND_WORDS[bound]
-        fig.add_trace(
-            go.Bar(
-                y=rows["window"].to_list(),
-                x=(rows["time_us"] / 1000).to_list(),
-                customdata=[units.percent(p / 100) for p in rows["share_pct"].to_list()],
-                orientation="h",
-                name=label,
-                marker_color=BOUND_COLORS[bound],
-                hovertemplate="%{y}<br>" + label + ": %{x:,.3f} ms (%{customdata})<extra></extra>",
-            )
+        bars.append(
+            {
+                "type": "bar",
+                "y": rows["window"].to_list(),
+                "x": (rows["time_us"] / 1000).to_list(),
+                "customdata": [units.percent(p / 100) for p in rows["share_pct"].to_list()],
+                "orientation": "h",
+                "name": label,
+                "marker": {"color": BOUND_COLORS[bound]},
+                "hovertemplate": "%{y}<br>" + label + ": %{x:,.3f} ms (%{customdata})<extra></extra>",
+            }
         )
-    return stacked_path_layout(fig, title, windows)
+    return stacked_path_figure(bars, title, windows)
 
 
-def stacked_path_layout(fig: go.Figure, title: str, rows: list[str]) -> go.Figure:
-    """The layout of a stacked bar of path time, one bar per step (``rows``, top down)."""
-    fig.update_layout(
+def stacked_path_figure(bars: list[dict[str, Any]], title: str, rows: list[str]) -> Figure:
+    """Stacked bars of path time, one bar per step (``rows``, top down)."""
+    return figure(
+        bars,
         barmode="stack",
-        title=title,
-        xaxis_title="ms on the critical path",
+        title=title_of(title),
+        xaxis={"title": title_of("ms on the critical path")},
         yaxis={"type": "category", "autorange": "reversed", "categoryarray": rows, "categoryorder": "array"},
         legend={"orientation": "h", "y": -0.25, "x": 0, "yanchor": "top", "traceorder": "normal"},
         height=max(300, 40 * len(rows) + 200),
         margin={"l": 90, "r": 20, "t": 50, "b": 40},
     )
-    return fig

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import plotly.graph_objects as go
 import polars as pl
 
 from kinetolens.analysis.paths.cross_rank_path import KIND_WORDS, common_steps
@@ -25,7 +24,8 @@ from kinetolens.errors import TraceError
 from kinetolens.model.vocabulary import BOUND_WORDS
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import units
-from kinetolens.views.critical_path_section import bounds_figure, stacked_path_layout
+from kinetolens.views.critical_path_section import bounds_figure, stacked_path_figure
+from kinetolens.views.plot_spec import Figure
 
 if TYPE_CHECKING:
     from kinetolens.analysis.paths.cross_rank_path import RankGraphs
@@ -178,7 +178,7 @@ def cross_rank_section(
     return section
 
 
-def bounds_per_step_figure(section: CrossRankSection) -> go.Figure:
+def bounds_per_step_figure(section: CrossRankSection) -> Figure:
     """One bar per step, stacked by what bounds its path across ranks."""
     split = section.run.split.select(
         window=pl.format("step {}", pl.col("step")), bound_by="bound_by", time_us="us", share_pct="pct"
@@ -186,31 +186,32 @@ def bounds_per_step_figure(section: CrossRankSection) -> go.Figure:
     return bounds_figure(split, "What bounds each step's path across ranks")
 
 
-def ranks_per_step_figure(section: CrossRankSection) -> go.Figure:
+def ranks_per_step_figure(section: CrossRankSection) -> Figure:
     """One bar per step, stacked by the rank whose work the path runs through (the others as one part)."""
     frame = _rank_label(section.run.rank_steps).filter(pl.col("us") > 0)
     steps = [f"step {cp.step}" for cp in section.run.paths]
     named = [r for r in section.run.ranks["rank"].to_list() if r is not None]
-    fig = go.Figure()
+    bars = []
     for i, rank in enumerate([*named, None]):
         rows = frame.filter(pl.col("rank").is_null() if rank is None else pl.col("rank") == rank)
         if rows.height == 0:
             continue
         label = f"rank {rank}" if rank is not None else "other ranks"
-        fig.add_trace(
-            go.Bar(
-                y=[f"step {s}" for s in rows["step"].to_list()],
-                x=(rows["us"] / 1000).to_list(),
-                customdata=[[units.percent(p / 100), t] for p, t in zip(rows["pct"].to_list(), rows["label"].to_list(), strict=True)],
-                orientation="h",
-                name=label,
-                marker_color=OTHERS_COLOR if rank is None else RANK_COLORS[i % len(RANK_COLORS)],
-                hovertemplate="%{y}<br>%{customdata[1]}: %{x:,.3f} ms (%{customdata[0]})<extra></extra>",
-            )
+        bars.append(
+            {
+                "type": "bar",
+                "y": [f"step {s}" for s in rows["step"].to_list()],
+                "x": (rows["us"] / 1000).to_list(),
+                "customdata": [[units.percent(p / 100), t] for p, t in zip(rows["pct"].to_list(), rows["label"].to_list(), strict=True)],
+                "orientation": "h",
+                "name": label,
+                "marker": {"color": OTHERS_COLOR if rank is None else RANK_COLORS[i % len(RANK_COLORS)]},
+                "hovertemplate": "%{y}<br>%{customdata[1]}: %{x:,.3f} ms (%{customdata[0]})<extra></extra>",
+            }
         )
-    return stacked_path_layout(fig, "Path time per rank, each step", steps)
+    return stacked_path_figure(bars, "Path time per rank, each step", steps)
 
 
-def figures(section: CrossRankSection) -> dict[str, go.Figure]:
+def figures(section: CrossRankSection) -> dict[str, Figure]:
     """The section's charts, by name, in order."""
     return {"bounds": bounds_per_step_figure(section), "ranks": ranks_per_step_figure(section)}

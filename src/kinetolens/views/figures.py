@@ -1,11 +1,12 @@
 """Plotly figures of the analyses, shared by the report, the dashboard and notebooks.
 
 Every builder takes the table an analysis returns (never a file, never a
-:class:`~kinetolens.model.Trace`) and returns a ``plotly.graph_objects.Figure``,
-so one chart is the same in ``kinetolens report``, the web dashboard and
-Jupyter; the report and the dashboard give it their look as they write it
-(:mod:`kinetolens.views.chart_output`), and in a notebook
-``chart_output.styled(fig)`` does.  Builders accept empty tables and then
+:class:`~kinetolens.model.Trace`) and returns the chart as a plotly figure
+dictionary (:mod:`kinetolens.views.plot_spec`, which says why not a
+``plotly.graph_objects.Figure``), so one chart is the same in ``kinetolens
+report``, the web dashboard and Jupyter; the report and the dashboard give it
+their look as they write it (:mod:`kinetolens.views.chart_output`), and in a
+notebook ``chart_output.styled(fig)`` makes it a Figure with that look.  Builders accept empty tables and then
 return a figure that says there is nothing to draw, so a caller never has
 to special-case a CPU-only trace.  Only SVG trace types are used (no ``scattergl``): the report must
 render in browsers without WebGL.
@@ -37,7 +38,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import plotly.graph_objects as go
 import polars as pl
 
 from kinetolens.analysis.hardware.kernels import tensor_core_time
@@ -45,6 +45,8 @@ from kinetolens.analysis.gputime.overview import CATEGORIES, OTHER
 from kinetolens.analysis.hardware.roofline import peak_tflops, roofline_points
 from kinetolens.model.vocabulary import CATEGORY_WORDS
 from kinetolens.views import units
+from kinetolens.views.plot_spec import Figure, figure
+from kinetolens.views.plot_spec import title as title_of
 
 if TYPE_CHECKING:
     from kinetolens.registry.gpus import GpuSpec
@@ -74,32 +76,29 @@ def _short(label: object, chars: int = LABEL_CHARS) -> str:
     return units.middle(text, chars)
 
 
-def empty_figure(title: str, message: str) -> go.Figure:
+def empty_figure(title: str, message: str) -> Figure:
     """A figure with no data that says why, so every chart slot still renders."""
-    fig = go.Figure()
-    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font={"size": 14})
-    fig.update_layout(title=title, xaxis={"visible": False}, yaxis={"visible": False})
-    return fig
+    note = {"text": message, "showarrow": False, "x": 0.5, "y": 0.5, "xref": "paper", "yref": "paper", "font": {"size": 14}}
+    return figure(annotations=[note], title=title_of(title), xaxis={"visible": False}, yaxis={"visible": False})
 
 
 def step_breakdown_figure(
     breakdown: pl.DataFrame, title: str = "Step time breakdown", labels: list[str] | None = None
-) -> go.Figure:
+) -> Figure:
     """Stacked bars: each step's wall time split into the overview's categories (ms);
     ``labels`` names the bars (an inference trace's iterations) instead of ``step N``."""
     if breakdown.height == 0:
         return empty_figure(title, "no steps")
     labels = labels or [("trace" if s is None else f"step {s}") for s in breakdown["step"].to_list()]
-    fig = go.Figure()
+    bars = []
     for cat in (*CATEGORIES, OTHER):
         ms = (breakdown[cat].cast(pl.Float64) / 1e6).to_list()
         if not any(ms):
             continue
         words = CATEGORY_WORDS[cat]  # the legend reads "CPU execution", never the column's id
-        fig.add_trace(go.Bar(x=labels, y=ms, name=words, marker_color=CATEGORY_COLORS[cat],
-                             hovertemplate="%{x}<br>" + words + ": %{y:,.3f} ms<extra></extra>"))  # fmt: skip
-    fig.update_layout(barmode="stack", title=title, yaxis_title="ms", xaxis={"type": "category"})
-    return fig
+        bars.append({"type": "bar", "x": labels, "y": ms, "name": words, "marker": {"color": CATEGORY_COLORS[cat]},
+                     "hovertemplate": "%{x}<br>" + words + ": %{y:,.3f} ms<extra></extra>"})  # fmt: skip
+    return figure(bars, barmode="stack", title=title_of(title), yaxis={"title": title_of("ms")}, xaxis={"type": "category"})
 
 
 def top_ops_figure(
@@ -108,7 +107,7 @@ def top_ops_figure(
     top: int = 15,
     kind: str = "bar",
     title: str | None = None,
-) -> go.Figure:
+) -> Figure:
     """The ``top`` rows of an ``op_stats`` table by ``value``; the rest summed as "other" in a pie."""
     words = units.basis_words(value)
     title = title or f"Top {top} by {words}"
@@ -123,25 +122,25 @@ def top_ops_figure(
         rest = float(ranked[value].sum() - head[value].sum())
         if rest > 0:
             labels, values = [*labels, "other"], [*values, rest]
-        fig = go.Figure(go.Pie(labels=labels, values=values, sort=False, textinfo="percent", textposition="inside",
-                               hovertemplate="%{label}<br>%{value:,.1f} us (%{percent})<extra></extra>"))  # fmt: skip
+        pie = {"type": "pie", "labels": labels, "values": values, "sort": False, "textinfo": "percent", "textposition": "inside",
+               "hovertemplate": "%{label}<br>%{value:,.1f} us (%{percent})<extra></extra>"}  # fmt: skip
         # The legend under the pie, one whole name a line: beside it, long kernel names clipped it to a scroll box.
-        fig.update_layout(
+        return figure(
+            [pie], title=title_of(title),
             legend={"orientation": "v", "x": 0, "xanchor": "left", "y": -0.05, "yanchor": "top"},
             height=360 + 22 * len(labels), margin={"l": 20, "r": 20, "b": 20},
-        )
-    elif kind == "bar":
-        fig = go.Figure(go.Bar(x=values[::-1], y=labels[::-1], orientation="h",
-                               hovertemplate="%{y}<br>%{x:,.1f} us<extra></extra>"))  # fmt: skip
-        fig.update_layout(xaxis_title=f"{words} (us)", height=max(300, 28 * len(labels) + 120), margin={"l": 20})
-        fig.update_yaxes(automargin=True)
-    else:
-        raise ValueError(f"unknown kind {kind!r}; choose bar or pie")
-    fig.update_layout(title=title)
-    return fig
+        )  # fmt: skip
+    if kind == "bar":
+        bar = {"type": "bar", "x": values[::-1], "y": labels[::-1], "orientation": "h",
+               "hovertemplate": "%{y}<br>%{x:,.1f} us<extra></extra>"}  # fmt: skip
+        return figure(
+            [bar], title=title_of(title), xaxis={"title": title_of(f"{words} (us)")}, yaxis={"automargin": True},
+            height=max(300, 28 * len(labels) + 120), margin={"l": 20},
+        )  # fmt: skip
+    raise ValueError(f"unknown kind {kind!r}; choose bar or pie")
 
 
-def tensor_core_figure(kernels: pl.DataFrame, title: str = "GPU time by Tensor Core use") -> go.Figure:
+def tensor_core_figure(kernels: pl.DataFrame, title: str = "GPU time by Tensor Core use") -> Figure:
     """Pie of kernel time (``dur_us``) by ``tc`` verdict: yes / no / unknown."""
     if kernels.height == 0:
         return empty_figure(title, "no GPU kernels")
@@ -149,11 +148,10 @@ def tensor_core_figure(kernels: pl.DataFrame, title: str = "GPU time by Tensor C
     if by.height == 0:
         return empty_figure(title, "no GPU time")
     tcs = by["tc"].to_list()
-    fig = go.Figure(go.Pie(labels=tcs, values=by["us"].to_list(), sort=False,
-                           marker={"colors": [TC_COLORS.get(t, "#888") for t in tcs]},
-                           hovertemplate="Tensor Cores %{label}<br>%{value:,.1f} us (%{percent})<extra></extra>"))  # fmt: skip
-    fig.update_layout(title=title)
-    return fig
+    pie = {"type": "pie", "labels": tcs, "values": by["us"].to_list(), "sort": False,
+           "marker": {"colors": [TC_COLORS.get(t, "#888") for t in tcs]},
+           "hovertemplate": "Tensor Cores %{label}<br>%{value:,.1f} us (%{percent})<extra></extra>"}  # fmt: skip
+    return figure([pie], title=title_of(title))
 
 
 def module_tree(modules: pl.DataFrame, value: str = "device_total_us") -> pl.DataFrame:
@@ -198,36 +196,34 @@ def _readable_depth(ids: pl.Series) -> int:
 
 def module_icicle_figure(
     modules: pl.DataFrame, value: str = "device_total_us", title: str = "Time by module"
-) -> go.Figure:
+) -> Figure:
     """Icicle of the module hierarchy, each box its subtree's time."""
     tree = module_tree(modules, value).filter(pl.col("total") > 0) if modules.height else pl.DataFrame()
     if tree.height == 0:
         return empty_figure(title, f"no {value} in modules")
-    fig = go.Figure(go.Icicle(ids=tree["id"].to_list(), parents=tree["parent"].to_list(),
-                              labels=tree["label"].to_list(), values=tree["total"].to_list(),
-                              branchvalues="total", customdata=tree["own"].to_list(),
-                              hovertemplate="%{id}<br>%{value:,.1f} us (own %{customdata:,.1f} us)<extra></extra>",
-                              maxdepth=_readable_depth(tree["id"])))  # fmt: skip
-    fig.update_layout(title=title, margin={"t": 50, "l": 10, "r": 10, "b": 10}, height=500)
-    return fig
+    icicle = {"type": "icicle", "ids": tree["id"].to_list(), "parents": tree["parent"].to_list(),
+              "labels": tree["label"].to_list(), "values": tree["total"].to_list(),
+              "branchvalues": "total", "customdata": tree["own"].to_list(),
+              "hovertemplate": "%{id}<br>%{value:,.1f} us (own %{customdata:,.1f} us)<extra></extra>",
+              "maxdepth": _readable_depth(tree["id"])}  # fmt: skip
+    return figure([icicle], title=title_of(title), margin={"t": 50, "l": 10, "r": 10, "b": 10}, height=500)
 
 
-def roofline_figure(ops: pl.DataFrame, spec: GpuSpec, title: str) -> go.Figure:
+def roofline_figure(ops: pl.DataFrame, spec: GpuSpec, title: str) -> Figure:
     """Log-log roofline: the memory slope, one flat roof per compute ceiling used, one point per op and shapes."""
     pts = roofline_points(ops)
     bw = float(spec.dram_gbps or 0.0)
     precisions = sorted(p for p in pts["ceiling"].drop_nulls().unique().to_list() if peak_tflops(spec, p))
     lo = min([0.01, *pts["intensity"].to_list()]) / 2
     hi = max([1e4, *pts["intensity"].to_list()]) * 2
-    fig = go.Figure()
     top = max([peak_tflops(spec, p) or 0.0 for p in precisions] or [1.0])
     ridge_top = top * 1e3 / bw
-    fig.add_trace(go.Scatter(x=[lo, ridge_top], y=[lo * bw / 1e3, top], mode="lines",
-                             name=f"DRAM {bw:,.0f} GB/s", line={"color": "black"}))  # fmt: skip
+    lines = [{"type": "scatter", "x": [lo, ridge_top], "y": [lo * bw / 1e3, top], "mode": "lines",
+              "name": f"DRAM {bw:,.0f} GB/s", "line": {"color": "black"}}]  # fmt: skip
     for p in precisions:
         peak = peak_tflops(spec, p) or 0.0
-        fig.add_trace(go.Scatter(x=[peak * 1e3 / bw, hi], y=[peak, peak], mode="lines",
-                                 name=f"{p} peak {peak:,.1f} TFLOP/s", line={"dash": "dash"}))  # fmt: skip
+        lines.append({"type": "scatter", "x": [peak * 1e3 / bw, hi], "y": [peak, peak], "mode": "lines",
+                      "name": f"{p} peak {peak:,.1f} TFLOP/s", "line": {"dash": "dash"}})  # fmt: skip
     biggest = max(pts["device_us"].max() or 1.0, 1e-9)  # type: ignore[operator]
     for p in sorted(set(pts["ceiling"].drop_nulls().to_list())):
         sub = pts.filter(pl.col("ceiling") == p)
@@ -239,15 +235,15 @@ def roofline_figure(ops: pl.DataFrame, spec: GpuSpec, title: str) -> go.Figure:
             for r in sub.iter_rows(named=True)
         ]
         sizes = [6 + 40 * (v / biggest) ** 0.5 for v in sub["device_us"].to_list()]
-        fig.add_trace(go.Scatter(x=sub["intensity"].to_list(), y=sub["achieved_tflops"].to_list(), mode="markers",
-                                 name=f"ops ({p})", text=hover, hoverinfo="text",
-                                 marker={"size": sizes, "opacity": 0.7, "line": {"width": 0.5}}))  # fmt: skip
-    fig.update_layout(
-        title=title,
-        xaxis={"type": "log", "title": "arithmetic intensity (FLOP/byte)"},
-        yaxis={"type": "log", "title": "TFLOP/s"},
+        lines.append({"type": "scatter", "x": sub["intensity"].to_list(), "y": sub["achieved_tflops"].to_list(),
+                      "mode": "markers", "name": f"ops ({p})", "text": hover, "hoverinfo": "text",
+                      "marker": {"size": sizes, "opacity": 0.7, "line": {"width": 0.5}}})  # fmt: skip
+    return figure(
+        lines,
+        title=title_of(title),
+        xaxis={"type": "log", "title": title_of("arithmetic intensity (FLOP/byte)")},
+        yaxis={"type": "log", "title": title_of("TFLOP/s")},
     )
-    return fig
 
 
 #: Time buckets a memory curve keeps points for: a chart is about 1,000 px wide, and a
@@ -273,7 +269,7 @@ def drawn_points(part: pl.DataFrame, buckets: int = CURVE_BUCKETS) -> pl.DataFra
     return rows.filter(pl.col("row").is_in(keep["keep"].implode())).drop("row", "bucket")
 
 
-def memory_figure(curve: pl.DataFrame, title: str = "Device memory over time") -> go.Figure:
+def memory_figure(curve: pl.DataFrame, title: str = "Device memory over time") -> Figure:
     """Allocated (solid) and reserved (dotted) bytes per device, ms from the first event,
     in the binary unit that fits the peak (GiB, MiB or KiB: never "600µ GiB")."""
     if curve.height == 0:
@@ -281,19 +277,18 @@ def memory_figure(curve: pl.DataFrame, title: str = "Device memory over time") -
     t0 = int(curve["ts"].min())  # type: ignore[arg-type]
     top = max(float(curve[c].max() or 0) for c in ("allocated", "reserved") if c in curve.columns)  # type: ignore[arg-type]
     unit, scale = next(((u, s) for u, s in (("GiB", 2**30), ("MiB", 2**20)) if top >= s), ("KiB", 2**10))
-    fig = go.Figure()
+    lines = []
     for (device,), whole in curve.sort("ts").group_by("device", maintain_order=True):
         part = drawn_points(whole)
         x = ((part["ts"] - t0) / 1e6).to_list()
         hover = [f"{op or '-'}" for op in part["op"].to_list()]
-        fig.add_trace(go.Scatter(x=x, y=(part["allocated"] / scale).to_list(), mode="lines", line_shape="hv",
-                                 name=f"{device} allocated", text=hover,
-                                 hovertemplate="%{x:,.3f} ms<br>%{y:,.3f} " + unit + "<br>%{text}<extra></extra>"))  # fmt: skip
+        lines.append({"type": "scatter", "x": x, "y": (part["allocated"] / scale).to_list(), "mode": "lines",
+                      "line": {"shape": "hv"}, "name": f"{device} allocated", "text": hover,
+                      "hovertemplate": "%{x:,.3f} ms<br>%{y:,.3f} " + unit + "<br>%{text}<extra></extra>"})  # fmt: skip
         if part["reserved"].drop_nulls().len():
-            fig.add_trace(go.Scatter(x=x, y=(part["reserved"] / scale).to_list(), mode="lines", line_shape="hv",
-                                     name=f"{device} reserved", line={"dash": "dot"}))  # fmt: skip
-    fig.update_layout(title=title, xaxis_title="ms", yaxis_title=unit)
-    return fig
+            lines.append({"type": "scatter", "x": x, "y": (part["reserved"] / scale).to_list(), "mode": "lines",
+                          "line": {"shape": "hv", "dash": "dot"}, "name": f"{device} reserved"})  # fmt: skip
+    return figure(lines, title=title_of(title), xaxis={"title": title_of("ms")}, yaxis={"title": title_of(unit)})
 
 
 def rank_bars(frame: pl.DataFrame, key: str, what: str) -> tuple[pl.DataFrame, str]:
@@ -313,24 +308,24 @@ def rank_chart_height(bars: int) -> int:
     return 170 + RANK_BAR_PX * max(bars, 4)
 
 
-def temporal_figure(temporal: pl.DataFrame, title: str = "GPU time: compute, non-compute, idle") -> go.Figure:
+def temporal_figure(temporal: pl.DataFrame, title: str = "GPU time: compute, non-compute, idle") -> Figure:
     """Stacked horizontal bars per rank of the temporal breakdown (percent of the kernel span)."""
     if temporal.height == 0:
         return empty_figure(title, "no GPU work")
     temporal, note = rank_bars(temporal, "idle_pct", "idle time")
     ranks = [f"rank {r}" for r in temporal["rank"].to_list()]
-    fig = go.Figure()
-    for col, color in (("compute", "#4c78a8"), ("non_compute", "#f58518"), ("idle", "#bab0ac")):
-        fig.add_trace(go.Bar(y=ranks, x=temporal[f"{col}_pct"].to_list(), orientation="h", name=col,
-                             marker_color=color, customdata=temporal[f"{col}_us"].to_list(),
-                             hovertemplate="%{y} " + col + ": %{x:.2f}% (%{customdata:,.1f} us)<extra></extra>"))  # fmt: skip
-    fig.update_layout(barmode="stack", title=title + note, xaxis_title="% of GPU span",
-                      yaxis={"type": "category", "autorange": "reversed"}, height=rank_chart_height(len(ranks)),
-                      legend={"orientation": "h", "y": -0.25 if len(ranks) < 8 else -0.1, "traceorder": "normal"})  # fmt: skip
-    return fig
+    bars = [
+        {"type": "bar", "y": ranks, "x": temporal[f"{col}_pct"].to_list(), "orientation": "h", "name": col,
+         "marker": {"color": color}, "customdata": temporal[f"{col}_us"].to_list(),
+         "hovertemplate": "%{y} " + col + ": %{x:.2f}% (%{customdata:,.1f} us)<extra></extra>"}
+        for col, color in (("compute", "#4c78a8"), ("non_compute", "#f58518"), ("idle", "#bab0ac"))
+    ]  # fmt: skip
+    return figure(bars, barmode="stack", title=title_of(title + note), xaxis={"title": title_of("% of GPU span")},
+                  yaxis={"type": "category", "autorange": "reversed"}, height=rank_chart_height(len(ranks)),
+                  legend={"orientation": "h", "y": -0.25 if len(ranks) < 8 else -0.1, "traceorder": "normal"})  # fmt: skip
 
 
-def rank_step_figure(ranks: pl.DataFrame, title: str = "Mean step per rank: compute, exposed communication, other") -> go.Figure:
+def rank_step_figure(ranks: pl.DataFrame, title: str = "Mean step per rank: compute, exposed communication, other") -> Figure:
     """Stacked horizontal bars per rank of ``step_times`` (ms per step): the
     three parts add up to the rank's mean step."""
     if ranks.height == 0 or "exposed_comm_ms" not in ranks.columns:
@@ -338,27 +333,27 @@ def rank_step_figure(ranks: pl.DataFrame, title: str = "Mean step per rank: comp
     # a straggler waits least at collectives, the ranks it holds up most: both ends are the outliers
     ranks, note = rank_bars(ranks, "exposed_comm_ms", "exposed communication")
     labels = [f"rank {r}" for r in ranks["rank"].to_list()]
-    fig = go.Figure()
-    for col, name, color in (("compute_ms", "compute", "#4c78a8"), ("exposed_comm_ms", "exposed communication", "#72b7b2"),
-                             ("other_ms", "other", "#bab0ac")):
-        fig.add_trace(go.Bar(y=labels, x=ranks[col].to_list(), orientation="h", name=name, marker_color=color,
-                             hovertemplate="%{y} " + name + ": %{x:,.3f} ms<extra></extra>"))  # fmt: skip
-    fig.update_layout(barmode="stack", title=title + note, xaxis_title="ms per step",
-                      yaxis={"type": "category", "autorange": "reversed"}, height=rank_chart_height(len(labels)),
-                      legend={"orientation": "h", "y": -0.25 if len(labels) < 8 else -0.1, "traceorder": "normal"})  # fmt: skip
-    return fig
+    bars = [
+        {"type": "bar", "y": labels, "x": ranks[col].to_list(), "orientation": "h", "name": name, "marker": {"color": color},
+         "hovertemplate": "%{y} " + name + ": %{x:,.3f} ms<extra></extra>"}
+        for col, name, color in (("compute_ms", "compute", "#4c78a8"), ("exposed_comm_ms", "exposed communication", "#72b7b2"),
+                                 ("other_ms", "other", "#bab0ac"))
+    ]  # fmt: skip
+    return figure(bars, barmode="stack", title=title_of(title + note), xaxis={"title": title_of("ms per step")},
+                  yaxis={"type": "category", "autorange": "reversed"}, height=rank_chart_height(len(labels)),
+                  legend={"orientation": "h", "y": -0.25 if len(labels) < 8 else -0.1, "traceorder": "normal"})  # fmt: skip
 
 
-def idle_figure(idle: pl.DataFrame, title: str = "GPU idle time by cause") -> go.Figure:
+def idle_figure(idle: pl.DataFrame, title: str = "GPU idle time by cause") -> Figure:
     """Stacked bars per stream: idle microseconds waiting on the host, between kernels, other."""
     if idle.height == 0 or not (idle["idle_us"] > 0).any():
         return empty_figure(title, "no GPU idle time")
     labels = [f"rank {r} stream {s}" for r, s in idle.select("rank", "stream").unique(maintain_order=True).iter_rows()]
-    fig = go.Figure()
-    for (cat,), part in idle.group_by("idle_category", maintain_order=True):
-        fig.add_trace(go.Bar(x=[f"rank {r} stream {s}" for r, s in part.select("rank", "stream").iter_rows()],
-                             y=part["idle_us"].to_list(), name=str(cat),
-                             hovertemplate="%{x}<br>" + str(cat) + ": %{y:,.1f} us<extra></extra>"))  # fmt: skip
-    fig.update_layout(barmode="stack", title=title, yaxis_title="us",
-                      xaxis={"type": "category", "categoryorder": "array", "categoryarray": labels})  # fmt: skip
-    return fig
+    bars = [
+        {"type": "bar", "x": [f"rank {r} stream {s}" for r, s in part.select("rank", "stream").iter_rows()],
+         "y": part["idle_us"].to_list(), "name": str(cat),
+         "hovertemplate": "%{x}<br>" + str(cat) + ": %{y:,.1f} us<extra></extra>"}
+        for (cat,), part in idle.group_by("idle_category", maintain_order=True)
+    ]  # fmt: skip
+    return figure(bars, barmode="stack", title=title_of(title), yaxis={"title": title_of("us")},
+                  xaxis={"type": "category", "categoryorder": "array", "categoryarray": labels})  # fmt: skip

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import plotly.graph_objects as go
 import polars as pl
 
 from kinetolens.analysis.ranks.dist_report import dist_report
@@ -36,6 +35,7 @@ from kinetolens.registry.gpus import GpuSpec
 from kinetolens.analysis.hardware.gpu_spec import gpu_spec
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views import empty_reasons, figures, units
+from kinetolens.views.plot_spec import Figure
 from kinetolens.views.report_frames import TOP_ROWS
 from kinetolens.views.report_phases import iteration_figure, per_phase_tables
 from kinetolens.views.critical_path_section import CriticalPathSection, critical_path_section
@@ -145,13 +145,13 @@ class ReportData:
             rank = int(self.cross_rank.ranks["rank"].min())  # type: ignore[arg-type]
         return "this rank" if rank is None else f"rank {rank}"
 
-    def figures(self) -> dict[str, go.Figure]:
+    def figures(self) -> dict[str, Figure]:
         """Section name -> figure, in report order: none for a section left
         out, and never a chart without data (:data:`omitted` says why)."""
         figs = self.all_figures()
         return {name: fig for name, fig in figs.items() if name not in self.omitted and name not in self.chart_notes}
 
-    def all_figures(self) -> dict[str, go.Figure]:
+    def all_figures(self) -> dict[str, Figure]:
         """Every chart, those without data included (drawn once, then kept)."""
         if "figures" in self.extra:
             return dict(self.extra["figures"])
@@ -258,11 +258,12 @@ def chart_notes(data: ReportData) -> dict[str, str]:
     Core split with one part."""
     notes = {}
     for name, fig in data.all_figures().items():
-        if not fig.data:
-            message = str(fig.layout.annotations[0].text) if fig.layout.annotations else "no data"
+        if not fig["data"]:
+            notes_drawn = fig["layout"].get("annotations")
+            message = str(notes_drawn[0]["text"]) if notes_drawn else "no data"
             if re.fullmatch(r"no \w+_us( in \w+)?", message):  # a ranked chart whose values are all zero
                 message = "every value is 0, so there is nothing to chart"
-            title = fig.layout.title.text or name
+            title = fig["layout"].get("title", {}).get("text") or name
             notes[name] = f"{title}: {message}."
     sentence = _tensor_core_sentence(data.kernel_verdicts)
     if sentence:

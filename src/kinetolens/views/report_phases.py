@@ -104,7 +104,7 @@ def iteration_figure(block: InferenceBlock) -> Any:
     """The iterations' breakdown as stacked bars, one per iteration named by its phase
     (the step breakdown chart's counterpart, in the report and the dashboard)."""
     frame, labels = breakdown_rows(block)
-    from kinetolens.views import figures  # plotly: only where a chart is drawn, not for the terminal
+    from kinetolens.views import figures  # only where a chart is drawn, not for the terminal
 
     return figures.step_breakdown_figure(frame, f"{iterations_title(block)[:-1]} time breakdown", labels)
 

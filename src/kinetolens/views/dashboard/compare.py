@@ -27,6 +27,7 @@ from kinetolens.analysis.session import whole_steps
 from kinetolens.views import figures, units
 from kinetolens.views.dashboard import cross_rank_path_page
 from kinetolens.views.dashboard.blocks import Block, figure, table, text
+from kinetolens.views.plot_spec import Figure, update_layout
 from kinetolens.views.dashboard.sources import BadParameter, Ctx
 
 DIFF_LEVELS = ("step", "module", "op", "kernel")
@@ -117,13 +118,13 @@ RUN_TABLES = {
 }  # fmt: skip
 
 
-def _temporal_figure(temporal: list[pl.DataFrame]) -> Any:
+def _temporal_figure(temporal: list[pl.DataFrame]) -> Figure:
     """The per-rank GPU time bars, legend above them so that a run of two ranks still shows all three parts."""
     fig = figures.temporal_figure(pl.concat(temporal).sort("rank") if temporal else pl.DataFrame())
     if temporal:
-        fig.update_layout(legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "left", "x": 0.0,
-                                  "traceorder": "normal"},
-                          margin={"t": 90})  # fmt: skip
+        update_layout(fig, legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "left", "x": 0.0,
+                                   "traceorder": "normal"},
+                      margin={"t": 90})  # fmt: skip
     return fig
 
 

@@ -25,6 +25,7 @@ from kinetolens.analysis.summary import attribution, steps_block
 from kinetolens.views import empty_reasons, figures, units
 from kinetolens.views.dashboard import extra_figures, phases_page
 from kinetolens.views.dashboard.blocks import Block, figure, table, text, unavailable
+from kinetolens.views.plot_spec import Figure, update_layout, update_traces
 from kinetolens.views.dashboard.sources import (
     KERNEL_GROUPS,
     MODULE_DEPTHS,
@@ -136,12 +137,11 @@ def _time_label(column: str) -> str:
     return column.removesuffix("_us").replace("_", " ") + " time"
 
 
-def _pie_below(fig: Any) -> Any:
+def _pie_below(fig: Figure) -> Figure:
     """A pie in half the page: legend under it and labels inside, so long op names do not squeeze it to a dot."""
-    fig.update_traces(textposition="inside", selector={"type": "pie"})
-    fig.update_layout(height=520, legend={"orientation": "h", "y": -0.05, "x": 0, "yanchor": "top"},
-                      margin={"l": 20, "r": 20, "t": 50, "b": 20})  # fmt: skip
-    return fig
+    update_traces(fig, "pie", textposition="inside")
+    return update_layout(fig, height=520, legend={"orientation": "h", "y": -0.05, "x": 0, "yanchor": "top"},
+                         margin={"l": 20, "r": 20, "t": 50, "b": 20})  # fmt: skip
 
 
 def kernels(ctx: Ctx) -> list[Block]:
