@@ -6,10 +6,11 @@ dictionary (:mod:`kinetolens.views.plot_spec`, which says why not a
 ``plotly.graph_objects.Figure``), so one chart is the same in ``kinetolens
 report``, the web dashboard and Jupyter; the report and the dashboard give it
 their look as they write it (:mod:`kinetolens.views.chart_output`), and in a
-notebook ``chart_output.styled(fig)`` makes it a Figure with that look.  Builders accept empty tables and then
-return a figure that says there is nothing to draw, so a caller never has
-to special-case a CPU-only trace.  Only SVG trace types are used (no ``scattergl``): the report must
-render in browsers without WebGL.
+notebook ``chart_output.styled(fig)`` makes it a Figure with that look.
+Builders accept empty tables and then return a figure that says there is
+nothing to draw, so a caller never has to special-case a CPU-only trace.
+Only SVG trace types are used (no ``scattergl``): the report must render in
+browsers without WebGL.
 
 Signatures (stable; later arguments are keyword options):
 
