@@ -21,6 +21,7 @@ from kinetolens.analysis.gputime.overview import CATEGORIES, COLUMNS, OTHER
 from kinetolens.model.trace import Trace
 from kinetolens.registry.kernel_names import short_names
 from kinetolens.views.inference_words import iterations_title
+from kinetolens.views.plot_spec import Figure
 
 #: Kernels and ops shown per phase.
 TOP_PER_PHASE = 10
@@ -100,7 +101,7 @@ def breakdown_rows(block: InferenceBlock) -> tuple[pl.DataFrame, list[str]]:
     return frame, [f"{r.iteration} {r.phase}" for r in rows]
 
 
-def iteration_figure(block: InferenceBlock) -> Any:
+def iteration_figure(block: InferenceBlock) -> Figure:
     """The iterations' breakdown as stacked bars, one per iteration named by its phase
     (the step breakdown chart's counterpart, in the report and the dashboard)."""
     frame, labels = breakdown_rows(block)
