@@ -14,6 +14,7 @@ from kinetolens.ingest import read_raw
 from kinetolens.ingest.kineto import RawTables
 from kinetolens.ingest.kineto_counter_events import read_counter_events
 from kinetolens.ingest.kineto_counters import read_profiler_counters
+from kinetolens.ingest.ncu_csv import read_ncu_csv
 from kinetolens.ingest.opener import check_trace_file
 from kinetolens.ingest.run_metadata import read_run_metadata
 from kinetolens.memory_room import check_room
@@ -22,6 +23,7 @@ from kinetolens.model.amend import Step, apply, with_metadata, with_table, with_
 from kinetolens.model.compiled_modules import attribute_generated
 from kinetolens.model.earlier_launches import name_earlier_launches
 from kinetolens.model.graph_replay import CAPTURE_KEY, pair_with_capture
+from kinetolens.model.ncu_pairing import pair_ncu
 from kinetolens.sources import cache_dir_of, capture_file, entry_key
 
 if TYPE_CHECKING:
@@ -31,7 +33,8 @@ __all__ = ["CAPTURE_KEY", "load", "load_steps"]
 
 
 def load(
-    path: str | Path, *, capture: str | Path | bool | None = None, cache: bool | str | Path = True
+    path: str | Path, *, capture: str | Path | bool | None = None, cache: bool | str | Path = True,
+    ncu: str | Path | None = None,
 ) -> Trace:
     """Load a trace file into a :class:`Trace`.
 
@@ -44,6 +47,12 @@ def load(
     launched them at capture (see :mod:`kinetolens.model.graph_replay`).
     ``None`` looks for a ``capture_traces/`` folder with
     ``execution_details.json`` beside ``path``; ``False`` never pairs.
+
+    ``ncu``: an Nsight Compute raw CSV of the same step (``ncu --csv --page
+    raw --print-units base``): its per-kernel counters become the trace's
+    ``kernel_counters``, each paired with the trace's kernel of the same
+    function, grid and block in launch order
+    (:mod:`kinetolens.model.ncu_pairing`).
 
     ``cache``: ``True`` uses the default cache directory
     (``$KINETOLENS_CACHE_DIR`` or ``~/.cache/kinetolens``), a path uses that
@@ -69,7 +78,7 @@ def load(
         trace = apply(built, _model_steps(p, raw, built, capture_path, capture_warning))
         if cache_dir is not None:
             write_keyed(cache_dir, key, shown_path(p), trace)
-    return apply(trace, load_steps(p))
+    return apply(trace, [*load_steps(p), *ncu_steps(ncu)])
 
 
 def _model_steps(
@@ -96,6 +105,14 @@ def _read_table(name: str, reader: Callable[[Path], tuple[pl.DataFrame, list[Tra
     """``trace`` with its table ``name`` as ``reader`` reads it from ``path``."""
     frame, warnings = reader(path)
     return with_table(trace, name, frame, warnings)
+
+
+def ncu_steps(ncu: str | Path | None) -> list[Step]:
+    """Pairing Nsight Compute's counters in, where a CSV is given (read on
+    every load, not cached: the trace's cache entry stays the trace's own)."""
+    if ncu is None:
+        return []
+    return [partial(pair_ncu, ncu=read_ncu_csv(ncu))]
 
 
 def load_steps(path: Path) -> list[Step]:

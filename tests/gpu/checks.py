@@ -27,19 +27,23 @@ from kinetolens.analysis.hardware.counters import DRAM_COUNTERS, FLOP_COUNTERS, 
 from kinetolens.analysis.hardware.kernels import kernel_table
 from kinetolens.analysis.memory.usage import peak_memory
 from kinetolens.analysis.summary import attribution, unrecorded_launches
-from kinetolens.analysis.workload.work import op_work
-from kinetolens.registry.tensor_cores import TENSOR_COUNTER
+from kinetolens.analysis.workload.work import carried_work, op_work
+from kinetolens.model.ncu_pairing import launch_ordered_kernels
+from kinetolens.registry.tensor_cores import NO, TENSOR_COUNTER, YES, classify
 
 #: The bars a GPU capture must reach (the same as the attribution health check's).
 OP_SHARE = 0.99
 MODULE_SHARE = 0.95
 BACKWARD_SHARE = 0.95
 MEMORY_TOLERANCE = 0.05
+#: The most Tensor Core math a GEMM kernel may do over its op's 2MNK: tiles
+#: that overhang the matrix compute the padding too.
+TILE_PADDING = 1.25
 
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
 #: What each check needs from the recording's ``.expect.json`` besides the trace.
 CHECKS = ("attribution", "tensor_cores", "gemm_flops", "attention_flops", "memory_peak", "graph_replay",
-          "counters", "pm_samples", "compiled")  # fmt: skip
+          "counters", "pm_samples", "compiled", "ncu_counters")  # fmt: skip
 
 
 def _share(frame: pl.DataFrame, condition: pl.Expr) -> float | None:
@@ -247,6 +251,53 @@ def check_counters(trace: kinetolens.Trace) -> dict[str, Any]:
     }
 
 
+def check_ncu_counters(trace: kinetolens.Trace) -> dict[str, Any]:
+    """Nsight Compute's counters of the same step, recorded in a second run
+    and paired in (``kinetolens.load(..., ncu=CSV)``): every profiled kernel
+    found its kernel in the trace (so its launch and op); each GEMM op's
+    measured Tensor Core FLOPs equal the FLOPs kinetolens models for it, or
+    exceed them by no more than tile padding (a pairing off by one kernel
+    would give another GEMM's shape); and the
+    Tensor Core verdict from the counters agrees with the kernel-name rules
+    wherever those know."""
+    unpaired = [w for w in trace.warnings if w.kind.startswith("Nsight Compute")]
+    assert not unpaired, unpaired
+    table = counter_table(trace)
+    kernels = launch_ordered_kernels(trace).height
+    assert table.height == kernels, (table.height, kernels)
+    assert table["pairing"][0] == "kernel name, grid and block", table["pairing"][0]
+    with_op = table.filter(pl.col("bottom_level_op").is_not_null()).height / table.height
+    assert with_op >= OP_SHARE, with_op
+    gemm = (
+        table.filter(pl.col("bottom_level_op").is_in(GEMM_OPS))
+        .group_by("op_id").agg(pl.col("tensor_flops").sum(), pl.col("bottom_level_op").first())
+        .join(carried_work(trace).ops.select("op_id", modeled="flops"), on="op_id", how="left")
+    )  # fmt: skip
+    assert gemm.height > 0, "no GEMM among the profiled kernels"
+    # Never less math than the op needs; more where the kernel's tiles pad the
+    # shape (64x24 tiles over a dimension of 128 do 144/128 = 9/8 of it).
+    ratio = pl.col("tensor_flops") / pl.col("modeled")
+    off = gemm.filter((ratio < 1 - 1e-9) | (ratio > TILE_PADDING))
+    assert off.height == 0, off
+    exact = gemm.filter((ratio - 1).abs() <= 1e-9).height
+    assert exact >= 0.75 * gemm.height, gemm
+    by_name = table.with_columns(name_tc=pl.col("kernel").map_elements(lambda n: classify(n)[0], return_dtype=pl.String))
+    known = by_name.filter(pl.col("name_tc").is_in([YES, NO]))
+    disagree = known.filter(pl.col("tc") != pl.col("name_tc"))
+    assert disagree.height == 0, disagree.select("kernel", "tc", "name_tc")
+    return {
+        "profiled_kernels": table.height,
+        "with_op": with_op,
+        "gemm_ops": gemm.height,
+        "gemm_ops_exact": exact,
+        "gemm_tensor_flops": gemm["tensor_flops"].sum(),
+        "tensor_core_kernels": table.filter(pl.col("tc") == YES).height,
+        "tc_verdicts_by_name_confirmed": known.height,
+        "tc_verdicts_only_from_counters": by_name.height - known.height,
+        "dram_bytes": table["dram_bytes"].sum(),
+    }
+
+
 PM_METRICS = ("sm__cycles_active.avg", "dram__bytes_read.sum")
 
 
@@ -323,7 +374,11 @@ def run_recorded(expect_path: Path, check: str) -> dict[str, Any]:
     expect = json.loads(expect_path.read_text())
     folder = expect_path.parent
     capture = expect.get("capture")
-    trace = kinetolens.load(folder / expect["trace"], capture=(folder / capture) if capture else False, cache=False)
+    ncu = expect.get("ncu")
+    trace = kinetolens.load(
+        folder / expect["trace"], capture=(folder / capture) if capture else False, cache=False,
+        ncu=(folder / ncu) if ncu else None,
+    )
     if check == "attribution":
         return check_attribution(trace, backward=expect.get("backward", True))
     if check == "tensor_cores":
@@ -340,6 +395,8 @@ def run_recorded(expect_path: Path, check: str) -> dict[str, Any]:
         return check_counters(trace)
     if check == "pm_samples":
         return check_pm_samples(trace)
+    if check == "ncu_counters":
+        return check_ncu_counters(trace)
     if check == "compiled":
         return check_compiled(trace, expect.get("provenance", "inductor"), backward=expect.get("backward", True))
     raise ValueError(f"{expect_path}: unknown check {check!r}")

@@ -99,8 +99,12 @@ class Recorder:
         env[key] = value
         self._write("environment.json", env)
 
-    def save(self, name: str, trace: Path, checks: list[str], *, capture: Path | None = None, **figures: Any) -> None:
-        """Copy ``trace`` (and its capture trace) as recording ``name``."""
+    def save(
+        self, name: str, trace: Path, checks: list[str], *, capture: Path | None = None, ncu: Path | None = None,
+        **figures: Any,
+    ) -> None:
+        """Copy ``trace`` (and its capture trace, or the Nsight Compute CSV
+        paired with it, gzipped) as recording ``name``."""
         if self.folder is None:
             return
         from kinetolens.capture.layout import metadata_path
@@ -113,6 +117,11 @@ class Recorder:
         if capture is not None:
             expect["capture"] = f"{name}.capture.pt.trace.json.gz"
             shutil.copyfile(capture, self.folder / expect["capture"])
+        if ncu is not None:
+            import gzip
+
+            expect["ncu"] = f"{name}.ncu.csv.gz"
+            (self.folder / expect["ncu"]).write_bytes(gzip.compress(ncu.read_bytes(), 9))
         self._write(f"{name}.expect.json", expect)
 
     def total_bytes(self) -> int:

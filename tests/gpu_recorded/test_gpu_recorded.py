@@ -69,7 +69,7 @@ def test_recordings_are_described_and_small() -> None:
     for path in _recordings():
         expect = json.loads(path.read_text())
         assert set(expect["checks"]) <= set(checks.CHECKS), expect["checks"]
-        for key in ("trace", "capture"):
+        for key in ("trace", "capture", "ncu"):
             if key in expect:
                 total += (DATA / expect[key]).stat().st_size
     assert total <= MAX_TOTAL_BYTES, total

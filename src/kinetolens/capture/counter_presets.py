@@ -46,3 +46,17 @@ DESCRIPTIONS: Mapping[str, str] = MappingProxyType(
         "memory": "DRAM and L2 bytes moved",
     }
 )
+
+#: The ``roofline`` preset for Nsight Compute (``ncu --metrics``, comma-joined):
+#: kernel time, DRAM bytes, the SASS floating-point instructions Kineto's
+#: ``kineto__cuda_core_flops`` sums, Tensor Core instructions, and Tensor Core
+#: math per source precision (``sm__ops_path_tensor_*``, Hopper and newer:
+#: drop the ``fp8`` one on older GPUs, where ncu does not know it).
+NCU_ROOFLINE_METRICS: tuple[str, ...] = (
+    "gpu__time_duration.sum",
+    "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
+    *(f"smsp__sass_thread_inst_executed_op_{p}{op}_pred_on.sum" for p in "dfh" for op in ("add", "mul", "fma")),
+    "sm__inst_executed_pipe_tensor.sum",
+    *(f"sm__ops_path_tensor_src_{src}.sum" for src in ("fp64", "tf32_dst_fp32", "fp16", "bf16_dst_fp32", "fp8")),
+)

@@ -194,7 +194,7 @@ def none_recorded_line(path: str) -> str:
     return (
         f"kinetolens: counters: none recorded: this torch ({torch.__version__}) accepted the {path}'s "
         "configuration but its profiler wrote no counter values (built without that CUPTI profiler?); "
-        "the trace has the rest"
+        "the trace has the rest: Nsight Compute can count the same step ('kinetolens counters TRACE --ncu CSV')"
     )
 
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from kinetolens.model.trace import Trace
 
 #: Columns the terminal table shows; --csv/--json carry every counter too.
-TERMINAL_COLUMNS = ["idx", "top_level_op", "bottom_level_op", "kernel", "flops", "dram_bytes", "tc"]
+TERMINAL_COLUMNS = ["idx", "top_level_op", "bottom_level_op", "kernel", "flops", "tensor_flops", "dram_bytes", "tc"]
 
 
 def _chosen(columns: str | None, default: list[str], available: list[str]) -> list[str]:
@@ -48,17 +48,19 @@ def _flat(table: pl.DataFrame) -> pl.DataFrame:
 @click.option("-n", "--limit", type=click.IntRange(min=1), help="At most this many rows.")
 @click.option("-c", "--columns", default=None, help="Comma-separated columns of the terminal table.")
 @click.option("-w", "--width", type=WIDTH, help="Terminal width for the table.")
-@trace_load_options()
+@trace_load_options(ncu=True)
 def counters_command(
     trace: str, csv_: bool, json_: bool, samples: bool, limit: int | None, width: int | None, loading: TraceLoading,
     columns: str | None = None,
 ) -> None:
-    """CUPTI counters of each kernel in TRACE, with its op stack, FLOPs and DRAM bytes.
+    """Hardware counters of each kernel in TRACE, with its op stack, FLOPs and DRAM bytes.
 
     Needs a trace recorded with CUPTI counters (kinetolens.profile(counters=[...])
-    or torch.profiler's profiler_metrics).  Per-kernel range profiling: FLOPs
-    count the SASS add/mul/fma instructions (FMA = 2); tc is yes/no from Tensor
-    Core instruction counters when recorded, else from the kernel name.  PM
+    or torch.profiler's profiler_metrics), or --ncu: Nsight Compute's CSV of
+    the same step, each of its kernels paired with TRACE's by name, grid and
+    block.  Per kernel: FLOPs count the SASS add/mul/fma instructions (FMA =
+    2), tensor_flops Nsight Compute's Tensor Core math; tc is yes/no from
+    Tensor Core counters when recorded, else from the kernel name.  PM
     sampling (the GPU's counters every millisecond): each kernel name with the
     time-weighted mean of the samples its kernels overlap; --csv/--json give
     each kernel, --samples each sample.
@@ -70,6 +72,7 @@ def counters_command(
     from kinetolens.analysis.hardware.pm_sampling import has_pm_samples
     from kinetolens.cli.render import console as render_console
     from kinetolens.cli.render import emit
+    from kinetolens.model.ncu_pairing import launch_ordered_kernels
     from kinetolens.registry.kernel_names import short_names
     from kinetolens.views import units
 
@@ -91,19 +94,25 @@ def counters_command(
     if csv_:
         emit(_flat(table), "csv")
         return
-    shown = table.select(_chosen(columns, TERMINAL_COLUMNS, table.columns))
+    default = [c for c in TERMINAL_COLUMNS if c != "tensor_flops" or table[c].null_count() < table.height]
+    shown = table.select(_chosen(columns, default, table.columns))
     shown = shown.with_columns(
         *([short_names(shown["kernel"]).alias("kernel")] if "kernel" in shown.columns else []),
-        *(pl.col(c).cast(pl.Int64, strict=False) for c in ("flops", "dram_bytes") if c in shown.columns),
+        *(pl.col(c).cast(pl.Int64, strict=False) for c in ("flops", "tensor_flops", "dram_bytes") if c in shown.columns),
     )
     emit(shown, "table", title=f"kinetolens counters: {trace}", width=width)
     pairing = table["pairing"][0] if table.height else "-"
+    if loading.ncu is not None:
+        kernels = launch_ordered_kernels(t).height
+        pairing = f"{pairing} ({table.height} of the trace's {counted(kernels, 'kernel')} profiled by Nsight Compute)"
     total = table["flops"].sum() if table["flops"].null_count() < table.height else None
     dram = table["dram_bytes"].sum() if table["dram_bytes"].null_count() < table.height else None
+    tensor = table["tensor_flops"].sum() if table["tensor_flops"].null_count() < table.height else None
     render_console(width).print(
         f"{counted(table.height, 'kernel')}; op stacks: {pairing}; "
         f"CUDA-core FLOPs {'-' if total is None else units.flops(total)}; "
-        f"DRAM bytes {'-' if dram is None else units.traffic(dram)}",
+        + ("" if tensor is None else f"Tensor Core FLOPs {units.flops(tensor)}; ")
+        + f"DRAM bytes {'-' if dram is None else units.traffic(dram)}",
         markup=False,
         highlight=False,
     )

@@ -34,6 +34,15 @@ capture_option = click.option(
 
 no_cache_option = click.option("--no-cache", is_flag=True, help="Neither read nor write the cache.")
 
+#: ``--ncu CSV``: Nsight Compute's counters of the same step, paired with the trace's kernels.
+ncu_option = click.option(
+    "--ncu",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Nsight Compute raw CSV of the same step (ncu --csv --page raw --print-units base): "
+    "its per-kernel counters, paired with TRACE's kernels by name, grid and block.",
+)
+
 
 @dataclass(frozen=True)
 class TraceLoading:
@@ -43,12 +52,14 @@ class TraceLoading:
     cache: bool = True
     #: ``--capture``: the graph capture trace, or None to look beside the trace.
     capture: str | None = None
+    #: ``--ncu``: an Nsight Compute CSV whose counters pair with the trace's kernels.
+    ncu: str | None = None
 
     def load(self, path: str) -> Trace:
         """``kinetolens.load`` with these options."""
         from kinetolens.loader import load
 
-        return load(path, capture=self.capture, cache=self.cache)
+        return load(path, capture=self.capture, cache=self.cache, ncu=self.ncu)
 
     def derived(
         self, path: str, name: str, compute: Callable[[Trace], T], into: type[T],
@@ -59,6 +70,8 @@ class TraceLoading:
         run reads it instead (``kinetolens.derived.load_derived``)."""
         from kinetolens.derived import load_derived
 
+        if self.ncu is not None:  # the stored result is the trace's own, without these counters
+            return compute(self.load(path))
         return load_derived(path, name, compute, into, capture=self.capture, cache=self.cache, from_file=from_file)
 
     def in_windows(self, path: str | Path, windows: bool | None, read: Callable[[Path, list[str]], T | None]) -> T | None:
@@ -69,7 +82,7 @@ class TraceLoading:
         from kinetolens.runs.window_choice import reads_in_windows
 
         p = Path(path)
-        if not reads_in_windows(p, windows, self.capture):
+        if self.ncu is not None or not reads_in_windows(p, windows, self.capture):
             return None
         notes: list[str] = []
         try:
@@ -78,22 +91,29 @@ class TraceLoading:
             echo_notes(notes)
 
 
-def trace_load_options(*, capture: bool = False) -> Callable[[F], F]:
+def trace_load_options(*, capture: bool = False, ncu: bool = False) -> Callable[[F], F]:
     """Add the trace-loading options to a command; it receives ``loading: TraceLoading``.
 
     ``capture``: also offer ``--capture`` (commands whose tables pair graph
-    replays with their capture).
+    replays with their capture); ``ncu``: also offer ``--ncu`` (commands that
+    read per-kernel hardware counters).
     """
 
-    offer_capture = capture
+    offer_capture, offer_ncu = capture, ncu
 
     def decorate(command: F) -> F:
         @functools.wraps(command)
-        def with_loading(*args: Any, no_cache: bool, capture: str | None = None, **kwargs: Any) -> Any:
-            return command(*args, loading=TraceLoading(cache=not no_cache, capture=capture), **kwargs)
+        def with_loading(
+            *args: Any, no_cache: bool, capture: str | None = None, ncu: str | None = None, **kwargs: Any
+        ) -> Any:
+            return command(*args, loading=TraceLoading(cache=not no_cache, capture=capture, ncu=ncu), **kwargs)
 
-        # In --help, --no-cache comes before --capture (decorators apply bottom-up).
-        decorated: Any = capture_option(with_loading) if offer_capture else with_loading
+        # In --help, --no-cache comes first (decorators apply bottom-up).
+        decorated: Any = with_loading
+        if offer_ncu:
+            decorated = ncu_option(decorated)
+        if offer_capture:
+            decorated = capture_option(decorated)
         return no_cache_option(decorated)  # type: ignore[no-any-return]
 
     return decorate

@@ -36,7 +36,7 @@ GROUPINGS = ("op", "module")
     help="Read the trace a step window at a time (memory bounded by a step and the op calls on the roofline), "
     "or whole; default: a step window at a time from 1.5 GB of JSON.",
 )
-@trace_load_options(capture=True)
+@trace_load_options(capture=True, ncu=True)
 def roofline_command(
     trace: str, output: str | None, by: str, peak_tflops: float | None, peak_gbps: float | None,
     spec_file: str | None, top: int, csv_: bool, json_: bool, width: int | None,

@@ -12,7 +12,8 @@ pay anything.
 Output, long format (one row per range and metric), ranges numbered in
 file order:
 
-``range_id, name, pid, tid, ts, dur, metric, value``  (times in ns).
+``range_id, name, pid, tid, ts, dur, metric, value, launch_id``  (times in
+ns; ``launch_id`` null: the ranges carry no link, their order pairs them).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ COUNTER_SCHEMA: dict[str, pl.DataType] = {
     "dur": pl.Int64(),
     "metric": pl.String(),
     "value": pl.Float64(),
+    "launch_id": pl.Int64(),
 }
 
 
@@ -80,7 +82,7 @@ def read_profiler_counters(path: str | Path) -> tuple[pl.DataFrame, list[TraceWa
             skipped += 1
             continue
         common = (range_id, e.name, as_int(e.pid), as_int(e.tid), optional_ns(e.ts), optional_ns(e.dur))
-        rows.extend((*common, metric, value) for metric, value in values)
+        rows.extend((*common, metric, value, None) for metric, value in values)
     warnings = []
     if skipped:
         warnings.append(TraceWarning("CUPTI counters unreadable", skipped, "profiler range args that are not a JSON object"))

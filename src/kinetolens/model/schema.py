@@ -293,13 +293,14 @@ PROCESSES = Table(
 
 KERNEL_COUNTERS = Table(
     "kernel_counters",
-    "CUPTI range-profiler counters (``counters=``), one row per range and metric",
+    "hardware counters per kernel (CUPTI range profiler, or Nsight Compute paired in), one row per range and metric",
     (
         _c("range_id", I64, "range id"),
         NAME.means("range name (the kernel)"),
         PID, TID, TS, DUR,
         _c("metric", STR, "CUPTI metric name"),
         _c("value", F64, "value, in the metric's own unit"),
+        _c("launch_id", I64, "the kernel's launch where the source pairs it (Nsight Compute); null: paired by launch order"),
     ),
 )
 

@@ -151,3 +151,27 @@ def short_names(names: pl.Series) -> pl.Series:
     uniq = names.drop_nulls().unique()
     mapping = dict(zip(uniq.to_list(), (short_kernel_name(n) for n in uniq.to_list())))
     return names.replace_strict(mapping, default=None, return_dtype=pl.String)
+
+
+@lru_cache(maxsize=65536)
+def kernel_function(name: str) -> str:
+    """The kernel's function, without return type, namespaces, template
+    arguments or parameters: what two tools that spell a kernel differently
+    agree on.  CUPTI writes ``void at::native::(anonymous
+    namespace)::vectorized_layer_norm_kernel<float, float, 0>(int, float, ...)``
+    where Nsight Compute writes ``void at::<unnamed>::vectorized_layer_norm_kernel<float,
+    float, 0>(int, T2, ...)``; both give ``vectorized_layer_norm_kernel``.
+    Names that are not C++ signatures (``nvjet_sm90_...``) come back whole.
+    """
+    s = demangle(name).strip().replace("(anonymous namespace)", "").replace("<unnamed>", "")
+    out: list[str] = []
+    depth = 0
+    for ch in s:  # drop template arguments, however deep
+        if ch == "<":
+            depth += 1
+        elif ch == ">" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    head = "".join(out).split("(", 1)[0].strip()
+    return head.rsplit("::", 1)[-1].rsplit(" ", 1)[-1] or name

@@ -117,6 +117,14 @@ CUDA_CORE_MATRIX_OPS = frozenset({"aten::mv", "aten::addmv", "aten::_conv_depthw
 #: CUPTI counters that count Tensor Core (pipe) instructions.  Kineto's
 #: ``kineto__tensor_core_insts`` expands to ``sm__inst_executed_pipe_tensor.sum``.
 TENSOR_COUNTER = re.compile(r"pipe_tensor|tensor_op|kineto__tensor_core_insts|inst_executed_op_[hid]mma", re.IGNORECASE)
+#: Tensor Core math ops (an FMA counting 2) per source type, Nsight
+#: Compute's ``sm__ops_path_tensor_src_<type>[_dst_<type>].sum`` (not its
+#: per-instruction or per-sparsity splits of the same ops); of floating-point
+#: sources (``fp``, ``bf``, ``tf``) they are FLOPs, of ``int`` integer ops.  Where counted it
+#: decides the verdict before :data:`TENSOR_COUNTER`: the tensor pipe also
+#: issues some plain half-precision FMAs (HFMA2.MMA), so an elementwise
+#: kernel can show tensor-pipe instructions and no matrix math at all.
+TENSOR_FLOP_COUNTER = re.compile(r"^sm__ops_path_tensor_src_[a-z0-9]+(?:_dst_[a-z0-9]+)?\.sum$")
 
 
 #: Names longer than this are classified by their head and tail only.  Real

@@ -157,7 +157,7 @@ def test_tensor_core_counters_override_names() -> None:
     name verdict."""
     trace = kinetolens.load(trace_path(CUPTI))
     c = trace.kernel_counters
-    ranges = c.group_by("range_id").agg(pl.col("name").first(), pl.col("pid", "tid", "ts", "dur").first())
+    ranges = c.group_by("range_id").agg(pl.col("name").first(), pl.col("pid", "tid", "ts", "dur", "launch_id").first())
     xmma = ranges.filter(pl.col("name").str.contains("xmma_new")).sort("range_id").head(1)
     gcgemm = ranges.filter(pl.col("name") == "ampere_gcgemm_64x64_nt").sort("range_id").head(1)
     assert c.sort("range_id")["ts"].is_sorted()  # so the first range by id is the first row by time

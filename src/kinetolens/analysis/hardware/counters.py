@@ -17,10 +17,15 @@ differences:
   such as ``ProfilerStep#N`` excluded), outermost first; a launch outside any
   op gets an empty stack instead of an error;
 * derived columns: ``flops`` from the SASS floating-point instruction
-  counters (FMA = 2 FLOPs; per precision too), ``dram_bytes`` from
+  counters (FMA = 2 FLOPs; per precision too), ``tensor_flops`` from
+  Nsight Compute's Tensor Core math counters, ``dram_bytes`` from
   ``dram__bytes_read.sum`` + ``dram__bytes_write.sum``, and the Tensor Core
-  verdict ``tc`` (measured Tensor Core instructions where present, else the
-  kernel-name rules).
+  verdict ``tc`` (measured Tensor Core math where counted, else Tensor Core
+  instructions where present, else the kernel-name rules).
+
+Nsight Compute's counters (``kinetolens.load(..., ncu=CSV)``) arrive with
+each kernel already paired with its launch
+(:mod:`kinetolens.model.ncu_pairing`); ``pairing`` then says so.
 
 A range's ``dur`` is the replay time of the profiler pass, not the kernel's
 run time, so no rate (FLOP/s, GB/s) is derived from it.
@@ -44,7 +49,7 @@ import polars as pl
 
 from kinetolens.analysis.workload.work import carried_work
 from kinetolens.model.trace import Trace
-from kinetolens.registry.tensor_cores import NO, TENSOR_COUNTER, YES, classify
+from kinetolens.registry.tensor_cores import NO, TENSOR_COUNTER, TENSOR_FLOP_COUNTER, YES, classify
 
 #: Kernel-launch runtime/driver calls, each launching exactly one kernel.
 LAUNCH_API = re.compile(r"^(cuda|cu)Launch(Cooperative)?Kernel(ExC|Ex)?(_ptsz|_v\d+)*$")
@@ -63,11 +68,13 @@ class NoCounters(Exception):
     """The trace has no CUPTI range-profiler counter values."""
 
 
+#: The columns of a range, beside its metrics.
+RANGE_COLUMNS = ("range_id", "name", "pid", "tid", "ts", "dur", "launch_id")
+
+
 def _wide(counters: pl.DataFrame) -> pl.DataFrame:
     """One row per range, one column per metric (metric columns sorted by name)."""
-    ranges = counters.group_by("range_id").agg(
-        pl.col("name").first(), pl.col("pid").first(), pl.col("tid").first(), pl.col("ts").first(), pl.col("dur").first()
-    )
+    ranges = counters.group_by("range_id").agg(pl.col(c).first() for c in RANGE_COLUMNS if c != "range_id")
     values = counters.pivot(on="metric", index="range_id", values="value", aggregate_function="first")
     metric_cols = sorted(c for c in values.columns if c != "range_id")
     return ranges.join(values.select("range_id", *metric_cols), on="range_id").sort(["ts", "range_id"])
@@ -109,7 +116,9 @@ def counter_table(trace: Trace) -> pl.DataFrame:
 
     Columns: ``idx, kernel, launch_id, op_id, op_stack, top_level_op,
     bottom_level_op, pairing, <one column per counter>, flops, flops_fp64,
-    flops_fp32, flops_fp16, dram_bytes, tc, tc_source``.
+    flops_fp32, flops_fp16, tensor_flops, dram_bytes, tc, tc_source``
+    (``tensor_flops``: Tensor Core FLOPs where Nsight Compute's
+    ``sm__ops_path_tensor_*`` counters were recorded, else null).
     Raises :class:`NoCounters` when the trace has none.
     """
     counters = trace.kernel_counters
@@ -117,22 +126,30 @@ def counter_table(trace: Trace) -> pl.DataFrame:
         raise NoCounters(
             "no CUPTI counter values in this trace: record them with "
             "kinetolens.profile(counters=[...]) or torch.profiler's "
-            "experimental_config=_ExperimentalConfig(profiler_metrics=[...], profiler_measure_per_kernel=True)"
+            "experimental_config=_ExperimentalConfig(profiler_metrics=[...], profiler_measure_per_kernel=True), "
+            "or pair Nsight Compute's CSV of the same step with --ncu (docs/counters.md)"
         )
     wide = _wide(counters)
-    metric_cols = [c for c in wide.columns if c not in ("range_id", "name", "pid", "tid", "ts", "dur")]
+    metric_cols = [c for c in wide.columns if c not in RANGE_COLUMNS]
     launches = _launches(trace)
-    paired = launches.height == wide.height
-    if paired:
+    linked = wide["launch_id"].null_count() < wide.height
+    paired = linked or launches.height == wide.height
+    if linked:
+        # Nsight Compute's kernels, each paired with its launch when loaded
+        wide = wide.join(
+            launches.select("launch_id", op_id=pl.coalesce("contained_op_id", "op_id")), on="launch_id", how="left"
+        )
+        pairing = "kernel name, grid and block"
+    elif paired:
         # The innermost enclosing range on the launching thread; the external-id
         # link where containment found none.
         launch_op = launches.select(
             "launch_id", op_id=pl.coalesce("contained_op_id", "op_id")
         )
-        wide = pl.concat([wide, launch_op], how="horizontal")
+        wide = pl.concat([wide.drop("launch_id"), launch_op], how="horizontal")
         pairing = "launch order"
     else:
-        wide = wide.with_columns(launch_id=pl.lit(None, pl.Int64), op_id=pl.lit(None, pl.Int64))
+        wide = wide.with_columns(op_id=pl.lit(None, pl.Int64))
         pairing = f"not paired: {wide.height} counter ranges but {launches.height} kernel launches"
     stacks = _op_stacks(trace, wide["op_id"].to_list()) if paired else [[] for _ in range(wide.height)]
     stack = pl.Series("op_stack", stacks, dtype=pl.List(pl.String))
@@ -141,10 +158,16 @@ def counter_table(trace: Trace) -> pl.DataFrame:
     by_precision = {
         p: {c: w for c, (prec, w) in FLOP_COUNTERS.items() if prec == p} for p in ("fp64", "fp32", "fp16")
     }
+    tensor_flop_cols = [c for c in metric_cols if TENSOR_FLOP_COUNTER.match(c)]
     tensor_cols = [c for c in metric_cols if TENSOR_COUNTER.search(c)]
     names = wide["name"].to_list()
     by_name = [classify(n)[0] for n in names]
-    measured = pl.max_horizontal([pl.col(c) for c in tensor_cols]) if tensor_cols else pl.lit(None, pl.Float64)
+    if tensor_flop_cols:  # math before instructions (TENSOR_FLOP_COUNTER says why)
+        measured = pl.sum_horizontal([pl.col(c) for c in tensor_flop_cols])
+    elif tensor_cols:
+        measured = pl.max_horizontal([pl.col(c) for c in tensor_cols])
+    else:
+        measured = pl.lit(None, pl.Float64)
     out = wide.with_row_index("idx").with_columns(
         stack,
         pl.lit(pairing).alias("pairing"),
@@ -154,6 +177,7 @@ def counter_table(trace: Trace) -> pl.DataFrame:
         _sum_present(out, flop_weights).alias("flops"),
         *(_sum_present(out, w).alias(f"flops_{p}") for p, w in by_precision.items()),
         _sum_present(out, dict.fromkeys(DRAM_COUNTERS, 1)).alias("dram_bytes"),
+        _sum_present(out, dict.fromkeys([c for c in tensor_flop_cols if "_src_int" not in c], 1)).alias("tensor_flops"),
     ]
     derived += [
         pl.when(measured > 0).then(pl.lit(YES)).when(measured.is_not_null()).then(pl.lit(NO))
@@ -175,6 +199,7 @@ def counter_table(trace: Trace) -> pl.DataFrame:
         "flops_fp64",
         "flops_fp32",
         "flops_fp16",
+        "tensor_flops",
         "dram_bytes",
         "tc",
         "tc_source",
@@ -189,7 +214,8 @@ def kernel_measured(trace: Trace) -> pl.DataFrame:
 
     Columns: ``launch_id, op_id, measured_flops, measured_bytes``, where
     ``measured_flops = fadd + fmul + 2 * ffma`` summed over fp64 (d), fp32
-    (f) and fp16 (h) SASS instruction counters (null on Tensor Core kernels
+    (f) and fp16 (h) SASS instruction counters, plus the Tensor Core FLOPs
+    where those were counted (else null on Tensor Core kernels
     or without those counters) and ``measured_bytes = dram__bytes_read.sum
     + dram__bytes_write.sum`` (null without them).  Empty when the trace has
     no counters or its ranges cannot be paired with launches.
@@ -200,7 +226,8 @@ def kernel_measured(trace: Trace) -> pl.DataFrame:
     return table.select(
         "launch_id",
         "op_id",
-        measured_flops=pl.when(pl.col("tc") != YES).then(pl.col("flops")),
+        measured_flops=pl.when(pl.col("tensor_flops").is_not_null()).then(pl.col("flops") + pl.col("tensor_flops"))
+        .when(pl.col("tc") != YES).then(pl.col("flops")),
         measured_bytes=pl.col("dram_bytes"),
     )
 

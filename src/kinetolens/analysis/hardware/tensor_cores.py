@@ -29,13 +29,13 @@ from kinetolens.model.vocabulary import matrix_ops
 from kinetolens.registry.dtypes import canonical
 from kinetolens.registry.flops import REGISTRY, OpArgs
 from kinetolens.registry.flops_base import json_list
-from kinetolens.registry.tensor_cores import NO, TENSOR_COUNTER, UNKNOWN, YES, classify
+from kinetolens.registry.tensor_cores import NO, TENSOR_COUNTER, TENSOR_FLOP_COUNTER, UNKNOWN, YES, classify
 
 # -- per kernel ------------------------------------------------------------------
 
 
 def counter_verdicts(trace: Trace) -> pl.DataFrame:
-    """``name -> tc`` from measured Tensor Core instruction counters.
+    """``name -> tc`` from measured Tensor Core math or instruction counters.
 
     A kernel name's binary either issues Tensor Core instructions or not, so
     one range with a non-zero count makes the name ``yes``; all measured
@@ -46,7 +46,9 @@ def counter_verdicts(trace: Trace) -> pl.DataFrame:
     schema = {"name": pl.String, "tc_counters": pl.String}
     if c.height == 0:
         return pl.DataFrame(schema=schema)
-    tensor = c.filter(pl.col("metric").str.contains(f"(?i){TENSOR_COUNTER.pattern}"))
+    tensor = c.filter(pl.col("metric").str.contains(TENSOR_FLOP_COUNTER.pattern))
+    if tensor.height == 0:
+        tensor = c.filter(pl.col("metric").str.contains(f"(?i){TENSOR_COUNTER.pattern}"))
     if tensor.height == 0:
         return pl.DataFrame(schema=schema)
     return (
