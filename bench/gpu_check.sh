@@ -204,7 +204,9 @@ overhead=
 if [ -z "$why" ] && [ "${GPU_CHECK_BENCH:-1}" != 0 ]; then
     # First, on a GPU nothing else uses; the suite's overhead test checks this result.
     echo "gpu_check: capture overhead (table: $DEST/capture_overhead.md)" >&2
-    if "$PY" bench/capture_overhead.py --device cuda --json "$DEST/capture_overhead.json" \
+    # 15 repetitions of 16 steps: with 7 of 8, the per-repetition ratio of a
+    # launch-bound 5 ms step swung 0.7-1.3 and its median by 10% between runs.
+    if "$PY" bench/capture_overhead.py --device cuda -n 15 --steps 16 --json "$DEST/capture_overhead.json" \
         2>"$DEST/capture_overhead.log" | tee "$DEST/capture_overhead.md"; then
         overhead=$DEST/capture_overhead.json
     else

@@ -30,7 +30,7 @@ def test_capture_overhead_within_two_percent(tmp_path: Path, recorder: Recorder)
     out = Path(given) if given else tmp_path / "overhead.json"
     if not given:
         res = subprocess.run(
-            [sys.executable, str(REPO / "bench" / "capture_overhead.py"), "--device", "cuda", "-n", "7", "--json", str(out)],
+            [sys.executable, str(REPO / "bench" / "capture_overhead.py"), "--device", "cuda", "-n", "15", "--steps", "16", "--json", str(out)],
             capture_output=True, text=True, timeout=900, check=False, cwd=tmp_path,
         )  # fmt: skip
         assert res.returncode == 0, res.stderr[-3000:]
