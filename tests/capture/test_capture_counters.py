@@ -237,3 +237,13 @@ def test_a_trace_without_counter_values_is_told_apart(tmp_path: Path) -> None:
     assert not hw.recorded(empty, hw.RANGE_PROFILER)
     line = hw.none_recorded_line(hw.RANGE_PROFILER)
     assert line.startswith("kinetolens: counters: none recorded: ") and torch.__version__ in line and "\n" not in line
+
+
+def test_a_cuda_trace_without_gpu_activity_is_told_apart(tmp_path: Path) -> None:
+    # Under Nsight Compute Kineto records no GPU activity (ncu holds CUPTI): the
+    # H200 trace of a step profiled under ncu has none, the same step's own trace has it
+    data = Path(__file__).resolve().parents[1] / "data" / "gpu"
+    under_ncu = _plain(data / "under_ncu.pt.trace.json.gz", tmp_path / "under_ncu.json")
+    alone = _plain(data / "ncu_step.pt.trace.json.gz", tmp_path / "alone.json")
+    assert not hw.gpu_activity_recorded(under_ncu) and hw.gpu_activity_recorded(alone)
+    assert "\n" not in hw.NO_GPU_ACTIVITY_LINE and "--ncu" in hw.NO_GPU_ACTIVITY_LINE

@@ -24,6 +24,7 @@ torch = pytest.importorskip("torch")
 
 import kinetolens
 from kinetolens.capture.counter_presets import NCU_ROOFLINE_METRICS
+from kinetolens.capture.counters import NO_GPU_ACTIVITY_LINE
 from tests.gpu import checks
 from tests.gpu.models import TINY
 from tests.gpu.record import Recorder
@@ -58,8 +59,11 @@ def test_ncu_counters_pair_with_the_trace(tmp_path: Path, recorder: Recorder) ->
     _run([sys.executable, str(STEP), "--trace", str(tmp_path / "trace")], timeout=180)
     (trace,) = sorted((tmp_path / "trace").glob("*/*.pt.trace.json.gz"))
     report = tmp_path / "step"
-    _run([ncu, "--profile-from-start", "off", "--metrics", ",".join(NCU_ROOFLINE_METRICS), "-f", "-o", str(report),
-          sys.executable, str(STEP)])  # fmt: skip
+    # kinetolens.profile stays on under ncu: its trace gets no GPU activity, and it says so
+    under = _run([ncu, "--profile-from-start", "off", "--metrics", ",".join(NCU_ROOFLINE_METRICS), "-f",
+                  "-o", str(report), sys.executable, str(STEP), "--trace", str(tmp_path / "under_ncu")])  # fmt: skip
+    said = [line for line in (under.stdout + under.stderr).splitlines() if line == NO_GPU_ACTIVITY_LINE]
+    assert len(said) == 1, (under.stdout + under.stderr)[-3000:]
     exported = _run([ncu, "--import", f"{report}.ncu-rep", "--csv", "--page", "raw", "--print-units", "base"])
     csv = tmp_path / "step.csv"
     csv.write_text(exported.stdout)

@@ -34,7 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from kinetolens.capture.counter_presets import PRESETS
-from kinetolens.registry.trace_names import HARDWARE_COUNTERS_CAT, PROFILER_RANGE_CAT
+from kinetolens.registry.trace_names import (
+    HARDWARE_COUNTERS_CAT,
+    KERNEL_CAT,
+    MEMCPY_CAT,
+    MEMSET_CAT,
+    PROFILER_RANGE_CAT,
+)
 
 
 class CaptureUnsupportedError(ValueError):
@@ -174,17 +180,37 @@ def path_line(path: str, per_kernel: bool) -> str:
 RECORDED_AS = {RANGE_PROFILER: PROFILER_RANGE_CAT, PM_SAMPLING: HARDWARE_COUNTERS_CAT}
 
 
-def recorded(trace_json: Path, path: str) -> bool:
-    """Whether the exported (uncompressed) trace holds any counter value of
-    ``path``: a torch build can accept the counters' configuration and still
-    record none (its Kineto built without that CUPTI profiler), and the
-    profile then says so rather than leave a trace quietly without them."""
-    needle = f'"{RECORDED_AS[path]}"'.encode()
+def holds_category(trace_json: Path, categories: Iterable[str]) -> bool:
+    """Whether the exported (uncompressed) trace holds an event of any of ``categories``."""
+    needles = [f'"{cat}"'.encode() for cat in categories]
     with trace_json.open("rb") as f:
         if trace_json.stat().st_size == 0:
             return False
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return data.find(needle) >= 0
+            return any(data.find(needle) >= 0 for needle in needles)
+
+
+def recorded(trace_json: Path, path: str) -> bool:
+    """Whether the exported trace holds any counter value of ``path``: a
+    torch build can accept the counters' configuration and still record none
+    (its Kineto built without that CUPTI profiler), and the profile then says
+    so rather than leave a trace quietly without them."""
+    return holds_category(trace_json, [RECORDED_AS[path]])
+
+
+def gpu_activity_recorded(trace_json: Path) -> bool:
+    """Whether a trace profiled with CUDA holds any kernel, copy or memset.
+    Under Nsight Compute (or another tool holding CUPTI) Kineto records none
+    (``CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED``)."""
+    return holds_category(trace_json, [KERNEL_CAT, MEMCPY_CAT, MEMSET_CAT])
+
+
+#: What a profile prints where a CUDA trace came out without GPU activity.
+NO_GPU_ACTIVITY_LINE = (
+    "kinetolens: no GPU activity recorded although CUDA was profiled: another profiler may hold CUPTI in this "
+    "process (Nsight Compute, Nsight Systems); record the trace in a run of its own "
+    "('kinetolens counters TRACE --ncu CSV' pairs ncu's counters with it)"
+)
 
 
 def none_recorded_line(path: str) -> str:

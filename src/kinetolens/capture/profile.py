@@ -329,11 +329,16 @@ class Profile:
         sampler = self._sampler
         with_stack = self.options.with_stack
         counter_path = self._counter_path
-        if sampler is None and not with_stack and counter_path is None:
+        import torch
+
+        cuda_live = self._cuda and torch.cuda.is_available()
+        if sampler is None and not with_stack and counter_path is None and not cuda_live:
             return prof.export_chrome_trace
 
         def export(json_path: str) -> None:
             prof.export_chrome_trace(json_path)
+            if cuda_live and not hw_counters.gpu_activity_recorded(Path(json_path)):
+                print(hw_counters.NO_GPU_ACTIVITY_LINE, file=sys.stderr, flush=True)
             if counter_path is not None:
                 self._counters_recorded = hw_counters.recorded(Path(json_path), counter_path)
                 if not self._counters_recorded:

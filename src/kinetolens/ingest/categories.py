@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kinetolens.registry.trace_names import KERNEL_CAT, MEMCPY_CAT, MEMSET_CAT
+
 if TYPE_CHECKING:  # device_kind builds a polars expression; the names need no polars
     import polars as pl
 
@@ -52,10 +54,10 @@ HOST_KINDS = {
 }
 
 DEVICE_KINDS = {
-    "kernel": KERNEL,
-    "gpu_memcpy": MEMCPY,
+    KERNEL_CAT: KERNEL,
+    MEMCPY_CAT: MEMCPY,
     "memcpy": MEMCPY,
-    "gpu_memset": MEMSET,
+    MEMSET_CAT: MEMSET,
     "memset": MEMSET,
     "gpu_user_annotation": GPU_ANNOTATION,
     "cuda_profiler_range": PROFILER_RANGE,

@@ -10,6 +10,11 @@ from __future__ import annotations
 #: exports of ``emit_nvtx`` runs carry the same ranges as NVTX markers.
 STEP_PREFIX = "ProfilerStep#"
 
+#: Kineto's categories of CUDA device activity: kernels, copies, memsets.
+KERNEL_CAT = "kernel"
+MEMCPY_CAT = "gpu_memcpy"
+MEMSET_CAT = "gpu_memset"
+
 #: Kineto's category of CUPTI range-profiler counter values (one event per
 #: profiled range: a kernel, or a step, with each metric under its name).
 PROFILER_RANGE_CAT = "cuda_profiler_range"
