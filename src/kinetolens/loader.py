@@ -14,7 +14,6 @@ from kinetolens.ingest import read_raw
 from kinetolens.ingest.kineto import RawTables
 from kinetolens.ingest.kineto_counter_events import read_counter_events
 from kinetolens.ingest.kineto_counters import read_profiler_counters
-from kinetolens.ingest.ncu_csv import read_ncu_csv
 from kinetolens.ingest.opener import check_trace_file
 from kinetolens.ingest.run_metadata import read_run_metadata
 from kinetolens.memory_room import check_room
@@ -23,7 +22,6 @@ from kinetolens.model.amend import Step, apply, with_metadata, with_table, with_
 from kinetolens.model.compiled_modules import attribute_generated
 from kinetolens.model.earlier_launches import name_earlier_launches
 from kinetolens.model.graph_replay import CAPTURE_KEY, pair_with_capture
-from kinetolens.model.ncu_pairing import pair_ncu
 from kinetolens.sources import cache_dir_of, capture_file, entry_key
 
 if TYPE_CHECKING:
@@ -112,6 +110,9 @@ def ncu_steps(ncu: str | Path | None) -> list[Step]:
     every load, not cached: the trace's cache entry stays the trace's own)."""
     if ncu is None:
         return []
+    from kinetolens.ingest.ncu_csv import read_ncu_csv
+    from kinetolens.model.ncu_pairing import pair_ncu
+
     return [partial(pair_ncu, ncu=read_ncu_csv(ncu))]
 
 
