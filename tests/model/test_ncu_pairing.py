@@ -5,6 +5,7 @@ from a second run of the same step)."""
 from __future__ import annotations
 
 import csv
+import json
 import gzip
 import io
 import subprocess
@@ -128,3 +129,34 @@ def test_the_counter_commands_offer_ncu(command: str) -> None:
     res = subprocess.run([sys.executable, "-m", "kinetolens.cli.main", command, "--help"],
                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert res.returncode == 0 and "--ncu" in res.stdout
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kinetolens.cli.main", *args],
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+
+
+def test_by_op_puts_modeled_beside_measured_work() -> None:
+    # the GEMMs' measured math is their modeled 2MNK (plus tile padding), and the
+    # whole table fits 80 columns with its ratios on their own scale each
+    res = _cli("counters", str(TRACE), "--ncu", str(NCU_CSV), "--by-op", "--json", "--no-cache")
+    assert res.returncode == 0, res.stderr
+    rows = {r["op"]: r for r in json.loads(res.stdout)}
+    mm = rows["aten::mm"]
+    assert mm["calls"] == 10 and 1.0 <= mm["flops_ratio"] <= 1.05
+    assert mm["excess_bytes"] == pytest.approx(mm["measured_bytes"] - mm["bytes"])
+    table = _cli("counters", str(TRACE), "--ncu", str(NCU_CSV), "--by-op", "--no-cache", "-w", "80")
+    lines = table.stdout.splitlines()
+    assert table.returncode == 0 and max(map(len, lines)) <= 80
+    fill = next(line for line in lines if line.startswith("aten::fill_"))
+    sum_row = next(line for line in lines if line.startswith("aten::sum"))
+    # 4 modeled bytes against a 4 kB DRAM transaction: 1,024x, and the others keep their decimals
+    assert fill.split()[-1] == "1,024" and sum_row.split()[-1] == "1.45", (fill, sum_row)
+
+
+def test_by_op_on_counters_without_modeled_ops_says_so() -> None:
+    from tests.conftest import trace_path
+
+    res = _cli("counters", str(trace_path("hta/cupti_profiler/benchmark_result_924719_1679055439_trace.json.gz")),
+               "--by-op", "--no-cache", "-w", "100")  # fmt: skip
+    assert res.returncode == 0 and "no profiled kernel belongs to an op with modeled work" in res.stdout, res.stdout

@@ -45,13 +45,17 @@ def _flat(table: pl.DataFrame) -> pl.DataFrame:
 @click.option(
     "--samples", is_flag=True, help="PM sampling: each sample (GPU, metric, start, end, value) instead of the kernels."
 )
+@click.option(
+    "--by-op", is_flag=True,
+    help="Per op name: the FLOPs and DRAM bytes kinetolens models from the shapes beside those its kernels' counters measured.",
+)
 @click.option("-n", "--limit", type=click.IntRange(min=1), help="At most this many rows.")
 @click.option("-c", "--columns", default=None, help="Comma-separated columns of the terminal table.")
 @click.option("-w", "--width", type=WIDTH, help="Terminal width for the table.")
 @trace_load_options(ncu=True)
 def counters_command(
     trace: str, csv_: bool, json_: bool, samples: bool, limit: int | None, width: int | None, loading: TraceLoading,
-    columns: str | None = None,
+    columns: str | None = None, by_op: bool = False,
 ) -> None:
     """Hardware counters of each kernel in TRACE, with its op stack, FLOPs and DRAM bytes.
 
@@ -63,7 +67,8 @@ def counters_command(
     Tensor Core counters when recorded, else from the kernel name.  PM
     sampling (the GPU's counters every millisecond): each kernel name with the
     time-weighted mean of the samples its kernels overlap; --csv/--json give
-    each kernel, --samples each sample.
+    each kernel, --samples each sample.  --by-op: each op name's modeled FLOPs
+    and bytes beside the measured ones, most excess DRAM bytes first.
     """
     # here, not at the top: the command's --help needs neither polars nor rich
     import polars as pl
@@ -86,6 +91,9 @@ def counters_command(
         table = counter_table(t)
     except NoCounters as exc:
         raise TraceError(trace, str(exc)) from None
+    if by_op:
+        _by_op(t, trace, csv_=csv_, json_=json_, limit=limit, width=width, columns=columns)
+        return
     if limit is not None:
         table = table.head(limit)
     if json_:
@@ -113,6 +121,42 @@ def counters_command(
         f"CUDA-core FLOPs {'-' if total is None else units.flops(total)}; "
         + ("" if tensor is None else f"Tensor Core FLOPs {units.flops(tensor)}; ")
         + f"DRAM bytes {'-' if dram is None else units.traffic(dram)}",
+        markup=False,
+        highlight=False,
+    )
+
+
+#: Columns of the --by-op terminal table; --csv/--json carry kernels and excess_bytes too.
+BY_OP_COLUMNS = ["op", "flops", "measured_flops", "flops_ratio", "bytes", "measured_bytes", "bytes_ratio", "calls"]
+
+
+def _by_op(
+    t: Trace, trace: str, *, csv_: bool, json_: bool, limit: int | None, width: int | None, columns: str | None
+) -> None:
+    """Modeled beside measured work per op name (``measured_vs_modeled``)."""
+    from kinetolens.analysis.hardware.counters import measured_vs_modeled
+    from kinetolens.cli.render import console as render_console
+    from kinetolens.cli.render import emit
+
+    table = measured_vs_modeled(t)
+    if limit is not None:
+        table = table.head(limit)
+    if json_ or csv_:
+        emit(table, "json" if json_ else "csv")
+        return
+    if table.height == 0:
+        render_console(width).print(
+            "no profiled kernel belongs to an op with modeled work (ops without recorded shapes have none, "
+            "and counters unpaired with launches have no op)",
+            markup=False, highlight=False,
+        )
+        return
+    shown = table.select(_chosen(columns, BY_OP_COLUMNS, table.columns))
+    emit(shown, "table", title=f"kinetolens counters: {trace} (by op, modeled and measured)", width=width)
+    render_console(width).print(
+        f"{counted(table.height, 'op')} with modeled work and profiled kernels, most excess DRAM bytes first; "
+        "modeled: from each call's shapes; measured: its kernels' counters (Tensor Core math where counted); "
+        "ratio: measured / modeled",
         markup=False,
         highlight=False,
     )

@@ -232,6 +232,8 @@ def format_column(column: Cells, header: str | None = None, time_us: float | Non
     elif numeric and (name == "bytes" or name.endswith("_bytes") or "__bytes" in name):  # and CUPTI's dram__bytes_read.sum
         memoryish = any(w in name for w in ("alloc", "reserved", "peak", "live", "mem"))
         fmt = units.memory if memoryish else units.traffic
+    elif numeric and name.endswith("_ratio"):  # one outlier (1,024x) must not take the others' decimals
+        fmt = units.sig
     elif numeric and name in ID_COLUMNS:
         fmt = lambda v: "-" if units.missing(v) else str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)  # noqa: E731
     elif numeric and (column.kind == INTEGER or name in COUNT_COLUMNS or name.startswith("n_") or name.endswith("_count")):
