@@ -105,3 +105,22 @@ def test_the_cli_refuses_a_bad_csv_with_exit_2(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
     assert str(bad) in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_csv_cut_short_keeps_its_complete_rows(tmp_path: Path) -> None:
+    # a copy that stopped mid-row: the complete rows load, with a counted warning
+    text = gzip.decompress(NCU_CSV.read_bytes()).decode()
+    path = tmp_path / "cut.csv"
+    path.write_text(text[: len(text) // 2])
+    got = read_ncu_csv(path)
+    whole = read_ncu_csv(NCU_CSV).frame
+    assert 0 < got.frame.height < whole.height
+    assert got.frame.equals(whole.head(got.frame.height))
+    assert [(w.kind, w.count) for w in got.warnings] == [("Nsight Compute rows cut off", 1)]
+
+
+def test_two_reports_in_one_file_are_refused(tmp_path: Path) -> None:
+    # repeated kernel IDs would pair the second report's kernels with the first's
+    rows = _rows()
+    with pytest.raises(TraceError, match="repeating 90 kernel IDs"):
+        read_ncu_csv(_write(tmp_path, rows + rows[2:]))

@@ -41,6 +41,8 @@ def _csv_without(tmp_path: Path, drop: set[int], extra_after: int | None = None)
         foreign = list(rows[2 + extra_after])
         foreign[rows[0].index("Kernel Name")] = "void some_other_library::kernel<int>(int)"
         kept.insert(2 + extra_after + 1, foreign)
+        for n, row in enumerate(kept[2:]):  # ncu numbers its kernels in launch order
+            row[rows[0].index("ID")] = str(n)
     out = io.StringIO()
     csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows(kept)
     path = tmp_path / "ncu.csv"
@@ -90,6 +92,10 @@ def test_a_kernel_the_trace_never_ran_is_counted_not_guessed(tmp_path: Path) -> 
     assert warning.kind == "Nsight Compute kernels not in the trace" and warning.count == 1
     # the foreign row is ncu's 46th; every other kernel keeps its launch
     assert [got[j] for j in sorted(got)] == [whole[j] for j in range(90)]
+    assert 45 not in got
+    res = _cli("counters", str(TRACE), "--ncu", str(tmp_path / "ncu.csv"), "--no-cache", "-w", "100")
+    said = [line for line in res.stderr.splitlines() if line.startswith("kinetolens: warning: Nsight Compute kernels not in the trace")]
+    assert res.returncode == 0 and len(said) == 1 and "(1x)" in said[0], res.stderr
 
 
 def test_tensor_core_math_decides_the_verdict_and_the_measured_flops() -> None:

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
     from kinetolens.model.trace import Trace
 
+#: The load warnings about counters, shown on stderr (the summary shows every warning).
+COUNTER_WARNINGS = ("Nsight Compute", "CUPTI counters")
 #: Columns the terminal table shows; --csv/--json carry every counter too.
 TERMINAL_COLUMNS = ["idx", "top_level_op", "bottom_level_op", "kernel", "flops", "tensor_flops", "dram_bytes", "tc"]
 
@@ -82,6 +84,9 @@ def counters_command(
     from kinetolens.views import units
 
     t = loading.load(trace)
+    for w in t.warnings:  # what the counters' reader and pairing left out, counted
+        if w.kind.startswith(COUNTER_WARNINGS):
+            click.echo(f"kinetolens: warning: {w}", err=True)
     if t.kernel_counters.height == 0 and has_pm_samples(t):
         _pm_sampling(t, trace, csv_=csv_, json_=json_, samples=samples, limit=limit, width=width, columns=columns)
         return

@@ -126,6 +126,10 @@ def read_ncu_csv(path: str | Path) -> NcuKernels:
     p = Path(path)
     opened = open_trace_bytes(p)
     text = _text(bytes(opened.data), p)
+    warnings: list[TraceWarning] = []
+    if not text.endswith("\n") and "\n" in text:  # a file cut short: its last row is incomplete
+        text = text[: text.rfind("\n") + 1]
+        warnings.append(TraceWarning("Nsight Compute rows cut off", 1, "the file ends inside a row; that row is left out"))
     try:
         raw = pl.read_csv(io.StringIO(text), infer_schema=False, truncate_ragged_lines=True)
     except pl.exceptions.PolarsError as exc:
@@ -142,6 +146,10 @@ def read_ncu_csv(path: str | Path) -> NcuKernels:
     raw = raw.filter(ids.is_not_null())
     if raw.height == 0:
         raise TraceError(p, "Nsight Compute CSV without a profiled kernel")
+    repeated = raw.height - raw.select(ids.n_unique()).item()
+    if repeated:
+        raise TraceError(p, f"Nsight Compute CSV repeating {repeated} kernel IDs (several reports in one file?): "
+                            "pair one report at a time")
     metrics = _kept_metrics(raw.columns)
     dims = []
     for column, prefix in _DIMS.items():
@@ -160,5 +168,6 @@ def read_ncu_csv(path: str | Path) -> NcuKernels:
     # A metric that is never a number (an enum such as launch__func_cache_config) is no counter.
     numeric = [m for m in metrics if frame[m].null_count() < frame.height]
     frame = frame.drop(sorted(set(metrics) - set(numeric)))
-    warnings = [TraceWarning("Nsight Compute rows skipped", bad, "rows without a kernel ID")] if bad else []
+    if bad:
+        warnings.append(TraceWarning("Nsight Compute rows skipped", bad, "rows without a kernel ID"))
     return NcuKernels(str(p), frame.sort("ncu_id"), numeric, warnings)
