@@ -176,6 +176,7 @@ def _fine() -> dict[str, object]:
         "stream_work": pl.DataFrame(schema={"kernel_type": pl.String, "ts": pl.Int64, "end": pl.Int64}),
         "roofline": None,
         "spec": None,
+        "counters": None,
     }
 
 
@@ -291,6 +292,23 @@ def test_fails_roof_at_most_100() -> None:
     roof = pl.DataFrame({"op": ["aten::max_pool2d", "fast"], "pct_of_roof": [106.8, 120.0], BEATS_MODEL: [False, True]})
     found = _run("roof_at_most_100", roofline=roof, modules=None)
     assert [v.values for v in found] == [{"op": "aten::max_pool2d", "pct_of_roof": 106.8}]
+
+
+def test_fails_counters_are_counts() -> None:
+    counters = pl.DataFrame({
+        "kernel": ["gemm", "add", "copy"], "launch_id": [1, 2, 2],
+        "flops": [2.0e6, -3.0, 0.0], "tensor_flops": [1.0e6, 0.0, 0.0], "dram_bytes": [10.0, 20.0, 30.0],
+    })  # fmt: skip
+    found = _run("counters_are_counts", counters=counters)
+    assert [v.values for v in found] == [{"kernel": "add", "flops": -3.0, "rows": 1}, {"launch_id": 2, "ranges": 2}]
+
+
+def test_invariants_hold_with_nsight_compute_counters() -> None:
+    # a trace with another tool's counters paired in is a trace kind of its own
+    data = REPO / "tests" / "data" / "gpu"
+    trace = kinetolens.load(data / "ncu_step.pt.trace.json.gz", cache=False, ncu=data / "ncu_step.ncu.csv.gz")
+    assert trace.kernel_counters.height
+    assert check_trace(trace) == []
 
 
 def test_fails_bound_matches_intensity() -> None:

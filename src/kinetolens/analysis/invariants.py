@@ -340,6 +340,19 @@ def roof_at_most_100(roofline: pl.DataFrame | None, modules: pl.DataFrame | None
             yield result, {key: row.get(key), "pct_of_roof": row["pct_of_roof"]}
 
 
+@invariant("counters_are_counts")
+def counters_are_counts(counters: pl.DataFrame | None) -> Iterator[Bad]:
+    """Hardware counters count work done: never negative, and each kernel launch carries one kernel's counters at most."""
+    if counters is None or counters.height == 0:
+        return
+    measured = [c for c in ("flops", "tensor_flops", "dram_bytes") if c in counters.columns]
+    yield from _negative(counters, measured, "counters", "kernel")
+    paired = counters.filter(pl.col("launch_id").is_not_null())
+    twice = paired.group_by("launch_id").agg(pl.len().alias("ranges")).filter(pl.col("ranges") > 1)
+    for row in twice.iter_rows(named=True):
+        yield "counters", {"launch_id": row["launch_id"], "ranges": row["ranges"]}
+
+
 #: Intensities this close to the ridge point (relative) may round either way.
 RIDGE_SLACK = 0.01
 
@@ -385,6 +398,16 @@ class Results:
                 raise KeyError(f"no result {name!r} given and no trace to compute it from")
             self._values[name] = PRODUCERS[name](self)
         return self._values[name]
+
+
+def _counters(r: Results) -> pl.DataFrame | None:
+    from kinetolens.analysis.hardware.counters import NoCounters, counter_table
+
+    assert r.trace is not None
+    try:
+        return counter_table(r.trace)
+    except NoCounters:
+        return None
 
 
 def _spec(r: Results) -> Any:
@@ -472,6 +495,7 @@ def _producers() -> dict[str, Callable[[Results], Any]]:
         "spec": _spec,
         "modules": _modules,
         "roofline": _roofline,
+        "counters": _counters,
         "paths": _paths,
         # as `summary --json` writes it: the checks read the document users get
         "summary": lambda r: json_codec.to_builtins(summarize(r.trace)),

@@ -31,7 +31,7 @@ def _traces(target: str) -> list[Path]:
 @click.command("check")
 @click.argument("target", metavar="TRACE|RUNDIR")
 @click.option("--json", "json_", is_flag=True, help="Print the violations per trace as JSON.")
-@trace_load_options()
+@trace_load_options(ncu=True)
 def check_command(target: str, json_: bool, loading: TraceLoading) -> None:
     """Check what must always hold of the analyses' results (durations >= 0,
     shares <= 100%, step parts add up, critical path within its span,
@@ -40,7 +40,10 @@ def check_command(target: str, json_: bool, loading: TraceLoading) -> None:
     from kinetolens.cli.render import emit_json, terminal_width
 
     found: dict[str, list[Violation]] = {}
-    for path in _traces(target):
+    paths = _traces(target)
+    if loading.ncu is not None and len(paths) != 1:
+        raise click.BadParameter(f"pairs with one trace, and {target} holds {len(paths)}", param_hint="--ncu")
+    for path in paths:
         found[str(path)] = check_trace(loading.load(str(path)))
     if json_:
         emit_json({t: [{"invariant": v.invariant, "result": v.result, "values": v.values} for v in vs] for t, vs in found.items()})
