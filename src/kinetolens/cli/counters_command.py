@@ -75,11 +75,10 @@ def counters_command(
     # here, not at the top: the command's --help needs neither polars nor rich
     import polars as pl
 
-    from kinetolens.analysis.hardware.counters import NoCounters, counter_table
+    from kinetolens.analysis.hardware.counters import NoCounters, counter_table, kernels_profiled
     from kinetolens.analysis.hardware.pm_sampling import has_pm_samples
     from kinetolens.cli.render import console as render_console
     from kinetolens.cli.render import emit
-    from kinetolens.model.ncu_pairing import launch_ordered_kernels
     from kinetolens.registry.kernel_names import short_names
     from kinetolens.views import units
 
@@ -116,8 +115,8 @@ def counters_command(
     emit(shown, "table", title=f"kinetolens counters: {trace}", width=width)
     pairing = table["pairing"][0] if table.height else "-"
     if loading.ncu is not None:
-        kernels = launch_ordered_kernels(t).height
-        pairing = f"{pairing} ({table.height} of the trace's {counted(kernels, 'kernel')} profiled by Nsight Compute)"
+        profiled, kernels = kernels_profiled(t)
+        pairing = f"{pairing} ({profiled} of the trace's {counted(kernels, 'kernel')} profiled by Nsight Compute)"
     total = table["flops"].sum() if table["flops"].null_count() < table.height else None
     dram = table["dram_bytes"].sum() if table["dram_bytes"].null_count() < table.height else None
     tensor = table["tensor_flops"].sum() if table["tensor_flops"].null_count() < table.height else None

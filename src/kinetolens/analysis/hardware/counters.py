@@ -206,6 +206,15 @@ def counter_table(trace: Trace) -> pl.DataFrame:
     )
 
 
+def kernels_profiled(trace: Trace) -> tuple[int, int]:
+    """How many of the trace's kernels carry counters paired with their
+    launch, and how many kernels (no copies or memsets) the trace has."""
+    from kinetolens.model.ncu_pairing import launch_ordered_kernels
+
+    linked = trace.kernel_counters.filter(pl.col("launch_id").is_not_null())["launch_id"].n_unique()
+    return linked, launch_ordered_kernels(trace).height
+
+
 _MEASURED_SCHEMA = {"launch_id": pl.Int64, "op_id": pl.Int64, "measured_flops": pl.Float64, "measured_bytes": pl.Float64}
 
 
