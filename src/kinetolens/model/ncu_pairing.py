@@ -66,10 +66,9 @@ def align(ours: list[tuple[object, ...]], theirs: list[tuple[object, ...]]) -> l
     match more than :data:`REACH` ahead is taken only where the next
     :data:`CONFIRM` keys of ``theirs`` follow it in step (ncu's
     ``--launch-skip``); otherwise the row is left unpaired (a kernel the
-    trace does not have, whose key recurs later).  Longest-block alignment
-    (difflib) was tried first: on a training step's repeated optimizer and
-    layer kernels it anchors blocks on the wrong repeat and leaves kernels
-    unpaired.
+    trace does not have, whose key recurs later).  Not longest matching
+    blocks (difflib): on a step's repeated layer and optimizer kernels they
+    anchor on the wrong repeat and leave kernels unpaired.
     """
     if ours == theirs:
         return [(i, i) for i in range(len(ours))]
