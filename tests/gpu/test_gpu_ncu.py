@@ -23,7 +23,7 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
 import kinetolens
-from kinetolens.capture.counter_presets import NCU_ROOFLINE_METRICS
+from kinetolens.capture.counter_presets import ncu_roofline_metrics
 from kinetolens.capture.counters import NO_GPU_ACTIVITY_LINE
 from tests.gpu import checks
 from tests.gpu.models import TINY
@@ -60,7 +60,8 @@ def test_ncu_counters_pair_with_the_trace(tmp_path: Path, recorder: Recorder) ->
     (trace,) = sorted((tmp_path / "trace").glob("*/*.pt.trace.json.gz"))
     report = tmp_path / "step"
     # kinetolens.profile stays on under ncu: its trace gets no GPU activity, and it says so
-    under = _run([ncu, "--profile-from-start", "off", "--metrics", ",".join(NCU_ROOFLINE_METRICS), "-f",
+    metrics = ncu_roofline_metrics(torch.cuda.get_device_capability())
+    under = _run([ncu, "--profile-from-start", "off", "--metrics", ",".join(metrics), "-f",
                   "-o", str(report), sys.executable, str(STEP), "--trace", str(tmp_path / "under_ncu")])  # fmt: skip
     said = [line for line in (under.stdout + under.stderr).splitlines() if line == NO_GPU_ACTIVITY_LINE]
     assert len(said) == 1, (under.stdout + under.stderr)[-3000:]

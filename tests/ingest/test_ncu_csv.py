@@ -124,3 +124,12 @@ def test_two_reports_in_one_file_are_refused(tmp_path: Path) -> None:
     rows = _rows()
     with pytest.raises(TraceError, match="repeating 90 kernel IDs"):
         read_ncu_csv(_write(tmp_path, rows + rows[2:]))
+
+
+def test_the_roofline_metrics_leave_fp8_out_before_its_tensor_cores() -> None:
+    # ncu refuses a metric the GPU lacks: no FP8 Tensor Core path before compute capability 8.9
+    from kinetolens.capture.counter_presets import ncu_roofline_metrics
+
+    assert ncu_roofline_metrics((9, 0)) == NCU_ROOFLINE_METRICS
+    older = ncu_roofline_metrics((8, 0))
+    assert "sm__ops_path_tensor_src_fp8.sum" not in older and len(older) == len(NCU_ROOFLINE_METRICS) - 1

@@ -60,3 +60,11 @@ NCU_ROOFLINE_METRICS: tuple[str, ...] = (
     "sm__inst_executed_pipe_tensor.sum",
     *(f"sm__ops_path_tensor_src_{src}.sum" for src in ("fp64", "tf32_dst_fp32", "fp16", "bf16_dst_fp32", "fp8")),
 )
+
+
+def ncu_roofline_metrics(compute_capability: tuple[int, int]) -> tuple[str, ...]:
+    """:data:`NCU_ROOFLINE_METRICS` for a GPU of ``compute_capability``: ncu
+    refuses a metric the GPU lacks, and FP8 Tensor Cores start at 8.9."""
+    if compute_capability >= (8, 9):
+        return NCU_ROOFLINE_METRICS
+    return tuple(m for m in NCU_ROOFLINE_METRICS if "_fp8" not in m)
