@@ -21,7 +21,7 @@ them, override the name (see :func:`verdict_from_counters`).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -160,13 +160,23 @@ def classify(name: str | None) -> tuple[str, str]:
     return UNKNOWN, "no rule matches the name"
 
 
+def deciding_tensor_counters(metrics: Iterable[str]) -> list[str]:
+    """The counters among ``metrics`` that decide a kernel's Tensor Core
+    verdict: its Tensor Core math (:data:`TENSOR_FLOP_COUNTER`) where
+    recorded, else its Tensor Core instructions (:data:`TENSOR_COUNTER`)."""
+    names = list(metrics)
+    math = [m for m in names if TENSOR_FLOP_COUNTER.match(m)]
+    return math or [m for m in names if TENSOR_COUNTER.search(m)]
+
+
 def tensor_counters(values: Mapping[str, float | None]) -> dict[str, float]:
-    """The Tensor Core instruction counters among a kernel's counter values."""
-    return {k: float(v) for k, v in values.items() if v is not None and TENSOR_COUNTER.search(k)}
+    """The deciding Tensor Core counters among a kernel's counter values."""
+    deciding = set(deciding_tensor_counters(k for k, v in values.items() if v is not None))
+    return {k: float(v) for k, v in values.items() if k in deciding}
 
 
 def verdict_from_counters(values: Mapping[str, float | None]) -> str | None:
-    """``yes``/``no`` from measured Tensor Core instructions; None if none measured."""
+    """``yes``/``no`` from measured Tensor Core math or instructions; None if none measured."""
     measured = tensor_counters(values)
     if not measured:
         return None

@@ -122,6 +122,11 @@ def test_counters_decide_when_measured() -> None:
     assert verdict_from_counters({"sm__inst_executed_pipe_tensor.sum": 4096.0, "dram__bytes_read.sum": 1.0}) == YES
     assert verdict_from_counters({"sm__inst_executed_pipe_tensor.sum": 0.0}) == NO
     assert verdict_from_counters({"dram__bytes_read.sum": 10.0}) is None
+    # Tensor Core math decides before tensor-pipe instructions: the H200's elementwise
+    # add issued 1,024 HFMA2.MMA instructions to the tensor pipe and no matrix math
+    hfma2 = {"sm__inst_executed_pipe_tensor.sum": 1024.0, "sm__ops_path_tensor_src_bf16_dst_fp32.sum": 0.0}
+    assert verdict_from_counters(hfma2) == NO
+    assert verdict_from_counters({**hfma2, "sm__ops_path_tensor_src_fp16.sum": 2.0e6}) == YES
 
 
 # -- where torch-tb-profiler's allowlist was wrong --------------------------------------

@@ -49,7 +49,7 @@ import polars as pl
 
 from kinetolens.analysis.workload.work import carried_work
 from kinetolens.model.trace import Trace
-from kinetolens.registry.tensor_cores import NO, TENSOR_COUNTER, TENSOR_FLOP_COUNTER, YES, classify
+from kinetolens.registry.tensor_cores import NO, TENSOR_FLOP_COUNTER, YES, classify, deciding_tensor_counters
 
 #: Kernel-launch runtime/driver calls, each launching exactly one kernel.
 LAUNCH_API = re.compile(r"^(cuda|cu)Launch(Cooperative)?Kernel(ExC|Ex)?(_ptsz|_v\d+)*$")
@@ -132,20 +132,15 @@ def counter_table(trace: Trace) -> pl.DataFrame:
     wide = _wide(counters)
     metric_cols = [c for c in wide.columns if c not in RANGE_COLUMNS]
     launches = _launches(trace)
+    # A launch's op: the innermost enclosing range on the launching thread; the
+    # external-id link where containment found none.
+    launch_op = launches.select("launch_id", op_id=pl.coalesce("contained_op_id", "op_id"))
     linked = wide["launch_id"].null_count() < wide.height
     paired = linked or launches.height == wide.height
-    if linked:
-        # Nsight Compute's kernels, each paired with its launch when loaded
-        wide = wide.join(
-            launches.select("launch_id", op_id=pl.coalesce("contained_op_id", "op_id")), on="launch_id", how="left"
-        )
+    if linked:  # Nsight Compute's kernels, each paired with its launch when loaded
+        wide = wide.join(launch_op, on="launch_id", how="left")
         pairing = "kernel name, grid and block"
     elif paired:
-        # The innermost enclosing range on the launching thread; the external-id
-        # link where containment found none.
-        launch_op = launches.select(
-            "launch_id", op_id=pl.coalesce("contained_op_id", "op_id")
-        )
         wide = pl.concat([wide.drop("launch_id"), launch_op], how="horizontal")
         pairing = "launch order"
     else:
@@ -159,15 +154,10 @@ def counter_table(trace: Trace) -> pl.DataFrame:
         p: {c: w for c, (prec, w) in FLOP_COUNTERS.items() if prec == p} for p in ("fp64", "fp32", "fp16")
     }
     tensor_flop_cols = [c for c in metric_cols if TENSOR_FLOP_COUNTER.match(c)]
-    tensor_cols = [c for c in metric_cols if TENSOR_COUNTER.search(c)]
+    deciding = deciding_tensor_counters(metric_cols)
     names = wide["name"].to_list()
     by_name = [classify(n)[0] for n in names]
-    if tensor_flop_cols:  # math before instructions (TENSOR_FLOP_COUNTER says why)
-        measured = pl.sum_horizontal([pl.col(c) for c in tensor_flop_cols])
-    elif tensor_cols:
-        measured = pl.max_horizontal([pl.col(c) for c in tensor_cols])
-    else:
-        measured = pl.lit(None, pl.Float64)
+    measured = pl.max_horizontal([pl.col(c) for c in deciding]) if deciding else pl.lit(None, pl.Float64)
     out = wide.with_row_index("idx").with_columns(
         stack,
         pl.lit(pairing).alias("pairing"),

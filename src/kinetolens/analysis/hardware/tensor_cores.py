@@ -29,7 +29,7 @@ from kinetolens.model.vocabulary import matrix_ops
 from kinetolens.registry.dtypes import canonical
 from kinetolens.registry.flops import REGISTRY, OpArgs
 from kinetolens.registry.flops_base import json_list
-from kinetolens.registry.tensor_cores import NO, TENSOR_COUNTER, TENSOR_FLOP_COUNTER, UNKNOWN, YES, classify
+from kinetolens.registry.tensor_cores import NO, UNKNOWN, YES, classify, deciding_tensor_counters
 
 # -- per kernel ------------------------------------------------------------------
 
@@ -46,9 +46,7 @@ def counter_verdicts(trace: Trace) -> pl.DataFrame:
     schema = {"name": pl.String, "tc_counters": pl.String}
     if c.height == 0:
         return pl.DataFrame(schema=schema)
-    tensor = c.filter(pl.col("metric").str.contains(TENSOR_FLOP_COUNTER.pattern))
-    if tensor.height == 0:
-        tensor = c.filter(pl.col("metric").str.contains(f"(?i){TENSOR_COUNTER.pattern}"))
+    tensor = c.filter(pl.col("metric").is_in(deciding_tensor_counters(c["metric"].unique().to_list())))
     if tensor.height == 0:
         return pl.DataFrame(schema=schema)
     return (
