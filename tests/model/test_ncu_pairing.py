@@ -57,14 +57,16 @@ def test_every_profiled_kernel_pairs_with_the_trace_kernel_of_its_name_grid_and_
     assert len(links) == ncu.height == kernels.height == 90 and not trace.warnings
     assert sorted(links.values()) == sorted(kernels["launch_id"].to_list())  # one kernel each
     by_launch = {row["launch_id"]: row for row in kernels.iter_rows(named=True)}
+    spelled_apart = 0
     for j, launch in links.items():
         ours, theirs = by_launch[launch], ncu.row(j, named=True)
-        # CUPTI and ncu spell the names differently; the function, grid and block agree
-        assert ours["name"] != theirs["kernel"] or "nvjet" in ours["name"] or "cudnn" in ours["name"]
+        # CUPTI and ncu spell most names differently; the function, grid and block agree
+        spelled_apart += ours["name"] != theirs["kernel"]
         assert kernel_function(ours["name"]) == kernel_function(theirs["kernel"])
         assert [ours[f"{d}_{a}"] for d in ("grid", "block") for a in "xyz"] == [
             theirs[f"{d}_{a}"] for d in ("grid", "block") for a in "xyz"
         ]
+    assert spelled_apart > 60  # so pairing by the names as written would fail
     # in launch order: ncu's IDs follow the launches
     order = {launch: i for i, launch in enumerate(kernels["launch_id"].to_list())}
     assert [order[links[j]] for j in sorted(links)] == list(range(90))

@@ -39,14 +39,9 @@ from kinetolens.ingest.opener import open_trace_bytes
 #: How a user makes the file this reader takes.
 EXPORT_HINT = "export it with: ncu --import REPORT.ncu-rep --csv --page raw --print-units base > REPORT.csv"
 
-#: The columns before the metrics, as ncu names them.
-_FIXED = {
-    "ID": "ncu_id",
-    "Process ID": "pid",
-    "Kernel Name": "kernel",
-    "Device": "device",
-    "Stream": "stream",
-}
+#: The numbered columns before the metrics, as ncu names them (and ``Kernel Name``).
+_FIXED = {"ID": "ncu_id", "Process ID": "pid", "Device": "device", "Stream": "stream"}
+_KERNEL = "Kernel Name"
 _DIMS = {"Grid Size": "grid", "Block Size": "block"}
 #: Columns that describe the machine, the profiler or the launch configuration
 #: (the grid and block are read apart), not what the kernel did; of the
@@ -116,7 +111,7 @@ def _text(data: bytes, path: Path) -> str:
     except UnicodeDecodeError:
         raise TraceError(path, f"not an Nsight Compute CSV (binary data; an .ncu-rep report? {EXPORT_HINT})") from None
     start = text.find('"ID"')
-    if start < 0 or '"Kernel Name"' not in text[start : start + 4096]:
+    if start < 0 or f'"{_KERNEL}"' not in text[start : start + 4096]:
         raise TraceError(path, f"not an Nsight Compute raw CSV (no ID and Kernel Name columns; {EXPORT_HINT})")
     return text[start:]
 
@@ -134,7 +129,7 @@ def read_ncu_csv(path: str | Path) -> NcuKernels:
         raw = pl.read_csv(io.StringIO(text), infer_schema=False, truncate_ragged_lines=True)
     except pl.exceptions.PolarsError as exc:
         raise TraceError(p, f"unreadable Nsight Compute CSV ({str(exc).splitlines()[0]})") from None
-    missing = [c for c in (*_FIXED, *_DIMS) if c not in raw.columns]
+    missing = [c for c in (*_FIXED, _KERNEL, *_DIMS) if c not in raw.columns]
     if missing:
         raise TraceError(p, f"Nsight Compute CSV without the column(s) {', '.join(missing)}; {EXPORT_HINT}")
     units: dict[str, str] = {}
@@ -157,11 +152,8 @@ def read_ncu_csv(path: str | Path) -> NcuKernels:
         dims += [parts.list.get(i, null_on_oob=True).str.strip_chars().cast(pl.Int64, strict=False).alias(f"{prefix}_{axis}")
                  for i, axis in enumerate("xyz")]
     frame = raw.select(
-        _numbers(pl.col("ID")).cast(pl.Int64).alias("ncu_id"),
-        _numbers(pl.col("Process ID")).cast(pl.Int64).alias("pid"),
-        pl.col("Kernel Name").alias("kernel"),
-        _numbers(pl.col("Device")).cast(pl.Int64).alias("device"),
-        _numbers(pl.col("Stream")).cast(pl.Int64).alias("stream"),
+        *(_numbers(pl.col(column)).cast(pl.Int64).alias(name) for column, name in _FIXED.items()),
+        pl.col(_KERNEL).alias("kernel"),
         *dims,
         *((_numbers(pl.col(m)) * unit_factor(units.get(m, ""))).alias(m) for m in metrics),
     )

@@ -109,17 +109,18 @@ def pair_ncu(trace: Trace, ncu: NcuKernels) -> Trace:
     the profiled kernels the trace does not have.  A step of the loader."""
     kernels = launch_ordered_kernels(trace)
     pairs = align(_keys(kernels, "name"), _keys(ncu.frame, "kernel"))
-    ours = pl.DataFrame({"i": [i for i, _ in pairs], "j": [j for _, j in pairs]}, schema={"i": pl.Int64, "j": pl.Int64})
-    linked = (
-        ours.join(kernels.with_row_index("i").with_columns(pl.col("i").cast(pl.Int64)), on="i")
-        .join(ncu.frame.with_row_index("j").with_columns(pl.col("j").cast(pl.Int64)), on="j", suffix="_ncu")
-        .sort("j")
+    rows = [pl.all().gather(pl.Series([p[side] for p in pairs], dtype=pl.UInt32)) for side in (0, 1)]
+    linked = pl.concat(
+        [
+            pl.DataFrame({"range_id": [j for _, j in pairs]}, schema={"range_id": pl.Int64}),
+            kernels.select("name", "pid", "tid", "ts", "dur", "launch_id").select(rows[0]),
+            ncu.frame.select(ncu.metrics).select(rows[1]),
+        ],
+        how="horizontal",
     )
-    long = linked.unpivot(on=ncu.metrics, index=["j", "name", "pid", "tid", "ts", "dur", "launch_id"],
+    long = linked.unpivot(on=ncu.metrics, index=["range_id", "name", "pid", "tid", "ts", "dur", "launch_id"],
                           variable_name="metric", value_name="value")
-    counters = long.drop_nulls("value").select(
-        pl.col("j").alias("range_id"), "name", "pid", "tid", "ts", "dur", "metric", "value", "launch_id"
-    ).sort(["range_id", "metric"]).cast(COUNTER_SCHEMA)  # type: ignore[arg-type]
+    counters = long.drop_nulls("value").select(*COUNTER_SCHEMA).sort(["range_id", "metric"]).cast(COUNTER_SCHEMA)  # type: ignore[arg-type]
     warnings = list(ncu.warnings)
     missing = ncu.frame.height - len(pairs)
     if missing:
