@@ -168,3 +168,15 @@ def test_by_op_on_counters_without_modeled_ops_says_so() -> None:
     res = _cli("counters", str(trace_path("hta/cupti_profiler/benchmark_result_924719_1679055439_trace.json.gz")),
                "--by-op", "--no-cache", "-w", "100")  # fmt: skip
     assert res.returncode == 0 and "no profiled kernel belongs to an op with modeled work" in res.stdout, res.stdout
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_roofline_with_measured_bytes_fits_the_terminal(width: int) -> None:
+    # the measured column joins the table without pushing it past the width
+    res = _cli("roofline", str(TRACE), "--ncu", str(NCU_CSV), "--no-cache", "-w", str(width))
+    lines = res.stdout.splitlines()
+    assert res.returncode == 0 and max(map(len, lines)) <= width, res.stdout
+    mm = next(line for line in lines if "│ aten::mm " in line)
+    assert mm.count("│") >= 6  # the row is whole: key, numbers, closing border
+    if width >= 80:
+        assert any(line.rstrip(" ┃").endswith("ratio") for line in lines if line.startswith("┃"))

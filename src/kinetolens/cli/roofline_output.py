@@ -32,7 +32,7 @@ TERMINAL_COLUMNS = [
     ("achieved_tflops", "TFLOP/s", _num), ("bound", "bound", str), ("roof", "precision", str),
 ]  # fmt: skip
 #: Measured DRAM bytes over modeled, shown where the trace has CUPTI counters.
-MEASURED_COLUMNS = [("bytes_ratio", "bytes_ratio", "{:.3f}".format)]
+MEASURED_COLUMNS = [("bytes_ratio", "bytes ratio", units.sig)]
 #: Columns a narrow terminal leaves out, first to go first, so the key keeps ``MIN_KEY`` characters.
 NARROW_DROPS = ("lost_75_us", "intensity", "bound")
 MIN_KEY = 24
@@ -82,13 +82,16 @@ def print_roofline_table(table: pl.DataFrame, title: str, width: int | None) -> 
     keys = [str(k) for k in shown[key].to_list()]
     floor = min(MIN_KEY, 12)  # the key column is never narrower
     want = max(floor, min(MIN_KEY, max([len(key), *(len(k) for k in keys)])))  # short keys leave room for columns
-    dropped = []
-    for c in NARROW_DROPS:
-        free = console.width - 1 - sum(sizes[c2] + 3 for c2, _, _ in cols) - 3
-        if free >= want:
-            break
-        dropped += [h for c2, h, _ in cols if c2 == c]
-        cols = [col for col in cols if col[0] != c]
+    dropped: list[str] = []
+    # The narrow drops while the key is short of ``want``; then, from the right,
+    # what the key's floor still leaves no room for: the table never runs past the width.
+    rest = [c for c, _, _ in reversed(cols) if c not in NARROW_DROPS]
+    for candidates, need in ((NARROW_DROPS, want), (rest, floor)):
+        for c in candidates:
+            if console.width - 1 - sum(sizes[c2] + 3 for c2, _, _ in cols) - 3 >= need:
+                break
+            dropped += [h for c2, h, _ in cols if c2 == c]
+            cols = [col for col in cols if col[0] != c]
     free = console.width - 1 - sum(sizes[c] + 3 for c, _, _ in cols) - 3
     tail = max(min(KEY_CHARS, free, max(len(k) for k in [key, *keys])), floor)  # one line per row
     out = Table(header_style="bold")
